@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace strata {
 namespace {
 
@@ -38,6 +40,40 @@ TEST(ChunkPlan, PlacementIsBalanced) {
   for (const auto& c : plan->chunks) load[c.shard] += c.numel;
   EXPECT_EQ(load[0], 1000u);
   EXPECT_EQ(load[1], 1000u);
+}
+
+}  // namespace
+}  // namespace strata
+
+#include "common/bf16.h"
+#include "common/consistency.h"
+
+namespace strata {
+namespace {
+
+TEST(Consistency, ParsesTheThreeModes) {
+  EXPECT_EQ(ParseConsistency("bsp")->mode, Consistency::kBsp);
+  EXPECT_EQ(ParseConsistency("asp")->mode, Consistency::kAsp);
+  auto ssp = ParseConsistency("ssp:2");
+  ASSERT_TRUE(ssp.ok());
+  EXPECT_EQ(ssp->mode, Consistency::kSsp);
+  EXPECT_EQ(ssp->staleness, 2);
+  EXPECT_EQ(ssp->ToString(), "ssp:2");
+}
+
+TEST(Consistency, RejectsMalformed) {
+  for (const char* bad : {"", "BSP", "ssp", "ssp:", "ssp:-1", "ssp:x", "ssp:2x"}) {
+    EXPECT_EQ(ParseConsistency(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(Bf16, RoundTripsAndRoundsToNearestEven) {
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f)), 1.0f);
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(-2.5f)), -2.5f);
+  // 1 + 2^-8 is exactly halfway between bf16 1.0 and 1.0078125: ties to even (1.0).
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.00390625f)), 1.0f);
+  float nan = Bf16ToFloat(FloatToBf16(std::numeric_limits<float>::quiet_NaN()));
+  EXPECT_TRUE(nan != nan);
 }
 
 }  // namespace

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""PyTorch reference for bench/cpu_train.sh: the same GPT shapes, trained on
+random tokens with AdamW on the CPU (fp32). Prints, per configuration,
+`torch_tokens_per_s <config> <tokens/s>` from the median step time after one
+warm-up step, like bench/cpu_train_bench.cc."""
+
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CONFIGS = [
+    # name, layers, heads, width, context, batch
+    ("L4_C256_H4_B8_T256", 4, 4, 256, 256, 8),
+    ("L12_C768_H12_B4_T64", 12, 12, 768, 64, 4),
+]
+VOCAB = 50257
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.ln2 = nn.LayerNorm(width)
+        self.fc = nn.Linear(width, 4 * width)
+        self.fc_proj = nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+                   for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)),
+                                       approximate="tanh"))
+
+
+class Gpt(nn.Module):
+    def __init__(self, layers, heads, width, context):
+        super().__init__()
+        self.wte = nn.Embedding(VOCAB, width)
+        self.wpe = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.lnf = nn.LayerNorm(width)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(T))
+        for block in self.blocks:
+            x = block(x)
+        logits = F.linear(self.lnf(x), self.wte.weight)  # tied head
+        return F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
+
+
+def run(name, layers, heads, width, context, batch, steps=5):
+    torch.manual_seed(1)
+    model = Gpt(layers, heads, width, context)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    data = torch.randint(0, VOCAB, (batch * context + 1,))
+    idx = data[:-1].view(batch, context)
+    targets = data[1:].view(batch, context)
+    times = []
+    for step in range(1 + steps):
+        start = time.perf_counter()
+        loss = model(idx, targets)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        took = time.perf_counter() - start
+        print(f"{name} step {step} loss {loss.item():.4f} {took:.3f} s",
+              file=sys.stderr)
+        if step > 0:
+            times.append(took)
+    print(f"torch_tokens_per_s {name} "
+          f"{batch * context / statistics.median(times):.1f}", flush=True)
+
+
+def main():
+    torch.set_num_threads(os.cpu_count() or 1)
+    for config in CONFIGS:
+        run(*config)
+
+
+if __name__ == "__main__":
+    main()

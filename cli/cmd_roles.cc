@@ -1,0 +1,156 @@
+// `strata version`, `strata scheduler`, `strata server`, `strata status`.
+#include <grpcpp/grpcpp.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "cli/commands.h"
+#include "cli/signals.h"
+#include "common/consistency.h"
+#include "common/status.h"
+#include "scheduler/scheduler.h"
+#include "server/parameter_server.h"
+#include "strata/v1/ps.grpc.pb.h"
+#include "strata/v1/scheduler.grpc.pb.h"
+
+#ifndef STRATA_VERSION
+#define STRATA_VERSION "dev"
+#endif
+
+namespace strata {
+
+int ReportStatus(const char* command, const absl::Status& status) {
+  if (status.ok()) return 0;
+  std::fprintf(stderr, "strata %s: %s\n", command, status.ToString().c_str());
+  return 1;
+}
+
+namespace {
+
+// Writes "address\n" atomically (rename), for parents waiting on it.
+absl::Status WriteAddressFile(const std::string& path, const std::string& address) {
+  if (path.empty()) return absl::OkStatus();
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << address << "\n";
+    if (!f) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+CommandFn AddVersionCommand(CLI::App& app) {
+  app.add_subcommand("version", "Print the version of this binary");
+  return [] {
+    std::printf("strata %s\n", STRATA_VERSION);
+    return 0;
+  };
+}
+
+CommandFn AddSchedulerCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand("scheduler", "Run the scheduler: membership, view, shard map, rendezvous KV");
+  auto o = std::make_shared<SchedulerOptions>();
+  auto lease_ms = std::make_shared<int64_t>(10000);
+  auto address_file = std::make_shared<std::string>();
+  o->listen_address = "127.0.0.1:7070";
+  cmd->add_option("--listen", o->listen_address, "host:port to serve on (port 0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--data_dir", o->data_dir, "RocksDB directory for the scheduler's state (empty: in memory)");
+  cmd->add_option("--num_shards", o->num_shards, "number of parameter-server shard slots")
+      ->check(CLI::Range(1, 65536))->capture_default_str();
+  cmd->add_option("--consistency", o->consistency, "bsp | ssp:<s> | asp")->capture_default_str();
+  cmd->add_option("--lease_ms", *lease_ms, "member lease; a member silent this long is removed")
+      ->check(CLI::Range(int64_t{100}, int64_t{3600000}))->capture_default_str();
+  cmd->add_option("--address_file", *address_file, "write the bound address here once serving");
+  return [o, lease_ms, address_file] {
+    if (auto c = ParseConsistency(o->consistency); !c.ok()) return ReportStatus("scheduler", c.status());
+    o->lease = absl::Milliseconds(*lease_ms);
+    auto scheduler = Scheduler::Start(*o);
+    if (!scheduler.ok()) return ReportStatus("scheduler", scheduler.status());
+    Scheduler* s = scheduler->get();
+    OnShutdownSignal([s] { s->Shutdown(); });
+    std::fprintf(stderr, "strata scheduler: serving on %s (%d shard slots, %s)\n",
+                 s->address().c_str(), o->num_shards, o->consistency.c_str());
+    if (int rc = ReportStatus("scheduler", WriteAddressFile(*address_file, s->address()))) return rc;
+    s->Wait();
+    return 0;
+  };
+}
+
+CommandFn AddServerCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand("server", "Run one parameter-server shard");
+  auto o = std::make_shared<ServerOptions>();
+  auto max_wait_s = std::make_shared<double>(120);
+  auto address_file = std::make_shared<std::string>();
+  cmd->add_option("--scheduler", o->scheduler_address, "scheduler host:port")->required();
+  cmd->add_option("--listen", o->listen_address, "host:port to serve on (port 0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--advertise", o->advertise_address, "address other members dial (default: 127.0.0.1:<port>)");
+  cmd->add_option("--shard", o->shard, "shard slot to serve")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--data_dir", o->data_dir, "directory for snapshots; the latest one is loaded at start");
+  cmd->add_option("--consistency", o->consistency, "bsp | ssp:<s> | asp (default: the job's, from the scheduler)");
+  cmd->add_option("--snapshot_every", o->snapshot_every, "BSP: snapshot every N steps (0: never)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--keep_snapshots", o->keep_snapshots, "snapshots kept")->check(CLI::PositiveNumber);
+  cmd->add_option("--max_wait_s", *max_wait_s, "longest a pull waits at the consistency gate")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--address_file", *address_file, "write the advertised address here once serving");
+  return [o, max_wait_s, address_file] {
+    o->max_wait = absl::Seconds(*max_wait_s);
+    auto server = ParameterServer::Start(*o);
+    if (!server.ok()) return ReportStatus("server", server.status());
+    ParameterServer* s = server->get();
+    OnShutdownSignal([s] { s->Shutdown(); });
+    std::fprintf(stderr, "strata server: shard %d serving on %s%s\n", o->shard, s->address().c_str(),
+                 s->restored_step() >= 0 ? absl::StrCat(" (restored snapshot of step ", s->restored_step(), ")").c_str() : "");
+    if (int rc = ReportStatus("server", WriteAddressFile(*address_file, s->address()))) return rc;
+    s->Wait();
+    return 0;
+  };
+}
+
+CommandFn AddStatusCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand("status", "Show the cluster: view, members, shard map, server counters");
+  auto address = std::make_shared<std::string>("127.0.0.1:7070");
+  cmd->add_option("--scheduler", *address, "scheduler host:port")->capture_default_str();
+  return [address] {
+    auto stub = v1::Scheduler::NewStub(grpc::CreateChannel(*address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    v1::View view;
+    absl::Status s = FromGrpcStatus(stub->GetView(&ctx, v1::GetViewRequest(), &view));
+    if (!s.ok()) return ReportStatus("status", s);
+    std::printf("epoch %llu  consistency %s  shard map v%llu\n",
+                static_cast<unsigned long long>(view.epoch()), view.consistency().c_str(),
+                static_cast<unsigned long long>(view.shard_map().version()));
+    for (const auto& slot : view.shard_map().slots()) {
+      std::printf("  shard %d  %s", slot.shard(), slot.address().empty() ? "(no server)" : slot.address().c_str());
+      if (!slot.address().empty()) {
+        auto ps = v1::ParameterServer::NewStub(grpc::CreateChannel(slot.address(), grpc::InsecureChannelCredentials()));
+        grpc::ClientContext sctx;
+        sctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+        v1::StatsResponse st;
+        if (ps->Stats(&sctx, v1::StatsRequest(), &st).ok()) {
+          std::printf("  chunks %llu  applied %llu  rejected(nonfinite) %llu  pulls %llu",
+                      static_cast<unsigned long long>(st.chunks()), static_cast<unsigned long long>(st.pushes_applied()),
+                      static_cast<unsigned long long>(st.pushes_rejected_nonfinite()), static_cast<unsigned long long>(st.pulls()));
+        }
+      }
+      std::printf("\n");
+    }
+    for (const auto& w : view.workers()) {
+      std::printf("  worker %llu  clock %lld  %.1f samples/s\n", static_cast<unsigned long long>(w.id()),
+                  static_cast<long long>(w.clock()), w.samples_per_sec());
+    }
+    return 0;
+  };
+}
+
+}  // namespace strata

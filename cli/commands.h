@@ -1,0 +1,28 @@
+// The `strata` subcommands. Each Add*Command registers its flags on `app`
+// and returns the function to run when that subcommand was chosen; the
+// function returns the process exit code.
+#ifndef STRATA_CLI_COMMANDS_H_
+#define STRATA_CLI_COMMANDS_H_
+
+#include <functional>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+
+namespace strata {
+
+using CommandFn = std::function<int()>;
+
+CommandFn AddVersionCommand(CLI::App& app);
+CommandFn AddSchedulerCommand(CLI::App& app);
+CommandFn AddServerCommand(CLI::App& app);
+CommandFn AddToyCommand(CLI::App& app);
+CommandFn AddLocalCommand(CLI::App& app);
+CommandFn AddStatusCommand(CLI::App& app);
+
+// Prints "strata <cmd>: <status>" to stderr and returns 1 when !ok.
+int ReportStatus(const char* command, const absl::Status& status);
+
+}  // namespace strata
+
+#endif  // STRATA_CLI_COMMANDS_H_

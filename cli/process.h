@@ -1,0 +1,31 @@
+// Child processes of `strata local`: the same binary, one role each.
+#ifndef STRATA_CLI_PROCESS_H_
+#define STRATA_CLI_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace strata {
+
+// Starts /proc/self/exe with `args` (args[0] is the subcommand). Its stdout
+// and stderr are those of this process. Returns the child's pid.
+absl::StatusOr<pid_t> SpawnSelf(const std::vector<std::string>& args);
+
+// Waits for `pid` to exit; its exit code (128+signal if killed).
+int WaitChild(pid_t pid);
+
+// Sends SIGTERM, waits up to `grace`, then SIGKILL. Returns the exit code.
+int StopChild(pid_t pid, absl::Duration grace);
+
+// Reads a file that another process writes once it is ready, waiting up to
+// `timeout` for it to appear and be non-empty.
+absl::StatusOr<std::string> WaitForFile(const std::string& path, absl::Duration timeout);
+
+}  // namespace strata
+
+#endif  // STRATA_CLI_PROCESS_H_

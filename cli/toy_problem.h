@@ -1,0 +1,44 @@
+// A least-squares regression problem, generated from a seed, that a toy
+// worker trains through the parameter servers. Used by `strata toy`, the
+// cluster integration tests (which recompute the same steps in one process
+// as a reference) and the push/pull demo.
+#ifndef STRATA_CLI_TOY_PROBLEM_H_
+#define STRATA_CLI_TOY_PROBLEM_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace strata {
+
+// y_i = x_i . w* + b*, with x_i uniform in [-1, 1]^dim, all from `seed`.
+struct ToyProblem {
+  int dim = 256;
+  int64_t samples = 4096;
+  uint64_t seed = 1;
+
+  // Feature j of sample i.
+  float X(int64_t i, int j) const;
+  float Target(int64_t i) const;
+  float TrueWeight(int j) const;
+};
+
+// The samples a worker of rank `rank` among `workers` computes at `step`:
+// the global batch of `batch` samples starting at step*batch (wrapping),
+// split into contiguous shares, the first batch % workers one larger.
+struct Share {
+  int64_t first = 0;  // global sample index
+  int64_t count = 0;
+};
+Share ShareOf(int64_t step, int64_t batch, int rank, int workers);
+
+// Mean gradient of 0.5*(x.w + b - y)^2 over `share`: writes dim values to
+// gw and one to gb; returns the mean loss. Sums in double for accuracy.
+double ToyGradient(const ToyProblem& p, const float* w, float b, Share share, int64_t n_total,
+                   float* gw, float* gb);
+
+// Mean loss over every sample.
+double ToyLoss(const ToyProblem& p, const float* w, float b);
+
+}  // namespace strata
+
+#endif  // STRATA_CLI_TOY_PROBLEM_H_

@@ -1,0 +1,41 @@
+// `strata toy`: a worker that trains ToyProblem (least squares) through the
+// parameter servers, one process per worker. It is the push/pull demo and
+// the subject of the cluster integration tests.
+#ifndef STRATA_CLI_TOY_WORKER_H_
+#define STRATA_CLI_TOY_WORKER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "cli/toy_problem.h"
+
+namespace strata {
+
+struct ToyWorkerOptions {
+  std::string scheduler_address;
+  int workers = 1;        // wait until this many workers are live, then start
+  int64_t steps = 200;
+  int64_t batch = 64;     // global batch, split over workers by rank
+  ToyProblem problem;
+  std::string optimizer = "adam";  // sgd | adam | adamw
+  float lr = 0.02f;
+  uint64_t chunk_bytes = 1024;     // small, so a small model spans many chunks
+  // SSP instrumentation: a counter tensor each worker bumps at its rank;
+  // every read checks it saw all pushes older than the staleness bound.
+  bool probe = false;
+  std::string out;        // rank 0 writes final weights here (raw fp32: w then b)
+  int log_every = 50;
+  // Sleep rank * delay_ms per step: workers of different speeds, so that
+  // SSP and ASP runs really see stale reads.
+  int delay_ms = 0;
+};
+
+// Runs the worker to completion. Prints progress lines and, at the end,
+// `final_loss <x>` (rank 0) and, with probe, `ssp_reads <n> ssp_violations
+// <v> ssp_stale_reads <s>`.
+absl::Status RunToyWorker(const ToyWorkerOptions& options);
+
+}  // namespace strata
+
+#endif  // STRATA_CLI_TOY_WORKER_H_

@@ -1,0 +1,444 @@
+#include "client/ps_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <queue>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/scheduler_client.h"
+#include "common/bf16.h"
+#include "common/status.h"
+#include "strata/v1/ps.grpc.pb.h"
+
+namespace strata {
+
+// One push or pull, across its attempts.
+struct OpHandle::State {
+  enum Kind { kPush, kPull } kind;
+  int chunk = 0;
+  int slot = 0;
+  int priority = 0;
+  uint64_t seq = 0;  // submission order, ties broken first-come first-served
+  int attempts = 0;
+  const float* grad = nullptr;
+  float* dst = nullptr;
+  int64_t step = 0;  // push: step; pull: clock
+  uint64_t samples = 0;
+  uint64_t min_version = 0;
+  // The current attempt (a gRPC context serves one call only).
+  std::unique_ptr<grpc::ClientContext> ctx;
+  v1::PushRequest push_req;
+  v1::PushResponse push_resp;
+  v1::PullRequest pull_req;
+  v1::PullResponse pull_resp;
+
+  mutable absl::Mutex mu;
+  bool finished ABSL_GUARDED_BY(mu) = false;
+  absl::Status status ABSL_GUARDED_BY(mu);
+  uint64_t version ABSL_GUARDED_BY(mu) = 0;
+  int64_t min_clock ABSL_GUARDED_BY(mu) = 0;
+
+  void Finish(absl::Status s, uint64_t v, int64_t mc) {
+    absl::MutexLock lock(&mu);
+    status = std::move(s);
+    version = v;
+    min_clock = mc;
+    finished = true;
+  }
+};
+
+absl::Status OpHandle::Wait() const {
+  if (!state_) return absl::FailedPreconditionError("empty OpHandle");
+  absl::MutexLock lock(&state_->mu);
+  state_->mu.Await(absl::Condition(&state_->finished));
+  return state_->status;
+}
+
+bool OpHandle::done() const {
+  if (!state_) return true;
+  absl::MutexLock lock(&state_->mu);
+  return state_->finished;
+}
+
+uint64_t OpHandle::version() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->version;
+}
+
+int64_t OpHandle::min_clock() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->min_clock;
+}
+
+namespace {
+
+using OpPtr = std::shared_ptr<OpHandle::State>;
+
+struct ByPriority {
+  bool operator()(const OpPtr& a, const OpPtr& b) const {
+    if (a->priority != b->priority) return a->priority < b->priority;
+    return a->seq > b->seq;
+  }
+};
+
+size_t ElementBytes(v1::DType d) { return d == v1::DTYPE_BF16 ? 2 : 4; }
+
+}  // namespace
+
+class PsClient::Impl {
+ public:
+  Impl(PsClientOptions options, SchedulerClient* scheduler)
+      : options_(std::move(options)), scheduler_(scheduler) {
+    timer_ = std::thread([this] { TimerLoop(); });
+  }
+
+  ~Impl() {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](Impl* i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i->mu_) { return i->outstanding_ == 0; },
+          this));
+      stopping_ = true;
+    }
+    timer_.join();
+  }
+
+  absl::Status RegisterModel(const ModelSpec& model);
+  OpHandle Submit(OpPtr op);
+  absl::StatusOr<v1::ParameterServer::Stub*> StubForSlot(int slot);
+
+  PsClientOptions options_;
+  SchedulerClient* scheduler_;
+  ChunkPlan plan_;
+  int num_slots_ = 0;
+
+ private:
+  void Dispatch(int slot);
+  void Issue(const OpPtr& op);
+  void OnDone(const OpPtr& op, const grpc::Status& status);
+  void Complete(const OpPtr& op, absl::Status status);
+  void RetryLater(const OpPtr& op, absl::Status why);
+  void TimerLoop();
+
+  absl::Mutex mu_;
+  std::vector<std::priority_queue<OpPtr, std::vector<OpPtr>, ByPriority>> queues_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<int> in_flight_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::multimap<absl::Time, OpPtr> retries_ ABSL_GUARDED_BY(mu_);
+  std::thread timer_;
+
+  absl::Mutex stub_mu_;
+  // address -> stub; a restarted server at a new address gets a new one.
+  absl::flat_hash_map<std::string, std::unique_ptr<v1::ParameterServer::Stub>> stubs_
+      ABSL_GUARDED_BY(stub_mu_);
+};
+
+absl::StatusOr<v1::ParameterServer::Stub*> PsClient::Impl::StubForSlot(int slot) {
+  const v1::View view = scheduler_->view();
+  std::string address;
+  for (const v1::ShardSlot& s : view.shard_map().slots()) {
+    if (s.shard() == slot) address = s.address();
+  }
+  if (address.empty()) {
+    return absl::UnavailableError(absl::StrCat("shard slot ", slot, " has no live server"));
+  }
+  absl::MutexLock lock(&stub_mu_);
+  auto& stub = stubs_[address];
+  if (!stub) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    stub = v1::ParameterServer::NewStub(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  }
+  return stub.get();
+}
+
+OpHandle PsClient::Impl::Submit(OpPtr op) {
+  {
+    absl::MutexLock lock(&mu_);
+    op->seq = next_seq_++;
+    outstanding_++;
+    queues_[op->slot].push(op);
+  }
+  Dispatch(op->slot);
+  return OpHandle(op);
+}
+
+void PsClient::Impl::Dispatch(int slot) {
+  std::vector<OpPtr> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    auto& q = queues_[slot];
+    while (!q.empty() && in_flight_[slot] < options_.max_in_flight_per_server) {
+      ready.push_back(q.top());
+      q.pop();
+      in_flight_[slot]++;
+    }
+  }
+  for (const OpPtr& op : ready) Issue(op);
+}
+
+void PsClient::Impl::Issue(const OpPtr& op) {
+  op->attempts++;
+  auto stub = StubForSlot(op->slot);
+  if (!stub.ok()) {
+    OnDone(op, ToGrpcStatus(stub.status()));
+    return;
+  }
+  op->ctx = std::make_unique<grpc::ClientContext>();
+  op->ctx->set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  const v1::View view = scheduler_->view();
+  const ChunkInfo& chunk = plan_.chunks[op->chunk];
+  if (op->kind == OpHandle::State::kPush) {
+    v1::PushRequest& req = op->push_req;
+    req.set_member_id(scheduler_->member_id());
+    req.set_epoch(view.epoch());
+    req.set_chunk_id(chunk.id);
+    req.set_step(op->step);
+    req.set_num_samples(op->samples);
+    req.set_dtype(options_.push_dtype);
+    if (op->attempts == 1) {
+      if (options_.push_dtype == v1::DTYPE_BF16) {
+        std::string* data = req.mutable_data();
+        data->resize(chunk.numel * 2);
+        FloatToBf16(op->grad, reinterpret_cast<uint16_t*>(data->data()), chunk.numel);
+      } else {
+        req.set_data(reinterpret_cast<const char*>(op->grad), chunk.numel * 4);
+      }
+    }
+    (*stub)->async()->Push(op->ctx.get(), &op->push_req, &op->push_resp,
+                           [this, op](grpc::Status s) { OnDone(op, s); });
+  } else {
+    v1::PullRequest& req = op->pull_req;
+    req.set_member_id(scheduler_->member_id());
+    req.set_chunk_id(chunk.id);
+    req.set_clock(op->step);
+    req.set_min_version(op->min_version);
+    req.set_dtype(options_.pull_dtype);
+    (*stub)->async()->Pull(op->ctx.get(), &op->pull_req, &op->pull_resp,
+                           [this, op](grpc::Status s) { OnDone(op, s); });
+  }
+}
+
+void PsClient::Impl::OnDone(const OpPtr& op, const grpc::Status& grpc_status) {
+  absl::Status status = FromGrpcStatus(grpc_status);
+  {
+    absl::MutexLock lock(&mu_);
+    in_flight_[op->slot]--;
+  }
+  const bool retry = IsRetryable(status) && op->attempts < options_.max_attempts;
+  if (retry) RetryLater(op, status);
+  Dispatch(op->slot);
+  // Last: once the op completes, the client may be destroyed.
+  if (!retry) Complete(op, status);
+}
+
+void PsClient::Impl::Complete(const OpPtr& op, absl::Status status) {
+  uint64_t version = 0;
+  int64_t min_clock = 0;
+  if (status.ok() && op->kind == OpHandle::State::kPull) {
+    const ChunkInfo& chunk = plan_.chunks[op->chunk];
+    const std::string& data = op->pull_resp.data();
+    if (data.size() != chunk.numel * ElementBytes(options_.pull_dtype)) {
+      status = absl::DataLossError(absl::StrCat("pull of chunk ", chunk.id, " returned ",
+                                                data.size(), " bytes for ", chunk.numel,
+                                                " elements"));
+    } else if (options_.pull_dtype == v1::DTYPE_BF16) {
+      Bf16ToFloat(reinterpret_cast<const uint16_t*>(data.data()), op->dst, chunk.numel);
+    } else {
+      std::memcpy(op->dst, data.data(), data.size());
+    }
+    version = op->pull_resp.version();
+    min_clock = op->pull_resp.min_clock();
+  } else if (status.ok()) {
+    version = op->push_resp.version();
+  }
+  // Free the payloads now: the handle may outlive the op by a long time.
+  op->push_req.Clear();
+  op->pull_resp.Clear();
+  op->Finish(std::move(status), version, min_clock);
+  absl::MutexLock lock(&mu_);
+  outstanding_--;
+}
+
+void PsClient::Impl::RetryLater(const OpPtr& op, absl::Status why) {
+  absl::Duration backoff = options_.initial_backoff;
+  for (int i = 1; i < op->attempts && backoff < options_.max_backoff; ++i) backoff *= 2;
+  backoff = std::min(backoff, options_.max_backoff);
+  absl::MutexLock lock(&mu_);
+  retries_.emplace(absl::Now() + backoff, op);
+}
+
+void PsClient::Impl::TimerLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    const absl::Time next = retries_.empty() ? absl::Now() + absl::Milliseconds(100)
+                                             : retries_.begin()->first;
+    mu_.AwaitWithDeadline(absl::Condition(&stopping_), next);
+    while (!retries_.empty() && retries_.begin()->first <= absl::Now()) {
+      OpPtr op = retries_.begin()->second;
+      retries_.erase(retries_.begin());
+      queues_[op->slot].push(op);
+      mu_.Unlock();
+      Dispatch(op->slot);
+      mu_.Lock();
+    }
+  }
+}
+
+absl::Status PsClient::Impl::RegisterModel(const ModelSpec& model) {
+  STRATA_ASSIGN_OR_RETURN(
+      v1::View view,
+      scheduler_->WaitForView(
+          [](const v1::View& v) {
+            if (v.shard_map().slots_size() == 0) return false;
+            for (const auto& s : v.shard_map().slots()) {
+              if (s.address().empty()) return false;
+            }
+            return true;
+          },
+          options_.servers_timeout));
+  STRATA_ASSIGN_OR_RETURN(plan_, MakeChunkPlan(model.tensors, model.chunk_bytes));
+  num_slots_ = view.shard_map().slots_size();
+  PlaceChunks(plan_, num_slots_);
+  {
+    absl::MutexLock lock(&mu_);
+    queues_.resize(num_slots_);
+    in_flight_.assign(num_slots_, 0);
+  }
+  std::vector<v1::RegisterChunksRequest> reqs(num_slots_);
+  for (auto& r : reqs) {
+    r.set_member_id(scheduler_->member_id());
+    for (const auto& g : model.groups) *r.add_groups() = g;
+  }
+  for (const ChunkInfo& c : plan_.chunks) {
+    const TensorSpec& t = plan_.tensors[c.tensor];
+    v1::ChunkSpec* s = reqs[c.shard].add_chunks();
+    s->set_chunk_id(c.id);
+    s->set_tensor(t.name);
+    s->set_index(c.index);
+    s->set_offset(c.offset);
+    s->set_numel(c.numel);
+    s->set_group(t.group);
+    if (c.tensor < static_cast<int>(model.inits.size())) *s->mutable_init() = model.inits[c.tensor];
+    for (int64_t d : t.shape) s->add_tensor_shape(d);
+  }
+  for (int slot = 0; slot < num_slots_; ++slot) {
+    absl::Status last;
+    for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
+      STRATA_ASSIGN_OR_RETURN(auto* stub, StubForSlot(slot));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+      v1::RegisterChunksResponse resp;
+      last = FromGrpcStatus(stub->RegisterChunks(&ctx, reqs[slot], &resp));
+      if (!IsRetryable(last)) break;
+      absl::SleepFor(options_.initial_backoff * (attempt + 1));
+    }
+    if (!last.ok()) {
+      return absl::Status(last.code(),
+                          absl::StrCat("registering the model on shard ", slot, ": ", last.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+PsClient::PsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PsClient::~PsClient() = default;
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(PsClientOptions options,
+                                                           SchedulerClient* scheduler) {
+  if (scheduler == nullptr) return absl::InvalidArgumentError("PsClient needs a SchedulerClient");
+  if (options.max_in_flight_per_server < 1) {
+    return absl::InvalidArgumentError("max_in_flight_per_server must be >= 1");
+  }
+  if (options.max_attempts < 1) return absl::InvalidArgumentError("max_attempts must be >= 1");
+  return std::unique_ptr<PsClient>(
+      new PsClient(std::make_unique<Impl>(std::move(options), scheduler)));
+}
+
+absl::Status PsClient::RegisterModel(const ModelSpec& model) { return impl_->RegisterModel(model); }
+const ChunkPlan& PsClient::plan() const { return impl_->plan_; }
+
+OpHandle PsClient::Push(int chunk, const float* grad, int64_t step, uint64_t samples,
+                        int priority) {
+  auto op = std::make_shared<OpHandle::State>();
+  op->kind = OpHandle::State::kPush;
+  op->chunk = chunk;
+  op->slot = impl_->plan_.chunks.at(chunk).shard;
+  op->priority = priority;
+  op->grad = grad;
+  op->step = step;
+  op->samples = samples;
+  return impl_->Submit(op);
+}
+
+OpHandle PsClient::Pull(int chunk, float* dst, int64_t clock, uint64_t min_version,
+                        int priority) {
+  auto op = std::make_shared<OpHandle::State>();
+  op->kind = OpHandle::State::kPull;
+  op->chunk = chunk;
+  op->slot = impl_->plan_.chunks.at(chunk).shard;
+  op->priority = priority;
+  op->dst = dst;
+  op->step = clock;
+  op->min_version = min_version;
+  return impl_->Submit(op);
+}
+
+absl::Status PsClient::PushTensor(int tensor, const float* grad, int64_t step, uint64_t samples,
+                                  int priority) {
+  std::vector<OpHandle> ops;
+  for (int c : impl_->plan_.chunks_of.at(tensor)) {
+    ops.push_back(Push(c, grad + impl_->plan_.chunks[c].offset, step, samples, priority));
+  }
+  absl::Status first;
+  for (auto& op : ops) first.Update(op.Wait());
+  return first;
+}
+
+absl::Status PsClient::PullTensor(int tensor, float* dst, int64_t clock, uint64_t min_version,
+                                  int priority) {
+  std::vector<OpHandle> ops;
+  for (int c : impl_->plan_.chunks_of.at(tensor)) {
+    ops.push_back(Pull(c, dst + impl_->plan_.chunks[c].offset, clock, min_version, priority));
+  }
+  absl::Status first;
+  for (auto& op : ops) first.Update(op.Wait());
+  return first;
+}
+
+absl::StatusOr<std::vector<v1::StatsResponse>> PsClient::Stats() {
+  std::vector<v1::StatsResponse> out(impl_->num_slots_);
+  for (int slot = 0; slot < impl_->num_slots_; ++slot) {
+    STRATA_ASSIGN_OR_RETURN(auto* stub, impl_->StubForSlot(slot));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    STRATA_RETURN_IF_ERROR(FromGrpcStatus(stub->Stats(&ctx, v1::StatsRequest(), &out[slot])));
+  }
+  return out;
+}
+
+absl::Status PsClient::SnapshotAll(int64_t step) {
+  for (int slot = 0; slot < impl_->num_slots_; ++slot) {
+    STRATA_ASSIGN_OR_RETURN(auto* stub, impl_->StubForSlot(slot));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(300)));
+    v1::SnapshotRequest req;
+    req.set_step(step);
+    v1::SnapshotResponse resp;
+    STRATA_RETURN_IF_ERROR(FromGrpcStatus(stub->Snapshot(&ctx, req, &resp)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata

@@ -1,0 +1,116 @@
+// The C++ client of the parameter servers: registers a model's tensors, cuts
+// them into chunks, finds each chunk's server from the scheduler's view, and
+// pushes gradients and pulls weights asynchronously, with a priority per
+// chunk and retries on UNAVAILABLE.
+//
+// Ordering: each server has a queue ordered by priority (higher first, then
+// submission order) and at most `max_in_flight_per_server` calls on the
+// wire, so a trainer that gives its last layers the highest push priority
+// and its first layers the highest pull priority gets them through first.
+#ifndef STRATA_CLIENT_PS_CLIENT_H_
+#define STRATA_CLIENT_PS_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/chunk_plan.h"
+#include "strata/v1/ps.pb.h"
+
+namespace strata {
+
+class SchedulerClient;
+
+struct PsClientOptions {
+  int max_in_flight_per_server = 4;
+  // Deadline of one attempt. Pulls may wait at a server's gate, so this is
+  // long; the server's own max_wait answers first.
+  absl::Duration rpc_timeout = absl::Seconds(300);
+  int max_attempts = 20;  // for UNAVAILABLE only
+  absl::Duration initial_backoff = absl::Milliseconds(20);
+  absl::Duration max_backoff = absl::Seconds(2);
+  // How long RegisterModel waits for every shard slot to have a live server.
+  absl::Duration servers_timeout = absl::Seconds(60);
+  v1::DType push_dtype = v1::DTYPE_F32;
+  v1::DType pull_dtype = v1::DTYPE_F32;
+};
+
+// The outcome of one asynchronous push or pull. Copyable; all copies share
+// one state. Thread-safe.
+class OpHandle {
+ public:
+  OpHandle() = default;
+  // Blocks until the operation finished; its final status.
+  absl::Status Wait() const;
+  bool done() const;
+  // After Wait(): the chunk version the server reported.
+  uint64_t version() const;
+  // After Wait() of a pull: the smallest worker clock the server's gate knew.
+  int64_t min_clock() const;
+
+  struct State;
+  explicit OpHandle(std::shared_ptr<State> s) : state_(std::move(s)) {}
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// A model as the servers hold it: its tensors, optimizer groups, and how
+// each tensor starts.
+struct ModelSpec {
+  std::vector<TensorSpec> tensors;
+  std::vector<v1::InitSpec> inits;  // one per tensor (missing: zeros)
+  std::vector<v1::GroupSpec> groups;
+  uint64_t chunk_bytes = kDefaultChunkBytes;
+};
+
+// Thread-safe.
+class PsClient {
+ public:
+  // `scheduler` supplies the member id and the view (shard map, epoch); it
+  // is not owned and must outlive the client.
+  static absl::StatusOr<std::unique_ptr<PsClient>> Create(PsClientOptions options,
+                                                          SchedulerClient* scheduler);
+  ~PsClient();  // waits for operations in flight
+
+  // Cuts the model into chunks, places them on the shard slots of the view
+  // (waiting up to servers_timeout for every slot to have a server) and
+  // declares each server's chunks to it. Idempotent across workers.
+  absl::Status RegisterModel(const ModelSpec& model);
+  // REQUIRES: RegisterModel succeeded.
+  const ChunkPlan& plan() const;
+
+  // Pushes the gradient of chunk `chunk` (an index into plan().chunks) for
+  // `step`, the mean over `samples` samples. `grad` holds that chunk's numel
+  // floats; it must stay valid and unchanged until the handle is done.
+  OpHandle Push(int chunk, const float* grad, int64_t step, uint64_t samples, int priority = 0);
+  // Pulls chunk `chunk` into `dst` (numel floats; written only on success,
+  // before the handle completes; must stay valid until then). `clock` is the
+  // step the caller is about to compute (-1: not a worker step, no gate).
+  OpHandle Pull(int chunk, float* dst, int64_t clock, uint64_t min_version, int priority = 0);
+
+  // Convenience for whole tensors: one op per chunk, all waited for.
+  // `data` points at the tensor's first element.
+  absl::Status PushTensor(int tensor, const float* grad, int64_t step, uint64_t samples,
+                          int priority = 0);
+  absl::Status PullTensor(int tensor, float* dst, int64_t clock, uint64_t min_version,
+                          int priority = 0);
+
+  // Server-side stats of every slot.
+  absl::StatusOr<std::vector<v1::StatsResponse>> Stats();
+  // Asks every server to snapshot at `step`.
+  absl::Status SnapshotAll(int64_t step);
+
+  class Impl;
+
+ private:
+  explicit PsClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_CLIENT_PS_CLIENT_H_

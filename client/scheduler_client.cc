@@ -1,0 +1,338 @@
+#include "client/scheduler_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "spdlog/spdlog.h"
+
+namespace strata {
+namespace {
+
+// Retry pacing while the scheduler is unreachable.
+constexpr absl::Duration kMinBackoff = absl::Milliseconds(50);
+constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
+// How long the destructor's best-effort Leave may take.
+constexpr absl::Duration kLeaveTimeout = absl::Seconds(1);
+// The scheduler puts the current revision of a failed compare-and-set here.
+constexpr char kKvRevisionMetadata[] = "strata-kv-revision";
+constexpr char kKvRevisionPayload[] = "strata.v1/kv_current_revision";
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  // Reconnect quickly after a scheduler restart (gRPC's default backoff
+  // grows to two minutes).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                   args);
+}
+
+}  // namespace
+
+std::optional<uint64_t> KvCurrentRevision(const absl::Status& status) {
+  auto payload = status.GetPayload(kKvRevisionPayload);
+  uint64_t revision = 0;
+  if (!payload || !absl::SimpleAtoi(std::string(*payload), &revision)) {
+    return std::nullopt;
+  }
+  return revision;
+}
+
+SchedulerClient::SchedulerClient(SchedulerClientOptions options)
+    : options_(std::move(options)),
+      stub_(v1::Scheduler::NewStub(MakeChannel(options_.scheduler_address))) {}
+
+absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Connect(
+    SchedulerClientOptions options) {
+  if (options.scheduler_address.empty()) {
+    return absl::InvalidArgumentError("scheduler client: no scheduler address");
+  }
+  if (options.clock == nullptr) {
+    return absl::InvalidArgumentError("scheduler client: clock must be set");
+  }
+  std::unique_ptr<SchedulerClient> c(new SchedulerClient(std::move(options)));
+  STRATA_RETURN_IF_ERROR(c->Register());
+  c->heartbeat_thread_ = std::thread([p = c.get()] { p->HeartbeatLoop(); });
+  c->watch_thread_ = std::thread([p = c.get()] { p->WatchLoop(); });
+  return c;
+}
+
+SchedulerClient::~SchedulerClient() {
+  bool leave;
+  {
+    absl::MutexLock lock(&mu_);
+    closing_ = true;
+    if (watch_ctx_ != nullptr) watch_ctx_->TryCancel();
+    leave = options_.leave_on_destroy && !left_ && member_id_ != 0;
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (watch_thread_.joinable()) watch_thread_.join();
+  if (!leave) return;
+  v1::LeaveRequest req;
+  req.set_member_id(member_id());
+  v1::LeaveResponse resp;
+  stub_->Leave(NewContext(kLeaveTimeout).get(), req, &resp);  // best effort
+}
+
+std::unique_ptr<grpc::ClientContext> SchedulerClient::NewContext(
+    absl::Duration timeout) const {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    absl::ToChronoMilliseconds(timeout));
+  return ctx;
+}
+
+// Registers (again, after a lost lease): waits for the scheduler up to
+// connect_timeout, adopts the new id and the view that comes with it.
+absl::Status SchedulerClient::Register() {
+  v1::RegisterRequest req;
+  req.set_role(options_.role);
+  req.set_address(options_.address);
+  req.set_devices(options_.devices);
+  req.set_capacity(options_.capacity);
+  req.set_shard(options_.shard);
+  auto ctx = NewContext(options_.connect_timeout);
+  ctx->set_wait_for_ready(true);
+  v1::RegisterResponse resp;
+  STRATA_RETURN_IF_ERROR(
+      FromGrpcStatus(stub_->Register(ctx.get(), req, &resp)));
+  uint64_t old_id;
+  {
+    absl::MutexLock lock(&mu_);
+    old_id = member_id_;
+    member_id_ = resp.member_id();
+    lease_ = absl::Milliseconds(resp.lease_ms());
+    last_renewed_ = options_.clock->Now();
+    // The watch stream knows an epoch from before; start it afresh.
+    if (watch_ctx_ != nullptr) watch_ctx_->TryCancel();
+  }
+  OfferView(resp.view(), /*force=*/true);
+  if (old_id != 0) {
+    spdlog::warn("scheduler client: lease of member {} was lost; now member {}",
+                 old_id, resp.member_id());
+    if (options_.on_reregistered)
+      options_.on_reregistered(old_id, resp.member_id());
+  }
+  return absl::OkStatus();
+}
+
+uint64_t SchedulerClient::member_id() const {
+  absl::MutexLock lock(&mu_);
+  return member_id_;
+}
+
+v1::View SchedulerClient::view() const {
+  absl::MutexLock lock(&mu_);
+  return view_;
+}
+
+absl::StatusOr<v1::View> SchedulerClient::WaitForView(
+    std::function<bool(const v1::View&)> pred, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return closing_ || pred(view_);
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("no matching view within ", absl::FormatDuration(timeout),
+                     " (latest epoch ", view_.epoch(), ")"));
+  }
+  if (closing_) return absl::CancelledError("scheduler client closing");
+  return view_;
+}
+
+void SchedulerClient::SetProgress(int64_t clock, double samples_per_sec) {
+  absl::MutexLock lock(&mu_);
+  progress_clock_ = clock;
+  samples_per_sec_ = samples_per_sec;
+}
+
+void SchedulerClient::AddViewListener(std::function<void(const v1::View&)> cb) {
+  absl::MutexLock lock(&listeners_mu_);
+  listeners_.push_back(std::move(cb));
+}
+
+void SchedulerClient::OfferView(const v1::View& view, bool force) {
+  absl::MutexLock listeners_lock(&listeners_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!force && view.epoch() <= view_.epoch()) return;
+    view_ = view;
+  }
+  for (const auto& cb : listeners_) cb(view);
+}
+
+bool SchedulerClient::SleepUnlessClosing(absl::Duration d) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&closing_), d);
+  return !closing_;
+}
+
+// Heartbeats every interval. While the scheduler is unreachable, retries
+// with a growing backoff (a restarted scheduler keeps our lease); NOT_FOUND
+// means the lease is gone, so register again under a new id.
+void SchedulerClient::HeartbeatLoop() {
+  absl::Duration backoff = kMinBackoff;
+  absl::Duration wait = HeartbeatInterval();
+  bool failing = false;
+  while (SleepUnlessClosing(wait)) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (left_) return;
+    }
+    absl::Status s = HeartbeatOnce();
+    if (absl::IsNotFound(s)) s = Register();
+    if (s.ok()) {
+      if (failing) spdlog::info("scheduler client: heartbeats resumed");
+      failing = false;
+      backoff = kMinBackoff;
+      wait = HeartbeatInterval();
+      continue;
+    }
+    if (!failing) {  // once per run of failures
+      spdlog::warn(
+          "scheduler client: heartbeat failed ({} since the last "
+          "renewal), retrying: {}",
+          absl::FormatDuration(SinceRenewal()), s.ToString());
+    }
+    failing = true;
+    wait = backoff;
+    backoff = std::min(backoff * 2, std::min(kMaxBackoff, HeartbeatInterval()));
+  }
+}
+
+absl::Duration SchedulerClient::SinceRenewal() const {
+  absl::MutexLock lock(&mu_);
+  return options_.clock->Now() - last_renewed_;
+}
+
+absl::Duration SchedulerClient::HeartbeatInterval() const {
+  if (options_.heartbeat_interval > absl::ZeroDuration()) {
+    return options_.heartbeat_interval;
+  }
+  absl::MutexLock lock(&mu_);
+  return lease_ / 3;
+}
+
+absl::Status SchedulerClient::HeartbeatOnce() {
+  v1::HeartbeatRequest req;
+  {
+    absl::MutexLock lock(&mu_);
+    req.set_member_id(member_id_);
+    req.set_clock(progress_clock_);
+    req.set_samples_per_sec(samples_per_sec_);
+  }
+  v1::HeartbeatResponse resp;
+  auto ctx =
+      NewContext(std::min(options_.connect_timeout, HeartbeatInterval()));
+  STRATA_RETURN_IF_ERROR(
+      FromGrpcStatus(stub_->Heartbeat(ctx.get(), req, &resp)));
+  absl::MutexLock lock(&mu_);
+  lease_ = absl::Milliseconds(resp.lease_ms());
+  last_renewed_ = options_.clock->Now();
+  return absl::OkStatus();
+}
+
+// Keeps a WatchView stream open, reopening it (after a backoff) whenever it
+// ends: a scheduler restart, a network error, or a re-registration.
+void SchedulerClient::WatchLoop() {
+  absl::Duration backoff = kMinBackoff;
+  absl::Duration wait = absl::ZeroDuration();
+  while (SleepUnlessClosing(wait)) {
+    bool got_any = false;
+    absl::Status s = WatchOnce(got_any);
+    if (got_any) backoff = kMinBackoff;
+    wait = backoff;
+    backoff = std::min(backoff * 2, kMaxBackoff);
+    if (!absl::IsCancelled(s)) {
+      spdlog::debug("scheduler client: view watch ended: {}", s.ToString());
+    }
+  }
+}
+
+absl::Status SchedulerClient::WatchOnce(bool& got_any) {
+  grpc::ClientContext ctx;
+  v1::WatchViewRequest req;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closing_) return absl::CancelledError("closing");
+    watch_ctx_ = &ctx;
+    req.set_known_epoch(view_.epoch());
+  }
+  std::unique_ptr<grpc::ClientReader<v1::View>> reader =
+      stub_->WatchView(&ctx, req);
+  v1::View view;
+  while (reader->Read(&view)) {
+    got_any = true;
+    OfferView(view, /*force=*/false);
+  }
+  absl::Status s = FromGrpcStatus(reader->Finish());
+  absl::MutexLock lock(&mu_);
+  watch_ctx_ = nullptr;
+  return s;
+}
+
+absl::Status SchedulerClient::KvPut(const std::string& key,
+                                    const std::string& value) {
+  v1::KvPutRequest req;
+  req.set_key(key);
+  req.set_value(value);
+  v1::KvPutResponse resp;
+  return FromGrpcStatus(
+      stub_->KvPut(NewContext(options_.connect_timeout).get(), req, &resp));
+}
+
+absl::StatusOr<uint64_t> SchedulerClient::KvCompareAndSet(
+    const std::string& key, const std::string& value,
+    uint64_t expected_revision) {
+  v1::KvPutRequest req;
+  req.set_key(key);
+  req.set_value(value);
+  req.set_cas(true);
+  req.set_expected_revision(expected_revision);
+  v1::KvPutResponse resp;
+  auto ctx = NewContext(options_.connect_timeout);
+  absl::Status s = FromGrpcStatus(stub_->KvPut(ctx.get(), req, &resp));
+  if (s.ok()) return resp.revision();
+  const auto& trailers = ctx->GetServerTrailingMetadata();
+  if (auto it = trailers.find(kKvRevisionMetadata); it != trailers.end()) {
+    s.SetPayload(
+        kKvRevisionPayload,
+        absl::Cord(absl::string_view(it->second.data(), it->second.size())));
+  }
+  return s;
+}
+
+absl::StatusOr<std::string> SchedulerClient::KvGet(const std::string& key,
+                                                   absl::Duration wait) {
+  v1::KvGetRequest req;
+  req.set_key(key);
+  if (wait > absl::ZeroDuration()) {
+    req.set_wait_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(wait)));
+  }
+  v1::KvGetResponse resp;
+  auto ctx = NewContext(std::max(wait, absl::ZeroDuration()) +
+                        options_.connect_timeout);
+  STRATA_RETURN_IF_ERROR(FromGrpcStatus(stub_->KvGet(ctx.get(), req, &resp)));
+  return std::move(*resp.mutable_value());
+}
+
+absl::Status SchedulerClient::Leave() {
+  v1::LeaveRequest req;
+  {
+    absl::MutexLock lock(&mu_);
+    left_ = true;
+    req.set_member_id(member_id_);
+  }
+  v1::LeaveResponse resp;
+  return FromGrpcStatus(
+      stub_->Leave(NewContext(options_.connect_timeout).get(), req, &resp));
+}
+
+}  // namespace strata

@@ -1,0 +1,163 @@
+// A member's connection to the scheduler (DESIGN.md §6): registers, keeps the
+// lease alive and the cluster view current, and wraps the rendezvous KV.
+//
+// Usage:
+//   SchedulerClientOptions options;
+//   options.scheduler_address = "sched:7070";
+//   options.role = v1::ROLE_WORKER;
+//   STRATA_ASSIGN_OR_RETURN(auto client, SchedulerClient::Connect(options));
+//   client->AddViewListener([](const v1::View& v) { ... });
+//   client->SetProgress(step, samples_per_sec);
+#ifndef STRATA_CLIENT_SCHEDULER_CLIENT_H_
+#define STRATA_CLIENT_SCHEDULER_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "strata/v1/common.pb.h"
+#include "strata/v1/scheduler.grpc.pb.h"
+
+namespace strata {
+
+struct SchedulerClientOptions {
+  // host:port of the scheduler.
+  std::string scheduler_address;
+  // What this member is. Servers must give `address` and `shard`.
+  v1::Role role = v1::ROLE_WORKER;
+  std::string address;  // host:port this member serves on ("" for workers)
+  int shard = -1;       // servers: the shard slot to serve
+  uint32_t devices = 0;
+  double capacity = 1.0;
+  // Time between heartbeats; 0 means a third of the lease the scheduler
+  // grants.
+  absl::Duration heartbeat_interval = absl::ZeroDuration();
+  // How long Connect waits for the scheduler, and the deadline of each RPC.
+  absl::Duration connect_timeout = absl::Seconds(10);
+  // Time source for lease bookkeeping (how long since the last renewal, in
+  // logs); not owned, must outlive the client. Waits between heartbeats use
+  // real time.
+  Clock* clock = Clock::Real();
+  // Called (from the heartbeat thread) when the lease was lost and the
+  // client registered again under a new member id: (old id, new id).
+  std::function<void(uint64_t, uint64_t)> on_reregistered;
+  // Test-only: when false the destructor does not send Leave, so the
+  // scheduler sees the member vanish by lease expiry (as after a crash).
+  bool leave_on_destroy = true;
+};
+
+// A registered member of the cluster. Two background threads run until
+// destruction: one heartbeats (retrying with backoff while the scheduler is
+// unavailable, and registering again if the lease was lost; the member id
+// then changes, see SchedulerClientOptions::on_reregistered), one watches the
+// view (reconnecting after errors, e.g. a scheduler restart). Thread-safe.
+class SchedulerClient {
+ public:
+  // Registers with the scheduler and starts the background threads. Errors:
+  // DEADLINE_EXCEEDED/UNAVAILABLE if the scheduler cannot be reached within
+  // connect_timeout; the scheduler's answer to Register otherwise (e.g.
+  // INVALID_ARGUMENT, FAILED_PRECONDITION for a taken shard slot).
+  static absl::StatusOr<std::unique_ptr<SchedulerClient>> Connect(
+      SchedulerClientOptions options);
+
+  // Stops the threads and leaves the cluster (best effort, unless
+  // leave_on_destroy is false).
+  ~SchedulerClient();
+
+  SchedulerClient(const SchedulerClient&) = delete;
+  SchedulerClient& operator=(const SchedulerClient&) = delete;
+
+  // The current member id (changes only after a lost lease).
+  uint64_t member_id() const;
+
+  // The latest view known.
+  v1::View view() const;
+
+  // Blocks until pred(view()) holds, then returns that view. `pred` runs
+  // under the client's lock: it must not call back into the client. Errors:
+  // DEADLINE_EXCEEDED after `timeout`; CANCELLED if the client is closing.
+  absl::StatusOr<v1::View> WaitForView(
+      std::function<bool(const v1::View&)> pred, absl::Duration timeout);
+
+  // Records the member's step and speed; sent with the next heartbeat.
+  void SetProgress(int64_t clock, double samples_per_sec);
+
+  // Adds `cb`, called with each newer view (rising epochs) from the client's
+  // threads, never under its lock. Callbacks must not block for long.
+  void AddViewListener(std::function<void(const v1::View&)> cb);
+
+  // Sets key=value. Errors: as the scheduler answers (INVALID_ARGUMENT for an
+  // empty key, UNAVAILABLE when unreachable).
+  absl::Status KvPut(const std::string& key, const std::string& value);
+
+  // Sets key=value only if its revision is `expected_revision` (0: the key
+  // must not exist); returns the new revision. Errors: FAILED_PRECONDITION
+  // on a mismatch, with the current revision readable by KvCurrentRevision.
+  absl::StatusOr<uint64_t> KvCompareAndSet(const std::string& key,
+                                           const std::string& value,
+                                           uint64_t expected_revision);
+
+  // Gets a key, waiting up to `wait` for it to appear. Errors: NOT_FOUND
+  // (wait 0, absent), DEADLINE_EXCEEDED (did not appear in time).
+  absl::StatusOr<std::string> KvGet(const std::string& key,
+                                    absl::Duration wait);
+
+  // Leaves the cluster now and stops heartbeating (the view keeps being
+  // watched). Errors: as the scheduler answers (NOT_FOUND if already gone).
+  absl::Status Leave();
+
+ private:
+  explicit SchedulerClient(SchedulerClientOptions options);
+  absl::Status Register();
+  void HeartbeatLoop();
+  absl::Status HeartbeatOnce();
+  absl::Duration HeartbeatInterval() const;
+  // Time since the lease was last renewed, by options_.clock.
+  absl::Duration SinceRenewal() const;
+  void WatchLoop();
+  // One WatchView stream until it ends; sets `got_any` if it gave a view.
+  absl::Status WatchOnce(bool& got_any);
+  // Adopts `view` if newer (or `force`), then wakes waiters and listeners.
+  void OfferView(const v1::View& view, bool force);
+  // Sleeps up to `d` or until closing; returns false when closing.
+  bool SleepUnlessClosing(absl::Duration d);
+  std::unique_ptr<grpc::ClientContext> NewContext(absl::Duration timeout) const;
+
+  const SchedulerClientOptions options_;
+  std::unique_ptr<v1::Scheduler::Stub> stub_;
+  std::thread heartbeat_thread_;
+  std::thread watch_thread_;
+
+  mutable absl::Mutex mu_;
+  uint64_t member_id_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration lease_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_renewed_ ABSL_GUARDED_BY(mu_);  // options_.clock time
+  v1::View view_ ABSL_GUARDED_BY(mu_);
+  int64_t progress_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  double samples_per_sec_ ABSL_GUARDED_BY(mu_) = 0;
+  bool left_ ABSL_GUARDED_BY(mu_) = false;     // Leave() was called
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;  // the destructor runs
+  grpc::ClientContext* watch_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+
+  // Serializes listener calls so each sees views in rising epoch order.
+  absl::Mutex listeners_mu_;
+  std::vector<std::function<void(const v1::View&)>> listeners_
+      ABSL_GUARDED_BY(listeners_mu_);
+};
+
+// The current revision carried by a failed KvCompareAndSet; nullopt if none.
+std::optional<uint64_t> KvCurrentRevision(const absl::Status& status);
+
+}  // namespace strata
+
+#endif  // STRATA_CLIENT_SCHEDULER_CLIENT_H_

@@ -1,0 +1,39 @@
+// bfloat16 <-> fp32 conversion (round to nearest even), for gradients pushed
+// in bf16 and weights pulled in bf16.
+#ifndef STRATA_COMMON_BF16_H_
+#define STRATA_COMMON_BF16_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace strata {
+
+inline uint16_t FloatToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) {
+    return static_cast<uint16_t>((u >> 16) | 0x40);  // keep NaN a NaN
+  }
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+inline float Bf16ToFloat(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline void Bf16ToFloat(const uint16_t* in, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(in[i]);
+}
+
+inline void FloatToBf16(const float* in, uint16_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = FloatToBf16(in[i]);
+}
+
+}  // namespace strata
+
+#endif  // STRATA_COMMON_BF16_H_

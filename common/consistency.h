@@ -1,0 +1,25 @@
+// The job's consistency setting (DESIGN.md §3): bsp | ssp:<s> | asp.
+#ifndef STRATA_COMMON_CONSISTENCY_H_
+#define STRATA_COMMON_CONSISTENCY_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace strata {
+
+struct Consistency {
+  enum Mode { kBsp, kSsp, kAsp };
+  Mode mode = kBsp;
+  int staleness = 0;  // ssp only: a worker at clock c waits for min clock >= c - s
+  std::string ToString() const;
+};
+
+// Parses "bsp", "asp" or "ssp:<s>" with 0 <= s <= 1000000. INVALID_ARGUMENT
+// with the accepted forms otherwise.
+absl::StatusOr<Consistency> ParseConsistency(absl::string_view text);
+
+}  // namespace strata
+
+#endif  // STRATA_COMMON_CONSISTENCY_H_

@@ -1,0 +1,126 @@
+// Causal self-attention: per batch row, cuBLAS strided-batched GEMMs over
+// the heads (scores in fp32), and warp-per-row softmax kernels.
+#include <cmath>
+
+#include "kernels/cuda/common.cuh"
+
+namespace strata::kernels::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+// att[row, j] = softmax over j <= t of scores[row, j], 0 for j > t, where
+// row indexes (b, h, t). scores and att are (rows, T).
+__global__ void CausalSoftmaxKernel(bf16* att, const float* scores,
+                                    int64_t rows, int T) {
+  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int t = static_cast<int>(row % T);
+  const float* s = scores + row * T;
+  float m = -INFINITY;
+  for (int j = lane; j <= t; j += 32) m = fmaxf(m, s[j]);
+  m = WarpMax(m);
+  float sum = 0;
+  for (int j = lane; j <= t; j += 32) sum += expf(s[j] - m);
+  const float inv = 1.0f / WarpSum(sum);
+  bf16* p = att + row * T;
+  for (int j = lane; j < T; j += 32) {
+    p[j] = __float2bfloat16(j <= t ? expf(s[j] - m) * inv : 0.0f);
+  }
+}
+
+// dsoft[row, j] = P[j] * (dP[j] - sum_k P[k] dP[k]) for j <= t, else 0.
+__global__ void SoftmaxBackwardKernel(bf16* dsoft, const float* dscores,
+                                      const bf16* att, int64_t rows, int T) {
+  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int t = static_cast<int>(row % T);
+  const float* dp = dscores + row * T;
+  const bf16* p = att + row * T;
+  float dot = 0;
+  for (int j = lane; j <= t; j += 32) dot += __bfloat162float(p[j]) * dp[j];
+  dot = WarpSum(dot);
+  bf16* ds = dsoft + row * T;
+  for (int j = lane; j < T; j += 32) {
+    const float v = j <= t ? __bfloat162float(p[j]) * (dp[j] - dot) : 0.0f;
+    ds[j] = __float2bfloat16(v);
+  }
+}
+
+absl::Status CheckShape(int B, int T, int C, int NH) {
+  return Require(B > 0 && T > 0 && C > 0 && NH > 0 && C % NH == 0,
+                 "Attention: B, T, C, NH > 0 and NH divides C");
+}
+
+}  // namespace
+
+absl::Status AttentionForward(Context& ctx, bf16* out, bf16* att,
+                              float* scores, const bf16* qkv, int B, int T,
+                              int C, int NH) {
+  STRATA_CUDA_RETURN_IF_ERROR(CheckShape(B, T, C, NH));
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int64_t tt = int64_t{T} * T;
+  for (int b = 0; b < B; ++b) {
+    const bf16* q = qkv + int64_t{b} * T * 3 * C;
+    // scores[b,h] (T,T) = scale * Q_h K_h^T, heads batched (stride hs).
+    STRATA_CUDA_RETURN_IF_ERROR(GemmBatched(
+        ctx, false, true, T, T, hs, scale, q, 3 * C, hs, q + C, 3 * C, hs,
+        0.0f, scores + b * NH * tt, CUDA_R_32F, T, tt, NH));
+  }
+  const int64_t rows = int64_t{B} * NH * T;
+  CausalSoftmaxKernel<<<Blocks(rows, kWarpsPerBlock), 32 * kWarpsPerBlock, 0,
+                        ctx.stream()>>>(att, scores, rows, T);
+  STRATA_CUDA_RETURN_IF_ERROR(LaunchStatus("CausalSoftmaxKernel"));
+  for (int b = 0; b < B; ++b) {
+    const bf16* v = qkv + int64_t{b} * T * 3 * C + 2 * C;
+    // out[b,:,h] (T,hs) = P_h (T,T) V_h (T,hs).
+    STRATA_CUDA_RETURN_IF_ERROR(GemmBatched(
+        ctx, false, false, T, hs, T, 1.0f, att + b * NH * tt, T, tt, v, 3 * C,
+        hs, 0.0f, out + int64_t{b} * T * C, CUDA_R_16BF, C, hs, NH));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AttentionBackward(Context& ctx, bf16* dqkv, float* dscores,
+                               bf16* dsoft, const bf16* dout, const bf16* qkv,
+                               const bf16* att, int B, int T, int C, int NH) {
+  STRATA_CUDA_RETURN_IF_ERROR(CheckShape(B, T, C, NH));
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int64_t tt = int64_t{T} * T;
+  for (int b = 0; b < B; ++b) {
+    const bf16* v = qkv + int64_t{b} * T * 3 * C + 2 * C;
+    const bf16* dO = dout + int64_t{b} * T * C;
+    bf16* dv = dqkv + int64_t{b} * T * 3 * C + 2 * C;
+    // dV_h = P_h^T dO_h.
+    STRATA_CUDA_RETURN_IF_ERROR(GemmBatched(
+        ctx, true, false, T, hs, T, 1.0f, att + b * NH * tt, T, tt, dO, C, hs,
+        0.0f, dv, CUDA_R_16BF, 3 * C, hs, NH));
+    // dP_h = dO_h V_h^T (fp32).
+    STRATA_CUDA_RETURN_IF_ERROR(GemmBatched(
+        ctx, false, true, T, T, hs, 1.0f, dO, C, hs, v, 3 * C, hs, 0.0f,
+        dscores + b * NH * tt, CUDA_R_32F, T, tt, NH));
+  }
+  const int64_t rows = int64_t{B} * NH * T;
+  SoftmaxBackwardKernel<<<Blocks(rows, kWarpsPerBlock), 32 * kWarpsPerBlock,
+                          0, ctx.stream()>>>(dsoft, dscores, att, rows, T);
+  STRATA_CUDA_RETURN_IF_ERROR(LaunchStatus("SoftmaxBackwardKernel"));
+  for (int b = 0; b < B; ++b) {
+    const bf16* q = qkv + int64_t{b} * T * 3 * C;
+    bf16* dq = dqkv + int64_t{b} * T * 3 * C;
+    const bf16* ds = dsoft + b * NH * tt;
+    // dQ_h = scale dS_h K_h; dK_h = scale dS_h^T Q_h.
+    STRATA_CUDA_RETURN_IF_ERROR(GemmBatched(
+        ctx, false, false, T, hs, T, scale, ds, T, tt, q + C, 3 * C, hs, 0.0f,
+        dq, CUDA_R_16BF, 3 * C, hs, NH));
+    STRATA_CUDA_RETURN_IF_ERROR(GemmBatched(
+        ctx, true, false, T, hs, T, scale, ds, T, tt, q, 3 * C, hs, 0.0f,
+        dq + C, CUDA_R_16BF, 3 * C, hs, NH));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata::kernels::cuda

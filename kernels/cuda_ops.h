@@ -1,0 +1,112 @@
+// CUDA twins of the CPU kernels (kernels/*.h): bf16 activations and weights,
+// fp32 accumulation, fp32 weight gradients, cuBLAS for GEMMs.
+//
+// Every launcher checks its shape preconditions (INVALID_ARGUMENT), enqueues
+// work on the context's stream and returns the launch error as a Status
+// (INTERNAL); it does not synchronize. Pointers are device memory. Shapes
+// and semantics match the CPU function of the same name unless noted.
+#ifndef STRATA_KERNELS_CUDA_OPS_H_
+#define STRATA_KERNELS_CUDA_OPS_H_
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace strata::kernels::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// The number of CUDA devices, 0 when there is no driver or no device.
+int DeviceCount();
+
+// A stream and a cuBLAS handle bound to it. Not thread-safe.
+class Context {
+ public:
+  // Creates a stream and handle on the current device. UNAVAILABLE without
+  // a device, INTERNAL on other CUDA/cuBLAS errors.
+  static absl::StatusOr<std::unique_ptr<Context>> Create();
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t cublas() const { return cublas_; }
+  // Waits for the stream; returns its first error.
+  absl::Status Synchronize();
+
+ private:
+  Context() = default;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+};
+
+// out is (B,T,C) bf16; tokens (B,T) int32 (each in [0,V), unchecked on the
+// device); wte (V,C), wpe (>=T,C) bf16.
+absl::Status EncoderForward(Context& ctx, bf16* out, const int32_t* tokens,
+                            const bf16* wte, const bf16* wpe, int B, int T,
+                            int C);
+// dwte (V,C), dwpe (>=T,C) fp32 accumulated (atomics: not bitwise
+// reproducible); dout (B,T,C) bf16.
+absl::Status EncoderBackward(Context& ctx, float* dwte, float* dwpe,
+                             const bf16* dout, const int32_t* tokens, int B,
+                             int T, int C);
+
+// out, inp (N,C) bf16; weight, bias (C) bf16; mean, rstd (N) fp32.
+absl::Status LayerNormForward(Context& ctx, bf16* out, float* mean,
+                              float* rstd, const bf16* inp, const bf16* weight,
+                              const bf16* bias, int N, int C);
+// dinp (N,C) bf16 accumulated; dweight, dbias (C) fp32 accumulated.
+absl::Status LayerNormBackward(Context& ctx, bf16* dinp, float* dweight,
+                               float* dbias, const bf16* dout, const bf16* inp,
+                               const bf16* weight, const float* mean,
+                               const float* rstd, int N, int C);
+
+// out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC, or null); all bf16.
+absl::Status MatmulForward(Context& ctx, bf16* out, const bf16* inp,
+                           const bf16* weight, const bf16* bias, int N, int C,
+                           int OC);
+// dinp (N,C) bf16 overwritten (skipped when null); dweight (OC,C) and dbias
+// (OC, skipped when null) fp32 accumulated; dout (N,OC) bf16.
+absl::Status MatmulBackward(Context& ctx, bf16* dinp, float* dweight,
+                            float* dbias, const bf16* dout, const bf16* inp,
+                            const bf16* weight, int N, int C, int OC);
+
+// out (B,T,C), att (B,NH,T,T), qkv (B,T,3C) bf16; scores (B,NH,T,T) fp32
+// scratch.
+absl::Status AttentionForward(Context& ctx, bf16* out, bf16* att,
+                              float* scores, const bf16* qkv, int B, int T,
+                              int C, int NH);
+// dqkv (B,T,3C) bf16 overwritten; dscores (B,NH,T,T) fp32 and dsoft
+// (B,NH,T,T) bf16 scratch.
+absl::Status AttentionBackward(Context& ctx, bf16* dqkv, float* dscores,
+                               bf16* dsoft, const bf16* dout, const bf16* qkv,
+                               const bf16* att, int B, int T, int C, int NH);
+
+// out = gelu(inp), n elements bf16 (may alias).
+absl::Status GeluForward(Context& ctx, bf16* out, const bf16* inp, int64_t n);
+// dinp = gelu'(inp) * dout, bf16 (dinp may alias dout).
+absl::Status GeluBackward(Context& ctx, bf16* dinp, const bf16* inp,
+                          const bf16* dout, int64_t n);
+
+// out = a + b; da += dout, db += dout. bf16, n elements.
+absl::Status ResidualForward(Context& ctx, bf16* out, const bf16* a,
+                             const bf16* b, int64_t n);
+absl::Status ResidualBackward(Context& ctx, bf16* da, bf16* db,
+                              const bf16* dout, int64_t n);
+
+// Fused softmax cross-entropy: logits (N,V) fp32 in; dlogits (N,V) bf16 out
+// = (softmax - onehot) * dloss; losses (N) fp32 out. Targets in [0,V).
+absl::Status SoftmaxCrossEntropyFused(Context& ctx, bf16* dlogits,
+                                      float* losses, const float* logits,
+                                      const int32_t* targets, float dloss,
+                                      int N, int V);
+
+}  // namespace strata::kernels::cuda
+
+#endif  // STRATA_KERNELS_CUDA_OPS_H_

@@ -1,0 +1,350 @@
+#include "kernels/optimizer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <numbers>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+
+// Compiles a function for AVX-512, AVX2 and baseline x86-64; the dynamic
+// loader picks the best one for the CPU (GCC function multiversioning).
+// optimizer.cmake builds this file with -fno-math-errno (so sqrt vectorizes)
+// and -ffp-contract=off (so every clone rounds alike).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define STRATA_CLONES \
+  __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define STRATA_CLONES
+#endif
+
+namespace strata {
+namespace {
+
+// Elements per block of ApplyUpdateParallel: 64 KiB per array, so the four
+// arrays of an Adam block (256 KiB) stay within a core's L2.
+constexpr size_t kBlockElems = size_t{16} << 10;
+
+absl::Status Invalid(absl::string_view field, double value,
+                     absl::string_view want) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "optimizer config: ", field, " = ", value, " must be ", want));
+}
+
+// The per-update scalars of every optimizer, computed once per call so the
+// element loops hold only loads, multiplies, adds, a sqrt and a divide.
+struct UpdateScalars {
+  float lr = 0;
+  float l2 = 0;        // weight decay added to the gradient (SGD, Adam)
+  float decay = 1;     // AdamW: w *= 1 - lr * wd before the step
+  float momentum = 0;  // SGD
+  float b1 = 0, one_minus_b1 = 0, b2 = 0, one_minus_b2 = 0;
+  float step_size = 0;     // lr / (1 - b1^t)
+  float inv_sqrt_bc2 = 0;  // 1 / sqrt(1 - b2^t)
+  float eps = 0;
+};
+
+UpdateScalars MakeScalars(const OptimizerParams& p, float lr, int64_t t) {
+  UpdateScalars s;
+  s.lr = lr;
+  s.momentum = p.momentum;
+  s.l2 = p.kind == OptimizerParams::kAdamW ? 0.0f : p.weight_decay;
+  if (p.kind == OptimizerParams::kSgd) return s;
+  STRATA_CHECK(t >= 1);
+  const double t_d = static_cast<double>(t);
+  const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), t_d);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), t_d);
+  s.b1 = p.beta1;
+  s.one_minus_b1 = 1.0f - p.beta1;
+  s.b2 = p.beta2;
+  s.one_minus_b2 = 1.0f - p.beta2;
+  s.step_size = static_cast<float>(lr / bc1);
+  s.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  s.eps = p.eps;
+  if (p.kind == OptimizerParams::kAdamW) {
+    s.decay = static_cast<float>(1.0 - double{lr} * p.weight_decay);
+  }
+  return s;
+}
+
+STRATA_CLONES void SgdKernel(const UpdateScalars& s, float* __restrict w,
+                             const float* __restrict g, size_t n) {
+  const float lr = s.lr, l2 = s.l2;
+  for (size_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + l2 * w[i]);
+}
+
+STRATA_CLONES void SgdMomentumKernel(const UpdateScalars& s,
+                                     float* __restrict w, float* __restrict m,
+                                     const float* __restrict g, size_t n) {
+  const float lr = s.lr, l2 = s.l2, mu = s.momentum;
+  for (size_t i = 0; i < n; ++i) {
+    const float mi = mu * m[i] + (g[i] + l2 * w[i]);
+    m[i] = mi;
+    w[i] -= lr * mi;
+  }
+}
+
+// Adam and AdamW in one loop: Adam has l2 = wd and decay = 1, AdamW has
+// l2 = 0 and decay = 1 - lr*wd (both multiplications are then exact no-ops).
+STRATA_CLONES void AdamKernel(const UpdateScalars& s, float* __restrict w,
+                              float* __restrict m, float* __restrict v,
+                              const float* __restrict g, size_t n) {
+  const float l2 = s.l2, decay = s.decay, b1 = s.b1, c1 = s.one_minus_b1;
+  const float b2 = s.b2, c2 = s.one_minus_b2, step = s.step_size;
+  const float inv_sqrt_bc2 = s.inv_sqrt_bc2, eps = s.eps;
+  for (size_t i = 0; i < n; ++i) {
+    const float wi = w[i];
+    const float gi = g[i] + l2 * wi;
+    const float mi = b1 * m[i] + c1 * gi;
+    const float vi = b2 * v[i] + c2 * (gi * gi);
+    m[i] = mi;
+    v[i] = vi;
+    w[i] = wi * decay - (step * mi) / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+  }
+}
+
+// The largest |g[i]| bit pattern is below that of +inf iff all are finite.
+STRATA_CLONES bool AllFiniteBlock(const float* __restrict g, size_t n) {
+  uint32_t max_bits = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t bits = std::bit_cast<uint32_t>(g[i]) & 0x7fffffffu;
+    max_bits = bits > max_bits ? bits : max_bits;
+  }
+  return max_bits < 0x7f800000u;
+}
+
+// Runs the update of `p` on elements [begin, end).
+void RunRange(const OptimizerParams& p, const UpdateScalars& s, float* w,
+              float* m, float* v, const float* g, size_t begin, size_t end) {
+  const size_t n = end - begin;
+  if (n == 0) return;  // empty arrays may come as null
+  switch (p.kind) {
+    case OptimizerParams::kSgd:
+      if (p.momentum > 0) {
+        STRATA_CHECK(m != nullptr);
+        SgdMomentumKernel(s, w + begin, m + begin, g + begin, n);
+      } else {
+        SgdKernel(s, w + begin, g + begin, n);
+      }
+      return;
+    case OptimizerParams::kAdam:
+    case OptimizerParams::kAdamW:
+      STRATA_CHECK(m != nullptr && v != nullptr);
+      AdamKernel(s, w + begin, m + begin, v + begin, g + begin, n);
+      return;
+  }
+  STRATA_CHECK(false && "unknown optimizer kind");
+}
+
+}  // namespace
+
+absl::StatusOr<OptimizerParams> OptimizerParamsFromProto(
+    const v1::OptimizerConfig& c) {
+  OptimizerParams p;
+  switch (c.kind()) {
+    case v1::OptimizerConfig::SGD:
+      p.kind = OptimizerParams::kSgd;
+      break;
+    case v1::OptimizerConfig::ADAM:
+      p.kind = OptimizerParams::kAdam;
+      break;
+    case v1::OptimizerConfig::ADAMW:
+      p.kind = OptimizerParams::kAdamW;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer config: unknown kind ", c.kind()));
+  }
+  p.lr = c.lr();
+  p.momentum = c.momentum();
+  p.beta1 = c.beta1() == 0 ? 0.9f : c.beta1();
+  p.beta2 = c.beta2() == 0 ? 0.999f : c.beta2();
+  p.eps = c.eps() == 0 ? 1e-8f : c.eps();
+  p.weight_decay = c.weight_decay();
+  p.warmup_steps = c.warmup_steps();
+  p.total_steps = c.total_steps();
+  p.min_lr_ratio = c.min_lr_ratio();
+  // Comparisons are written so that NaN fails them.
+  if (!(p.lr >= 0) || !std::isfinite(p.lr)) return Invalid("lr", p.lr, ">= 0");
+  if (!(p.weight_decay >= 0) || !std::isfinite(p.weight_decay)) {
+    return Invalid("weight_decay", p.weight_decay, ">= 0");
+  }
+  if (!(p.momentum >= 0 && p.momentum < 1)) {
+    return Invalid("momentum", p.momentum, "in [0, 1)");
+  }
+  if (!(p.beta1 > 0 && p.beta1 < 1)) {
+    return Invalid("beta1", p.beta1, "in (0, 1) (0 means 0.9)");
+  }
+  if (!(p.beta2 > 0 && p.beta2 < 1)) {
+    return Invalid("beta2", p.beta2, "in (0, 1) (0 means 0.999)");
+  }
+  if (!(p.eps > 0) || !std::isfinite(p.eps)) {
+    return Invalid("eps", p.eps, "> 0");
+  }
+  if (p.warmup_steps < 0)
+    return Invalid("warmup_steps", p.warmup_steps, ">= 0");
+  if (p.total_steps < 0) return Invalid("total_steps", p.total_steps, ">= 0");
+  if (p.total_steps > 0 && p.total_steps <= p.warmup_steps) {
+    return Invalid("total_steps", p.total_steps,
+                   "0 or greater than warmup_steps");
+  }
+  if (!(p.min_lr_ratio >= 0 && p.min_lr_ratio <= 1)) {
+    return Invalid("min_lr_ratio", p.min_lr_ratio, "in [0, 1]");
+  }
+  return p;
+}
+
+int NumStateSlots(const OptimizerParams& params) {
+  switch (params.kind) {
+    case OptimizerParams::kSgd:
+      return params.momentum > 0 ? 1 : 0;
+    case OptimizerParams::kAdam:
+    case OptimizerParams::kAdamW:
+      return 2;
+  }
+  STRATA_CHECK(false && "unknown optimizer kind");
+  return 0;
+}
+
+float ScheduledLr(const OptimizerParams& p, int64_t step) {
+  STRATA_CHECK(step >= 0);
+  const double lr = p.lr;
+  if (step < p.warmup_steps) {
+    return static_cast<float>(lr * static_cast<double>(step + 1) /
+                              static_cast<double>(p.warmup_steps));
+  }
+  if (p.total_steps <= 0) return p.lr;
+  const double lr_min = lr * p.min_lr_ratio;
+  if (step >= p.total_steps) return static_cast<float>(lr_min);
+  const double progress = static_cast<double>(step - p.warmup_steps) /
+                          static_cast<double>(p.total_steps - p.warmup_steps);
+  return static_cast<float>(lr_min +
+                            (lr - lr_min) * 0.5 *
+                                (1.0 + std::cos(std::numbers::pi * progress)));
+}
+
+void ApplyUpdate(const OptimizerParams& params, float lr, int64_t t, float* w,
+                 float* m, float* v, const float* g, size_t n) {
+  RunRange(params, MakeScalars(params, lr, t), w, m, v, g, 0, n);
+}
+
+bool AllFinite(const float* g, size_t n) {
+  // Blocks let a bad value end the scan early without slowing the loop.
+  for (size_t begin = 0; begin < n; begin += kBlockElems) {
+    if (!AllFiniteBlock(g + begin, std::min(kBlockElems, n - begin))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// One ParallelFor call. `next` hands out blocks; `finished` counts the blocks
+// run and `helpers_wanted` the helpers still to join (both under pool mu_).
+struct KernelPool::Job {
+  Job(absl::FunctionRef<void(size_t)> f, size_t n) : fn(f), num_blocks(n) {}
+  absl::FunctionRef<void(size_t)> fn;
+  const size_t num_blocks;
+  std::atomic<size_t> next{0};
+  size_t finished = 0;
+  int helpers_wanted = 0;
+};
+
+KernelPool::KernelPool(int helpers) {
+  STRATA_CHECK(helpers >= 0);
+  helpers_.reserve(helpers);
+  for (int i = 0; i < helpers; ++i)
+    helpers_.emplace_back([this] { HelperLoop(); });
+}
+
+KernelPool::~KernelPool() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  for (std::thread& t : helpers_) t.join();
+}
+
+KernelPool& KernelPool::Shared() {
+  static KernelPool* const pool = new KernelPool(
+      std::max(1, static_cast<int>(std::thread::hardware_concurrency())) - 1);
+  return *pool;
+}
+
+size_t KernelPool::RunBlocks(Job& job) {
+  size_t count = 0;
+  for (size_t b = job.next.fetch_add(1); b < job.num_blocks;
+       b = job.next.fetch_add(1)) {
+    job.fn(b);
+    ++count;
+  }
+  return count;
+}
+
+void KernelPool::HelperLoop() {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](KernelPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
+            return p->stopping_ || !p->jobs_.empty();
+          },
+          this));
+      if (jobs_.empty()) return;  // stopping
+      job = jobs_.front();
+      if (--job->helpers_wanted == 0) jobs_.pop_front();
+    }
+    const size_t count = RunBlocks(*job);
+    absl::MutexLock lock(&mu_);
+    job->finished += count;
+  }
+}
+
+void KernelPool::ParallelFor(size_t num_blocks, int threads,
+                             absl::FunctionRef<void(size_t)> fn) {
+  const int helpers =
+      std::min<size_t>({static_cast<size_t>(std::max(threads, 1)) - 1,
+                        helpers_.size(), num_blocks > 0 ? num_blocks - 1 : 0});
+  if (helpers == 0) {
+    for (size_t b = 0; b < num_blocks; ++b) fn(b);
+    return;
+  }
+  auto job = std::make_shared<Job>(fn, num_blocks);
+  {
+    absl::MutexLock lock(&mu_);
+    job->helpers_wanted = helpers;
+    jobs_.push_back(job);
+  }
+  const size_t count = RunBlocks(*job);
+  absl::MutexLock lock(&mu_);
+  // No block is left to claim: withdraw the job so no more helpers join.
+  auto it = std::find(jobs_.begin(), jobs_.end(), job);
+  if (it != jobs_.end()) jobs_.erase(it);
+  job->finished += count;
+  Job* j = job.get();
+  mu_.Await(absl::Condition(
+      +[](Job* j) { return j->finished == j->num_blocks; }, j));
+}
+
+void ApplyUpdateParallel(KernelPool& pool, const OptimizerParams& params,
+                         float lr, int64_t t, float* w, float* m, float* v,
+                         const float* g, size_t n, int threads) {
+  const UpdateScalars s = MakeScalars(params, lr, t);
+  const size_t num_blocks = (n + kBlockElems - 1) / kBlockElems;
+  pool.ParallelFor(num_blocks, threads, [&](size_t b) {
+    const size_t begin = b * kBlockElems;
+    RunRange(params, s, w, m, v, g, begin, std::min(n, begin + kBlockElems));
+  });
+}
+
+void ApplyUpdateParallel(const OptimizerParams& params, float lr, int64_t t,
+                         float* w, float* m, float* v, const float* g, size_t n,
+                         int threads) {
+  ApplyUpdateParallel(KernelPool::Shared(), params, lr, t, w, m, v, g, n,
+                      threads);
+}
+
+}  // namespace strata

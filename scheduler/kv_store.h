@@ -1,0 +1,62 @@
+// The scheduler's rendezvous key-value store (used by workers to build
+// Gloo/NCCL groups). Private to scheduler/.
+#ifndef STRATA_SCHEDULER_KV_STORE_H_
+#define STRATA_SCHEDULER_KV_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "scheduler/state_store.h"
+#include "strata/v1/scheduler.pb.h"
+
+namespace strata::scheduler_internal {
+
+// Payload type URL on a CAS failure's status; its value is the key's current
+// revision in decimal ("0" when the key does not exist).
+inline constexpr char kKvRevisionPayload[] = "strata.v1/kv_current_revision";
+
+// Keys with values and per-key revisions (1 on the first put, +1 on each
+// later one). Thread-safe.
+class KvStore {
+ public:
+  // `store` is not owned and must outlive this; `entries` is the stored KV.
+  KvStore(StateStore* store, std::map<std::string, v1::KvGetResponse> entries);
+
+  // Puts key=value, or with `cas` only if the key's revision equals
+  // `expected_revision` (0: the key must not exist). Returns the new
+  // revision. Errors: INVALID_ARGUMENT (empty key), FAILED_PRECONDITION on a
+  // CAS mismatch (with the current revision as kKvRevisionPayload and in the
+  // message), a storage error (then nothing changed).
+  absl::StatusOr<uint64_t> Put(const std::string& key, const std::string& value,
+                               bool cas, uint64_t expected_revision);
+
+  // Gets a key, waiting up to `wait` for it to appear. Errors:
+  // INVALID_ARGUMENT (empty key); NOT_FOUND when absent and wait <= 0;
+  // DEADLINE_EXCEEDED when it did not appear in time; CANCELLED after Close.
+  absl::StatusOr<v1::KvGetResponse> Get(const std::string& key,
+                                        absl::Duration wait) const;
+
+  // Ends every waiting Get (with CANCELLED) and all later waits.
+  void Close();
+
+ private:
+  StateStore* const store_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, v1::KvGetResponse> entries_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Reads kKvRevisionPayload from a CAS failure; nullopt if absent.
+std::optional<uint64_t> KvCurrentRevision(const absl::Status& status);
+
+}  // namespace strata::scheduler_internal
+
+#endif  // STRATA_SCHEDULER_KV_STORE_H_

@@ -1,0 +1,104 @@
+// Membership, leases and the cluster view (DESIGN.md §6). Private to
+// scheduler/; the gRPC handlers call it.
+//
+// Rules:
+//  - Register gives a fresh member id (never reused: the counter is stored)
+//    and a lease; Heartbeat renews it; Leave or a lease that runs out removes
+//    the member. Each of these changes of membership raises the epoch once.
+//  - Servers occupy one shard slot each; a slot holds at most one live
+//    server. Taking or freeing a slot raises the shard map version.
+//  - ROLE_CLIENT members hold a lease but are not in the view, so their
+//    joins and exits do not change the epoch.
+//  - Heartbeats update a member's clock and speed in the view without
+//    raising the epoch.
+#ifndef STRATA_SCHEDULER_MEMBERSHIP_H_
+#define STRATA_SCHEDULER_MEMBERSHIP_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/btree_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "scheduler/state_store.h"
+#include "strata/v1/scheduler.pb.h"
+
+namespace strata::scheduler_internal {
+
+struct MembershipOptions {
+  int num_shards = 1;
+  std::string consistency = "bsp";
+  absl::Duration lease = absl::Seconds(10);
+  Clock* clock = nullptr;       // not owned; must outlive the Membership
+  StateStore* store = nullptr;  // not owned; must outlive the Membership
+};
+
+// The member table and the view derived from it. Thread-safe.
+class Membership {
+ public:
+  // Restores `state` (members get a full lease from now). REQUIRES: the
+  // options' clock and store are set and num_shards > 0.
+  Membership(MembershipOptions options, const PersistedState& state);
+
+  // Adds a member. Errors: INVALID_ARGUMENT (bad role, shard, capacity or
+  // address), FAILED_PRECONDITION (the server's slot is taken by a live
+  // server), or a storage error (then nothing changed).
+  absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req);
+
+  // Renews a lease and records progress. Errors: NOT_FOUND if the member is
+  // unknown or its lease ran out (it must register again).
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& req);
+
+  // Removes a member at once. Errors: NOT_FOUND if unknown.
+  absl::Status Leave(uint64_t member_id);
+
+  // Removes every member whose lease ended by clock->Now().
+  void ExpireLeases();
+
+  // The current view.
+  v1::View View() const;
+
+  // Waits up to `timeout` for a view with epoch > known_epoch and returns it.
+  // Errors: DEADLINE_EXCEEDED on timeout; UNAVAILABLE once Close was called.
+  absl::StatusOr<v1::View> AwaitView(uint64_t known_epoch,
+                                     absl::Duration timeout) const;
+
+  // Wakes every AwaitView caller for good.
+  void Close();
+
+ private:
+  struct Entry {
+    v1::Member member;
+    absl::Time lease_end;
+  };
+
+  absl::Status ValidateRegister(const v1::RegisterRequest& req) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Removes every member whose lease ended by `now`.
+  void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes `ids` (all live) as one change: one epoch step.
+  void RemoveLocked(const std::vector<uint64_t>& ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RebuildViewLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t LeaseMs() const;
+
+  const MembershipOptions options_;
+  mutable absl::Mutex mu_;
+  absl::btree_map<uint64_t, Entry> members_ ABSL_GUARDED_BY(mu_);
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_);
+  uint64_t workers_epoch_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_member_id_ ABSL_GUARDED_BY(mu_);
+  uint64_t shard_map_version_ ABSL_GUARDED_BY(mu_);
+  v1::View view_ ABSL_GUARDED_BY(mu_);  // derived from the fields above
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace strata::scheduler_internal
+
+#endif  // STRATA_SCHEDULER_MEMBERSHIP_H_

@@ -1,0 +1,154 @@
+#include "scheduler/scheduler.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/status.h"
+#include "scheduler/kv_store.h"
+#include "scheduler/membership.h"
+#include "scheduler/scheduler_service.h"
+#include "scheduler/state_store.h"
+#include "spdlog/spdlog.h"
+
+namespace strata {
+namespace {
+
+using scheduler_internal::KvStore;
+using scheduler_internal::Membership;
+using scheduler_internal::MembershipOptions;
+using scheduler_internal::PersistedState;
+using scheduler_internal::SchedulerService;
+using scheduler_internal::StateStore;
+
+// How long Shutdown lets in-flight calls finish before cancelling them.
+constexpr absl::Duration kShutdownGrace = absl::Seconds(1);
+
+absl::Status ValidateOptions(const SchedulerOptions& o) {
+  if (o.num_shards <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scheduler: num_shards must be > 0, got ", o.num_shards));
+  }
+  if (o.lease <= absl::ZeroDuration() ||
+      o.lease_check_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "scheduler: lease and lease_check_interval must be > 0");
+  }
+  if (o.clock == nullptr) {
+    return absl::InvalidArgumentError("scheduler: clock must be set");
+  }
+  if (o.listen_address.empty()) {
+    return absl::InvalidArgumentError("scheduler: listen_address is empty");
+  }
+  return ValidateConsistency(o.consistency);
+}
+
+// The address clients dial: the listen host, or loopback for a wildcard.
+std::string DialAddress(const std::string& listen_address, int port) {
+  std::string host = listen_address.substr(0, listen_address.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
+    host = "127.0.0.1";
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace
+
+absl::Status ValidateConsistency(const std::string& consistency) {
+  if (consistency == "bsp" || consistency == "asp") return absl::OkStatus();
+  absl::string_view rest = consistency;
+  uint32_t staleness = 0;
+  if (absl::ConsumePrefix(&rest, "ssp:") && !rest.empty() &&
+      absl::SimpleAtoi(rest, &staleness) && rest[0] != '-' && rest[0] != '+') {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("consistency must be bsp, asp or ssp:<s> with s >= 0, got '",
+                   consistency, "'"));
+}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(
+    SchedulerOptions options) {
+  STRATA_RETURN_IF_ERROR(ValidateOptions(options));
+  std::unique_ptr<Scheduler> s(new Scheduler());
+  STRATA_RETURN_IF_ERROR(s->Init(std::move(options)));
+  return s;
+}
+
+absl::Status Scheduler::Init(SchedulerOptions options) {
+  STRATA_ASSIGN_OR_RETURN(store_, StateStore::Open(options.data_dir));
+  STRATA_ASSIGN_OR_RETURN(PersistedState state, store_->Load());
+  membership_ = std::make_unique<Membership>(
+      MembershipOptions{options.num_shards, options.consistency, options.lease,
+                        options.clock, store_.get()},
+      state);
+  kv_ = std::make_unique<KvStore>(store_.get(), std::move(state.kv));
+  service_ = std::make_unique<SchedulerService>(membership_.get(), kv_.get());
+
+  grpc::ServerBuilder builder;
+  // Two schedulers must never share a port (SO_REUSEPORT would allow it).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddListeningPort(options.listen_address,
+                           grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("scheduler: cannot listen on ", options.listen_address));
+  }
+  address_ = DialAddress(options.listen_address, port_);
+  lease_check_interval_ = options.lease_check_interval;
+  lease_thread_ = std::thread([this] { LeaseLoop(); });
+  spdlog::info(
+      "scheduler: serving on {} (data_dir '{}', {} member(s), epoch {})",
+      address_, options.data_dir, state.members.size(),
+      membership_->View().epoch());
+  return absl::OkStatus();
+}
+
+Scheduler::~Scheduler() { Shutdown(); }
+
+v1::View Scheduler::CurrentView() const { return membership_->View(); }
+
+void Scheduler::CheckLeasesNow() { membership_->ExpireLeases(); }
+
+void Scheduler::LeaseLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_),
+                               lease_check_interval_)) {
+    mu_.Unlock();
+    membership_->ExpireLeases();
+    mu_.Lock();
+  }
+}
+
+void Scheduler::Shutdown() {
+  absl::MutexLock call_lock(&shutdown_call_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  // Wake blocked calls first so the server's shutdown need not cancel them.
+  if (membership_ != nullptr) membership_->Close();
+  if (kv_ != nullptr) kv_->Close();
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      absl::ToChronoMilliseconds(kShutdownGrace));
+    server_->Wait();
+  }
+  if (lease_thread_.joinable()) lease_thread_.join();
+  absl::MutexLock lock(&mu_);
+  stopped_ = true;
+  spdlog::info("scheduler: {} shut down", address_);
+}
+
+void Scheduler::Wait() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&stopped_));
+}
+
+}  // namespace strata

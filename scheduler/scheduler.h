@@ -1,0 +1,126 @@
+// The Strata scheduler (DESIGN.md §6): membership with leases, the cluster
+// view and its epoch, the shard map, and a rendezvous key-value store, served
+// over gRPC as strata.v1.Scheduler and kept in RocksDB so a restarted
+// scheduler carries on where it stopped.
+//
+// Usage:
+//   SchedulerOptions options;
+//   options.data_dir = "/var/lib/strata/scheduler";
+//   options.num_shards = 4;
+//   STRATA_ASSIGN_OR_RETURN(auto scheduler, Scheduler::Start(options));
+//   ... scheduler->address() ...
+//   scheduler->Wait();  // until another thread calls Shutdown()
+#ifndef STRATA_SCHEDULER_SCHEDULER_H_
+#define STRATA_SCHEDULER_SCHEDULER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "strata/v1/common.pb.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace strata {
+
+namespace scheduler_internal {
+class StateStore;
+class Membership;
+class KvStore;
+class SchedulerService;
+}  // namespace scheduler_internal
+
+struct SchedulerOptions {
+  // host:port to serve on; port 0 picks a free one (see Scheduler::port()).
+  std::string listen_address = "127.0.0.1:0";
+  // Directory for the RocksDB state; "" keeps the state in memory only. A
+  // non-empty directory must be one a scheduler created before.
+  std::string data_dir;
+  // Number of shard slots; each server registers into one. Must be > 0.
+  int num_shards = 1;
+  // The job's consistency setting (bsp | ssp:<s> | asp), copied into every
+  // view. See ValidateConsistency.
+  std::string consistency = "bsp";
+  // How long a member stays without a heartbeat. Must be > 0.
+  absl::Duration lease = absl::Seconds(10);
+  // How often leases are checked against clock->Now(). Must be > 0.
+  absl::Duration lease_check_interval = absl::Milliseconds(100);
+  // Time source for leases; not owned, must outlive the Scheduler.
+  Clock* clock = Clock::Real();
+};
+
+// A running scheduler: a small handle over the gRPC server, the member table
+// and the state store. All methods are thread-safe.
+class Scheduler {
+ public:
+  // Validates `options`, opens the state (restoring members, epoch, member
+  // id counter, shard map version and KV, with a full lease for every
+  // restored member) and starts serving. Errors: INVALID_ARGUMENT for bad
+  // options; FAILED_PRECONDITION for a data_dir that is not a scheduler's;
+  // UNAVAILABLE if the address cannot be bound; storage errors.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Start(
+      SchedulerOptions options);
+
+  // Shuts down (see Shutdown) and releases everything.
+  ~Scheduler();
+
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // The port actually bound.
+  int port() const { return port_; }
+  // "host:port" clients can dial: the listen host (127.0.0.1 for a wildcard
+  // host) and the bound port.
+  std::string address() const { return address_; }
+
+  // The current view.
+  v1::View CurrentView() const;
+
+  // Expires leases against clock->Now() at once (for tests driving a
+  // SimulatedClock; the scheduler also does it every lease_check_interval).
+  void CheckLeasesNow();
+
+  // Stops serving: ends WatchView streams and waiting KV gets, then the gRPC
+  // server and the lease thread. Idempotent; safe from any thread except a
+  // gRPC handler of this scheduler.
+  void Shutdown();
+
+  // Blocks until Shutdown has completed.
+  void Wait();
+
+ private:
+  Scheduler() = default;
+  absl::Status Init(SchedulerOptions options);
+  void LeaseLoop();
+
+  int port_ = 0;
+  std::string address_;
+  absl::Duration lease_check_interval_;
+  std::unique_ptr<scheduler_internal::StateStore> store_;
+  std::unique_ptr<scheduler_internal::Membership> membership_;
+  std::unique_ptr<scheduler_internal::KvStore> kv_;
+  std::unique_ptr<scheduler_internal::SchedulerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::thread lease_thread_;
+
+  absl::Mutex shutdown_call_mu_;  // serializes Shutdown calls
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// OK for "bsp", "asp" and "ssp:<s>" with s a non-negative integer;
+// INVALID_ARGUMENT otherwise. Used by the scheduler, the server and the CLI.
+absl::Status ValidateConsistency(const std::string& consistency);
+
+}  // namespace strata
+
+#endif  // STRATA_SCHEDULER_SCHEDULER_H_

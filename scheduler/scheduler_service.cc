@@ -1,0 +1,105 @@
+#include "scheduler/scheduler_service.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace strata::scheduler_internal {
+namespace {
+
+// How often a blocked call looks whether its client went away.
+constexpr absl::Duration kPollSlice = absl::Milliseconds(200);
+
+}  // namespace
+
+grpc::Status SchedulerService::Register(grpc::ServerContext* ctx,
+                                        const v1::RegisterRequest* req,
+                                        v1::RegisterResponse* resp) {
+  absl::StatusOr<v1::RegisterResponse> r = membership_->Register(*req);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *resp = *std::move(r);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::Heartbeat(grpc::ServerContext* ctx,
+                                         const v1::HeartbeatRequest* req,
+                                         v1::HeartbeatResponse* resp) {
+  absl::StatusOr<v1::HeartbeatResponse> r = membership_->Heartbeat(*req);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *resp = *std::move(r);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::Leave(grpc::ServerContext* ctx,
+                                     const v1::LeaveRequest* req,
+                                     v1::LeaveResponse* resp) {
+  return ToGrpcStatus(membership_->Leave(req->member_id()));
+}
+
+grpc::Status SchedulerService::GetView(grpc::ServerContext* ctx,
+                                       const v1::GetViewRequest* req,
+                                       v1::View* resp) {
+  *resp = membership_->View();
+  return grpc::Status::OK;
+}
+
+// Sends each view with a higher epoch than the last one sent; a slow reader
+// simply gets the latest when it catches up. Ends with UNAVAILABLE when the
+// scheduler shuts down, so the watcher reconnects.
+grpc::Status SchedulerService::WatchView(grpc::ServerContext* ctx,
+                                         const v1::WatchViewRequest* req,
+                                         grpc::ServerWriter<v1::View>* writer) {
+  uint64_t known = req->known_epoch();
+  while (!ctx->IsCancelled()) {
+    absl::StatusOr<v1::View> view = membership_->AwaitView(known, kPollSlice);
+    if (absl::IsDeadlineExceeded(view.status())) continue;
+    if (!view.ok()) return ToGrpcStatus(view.status());
+    if (!writer->Write(*view)) break;  // the watcher went away
+    known = view->epoch();
+  }
+  return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled");
+}
+
+grpc::Status SchedulerService::KvPut(grpc::ServerContext* ctx,
+                                     const v1::KvPutRequest* req,
+                                     v1::KvPutResponse* resp) {
+  absl::StatusOr<uint64_t> r =
+      kv_->Put(req->key(), req->value(), req->cas(), req->expected_revision());
+  if (!r.ok()) {
+    if (std::optional<uint64_t> cur = KvCurrentRevision(r.status())) {
+      ctx->AddTrailingMetadata(kKvRevisionMetadata, absl::StrCat(*cur));
+    }
+    return ToGrpcStatus(r.status());
+  }
+  resp->set_revision(*r);
+  return grpc::Status::OK;
+}
+
+// Waits in slices so a caller that gives up (or a shutdown) frees the thread.
+grpc::Status SchedulerService::KvGet(grpc::ServerContext* ctx,
+                                     const v1::KvGetRequest* req,
+                                     v1::KvGetResponse* resp) {
+  if (req->wait_ms() < 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("kv get: wait_ms must be >= 0, got ", req->wait_ms())));
+  }
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(req->wait_ms());
+  absl::StatusOr<v1::KvGetResponse> r;
+  do {
+    // A zero slice (wait_ms == 0) answers NOT_FOUND at once.
+    r = kv_->Get(req->key(), std::min(deadline - absl::Now(), kPollSlice));
+  } while (absl::IsDeadlineExceeded(r.status()) && absl::Now() < deadline &&
+           !ctx->IsCancelled());
+  if (absl::IsDeadlineExceeded(r.status())) {
+    r = absl::DeadlineExceededError(absl::StrCat("kv get: key '", req->key(),
+                                                 "' did not appear within ",
+                                                 req->wait_ms(), " ms"));
+  }
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *resp = *std::move(r);
+  return grpc::Status::OK;
+}
+
+}  // namespace strata::scheduler_internal

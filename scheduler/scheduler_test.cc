@@ -1,0 +1,411 @@
+#include "scheduler/scheduler.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "strata/v1/scheduler.grpc.pb.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+// A fresh empty directory under the test temp dir.
+std::string TempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  fs::path dir = fs::path(base != nullptr ? base : fs::temp_directory_path()) /
+                 absl::StrCat("scheduler_test_", getpid(), "_", name);
+  fs::remove_all(dir);
+  return dir.string();
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  // Starts a scheduler on the simulated clock and connects a stub to it.
+  void Start(SchedulerOptions options = {}) {
+    options.clock = &clock_;
+    auto s = Scheduler::Start(options);
+    ASSERT_TRUE(s.ok()) << s.status();
+    scheduler_ = *std::move(s);
+    stub_ = v1::Scheduler::NewStub(grpc::CreateChannel(
+        scheduler_->address(), grpc::InsecureChannelCredentials()));
+  }
+
+  absl::StatusOr<v1::RegisterResponse> Register(v1::Role role, int shard = 0,
+                                                std::string address = "") {
+    v1::RegisterRequest req;
+    req.set_role(role);
+    req.set_shard(shard);
+    req.set_address(address.empty() && role == v1::ROLE_SERVER
+                        ? absl::StrCat("10.0.0.1:", 7000 + shard)
+                        : address);
+    req.set_capacity(1.0);
+    grpc::ClientContext ctx;
+    v1::RegisterResponse resp;
+    absl::Status s = FromGrpcStatus(stub_->Register(&ctx, req, &resp));
+    if (!s.ok()) return s;
+    return resp;
+  }
+
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(uint64_t id,
+                                                  int64_t step = 0) {
+    v1::HeartbeatRequest req;
+    req.set_member_id(id);
+    req.set_clock(step);
+    req.set_samples_per_sec(100.0);
+    grpc::ClientContext ctx;
+    v1::HeartbeatResponse resp;
+    absl::Status s = FromGrpcStatus(stub_->Heartbeat(&ctx, req, &resp));
+    if (!s.ok()) return s;
+    return resp;
+  }
+
+  absl::Status Leave(uint64_t id) {
+    v1::LeaveRequest req;
+    req.set_member_id(id);
+    grpc::ClientContext ctx;
+    v1::LeaveResponse resp;
+    return FromGrpcStatus(stub_->Leave(&ctx, req, &resp));
+  }
+
+  absl::StatusOr<uint64_t> Put(const std::string& key, const std::string& value,
+                               bool cas = false, uint64_t expected = 0,
+                               std::string* current_revision = nullptr) {
+    v1::KvPutRequest req;
+    req.set_key(key);
+    req.set_value(value);
+    req.set_cas(cas);
+    req.set_expected_revision(expected);
+    grpc::ClientContext ctx;
+    v1::KvPutResponse resp;
+    absl::Status s = FromGrpcStatus(stub_->KvPut(&ctx, req, &resp));
+    if (current_revision != nullptr) {
+      auto it = ctx.GetServerTrailingMetadata().find("strata-kv-revision");
+      if (it != ctx.GetServerTrailingMetadata().end()) {
+        *current_revision = std::string(it->second.data(), it->second.size());
+      }
+    }
+    if (!s.ok()) return s;
+    return resp.revision();
+  }
+
+  absl::StatusOr<v1::KvGetResponse> Get(const std::string& key,
+                                        int64_t wait_ms = 0) {
+    v1::KvGetRequest req;
+    req.set_key(key);
+    req.set_wait_ms(wait_ms);
+    grpc::ClientContext ctx;
+    v1::KvGetResponse resp;
+    absl::Status s = FromGrpcStatus(stub_->KvGet(&ctx, req, &resp));
+    if (!s.ok()) return s;
+    return resp;
+  }
+
+  SimulatedClock clock_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<v1::Scheduler::Stub> stub_;
+};
+
+TEST_F(SchedulerTest, RegisterHeartbeatLeave) {
+  Start();
+  const uint64_t epoch0 = scheduler_->CurrentView().epoch();
+  auto reg = Register(v1::ROLE_WORKER);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  EXPECT_EQ(reg->member_id(), 1u);
+  EXPECT_EQ(reg->lease_ms(), 10000);
+  EXPECT_EQ(reg->view().epoch(), epoch0 + 1);
+  EXPECT_EQ(reg->view().workers_epoch(), epoch0 + 1);
+  ASSERT_EQ(reg->view().workers_size(), 1);
+  EXPECT_EQ(reg->view().workers(0).id(), 1u);
+  EXPECT_EQ(reg->view().workers(0).shard(), -1);
+  EXPECT_EQ(reg->view().consistency(), "bsp");
+
+  // Progress shows in the view without a new epoch.
+  auto hb = Heartbeat(1, /*step=*/7);
+  ASSERT_TRUE(hb.ok()) << hb.status();
+  EXPECT_EQ(hb->epoch(), epoch0 + 1);
+  v1::View view = scheduler_->CurrentView();
+  EXPECT_EQ(view.epoch(), epoch0 + 1);
+  EXPECT_EQ(view.workers(0).clock(), 7);
+  EXPECT_EQ(view.workers(0).samples_per_sec(), 100.0);
+
+  ASSERT_TRUE(Leave(1).ok());
+  view = scheduler_->CurrentView();
+  EXPECT_EQ(view.epoch(), epoch0 + 2);
+  EXPECT_EQ(view.workers_size(), 0);
+  EXPECT_TRUE(absl::IsNotFound(Heartbeat(1).status()));
+  EXPECT_TRUE(absl::IsNotFound(Leave(1)));
+  // Ids are never reused.
+  EXPECT_EQ(Register(v1::ROLE_WORKER)->member_id(), 2u);
+}
+
+TEST_F(SchedulerTest, LeaseExpiryRemovesMemberAndRaisesEpoch) {
+  Start();
+  const uint64_t w1 = Register(v1::ROLE_WORKER)->member_id();
+  const uint64_t w2 = Register(v1::ROLE_WORKER)->member_id();
+  const uint64_t epoch = scheduler_->CurrentView().epoch();
+  clock_.Advance(absl::Seconds(6));
+  ASSERT_TRUE(Heartbeat(w1).ok());
+  clock_.Advance(absl::Seconds(5));  // w2 is 11 s silent, w1 5 s
+  scheduler_->CheckLeasesNow();
+
+  v1::View view = scheduler_->CurrentView();
+  EXPECT_EQ(view.epoch(), epoch + 1);
+  EXPECT_EQ(view.workers_epoch(), epoch + 1);
+  ASSERT_EQ(view.workers_size(), 1);
+  EXPECT_EQ(view.workers(0).id(), w1);
+  EXPECT_TRUE(absl::IsNotFound(Heartbeat(w2).status()));
+  EXPECT_TRUE(Heartbeat(w1).ok());
+}
+
+TEST_F(SchedulerTest, ClientsHoldLeasesButStayOutOfTheView) {
+  Start();
+  const uint64_t epoch = scheduler_->CurrentView().epoch();
+  auto reg = Register(v1::ROLE_CLIENT);
+  ASSERT_TRUE(reg.ok());
+  EXPECT_EQ(reg->view().epoch(), epoch);
+  EXPECT_EQ(reg->view().workers_size(), 0);
+  EXPECT_TRUE(Heartbeat(reg->member_id()).ok());
+  EXPECT_TRUE(Leave(reg->member_id()).ok());
+  EXPECT_EQ(scheduler_->CurrentView().epoch(), epoch);
+}
+
+TEST_F(SchedulerTest, ServersOccupyOneShardSlotEach) {
+  Start({.num_shards = 2});
+  auto s0 = Register(v1::ROLE_SERVER, 0, "a:1");
+  ASSERT_TRUE(s0.ok()) << s0.status();
+  EXPECT_EQ(s0->view().shard_map().slots_size(), 2);
+  EXPECT_EQ(s0->view().shard_map().slots(0).member_id(), s0->member_id());
+  EXPECT_EQ(s0->view().shard_map().slots(0).address(), "a:1");
+  EXPECT_EQ(s0->view().shard_map().slots(1).member_id(), 0u);
+  const uint64_t version = s0->view().shard_map().version();
+
+  auto dup = Register(v1::ROLE_SERVER, 0, "b:1");
+  EXPECT_TRUE(absl::IsFailedPrecondition(dup.status())) << dup.status();
+  EXPECT_THAT(dup.status().message(), HasSubstr("already served"));
+  EXPECT_TRUE(absl::IsInvalidArgument(Register(v1::ROLE_SERVER, 2).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(Register(v1::ROLE_SERVER, -1).status()));
+  auto s1 = Register(v1::ROLE_SERVER, 1, "c:1");
+  ASSERT_TRUE(s1.ok());
+  EXPECT_EQ(s1->view().shard_map().version(), version + 1);
+
+  // Slot 0's server runs out; the slot is freed, then taken again.
+  clock_.Advance(absl::Seconds(6));
+  ASSERT_TRUE(Heartbeat(s1->member_id()).ok());
+  clock_.Advance(absl::Seconds(5));
+  scheduler_->CheckLeasesNow();
+  v1::View view = scheduler_->CurrentView();
+  EXPECT_EQ(view.shard_map().slots(0).member_id(), 0u);
+  EXPECT_EQ(view.shard_map().slots(0).address(), "");
+  EXPECT_EQ(view.shard_map().version(), version + 2);
+  auto again = Register(v1::ROLE_SERVER, 0, "b:1");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->view().shard_map().slots(0).address(), "b:1");
+  EXPECT_EQ(again->view().shard_map().version(), version + 3);
+  EXPECT_EQ(again->view().servers_size(), 2);
+}
+
+TEST_F(SchedulerTest, ExpiredServerSlotCanBeTakenBeforeTheLeaseCheck) {
+  Start({.lease_check_interval = absl::Hours(1)});
+  ASSERT_TRUE(Register(v1::ROLE_SERVER, 0, "a:1").ok());
+  clock_.Advance(absl::Seconds(11));
+  EXPECT_TRUE(Register(v1::ROLE_SERVER, 0, "b:1").ok());
+}
+
+TEST_F(SchedulerTest, WatchViewSeesChangesInOrderOfRisingEpoch) {
+  Start();
+  grpc::ClientContext ctx;
+  v1::WatchViewRequest req;
+  auto reader = stub_->WatchView(&ctx, req);
+  v1::View view;
+  ASSERT_TRUE(reader->Read(&view));  // the current view, at once
+  uint64_t last = view.epoch();
+  for (int i = 0; i < 3; ++i) {
+    const uint64_t id = Register(v1::ROLE_WORKER)->member_id();
+    ASSERT_TRUE(reader->Read(&view));
+    EXPECT_GT(view.epoch(), last);
+    EXPECT_EQ(view.workers_size(), i + 1);
+    EXPECT_EQ(view.workers(i).id(), id);
+    last = view.epoch();
+  }
+  ASSERT_TRUE(Leave(1).ok());
+  ASSERT_TRUE(reader->Read(&view));
+  EXPECT_EQ(view.epoch(), last + 1);
+  EXPECT_EQ(view.workers_size(), 2);
+  ctx.TryCancel();
+  while (reader->Read(&view)) {
+  }
+  reader->Finish();
+}
+
+TEST_F(SchedulerTest, WatchViewFromAKnownEpochWaitsForANewerOne) {
+  Start();
+  grpc::ClientContext ctx;
+  v1::WatchViewRequest req;
+  req.set_known_epoch(scheduler_->CurrentView().epoch());
+  auto reader = stub_->WatchView(&ctx, req);
+  ASSERT_TRUE(Register(v1::ROLE_WORKER).ok());
+  v1::View view;
+  ASSERT_TRUE(reader->Read(&view));
+  EXPECT_EQ(view.workers_size(), 1);
+  ctx.TryCancel();
+  while (reader->Read(&view)) {
+  }
+  reader->Finish();
+}
+
+TEST_F(SchedulerTest, ShutdownEndsWatchStreams) {
+  Start();
+  grpc::ClientContext ctx;
+  auto reader = stub_->WatchView(&ctx, v1::WatchViewRequest());
+  v1::View view;
+  ASSERT_TRUE(reader->Read(&view));
+  const absl::Time start = absl::Now();
+  std::thread stopper([&] { scheduler_->Shutdown(); });
+  EXPECT_FALSE(reader->Read(&view));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+  stopper.join();
+  scheduler_->Wait();
+  scheduler_->Shutdown();  // idempotent
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST_F(SchedulerTest, KvPutGetAndCompareAndSet) {
+  Start();
+  EXPECT_EQ(*Put("a", "1"), 1u);
+  EXPECT_EQ(*Put("a", "2"), 2u);
+  auto got = Get("a");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->value(), "2");
+  EXPECT_EQ(got->revision(), 2u);
+
+  EXPECT_EQ(*Put("a", "3", /*cas=*/true, 2), 3u);
+  std::string current;
+  auto bad = Put("a", "x", /*cas=*/true, 2, &current);
+  EXPECT_TRUE(absl::IsFailedPrecondition(bad.status())) << bad.status();
+  EXPECT_EQ(current, "3");
+  EXPECT_EQ(Get("a")->value(), "3");
+  EXPECT_EQ(*Put("b", "new", /*cas=*/true, 0), 1u);
+  EXPECT_TRUE(absl::IsFailedPrecondition(Put("b", "y", true, 0).status()));
+}
+
+TEST_F(SchedulerTest, KvGetWaits) {
+  Start();
+  EXPECT_TRUE(absl::IsNotFound(Get("late").status()));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(Get("never", 300).status()));
+  std::thread writer([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    ASSERT_TRUE(Put("late", "here").ok());
+  });
+  auto got = Get("late", 10000);
+  writer.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->value(), "here");
+}
+
+TEST_F(SchedulerTest, RestartOnTheSameDataDirCarriesOn) {
+  const std::string dir = TempDir("restart");
+  Start({.data_dir = dir, .num_shards = 2});
+  const uint64_t server = Register(v1::ROLE_SERVER, 1, "s:1")->member_id();
+  const uint64_t worker = Register(v1::ROLE_WORKER)->member_id();
+  const uint64_t gone = Register(v1::ROLE_WORKER)->member_id();
+  ASSERT_TRUE(Leave(gone).ok());
+  ASSERT_TRUE(Put("k", "v").ok());
+  ASSERT_TRUE(Put("k", "v2").ok());
+  const v1::View before = scheduler_->CurrentView();
+  scheduler_.reset();
+
+  clock_.Advance(absl::Hours(1));  // leases restart in full regardless
+  Start({.data_dir = dir, .num_shards = 2});
+  v1::View after = scheduler_->CurrentView();
+  EXPECT_EQ(after.epoch(), before.epoch());
+  EXPECT_EQ(after.workers_epoch(), before.workers_epoch());
+  EXPECT_EQ(after.shard_map().version(), before.shard_map().version());
+  ASSERT_EQ(after.workers_size(), 1);
+  EXPECT_EQ(after.workers(0).id(), worker);
+  EXPECT_EQ(after.shard_map().slots(1).member_id(), server);
+  scheduler_->CheckLeasesNow();
+  EXPECT_TRUE(Heartbeat(worker).ok());
+  EXPECT_TRUE(Heartbeat(server).ok());
+  EXPECT_EQ(Register(v1::ROLE_WORKER)->member_id(), gone + 1);
+  auto got = Get("k");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->value(), "v2");
+  EXPECT_EQ(got->revision(), 2u);
+  EXPECT_EQ(*Put("k", "v3"), 3u);
+}
+
+TEST_F(SchedulerTest, BadRequestsAreRejected) {
+  Start();
+  auto bad_role = Register(v1::ROLE_UNSPECIFIED);
+  EXPECT_TRUE(absl::IsInvalidArgument(bad_role.status()));
+  EXPECT_THAT(bad_role.status().message(), HasSubstr("role"));
+  v1::RegisterRequest req;
+  req.set_role(v1::ROLE_WORKER);
+  req.set_capacity(-1);
+  grpc::ClientContext ctx;
+  v1::RegisterResponse resp;
+  grpc::Status s = stub_->Register(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("capacity"));
+  auto no_address = Register(v1::ROLE_SERVER, 0, "");
+  EXPECT_TRUE(no_address.ok());  // the helper fills in an address
+  v1::RegisterRequest server;
+  server.set_role(v1::ROLE_SERVER);
+  grpc::ClientContext ctx2;
+  EXPECT_EQ(stub_->Register(&ctx2, server, &resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::IsInvalidArgument(Put("", "v").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(Get("").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(Get("k", -1).status()));
+}
+
+TEST(SchedulerStartTest, RejectsBadOptions) {
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(Scheduler::Start({.num_shards = 0}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      Scheduler::Start({.consistency = "bsp2"}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      Scheduler::Start({.lease = absl::ZeroDuration()}).status()));
+}
+
+TEST(SchedulerStartTest, RefusesADataDirThatIsNotOurs) {
+  const std::string dir = TempDir("foreign");
+  fs::create_directories(dir);
+  std::ofstream(fs::path(dir) / "precious.txt") << "data";
+  auto s = Scheduler::Start({.data_dir = dir});
+  EXPECT_TRUE(absl::IsFailedPrecondition(s.status())) << s.status();
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "precious.txt"));
+}
+
+TEST(SchedulerStartTest, TwoSchedulersCannotShareAPort) {
+  auto a = Scheduler::Start({});
+  ASSERT_TRUE(a.ok());
+  auto b = Scheduler::Start({.listen_address = (*a)->address()});
+  EXPECT_TRUE(absl::IsUnavailable(b.status())) << b.status();
+}
+
+TEST(ValidateConsistencyTest, AcceptsTheThreeModes) {
+  EXPECT_TRUE(ValidateConsistency("bsp").ok());
+  EXPECT_TRUE(ValidateConsistency("asp").ok());
+  EXPECT_TRUE(ValidateConsistency("ssp:0").ok());
+  EXPECT_TRUE(ValidateConsistency("ssp:3").ok());
+  for (const char* bad :
+       {"", "BSP", "ssp", "ssp:", "ssp:-1", "ssp:x", "ssp:+2"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ValidateConsistency(bad))) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace strata

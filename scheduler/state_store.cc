@@ -1,0 +1,150 @@
+#include "scheduler/state_store.h"
+
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "rocksdb/options.h"
+
+namespace strata::scheduler_internal {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kMetaPrefix[] = "meta/";
+constexpr char kMemberPrefix[] = "member/";
+constexpr char kKvPrefix[] = "kv/";
+
+std::string MemberKey(uint64_t id) {
+  return absl::StrFormat("%s%020d", kMemberPrefix, id);
+}
+
+absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  std::string msg = absl::StrCat("scheduler state: ", what, ": ", s.ToString());
+  if (s.IsIOError()) return absl::UnavailableError(msg);
+  if (s.IsCorruption()) return absl::DataLossError(msg);
+  return absl::InternalError(msg);
+}
+
+// Makes sure `dir` is ours (has the marker) or is new/empty, and marks it.
+absl::Status ClaimDirectory(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "scheduler data_dir ", dir.string(), " is not a directory"));
+  }
+  const fs::path marker = dir / kMarkerFile;
+  if (fs::exists(marker, ec)) return absl::OkStatus();
+  if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "scheduler data_dir ", dir.string(),
+        " is not empty and is not a Strata scheduler directory (no ",
+        kMarkerFile, " marker); refusing to use it"));
+  }
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot create scheduler data_dir ", dir.string(), ": ", ec.message()));
+  }
+  std::ofstream out(marker);
+  out << "strata scheduler state v1\n";
+  out.close();
+  if (!out) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot write ", marker.string()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoadRecord(absl::string_view key, absl::string_view value,
+                        PersistedState& state) {
+  if (absl::ConsumePrefix(&key, kMetaPrefix)) {
+    uint64_t v = 0;
+    if (!absl::SimpleAtoi(value, &v)) {
+      return absl::DataLossError(absl::StrCat("bad meta value for ", key));
+    }
+    if (key == "epoch") state.epoch = v;
+    if (key == "workers_epoch") state.workers_epoch = v;
+    if (key == "next_member_id") state.next_member_id = v;
+    if (key == "shard_map_version") state.shard_map_version = v;
+    return absl::OkStatus();
+  }
+  if (absl::ConsumePrefix(&key, kMemberPrefix)) {
+    v1::Member m;
+    if (!m.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+      return absl::DataLossError(absl::StrCat("bad member record ", key));
+    }
+    state.members.push_back(std::move(m));
+    return absl::OkStatus();
+  }
+  if (absl::ConsumePrefix(&key, kKvPrefix)) {
+    v1::KvGetResponse e;
+    if (!e.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+      return absl::DataLossError(absl::StrCat("bad kv record ", key));
+    }
+    state.kv[std::string(key)] = std::move(e);
+    return absl::OkStatus();
+  }
+  return absl::OkStatus();  // unknown records: from a newer version; ignore
+}
+
+}  // namespace
+
+void StateBatch::PutMeta(const std::string& name, uint64_t value) {
+  batch_.Put(absl::StrCat(kMetaPrefix, name), absl::StrCat(value));
+}
+
+void StateBatch::PutMember(const v1::Member& member) {
+  batch_.Put(MemberKey(member.id()), member.SerializeAsString());
+}
+
+void StateBatch::DeleteMember(uint64_t id) { batch_.Delete(MemberKey(id)); }
+
+void StateBatch::PutKv(const std::string& key, const v1::KvGetResponse& entry) {
+  batch_.Put(absl::StrCat(kKvPrefix, key), entry.SerializeAsString());
+}
+
+absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
+    const std::string& data_dir) {
+  if (data_dir.empty()) {
+    return std::unique_ptr<StateStore>(new StateStore(nullptr));
+  }
+  const fs::path dir(data_dir);
+  if (absl::Status s = ClaimDirectory(dir); !s.ok()) return s;
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s =
+      rocksdb::DB::Open(options, (dir / "state").string(), &raw);
+  if (!s.ok()) return FromRocks(s, "open");
+  return std::unique_ptr<StateStore>(
+      new StateStore(std::unique_ptr<rocksdb::DB>(raw)));
+}
+
+absl::StatusOr<PersistedState> StateStore::Load() const {
+  PersistedState state;
+  if (db_ == nullptr) return state;
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    state.fresh = false;
+    absl::Status s = LoadRecord(
+        absl::string_view(it->key().data(), it->key().size()),
+        absl::string_view(it->value().data(), it->value().size()), state);
+    if (!s.ok()) return s;
+  }
+  if (absl::Status s = FromRocks(it->status(), "load"); !s.ok()) return s;
+  return state;
+}
+
+absl::Status StateStore::Write(StateBatch& batch) {
+  if (db_ == nullptr) return absl::OkStatus();
+  return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch.batch_), "write");
+}
+
+}  // namespace strata::scheduler_internal

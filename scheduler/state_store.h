@@ -1,0 +1,82 @@
+// Durable state of the scheduler (DESIGN.md §6): members, epochs, the member
+// id counter, the shard map version and the rendezvous KV, kept in RocksDB so
+// a restarted scheduler carries on. Private to scheduler/.
+//
+// Layout in data_dir: a marker file (kMarkerFile) saying the directory is a
+// Strata scheduler's, and the RocksDB database in "state/". Keys:
+//   meta/<name>   -> decimal uint64 (epoch, workers_epoch, next_member_id,
+//                    shard_map_version)
+//   member/<id>   -> serialized v1::Member (id as 20 zero-padded digits)
+//   kv/<key>      -> serialized v1::KvGetResponse (value and revision)
+// Leases are not stored: a restarted scheduler grants every member a full
+// lease, since absolute times from before the restart mean nothing.
+#ifndef STRATA_SCHEDULER_STATE_STORE_H_
+#define STRATA_SCHEDULER_STATE_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "rocksdb/db.h"
+#include "rocksdb/write_batch.h"
+#include "strata/v1/common.pb.h"
+#include "strata/v1/scheduler.pb.h"
+
+namespace strata::scheduler_internal {
+
+inline constexpr char kMarkerFile[] = "STRATA_SCHEDULER";
+
+// Everything a scheduler restores at start.
+struct PersistedState {
+  bool fresh = true;  // nothing was stored before
+  uint64_t epoch = 0;
+  uint64_t workers_epoch = 0;
+  uint64_t next_member_id = 1;
+  uint64_t shard_map_version = 0;
+  std::vector<v1::Member> members;              // by rising id
+  std::map<std::string, v1::KvGetResponse> kv;  // value and revision
+};
+
+// A set of writes applied atomically by StateStore::Write.
+class StateBatch {
+ public:
+  void PutMeta(const std::string& name, uint64_t value);
+  void PutMember(const v1::Member& member);
+  void DeleteMember(uint64_t id);
+  void PutKv(const std::string& key, const v1::KvGetResponse& entry);
+
+ private:
+  friend class StateStore;
+  rocksdb::WriteBatch batch_;
+};
+
+// RocksDB-backed store, or a no-op one when data_dir is empty (the scheduler
+// then keeps its state in memory only). Thread-safe (RocksDB is).
+class StateStore {
+ public:
+  // Opens (creating if needed) the state in `data_dir`; "" gives an in-memory
+  // store. Errors: FAILED_PRECONDITION if data_dir is a non-empty directory
+  // without our marker, or not a directory; INTERNAL/IO errors from RocksDB.
+  static absl::StatusOr<std::unique_ptr<StateStore>> Open(
+      const std::string& data_dir);
+
+  // Reads everything stored. Errors: DATA_LOSS on a record that does not
+  // parse.
+  absl::StatusOr<PersistedState> Load() const;
+
+  // Applies `batch` atomically (a no-op in memory). Errors from RocksDB.
+  absl::Status Write(StateBatch& batch);
+
+ private:
+  explicit StateStore(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
+
+  std::unique_ptr<rocksdb::DB> db_;  // null: in memory only
+};
+
+}  // namespace strata::scheduler_internal
+
+#endif  // STRATA_SCHEDULER_STATE_STORE_H_

@@ -1,0 +1,269 @@
+#include "server/parameter_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <deque>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/scheduler_client.h"
+#include "common/consistency.h"
+#include "common/status.h"
+#include "server/shard.h"
+#include "storage/data_dir.h"
+#include "storage/ram_tier.h"
+#include "strata/v1/ps.grpc.pb.h"
+
+namespace strata {
+namespace {
+
+// gRPC edge: each handler calls the Shard and converts the status.
+class Service final : public v1::ParameterServer::Service {
+ public:
+  Service(Shard* shard, ParameterServer* owner) : shard_(shard), owner_(owner) {}
+
+  grpc::Status RegisterChunks(grpc::ServerContext*, const v1::RegisterChunksRequest* req,
+                              v1::RegisterChunksResponse* resp) override {
+    auto r = shard_->Register(*req);
+    if (r.ok()) *resp = *r;
+    return ToGrpcStatus(r.status());
+  }
+
+  grpc::Status Push(grpc::ServerContext*, const v1::PushRequest* req,
+                    v1::PushResponse* resp) override {
+    auto r = shard_->Push(*req, req->data());
+    if (r.ok()) *resp = *r;
+    return ToGrpcStatus(r.status());
+  }
+
+  grpc::Status Pull(grpc::ServerContext*, const v1::PullRequest* req,
+                    v1::PullResponse* resp) override {
+    auto r = shard_->Pull(*req, resp->mutable_data());
+    if (!r.ok()) return ToGrpcStatus(r.status());
+    resp->set_version(r->version);
+    resp->set_min_clock(r->min_clock);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Snapshot(grpc::ServerContext*, const v1::SnapshotRequest* req,
+                        v1::SnapshotResponse* resp) override {
+    if (req->step() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "negative step");
+    auto path = owner_->SnapshotNow(req->step());
+    if (!path.ok()) return ToGrpcStatus(path.status());
+    resp->set_step(req->step());
+    resp->set_path(*path);
+    resp->set_chunks(shard_->num_chunks());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Stats(grpc::ServerContext*, const v1::StatsRequest*,
+                     v1::StatsResponse* resp) override {
+    shard_->FillStats(resp);
+    return grpc::Status::OK;
+  }
+
+ private:
+  Shard* shard_;
+  ParameterServer* owner_;
+};
+
+}  // namespace
+
+struct ParameterServer::Impl {
+  ServerOptions options;
+  std::unique_ptr<Shard> shard;
+  std::unique_ptr<DataDir> data_dir;
+  std::unique_ptr<Service> service;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<SchedulerClient> scheduler;
+  int port = 0;
+  std::string address;
+  int64_t restored_step = -1;
+
+  // Automatic snapshots are written by one background thread, so the push
+  // that closes a step does not wait for the disk.
+  absl::Mutex snap_mu;
+  std::deque<std::pair<int64_t, std::unique_ptr<RamTier>>> snap_queue ABSL_GUARDED_BY(snap_mu);
+  int snap_busy ABSL_GUARDED_BY(snap_mu) = 0;
+  bool stopping ABSL_GUARDED_BY(snap_mu) = false;
+  std::thread snap_thread;
+  absl::Mutex write_mu;  // one snapshot write at a time
+  absl::Mutex shutdown_mu;
+  bool shut_down ABSL_GUARDED_BY(shutdown_mu) = false;
+
+  absl::StatusOr<std::string> Write(int64_t step, const ChunkTier& capture) {
+    if (!data_dir) return absl::FailedPreconditionError("this server has no --data_dir");
+    absl::MutexLock lock(&write_mu);
+    STRATA_RETURN_IF_ERROR(data_dir->WriteSnapshot(step, capture, shard->GroupsMetadata(),
+                                                   options.keep_snapshots));
+    return data_dir->SnapshotPath(step);
+  }
+
+  void SnapshotLoop() {
+    for (;;) {
+      std::pair<int64_t, std::unique_ptr<RamTier>> job;
+      {
+        absl::MutexLock lock(&snap_mu);
+        snap_mu.Await(absl::Condition(
+            +[](Impl* i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i->snap_mu) {
+              return i->stopping || !i->snap_queue.empty();
+            },
+            this));
+        if (snap_queue.empty()) return;
+        job = std::move(snap_queue.front());
+        snap_queue.pop_front();
+        snap_busy++;
+      }
+      auto written = Write(job.first, *job.second);
+      if (!written.ok()) {
+        std::fprintf(stderr, "strata server: snapshot of step %lld failed: %s\n",
+                     static_cast<long long>(job.first), written.status().ToString().c_str());
+      }
+      absl::MutexLock lock(&snap_mu);
+      snap_busy--;
+    }
+  }
+};
+
+ParameterServer::ParameterServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ParameterServer::~ParameterServer() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(ServerOptions options) {
+  if (options.shard < 0) return absl::InvalidArgumentError("--shard must be >= 0");
+  if (options.snapshot_every < 0) return absl::InvalidArgumentError("--snapshot_every must be >= 0");
+  if (options.keep_snapshots < 1) return absl::InvalidArgumentError("--keep_snapshots must be >= 1");
+  if (options.scheduler_address.empty() && options.consistency.empty()) options.consistency = "bsp";
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+
+  // The job's consistency: ours, checked against the scheduler's when known.
+  std::unique_ptr<SchedulerClient> scheduler;
+  std::string consistency_text = options.consistency;
+  if (!options.consistency.empty()) {
+    STRATA_RETURN_IF_ERROR(ParseConsistency(options.consistency).status());
+  }
+
+  if (!options.data_dir.empty()) {
+    STRATA_ASSIGN_OR_RETURN(impl->data_dir,
+                            DataDir::Open(options.data_dir, absl::StrCat("shard-", options.shard)));
+  }
+
+  // Start gRPC first: the address we register must already answer.
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &impl->port);
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  grpc::ResourceQuota quota("strata-server");
+  quota.SetMaxThreads(options.max_threads);
+  builder.SetResourceQuota(quota);
+
+  // The shard needs the consistency before any request; with a scheduler we
+  // learn it from the view, so connect before building the shard.
+  if (!options.scheduler_address.empty() && consistency_text.empty()) {
+    // Peek at the job's setting without registering yet.
+    SchedulerClientOptions peek;
+    peek.scheduler_address = options.scheduler_address;
+    peek.role = v1::ROLE_CLIENT;
+    STRATA_ASSIGN_OR_RETURN(auto probe, SchedulerClient::Connect(peek));
+    consistency_text = probe->view().consistency();
+    if (consistency_text.empty()) consistency_text = "bsp";
+  }
+  STRATA_ASSIGN_OR_RETURN(Consistency consistency, ParseConsistency(consistency_text));
+  ShardOptions shard_options;
+  shard_options.consistency = consistency;
+  shard_options.max_wait = options.max_wait;
+  shard_options.view_wait = options.view_wait;
+  shard_options.snapshot_every = options.snapshot_every;
+  shard_options.clock = options.clock;
+  impl->shard = std::make_unique<Shard>(shard_options);
+
+  if (impl->data_dir) {
+    STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> latest, impl->data_dir->LatestSnapshot());
+    if (latest.has_value()) {
+      RamTier records;
+      STRATA_ASSIGN_OR_RETURN(std::string meta, impl->data_dir->LoadSnapshot(*latest, records));
+      STRATA_RETURN_IF_ERROR(impl->shard->Restore(meta, records));
+      impl->restored_step = *latest;
+    }
+  }
+
+  auto owner = std::unique_ptr<ParameterServer>(new ParameterServer(std::move(impl)));
+  Impl& me = *owner->impl_;
+  me.service = std::make_unique<Service>(me.shard.get(), owner.get());
+  builder.RegisterService(me.service.get());
+  me.server = builder.BuildAndStart();
+  if (!me.server || me.port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen_address));
+  }
+  me.address = options.advertise_address.empty() ? absl::StrCat("127.0.0.1:", me.port)
+                                                 : options.advertise_address;
+  me.snap_thread = std::thread([&me] { me.SnapshotLoop(); });
+  me.shard->set_snapshot_sink([&me](int64_t step, std::unique_ptr<RamTier> capture) {
+    absl::MutexLock lock(&me.snap_mu);
+    me.snap_queue.emplace_back(step, std::move(capture));
+  });
+
+  if (!options.scheduler_address.empty()) {
+    SchedulerClientOptions so;
+    so.scheduler_address = options.scheduler_address;
+    so.role = v1::ROLE_SERVER;
+    so.address = me.address;
+    so.shard = options.shard;
+    so.clock = options.clock;
+    STRATA_ASSIGN_OR_RETURN(me.scheduler, SchedulerClient::Connect(so));
+    const v1::View view = me.scheduler->view();
+    if (!view.consistency().empty() && view.consistency() != consistency.ToString()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "this server runs '", consistency.ToString(), "' but the job runs '",
+          view.consistency(), "'"));
+    }
+    Shard* shard = me.shard.get();
+    me.scheduler->AddViewListener([shard](const v1::View& v) { shard->UpdateView(v); });
+    shard->UpdateView(me.scheduler->view());
+  }
+  return owner;
+}
+
+int ParameterServer::port() const { return impl_->port; }
+std::string ParameterServer::address() const { return impl_->address; }
+Shard& ParameterServer::shard() { return *impl_->shard; }
+int64_t ParameterServer::restored_step() const { return impl_->restored_step; }
+
+absl::StatusOr<std::string> ParameterServer::SnapshotNow(int64_t step) {
+  std::unique_ptr<RamTier> capture = impl_->shard->CaptureAll();
+  return impl_->Write(step, *capture);
+}
+
+void ParameterServer::FlushSnapshots() {
+  Impl& me = *impl_;
+  absl::MutexLock lock(&me.snap_mu);
+  me.snap_mu.Await(absl::Condition(
+      +[](Impl* i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i->snap_mu) {
+        return i->snap_queue.empty() && i->snap_busy == 0;
+      },
+      &me));
+}
+
+void ParameterServer::Shutdown() {
+  Impl& me = *impl_;
+  // Held throughout: a second caller (the destructor after a signal-driven
+  // shutdown) returns only once the first has finished.
+  absl::MutexLock shutdown_lock(&me.shutdown_mu);
+  if (me.shut_down) return;
+  me.shut_down = true;
+  me.scheduler.reset();  // leaves the cluster
+  if (me.server) me.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  FlushSnapshots();
+  {
+    absl::MutexLock lock(&me.snap_mu);
+    me.stopping = true;
+  }
+  if (me.snap_thread.joinable()) me.snap_thread.join();
+}
+
+void ParameterServer::Wait() {
+  if (impl_->server) impl_->server->Wait();
+}
+
+}  // namespace strata

@@ -1,0 +1,68 @@
+// The parameter-server process's core: a Shard behind a gRPC service, joined
+// to the cluster through the scheduler, with snapshots in a data directory.
+#ifndef STRATA_SERVER_PARAMETER_SERVER_H_
+#define STRATA_SERVER_PARAMETER_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+
+namespace strata {
+
+class Shard;
+
+struct ServerOptions {
+  std::string listen_address = "127.0.0.1:0";  // port 0: pick a free one
+  // Address other members dial; "" = 127.0.0.1:<bound port>.
+  std::string advertise_address;
+  // "" = standalone: no scheduler; the view is set by tests (SetWorkers).
+  std::string scheduler_address;
+  int shard = 0;  // the shard slot this server serves
+  // Where snapshots live; "" = none. A snapshot found here at start is loaded.
+  std::string data_dir;
+  // bsp | ssp:<s> | asp. With a scheduler, "" means "the job's setting from
+  // the view"; a setting that differs from the view's is an error.
+  std::string consistency;
+  int64_t snapshot_every = 0;  // BSP: automatic snapshot every N steps
+  int keep_snapshots = 3;
+  absl::Duration max_wait = absl::Seconds(120);  // longest gate wait
+  absl::Duration view_wait = absl::Seconds(5);
+  int max_threads = 256;  // gRPC handler threads (gate waits hold one each)
+  Clock* clock = Clock::Real();
+};
+
+// Thread-safe handle to a running server. Destruction shuts it down.
+class ParameterServer {
+ public:
+  // Validates options, opens the data dir (refusing one that is not ours),
+  // restores the latest snapshot, starts gRPC and registers with the
+  // scheduler. Errors: INVALID_ARGUMENT (bad option), FAILED_PRECONDITION or
+  // DATA_LOSS (data dir), UNAVAILABLE (port or scheduler).
+  static absl::StatusOr<std::unique_ptr<ParameterServer>> Start(ServerOptions options);
+  ~ParameterServer();
+
+  int port() const;
+  std::string address() const;  // the advertised address
+  Shard& shard();
+  // Writes a snapshot of the current state tagged `step`; returns its path.
+  absl::StatusOr<std::string> SnapshotNow(int64_t step);
+  // Step of the snapshot restored at start, or -1.
+  int64_t restored_step() const;
+  // Blocks until automatic snapshots queued so far are written.
+  void FlushSnapshots();
+  void Shutdown();  // idempotent
+  void Wait();      // until Shutdown
+
+  struct Impl;
+
+ private:
+  explicit ParameterServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SERVER_PARAMETER_SERVER_H_

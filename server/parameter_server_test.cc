@@ -1,0 +1,194 @@
+// The parameter server over real gRPC on 127.0.0.1, with a real scheduler
+// and real RocksDB snapshots.
+#include "server/parameter_server.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "client/ps_client.h"
+#include "client/scheduler_client.h"
+#include "scheduler/scheduler.h"
+#include "server/shard.h"
+
+namespace strata {
+namespace {
+
+std::string TempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string dir = std::string(base ? base : "/tmp") + "/strata_ps_test_" + name + "_" +
+                    std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+struct Cluster {
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<ParameterServer> server;
+  std::unique_ptr<SchedulerClient> worker;
+  std::unique_ptr<PsClient> ps;
+};
+
+std::unique_ptr<Scheduler> StartScheduler(const std::string& consistency = "bsp") {
+  SchedulerOptions so;
+  so.num_shards = 1;
+  so.consistency = consistency;
+  auto s = Scheduler::Start(so);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return std::move(*s);
+}
+
+absl::StatusOr<std::unique_ptr<ParameterServer>> StartServer(const Scheduler& s,
+                                                             const std::string& data_dir) {
+  ServerOptions o;
+  o.scheduler_address = s.address();
+  o.data_dir = data_dir;
+  o.max_wait = absl::Seconds(10);
+  return ParameterServer::Start(o);
+}
+
+ModelSpec Model() {
+  ModelSpec m;
+  m.chunk_bytes = 4 * 100;
+  m.tensors.push_back({"w", {250}, "adam"});
+  m.tensors.push_back({"b", {3}, "adam"});
+  v1::InitSpec normal;
+  normal.set_kind(v1::InitSpec::NORMAL);
+  normal.set_scale(0.1f);
+  normal.set_seed(7);
+  m.inits = {normal, v1::InitSpec()};
+  v1::GroupSpec g;
+  g.set_name("adam");
+  g.mutable_optimizer()->set_kind(v1::OptimizerConfig::ADAM);
+  g.mutable_optimizer()->set_lr(0.01f);
+  m.groups.push_back(g);
+  return m;
+}
+
+void Connect(Cluster& c) {
+  SchedulerClientOptions wo;
+  wo.scheduler_address = c.scheduler->address();
+  auto worker = SchedulerClient::Connect(wo);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  c.worker = std::move(*worker);
+  auto ps = PsClient::Create(PsClientOptions(), c.worker.get());
+  ASSERT_TRUE(ps.ok());
+  c.ps = std::move(*ps);
+  ASSERT_TRUE(c.ps->RegisterModel(Model()).ok());
+  // The server must see this worker before it accepts its pushes.
+  ASSERT_TRUE(c.worker->WaitForView([](const v1::View& v) { return v.workers_size() == 1; },
+                                    absl::Seconds(10)).ok());
+}
+
+void TrainSteps(PsClient& ps, int64_t first, int64_t steps) {
+  std::vector<float> w(250), b(3);
+  for (int64_t t = first; t < first + steps; ++t) {
+    ASSERT_TRUE(ps.PullTensor(0, w.data(), t, t).ok());
+    for (size_t i = 0; i < w.size(); ++i) w[i] = w[i] - 0.5f + 0.01f * i;  // some gradient
+    ASSERT_TRUE(ps.PushTensor(0, w.data(), t, 4).ok());
+    ASSERT_TRUE(ps.PushTensor(1, b.data(), t, 4).ok());
+  }
+}
+
+TEST(ParameterServer, TrainsThroughTheClientAndCountsVersions) {
+  Cluster c;
+  c.scheduler = StartScheduler();
+  auto server = StartServer(*c.scheduler, "");
+  ASSERT_TRUE(server.ok()) << server.status();
+  c.server = std::move(*server);
+  Connect(c);
+  // Initial weights follow the InitSpec, and are the same on every pull.
+  std::vector<float> w0(250), w1(250);
+  ASSERT_TRUE(c.ps->PullTensor(0, w0.data(), 0, 0).ok());
+  ASSERT_TRUE(c.ps->PullTensor(0, w1.data(), 0, 0).ok());
+  EXPECT_EQ(w0, w1);
+  EXPECT_NE(w0[0], 0.0f);
+  TrainSteps(*c.ps, 0, 5);
+  auto stats = c.ps->Stats();
+  ASSERT_TRUE(stats.ok());
+  ASSERT_EQ(stats->size(), 1u);
+  EXPECT_EQ((*stats)[0].chunks(), 4u);  // w: 100+100+50, b: 3
+  for (const auto& [id, version] : (*stats)[0].chunk_versions()) EXPECT_EQ(version, 5u);
+  ASSERT_TRUE(c.ps->PullTensor(0, w1.data(), 5, 5).ok());
+  EXPECT_NE(w0, w1);
+}
+
+TEST(ParameterServer, SnapshotRestoreIsBitIdentical) {
+  const std::string dir = TempDir("snapshot");
+  std::unique_ptr<RamTier> before;
+  {
+    Cluster c;
+    c.scheduler = StartScheduler();
+    auto server = StartServer(*c.scheduler, dir);
+    ASSERT_TRUE(server.ok()) << server.status();
+    c.server = std::move(*server);
+    Connect(c);
+    TrainSteps(*c.ps, 0, 3);
+    ASSERT_TRUE(c.ps->SnapshotAll(3).ok());
+    before = c.server->shard().CaptureAll();
+  }
+  auto scheduler = StartScheduler();
+  auto server = StartServer(*scheduler, dir);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ((*server)->restored_step(), 3);
+  std::unique_ptr<RamTier> after = (*server)->shard().CaptureAll();
+  ASSERT_EQ(after->size(), before->size());
+  ASSERT_TRUE(before->ForEach([&](const ChunkRecord& a) -> absl::Status {
+    auto b = after->Get(a.id);
+    EXPECT_TRUE(b.ok());
+    if (!b.ok()) return b.status();
+    EXPECT_EQ(a.version, b->version);
+    EXPECT_EQ(a.spec, b->spec);
+    EXPECT_EQ(0, std::memcmp(a.weights.data(), b->weights.data(), a.weights.size() * 4));
+    EXPECT_EQ(a.slots.size(), b->slots.size());
+    for (size_t s = 0; s < a.slots.size() && s < b->slots.size(); ++s) {
+      EXPECT_EQ(0, std::memcmp(a.slots[s].data(), b->slots[s].data(), a.slots[s].size() * 4));
+    }
+    return absl::OkStatus();
+  }).ok());
+}
+
+TEST(ParameterServer, RefusesADataDirThatIsNotOurs) {
+  const std::string dir = TempDir("foreign");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/precious.txt") << "not strata";
+  auto scheduler = StartScheduler();
+  auto server = StartServer(*scheduler, dir);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kFailedPrecondition) << server.status();
+  EXPECT_TRUE(std::filesystem::exists(dir + "/precious.txt"));  // nothing lost
+}
+
+TEST(ParameterServer, RefusesAConsistencyOtherThanTheJobs) {
+  auto scheduler = StartScheduler("asp");
+  ServerOptions o;
+  o.scheduler_address = scheduler->address();
+  o.consistency = "bsp";
+  EXPECT_EQ(ParameterServer::Start(o).status().code(), absl::StatusCode::kFailedPrecondition);
+  o.consistency = "ssp:x";
+  EXPECT_EQ(ParameterServer::Start(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ParameterServer, PushFromANonMemberIsRefusedOverTheWire) {
+  Cluster c;
+  c.scheduler = StartScheduler();
+  auto server = StartServer(*c.scheduler, "");
+  ASSERT_TRUE(server.ok());
+  c.server = std::move(*server);
+  Connect(c);
+  // A tool (ROLE_CLIENT) is not a worker of the view: its pushes are refused.
+  SchedulerClientOptions to;
+  to.scheduler_address = c.scheduler->address();
+  to.role = v1::ROLE_CLIENT;
+  auto tool = SchedulerClient::Connect(to);
+  ASSERT_TRUE(tool.ok());
+  auto ps = PsClient::Create(PsClientOptions(), tool->get());
+  ASSERT_TRUE(ps.ok());
+  ASSERT_TRUE((*ps)->RegisterModel(Model()).ok());  // idempotent
+  std::vector<float> g(250, 1.0f);
+  EXPECT_EQ((*ps)->PushTensor(0, g.data(), 0, 1).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,484 @@
+#include "server/shard.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/bf16.h"
+#include "common/chunk_plan.h"
+#include "common/check.h"
+#include "common/status.h"
+#include "server/init.h"
+
+namespace strata {
+namespace {
+
+bool SameMessage(const google::protobuf::Message& a, const google::protobuf::Message& b) {
+  return a.SerializeAsString() == b.SerializeAsString();
+}
+
+size_t ElementBytes(v1::DType dtype) { return dtype == v1::DTYPE_BF16 ? 2 : 4; }
+
+absl::Status ValidateChunkSpec(const v1::ChunkSpec& s) {
+  if (s.tensor().empty()) return absl::InvalidArgumentError("chunk spec without a tensor name");
+  if (s.numel() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", s.tensor(), "#", s.index(), " is empty"));
+  }
+  if (s.chunk_id() != ChunkId(s.tensor(), s.index())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk id ", s.chunk_id(), " is not the stable id of ", s.tensor(), "#", s.index()));
+  }
+  uint64_t numel = 1;
+  for (int64_t d : s.tensor_shape()) {
+    if (d <= 0) return absl::InvalidArgumentError(absl::StrCat("tensor ", s.tensor(), " has a non-positive dimension"));
+    numel *= static_cast<uint64_t>(d);
+  }
+  if (s.tensor_shape().empty() || s.offset() + s.numel() > numel) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", s.tensor(), "#", s.index(),
+                                                   " lies outside its tensor's shape"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Shard::Shard(ShardOptions options) : options_(std::move(options)) {}
+Shard::~Shard() = default;
+
+absl::StatusOr<v1::RegisterChunksResponse> Shard::Register(const v1::RegisterChunksRequest& req) {
+  absl::MutexLock lock(&table_mu_);
+  // Validate everything before changing anything, so a bad request leaves
+  // the shard as it was.
+  absl::flat_hash_map<std::string, OptimizerParams> new_groups;
+  for (const v1::GroupSpec& g : req.groups()) {
+    if (g.name().empty()) return absl::InvalidArgumentError("optimizer group without a name");
+    STRATA_ASSIGN_OR_RETURN(OptimizerParams params, OptimizerParamsFromProto(g.optimizer()));
+    auto it = groups_.find(g.name());
+    if (it != groups_.end()) {
+      if (!SameMessage(it->second->spec, g)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "optimizer group '", g.name(), "' is already registered with a different config"));
+      }
+      continue;
+    }
+    new_groups[g.name()] = params;
+  }
+  absl::flat_hash_map<std::string, std::vector<int64_t>> shapes;
+  for (const v1::ChunkSpec& s : req.chunks()) {
+    STRATA_RETURN_IF_ERROR(ValidateChunkSpec(s));
+    if (!groups_.contains(s.group()) && !new_groups.contains(s.group())) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk ", s.tensor(), "#", s.index(),
+                                                     " names unknown optimizer group '", s.group(), "'"));
+    }
+    std::vector<int64_t> shape(s.tensor_shape().begin(), s.tensor_shape().end());
+    auto known = tensor_shapes_.find(s.tensor());
+    auto& seen = known != tensor_shapes_.end() ? known->second : shapes.try_emplace(s.tensor(), shape).first->second;
+    if (seen != shape) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tensor '", s.tensor(), "' is registered with shape [", absl::StrJoin(seen, ","),
+          "], not [", absl::StrJoin(shape, ","), "]"));
+    }
+    auto c = chunks_.find(s.chunk_id());
+    if (c != chunks_.end() && !SameMessage(c->second->spec, s)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "chunk ", s.tensor(), "#", s.index(), " is already registered with a different spec"));
+    }
+  }
+  for (const v1::GroupSpec& g : req.groups()) {
+    if (!new_groups.contains(g.name())) continue;
+    auto group = std::make_unique<Group>();
+    group->spec = g;
+    group->params = new_groups[g.name()];
+    groups_[g.name()] = std::move(group);
+  }
+  for (auto& [name, shape] : shapes) tensor_shapes_[name] = shape;
+  v1::RegisterChunksResponse resp;
+  for (const v1::ChunkSpec& s : req.chunks()) {
+    if (chunks_.contains(s.chunk_id())) {
+      resp.set_existing(resp.existing() + 1);
+      continue;
+    }
+    STRATA_RETURN_IF_ERROR(CreateChunk(s, groups_[s.group()].get(), nullptr));
+    resp.set_created(resp.created() + 1);
+  }
+  return resp;
+}
+
+absl::Status Shard::CreateChunk(const v1::ChunkSpec& spec, const Group* group,
+                                const ChunkRecord* restored) {
+  auto c = std::make_unique<Chunk>();
+  c->spec = spec;
+  c->group = group;
+  const size_t n = spec.numel();
+  const int slots = NumStateSlots(group->params);
+  absl::MutexLock lock(&c->mu);
+  if (restored != nullptr) {
+    if (restored->weights.size() != n || static_cast<int>(restored->slots.size()) != slots) {
+      return absl::DataLossError(absl::StrCat("snapshot record for ", spec.tensor(), "#",
+                                              spec.index(), " does not match its spec"));
+    }
+    c->rec = *restored;
+  } else {
+    c->rec.id = spec.chunk_id();
+    c->rec.spec = spec.SerializeAsString();
+    c->rec.weights.resize(n);
+    FillInit(spec.init(), spec.chunk_id(), c->rec.weights.data(), n);
+    c->rec.slots.assign(slots, std::vector<float>(n, 0.0f));
+  }
+  chunks_[spec.chunk_id()] = std::move(c);
+  num_chunks_++;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Shard::Chunk*> Shard::FindChunk(uint64_t id) const {
+  absl::MutexLock lock(&table_mu_);
+  auto it = chunks_.find(id);
+  if (it == chunks_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown chunk ", id, " on this server"));
+  }
+  return it->second.get();
+}
+
+Shard::ViewState Shard::view() const {
+  absl::MutexLock lock(&view_mu_);
+  return view_;
+}
+
+void Shard::UpdateView(const v1::View& v) {
+  {
+    absl::MutexLock lock(&view_mu_);
+    if (v.epoch() < view_.epoch) return;  // views only move forward
+    view_.epoch = v.epoch();
+    view_.workers.clear();
+    view_.joined_epoch.clear();
+    for (const v1::Member& m : v.workers()) {
+      view_.workers.push_back(m.id());
+      view_.joined_epoch[m.id()] = m.joined_epoch();
+    }
+    std::sort(view_.workers.begin(), view_.workers.end());
+    view_changed_.SignalAll();
+  }
+  const ViewState now = view();
+  std::vector<Chunk*> all;
+  {
+    absl::MutexLock lock(&table_mu_);
+    for (auto& [id, c] : chunks_) all.push_back(c.get());
+  }
+  auto live = [&now](uint64_t id) {
+    return std::binary_search(now.workers.begin(), now.workers.end(), id);
+  };
+  for (Chunk* c : all) {
+    absl::MutexLock lock(&c->mu);
+    // A worker that left takes its unfinished step with it: its samples are
+    // handed out again, so its pushes must not count.
+    for (auto it = c->open.begin(); it != c->open.end();) {
+      it = live(it->first) ? std::next(it) : c->open.erase(it);
+    }
+    absl::erase_if(c->clocks, [&](const auto& kv) { return !live(kv.first); });
+    MaybeCloseStep(*c, now);
+    c->changed.SignalAll();
+  }
+}
+
+absl::Status Shard::CheckMember(const v1::PushRequest& req) {
+  absl::MutexLock lock(&view_mu_);
+  auto is_member = [this, &req]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(view_mu_) {
+    return std::binary_search(view_.workers.begin(), view_.workers.end(), req.member_id());
+  };
+  // A worker can know a newer view than this server: give ours a moment.
+  const absl::Time deadline = absl::Now() + options_.view_wait;
+  while (!is_member() && view_.epoch < req.epoch()) {
+    if (view_changed_.WaitWithDeadline(&view_mu_, deadline)) break;
+  }
+  if (!is_member()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "member ", req.member_id(), " is not a live worker in view epoch ", view_.epoch));
+  }
+  // A gradient computed under an older view is still a valid gradient (a
+  // BSP step closes on whoever remains), so only an epoch from before this
+  // member joined is stale: it cannot be this member's current work.
+  const uint64_t joined = view_.joined_epoch[req.member_id()];
+  if (req.epoch() < joined) {
+    return absl::AbortedError(absl::StrCat("push stamped with epoch ", req.epoch(),
+                                           " is stale: member ", req.member_id(),
+                                           " joined at epoch ", joined,
+                                           "; refresh the view and retry the step"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Shard::DecodeGradient(const v1::PushRequest& req, absl::string_view data,
+                                   uint64_t numel, std::vector<float>* out,
+                                   bool* nonfinite) {
+  if (req.dtype() != v1::DTYPE_F32 && req.dtype() != v1::DTYPE_BF16 &&
+      req.dtype() != v1::DTYPE_UNSPECIFIED) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown gradient dtype ", req.dtype()));
+  }
+  const size_t want = numel * ElementBytes(req.dtype());
+  if (data.size() != want) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", req.chunk_id(), " expects ", want,
+                                                   " bytes of gradient, got ", data.size()));
+  }
+  out->resize(numel);
+  if (req.dtype() == v1::DTYPE_BF16) {
+    std::vector<uint16_t> raw(numel);
+    std::memcpy(raw.data(), data.data(), want);
+    Bf16ToFloat(raw.data(), out->data(), numel);
+  } else {
+    std::memcpy(out->data(), data.data(), want);
+  }
+  if (!AllFinite(out->data(), numel)) {
+    counters_.rejected_nonfinite++;
+    *nonfinite = true;
+    return absl::InvalidArgumentError(absl::StrCat("gradient for chunk ", req.chunk_id(),
+                                                   " step ", req.step(), " has NaN or Inf; rejected"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req, absl::string_view data) {
+  counters_.bytes_in += data.size();
+  bool nonfinite = false;
+  auto result = [&]() -> absl::StatusOr<v1::PushResponse> {
+    STRATA_ASSIGN_OR_RETURN(Chunk * c, FindChunk(req.chunk_id()));
+    if (req.num_samples() == 0) return absl::InvalidArgumentError("push with num_samples == 0");
+    if (req.step() < 0) return absl::InvalidArgumentError("push with a negative step");
+    STRATA_RETURN_IF_ERROR(CheckMember(req));
+    std::vector<float> grad;
+    STRATA_RETURN_IF_ERROR(DecodeGradient(req, data, c->spec.numel(), &grad, &nonfinite));
+    if (options_.consistency.mode == Consistency::kBsp) return PushBsp(*c, req, std::move(grad));
+    return PushAsync(*c, req, grad);
+  }();
+  if (!result.ok() && !nonfinite) counters_.rejected_other++;
+  return result;
+}
+
+absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c, const v1::PushRequest& req,
+                                                std::vector<float> grad) {
+  const ViewState now = view();
+  absl::MutexLock lock(&c.mu);
+  v1::PushResponse resp;
+  const int64_t open_step = static_cast<int64_t>(c.rec.version);
+  if (req.step() < open_step) {
+    // A retry of a push that already counted is fine; anything else is late.
+    if (req.step() == open_step - 1 && c.last_closed.contains(req.member_id())) {
+      resp.set_version(c.rec.version);
+      return resp;
+    }
+    return absl::AbortedError(absl::StrCat("step ", req.step(), " of chunk ", req.chunk_id(),
+                                           " already closed (open step is ", open_step, ")"));
+  }
+  if (req.step() > open_step) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "push for step ", req.step(), " but chunk ", req.chunk_id(), " is at step ", open_step,
+        ": pull version ", req.step(), " before computing that step"));
+  }
+  if (!c.open.contains(req.member_id())) {
+    c.open[req.member_id()] = Contribution{req.num_samples(), std::move(grad)};
+  }
+  const uint64_t before = c.rec.version;
+  MaybeCloseStep(c, now);
+  resp.set_version(c.rec.version);
+  resp.set_applied(c.rec.version != before);
+  return resp;
+}
+
+void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
+  if (c.open.empty() || options_.consistency.mode != Consistency::kBsp) return;
+  for (uint64_t w : view.workers) {
+    if (!c.open.contains(w)) return;
+  }
+  // Sample-weighted mean, summed in member-id order (std::map), so the
+  // result does not depend on the order pushes arrived in.
+  uint64_t total = 0;
+  for (const auto& [id, contrib] : c.open) total += contrib.samples;
+  const size_t n = c.spec.numel();
+  std::vector<float> mean(n, 0.0f);
+  for (const auto& [id, contrib] : c.open) {
+    const float weight = static_cast<float>(static_cast<double>(contrib.samples) / total);
+    const float* g = contrib.grad.data();
+    for (size_t i = 0; i < n; ++i) mean[i] += weight * g[i];
+  }
+  const int64_t step = static_cast<int64_t>(c.rec.version);
+  ApplyGradient(c, mean.data(), step);
+  c.last_closed.clear();
+  for (const auto& [id, contrib] : c.open) c.last_closed.insert(id);
+  c.open.clear();
+  c.changed.SignalAll();
+  if (options_.snapshot_every > 0 &&
+      static_cast<int64_t>(c.rec.version) % options_.snapshot_every == 0) {
+    CaptureForSnapshot(c);
+  }
+}
+
+void Shard::ApplyGradient(Chunk& c, const float* grad, int64_t step) {
+  const OptimizerParams& p = c.group->params;
+  const float lr = ScheduledLr(p, step);
+  const int64_t t = static_cast<int64_t>(c.rec.version) + 1;
+  float* m = c.rec.slots.size() > 0 ? c.rec.slots[0].data() : nullptr;
+  float* v = c.rec.slots.size() > 1 ? c.rec.slots[1].data() : nullptr;
+  ApplyUpdate(p, lr, t, c.rec.weights.data(), m, v, grad, c.rec.weights.size());
+  c.rec.version++;
+  counters_.pushes_applied++;
+}
+
+absl::StatusOr<v1::PushResponse> Shard::PushAsync(Chunk& c, const v1::PushRequest& req,
+                                                  const std::vector<float>& grad) {
+  absl::MutexLock lock(&c.mu);
+  ApplyGradient(c, grad.data(), req.step());
+  int64_t& clock = c.clocks[req.member_id()];
+  clock = std::max(clock, req.step() + 1);
+  c.changed.SignalAll();
+  v1::PushResponse resp;
+  resp.set_version(c.rec.version);
+  resp.set_applied(true);
+  return resp;
+}
+
+int64_t Shard::MinClock(const Chunk& c, const ViewState& view) const {
+  int64_t min_clock = INT64_MAX;
+  for (uint64_t w : view.workers) {
+    auto it = c.clocks.find(w);
+    // A live worker not yet seen on this chunk has pushed nothing: clock 0.
+    min_clock = std::min(min_clock, it == c.clocks.end() ? 0 : it->second);
+  }
+  return min_clock == INT64_MAX ? 0 : min_clock;
+}
+
+absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req, std::string* out) {
+  STRATA_ASSIGN_OR_RETURN(Chunk * c, FindChunk(req.chunk_id()));
+  if (req.dtype() != v1::DTYPE_F32 && req.dtype() != v1::DTYPE_BF16 &&
+      req.dtype() != v1::DTYPE_UNSPECIFIED) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown pull dtype ", req.dtype()));
+  }
+  counters_.pulls++;
+  const Consistency& mode = options_.consistency;
+  const uint64_t member = req.member_id();
+  auto is_worker = [this, member] {
+    const ViewState now = view();
+    return std::binary_search(now.workers.begin(), now.workers.end(), member);
+  };
+  const bool worker = is_worker();
+  uint64_t need_version = req.min_version();
+  absl::MutexLock lock(&c->mu);
+  if (mode.mode == Consistency::kBsp && worker && req.clock() >= 0) {
+    // Step `clock` cannot close before this worker pushes it, so a version
+    // beyond its clock can never come.
+    if (req.min_version() > static_cast<uint64_t>(req.clock())) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "pull of chunk ", req.chunk_id(), " for version ", req.min_version(),
+          " can never be served: the requester at clock ", req.clock(),
+          " must push step ", req.clock(), " first"));
+    }
+    need_version = std::max<uint64_t>(need_version, req.clock());
+  }
+  if (mode.mode == Consistency::kSsp && worker && req.clock() >= 0) {
+    c->clocks.try_emplace(member, req.clock());
+  }
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) {
+    if (c->rec.version < need_version) return false;
+    if (mode.mode != Consistency::kSsp || !worker || req.clock() < 0) return true;
+    return MinClock(*c, view()) >= req.clock() - mode.staleness;
+  };
+  const absl::Time deadline = absl::Now() + options_.max_wait;
+  while (!ready()) {
+    if (c->changed.WaitWithDeadline(&c->mu, deadline) && !ready()) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "pull of chunk ", req.chunk_id(), " waited ", absl::FormatDuration(options_.max_wait),
+          " at the gate (version ", c->rec.version, ", wanted ", need_version, ")"));
+    }
+  }
+  PullResult result;
+  result.version = c->rec.version;
+  result.min_clock = MinClock(*c, view());
+  const size_t n = c->rec.weights.size();
+  if (req.dtype() == v1::DTYPE_BF16) {
+    out->resize(n * 2);
+    FloatToBf16(c->rec.weights.data(), reinterpret_cast<uint16_t*>(out->data()), n);
+  } else {
+    out->assign(reinterpret_cast<const char*>(c->rec.weights.data()), n * 4);
+  }
+  counters_.bytes_out += out->size();
+  return result;
+}
+
+void Shard::CaptureForSnapshot(const Chunk& c) {
+  absl::MutexLock lock(&snap_mu_);
+  auto& capture = pending_snapshots_[static_cast<int64_t>(c.rec.version)];
+  if (!capture) capture = std::make_unique<RamTier>();
+  (void)capture->Put(c.rec);
+  if (capture->size() < num_chunks_.load()) return;
+  const int64_t step = static_cast<int64_t>(c.rec.version);
+  std::unique_ptr<RamTier> done = std::move(capture);
+  pending_snapshots_.erase(step);
+  if (snapshot_sink_) snapshot_sink_(step, std::move(done));
+}
+
+void Shard::set_snapshot_sink(SnapshotSink sink) {
+  absl::MutexLock lock(&snap_mu_);
+  snapshot_sink_ = std::move(sink);
+}
+
+size_t Shard::num_chunks() const { return num_chunks_.load(); }
+
+std::unique_ptr<RamTier> Shard::CaptureAll() const {
+  std::vector<Chunk*> all;
+  {
+    absl::MutexLock lock(&table_mu_);
+    for (auto& [id, c] : chunks_) all.push_back(c.get());
+  }
+  auto capture = std::make_unique<RamTier>();
+  for (Chunk* c : all) {
+    absl::MutexLock lock(&c->mu);
+    (void)capture->Put(c->rec);
+  }
+  return capture;
+}
+
+std::string Shard::GroupsMetadata() const {
+  absl::MutexLock lock(&table_mu_);
+  v1::RegisterChunksRequest meta;
+  for (const auto& [name, g] : groups_) *meta.add_groups() = g->spec;
+  std::sort(meta.mutable_groups()->begin(), meta.mutable_groups()->end(),
+            [](const auto& a, const auto& b) { return a.name() < b.name(); });
+  return meta.SerializeAsString();
+}
+
+absl::Status Shard::Restore(const std::string& metadata, const ChunkTier& records) {
+  v1::RegisterChunksRequest meta;
+  if (!meta.ParseFromString(metadata)) return absl::DataLossError("snapshot metadata is corrupt");
+  STRATA_RETURN_IF_ERROR(Register(meta).status());  // the groups
+  return records.ForEach([this](const ChunkRecord& rec) -> absl::Status {
+    v1::ChunkSpec spec;
+    if (!spec.ParseFromString(rec.spec)) {
+      return absl::DataLossError(absl::StrCat("snapshot chunk ", rec.id, " has a corrupt spec"));
+    }
+    STRATA_RETURN_IF_ERROR(ValidateChunkSpec(spec));
+    absl::MutexLock lock(&table_mu_);
+    auto g = groups_.find(spec.group());
+    if (g == groups_.end()) {
+      return absl::DataLossError(absl::StrCat("snapshot chunk ", rec.id, " names unknown group ", spec.group()));
+    }
+    tensor_shapes_[spec.tensor()] = {spec.tensor_shape().begin(), spec.tensor_shape().end()};
+    return CreateChunk(spec, g->second.get(), &rec);
+  });
+}
+
+void Shard::FillStats(v1::StatsResponse* out) const {
+  out->set_pushes_applied(counters_.pushes_applied);
+  out->set_pushes_rejected_nonfinite(counters_.rejected_nonfinite);
+  out->set_pushes_rejected_other(counters_.rejected_other);
+  out->set_pulls(counters_.pulls);
+  out->set_bytes_in(counters_.bytes_in);
+  out->set_bytes_out(counters_.bytes_out);
+  absl::MutexLock lock(&table_mu_);
+  out->set_chunks(chunks_.size());
+  for (const auto& [id, c] : chunks_) {
+    absl::MutexLock chunk_lock(&c->mu);
+    (*out->mutable_chunk_versions())[id] = c->rec.version;
+  }
+}
+
+}  // namespace strata

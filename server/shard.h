@@ -1,0 +1,178 @@
+// The state of one parameter-server shard: its chunks (weights, optimizer
+// state, version), the job's consistency gate, and the update rule. It knows
+// nothing of gRPC; server/service.cc adapts it to the wire.
+//
+// Consistency (DESIGN.md §3):
+//  - bsp: a chunk's open step t closes once every live worker of the view has
+//    pushed step t; the update is the sample-weighted mean of those pushes,
+//    summed in member-id order (so the result does not depend on arrival
+//    order). Pulls at clock c wait for version >= c. A worker that leaves the
+//    view has its pushes for the open step dropped (its samples go back in the
+//    queue) and the step closes on the workers that remain.
+//  - ssp:s: pushes apply at once; a pull at clock c waits until every live
+//    worker's clock on that chunk is >= c - s.
+//  - asp: pushes apply at once; pulls wait only for an explicit min_version.
+#ifndef STRATA_SERVER_SHARD_H_
+#define STRATA_SERVER_SHARD_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/consistency.h"
+#include "kernels/optimizer.h"
+#include "storage/ram_tier.h"
+#include "strata/v1/common.pb.h"
+#include "strata/v1/ps.pb.h"
+
+namespace strata {
+
+struct ShardOptions {
+  Consistency consistency;
+  // Longest a pull (or a push waiting for the view) may wait at the gate
+  // before DEADLINE_EXCEEDED.
+  absl::Duration max_wait = absl::Seconds(120);
+  // How long a push from a member not yet in this shard's view waits for the
+  // view to catch up before FAILED_PRECONDITION.
+  absl::Duration view_wait = absl::Seconds(5);
+  // BSP: capture a consistent snapshot every N closed steps (0: never).
+  int64_t snapshot_every = 0;
+  Clock* clock = Clock::Real();
+};
+
+// Counters, for Stats and tests.
+struct ShardCounters {
+  std::atomic<uint64_t> pushes_applied{0};
+  std::atomic<uint64_t> rejected_nonfinite{0};
+  std::atomic<uint64_t> rejected_other{0};
+  std::atomic<uint64_t> pulls{0};
+  std::atomic<uint64_t> bytes_in{0};
+  std::atomic<uint64_t> bytes_out{0};
+};
+
+// What a pull returns besides the data.
+struct PullResult {
+  uint64_t version = 0;
+  int64_t min_clock = 0;
+};
+
+// Called with a complete, consistent capture of every chunk at `step`
+// (BSP auto-snapshots). Runs on the thread that closed the last chunk.
+using SnapshotSink = std::function<void(int64_t step, std::unique_ptr<RamTier> capture)>;
+
+// Thread-safe. Each chunk has its own lock, so pushes and pulls of different
+// chunks run in parallel; the view and the chunk table have one lock each.
+class Shard {
+ public:
+  explicit Shard(ShardOptions options);
+  ~Shard();
+
+  // Declares groups and chunks (idempotent; see ps.proto RegisterChunks).
+  absl::StatusOr<v1::RegisterChunksResponse> Register(const v1::RegisterChunksRequest& req);
+
+  // Applies a new view: the live workers and the epochs they joined at.
+  // Drops open-step pushes of workers that left and closes BSP
+  // steps that were waiting only for them.
+  void UpdateView(const v1::View& view);
+
+  // Handles one gradient push. `data` holds numel values in `req.dtype()`
+  // (req.data() is ignored; the caller passes the payload separately so it
+  // can come from a zero-copy buffer). Errors as in ps.proto.
+  absl::StatusOr<v1::PushResponse> Push(const v1::PushRequest& req, absl::string_view data);
+
+  // Serves a pull: waits at the gate, then writes the chunk's weights in
+  // req.dtype() to `out` (resized to fit).
+  absl::StatusOr<PullResult> Pull(const v1::PullRequest& req, std::string* out);
+
+  // Copies every chunk's current state into a new RamTier (each chunk is
+  // copied under its own lock; callers wanting a cross-chunk consistent cut
+  // use auto-snapshots in BSP, or quiesce workers first).
+  std::unique_ptr<RamTier> CaptureAll() const;
+
+  // Serialized GroupSpecs (snapshot metadata) and restoring from a snapshot.
+  std::string GroupsMetadata() const;
+  absl::Status Restore(const std::string& metadata, const ChunkTier& records);
+
+  void set_snapshot_sink(SnapshotSink sink);
+  const ShardCounters& counters() const { return counters_; }
+  void FillStats(v1::StatsResponse* out) const;
+  size_t num_chunks() const;
+
+ private:
+  struct Group {
+    v1::GroupSpec spec;
+    OptimizerParams params;
+  };
+  struct Contribution {
+    uint64_t samples = 0;
+    std::vector<float> grad;
+  };
+  struct Chunk {
+    mutable absl::Mutex mu;
+    absl::CondVar changed;
+    v1::ChunkSpec spec;  // immutable after creation
+    const Group* group = nullptr;  // immutable after creation; owned by groups_
+    ChunkRecord rec ABSL_GUARDED_BY(mu);
+    // BSP: pushes of the open step (step == rec.version), by member id.
+    std::map<uint64_t, Contribution> open ABSL_GUARDED_BY(mu);
+    absl::flat_hash_set<uint64_t> last_closed ABSL_GUARDED_BY(mu);
+    // SSP: each worker's clock on this chunk (steps pushed).
+    absl::flat_hash_map<uint64_t, int64_t> clocks ABSL_GUARDED_BY(mu);
+  };
+  struct ViewState {
+    uint64_t epoch = 0;
+    std::vector<uint64_t> workers;  // sorted
+    absl::flat_hash_map<uint64_t, uint64_t> joined_epoch;  // worker -> epoch it joined at
+  };
+
+  absl::StatusOr<Chunk*> FindChunk(uint64_t id) const;
+  absl::Status CheckMember(const v1::PushRequest& req);
+  absl::Status DecodeGradient(const v1::PushRequest& req, absl::string_view data,
+                              uint64_t numel, std::vector<float>* out, bool* nonfinite);
+  absl::StatusOr<v1::PushResponse> PushBsp(Chunk& c, const v1::PushRequest& req,
+                                           std::vector<float> grad);
+  absl::StatusOr<v1::PushResponse> PushAsync(Chunk& c, const v1::PushRequest& req,
+                                             const std::vector<float>& grad);
+  // Closes the open BSP step of `c` if every live worker contributed.
+  void MaybeCloseStep(Chunk& c, const ViewState& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  void ApplyGradient(Chunk& c, const float* grad, int64_t step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  int64_t MinClock(const Chunk& c, const ViewState& view) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  void CaptureForSnapshot(const Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  ViewState view() const;
+  absl::Status CreateChunk(const v1::ChunkSpec& spec, const Group* group,
+                           const ChunkRecord* restored);
+
+  const ShardOptions options_;
+  ShardCounters counters_;
+  std::atomic<size_t> num_chunks_{0};
+
+  mutable absl::Mutex table_mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Group>> groups_ ABSL_GUARDED_BY(table_mu_);
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Chunk>> chunks_ ABSL_GUARDED_BY(table_mu_);
+  // tensor name -> shape, to refuse one name registered with two shapes.
+  absl::flat_hash_map<std::string, std::vector<int64_t>> tensor_shapes_ ABSL_GUARDED_BY(table_mu_);
+
+  mutable absl::Mutex view_mu_;
+  absl::CondVar view_changed_;
+  ViewState view_ ABSL_GUARDED_BY(view_mu_);
+
+  absl::Mutex snap_mu_;
+  SnapshotSink snapshot_sink_ ABSL_GUARDED_BY(snap_mu_);
+  // step -> captured chunks so far (BSP auto-snapshots).
+  std::map<int64_t, std::unique_ptr<RamTier>> pending_snapshots_ ABSL_GUARDED_BY(snap_mu_);
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SERVER_SHARD_H_

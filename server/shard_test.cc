@@ -1,0 +1,280 @@
+#include "server/shard.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "common/chunk_plan.h"
+
+namespace strata {
+namespace {
+
+constexpr int kN = 8;  // elements per test chunk
+
+// Every worker joined at `joined_epoch`.
+v1::View MakeView(uint64_t epoch, std::vector<uint64_t> workers, uint64_t joined_epoch) {
+  v1::View v;
+  v.set_epoch(epoch);
+  v.set_workers_epoch(joined_epoch);
+  for (uint64_t w : workers) {
+    auto* m = v.add_workers();
+    m->set_id(w);
+    m->set_joined_epoch(joined_epoch);
+  }
+  return v;
+}
+
+// Plain SGD with lr 1: an update subtracts the aggregated gradient, so
+// weights show exactly what was applied.
+v1::RegisterChunksRequest OneChunk(const std::string& tensor = "w") {
+  v1::RegisterChunksRequest req;
+  auto* g = req.add_groups();
+  g->set_name("g");
+  g->mutable_optimizer()->set_kind(v1::OptimizerConfig::SGD);
+  g->mutable_optimizer()->set_lr(1.0f);
+  auto* c = req.add_chunks();
+  c->set_chunk_id(ChunkId(tensor, 0));
+  c->set_tensor(tensor);
+  c->set_numel(kN);
+  c->set_group("g");
+  c->add_tensor_shape(kN);
+  return req;
+}
+
+std::string Bytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+}
+
+v1::PushRequest PushReq(uint64_t member, int64_t step, uint64_t samples, uint64_t epoch = 1) {
+  v1::PushRequest r;
+  r.set_member_id(member);
+  r.set_epoch(epoch);
+  r.set_chunk_id(ChunkId("w", 0));
+  r.set_step(step);
+  r.set_num_samples(samples);
+  return r;
+}
+
+std::vector<float> PullNow(Shard& shard, uint64_t member, int64_t clock, uint64_t* version = nullptr) {
+  v1::PullRequest r;
+  r.set_member_id(member);
+  r.set_chunk_id(ChunkId("w", 0));
+  r.set_clock(clock);
+  std::string out;
+  auto res = shard.Pull(r, &out);
+  EXPECT_TRUE(res.ok()) << res.status();
+  if (version != nullptr && res.ok()) *version = res->version;
+  std::vector<float> w(out.size() / 4);
+  std::memcpy(w.data(), out.data(), out.size());
+  return w;
+}
+
+ShardOptions Opts(const char* mode, absl::Duration max_wait = absl::Seconds(5)) {
+  ShardOptions o;
+  o.consistency = *ParseConsistency(mode);
+  o.max_wait = max_wait;
+  o.view_wait = absl::Milliseconds(50);
+  return o;
+}
+
+TEST(Shard, RegistrationIsIdempotentAndChecked) {
+  Shard shard(Opts("bsp"));
+  auto first = shard.Register(OneChunk());
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->created(), 1u);
+  auto again = shard.Register(OneChunk());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->existing(), 1u);
+
+  auto other_shape = OneChunk();
+  other_shape.mutable_chunks(0)->set_tensor_shape(0, kN * 2);
+  EXPECT_EQ(shard.Register(other_shape).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  auto other_group = OneChunk();
+  other_group.mutable_groups(0)->mutable_optimizer()->set_lr(0.5f);
+  EXPECT_EQ(shard.Register(other_group).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  auto unknown_group = OneChunk("v");
+  unknown_group.clear_groups();
+  unknown_group.mutable_chunks(0)->set_group("nope");
+  EXPECT_EQ(shard.Register(unknown_group).status().code(), absl::StatusCode::kInvalidArgument);
+
+  auto bad_id = OneChunk("u");
+  bad_id.mutable_chunks(0)->set_chunk_id(12345);
+  EXPECT_EQ(shard.Register(bad_id).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard.num_chunks(), 1u);
+}
+
+TEST(Shard, BadPushesAreRejectedAndLeaveWeightsUntouched) {
+  Shard shard(Opts("asp"));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(3, {7}, 2));
+  const std::vector<float> before = PullNow(shard, 7, -1);
+  std::vector<float> g(kN, 1.0f);
+
+  auto unknown = PushReq(7, 0, 1, 3);
+  unknown.set_chunk_id(99);
+  EXPECT_EQ(shard.Push(unknown, Bytes(g)).status().code(), absl::StatusCode::kInvalidArgument);
+
+  std::vector<float> short_grad(kN - 1, 1.0f);
+  EXPECT_EQ(shard.Push(PushReq(7, 0, 1, 3), Bytes(short_grad)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  std::vector<float> nan = g;
+  nan[3] = std::numeric_limits<float>::quiet_NaN();
+  auto status = shard.Push(PushReq(7, 0, 1, 3), Bytes(nan)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("NaN"), absl::string_view::npos);
+  std::vector<float> inf = g;
+  inf[0] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(shard.Push(PushReq(7, 0, 1, 3), Bytes(inf)).ok());
+  EXPECT_EQ(shard.counters().rejected_nonfinite.load(), 2u);
+
+  EXPECT_EQ(shard.Push(PushReq(8, 0, 1, 3), Bytes(g)).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // not a member
+  EXPECT_EQ(shard.Push(PushReq(7, 0, 1, 1), Bytes(g)).status().code(),
+            absl::StatusCode::kAborted);  // stamped before the member joined
+  EXPECT_EQ(shard.Push(PushReq(7, 0, 0, 3), Bytes(g)).status().code(),
+            absl::StatusCode::kInvalidArgument);  // zero samples
+
+  EXPECT_EQ(PullNow(shard, 7, -1), before);
+  EXPECT_EQ(shard.counters().pushes_applied.load(), 0u);
+}
+
+TEST(Shard, BspClosesAStepOnceEveryWorkerPushedWithSampleWeights) {
+  Shard shard(Opts("bsp"));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(1, {1, 2}, 1));
+  auto a = shard.Push(PushReq(1, 0, 3), Bytes(std::vector<float>(kN, 1.0f)));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_FALSE(a->applied());
+  EXPECT_EQ(a->version(), 0u);
+  // A retried push for the open step does not count twice.
+  ASSERT_TRUE(shard.Push(PushReq(1, 0, 3), Bytes(std::vector<float>(kN, 1.0f))).ok());
+  auto b = shard.Push(PushReq(2, 0, 1), Bytes(std::vector<float>(kN, 5.0f)));
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(b->applied());
+  EXPECT_EQ(b->version(), 1u);
+  uint64_t version = 0;
+  std::vector<float> w = PullNow(shard, 1, 1, &version);
+  EXPECT_EQ(version, 1u);
+  // Weighted mean: (3*1 + 1*5) / 4 = 2; SGD lr 1 from zeros.
+  for (float x : w) EXPECT_FLOAT_EQ(x, -2.0f);
+  // Late and early pushes.
+  EXPECT_TRUE(shard.Push(PushReq(1, 0, 3), Bytes(std::vector<float>(kN, 1.0f))).ok());  // retry of a closed step
+  EXPECT_EQ(shard.Push(PushReq(1, 5, 3), Bytes(std::vector<float>(kN, 1.0f))).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(Shard, BspPullWaitsForTheStepAndRejectsImpossibleVersions) {
+  Shard shard(Opts("bsp"));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(1, {1, 2}, 1));
+  v1::PullRequest impossible;
+  impossible.set_member_id(1);
+  impossible.set_chunk_id(ChunkId("w", 0));
+  impossible.set_clock(0);
+  impossible.set_min_version(2);
+  std::string out;
+  EXPECT_EQ(shard.Pull(impossible, &out).status().code(), absl::StatusCode::kOutOfRange);
+
+  ASSERT_TRUE(shard.Push(PushReq(1, 0, 1), Bytes(std::vector<float>(kN, 1.0f))).ok());
+  std::thread late([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    ASSERT_TRUE(shard.Push(PushReq(2, 0, 1), Bytes(std::vector<float>(kN, 1.0f))).ok());
+  });
+  uint64_t version = 0;
+  std::vector<float> w = PullNow(shard, 1, 1, &version);  // blocks until worker 2 pushed
+  late.join();
+  EXPECT_EQ(version, 1u);
+  EXPECT_FLOAT_EQ(w[0], -1.0f);
+}
+
+TEST(Shard, BspStepClosesWithoutAWorkerThatLeft) {
+  Shard shard(Opts("bsp"));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(1, {1, 2, 3}, 1));
+  ASSERT_TRUE(shard.Push(PushReq(1, 0, 1), Bytes(std::vector<float>(kN, 1.0f))).ok());
+  ASSERT_TRUE(shard.Push(PushReq(3, 0, 1), Bytes(std::vector<float>(kN, 9.0f))).ok());
+  // Worker 3 dies: its push is dropped; worker 2 then pushes and the step
+  // closes on workers 1 and 2.
+  shard.UpdateView(MakeView(2, {1, 2}, 1));
+  auto r = shard.Push(PushReq(2, 0, 1, 2), Bytes(std::vector<float>(kN, 3.0f)));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->applied());
+  EXPECT_FLOAT_EQ(PullNow(shard, 1, 1)[0], -2.0f);  // mean of 1 and 3
+
+  // And a step waiting only on a worker that leaves closes at the view change.
+  ASSERT_TRUE(shard.Push(PushReq(1, 1, 1, 2), Bytes(std::vector<float>(kN, 1.0f))).ok());
+  shard.UpdateView(MakeView(3, {1}, 1));
+  uint64_t version = 0;
+  PullNow(shard, 1, 2, &version);
+  EXPECT_EQ(version, 2u);
+}
+
+TEST(Shard, SspReaderWaitsForTheSlowestWorkerWithinTheBound) {
+  Shard shard(Opts("ssp:1", absl::Milliseconds(300)));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(1, {1, 2}, 1));
+  std::vector<float> g(kN, 1.0f);
+  // Worker 1 runs ahead to clock 2; worker 2 is at clock 0.
+  ASSERT_TRUE(shard.Push(PushReq(1, 0, 1), Bytes(g)).ok());
+  ASSERT_TRUE(shard.Push(PushReq(1, 1, 1), Bytes(g)).ok());
+  v1::PullRequest r;
+  r.set_member_id(1);
+  r.set_chunk_id(ChunkId("w", 0));
+  r.set_clock(2);
+  std::string out;
+  // 0 < 2 - 1: worker 1 must wait; nobody advances, so it times out.
+  EXPECT_EQ(shard.Pull(r, &out).status().code(), absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(shard.Push(PushReq(2, 0, 1), Bytes(g)).ok());  // worker 2 reaches clock 1
+  auto res = shard.Pull(r, &out);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->min_clock, 1);
+  EXPECT_EQ(res->version, 3u);
+}
+
+TEST(Shard, AspNeverBlocks) {
+  Shard shard(Opts("asp", absl::Milliseconds(100)));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(1, {1, 2}, 1));
+  for (int s = 0; s < 5; ++s) {
+    ASSERT_TRUE(shard.Push(PushReq(1, s, 1), Bytes(std::vector<float>(kN, 1.0f))).ok());
+  }
+  uint64_t version = 0;
+  EXPECT_FLOAT_EQ(PullNow(shard, 1, 5, &version)[0], -5.0f);
+  EXPECT_EQ(version, 5u);
+}
+
+TEST(Shard, BspAutoSnapshotCapturesEveryChunkAtTheSameStep) {
+  ShardOptions o = Opts("bsp");
+  o.snapshot_every = 2;
+  Shard shard(o);
+  auto req = OneChunk("w");
+  auto* c2 = req.add_chunks();
+  *c2 = req.chunks(0);
+  c2->set_tensor("v");
+  c2->set_chunk_id(ChunkId("v", 0));
+  ASSERT_TRUE(shard.Register(req).ok());
+  shard.UpdateView(MakeView(1, {1}, 1));
+  std::vector<std::pair<int64_t, size_t>> got;
+  shard.set_snapshot_sink([&](int64_t step, std::unique_ptr<RamTier> t) {
+    got.emplace_back(step, t->size());
+  });
+  for (int s = 0; s < 4; ++s) {
+    for (const char* name : {"w", "v"}) {
+      auto p = PushReq(1, s, 1);
+      p.set_chunk_id(ChunkId(name, 0));
+      ASSERT_TRUE(shard.Push(p, Bytes(std::vector<float>(kN, 1.0f))).ok());
+    }
+  }
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0], std::make_pair(int64_t{2}, size_t{2}));
+  EXPECT_EQ(got[1], std::make_pair(int64_t{4}, size_t{2}));
+}
+
+}  // namespace
+}  // namespace strata

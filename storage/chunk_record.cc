@@ -1,0 +1,144 @@
+#include "storage/chunk_record.h"
+
+#include <bit>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "storage/crc32c.h"
+
+namespace strata {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "the record format is little-endian; add byte swaps here");
+
+constexpr uint32_t kMagic = 0x4b484353;  // "SCHK" in little-endian bytes
+constexpr uint32_t kFormatVersion = 1;
+constexpr size_t kHeaderBytes = 4 + 4 + 8 + 8 + 8 + 4 + 4;
+constexpr size_t kCrcBytes = 4;
+
+template <typename T>
+void Append(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(value));
+}
+
+void AppendFloats(std::string& out, const std::vector<float>& values) {
+  out.append(reinterpret_cast<const char*>(values.data()),
+             values.size() * sizeof(float));
+}
+
+// Reads fixed-size fields front to back. REQUIRES: enough bytes left (the
+// caller checks sizes first).
+class Reader {
+ public:
+  explicit Reader(absl::string_view bytes) : p_(bytes.data()) {}
+  template <typename T>
+  T Read() {
+    T value;
+    std::memcpy(&value, p_, sizeof(T));
+    p_ += sizeof(T);
+    return value;
+  }
+  void ReadFloats(std::vector<float>& out, size_t n) {
+    out.resize(n);
+    std::memcpy(out.data(), p_, n * sizeof(float));
+    p_ += n * sizeof(float);
+  }
+  std::string ReadString(size_t n) {
+    std::string s(p_, n);
+    p_ += n;
+    return s;
+  }
+
+ private:
+  const char* p_;
+};
+
+absl::Status Corrupt(absl::string_view what) {
+  return absl::DataLossError(absl::StrCat("corrupt chunk record: ", what));
+}
+
+}  // namespace
+
+absl::Status ValidateChunkRecord(const ChunkRecord& r) {
+  if (r.slots.size() > kMaxStateSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", r.id, ": ", r.slots.size(),
+                     " state slots, at most ", kMaxStateSlots));
+  }
+  for (const std::vector<float>& slot : r.slots) {
+    if (slot.size() != r.weights.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk ", r.id, ": a state slot has ", slot.size(),
+                       " elements, the weights ", r.weights.size()));
+    }
+  }
+  if (r.spec.size() > std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", r.id, ": spec of 4 GiB or more"));
+  }
+  return absl::OkStatus();
+}
+
+size_t ChunkRecordBytes(const ChunkRecord& r) {
+  return sizeof(ChunkRecord) + r.spec.size() +
+         r.weights.size() * sizeof(float) * (1 + r.slots.size());
+}
+
+absl::StatusOr<std::string> EncodeChunkRecord(const ChunkRecord& r) {
+  if (absl::Status s = ValidateChunkRecord(r); !s.ok()) return s;
+  std::string out;
+  out.reserve(kHeaderBytes + r.spec.size() +
+              r.weights.size() * sizeof(float) * (1 + r.slots.size()) +
+              kCrcBytes);
+  Append<uint32_t>(out, kMagic);
+  Append<uint32_t>(out, kFormatVersion);
+  Append<uint64_t>(out, r.id);
+  Append<uint64_t>(out, r.version);
+  Append<uint64_t>(out, r.weights.size());
+  Append<uint32_t>(out, static_cast<uint32_t>(r.slots.size()));
+  Append<uint32_t>(out, static_cast<uint32_t>(r.spec.size()));
+  out.append(r.spec);
+  AppendFloats(out, r.weights);
+  for (const std::vector<float>& slot : r.slots) AppendFloats(out, slot);
+  Append<uint32_t>(out, crc32c::Value(out));
+  return out;
+}
+
+absl::StatusOr<ChunkRecord> DecodeChunkRecord(absl::string_view bytes) {
+  if (bytes.size() < kHeaderBytes + kCrcBytes) return Corrupt("truncated");
+  Reader header(bytes);
+  if (header.Read<uint32_t>() != kMagic) return Corrupt("bad magic");
+  const absl::string_view body = bytes.substr(0, bytes.size() - kCrcBytes);
+  uint32_t stored_crc;
+  std::memcpy(&stored_crc, bytes.data() + body.size(), kCrcBytes);
+  if (crc32c::Value(body) != stored_crc) return Corrupt("checksum mismatch");
+  const uint32_t format = header.Read<uint32_t>();
+  if (format != kFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "chunk record format ", format, " is not supported (this build reads ",
+        kFormatVersion, ")"));
+  }
+  ChunkRecord r;
+  r.id = header.Read<uint64_t>();
+  r.version = header.Read<uint64_t>();
+  const uint64_t numel = header.Read<uint64_t>();
+  const uint32_t num_slots = header.Read<uint32_t>();
+  const uint32_t spec_size = header.Read<uint32_t>();
+  // Sizes come from the disk: check them without overflowing.
+  const size_t payload = body.size() - kHeaderBytes;
+  if (num_slots > kMaxStateSlots || spec_size > payload ||
+      numel > (payload - spec_size) / sizeof(float) / (1 + num_slots) ||
+      numel * sizeof(float) * (1 + num_slots) != payload - spec_size) {
+    return Corrupt("sizes disagree with the record length");
+  }
+  Reader data(body.substr(kHeaderBytes));
+  r.spec = data.ReadString(spec_size);
+  data.ReadFloats(r.weights, numel);
+  r.slots.resize(num_slots);
+  for (std::vector<float>& slot : r.slots) data.ReadFloats(slot, numel);
+  return r;
+}
+
+}  // namespace strata

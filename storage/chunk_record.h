@@ -1,0 +1,57 @@
+// A chunk of a parameter server as it is stored: weights, optimizer state
+// and version, and its binary encoding (the value format of every on-disk
+// tier and snapshot).
+#ifndef STRATA_STORAGE_CHUNK_RECORD_H_
+#define STRATA_STORAGE_CHUNK_RECORD_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace strata {
+
+// Everything needed to restore a chunk bit-identically.
+struct ChunkRecord {
+  uint64_t id = 0;
+  uint64_t version = 0;  // updates applied
+  // Opaque bytes; the server stores a serialized strata.v1.ChunkSpec here.
+  std::string spec;
+  std::vector<float> weights;
+  // Optimizer state (e.g. Adam m, v), each as long as `weights`.
+  std::vector<std::vector<float>> slots;
+
+  friend bool operator==(const ChunkRecord&, const ChunkRecord&) = default;
+};
+
+// The most state slots a record may carry.
+inline constexpr size_t kMaxStateSlots = 16;
+
+// OK if `record` can be stored: every slot as long as the weights, at most
+// kMaxStateSlots slots, a spec under 4 GiB. Else INVALID_ARGUMENT.
+absl::Status ValidateChunkRecord(const ChunkRecord& record);
+
+// Bytes of memory `record` holds (its arrays and spec), for RAM budgets.
+size_t ChunkRecordBytes(const ChunkRecord& record);
+
+// Encodes `record` (format version 1, little-endian):
+//   u32 magic "SCHK" | u32 format version | u64 id | u64 version |
+//   u64 numel | u32 num_slots | u32 spec_size | spec |
+//   f32 weights[numel] | f32 slots[num_slots][numel] |
+//   u32 CRC-32C of everything before it.
+// Floats are stored bit for bit (NaN payloads included). Errors: as
+// ValidateChunkRecord.
+absl::StatusOr<std::string> EncodeChunkRecord(const ChunkRecord& record);
+
+// Decodes what EncodeChunkRecord wrote. DATA_LOSS if the bytes are
+// truncated, have a bad magic, sizes that disagree, or a bad checksum;
+// FAILED_PRECONDITION for an intact record of a newer format version.
+absl::StatusOr<ChunkRecord> DecodeChunkRecord(absl::string_view bytes);
+
+}  // namespace strata
+
+#endif  // STRATA_STORAGE_CHUNK_RECORD_H_

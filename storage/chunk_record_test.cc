@@ -1,0 +1,99 @@
+#include "storage/chunk_record.h"
+
+#include <cstring>
+#include <limits>
+
+#include "gtest/gtest.h"
+#include "storage/crc32c.h"
+
+namespace strata {
+namespace {
+
+ChunkRecord SampleRecord() {
+  ChunkRecord r;
+  r.id = 0x0123456789abcdefull;
+  r.version = 42;
+  r.spec = std::string("spec\0bytes", 10);
+  r.weights = {1.5f, -0.0f, std::numeric_limits<float>::quiet_NaN(), 3e-40f};
+  r.slots = {{0.1f, 0.2f, 0.3f, 0.4f}, {1e-8f, 2e-8f, 3e-8f, 4e-8f}};
+  return r;
+}
+
+// Bit-for-bit equality (NaN payloads and signed zeros included).
+void ExpectSameBits(const ChunkRecord& a, const ChunkRecord& b) {
+  EXPECT_EQ(a.id, b.id);
+  EXPECT_EQ(a.version, b.version);
+  EXPECT_EQ(a.spec, b.spec);
+  ASSERT_EQ(a.weights.size(), b.weights.size());
+  EXPECT_EQ(std::memcmp(a.weights.data(), b.weights.data(),
+                        a.weights.size() * sizeof(float)),
+            0);
+  ASSERT_EQ(a.slots.size(), b.slots.size());
+  for (size_t i = 0; i < a.slots.size(); ++i) {
+    ASSERT_EQ(a.slots[i].size(), b.slots[i].size());
+    EXPECT_EQ(std::memcmp(a.slots[i].data(), b.slots[i].data(),
+                          a.slots[i].size() * sizeof(float)),
+              0);
+  }
+}
+
+TEST(Crc32c, MatchesKnownValuesAndPortableVersion) {
+  EXPECT_EQ(crc32c::Value("123456789"), 0xe3069283u);
+  EXPECT_EQ(crc32c::Value(""), 0u);
+  std::string data;
+  for (int i = 0; i < 1000; ++i) data.push_back(static_cast<char>(i * 7));
+  for (size_t n : {0, 1, 7, 8, 9, 63, 1000}) {
+    const absl::string_view s(data.data(), n);
+    EXPECT_EQ(crc32c::Value(s), crc32c::ExtendPortable(0, s)) << n;
+  }
+  EXPECT_EQ(crc32c::Extend(crc32c::Value("1234"), "56789"), 0xe3069283u);
+}
+
+TEST(ChunkRecord, RoundTripsBitIdentically) {
+  const ChunkRecord r = SampleRecord();
+  absl::StatusOr<std::string> bytes = EncodeChunkRecord(r);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  absl::StatusOr<ChunkRecord> back = DecodeChunkRecord(*bytes);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSameBits(r, *back);
+}
+
+TEST(ChunkRecord, EmptyRecordRoundTrips) {
+  absl::StatusOr<std::string> bytes = EncodeChunkRecord(ChunkRecord{});
+  ASSERT_TRUE(bytes.ok());
+  absl::StatusOr<ChunkRecord> back = DecodeChunkRecord(*bytes);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, ChunkRecord{});
+}
+
+TEST(ChunkRecord, EveryFlippedByteIsDataLoss) {
+  const std::string bytes = *EncodeChunkRecord(SampleRecord());
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    std::string bad = bytes;
+    bad[i] ^= 0x20;
+    EXPECT_EQ(DecodeChunkRecord(bad).status().code(),
+              absl::StatusCode::kDataLoss)
+        << "byte " << i;
+  }
+}
+
+TEST(ChunkRecord, TruncatedOrExtendedIsDataLoss) {
+  const std::string bytes = *EncodeChunkRecord(SampleRecord());
+  for (size_t n : {size_t{0}, size_t{3}, size_t{20}, bytes.size() - 1}) {
+    EXPECT_EQ(DecodeChunkRecord(bytes.substr(0, n)).status().code(),
+              absl::StatusCode::kDataLoss)
+        << n;
+  }
+  EXPECT_EQ(DecodeChunkRecord(bytes + "x").status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST(ChunkRecord, SlotOfWrongLengthIsRejected) {
+  ChunkRecord r = SampleRecord();
+  r.slots[1].pop_back();
+  EXPECT_EQ(EncodeChunkRecord(r).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace strata

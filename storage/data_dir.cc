@@ -1,0 +1,401 @@
+#include "storage/data_dir.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "storage/crc32c.h"
+#include "storage/rocksdb_tier.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kMarkerName[] = "STRATA_DATADIR";
+constexpr char kMarkerMagic[] = "strata-data-dir";
+constexpr int kFormatVersion = 1;
+constexpr char kSnapshotPrefix[] = "step-";
+constexpr char kMetaMagic[] = "strata-snapshot-meta";
+constexpr size_t kMaxMarkerBytes = 64 << 10;
+
+absl::Status FsError(absl::string_view what, const std::string& path,
+                     const std::error_code& ec) {
+  return absl::InternalError(absl::StrCat(what, " ", path, ": ", ec.message()));
+}
+
+absl::Status ErrnoError(absl::string_view what, const std::string& path) {
+  return FsError(what, path, std::error_code(errno, std::generic_category()));
+}
+
+// fsync()s a file or directory, making its contents or entries durable.
+absl::Status SyncPath(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open", path);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  return rc == 0 ? absl::OkStatus() : ErrnoError("fsync", path);
+}
+
+// Writes `contents` to `path` and syncs it.
+absl::Status WriteFileSynced(const std::string& path,
+                             absl::string_view contents) {
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+    out.close();
+    if (!out) return ErrnoError("write", path);
+  }
+  return SyncPath(path);
+}
+
+// Reads the file at `path`. NOT_FOUND if absent, DATA_LOSS if it is longer
+// than `limit` bytes.
+absl::StatusOr<std::string> ReadFile(const std::string& path, size_t limit) {
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec) {
+    if (ec == std::errc::no_such_file_or_directory) {
+      return absl::NotFoundError(absl::StrCat(path, " does not exist"));
+    }
+    return FsError("stat", path, ec);
+  }
+  if (size > limit) {
+    return absl::DataLossError(absl::StrCat(path, " is implausibly large"));
+  }
+  std::string data(size, '\0');
+  std::ifstream in(path, std::ios::binary);
+  in.read(data.data(), static_cast<std::streamsize>(size));
+  if (!in || in.gcount() != static_cast<std::streamsize>(size)) {
+    return ErrnoError("read", path);
+  }
+  return data;
+}
+
+// Replaces `to` with `from` atomically and syncs the parent of `to`.
+absl::Status RenameSynced(const std::string& from, const std::string& to) {
+  std::error_code ec;
+  fs::rename(from, to, ec);
+  if (ec) return FsError(absl::StrCat("rename ", from, " to"), to, ec);
+  return SyncPath(fs::path(to).parent_path().string());
+}
+
+std::string EncodeMarker(absl::string_view owner) {
+  std::string body = absl::StrCat(kMarkerMagic, "\nformat ", kFormatVersion,
+                                  "\nowner ", owner, "\n");
+  return absl::StrCat(body,
+                      absl::StrFormat("crc32c %08x\n", crc32c::Value(body)));
+}
+
+// Checks the marker at `path` names `owner` (see DataDir::Open's errors).
+absl::Status CheckMarker(const std::string& path, absl::string_view owner) {
+  absl::StatusOr<std::string> data = ReadFile(path, kMaxMarkerBytes);
+  if (!data.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("unreadable Strata marker: ", data.status().message()));
+  }
+  const auto corrupt = [&](absl::string_view why) {
+    return absl::DataLossError(
+        absl::StrCat("corrupt Strata marker ", path, ": ", why));
+  };
+  const std::vector<std::string> lines = absl::StrSplit(*data, '\n');
+  if (lines.size() != 5 || lines[0] != kMarkerMagic || !lines[4].empty()) {
+    return corrupt("not in the marker format");
+  }
+  const size_t body_size = data->size() - lines[3].size() - 1;
+  uint32_t crc = 0;
+  if (!absl::StartsWith(lines[3], "crc32c ") ||
+      !absl::SimpleHexAtoi(lines[3].substr(7), &crc) ||
+      crc != crc32c::Value(absl::string_view(*data).substr(0, body_size))) {
+    return corrupt("checksum mismatch");
+  }
+  int format = 0;
+  if (!absl::StartsWith(lines[1], "format ") ||
+      !absl::SimpleAtoi(lines[1].substr(7), &format) ||
+      !absl::StartsWith(lines[2], "owner ")) {
+    return corrupt("bad fields");
+  }
+  if (format != kFormatVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": data directory format ", format,
+                     ", this build reads ", kFormatVersion));
+  }
+  if (lines[2].substr(6) != owner) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("data directory belongs to \"", lines[2].substr(6),
+                     "\", not to \"", owner, "\""));
+  }
+  return absl::OkStatus();
+}
+
+// Creates `path` if needed and checks it is an empty directory or ours;
+// writes the marker into an empty one.
+absl::Status ClaimDirectory(const std::string& path, const std::string& owner) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec || !fs::is_directory(path, ec)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is not a usable directory", ec ? ": " : "",
+                     ec ? ec.message() : ""));
+  }
+  const std::string marker = absl::StrCat(path, "/", kMarkerName);
+  if (fs::exists(marker, ec)) return CheckMarker(marker, owner);
+  const std::string temp_marker = marker + ".tmp";
+  for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
+    if (e.path().string() != temp_marker) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, " is not a Strata data directory (it holds ",
+          e.path().filename().string(), " and no ", kMarkerName, ")"));
+    }
+  }
+  if (ec) return FsError("list", path, ec);
+  if (absl::Status s = WriteFileSynced(temp_marker, EncodeMarker(owner));
+      !s.ok()) {
+    return s;
+  }
+  return RenameSynced(temp_marker, marker);
+}
+
+absl::StatusOr<int> LockDirectory(const std::string& path) {
+  const std::string lock_path = absl::StrCat(path, "/LOCK");
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("open", lock_path);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("data directory ", path, " is in use"));
+  }
+  return fd;
+}
+
+// META: magic line, then step, record count and metadata size in decimal,
+// then the metadata bytes, then the CRC-32C of everything before it.
+std::string EncodeMeta(int64_t step, uint64_t records,
+                       absl::string_view metadata) {
+  std::string out = absl::StrCat(kMetaMagic, "\n", step, " ", records, " ",
+                                 metadata.size(), "\n", metadata);
+  return absl::StrCat(out, absl::StrFormat("\n%08x", crc32c::Value(out)));
+}
+
+struct Meta {
+  int64_t step = 0;
+  uint64_t records = 0;
+  std::string metadata;
+};
+
+absl::StatusOr<Meta> DecodeMeta(absl::string_view data, absl::string_view at) {
+  const auto corrupt = [&](absl::string_view why) {
+    return absl::DataLossError(
+        absl::StrCat("corrupt snapshot metadata ", at, ": ", why));
+  };
+  uint32_t crc = 0;
+  if (data.size() < 9 || data[data.size() - 9] != '\n' ||
+      !absl::SimpleHexAtoi(data.substr(data.size() - 8), &crc) ||
+      crc != crc32c::Value(data.substr(0, data.size() - 9))) {
+    return corrupt("checksum mismatch");
+  }
+  const std::vector<absl::string_view> head =
+      absl::StrSplit(data, absl::MaxSplits('\n', 2));
+  if (head.size() != 3 || head[0] != kMetaMagic) return corrupt("bad magic");
+  std::vector<absl::string_view> nums = absl::StrSplit(head[1], ' ');
+  Meta meta;
+  uint64_t size = 0;
+  if (nums.size() != 3 || !absl::SimpleAtoi(nums[0], &meta.step) ||
+      !absl::SimpleAtoi(nums[1], &meta.records) ||
+      !absl::SimpleAtoi(nums[2], &size) || size + 9 != head[2].size()) {
+    return corrupt("bad fields");
+  }
+  meta.metadata = std::string(head[2].substr(0, size));
+  return meta;
+}
+
+// Parses "step-<digits>"; nullopt for anything else.
+std::optional<int64_t> StepOfName(const std::string& name) {
+  int64_t step = 0;
+  if (!absl::StartsWith(name, kSnapshotPrefix) ||
+      name.size() == sizeof(kSnapshotPrefix) - 1 ||
+      !std::all_of(name.begin() + sizeof(kSnapshotPrefix) - 1, name.end(),
+                   [](char c) { return c >= '0' && c <= '9'; }) ||
+      !absl::SimpleAtoi(name.substr(sizeof(kSnapshotPrefix) - 1), &step)) {
+    return std::nullopt;
+  }
+  return step;
+}
+
+}  // namespace
+
+DataDir::DataDir(std::string path, std::string owner_tag, int lock_fd)
+    : path_(std::move(path)),
+      owner_tag_(std::move(owner_tag)),
+      lock_fd_(lock_fd) {}
+
+DataDir::~DataDir() { ::close(lock_fd_); }  // releases the flock
+
+absl::StatusOr<std::unique_ptr<DataDir>> DataDir::Open(
+    const std::string& path, const std::string& owner_tag) {
+  if (owner_tag.empty() ||
+      std::any_of(owner_tag.begin(), owner_tag.end(), [](char c) {
+        return static_cast<unsigned char>(c) < 0x20;
+      })) {
+    return absl::InvalidArgumentError(
+        "data directory owner tag must be non-empty printable text");
+  }
+  if (absl::Status s = ClaimDirectory(path, owner_tag); !s.ok()) return s;
+  absl::StatusOr<int> lock_fd = LockDirectory(path);
+  if (!lock_fd.ok()) return lock_fd.status();
+  std::unique_ptr<DataDir> dir(new DataDir(path, owner_tag, *lock_fd));
+  // Leftovers of interrupted snapshot writes are never complete: drop them.
+  std::error_code ec;
+  fs::remove_all(path + "/tmp", ec);
+  fs::create_directories(path + "/tmp", ec);
+  if (!ec) fs::create_directories(path + "/snapshots", ec);
+  if (ec) return FsError("create", path + "/{tmp,snapshots}", ec);
+  return dir;
+}
+
+std::string DataDir::SnapshotPath(int64_t step) const {
+  return absl::StrFormat("%s/snapshots/%s%020d", path_, kSnapshotPrefix, step);
+}
+
+std::string DataDir::NewTempPathLocked(absl::string_view name) {
+  return absl::StrCat(path_, "/tmp/", name, ".", ++temp_counter_);
+}
+
+absl::Status DataDir::WriteSnapshot(int64_t step, const ChunkTier& source,
+                                    absl::string_view metadata, int keep) {
+  if (step < 0 || keep < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "snapshot step ", step, " must be >= 0 and keep ", keep, " >= 1"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = WriteSnapshotLocked(step, source, metadata); !s.ok()) {
+    return s;
+  }
+  return PruneLocked(keep);
+}
+
+absl::Status DataDir::WriteSnapshotLocked(int64_t step, const ChunkTier& source,
+                                          absl::string_view metadata) {
+  // 1. Write the records into a fresh RocksDB under tmp/, then flush it.
+  const std::string temp = NewTempPathLocked(absl::StrCat("step-", step));
+  std::error_code ec;
+  if (!fs::create_directories(temp, ec)) return FsError("create", temp, ec);
+  uint64_t records = 0;
+  {
+    absl::StatusOr<std::unique_ptr<RocksDbTier>> db = RocksDbTier::Open(
+        temp + "/db", /*create=*/true, {.write_ahead_log = false});
+    if (!db.ok()) return db.status();
+    absl::Status s = source.ForEach([&](const ChunkRecord& r) {
+      ++records;
+      return (*db)->Put(r);
+    });
+    if (s.ok()) s = (*db)->Flush();
+    if (!s.ok()) return s;
+  }
+  // 2. The metadata, synced along with the directory entries.
+  absl::Status s =
+      WriteFileSynced(temp + "/META", EncodeMeta(step, records, metadata));
+  if (s.ok()) s = SyncPath(temp + "/db");
+  if (s.ok()) s = SyncPath(temp);
+  if (!s.ok()) return s;
+  // 3. Publish: the rename makes the snapshot visible whole.
+  const std::string final_path = SnapshotPath(step);
+  if (fs::exists(final_path, ec)) {
+    if (absl::Status r = RemoveDirLocked(final_path); !r.ok()) return r;
+  }
+  return RenameSynced(temp, final_path);
+}
+
+absl::Status DataDir::PruneLocked(int keep) {
+  absl::StatusOr<std::vector<int64_t>> steps = ListSnapshots();
+  if (!steps.ok()) return steps.status();
+  const int excess = static_cast<int>(steps->size()) - keep;
+  for (int i = 0; i < excess; ++i) {
+    if (absl::Status s = RemoveDirLocked(SnapshotPath((*steps)[i])); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DataDir::RemoveDirLocked(const std::string& dir) {
+  const std::string trash = NewTempPathLocked("trash");
+  if (absl::Status s = RenameSynced(dir, trash); !s.ok()) return s;
+  std::error_code ec;
+  fs::remove_all(trash, ec);
+  return ec ? FsError("remove", trash, ec) : absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int64_t>> DataDir::ListSnapshots() const {
+  const std::string dir = path_ + "/snapshots";
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    std::optional<int64_t> step = StepOfName(e.path().filename().string());
+    if (step.has_value()) steps.push_back(*step);
+  }
+  if (ec) return FsError("list", dir, ec);
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+absl::StatusOr<std::optional<int64_t>> DataDir::LatestSnapshot() const {
+  absl::StatusOr<std::vector<int64_t>> steps = ListSnapshots();
+  if (!steps.ok()) return steps.status();
+  if (steps->empty()) return std::optional<int64_t>();
+  return std::optional<int64_t>(steps->back());
+}
+
+absl::StatusOr<std::string> DataDir::LoadSnapshot(int64_t step,
+                                                  ChunkTier& dest) const {
+  absl::MutexLock lock(&mu_);
+  const std::string dir = SnapshotPath(step);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("no snapshot of step ", step, " in ", path_));
+  }
+  absl::StatusOr<std::string> data = ReadFile(dir + "/META", 1ull << 30);
+  if (!data.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("snapshot ", dir, ": ", data.status().message()));
+  }
+  absl::StatusOr<Meta> meta = DecodeMeta(*data, dir);
+  if (!meta.ok()) return meta.status();
+  if (meta->step != step) {
+    return absl::DataLossError(
+        absl::StrCat("snapshot ", dir, " says step ", meta->step));
+  }
+  absl::StatusOr<std::unique_ptr<RocksDbTier>> db =
+      RocksDbTier::Open(dir + "/db", /*create=*/false, {.read_only = true});
+  if (!db.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("snapshot ", dir, ": ", db.status().message()));
+  }
+  uint64_t records = 0;
+  absl::Status s = (*db)->ForEach([&](const ChunkRecord& r) {
+    ++records;
+    return dest.Put(r);
+  });
+  if (!s.ok()) return s;
+  if (records != meta->records) {
+    return absl::DataLossError(absl::StrCat("snapshot ", dir, " holds ",
+                                            records, " records, wrote ",
+                                            meta->records));
+  }
+  return std::move(meta->metadata);
+}
+
+}  // namespace strata

@@ -1,0 +1,98 @@
+// A parameter server's data directory and the snapshots in it
+// (DESIGN.md §5 "Snapshots").
+//
+// Layout of <path>:
+//   STRATA_DATADIR          marker: Strata, format version, owner tag (CRC'd)
+//   LOCK                    locked (flock) while a DataDir has it open
+//   snapshots/step-<N>/     one complete snapshot per step N (20 digits):
+//     db/                   a RocksDB of the chunk records (RocksDbTier)
+//     META                  step, record count and the caller's metadata
+//   tmp/                    snapshots being written; cleared by Open
+// A snapshot is written under tmp/ and renamed into snapshots/ only once
+// complete and synced, so a crash leaves either the whole snapshot or none.
+#ifndef STRATA_STORAGE_DATA_DIR_H_
+#define STRATA_STORAGE_DATA_DIR_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "storage/chunk_tier.h"
+
+namespace strata {
+
+// An open data directory, held exclusively (a LOCK file, flock'd) from Open
+// to destruction. Thread-safe; snapshot writes and loads are serialized.
+class DataDir {
+ public:
+  // Opens or creates the data directory at `path` for `owner_tag` (e.g.
+  // "job-7/shard-3"). An absent or empty directory becomes ours: the marker
+  // is written. Errors: INVALID_ARGUMENT for an empty owner tag or one with
+  // control characters; FAILED_PRECONDITION if `path` is not a directory, is
+  // non-empty without our marker ("not a Strata data directory"), belongs
+  // to another owner, has a newer format, or is open in another DataDir;
+  // DATA_LOSS if the marker is unreadable or corrupt. Removes leftovers of
+  // interrupted snapshot writes.
+  static absl::StatusOr<std::unique_ptr<DataDir>> Open(
+      const std::string& path, const std::string& owner_tag);
+  ~DataDir();
+  DataDir(const DataDir&) = delete;
+  DataDir& operator=(const DataDir&) = delete;
+
+  // Writes a snapshot of every record `source` yields, tagged with `step`,
+  // with `metadata` (opaque bytes; the server stores its optimizer groups'
+  // configs there). Replaces an existing snapshot of the same step, then
+  // deletes all but the newest `keep` snapshots. REQUIRES of the caller:
+  // no updates to `source` while this runs (a step boundary). Errors:
+  // INVALID_ARGUMENT for step < 0 or keep < 1; the errors of source.ForEach;
+  // RocksDB and file system errors. On error no new snapshot is visible.
+  absl::Status WriteSnapshot(int64_t step, const ChunkTier& source,
+                             absl::string_view metadata, int keep = 3);
+
+  // The steps of the complete snapshots, in increasing order.
+  absl::StatusOr<std::vector<int64_t>> ListSnapshots() const;
+
+  // The step of the newest complete snapshot, or nullopt if there is none.
+  absl::StatusOr<std::optional<int64_t>> LatestSnapshot() const;
+
+  // Puts every record of snapshot `step` into `dest` and returns the
+  // snapshot's metadata. NOT_FOUND if there is no such snapshot; DATA_LOSS
+  // if its files or a record are corrupt or records are missing. On error
+  // `dest` may hold part of the snapshot.
+  absl::StatusOr<std::string> LoadSnapshot(int64_t step, ChunkTier& dest) const;
+
+  // The directory of snapshot `step` (whether or not it exists).
+  std::string SnapshotPath(int64_t step) const;
+
+  const std::string& path() const { return path_; }
+  const std::string& owner_tag() const { return owner_tag_; }
+
+ private:
+  DataDir(std::string path, std::string owner_tag, int lock_fd);
+  absl::Status WriteSnapshotLocked(int64_t step, const ChunkTier& source,
+                                   absl::string_view metadata)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PruneLocked(int keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves `dir` under tmp/ (atomically) and removes it there.
+  absl::Status RemoveDirLocked(const std::string& dir)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string NewTempPathLocked(absl::string_view name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string path_;
+  const std::string owner_tag_;
+  const int lock_fd_;
+  mutable absl::Mutex mu_;
+  uint64_t temp_counter_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_STORAGE_DATA_DIR_H_

@@ -1,0 +1,35 @@
+// Converts RocksDB results to absl::Status. Private to storage/.
+#ifndef STRATA_STORAGE_ROCKSDB_STATUS_H_
+#define STRATA_STORAGE_ROCKSDB_STATUS_H_
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "rocksdb/status.h"
+
+namespace strata {
+
+// Maps `s` to a Status with `context` in front of RocksDB's message:
+// NotFound -> NOT_FOUND, Corruption -> DATA_LOSS, no space ->
+// RESOURCE_EXHAUSTED, Busy/TimedOut/TryAgain -> UNAVAILABLE,
+// InvalidArgument/NotSupported -> INVALID_ARGUMENT, other I/O errors and
+// the rest -> INTERNAL.
+inline absl::Status FromRocksDb(const rocksdb::Status& s,
+                                absl::string_view context) {
+  if (s.ok()) return absl::OkStatus();
+  const std::string msg = absl::StrCat(context, ": ", s.ToString());
+  if (s.IsNotFound()) return absl::NotFoundError(msg);
+  if (s.IsCorruption()) return absl::DataLossError(msg);
+  if (s.IsNoSpace()) return absl::ResourceExhaustedError(msg);
+  if (s.IsBusy() || s.IsTimedOut() || s.IsTryAgain()) {
+    return absl::UnavailableError(msg);
+  }
+  if (s.IsInvalidArgument() || s.IsNotSupported()) {
+    return absl::InvalidArgumentError(msg);
+  }
+  return absl::InternalError(msg);
+}
+
+}  // namespace strata
+
+#endif  // STRATA_STORAGE_ROCKSDB_STATUS_H_

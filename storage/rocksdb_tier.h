@@ -1,0 +1,81 @@
+// A ChunkTier in a RocksDB database on local disk: the store's cold tier
+// and the format of its snapshots.
+#ifndef STRATA_STORAGE_ROCKSDB_TIER_H_
+#define STRATA_STORAGE_ROCKSDB_TIER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "storage/chunk_tier.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace strata {
+
+struct RocksDbTierOptions {
+  // Log every write before applying it, so that a Put survives a crash of
+  // the process once it returns. Off for bulk writes that end in Flush()
+  // (snapshots): the data is then durable only after Flush.
+  bool write_ahead_log = true;
+  // Open without writing to the database (snapshots are opened so): Put,
+  // Delete and Flush then fail with FAILED_PRECONDITION. No lock is taken.
+  bool read_only = false;
+};
+
+// Records encoded with EncodeChunkRecord, keyed by their id as 8 big-endian
+// bytes (so RocksDB's order is id order). Thread-safe. The set of ids is
+// kept in memory too, so size(), Delete of an absent id and the existence
+// check of Put cost no disk reads.
+class RocksDbTier : public ChunkTier {
+ public:
+  // Opens the database at `path`, creating it if `create` and it is absent.
+  // NOT_FOUND if it is absent and !create; FAILED_PRECONDITION if another
+  // RocksDbTier (in any process) has it open; DATA_LOSS if it or a record
+  // in it is corrupt. Reads every key once to learn the ids.
+  static absl::StatusOr<std::unique_ptr<RocksDbTier>> Open(
+      const std::string& path, bool create,
+      const RocksDbTierOptions& options = RocksDbTierOptions());
+  ~RocksDbTier() override;
+  RocksDbTier(const RocksDbTier&) = delete;
+  RocksDbTier& operator=(const RocksDbTier&) = delete;
+
+  absl::Status Put(const ChunkRecord& record) override;
+  absl::StatusOr<ChunkRecord> Get(uint64_t id) const override;
+  absl::Status Delete(uint64_t id) override;
+  absl::Status ForEach(
+      const std::function<absl::Status(const ChunkRecord&)>& fn) const override;
+  size_t size() const override;
+
+  // Writes every record held in memory to table files and syncs them: once
+  // it returns, all earlier Puts and Deletes survive a machine crash.
+  absl::Status Flush();
+
+  // Writes a consistent copy of the database into `dir` (which must not
+  // exist yet; its parent must), hard-linking table files where the file
+  // system allows. The copy opens with Open(dir, false).
+  absl::Status Checkpoint(const std::string& dir);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  RocksDbTier(std::string path, std::unique_ptr<rocksdb::DB> db,
+              RocksDbTierOptions options);
+  absl::Status LoadIds();
+  absl::Status CheckWritable() const;
+
+  const std::string path_;
+  const RocksDbTierOptions options_;
+  const std::unique_ptr<rocksdb::DB> db_;
+  // Serializes writes so `ids_` and the database agree.
+  mutable absl::Mutex mu_;
+  absl::flat_hash_set<uint64_t> ids_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace strata
+
+#endif  // STRATA_STORAGE_ROCKSDB_TIER_H_

@@ -1,0 +1,177 @@
+// A real cluster in separate processes on 127.0.0.1: one scheduler, two
+// parameter servers and three toy workers (`strata toy`), training a
+// least-squares model through push/pull with Adam, under each consistency.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <regex>
+
+#include "absl/strings/str_cat.h"
+#include "cli/toy_problem.h"
+#include "kernels/optimizer.h"
+#include "tests/process_util.h"
+
+namespace strata {
+namespace {
+
+using testing::Child;
+
+constexpr int kWorkers = 3;
+
+struct ClusterRun {
+  std::string consistency;
+  int64_t steps = 60;
+  int64_t batch = 48;
+  int dim = 64;
+  int64_t samples = 960;
+  float lr = 0.02f;
+  bool probe = false;
+  int delay_ms = 0;
+};
+
+struct Result {
+  std::vector<float> weights;  // w then b, from rank 0
+  std::vector<std::string> outputs;
+};
+
+// Starts the cluster, runs the workers to completion, stops the cluster.
+Result RunCluster(const ClusterRun& run, const std::string& name) {
+  const std::string dir = testing::FreshDir(name);
+  Result result;
+  Child scheduler({STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0", "--num_shards", "2",
+                   "--consistency", run.consistency, "--lease_ms", "5000", "--address_file",
+                   dir + "/addr"},
+                  dir + "/scheduler.log");
+  const std::string address = testing::WaitForLine(dir + "/addr");
+  EXPECT_FALSE(address.empty()) << scheduler.Output();
+  if (address.empty()) return result;
+  std::vector<std::unique_ptr<Child>> servers;
+  for (int s = 0; s < 2; ++s) {
+    servers.push_back(std::make_unique<Child>(
+        std::vector<std::string>{STRATA_BINARY, "server", "--scheduler", address, "--shard",
+                                 std::to_string(s)},
+        absl::StrCat(dir, "/server", s, ".log")));
+  }
+  std::vector<std::unique_ptr<Child>> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    std::vector<std::string> args = {
+        STRATA_BINARY, "toy", "--scheduler", address, "--workers", std::to_string(kWorkers),
+        "--steps", std::to_string(run.steps), "--batch", std::to_string(run.batch),
+        "--dim", std::to_string(run.dim), "--samples", std::to_string(run.samples),
+        "--optimizer", "adam", "--lr", absl::StrCat(run.lr), "--chunk_bytes", "64",
+        "--out", dir + "/weights.f32", "--log_every", "0",
+        "--delay_ms", std::to_string(run.delay_ms)};
+    if (run.probe) args.push_back("--probe");
+    workers.push_back(std::make_unique<Child>(args, absl::StrCat(dir, "/worker", w, ".log")));
+  }
+  for (auto& w : workers) {
+    const int rc = w->Wait();
+    EXPECT_EQ(rc, 0) << w->Output();
+    result.outputs.push_back(w->Output());
+  }
+  for (auto& s : servers) EXPECT_EQ(s->Stop(), 0) << s->Output();
+  EXPECT_EQ(scheduler.Stop(), 0) << scheduler.Output();
+  std::ifstream f(dir + "/weights.f32", std::ios::binary);
+  result.weights.resize(run.dim + 1);
+  f.read(reinterpret_cast<char*>(result.weights.data()), (run.dim + 1) * 4);
+  if (!f) result.weights.clear();
+  return result;
+}
+
+// The same training in one process: per-rank gradients, averaged with the
+// same sample weights in the same (rank = member id) order, Adam applied.
+std::vector<float> Reference(const ClusterRun& run) {
+  ToyProblem p;
+  p.dim = run.dim;
+  p.samples = run.samples;
+  v1::OptimizerConfig config;
+  config.set_kind(v1::OptimizerConfig::ADAM);
+  config.set_lr(run.lr);
+  OptimizerParams params = *OptimizerParamsFromProto(config);
+  std::vector<float> w(run.dim + 1, 0.0f), m(run.dim + 1, 0.0f), v(run.dim + 1, 0.0f);
+  std::vector<float> g(run.dim + 1), mean(run.dim + 1);
+  for (int64_t step = 0; step < run.steps; ++step) {
+    std::fill(mean.begin(), mean.end(), 0.0f);
+    for (int rank = 0; rank < kWorkers; ++rank) {
+      const Share share = ShareOf(step, run.batch, rank, kWorkers);
+      ToyGradient(p, w.data(), w[run.dim], share, p.samples, g.data(), &g[run.dim]);
+      const float weight = static_cast<float>(static_cast<double>(share.count) / run.batch);
+      for (int i = 0; i <= run.dim; ++i) mean[i] += weight * g[i];
+    }
+    ApplyUpdate(params, ScheduledLr(params, step), step + 1, w.data(), m.data(), v.data(),
+                mean.data(), w.size());
+  }
+  return w;
+}
+
+double FinalLoss(const std::string& output) {
+  std::smatch m;
+  if (std::regex_search(output, m, std::regex("final_loss ([0-9.eE+-]+)"))) return std::stod(m[1]);
+  return -1;
+}
+
+double InitialLoss(const ClusterRun& run) {
+  ToyProblem p;
+  p.dim = run.dim;
+  p.samples = run.samples;
+  std::vector<float> zeros(run.dim, 0.0f);
+  return ToyLoss(p, zeros.data(), 0.0f);
+}
+
+TEST(Cluster, BspMatchesASingleProcessReference) {
+  ClusterRun run;
+  run.consistency = "bsp";
+  Result r = RunCluster(run, "bsp");
+  ASSERT_EQ(r.weights.size(), static_cast<size_t>(run.dim + 1));
+  const std::vector<float> ref = Reference(run);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    EXPECT_NEAR(r.weights[i], ref[i], 1e-6 * std::fabs(ref[i]) + 1e-7) << "element " << i;
+  }
+  // And it learned something: the loss fell well below where it started.
+  const double loss = FinalLoss(r.outputs[0] + r.outputs[1] + r.outputs[2]);
+  ASSERT_GT(loss, 0);
+  EXPECT_LT(loss, 0.2 * InitialLoss(run));
+}
+
+TEST(Cluster, SspNeverReadsOlderThanTheBoundAndConverges) {
+  ClusterRun run;
+  run.consistency = "ssp:2";
+  run.probe = true;
+  run.delay_ms = 4;  // rank r sleeps 4r ms per step: the fast worker runs ahead
+  run.steps = 80;
+  Result r = RunCluster(run, "ssp");
+  int64_t reads = 0, stale = 0;
+  for (const std::string& out : r.outputs) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        out, m, std::regex("ssp_reads ([0-9]+) ssp_violations ([0-9]+) ssp_stale_reads ([0-9]+)")))
+        << out;
+    reads += std::stoll(m[1]);
+    EXPECT_EQ(std::stoll(m[2]), 0) << "a read older than the staleness bound:\n" << out;
+    stale += std::stoll(m[3]);
+  }
+  EXPECT_EQ(reads, kWorkers * run.steps);
+  // The bound was exercised: some reads did miss recent updates.
+  EXPECT_GT(stale, 0);
+  std::string all;
+  for (auto& o : r.outputs) all += o;
+  const double loss = FinalLoss(all);
+  ASSERT_GT(loss, 0);
+  EXPECT_LT(loss, 0.2 * InitialLoss(run));
+}
+
+TEST(Cluster, AspConverges) {
+  ClusterRun run;
+  run.consistency = "asp";
+  run.delay_ms = 2;
+  Result r = RunCluster(run, "asp");
+  std::string all;
+  for (auto& o : r.outputs) all += o;
+  const double loss = FinalLoss(all);
+  ASSERT_GT(loss, 0);
+  EXPECT_LT(loss, 0.2 * InitialLoss(run));
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,101 @@
+// Starting and stopping the real `strata` binary from tests.
+#ifndef STRATA_TESTS_PROCESS_UTIL_H_
+#define STRATA_TESTS_PROCESS_UTIL_H_
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace strata::testing {
+
+// A child process whose stdout and stderr go to `log`. Killed on destruction
+// if still running.
+class Child {
+ public:
+  Child(const std::vector<std::string>& args, const std::string& log) : log_(log) {
+    std::vector<char*> argv;
+    std::vector<std::string> copy = args;
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    if (posix_spawn(&pid_, copy[0].c_str(), &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  ~Child() {
+    if (pid_ > 0 && !exited_) Stop(SIGKILL);
+  }
+  bool started() const { return pid_ > 0; }
+  // Waits for exit; the exit code (128+signal if killed), -1 on timeout.
+  int Wait(absl::Duration timeout = absl::Minutes(5)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return -1;
+  }
+  int Stop(int sig = SIGTERM) {
+    kill(pid_, sig);
+    int rc = Wait(absl::Seconds(20));
+    if (rc == -1) {
+      kill(pid_, SIGKILL);
+      rc = Wait();
+    }
+    return rc;
+  }
+  std::string Output() const {
+    std::ifstream f(log_);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  std::string log_;
+};
+
+// Waits for a file ending in a newline; its content without the newline.
+inline std::string WaitForLine(const std::string& path, absl::Duration timeout = absl::Seconds(30)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    std::string s = ss.str();
+    if (!s.empty() && s.back() == '\n') return s.substr(0, s.size() - 1);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return "";
+}
+
+inline std::string FreshDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string dir = std::string(base ? base : "/tmp") + "/strata_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace strata::testing
+
+#endif  // STRATA_TESTS_PROCESS_UTIL_H_

@@ -1,0 +1,145 @@
+// A GPT-2 style decoder on the CPU: fp32 parameters and gradients, forward
+// and backward through the kernels in kernels/ (DESIGN.md §4).
+//
+// Pre-LN blocks (attention, then a 4x GELU MLP), learned position
+// embeddings, a final LayerNorm and an LM head tied to the token embedding.
+// Parameters are separate named tensors (params()), stored contiguously;
+// the trainer reads and writes them through param_data()/grad_data().
+#ifndef STRATA_WORKER_GPT_H_
+#define STRATA_WORKER_GPT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/chunk_plan.h"
+
+namespace strata {
+
+// The shape of a GPT.
+struct GptConfig {
+  int vocab = 256;         // token ids are in [0, vocab)
+  int context = 64;        // longest sequence (rows of the position table)
+  int layers = 2;          // transformer blocks
+  int heads = 2;           // attention heads; must divide width
+  int width = 64;          // channels C
+  bool recompute = false;  // keep only block inputs; recompute in backward
+
+  // INVALID_ARGUMENT unless every size is positive, heads divides width and
+  // vocab <= 65536 (tokens are stored as uint16 in shards).
+  absl::Status Validate() const;
+};
+
+// One parameter tensor: its spec (name, shape, optimizer group: "decay" for
+// matrices, "no_decay" for biases, LayerNorm and position embeddings) and
+// how InitParams fills it.
+struct ParamInfo {
+  TensorSpec spec;
+  enum Init { kNormal, kZeros, kOnes } init = kZeros;
+  float init_scale = 0;  // standard deviation for kNormal
+};
+
+// The model. Not thread-safe: one call at a time. The kernels it calls use
+// the process-wide kernel thread pool (kernels/parallel.h).
+class Gpt {
+ public:
+  // Builds a model with zeroed parameters (call InitParams). INVALID_ARGUMENT
+  // for a bad config.
+  static absl::StatusOr<std::unique_ptr<Gpt>> Create(const GptConfig& config);
+
+  ~Gpt();
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
+
+  const GptConfig& config() const { return config_; }
+
+  // The parameter tensors in forward order: wte, wpe, then per block
+  // ln1.{weight,bias}, attn.qkv.{weight,bias}, attn.proj.{weight,bias},
+  // ln2.{weight,bias}, mlp.fc.{weight,bias}, mlp.proj.{weight,bias}, then
+  // lnf.{weight,bias}. Matrices are (out, in).
+  const std::vector<ParamInfo>& params() const { return params_; }
+
+  // Parameter i's values and gradient: spec.numel() fp32 values each, owned
+  // by the model, valid for its lifetime. REQUIRES: 0 <= i < params().size().
+  float* param_data(int i);
+  float* grad_data(int i);
+
+  // Fills every parameter per its ParamInfo (GPT-2 init: N(0, 0.02), the
+  // residual projections scaled by 1/sqrt(2 * layers)), deterministically
+  // from `seed`.
+  void InitParams(uint64_t seed);
+
+  // Forward and backward on a batch. tokens and targets are (B,T) int32,
+  // row-major. Returns the mean cross-entropy over the B*T positions and
+  // writes its gradient to grad_data (overwriting, or adding to what is
+  // there when accumulate). INVALID_ARGUMENT if B < 1, T < 1, T > context,
+  // or a token or target is outside [0, vocab).
+  absl::StatusOr<float> ForwardBackward(const int32_t* tokens,
+                                        const int32_t* targets, int B, int T,
+                                        bool accumulate = false);
+
+  // The mean cross-entropy only (no gradients touched). Errors as above.
+  absl::StatusOr<float> Loss(const int32_t* tokens, const int32_t* targets,
+                             int B, int T);
+
+  // Sets a function that ForwardBackward calls, on the calling thread, as
+  // soon as parameter i's gradient is final for this call: lnf first, then
+  // blocks from last to first, wpe and wte (tied to the LM head) last. The
+  // function must not call into the model; it may read grad_data(i) (which
+  // stays unchanged until the next ForwardBackward). Empty: no calls.
+  void SetGradReadyCallback(std::function<void(int param_index)> cb);
+
+  // Extends `prompt` by new_tokens tokens, sampled from the model (the last
+  // `context` tokens are its input) at `temperature` (<= 0: greedy), with a
+  // generator seeded by `seed`. Returns prompt followed by the new tokens.
+  // INVALID_ARGUMENT for an empty prompt, a token outside [0, vocab) or a
+  // negative new_tokens.
+  absl::StatusOr<std::vector<int32_t>> Generate(std::vector<int32_t> prompt,
+                                                int new_tokens,
+                                                float temperature,
+                                                uint64_t seed);
+
+  // The number of parameters (wte counted once).
+  int64_t num_params() const { return num_params_; }
+
+  // Training FLOPs per token at the full context, PaLM's estimate (Chowdhery
+  // et al. 2022, appendix B): 6 * N + 12 * layers * width * context, where N
+  // excludes the position embeddings (a lookup, no multiplies) and the
+  // second term is the attention score and value products (counting the
+  // masked half, as PaLM does).
+  double flops_per_token() const;
+
+ private:
+  struct Workspace;
+  explicit Gpt(const GptConfig& config);
+
+  void BuildParams();
+  absl::Status CheckBatch(const int32_t* tokens, const int32_t* targets,
+                          int B, int T) const;
+  // Forward through the blocks and the final LayerNorm into workspace.
+  void ForwardTrunk(const int32_t* tokens, int B, int T);
+  void BlockForward(int layer, int B, int T);
+  void BlockBackward(int layer, int B, int T);
+  // LM head and loss over chunks of positions; with backward, also writes
+  // dL/d(lnf output) and adds to the wte gradient.
+  float HeadLoss(const int32_t* targets, int N, bool backward);
+  void GradReady(int param_index);
+  const float* P(int layer, int slot) const;
+  float* G(int layer, int slot);
+
+  GptConfig config_;
+  std::vector<ParamInfo> params_;
+  std::vector<int64_t> offsets_;  // of each parameter in values_/grads_
+  std::vector<float> values_;
+  std::vector<float> grads_;
+  int64_t num_params_ = 0;
+  std::function<void(int)> grad_ready_;
+  std::unique_ptr<Workspace> ws_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_WORKER_GPT_H_
