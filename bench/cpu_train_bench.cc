@@ -26,10 +26,10 @@ struct BenchConfig {
 };
 
 std::vector<BenchConfig> Configs() {
-  GptConfig small{.vocab = 50257, .context = 256, .layers = 4, .heads = 4,
-                  .width = 256};
-  GptConfig gpt2{.vocab = 50257, .context = 64, .layers = 12, .heads = 12,
-                 .width = 768};
+  GptConfig small{
+      .vocab = 50257, .context = 256, .layers = 4, .heads = 4, .width = 256};
+  GptConfig gpt2{
+      .vocab = 50257, .context = 64, .layers = 12, .heads = 12, .width = 768};
   return {{"L4_C256_H4_B8_T256", small, 8}, {"L12_C768_H12_B4_T64", gpt2, 4}};
 }
 
@@ -50,12 +50,12 @@ class LocalAdamW {
     for (size_t i = 0; i < m_.size(); ++i) {
       float* w = gpt_.param_data(static_cast<int>(i));
       const float* g = gpt_.grad_data(static_cast<int>(i));
-      kernels::ParallelFor(
-          static_cast<int64_t>(m_[i].size()), 1 << 14,
-          [&](int, int64_t b, int64_t e) {
-            ApplyUpdate(params_, params_.lr, t_, w + b, m_[i].data() + b,
-                        v_[i].data() + b, g + b, static_cast<size_t>(e - b));
-          });
+      kernels::ParallelFor(static_cast<int64_t>(m_[i].size()), 1 << 14,
+                           [&](int, int64_t b, int64_t e) {
+                             ApplyUpdate(params_, params_.lr, t_, w + b,
+                                         m_[i].data() + b, v_[i].data() + b,
+                                         g + b, static_cast<size_t>(e - b));
+                           });
     }
   }
 

@@ -1,5 +1,6 @@
 #include "client/ps_client.h"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "client/scheduler_client.h"
 #include "common/bf16.h"
 #include "common/status.h"
+#include "common/wire.h"
 #include "strata/v1/ps.grpc.pb.h"
 
 namespace strata {
@@ -33,10 +35,9 @@ struct OpHandle::State {
   uint64_t min_version = 0;
   // The current attempt (a gRPC context serves one call only).
   std::unique_ptr<grpc::ClientContext> ctx;
-  v1::PushRequest push_req;
-  v1::PushResponse push_resp;
-  v1::PullRequest pull_req;
-  v1::PullResponse pull_resp;
+  grpc::ByteBuffer request;
+  grpc::ByteBuffer response;
+  std::string bf16;  // a push's payload converted to bf16, when configured
 
   mutable absl::Mutex mu;
   bool finished ABSL_GUARDED_BY(mu) = false;
@@ -111,7 +112,17 @@ class PsClient::Impl {
 
   absl::Status RegisterModel(const ModelSpec& model);
   OpHandle Submit(OpPtr op);
-  absl::StatusOr<v1::ParameterServer::Stub*> StubForSlot(int slot);
+  // The typed stub (control calls) and the generic one (push and pull,
+  // whose payloads bypass protobuf's copies) of one server.
+  struct Stubs {
+    std::unique_ptr<v1::ParameterServer::Stub> typed;
+    std::unique_ptr<grpc::GenericStub> generic;
+  };
+  absl::StatusOr<Stubs*> StubsForSlot(int slot);
+  absl::StatusOr<v1::ParameterServer::Stub*> StubForSlot(int slot) {
+    STRATA_ASSIGN_OR_RETURN(Stubs * stubs, StubsForSlot(slot));
+    return stubs->typed.get();
+  }
 
   PsClientOptions options_;
   SchedulerClient* scheduler_;
@@ -123,6 +134,7 @@ class PsClient::Impl {
   void Issue(const OpPtr& op);
   void OnDone(const OpPtr& op, const grpc::Status& status);
   void Complete(const OpPtr& op, absl::Status status);
+  absl::Status ReadResponse(const OpHandle::State& op, uint64_t* version, int64_t* min_clock);
   void RetryLater(const OpPtr& op, absl::Status why);
   void TimerLoop();
 
@@ -138,11 +150,10 @@ class PsClient::Impl {
 
   absl::Mutex stub_mu_;
   // address -> stub; a restarted server at a new address gets a new one.
-  absl::flat_hash_map<std::string, std::unique_ptr<v1::ParameterServer::Stub>> stubs_
-      ABSL_GUARDED_BY(stub_mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<Stubs>> stubs_ ABSL_GUARDED_BY(stub_mu_);
 };
 
-absl::StatusOr<v1::ParameterServer::Stub*> PsClient::Impl::StubForSlot(int slot) {
+absl::StatusOr<PsClient::Impl::Stubs*> PsClient::Impl::StubsForSlot(int slot) {
   const v1::View view = scheduler_->view();
   std::string address;
   for (const v1::ShardSlot& s : view.shard_map().slots()) {
@@ -152,15 +163,17 @@ absl::StatusOr<v1::ParameterServer::Stub*> PsClient::Impl::StubForSlot(int slot)
     return absl::UnavailableError(absl::StrCat("shard slot ", slot, " has no live server"));
   }
   absl::MutexLock lock(&stub_mu_);
-  auto& stub = stubs_[address];
-  if (!stub) {
+  auto& stubs = stubs_[address];
+  if (!stubs) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
-    stub = v1::ParameterServer::NewStub(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    stubs = std::make_unique<Stubs>();
+    stubs->typed = v1::ParameterServer::NewStub(channel);
+    stubs->generic = std::make_unique<grpc::GenericStub>(channel);
   }
-  return stub.get();
+  return stubs.get();
 }
 
 OpHandle PsClient::Impl::Submit(OpPtr op) {
@@ -190,43 +203,52 @@ void PsClient::Impl::Dispatch(int slot) {
 
 void PsClient::Impl::Issue(const OpPtr& op) {
   op->attempts++;
-  auto stub = StubForSlot(op->slot);
-  if (!stub.ok()) {
-    OnDone(op, ToGrpcStatus(stub.status()));
+  auto stubs = StubsForSlot(op->slot);
+  if (!stubs.ok()) {
+    OnDone(op, ToGrpcStatus(stubs.status()));
     return;
   }
   op->ctx = std::make_unique<grpc::ClientContext>();
   op->ctx->set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   const v1::View view = scheduler_->view();
   const ChunkInfo& chunk = plan_.chunks[op->chunk];
+  static const std::string kPush = "/strata.v1.ParameterServer/Push";
+  static const std::string kPull = "/strata.v1.ParameterServer/Pull";
+  op->response.Clear();
   if (op->kind == OpHandle::State::kPush) {
-    v1::PushRequest& req = op->push_req;
-    req.set_member_id(scheduler_->member_id());
-    req.set_epoch(view.epoch());
-    req.set_chunk_id(chunk.id);
-    req.set_step(op->step);
-    req.set_num_samples(op->samples);
-    req.set_dtype(options_.push_dtype);
-    if (op->attempts == 1) {
-      if (options_.push_dtype == v1::DTYPE_BF16) {
-        std::string* data = req.mutable_data();
-        data->resize(chunk.numel * 2);
-        FloatToBf16(op->grad, reinterpret_cast<uint16_t*>(data->data()), chunk.numel);
-      } else {
-        req.set_data(reinterpret_cast<const char*>(op->grad), chunk.numel * 4);
+    v1::PushRequest header;
+    header.set_member_id(scheduler_->member_id());
+    header.set_epoch(view.epoch());
+    header.set_chunk_id(chunk.id);
+    header.set_step(op->step);
+    header.set_num_samples(op->samples);
+    header.set_dtype(options_.push_dtype);
+    // The payload slice points at the caller's buffer (no copy); the
+    // caller keeps it alive until the handle is done.
+    const void* payload = op->grad;
+    size_t bytes = chunk.numel * 4;
+    if (options_.push_dtype == v1::DTYPE_BF16) {
+      if (op->bf16.empty()) {
+        op->bf16.resize(chunk.numel * 2);
+        FloatToBf16(op->grad, reinterpret_cast<uint16_t*>(op->bf16.data()), chunk.numel);
       }
+      payload = op->bf16.data();
+      bytes = op->bf16.size();
     }
-    (*stub)->async()->Push(op->ctx.get(), &op->push_req, &op->push_resp,
-                           [this, op](grpc::Status s) { OnDone(op, s); });
+    op->request = SerializeWithPayload(header, v1::PushRequest::kDataFieldNumber, payload, bytes);
+    (*stubs)->generic->UnaryCall(op->ctx.get(), kPush, grpc::StubOptions(), &op->request,
+                                 &op->response, [this, op](grpc::Status s) { OnDone(op, s); });
   } else {
-    v1::PullRequest& req = op->pull_req;
+    v1::PullRequest req;
     req.set_member_id(scheduler_->member_id());
     req.set_chunk_id(chunk.id);
     req.set_clock(op->step);
     req.set_min_version(op->min_version);
     req.set_dtype(options_.pull_dtype);
-    (*stub)->async()->Pull(op->ctx.get(), &op->pull_req, &op->pull_resp,
-                           [this, op](grpc::Status s) { OnDone(op, s); });
+    grpc::Slice slice(req.SerializeAsString());
+    op->request = grpc::ByteBuffer(&slice, 1);
+    (*stubs)->generic->UnaryCall(op->ctx.get(), kPull, grpc::StubOptions(), &op->request,
+                                 &op->response, [this, op](grpc::Status s) { OnDone(op, s); });
   }
 }
 
@@ -246,29 +268,44 @@ void PsClient::Impl::OnDone(const OpPtr& op, const grpc::Status& grpc_status) {
 void PsClient::Impl::Complete(const OpPtr& op, absl::Status status) {
   uint64_t version = 0;
   int64_t min_clock = 0;
-  if (status.ok() && op->kind == OpHandle::State::kPull) {
-    const ChunkInfo& chunk = plan_.chunks[op->chunk];
-    const std::string& data = op->pull_resp.data();
-    if (data.size() != chunk.numel * ElementBytes(options_.pull_dtype)) {
-      status = absl::DataLossError(absl::StrCat("pull of chunk ", chunk.id, " returned ",
-                                                data.size(), " bytes for ", chunk.numel,
-                                                " elements"));
-    } else if (options_.pull_dtype == v1::DTYPE_BF16) {
-      Bf16ToFloat(reinterpret_cast<const uint16_t*>(data.data()), op->dst, chunk.numel);
-    } else {
-      std::memcpy(op->dst, data.data(), data.size());
-    }
-    version = op->pull_resp.version();
-    min_clock = op->pull_resp.min_clock();
-  } else if (status.ok()) {
-    version = op->push_resp.version();
-  }
-  // Free the payloads now: the handle may outlive the op by a long time.
-  op->push_req.Clear();
-  op->pull_resp.Clear();
+  if (status.ok()) status = ReadResponse(*op, &version, &min_clock);
+  // Free the buffers now: the handle may outlive the op by a long time.
+  op->request.Clear();
+  op->response.Clear();
+  op->bf16.clear();
+  op->bf16.shrink_to_fit();
   op->Finish(std::move(status), version, min_clock);
   absl::MutexLock lock(&mu_);
   outstanding_--;
+}
+
+absl::Status PsClient::Impl::ReadResponse(const OpHandle::State& op, uint64_t* version,
+                                          int64_t* min_clock) {
+  PayloadMessage message;
+  if (op.kind == OpHandle::State::kPush) {
+    v1::PushResponse resp;
+    STRATA_RETURN_IF_ERROR(message.Parse(op.response, /*field=*/0, &resp));
+    *version = resp.version();
+    return absl::OkStatus();
+  }
+  v1::PullResponse resp;
+  STRATA_RETURN_IF_ERROR(message.Parse(op.response, v1::PullResponse::kDataFieldNumber, &resp));
+  const ChunkInfo& chunk = plan_.chunks[op.chunk];
+  if (message.payload_size() != chunk.numel * ElementBytes(options_.pull_dtype)) {
+    return absl::DataLossError(absl::StrCat("pull of chunk ", chunk.id, " returned ",
+                                            message.payload_size(), " bytes for ", chunk.numel,
+                                            " elements"));
+  }
+  if (options_.pull_dtype == v1::DTYPE_BF16) {
+    std::vector<uint16_t> raw(chunk.numel);
+    message.CopyPayload(raw.data());
+    Bf16ToFloat(raw.data(), op.dst, chunk.numel);
+  } else {
+    message.CopyPayload(op.dst);  // the one copy: slices -> caller's buffer
+  }
+  *version = resp.version();
+  *min_clock = resp.min_clock();
+  return absl::OkStatus();
 }
 
 void PsClient::Impl::RetryLater(const OpPtr& op, absl::Status why) {

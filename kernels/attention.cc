@@ -64,8 +64,8 @@ void ForwardHead(float* out, float* S, const Head& x, int T, int C, int hs) {
          x.k, x.ld, 0.0f, S + int64_t{i0} * T, T);
     for (int t = i0; t < i1; ++t) CausalSoftmaxRow(S + int64_t{t} * T, t, T);
     // out[i0:i1] = P[i0:i1, 0:i1] V[0:i1]
-    Gemm(false, false, i1 - i0, hs, i1, 1.0f, S + int64_t{i0} * T, T, x.v,
-         x.ld, 0.0f, out + int64_t{i0} * C, C);
+    Gemm(false, false, i1 - i0, hs, i1, 1.0f, S + int64_t{i0} * T, T, x.v, x.ld,
+         0.0f, out + int64_t{i0} * C, C);
   }
 }
 
@@ -78,14 +78,14 @@ void BackwardHead(float* dq, float* dP, const float* dout, const float* P,
   for (int i0 = 0; i0 < T; i0 += kAttentionBlock) {
     const int i1 = std::min(T, i0 + kAttentionBlock);
     // dP[i0:i1, 0:i1] = dO[i0:i1] V[0:i1]^T, then through the softmax.
-    Gemm(false, true, i1 - i0, i1, hs, 1.0f, dout + int64_t{i0} * C, C, x.v,
-         ld, 0.0f, dP + int64_t{i0} * T, T);
+    Gemm(false, true, i1 - i0, i1, hs, 1.0f, dout + int64_t{i0} * C, C, x.v, ld,
+         0.0f, dP + int64_t{i0} * T, T);
     for (int t = i0; t < i1; ++t) {
       SoftmaxBackwardRow(dP + int64_t{t} * T, P + int64_t{t} * T, t, T);
     }
     // dQ[i0:i1] = scale * dS[i0:i1, 0:i1] K[0:i1]
-    Gemm(false, false, i1 - i0, hs, i1, scale, dP + int64_t{i0} * T, T, x.k,
-         ld, 0.0f, dq + int64_t{i0} * ld, ld);
+    Gemm(false, false, i1 - i0, hs, i1, scale, dP + int64_t{i0} * T, T, x.k, ld,
+         0.0f, dq + int64_t{i0} * ld, ld);
   }
   // Key/value rows j0:j1 get contributions from query rows j0:T only.
   for (int j0 = 0; j0 < T; j0 += kAttentionBlock) {

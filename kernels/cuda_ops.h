@@ -58,8 +58,8 @@ absl::Status EncoderBackward(Context& ctx, float* dwte, float* dwpe,
                              int T, int C);
 
 // out, inp (N,C) bf16; weight, bias (C) bf16; mean, rstd (N) fp32.
-absl::Status LayerNormForward(Context& ctx, bf16* out, float* mean,
-                              float* rstd, const bf16* inp, const bf16* weight,
+absl::Status LayerNormForward(Context& ctx, bf16* out, float* mean, float* rstd,
+                              const bf16* inp, const bf16* weight,
                               const bf16* bias, int N, int C);
 // dinp (N,C) bf16 accumulated; dweight, dbias (C) fp32 accumulated.
 absl::Status LayerNormBackward(Context& ctx, bf16* dinp, float* dweight,
@@ -79,9 +79,8 @@ absl::Status MatmulBackward(Context& ctx, bf16* dinp, float* dweight,
 
 // out (B,T,C), att (B,NH,T,T), qkv (B,T,3C) bf16; scores (B,NH,T,T) fp32
 // scratch.
-absl::Status AttentionForward(Context& ctx, bf16* out, bf16* att,
-                              float* scores, const bf16* qkv, int B, int T,
-                              int C, int NH);
+absl::Status AttentionForward(Context& ctx, bf16* out, bf16* att, float* scores,
+                              const bf16* qkv, int B, int T, int C, int NH);
 // dqkv (B,T,3C) bf16 overwritten; dscores (B,NH,T,T) fp32 and dsoft
 // (B,NH,T,T) bf16 scratch.
 absl::Status AttentionBackward(Context& ctx, bf16* dqkv, float* dscores,

@@ -41,8 +41,7 @@ void GeluForward(float* out, const float* inp, int64_t n) {
   });
 }
 
-void GeluBackward(float* dinp, const float* inp, const float* dout,
-                  int64_t n) {
+void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) {
   ParallelFor(n, kGrain, [&](int, int64_t i0, int64_t i1) {
     GeluBackwardRange(dinp + i0, inp + i0, dout + i0, i1 - i0);
   });

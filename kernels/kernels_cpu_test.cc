@@ -141,8 +141,8 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
   std::vector<float> b = Random(C, 3), dout = Random(N * C, 4);
   std::vector<float> out(N * C), mean(N), rstd(N);
   auto loss = [&] {
-    LayerNormForward(out.data(), mean.data(), rstd.data(), inp.data(),
-                     w.data(), b.data(), N, C);
+    LayerNormForward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(),
+                     b.data(), N, C);
     return Dot(out, dout);
   };
   loss();
@@ -228,7 +228,8 @@ TEST(Gelu, BackwardMatchesFiniteDifferences) {
   for (int i = 0; i < n; ++i) {
     const double x = inp[i];
     const double want =
-        0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+        0.5 * x *
+        (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
     ASSERT_NEAR(out[i], want, 1e-5);
   }
 }
@@ -276,8 +277,8 @@ TEST(CrossEntropy, FusedGradientMatchesFiniteDifferencesOfForward) {
   };
   const double want = loss();
   std::vector<float> grad = logits, fused_losses(N);
-  const float sum = SoftmaxCrossEntropyFused(grad.data(), targets.data(),
-                                             dloss, fused_losses.data(), N, V);
+  const float sum = SoftmaxCrossEntropyFused(grad.data(), targets.data(), dloss,
+                                             fused_losses.data(), N, V);
   EXPECT_NEAR(sum * dloss, want, 1e-5);
   for (int n = 0; n < N; ++n) EXPECT_NEAR(fused_losses[n], losses[n], 1e-5);
   ExpectGradient("dlogits", logits, grad, loss, 300, 1e-2f, 1e-4, 1e-2);

@@ -30,9 +30,8 @@ void LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
 }
 
 void LayerNormBackward(float* dinp, float* dweight, float* dbias,
-                       const float* dout, const float* inp,
-                       const float* weight, const float* mean,
-                       const float* rstd, int N, int C) {
+                       const float* dout, const float* inp, const float* weight,
+                       const float* mean, const float* rstd, int N, int C) {
   // Each chunk sums its rows' dweight/dbias into its own scratch row; the
   // rows are added at the end (in chunk order, so results are reproducible).
   const int chunks = NumChunks(N, 8);

@@ -16,9 +16,8 @@ void LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
 // dbias += dL/dbias (all accumulated).
 // dinp, dout, inp are (N,C), dweight, dbias, weight are (C), mean, rstd (N).
 void LayerNormBackward(float* dinp, float* dweight, float* dbias,
-                       const float* dout, const float* inp,
-                       const float* weight, const float* mean,
-                       const float* rstd, int N, int C);
+                       const float* dout, const float* inp, const float* weight,
+                       const float* mean, const float* rstd, int N, int C);
 
 }  // namespace strata::kernels
 

@@ -27,9 +27,9 @@ void SetNumThreads(int n);
 // NumThreads(), so results are reproducible. Calls from inside fn run inline
 // on the calling thread. Concurrent callers are serialized.
 // REQUIRES: n >= 0, grain >= 1.
-void ParallelFor(int64_t n, int64_t grain,
-                 absl::FunctionRef<void(int chunk, int64_t begin, int64_t end)>
-                     fn);
+void ParallelFor(
+    int64_t n, int64_t grain,
+    absl::FunctionRef<void(int chunk, int64_t begin, int64_t end)> fn);
 
 // True on a pool thread inside ParallelFor (where nested calls run inline).
 bool InParallelRegion();

@@ -34,7 +34,9 @@ inline float VecExp(float x) {
 }
 
 // tanh(x) = 1 - 2 / (exp(2x) + 1); absolute error ~1e-7.
-inline float VecTanh(float x) { return 1.0f - 2.0f / (VecExp(2.0f * x) + 1.0f); }
+inline float VecTanh(float x) {
+  return 1.0f - 2.0f / (VecExp(2.0f * x) + 1.0f);
+}
 
 }  // namespace strata::kernels
 

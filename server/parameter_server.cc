@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <deque>
 #include <thread>
 
@@ -9,6 +10,8 @@
 #include "client/scheduler_client.h"
 #include "common/consistency.h"
 #include "common/status.h"
+#include "common/thread_pool.h"
+#include "common/wire.h"
 #include "server/shard.h"
 #include "storage/data_dir.h"
 #include "storage/ram_tier.h"
@@ -17,32 +20,47 @@
 namespace strata {
 namespace {
 
-// gRPC edge: each handler calls the Shard and converts the status.
-class Service final : public v1::ParameterServer::Service {
+// gRPC edge. Push and Pull are raw callback methods: their payloads skip
+// protobuf's copies (common/wire.h), and they run on pools of our own
+// because a pull may wait at the consistency gate, which must not hold
+// gRPC's own threads.
+// The other methods are ordinary synchronous handlers.
+using ServiceBase = v1::ParameterServer::WithRawCallbackMethod_Push<
+    v1::ParameterServer::WithRawCallbackMethod_Pull<v1::ParameterServer::Service>>;
+
+constexpr int kPushDataField = v1::PushRequest::kDataFieldNumber;
+constexpr int kPullDataField = v1::PullResponse::kDataFieldNumber;
+
+class Service final : public ServiceBase {
  public:
-  Service(Shard* shard, ParameterServer* owner) : shard_(shard), owner_(owner) {}
+  // Pushes and pulls have separate pools: pulls waiting at a BSP gate must
+  // never hold the threads the pushes that close the step need.
+  Service(Shard* shard, ParameterServer* owner, ThreadPool* push_pool, ThreadPool* pull_pool)
+      : shard_(shard), owner_(owner), push_pool_(push_pool), pull_pool_(pull_pool) {}
+
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    push_pool_->Schedule([this, reactor, request, response] {
+      reactor->Finish(ToGrpcStatus(HandlePush(*request, response)));
+    });
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    pull_pool_->Schedule([this, reactor, request, response] {
+      reactor->Finish(ToGrpcStatus(HandlePull(*request, response)));
+    });
+    return reactor;
+  }
 
   grpc::Status RegisterChunks(grpc::ServerContext*, const v1::RegisterChunksRequest* req,
                               v1::RegisterChunksResponse* resp) override {
     auto r = shard_->Register(*req);
     if (r.ok()) *resp = *r;
     return ToGrpcStatus(r.status());
-  }
-
-  grpc::Status Push(grpc::ServerContext*, const v1::PushRequest* req,
-                    v1::PushResponse* resp) override {
-    auto r = shard_->Push(*req, req->data());
-    if (r.ok()) *resp = *r;
-    return ToGrpcStatus(r.status());
-  }
-
-  grpc::Status Pull(grpc::ServerContext*, const v1::PullRequest* req,
-                    v1::PullResponse* resp) override {
-    auto r = shard_->Pull(*req, resp->mutable_data());
-    if (!r.ok()) return ToGrpcStatus(r.status());
-    resp->set_version(r->version);
-    resp->set_min_clock(r->min_clock);
-    return grpc::Status::OK;
   }
 
   grpc::Status Snapshot(grpc::ServerContext*, const v1::SnapshotRequest* req,
@@ -63,8 +81,42 @@ class Service final : public v1::ParameterServer::Service {
   }
 
  private:
+  absl::Status HandlePush(const grpc::ByteBuffer& request, grpc::ByteBuffer* response) {
+    PayloadMessage message;
+    v1::PushRequest req;
+    STRATA_RETURN_IF_ERROR(message.Parse(request, kPushDataField, &req));
+    STRATA_ASSIGN_OR_RETURN(
+        v1::PushResponse resp,
+        shard_->Push(req, message.payload_size(), [&message](char* dst) { message.CopyPayload(dst); }));
+    return SerializeMessage(resp, response);
+  }
+
+  absl::Status HandlePull(const grpc::ByteBuffer& request, grpc::ByteBuffer* response) {
+    PayloadMessage message;
+    v1::PullRequest req;
+    STRATA_RETURN_IF_ERROR(message.Parse(request, /*field=*/0, &req));
+    grpc::Slice payload;
+    STRATA_ASSIGN_OR_RETURN(PullResult r, shard_->Pull(req, [&payload](size_t n) {
+      payload = AllocateSlice(n);
+      return reinterpret_cast<char*>(const_cast<uint8_t*>(payload.begin()));
+    }));
+    v1::PullResponse header;
+    header.set_version(r.version);
+    header.set_min_clock(r.min_clock);
+    *response = SerializeWithPayload(header, kPullDataField, std::move(payload));
+    return absl::OkStatus();
+  }
+
+  static absl::Status SerializeMessage(const google::protobuf::Message& msg, grpc::ByteBuffer* out) {
+    grpc::Slice slice(msg.SerializeAsString());
+    *out = grpc::ByteBuffer(&slice, 1);
+    return absl::OkStatus();
+  }
+
   Shard* shard_;
   ParameterServer* owner_;
+  ThreadPool* push_pool_;
+  ThreadPool* pull_pool_;
 };
 
 }  // namespace
@@ -73,6 +125,8 @@ struct ParameterServer::Impl {
   ServerOptions options;
   std::unique_ptr<Shard> shard;
   std::unique_ptr<DataDir> data_dir;
+  std::unique_ptr<ThreadPool> push_handlers;
+  std::unique_ptr<ThreadPool> pull_handlers;
   std::unique_ptr<Service> service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<SchedulerClient> scheduler;
@@ -190,7 +244,11 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(ServerOp
 
   auto owner = std::unique_ptr<ParameterServer>(new ParameterServer(std::move(impl)));
   Impl& me = *owner->impl_;
-  me.service = std::make_unique<Service>(me.shard.get(), owner.get());
+  me.push_handlers = std::make_unique<ThreadPool>(
+      std::max(4, static_cast<int>(std::thread::hardware_concurrency())));
+  me.pull_handlers = std::make_unique<ThreadPool>(options.max_threads);
+  me.service = std::make_unique<Service>(me.shard.get(), owner.get(), me.push_handlers.get(),
+                                         me.pull_handlers.get());
   builder.RegisterService(me.service.get());
   me.server = builder.BuildAndStart();
   if (!me.server || me.port == 0) {
@@ -254,6 +312,10 @@ void ParameterServer::Shutdown() {
   me.shut_down = true;
   me.scheduler.reset();  // leaves the cluster
   if (me.server) me.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  // Wake gate waiters, then run what was queued: every reactor gets finished.
+  me.shard->Cancel();
+  me.pull_handlers.reset();
+  me.push_handlers.reset();
   FlushSnapshots();
   {
     absl::MutexLock lock(&me.snap_mu);

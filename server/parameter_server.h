@@ -30,7 +30,7 @@ struct ServerOptions {
   int keep_snapshots = 3;
   absl::Duration max_wait = absl::Seconds(120);  // longest gate wait
   absl::Duration view_wait = absl::Seconds(5);
-  int max_threads = 256;  // gRPC handler threads (gate waits hold one each)
+  int max_threads = 256;  // pull handler threads (a pull waiting at the gate holds one)
   Clock* clock = Clock::Real();
 };
 

@@ -209,29 +209,48 @@ absl::Status Shard::CheckMember(const v1::PushRequest& req) {
   return absl::OkStatus();
 }
 
-absl::Status Shard::DecodeGradient(const v1::PushRequest& req, absl::string_view data,
-                                   uint64_t numel, std::vector<float>* out,
+std::vector<float> Shard::TakeBuffer(size_t n) {
+  std::vector<float> buffer;
+  {
+    absl::MutexLock lock(&pool_mu_);
+    if (!pool_.empty()) {
+      buffer = std::move(pool_.back());
+      pool_.pop_back();
+    }
+  }
+  buffer.resize(n);
+  return buffer;
+}
+
+void Shard::GiveBuffer(std::vector<float> buffer) {
+  absl::MutexLock lock(&pool_mu_);
+  if (pool_.size() < 64) pool_.push_back(std::move(buffer));
+}
+
+absl::Status Shard::DecodeGradient(const v1::PushRequest& req, size_t payload_bytes,
+                                   PayloadReader read, uint64_t numel, std::vector<float>* out,
                                    bool* nonfinite) {
   if (req.dtype() != v1::DTYPE_F32 && req.dtype() != v1::DTYPE_BF16 &&
       req.dtype() != v1::DTYPE_UNSPECIFIED) {
     return absl::InvalidArgumentError(absl::StrCat("unknown gradient dtype ", req.dtype()));
   }
   const size_t want = numel * ElementBytes(req.dtype());
-  if (data.size() != want) {
+  if (payload_bytes != want) {
     return absl::InvalidArgumentError(absl::StrCat("chunk ", req.chunk_id(), " expects ", want,
-                                                   " bytes of gradient, got ", data.size()));
+                                                   " bytes of gradient, got ", payload_bytes));
   }
-  out->resize(numel);
+  *out = TakeBuffer(numel);
   if (req.dtype() == v1::DTYPE_BF16) {
     std::vector<uint16_t> raw(numel);
-    std::memcpy(raw.data(), data.data(), want);
+    read(reinterpret_cast<char*>(raw.data()));
     Bf16ToFloat(raw.data(), out->data(), numel);
   } else {
-    std::memcpy(out->data(), data.data(), want);
+    read(reinterpret_cast<char*>(out->data()));
   }
   if (!AllFinite(out->data(), numel)) {
     counters_.rejected_nonfinite++;
     *nonfinite = true;
+    GiveBuffer(std::move(*out));
     return absl::InvalidArgumentError(absl::StrCat("gradient for chunk ", req.chunk_id(),
                                                    " step ", req.step(), " has NaN or Inf; rejected"));
   }
@@ -239,7 +258,13 @@ absl::Status Shard::DecodeGradient(const v1::PushRequest& req, absl::string_view
 }
 
 absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req, absl::string_view data) {
-  counters_.bytes_in += data.size();
+  return Push(req, data.size(),
+              [&data](char* dst) { std::memcpy(dst, data.data(), data.size()); });
+}
+
+absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req, size_t payload_bytes,
+                                              PayloadReader read) {
+  counters_.bytes_in += payload_bytes;
   bool nonfinite = false;
   auto result = [&]() -> absl::StatusOr<v1::PushResponse> {
     STRATA_ASSIGN_OR_RETURN(Chunk * c, FindChunk(req.chunk_id()));
@@ -247,9 +272,12 @@ absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req, absl::s
     if (req.step() < 0) return absl::InvalidArgumentError("push with a negative step");
     STRATA_RETURN_IF_ERROR(CheckMember(req));
     std::vector<float> grad;
-    STRATA_RETURN_IF_ERROR(DecodeGradient(req, data, c->spec.numel(), &grad, &nonfinite));
+    STRATA_RETURN_IF_ERROR(
+        DecodeGradient(req, payload_bytes, read, c->spec.numel(), &grad, &nonfinite));
     if (options_.consistency.mode == Consistency::kBsp) return PushBsp(*c, req, std::move(grad));
-    return PushAsync(*c, req, grad);
+    auto r = PushAsync(*c, req, grad);
+    GiveBuffer(std::move(grad));
+    return r;
   }();
   if (!result.ok() && !nonfinite) counters_.rejected_other++;
   return result;
@@ -265,18 +293,23 @@ absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c, const v1::PushRequest&
     // A retry of a push that already counted is fine; anything else is late.
     if (req.step() == open_step - 1 && c.last_closed.contains(req.member_id())) {
       resp.set_version(c.rec.version);
+      GiveBuffer(std::move(grad));
       return resp;
     }
+    GiveBuffer(std::move(grad));
     return absl::AbortedError(absl::StrCat("step ", req.step(), " of chunk ", req.chunk_id(),
                                            " already closed (open step is ", open_step, ")"));
   }
   if (req.step() > open_step) {
+    GiveBuffer(std::move(grad));
     return absl::FailedPreconditionError(absl::StrCat(
         "push for step ", req.step(), " but chunk ", req.chunk_id(), " is at step ", open_step,
         ": pull version ", req.step(), " before computing that step"));
   }
   if (!c.open.contains(req.member_id())) {
     c.open[req.member_id()] = Contribution{req.num_samples(), std::move(grad)};
+  } else {
+    GiveBuffer(std::move(grad));
   }
   const uint64_t before = c.rec.version;
   MaybeCloseStep(c, now);
@@ -295,7 +328,8 @@ void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
   uint64_t total = 0;
   for (const auto& [id, contrib] : c.open) total += contrib.samples;
   const size_t n = c.spec.numel();
-  std::vector<float> mean(n, 0.0f);
+  std::vector<float> mean = TakeBuffer(n);
+  std::fill(mean.begin(), mean.end(), 0.0f);
   for (const auto& [id, contrib] : c.open) {
     const float weight = static_cast<float>(static_cast<double>(contrib.samples) / total);
     const float* g = contrib.grad.data();
@@ -303,8 +337,12 @@ void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
   }
   const int64_t step = static_cast<int64_t>(c.rec.version);
   ApplyGradient(c, mean.data(), step);
+  GiveBuffer(std::move(mean));
   c.last_closed.clear();
-  for (const auto& [id, contrib] : c.open) c.last_closed.insert(id);
+  for (auto& [id, contrib] : c.open) {
+    c.last_closed.insert(id);
+    GiveBuffer(std::move(contrib.grad));
+  }
   c.open.clear();
   c.changed.SignalAll();
   if (options_.snapshot_every > 0 &&
@@ -348,6 +386,13 @@ int64_t Shard::MinClock(const Chunk& c, const ViewState& view) const {
 }
 
 absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req, std::string* out) {
+  return Pull(req, [out](size_t n) {
+    out->resize(n);
+    return out->data();
+  });
+}
+
+absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req, PayloadAllocator alloc) {
   STRATA_ASSIGN_OR_RETURN(Chunk * c, FindChunk(req.chunk_id()));
   if (req.dtype() != v1::DTYPE_F32 && req.dtype() != v1::DTYPE_BF16 &&
       req.dtype() != v1::DTYPE_UNSPECIFIED) {
@@ -384,6 +429,7 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req, std::string* 
   };
   const absl::Time deadline = absl::Now() + options_.max_wait;
   while (!ready()) {
+    if (cancelled_) return absl::UnavailableError("the server is shutting down");
     if (c->changed.WaitWithDeadline(&c->mu, deadline) && !ready()) {
       return absl::DeadlineExceededError(absl::StrCat(
           "pull of chunk ", req.chunk_id(), " waited ", absl::FormatDuration(options_.max_wait),
@@ -394,13 +440,14 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req, std::string* 
   result.version = c->rec.version;
   result.min_clock = MinClock(*c, view());
   const size_t n = c->rec.weights.size();
+  const size_t bytes = n * ElementBytes(req.dtype());
+  char* out = alloc(bytes);
   if (req.dtype() == v1::DTYPE_BF16) {
-    out->resize(n * 2);
-    FloatToBf16(c->rec.weights.data(), reinterpret_cast<uint16_t*>(out->data()), n);
+    FloatToBf16(c->rec.weights.data(), reinterpret_cast<uint16_t*>(out), n);
   } else {
-    out->assign(reinterpret_cast<const char*>(c->rec.weights.data()), n * 4);
+    std::memcpy(out, c->rec.weights.data(), bytes);
   }
-  counters_.bytes_out += out->size();
+  counters_.bytes_out += bytes;
   return result;
 }
 
@@ -414,6 +461,15 @@ void Shard::CaptureForSnapshot(const Chunk& c) {
   std::unique_ptr<RamTier> done = std::move(capture);
   pending_snapshots_.erase(step);
   if (snapshot_sink_) snapshot_sink_(step, std::move(done));
+}
+
+void Shard::Cancel() {
+  cancelled_ = true;
+  absl::MutexLock lock(&table_mu_);
+  for (auto& [id, c] : chunks_) {
+    absl::MutexLock chunk_lock(&c->mu);
+    c->changed.SignalAll();
+  }
 }
 
 void Shard::set_snapshot_sink(SnapshotSink sink) {

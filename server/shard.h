@@ -24,6 +24,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -84,13 +85,24 @@ class Shard {
   // steps that were waiting only for them.
   void UpdateView(const v1::View& view);
 
-  // Handles one gradient push. `data` holds numel values in `req.dtype()`
-  // (req.data() is ignored; the caller passes the payload separately so it
-  // can come from a zero-copy buffer). Errors as in ps.proto.
+  // Copies a push's payload (payload_bytes long) to `dst`.
+  using PayloadReader = absl::FunctionRef<void(char* dst)>;
+  // Gives `n` bytes of output space for a pull's payload.
+  using PayloadAllocator = absl::FunctionRef<char*(size_t n)>;
+
+  // Handles one gradient push whose payload (numel values in req.dtype();
+  // req.data() is ignored) is `payload_bytes` long and is copied out by
+  // `read` only once the request has been validated, straight into the
+  // buffer it is kept in. Errors as in ps.proto.
+  absl::StatusOr<v1::PushResponse> Push(const v1::PushRequest& req, size_t payload_bytes,
+                                        PayloadReader read);
+  // Convenience: the payload in `data`.
   absl::StatusOr<v1::PushResponse> Push(const v1::PushRequest& req, absl::string_view data);
 
   // Serves a pull: waits at the gate, then writes the chunk's weights in
-  // req.dtype() to `out` (resized to fit).
+  // req.dtype() to space from `alloc` (called once, under the chunk's lock).
+  absl::StatusOr<PullResult> Pull(const v1::PullRequest& req, PayloadAllocator alloc);
+  // Convenience: the weights into `out` (resized to fit).
   absl::StatusOr<PullResult> Pull(const v1::PullRequest& req, std::string* out);
 
   // Copies every chunk's current state into a new RamTier (each chunk is
@@ -101,6 +113,10 @@ class Shard {
   // Serialized GroupSpecs (snapshot metadata) and restoring from a snapshot.
   std::string GroupsMetadata() const;
   absl::Status Restore(const std::string& metadata, const ChunkTier& records);
+
+  // Wakes every pull waiting at a gate with UNAVAILABLE, now and later
+  // (the server is shutting down).
+  void Cancel();
 
   void set_snapshot_sink(SnapshotSink sink);
   const ShardCounters& counters() const { return counters_; }
@@ -136,8 +152,13 @@ class Shard {
 
   absl::StatusOr<Chunk*> FindChunk(uint64_t id) const;
   absl::Status CheckMember(const v1::PushRequest& req);
-  absl::Status DecodeGradient(const v1::PushRequest& req, absl::string_view data,
-                              uint64_t numel, std::vector<float>* out, bool* nonfinite);
+  absl::Status DecodeGradient(const v1::PushRequest& req, size_t payload_bytes,
+                              PayloadReader read, uint64_t numel, std::vector<float>* out,
+                              bool* nonfinite);
+  // Gradient buffers are reused: a fresh multi-MiB allocation per push costs
+  // page faults that halve throughput.
+  std::vector<float> TakeBuffer(size_t n);
+  void GiveBuffer(std::vector<float> buffer);
   absl::StatusOr<v1::PushResponse> PushBsp(Chunk& c, const v1::PushRequest& req,
                                            std::vector<float> grad);
   absl::StatusOr<v1::PushResponse> PushAsync(Chunk& c, const v1::PushRequest& req,
@@ -156,6 +177,7 @@ class Shard {
   const ShardOptions options_;
   ShardCounters counters_;
   std::atomic<size_t> num_chunks_{0};
+  std::atomic<bool> cancelled_{false};
 
   mutable absl::Mutex table_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Group>> groups_ ABSL_GUARDED_BY(table_mu_);
@@ -166,6 +188,9 @@ class Shard {
   mutable absl::Mutex view_mu_;
   absl::CondVar view_changed_;
   ViewState view_ ABSL_GUARDED_BY(view_mu_);
+
+  absl::Mutex pool_mu_;
+  std::vector<std::vector<float>> pool_ ABSL_GUARDED_BY(pool_mu_);
 
   absl::Mutex snap_mu_;
   SnapshotSink snapshot_sink_ ABSL_GUARDED_BY(snap_mu_);

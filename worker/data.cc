@@ -28,7 +28,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
   std::string bytes((std::istreambuf_iterator<char>(in)),
                     std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::InternalError(absl::StrCat("error reading ", path));
+  if (in.bad())
+    return absl::InternalError(absl::StrCat("error reading ", path));
   return bytes;
 }
 
@@ -61,9 +62,9 @@ absl::StatusOr<std::vector<uint16_t>> ParseShard(const std::string& bytes,
   const uint64_t count = LoadLE<uint64_t>(bytes.data() + 12);
   const uint64_t body = bytes.size() - kHeaderBytes;
   if (count > body / 2 || body != count * 2) {
-    return absl::DataLossError(absl::StrCat(
-        path, ": header says ", count, " tokens but the body has ", body,
-        " bytes"));
+    return absl::DataLossError(absl::StrCat(path, ": header says ", count,
+                                            " tokens but the body has ", body,
+                                            " bytes"));
   }
   std::vector<uint16_t> tokens(count);
   std::memcpy(tokens.data(), bytes.data() + kHeaderBytes, body);

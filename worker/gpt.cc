@@ -13,6 +13,7 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/parallel.h"
 
 namespace strata {
 namespace {
@@ -46,6 +47,27 @@ constexpr int64_t kHeadChunkFloats = int64_t{1} << 24;
 // Parameters are padded to this many floats (64 bytes) in the flat buffers.
 constexpr int64_t kAlignFloats = 16;
 
+// Fills w[0, n) with N(0, scale^2) samples. Each block of kInitBlock values
+// has its own generator seeded by (seed, tensor, block), so the values do not
+// depend on the number of threads or on the sizes of other tensors.
+constexpr int64_t kInitBlock = int64_t{1} << 16;
+
+void FillNormal(float* w, int64_t n, float scale, uint64_t seed,
+                size_t tensor) {
+  const int64_t blocks = (n + kInitBlock - 1) / kInitBlock;
+  kernels::ParallelFor(blocks, 1, [&](int, int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      std::seed_seq seq{
+          static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+          static_cast<uint32_t>(tensor), static_cast<uint32_t>(b)};
+      std::mt19937 rng(seq);
+      std::normal_distribution<float> dist(0.0f, scale);
+      const int64_t end = std::min(n, (b + 1) * kInitBlock);
+      for (int64_t j = b * kInitBlock; j < end; ++j) w[j] = dist(rng);
+    }
+  });
+}
+
 }  // namespace
 
 absl::Status GptConfig::Validate() const {
@@ -54,13 +76,13 @@ absl::Status GptConfig::Validate() const {
         absl::StrCat("vocab must be in [1, 65536], got ", vocab));
   }
   if (context < 1 || layers < 1 || heads < 1 || width < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "context, layers, heads and width must be positive, got ", context,
-        ", ", layers, ", ", heads, ", ", width));
+    return absl::InvalidArgumentError(
+        absl::StrCat("context, layers, heads and width must be positive, got ",
+                     context, ", ", layers, ", ", heads, ", ", width));
   }
   if (width % heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "heads (", heads, ") must divide width (", width, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("heads (", heads, ") must divide width (", width, ")"));
   }
   return absl::OkStatus();
 }
@@ -167,8 +189,7 @@ void Gpt::BuildParams() {
     add(h + "ln2.bias", {C}, false, ParamInfo::kZeros, 0);
     add(h + "mlp.fc.weight", {4 * C, C}, true, ParamInfo::kNormal, std_dev);
     add(h + "mlp.fc.bias", {4 * C}, false, ParamInfo::kZeros, 0);
-    add(h + "mlp.proj.weight", {C, 4 * C}, true, ParamInfo::kNormal,
-        proj_std);
+    add(h + "mlp.proj.weight", {C, 4 * C}, true, ParamInfo::kNormal, proj_std);
     add(h + "mlp.proj.bias", {C}, false, ParamInfo::kZeros, 0);
   }
   add("lnf.weight", {C}, false, ParamInfo::kOnes, 0);
@@ -216,17 +237,9 @@ void Gpt::InitParams(uint64_t seed) {
       case ParamInfo::kOnes:
         std::fill(w, w + n, 1.0f);
         break;
-      case ParamInfo::kNormal: {
-        // One stream per tensor, so a tensor's values do not depend on the
-        // sizes of those before it.
-        std::seed_seq seq{static_cast<uint32_t>(seed),
-                          static_cast<uint32_t>(seed >> 32),
-                          static_cast<uint32_t>(i)};
-        std::mt19937_64 rng(seq);
-        std::normal_distribution<float> dist(0.0f, p.init_scale);
-        for (int64_t j = 0; j < n; ++j) w[j] = dist(rng);
+      case ParamInfo::kNormal:
+        FillNormal(w, n, p.init_scale, seed, i);
         break;
-      }
     }
   }
 }
@@ -242,27 +255,25 @@ void Gpt::GradReady(int param_index) {
 double Gpt::flops_per_token() const {
   const double n = static_cast<double>(num_params_) -
                    static_cast<double>(config_.context) * config_.width;
-  return 6.0 * n +
-         12.0 * config_.layers * config_.width * static_cast<double>(config_.context);
+  return 6.0 * n + 12.0 * config_.layers * config_.width *
+                       static_cast<double>(config_.context);
 }
 
 absl::Status Gpt::CheckBatch(const int32_t* tokens, const int32_t* targets,
                              int B, int T) const {
   if (B < 1 || T < 1 || T > config_.context) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch shape (", B, ", ", T,
-                     ") needs B >= 1 and 1 <= T <= context (", config_.context,
-                     ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch shape (", B, ", ", T, ") needs B >= 1 and 1 <= T <= context (",
+        config_.context, ")"));
   }
   const int64_t n = int64_t{B} * T;
   for (const int32_t* ids : {tokens, targets}) {
     if (ids == nullptr) continue;
     for (int64_t i = 0; i < n; ++i) {
       if (ids[i] < 0 || ids[i] >= config_.vocab) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(ids == tokens ? "token " : "target ", ids[i],
-                         " at position ", i, " is outside [0, ",
-                         config_.vocab, ")"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            ids == tokens ? "token " : "target ", ids[i], " at position ", i,
+            " is outside [0, ", config_.vocab, ")"));
       }
     }
   }
@@ -330,12 +341,11 @@ void Gpt::BlockBackward(int l, int B, int T) {
                     a.fch_gelu.data(), P(l, kFcProjW), N, 4 * C, C);
   ready(kFcProjW);
   k::GeluBackward(dfch, a.fch.data(), dfch, int64_t{N} * 4 * C);
-  k::MatmulBackward(dln, G(l, kFcW), G(l, kFcB), dfch, a.ln2.data(),
-                    P(l, kFcW), N, C, 4 * C);
+  k::MatmulBackward(dln, G(l, kFcW), G(l, kFcB), dfch, a.ln2.data(), P(l, kFcW),
+                    N, C, 4 * C);
   ready(kFcW);
   k::LayerNormBackward(dres, G(l, kLn2W), G(l, kLn2B), dln, a.res2.data(),
-                       P(l, kLn2W), a.ln2_mean.data(), a.ln2_rstd.data(), N,
-                       C);
+                       P(l, kLn2W), a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
   ready(kLn2W);
   // Attention branch; dres is now dL/dres2.
   k::MatmulBackward(dln, G(l, kAttnProjW), G(l, kAttnProjB), dres,
@@ -343,8 +353,8 @@ void Gpt::BlockBackward(int l, int B, int T) {
   ready(kAttnProjW);
   k::AttentionBackward(ws.dqkv.data(), ws.datt.data(), dln, a.qkv.data(),
                        a.att.data(), B, T, C, config_.heads);
-  k::MatmulBackward(dln, G(l, kQkvW), G(l, kQkvB), ws.dqkv.data(),
-                    a.ln1.data(), P(l, kQkvW), N, C, 3 * C);
+  k::MatmulBackward(dln, G(l, kQkvW), G(l, kQkvB), ws.dqkv.data(), a.ln1.data(),
+                    P(l, kQkvW), N, C, 3 * C);
   ready(kQkvW);
   k::LayerNormBackward(dres, G(l, kLn1W), G(l, kLn1B), dln, x, P(l, kLn1W),
                        a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
@@ -369,8 +379,8 @@ float Gpt::HeadLoss(const int32_t* targets, int N, bool backward) {
       for (int i = 0; i < nc; ++i) total += ws.losses[i];
       continue;
     }
-    total += k::SoftmaxCrossEntropyFused(ws.logits.data(), targets + n0,
-                                         dloss, nullptr, nc, V);
+    total += k::SoftmaxCrossEntropyFused(ws.logits.data(), targets + n0, dloss,
+                                         nullptr, nc, V);
     k::MatmulBackward(ws.dln.data() + n0 * C, grad_data(kWte), nullptr,
                       ws.logits.data(), lnf, wte, nc, C, V);
   }
@@ -378,8 +388,8 @@ float Gpt::HeadLoss(const int32_t* targets, int N, bool backward) {
 }
 
 absl::StatusOr<float> Gpt::ForwardBackward(const int32_t* tokens,
-                                           const int32_t* targets, int B,
-                                           int T, bool accumulate) {
+                                           const int32_t* targets, int B, int T,
+                                           bool accumulate) {
   if (absl::Status s = CheckBatch(tokens, targets, B, T); !s.ok()) return s;
   Workspace& ws = *ws_;
   ws.Resize(config_, B, T);
@@ -444,8 +454,8 @@ absl::StatusOr<std::vector<int32_t>> Gpt::Generate(std::vector<int32_t> prompt,
     k::MatmulForward(logits, ws_->lnf.data() + int64_t{T - 1} * C,
                      param_data(kWte), nullptr, 1, C, V);
     if (temperature <= 0) {
-      prompt.push_back(static_cast<int32_t>(
-          std::max_element(logits, logits + V) - logits));
+      prompt.push_back(
+          static_cast<int32_t>(std::max_element(logits, logits + V) - logits));
       continue;
     }
     const float m = *std::max_element(logits, logits + V);

@@ -117,8 +117,8 @@ class Gpt {
   explicit Gpt(const GptConfig& config);
 
   void BuildParams();
-  absl::Status CheckBatch(const int32_t* tokens, const int32_t* targets,
-                          int B, int T) const;
+  absl::Status CheckBatch(const int32_t* tokens, const int32_t* targets, int B,
+                          int T) const;
   // Forward through the blocks and the final LayerNorm into workspace.
   void ForwardTrunk(const int32_t* tokens, int B, int T);
   void BlockForward(int layer, int B, int T);

@@ -65,6 +65,22 @@ TEST(Gpt, Gpt2SmallHas124MParameters) {
   EXPECT_EQ((*gpt)->params()[1].spec.group, "no_decay");
 }
 
+TEST(Gpt, InitParamsIsSeededAndFollowsParamInfo) {
+  std::unique_ptr<Gpt> a = MakeGpt(TinyConfig(), 5);
+  std::unique_ptr<Gpt> b = MakeGpt(TinyConfig(), 5);
+  std::unique_ptr<Gpt> c = MakeGpt(TinyConfig(), 6);
+  const int n = 32 * 16;  // wte
+  double sum_sq = 0;
+  for (int j = 0; j < n; ++j) {
+    ASSERT_EQ(a->param_data(0)[j], b->param_data(0)[j]);
+    sum_sq += a->param_data(0)[j] * a->param_data(0)[j];
+  }
+  EXPECT_NE(a->param_data(0)[0], c->param_data(0)[0]);
+  EXPECT_NEAR(std::sqrt(sum_sq / n), 0.02, 0.003);
+  EXPECT_EQ(a->param_data(2)[0], 1.0f);  // h.0.ln1.weight
+  EXPECT_EQ(a->param_data(3)[0], 0.0f);  // h.0.ln1.bias
+}
+
 // The params are perturbed in float, so the loss is evaluated at a model
 // whose activations are O(1): steps of 1e-2 keep rounding (~1e-7 of a loss
 // of ~3.5) well under the differences, and truncation is O(eps^2).

@@ -56,9 +56,8 @@ absl::Status CheckShape(int B, int T, int C, int NH) {
 
 }  // namespace
 
-absl::Status AttentionForward(Context& ctx, bf16* out, bf16* att,
-                              float* scores, const bf16* qkv, int B, int T,
-                              int C, int NH) {
+absl::Status AttentionForward(Context& ctx, bf16* out, bf16* att, float* scores,
+                              const bf16* qkv, int B, int T, int C, int NH) {
   STRATA_CUDA_RETURN_IF_ERROR(CheckShape(B, T, C, NH));
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -67,8 +66,8 @@ absl::Status AttentionForward(Context& ctx, bf16* out, bf16* att,
     const bf16* q = qkv + int64_t{b} * T * 3 * C;
     // scores[b,h] (T,T) = scale * Q_h K_h^T, heads batched (stride hs).
     STRATA_CUDA_RETURN_IF_ERROR(GemmBatched(
-        ctx, false, true, T, T, hs, scale, q, 3 * C, hs, q + C, 3 * C, hs,
-        0.0f, scores + b * NH * tt, CUDA_R_32F, T, tt, NH));
+        ctx, false, true, T, T, hs, scale, q, 3 * C, hs, q + C, 3 * C, hs, 0.0f,
+        scores + b * NH * tt, CUDA_R_32F, T, tt, NH));
   }
   const int64_t rows = int64_t{B} * NH * T;
   CausalSoftmaxKernel<<<Blocks(rows, kWarpsPerBlock), 32 * kWarpsPerBlock, 0,
@@ -96,29 +95,29 @@ absl::Status AttentionBackward(Context& ctx, bf16* dqkv, float* dscores,
     const bf16* dO = dout + int64_t{b} * T * C;
     bf16* dv = dqkv + int64_t{b} * T * 3 * C + 2 * C;
     // dV_h = P_h^T dO_h.
-    STRATA_CUDA_RETURN_IF_ERROR(GemmBatched(
-        ctx, true, false, T, hs, T, 1.0f, att + b * NH * tt, T, tt, dO, C, hs,
-        0.0f, dv, CUDA_R_16BF, 3 * C, hs, NH));
+    STRATA_CUDA_RETURN_IF_ERROR(
+        GemmBatched(ctx, true, false, T, hs, T, 1.0f, att + b * NH * tt, T, tt,
+                    dO, C, hs, 0.0f, dv, CUDA_R_16BF, 3 * C, hs, NH));
     // dP_h = dO_h V_h^T (fp32).
-    STRATA_CUDA_RETURN_IF_ERROR(GemmBatched(
-        ctx, false, true, T, T, hs, 1.0f, dO, C, hs, v, 3 * C, hs, 0.0f,
-        dscores + b * NH * tt, CUDA_R_32F, T, tt, NH));
+    STRATA_CUDA_RETURN_IF_ERROR(
+        GemmBatched(ctx, false, true, T, T, hs, 1.0f, dO, C, hs, v, 3 * C, hs,
+                    0.0f, dscores + b * NH * tt, CUDA_R_32F, T, tt, NH));
   }
   const int64_t rows = int64_t{B} * NH * T;
-  SoftmaxBackwardKernel<<<Blocks(rows, kWarpsPerBlock), 32 * kWarpsPerBlock,
-                          0, ctx.stream()>>>(dsoft, dscores, att, rows, T);
+  SoftmaxBackwardKernel<<<Blocks(rows, kWarpsPerBlock), 32 * kWarpsPerBlock, 0,
+                          ctx.stream()>>>(dsoft, dscores, att, rows, T);
   STRATA_CUDA_RETURN_IF_ERROR(LaunchStatus("SoftmaxBackwardKernel"));
   for (int b = 0; b < B; ++b) {
     const bf16* q = qkv + int64_t{b} * T * 3 * C;
     bf16* dq = dqkv + int64_t{b} * T * 3 * C;
     const bf16* ds = dsoft + b * NH * tt;
     // dQ_h = scale dS_h K_h; dK_h = scale dS_h^T Q_h.
-    STRATA_CUDA_RETURN_IF_ERROR(GemmBatched(
-        ctx, false, false, T, hs, T, scale, ds, T, tt, q + C, 3 * C, hs, 0.0f,
-        dq, CUDA_R_16BF, 3 * C, hs, NH));
-    STRATA_CUDA_RETURN_IF_ERROR(GemmBatched(
-        ctx, true, false, T, hs, T, scale, ds, T, tt, q, 3 * C, hs, 0.0f,
-        dq + C, CUDA_R_16BF, 3 * C, hs, NH));
+    STRATA_CUDA_RETURN_IF_ERROR(GemmBatched(ctx, false, false, T, hs, T, scale,
+                                            ds, T, tt, q + C, 3 * C, hs, 0.0f,
+                                            dq, CUDA_R_16BF, 3 * C, hs, NH));
+    STRATA_CUDA_RETURN_IF_ERROR(
+        GemmBatched(ctx, true, false, T, hs, T, scale, ds, T, tt, q, 3 * C, hs,
+                    0.0f, dq + C, CUDA_R_16BF, 3 * C, hs, NH));
   }
   return absl::OkStatus();
 }

@@ -8,9 +8,9 @@
 #include "kernels/cuda_ops.h"
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define STRATA_CUDA_RETURN_IF_ERROR(expr)      \
-  do {                                         \
-    ::absl::Status strata_cuda_status_ = (expr); \
+#define STRATA_CUDA_RETURN_IF_ERROR(expr)                      \
+  do {                                                         \
+    ::absl::Status strata_cuda_status_ = (expr);               \
     if (!strata_cuda_status_.ok()) return strata_cuda_status_; \
   } while (0)
 
@@ -35,8 +35,8 @@ inline int Blocks(int64_t n, int threads) {
 // Row-major, strided-batched C = alpha op(A) op(B) + beta C with fp32
 // compute; A and B bf16, C bf16 or fp32 (c_type). See kernels::Gemm for the
 // argument meanings.
-absl::Status GemmBatched(Context& ctx, bool trans_a, bool trans_b, int M,
-                         int N, int K, float alpha, const bf16* A, int lda,
+absl::Status GemmBatched(Context& ctx, bool trans_a, bool trans_b, int M, int N,
+                         int K, float alpha, const bf16* A, int lda,
                          int64_t stride_a, const bf16* B, int ldb,
                          int64_t stride_b, float beta, void* C,
                          cudaDataType_t c_type, int ldc, int64_t stride_c,

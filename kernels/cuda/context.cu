@@ -6,14 +6,13 @@ namespace strata::kernels::cuda {
 
 absl::Status CudaStatus(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(what, ": ", cudaGetErrorString(err)));
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
 }
 
 absl::Status CublasStatus(cublasStatus_t err, const char* what) {
   if (err == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": cuBLAS status ",
-                                          static_cast<int>(err)));
+  return absl::InternalError(
+      absl::StrCat(what, ": cuBLAS status ", static_cast<int>(err)));
 }
 
 absl::Status Require(bool ok, const char* what) {
@@ -33,12 +32,13 @@ int DeviceCount() {
 absl::StatusOr<std::unique_ptr<Context>> Context::Create() {
   if (DeviceCount() == 0) return absl::UnavailableError("no CUDA device");
   std::unique_ptr<Context> ctx(new Context());
-  if (absl::Status s = CudaStatus(cudaStreamCreate(&ctx->stream_),
-                                  "cudaStreamCreate");
+  if (absl::Status s =
+          CudaStatus(cudaStreamCreate(&ctx->stream_), "cudaStreamCreate");
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = CublasStatus(cublasCreate(&ctx->cublas_), "cublasCreate");
+  if (absl::Status s =
+          CublasStatus(cublasCreate(&ctx->cublas_), "cublasCreate");
       !s.ok()) {
     return s;
   }
@@ -59,8 +59,8 @@ absl::Status Context::Synchronize() {
   return CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
 
-absl::Status GemmBatched(Context& ctx, bool trans_a, bool trans_b, int M,
-                         int N, int K, float alpha, const bf16* A, int lda,
+absl::Status GemmBatched(Context& ctx, bool trans_a, bool trans_b, int M, int N,
+                         int K, float alpha, const bf16* A, int lda,
                          int64_t stride_a, const bf16* B, int ldb,
                          int64_t stride_b, float beta, void* C,
                          cudaDataType_t c_type, int ldc, int64_t stride_c,

@@ -14,9 +14,11 @@ __device__ float BlockReduce(float v) {
   v = kMax ? WarpMax(v) : WarpSum(v);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
   __syncthreads();
-  v = threadIdx.x < kThreads / 32 ? partial[threadIdx.x]
-                                  : (kMax ? -INFINITY : 0.0f);
-  return kMax ? WarpMax(v) : WarpSum(v);
+  v = partial[0];
+  for (int w = 1; w < kThreads / 32; ++w) {
+    v = kMax ? fmaxf(v, partial[w]) : v + partial[w];
+  }
+  return v;
 }
 
 __global__ void SoftmaxCrossEntropyKernel(bf16* dlogits, float* losses,

@@ -73,31 +73,32 @@ __global__ void ResidualBackwardKernel(bf16* da, bf16* db, const bf16* dout,
 absl::Status EncoderForward(Context& ctx, bf16* out, const int32_t* tokens,
                             const bf16* wte, const bf16* wpe, int B, int T,
                             int C) {
-  STRATA_CUDA_RETURN_IF_ERROR(Require(B > 0 && T > 0 && C > 0, "EncoderForward: "
-                                                         "B, T, C > 0"));
+  STRATA_CUDA_RETURN_IF_ERROR(Require(B > 0 && T > 0 && C > 0,
+                                      "EncoderForward: "
+                                      "B, T, C > 0"));
   const int64_t N = int64_t{B} * T;
-  EncoderForwardKernel<<<Blocks(N * C, kThreads), kThreads, 0,
-                         ctx.stream()>>>(out, tokens, wte, wpe, N, T, C);
+  EncoderForwardKernel<<<Blocks(N * C, kThreads), kThreads, 0, ctx.stream()>>>(
+      out, tokens, wte, wpe, N, T, C);
   return LaunchStatus("EncoderForwardKernel");
 }
 
 absl::Status EncoderBackward(Context& ctx, float* dwte, float* dwpe,
                              const bf16* dout, const int32_t* tokens, int B,
                              int T, int C) {
-  STRATA_CUDA_RETURN_IF_ERROR(Require(B > 0 && T > 0 && C > 0, "EncoderBackward: "
-                                                         "B, T, C > 0"));
+  STRATA_CUDA_RETURN_IF_ERROR(Require(B > 0 && T > 0 && C > 0,
+                                      "EncoderBackward: "
+                                      "B, T, C > 0"));
   const int64_t N = int64_t{B} * T;
-  EncoderBackwardKernel<<<Blocks(N * C, kThreads), kThreads, 0,
-                          ctx.stream()>>>(dwte, dwpe, dout, tokens, N, T, C);
+  EncoderBackwardKernel<<<Blocks(N * C, kThreads), kThreads, 0, ctx.stream()>>>(
+      dwte, dwpe, dout, tokens, N, T, C);
   return LaunchStatus("EncoderBackwardKernel");
 }
 
-absl::Status GeluForward(Context& ctx, bf16* out, const bf16* inp,
-                         int64_t n) {
+absl::Status GeluForward(Context& ctx, bf16* out, const bf16* inp, int64_t n) {
   STRATA_CUDA_RETURN_IF_ERROR(Require(n >= 0, "GeluForward: n >= 0"));
   if (n == 0) return absl::OkStatus();
-  GeluForwardKernel<<<Blocks(n, kThreads), kThreads, 0, ctx.stream()>>>(
-      out, inp, n);
+  GeluForwardKernel<<<Blocks(n, kThreads), kThreads, 0, ctx.stream()>>>(out,
+                                                                        inp, n);
   return LaunchStatus("GeluForwardKernel");
 }
 

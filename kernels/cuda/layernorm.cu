@@ -70,8 +70,8 @@ __global__ void LayerNormBackwardKernel(bf16* dinp, float* dweight,
 
 }  // namespace
 
-absl::Status LayerNormForward(Context& ctx, bf16* out, float* mean,
-                              float* rstd, const bf16* inp, const bf16* weight,
+absl::Status LayerNormForward(Context& ctx, bf16* out, float* mean, float* rstd,
+                              const bf16* inp, const bf16* weight,
                               const bf16* bias, int N, int C) {
   STRATA_CUDA_RETURN_IF_ERROR(Require(N > 0 && C > 0, "LayerNorm: N, C > 0"));
   LayerNormForwardKernel<<<Blocks(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0,

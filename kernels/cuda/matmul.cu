@@ -6,8 +6,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void AddBiasKernel(bf16* out, const bf16* bias, int64_t N,
-                              int OC) {
+__global__ void AddBiasKernel(bf16* out, const bf16* bias, int64_t N, int OC) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= N * OC) return;
   out[i] = __float2bfloat16(__bfloat162float(out[i]) +
@@ -21,7 +20,8 @@ __global__ void BiasBackwardKernel(float* dbias, const bf16* dout, int N,
   const int o = blockIdx.x * blockDim.x + threadIdx.x;
   if (o >= OC) return;
   float sum = 0;
-  for (int n = 0; n < N; ++n) sum += __bfloat162float(dout[int64_t{n} * OC + o]);
+  for (int n = 0; n < N; ++n)
+    sum += __bfloat162float(dout[int64_t{n} * OC + o]);
   dbias[o] += sum;
 }
 
@@ -35,8 +35,8 @@ absl::Status MatmulForward(Context& ctx, bf16* out, const bf16* inp,
                            const bf16* weight, const bf16* bias, int N, int C,
                            int OC) {
   STRATA_CUDA_RETURN_IF_ERROR(CheckShape(N, C, OC));
-  STRATA_CUDA_RETURN_IF_ERROR(GemmBatched(ctx, false, true, N, OC, C, 1.0f,
-                                          inp, C, 0, weight, C, 0, 0.0f, out,
+  STRATA_CUDA_RETURN_IF_ERROR(GemmBatched(ctx, false, true, N, OC, C, 1.0f, inp,
+                                          C, 0, weight, C, 0, 0.0f, out,
                                           CUDA_R_16BF, OC, 0, 1));
   if (bias == nullptr) return absl::OkStatus();
   AddBiasKernel<<<Blocks(int64_t{N} * OC, kThreads), kThreads, 0,
@@ -54,8 +54,8 @@ absl::Status MatmulBackward(Context& ctx, bf16* dinp, float* dweight,
                                             dinp, CUDA_R_16BF, C, 0, 1));
   }
   STRATA_CUDA_RETURN_IF_ERROR(GemmBatched(ctx, true, false, OC, C, N, 1.0f,
-                                          dout, OC, 0, inp, C, 0, 1.0f,
-                                          dweight, CUDA_R_32F, C, 0, 1));
+                                          dout, OC, 0, inp, C, 0, 1.0f, dweight,
+                                          CUDA_R_32F, C, 0, 1));
   if (dbias == nullptr) return absl::OkStatus();
   BiasBackwardKernel<<<Blocks(OC, kThreads), kThreads, 0, ctx.stream()>>>(
       dbias, dout, N, OC);

@@ -1,0 +1,249 @@
+// Each CUDA kernel against its CPU twin (kernels/*.h) on the same
+// bf16-rounded inputs. Tolerance atol + rtol * |ref| with bf16's: outputs
+// are rounded to 8 significant bits (relative 2^-8 = 0.4%), and inputs of
+// later GEMMs carry that rounding too. Skips without a CUDA device.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/attention.h"
+#include "kernels/crossentropy.h"
+#include "kernels/cuda_ops.h"
+#include "kernels/encoder.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/residual.h"
+
+namespace strata::kernels {
+namespace {
+
+using cuda::bf16;
+
+constexpr double kAtol = 1e-2, kRtol = 2e-2;
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = __bfloat162float(__float2bfloat16(dist(rng)));
+  return v;
+}
+
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
+                 double atol = kAtol, double rtol = kRtol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], atol + rtol * std::abs(want[i])) << i;
+  }
+}
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+    auto ctx = cuda::Context::Create();
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    ctx_ = std::move(*ctx);
+  }
+  void TearDown() override {
+    for (void* p : buffers_) cudaFree(p);
+  }
+
+  void* Alloc(size_t bytes) {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
+    cudaMemset(p, 0, bytes);
+    buffers_.push_back(p);
+    return p;
+  }
+  bf16* Bf16(const std::vector<float>& host) {
+    std::vector<bf16> h(host.size());
+    for (size_t i = 0; i < h.size(); ++i) h[i] = __float2bfloat16(host[i]);
+    auto* d = static_cast<bf16*>(Alloc(h.size() * sizeof(bf16)));
+    cudaMemcpy(d, h.data(), h.size() * sizeof(bf16), cudaMemcpyHostToDevice);
+    return d;
+  }
+  template <typename T>
+  T* Raw(const std::vector<T>& host) {
+    auto* d = static_cast<T*>(Alloc(host.size() * sizeof(T)));
+    cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+    return d;
+  }
+  std::vector<float> Get(const bf16* d, size_t n) {
+    EXPECT_TRUE(ctx_->Synchronize().ok());
+    std::vector<bf16> h(n);
+    cudaMemcpy(h.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost);
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = __bfloat162float(h[i]);
+    return out;
+  }
+  std::vector<float> Get(const float* d, size_t n) {
+    EXPECT_TRUE(ctx_->Synchronize().ok());
+    std::vector<float> out(n);
+    cudaMemcpy(out.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost);
+    return out;
+  }
+
+  std::unique_ptr<cuda::Context> ctx_;
+  std::vector<void*> buffers_;
+};
+
+TEST_F(CudaOps, EncoderMatchesCpu) {
+  const int B = 2, T = 5, C = 16, V = 7;
+  std::vector<int32_t> tokens = {0, 1, 6, 6, 2, 3, 3, 0, 5, 4};
+  std::vector<float> wte = Random(V * C, 1), wpe = Random(T * C, 2);
+  std::vector<float> out(B * T * C), dout = Random(B * T * C, 3);
+  EncoderForward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  bf16* d_out = static_cast<bf16*>(Alloc(out.size() * sizeof(bf16)));
+  int32_t* d_tok = Raw(tokens);
+  ASSERT_TRUE(
+      cuda::EncoderForward(*ctx_, d_out, d_tok, Bf16(wte), Bf16(wpe), B, T, C)
+          .ok());
+  ExpectClose(Get(d_out, out.size()), out);
+  std::vector<float> dwte(V * C, 0.0f), dwpe(T * C, 0.0f);
+  EncoderBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T,
+                  C);
+  float* d_dwte = static_cast<float*>(Alloc(dwte.size() * 4));
+  float* d_dwpe = static_cast<float*>(Alloc(dwpe.size() * 4));
+  ASSERT_TRUE(
+      cuda::EncoderBackward(*ctx_, d_dwte, d_dwpe, Bf16(dout), d_tok, B, T, C)
+          .ok());
+  ExpectClose(Get(d_dwte, dwte.size()), dwte);
+  ExpectClose(Get(d_dwpe, dwpe.size()), dwpe);
+}
+
+TEST_F(CudaOps, LayerNormMatchesCpu) {
+  const int N = 33, C = 80;
+  std::vector<float> inp = Random(N * C, 1), w = Random(C, 2), b = Random(C, 3);
+  std::vector<float> dout = Random(N * C, 4), out(N * C), mean(N), rstd(N);
+  LayerNormForward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(),
+                   b.data(), N, C);
+  std::vector<float> dinp(N * C, 0.0f), dw(C, 0.0f), db(C, 0.0f);
+  LayerNormBackward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(),
+                    w.data(), mean.data(), rstd.data(), N, C);
+  bf16* d_out = static_cast<bf16*>(Alloc(N * C * sizeof(bf16)));
+  float* d_mean = static_cast<float*>(Alloc(N * 4));
+  float* d_rstd = static_cast<float*>(Alloc(N * 4));
+  bf16 *d_inp = Bf16(inp), *d_w = Bf16(w);
+  ASSERT_TRUE(cuda::LayerNormForward(*ctx_, d_out, d_mean, d_rstd, d_inp, d_w,
+                                     Bf16(b), N, C)
+                  .ok());
+  ExpectClose(Get(d_out, out.size()), out);
+  bf16* d_dinp = static_cast<bf16*>(Alloc(N * C * sizeof(bf16)));
+  float* d_dw = static_cast<float*>(Alloc(C * 4));
+  float* d_db = static_cast<float*>(Alloc(C * 4));
+  ASSERT_TRUE(cuda::LayerNormBackward(*ctx_, d_dinp, d_dw, d_db, Bf16(dout),
+                                      d_inp, d_w, d_mean, d_rstd, N, C)
+                  .ok());
+  ExpectClose(Get(d_dinp, dinp.size()), dinp);
+  ExpectClose(Get(d_dw, C), dw, 5e-2);
+  ExpectClose(Get(d_db, C), db, 5e-2);
+}
+
+TEST_F(CudaOps, MatmulMatchesCpu) {
+  const int N = 48, C = 64, OC = 96;
+  std::vector<float> inp = Random(N * C, 1), w = Random(OC * C, 2, 0.2f);
+  std::vector<float> b = Random(OC, 3), dout = Random(N * OC, 4);
+  std::vector<float> out(N * OC), dinp(N * C), dw(OC * C, 0.0f), db(OC, 0.0f);
+  MatmulForward(out.data(), inp.data(), w.data(), b.data(), N, C, OC);
+  MatmulBackward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(),
+                 w.data(), N, C, OC);
+  bf16 *d_inp = Bf16(inp), *d_w = Bf16(w);
+  bf16* d_out = static_cast<bf16*>(Alloc(N * OC * sizeof(bf16)));
+  ASSERT_TRUE(
+      cuda::MatmulForward(*ctx_, d_out, d_inp, d_w, Bf16(b), N, C, OC).ok());
+  ExpectClose(Get(d_out, out.size()), out);
+  bf16* d_dinp = static_cast<bf16*>(Alloc(N * C * sizeof(bf16)));
+  float* d_dw = static_cast<float*>(Alloc(OC * C * 4));
+  float* d_db = static_cast<float*>(Alloc(OC * 4));
+  ASSERT_TRUE(cuda::MatmulBackward(*ctx_, d_dinp, d_dw, d_db, Bf16(dout), d_inp,
+                                   d_w, N, C, OC)
+                  .ok());
+  ExpectClose(Get(d_dinp, dinp.size()), dinp);
+  ExpectClose(Get(d_dw, dw.size()), dw, 5e-2);
+  ExpectClose(Get(d_db, db.size()), db, 5e-2);
+}
+
+TEST_F(CudaOps, AttentionMatchesCpu) {
+  const int B = 2, T = 70, C = 32, NH = 4;
+  std::vector<float> qkv = Random(B * T * 3 * C, 1);
+  std::vector<float> dout = Random(B * T * C, 2);
+  std::vector<float> out(B * T * C), att(B * NH * T * T);
+  std::vector<float> dqkv(qkv.size()), scratch(att.size());
+  AttentionForward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  AttentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(),
+                    att.data(), B, T, C, NH);
+  const size_t tt = att.size();
+  bf16* d_qkv = Bf16(qkv);
+  bf16* d_out = static_cast<bf16*>(Alloc(out.size() * sizeof(bf16)));
+  bf16* d_att = static_cast<bf16*>(Alloc(tt * sizeof(bf16)));
+  float* d_scores = static_cast<float*>(Alloc(tt * 4));
+  ASSERT_TRUE(
+      cuda::AttentionForward(*ctx_, d_out, d_att, d_scores, d_qkv, B, T, C, NH)
+          .ok());
+  ExpectClose(Get(d_out, out.size()), out);
+  ExpectClose(Get(d_att, tt), att);
+  bf16* d_dqkv = static_cast<bf16*>(Alloc(qkv.size() * sizeof(bf16)));
+  bf16* d_dsoft = static_cast<bf16*>(Alloc(tt * sizeof(bf16)));
+  ASSERT_TRUE(cuda::AttentionBackward(*ctx_, d_dqkv, d_scores, d_dsoft,
+                                      Bf16(dout), d_qkv, d_att, B, T, C, NH)
+                  .ok());
+  ExpectClose(Get(d_dqkv, dqkv.size()), dqkv, 2e-2, 4e-2);
+}
+
+TEST_F(CudaOps, GeluAndResidualMatchCpu) {
+  const int n = 5000;
+  std::vector<float> x = Random(n, 1, 2.0f), d = Random(n, 2), y(n), dx(n);
+  GeluForward(y.data(), x.data(), n);
+  GeluBackward(dx.data(), x.data(), d.data(), n);
+  bf16 *d_x = Bf16(x), *d_d = Bf16(d);
+  bf16* d_y = static_cast<bf16*>(Alloc(n * sizeof(bf16)));
+  ASSERT_TRUE(cuda::GeluForward(*ctx_, d_y, d_x, n).ok());
+  ExpectClose(Get(d_y, n), y);
+  ASSERT_TRUE(cuda::GeluBackward(*ctx_, d_y, d_x, d_d, n).ok());
+  ExpectClose(Get(d_y, n), dx);
+
+  std::vector<float> sum(n), da(n, 0.0f), db(n, 0.0f);
+  ResidualForward(sum.data(), x.data(), d.data(), n);
+  ResidualBackward(da.data(), db.data(), d.data(), n);
+  ASSERT_TRUE(cuda::ResidualForward(*ctx_, d_y, d_x, d_d, n).ok());
+  ExpectClose(Get(d_y, n), sum);
+  bf16* d_da = Bf16(std::vector<float>(n, 0.0f));
+  bf16* d_db = Bf16(std::vector<float>(n, 0.0f));
+  ASSERT_TRUE(cuda::ResidualBackward(*ctx_, d_da, d_db, d_d, n).ok());
+  ExpectClose(Get(d_da, n), da);
+  ExpectClose(Get(d_db, n), db);
+}
+
+TEST_F(CudaOps, SoftmaxCrossEntropyMatchesCpu) {
+  const int N = 9, V = 1000;
+  std::vector<float> logits = Random(N * V, 1, 3.0f);
+  std::vector<int32_t> targets = {0, 999, 5, 5, 17, 100, 250, 3, 998};
+  std::vector<float> grad = logits, losses(N);
+  SoftmaxCrossEntropyFused(grad.data(), targets.data(), 1.0f / N, losses.data(),
+                           N, V);
+  bf16* d_grad = static_cast<bf16*>(Alloc(N * V * sizeof(bf16)));
+  float* d_losses = static_cast<float*>(Alloc(N * 4));
+  ASSERT_TRUE(cuda::SoftmaxCrossEntropyFused(*ctx_, d_grad, d_losses,
+                                             Raw(logits), Raw(targets),
+                                             1.0f / N, N, V)
+                  .ok());
+  ExpectClose(Get(d_losses, N), losses, 1e-4, 1e-4);
+  ExpectClose(Get(d_grad, grad.size()), grad, 1e-4, 1e-2);
+}
+
+TEST_F(CudaOps, LaunchersRejectBadShapes) {
+  EXPECT_EQ(cuda::AttentionForward(*ctx_, nullptr, nullptr, nullptr, nullptr, 1,
+                                   4, 10, 3)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      cuda::MatmulForward(*ctx_, nullptr, nullptr, nullptr, nullptr, 0, 4, 4)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace strata::kernels
