@@ -22,8 +22,26 @@ struct LocalOptions {
   int workers = 2;
   std::string consistency = "bsp";
   std::string work_dir;  // "" = a fresh /tmp/strata-local-XXXXXX
-  int64_t steps = 300;
   int64_t snapshot_every = 100;
+  bool toy = false;      // least-squares demo instead of a GPT
+  TrainerOptions train = DefaultTraining();
+
+  // A small byte-level GPT that learns visible structure from Debian's
+  // license texts in a few minutes on two CPU cores.
+  static TrainerOptions DefaultTraining() {
+    TrainerOptions t;
+    t.model.layers = 4;
+    t.model.heads = 4;
+    t.model.width = 128;
+    t.model.context = 64;
+    t.batch = 16;
+    t.steps = 400;
+    t.lr = 3e-3f;
+    t.warmup_steps = 20;
+    t.eval_every = 100;
+    t.log_every = 20;
+    return t;
+  }
 };
 
 int RunLocal(const LocalOptions& o) {
@@ -68,8 +86,18 @@ int RunLocal(const LocalOptions& o) {
   }
   std::vector<pid_t> workers;
   for (int w = 0; w < o.workers; ++w) {
-    auto pid = SpawnSelf({"toy", "--scheduler", *address, "--workers", std::to_string(o.workers),
-                          "--steps", std::to_string(o.steps), "--out", dir + "/weights.f32"});
+    std::vector<std::string> args;
+    if (o.toy) {
+      args = {"toy", "--scheduler", *address, "--workers", std::to_string(o.workers),
+              "--steps", std::to_string(o.train.steps), "--out", dir + "/weights.f32"};
+    } else {
+      args = {"worker", "--scheduler", *address, "--workers", std::to_string(o.workers),
+              "--model_json", dir + "/model.json"};
+      TrainerOptions t = o.train;
+      t.metrics_path = absl::StrCat(dir, "/metrics-", w, ".jsonl");
+      for (std::string& f : TrainerFlags(t)) args.push_back(std::move(f));
+    }
+    auto pid = SpawnSelf(args);
     if (!pid.ok()) {
       stop_all();
       return ReportStatus("local", pid.status());
@@ -88,7 +116,11 @@ int RunLocal(const LocalOptions& o) {
     std::fprintf(stderr, "strata local: %d worker(s) failed\n", failed);
     return 1;
   }
-  std::fprintf(stderr, "strata local: done; snapshots and weights in %s\n", dir.c_str());
+  std::fprintf(stderr, "strata local: done; snapshots and metrics in %s\n", dir.c_str());
+  if (!o.toy) {
+    std::fprintf(stderr, "strata local: sample from the model with: strata generate --dir %s\n",
+                 dir.c_str());
+  }
   return 0;
 }
 
@@ -101,7 +133,8 @@ CommandFn AddLocalCommand(CLI::App& app) {
   cmd->add_option("--workers", o->workers, "worker processes")->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_option("--consistency", o->consistency, "bsp | ssp:<s> | asp")->capture_default_str();
   cmd->add_option("--dir", o->work_dir, "working directory for state and snapshots (default: a new temp dir)");
-  cmd->add_option("--steps", o->steps, "training steps")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_flag("--toy", o->toy, "train the least-squares push/pull demo instead of a GPT");
+  AddTrainerFlags(cmd, &o->train);
   cmd->add_option("--snapshot_every", o->snapshot_every, "snapshot every N steps (0: never)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   return [o] { return RunLocal(*o); };

@@ -8,6 +8,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "worker/trainer.h"
 
 namespace strata {
 
@@ -19,6 +20,14 @@ CommandFn AddServerCommand(CLI::App& app);
 CommandFn AddToyCommand(CLI::App& app);
 CommandFn AddLocalCommand(CLI::App& app);
 CommandFn AddStatusCommand(CLI::App& app);
+CommandFn AddWorkerCommand(CLI::App& app);
+CommandFn AddGenerateCommand(CLI::App& app);
+CommandFn AddDataCommand(CLI::App& app);
+
+// The flags of a GPT trainer (model shape, data, optimization), shared by
+// `strata worker` and `strata local`; and those options as worker flags.
+void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o);
+std::vector<std::string> TrainerFlags(const TrainerOptions& o);
 
 // Prints "strata <cmd>: <status>" to stderr and returns 1 when !ok.
 int ReportStatus(const char* command, const absl::Status& status);

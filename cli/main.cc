@@ -21,6 +21,9 @@ int main(int argc, char** argv) {
   add(strata::AddServerCommand);
   add(strata::AddToyCommand);
   add(strata::AddLocalCommand);
+  add(strata::AddWorkerCommand);
+  add(strata::AddGenerateCommand);
+  add(strata::AddDataCommand);
   add(strata::AddStatusCommand);
   CLI11_PARSE(app, argc, argv);
   for (auto& [sub, fn] : commands) {

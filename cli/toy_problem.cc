@@ -27,14 +27,6 @@ float ToyProblem::Target(int64_t i) const {
   return static_cast<float>(y);
 }
 
-Share ShareOf(int64_t step, int64_t batch, int rank, int workers) {
-  const int64_t base = batch / workers, extra = batch % workers;
-  Share s;
-  s.count = base + (rank < extra ? 1 : 0);
-  s.first = step * batch + rank * base + std::min<int64_t>(rank, extra);
-  return s;
-}
-
 double ToyGradient(const ToyProblem& p, const float* w, float b, Share share, int64_t n_total,
                    float* gw, float* gb) {
   std::vector<double> acc(p.dim, 0.0);

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/work_share.h"
+
 namespace strata {
 
 // y_i = x_i . w* + b*, with x_i uniform in [-1, 1]^dim, all from `seed`.
@@ -21,15 +23,6 @@ struct ToyProblem {
   float Target(int64_t i) const;
   float TrueWeight(int j) const;
 };
-
-// The samples a worker of rank `rank` among `workers` computes at `step`:
-// the global batch of `batch` samples starting at step*batch (wrapping),
-// split into contiguous shares, the first batch % workers one larger.
-struct Share {
-  int64_t first = 0;  // global sample index
-  int64_t count = 0;
-};
-Share ShareOf(int64_t step, int64_t batch, int rank, int workers);
 
 // Mean gradient of 0.5*(x.w + b - y)^2 over `share`: writes dim values to
 // gw and one to gb; returns the mean loss. Sums in double for accuracy.

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -69,6 +70,24 @@ TEST(ParallelFor, CoversEveryIndexOnce) {
     });
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1);
   }
+}
+
+TEST(ParallelFor, ManyQuickCallsFromSeveralThreads) {
+  auto caller = [](int64_t n, int64_t* total) {
+    for (int rep = 0; rep < 2000; ++rep) {
+      std::vector<int64_t> sums(NumChunks(n, 1), 0);
+      ParallelFor(n, 1, [&](int chunk, int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) sums[chunk] += i;
+      });
+      for (int64_t s : sums) *total += s;
+    }
+  };
+  int64_t a = 0, b = 0;
+  std::thread t1(caller, 10, &a), t2(caller, 100, &b);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(a, 2000 * 45);
+  EXPECT_EQ(b, 2000 * 4950);
 }
 
 TEST(VecMath, ExpAndTanhMatchTheLibrary) {

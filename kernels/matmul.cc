@@ -14,6 +14,9 @@ namespace {
 constexpr int64_t kSerialGemmFlops = int64_t{1} << 18;
 // Pieces of a split dimension are multiples of this (the GEMM micro-tiles).
 constexpr int kGemmAlign = 32;
+// Pieces span at least this many units: every piece packs the whole other
+// operand, so smaller pieces repeat that work.
+constexpr int kGemmMinUnits = 4;
 
 void SerialGemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                 const float* A, int lda, const float* B, int ldb, float beta,
@@ -39,7 +42,7 @@ void Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
   const bool split_m = M >= N;
   const int dim = split_m ? M : N;
   const int units = (dim + kGemmAlign - 1) / kGemmAlign;
-  ParallelFor(units, 1, [&](int, int64_t u0, int64_t u1) {
+  ParallelFor(units, kGemmMinUnits, [&](int, int64_t u0, int64_t u1) {
     const int begin = static_cast<int>(u0) * kGemmAlign;
     const int end = std::min(dim, static_cast<int>(u1) * kGemmAlign);
     if (split_m) {

@@ -155,8 +155,8 @@ absl::StatusOr<OptimizerParams> OptimizerParamsFromProto(
       p.kind = OptimizerParams::kAdamW;
       break;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("optimizer config: unknown kind ", c.kind()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer config: unknown kind ", static_cast<int>(c.kind())));
   }
   p.lr = c.lr();
   p.momentum = c.momentum();
@@ -167,6 +167,11 @@ absl::StatusOr<OptimizerParams> OptimizerParamsFromProto(
   p.warmup_steps = c.warmup_steps();
   p.total_steps = c.total_steps();
   p.min_lr_ratio = c.min_lr_ratio();
+  if (absl::Status s = ValidateOptimizerParams(p); !s.ok()) return s;
+  return p;
+}
+
+absl::Status ValidateOptimizerParams(const OptimizerParams& p) {
   // Comparisons are written so that NaN fails them.
   if (!(p.lr >= 0) || !std::isfinite(p.lr)) return Invalid("lr", p.lr, ">= 0");
   if (!(p.weight_decay >= 0) || !std::isfinite(p.weight_decay)) {
@@ -184,8 +189,9 @@ absl::StatusOr<OptimizerParams> OptimizerParamsFromProto(
   if (!(p.eps > 0) || !std::isfinite(p.eps)) {
     return Invalid("eps", p.eps, "> 0");
   }
-  if (p.warmup_steps < 0)
+  if (p.warmup_steps < 0) {
     return Invalid("warmup_steps", p.warmup_steps, ">= 0");
+  }
   if (p.total_steps < 0) return Invalid("total_steps", p.total_steps, ">= 0");
   if (p.total_steps > 0 && p.total_steps <= p.warmup_steps) {
     return Invalid("total_steps", p.total_steps,
@@ -194,7 +200,7 @@ absl::StatusOr<OptimizerParams> OptimizerParamsFromProto(
   if (!(p.min_lr_ratio >= 0 && p.min_lr_ratio <= 1)) {
     return Invalid("min_lr_ratio", p.min_lr_ratio, "in [0, 1]");
   }
-  return p;
+  return absl::OkStatus();
 }
 
 int NumStateSlots(const OptimizerParams& params) {

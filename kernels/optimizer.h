@@ -43,11 +43,15 @@ struct OptimizerParams {
 // Validates `config` and fills in defaults (beta1, beta2, eps of 0 mean
 // 0.9, 0.999, 1e-8). INVALID_ARGUMENT for an unknown kind, a negative or
 // non-finite lr or weight_decay, momentum outside [0, 1), betas outside
-// (0, 1), a negative eps, negative step counts, total_steps in
+// (0, 1), a negative or non-finite eps, negative step counts, total_steps in
 // (0, warmup_steps], or min_lr_ratio outside [0, 1]. SGD ignores the Adam
 // fields and Adam/AdamW ignore momentum.
 absl::StatusOr<OptimizerParams> OptimizerParamsFromProto(
     const v1::OptimizerConfig& config);
+
+// OK if `params` is usable: the checks of OptimizerParamsFromProto after
+// defaults (so a zero beta or eps is INVALID_ARGUMENT here).
+absl::Status ValidateOptimizerParams(const OptimizerParams& params);
 
 // The number of optimizer-state arrays (each as long as the weights) that
 // ApplyUpdate reads and writes: SGD 1 with momentum, else 0; Adam/AdamW 2

@@ -212,6 +212,10 @@ TEST(Optimizer, BadConfigIsRejected) {
   EXPECT_EQ(bad([](C& c) { c.set_min_lr_ratio(2); }), kInvalid);
   EXPECT_EQ(bad([](C& c) { c.set_kind(static_cast<C::Kind>(7)); }), kInvalid);
   EXPECT_EQ(bad([](C& c) {}), absl::StatusCode::kOk);
+  OptimizerParams p;  // built directly: no defaults are filled in
+  EXPECT_TRUE(ValidateOptimizerParams(p).ok());
+  p.eps = 0;
+  EXPECT_EQ(ValidateOptimizerParams(p).code(), kInvalid);
 }
 
 // Runs `p` serially and in parallel over `pool`; the results must be

@@ -3,7 +3,9 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -13,9 +15,14 @@ namespace {
 
 thread_local bool in_parallel_region = false;
 
-// A fixed set of helper threads; the calling thread runs chunk 0 itself.
-// Helpers sleep on a condition variable between jobs (no spinning, so GEMM
-// threads and other processes keep the cores).
+// Chunks per thread: enough that a thread slowed down by another process
+// leaves its share to the others, few enough that per-chunk work stays
+// large.
+constexpr int kChunksPerThread = 4;
+
+// A fixed set of helper threads; the calling thread takes part in its own
+// jobs. Helpers sleep on a condition variable between jobs (no spinning, so
+// other processes keep the cores).
 class Pool {
  public:
   Pool() : max_threads_(std::max(1u, std::thread::hardware_concurrency())) {
@@ -30,41 +37,65 @@ class Pool {
   int threads() const { return threads_; }
   void set_threads(int n) { threads_ = std::clamp(n, 1, max_threads_); }
 
-  // Runs chunks [0, chunks) of `job`; returns when all have finished.
-  void Run(int chunks, absl::FunctionRef<void(int)> job) {
+  // Runs chunks [0, chunks) of `fn` on the caller and the helpers, each
+  // claiming the next unclaimed chunk until none is left (so a thread that
+  // another process slows down takes fewer chunks); returns when all have
+  // finished.
+  void Run(int chunks, absl::FunctionRef<void(int)> fn) {
     std::lock_guard<std::mutex> call_lock(call_mu_);
+    // A helper may pick the job up after it is done; the shared Job keeps
+    // its counters alive, and its exhausted `next` stops it from calling fn.
+    auto job = std::make_shared<Job>(fn, chunks);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      job_ = &job;
-      chunks_ = chunks;
-      pending_ = chunks - 1;
+      job_ = job;
+      helpers_wanted_ = std::min(threads_, chunks) - 1;
       ++generation_;
     }
     work_cv_.notify_all();
     in_parallel_region = true;
-    job(0);
+    RunChunks(*job);
     in_parallel_region = false;
     std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [this] { return pending_ == 0; });
-    job_ = nullptr;
+    done_cv_.wait(lock, [&] { return job->finished == chunks; });
+    job_.reset();
   }
 
  private:
+  struct Job {
+    Job(absl::FunctionRef<void(int)> f, int n) : fn(f), chunks(n) {}
+    absl::FunctionRef<void(int)> fn;
+    const int chunks;
+    std::atomic<int> next{0};
+    int finished = 0;  // guarded by Pool::mu_
+  };
+
+  // Claims and runs chunks of `job` until none is left.
+  void RunChunks(Job& job) {
+    int ran = 0;
+    for (int c = job.next++; c < job.chunks; c = job.next++) {
+      job.fn(c);
+      ++ran;
+    }
+    if (ran == 0) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    job.finished += ran;
+    if (job.finished == job.chunks) done_cv_.notify_one();
+  }
+
   void HelperLoop(int index) {
     in_parallel_region = true;
     uint64_t seen = 0;
     for (;;) {
-      absl::FunctionRef<void(int)>* job;
+      std::shared_ptr<Job> job;
       {
         std::unique_lock<std::mutex> lock(mu_);
         work_cv_.wait(lock, [&] { return generation_ != seen; });
         seen = generation_;
-        if (index >= chunks_) continue;
+        if (index > helpers_wanted_ || job_ == nullptr) continue;
         job = job_;
       }
-      (*job)(index);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
+      RunChunks(*job);
     }
   }
 
@@ -74,10 +105,9 @@ class Pool {
   std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
-  absl::FunctionRef<void(int)>* job_ = nullptr;
-  int chunks_ = 0;
-  int pending_ = 0;
-  uint64_t generation_ = 0;
+  std::shared_ptr<Job> job_;          // the current job, guarded by mu_
+  int helpers_wanted_ = 0;            // helpers 1..helpers_wanted_ join it
+  uint64_t generation_ = 0;           // bumped per job
   std::vector<std::thread> helpers_;  // never joined: the pool lives forever
 };
 
@@ -96,8 +126,10 @@ void SetNumThreads(int n) { SharedPool().set_threads(n); }
 
 int NumChunks(int64_t n, int64_t grain) {
   if (n <= 0) return 0;
-  int64_t by_grain = std::max<int64_t>(1, n / grain);
-  return static_cast<int>(std::min<int64_t>(NumThreads(), by_grain));
+  const int64_t by_grain = std::max<int64_t>(1, n / grain);
+  const int threads = NumThreads();
+  const int64_t most = threads == 1 ? 1 : int64_t{kChunksPerThread} * threads;
+  return static_cast<int>(std::min(most, by_grain));
 }
 
 void ParallelFor(int64_t n, int64_t grain,

@@ -21,12 +21,13 @@ int NumThreads();
 // [1, hardware concurrency]). Not thread-safe with concurrent ParallelFor.
 void SetNumThreads(int n);
 
-// Runs fn(chunk, begin, end) over NumThreads() (or fewer) contiguous chunks
-// that partition [0, n), each at least `grain` long (except when n < grain),
-// and returns when all are done. The split depends only on n, grain and
-// NumThreads(), so results are reproducible. Calls from inside fn run inline
-// on the calling thread. Concurrent callers are serialized.
-// REQUIRES: n >= 0, grain >= 1.
+// Runs fn(chunk, begin, end) over NumChunks(n, grain) contiguous chunks that
+// partition [0, n), each at least `grain` long (except when n < grain), on
+// up to NumThreads() threads (the caller included; idle threads claim the
+// next chunk), and returns when all are done. The split depends only on n,
+// grain and NumThreads(), never on timing, so results are reproducible. Calls
+// from inside fn run inline on the calling thread. Concurrent callers are
+// serialized. REQUIRES: n >= 0, grain >= 1.
 void ParallelFor(
     int64_t n, int64_t grain,
     absl::FunctionRef<void(int chunk, int64_t begin, int64_t end)> fn);
@@ -35,7 +36,7 @@ void ParallelFor(
 bool InParallelRegion();
 
 // The number of chunks ParallelFor(n, grain, ...) uses (for per-chunk
-// scratch buffers).
+// scratch buffers): at most 4 per thread, 1 with a single thread.
 int NumChunks(int64_t n, int64_t grain);
 
 }  // namespace strata::kernels

@@ -15,7 +15,8 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr uint32_t kMagic = 0x4b484353;  // "SCHK" in little-endian bytes
 constexpr uint32_t kFormatVersion = 1;
-constexpr size_t kHeaderBytes = 4 + 4 + 8 + 8 + 8 + 4 + 4;
+constexpr size_t kHeaderBytes = 4 + 4 + 8 + 8 + 8 + 4 + 4 + 4;
+constexpr uint32_t kHasWeights = 1;  // flags bit: weights are present
 constexpr size_t kCrcBytes = 4;
 
 template <typename T>
@@ -55,6 +56,12 @@ class Reader {
   const char* p_;
 };
 
+// The length every array of `r` shares (ValidateChunkRecord checks that).
+size_t ArrayLength(const ChunkRecord& r) {
+  return r.slots.empty() || !r.weights.empty() ? r.weights.size()
+                                               : r.slots[0].size();
+}
+
 absl::Status Corrupt(absl::string_view what) {
   return absl::DataLossError(absl::StrCat("corrupt chunk record: ", what));
 }
@@ -67,11 +74,16 @@ absl::Status ValidateChunkRecord(const ChunkRecord& r) {
         absl::StrCat("chunk ", r.id, ": ", r.slots.size(),
                      " state slots, at most ", kMaxStateSlots));
   }
+  const size_t numel = ArrayLength(r);
+  if (!r.weights.empty() && r.weights.size() != numel) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", r.id, ": ", r.weights.size(), " weights, state of ", numel));
+  }
   for (const std::vector<float>& slot : r.slots) {
-    if (slot.size() != r.weights.size()) {
+    if (slot.size() != numel) {
       return absl::InvalidArgumentError(
-          absl::StrCat("chunk ", r.id, ": a state slot has ", slot.size(),
-                       " elements, the weights ", r.weights.size()));
+          absl::StrCat("chunk ", r.id, ": state slots of ", slot.size(),
+                       " and ", numel, " elements"));
     }
   }
   if (r.spec.size() > std::numeric_limits<uint32_t>::max()) {
@@ -82,23 +94,24 @@ absl::Status ValidateChunkRecord(const ChunkRecord& r) {
 }
 
 size_t ChunkRecordBytes(const ChunkRecord& r) {
-  return sizeof(ChunkRecord) + r.spec.size() +
-         r.weights.size() * sizeof(float) * (1 + r.slots.size());
+  size_t floats = r.weights.size();
+  for (const std::vector<float>& slot : r.slots) floats += slot.size();
+  return sizeof(ChunkRecord) + r.spec.size() + floats * sizeof(float);
 }
 
 absl::StatusOr<std::string> EncodeChunkRecord(const ChunkRecord& r) {
   if (absl::Status s = ValidateChunkRecord(r); !s.ok()) return s;
+  const bool has_weights = !r.weights.empty() || r.slots.empty();
   std::string out;
-  out.reserve(kHeaderBytes + r.spec.size() +
-              r.weights.size() * sizeof(float) * (1 + r.slots.size()) +
-              kCrcBytes);
+  out.reserve(ChunkRecordBytes(r) + kHeaderBytes + kCrcBytes);
   Append<uint32_t>(out, kMagic);
   Append<uint32_t>(out, kFormatVersion);
   Append<uint64_t>(out, r.id);
   Append<uint64_t>(out, r.version);
-  Append<uint64_t>(out, r.weights.size());
+  Append<uint64_t>(out, ArrayLength(r));
   Append<uint32_t>(out, static_cast<uint32_t>(r.slots.size()));
   Append<uint32_t>(out, static_cast<uint32_t>(r.spec.size()));
+  Append<uint32_t>(out, has_weights ? kHasWeights : 0);
   out.append(r.spec);
   AppendFloats(out, r.weights);
   for (const std::vector<float>& slot : r.slots) AppendFloats(out, slot);
@@ -126,16 +139,19 @@ absl::StatusOr<ChunkRecord> DecodeChunkRecord(absl::string_view bytes) {
   const uint64_t numel = header.Read<uint64_t>();
   const uint32_t num_slots = header.Read<uint32_t>();
   const uint32_t spec_size = header.Read<uint32_t>();
+  const uint32_t flags = header.Read<uint32_t>();
+  const uint64_t arrays = num_slots + ((flags & kHasWeights) ? 1 : 0);
   // Sizes come from the disk: check them without overflowing.
   const size_t payload = body.size() - kHeaderBytes;
-  if (num_slots > kMaxStateSlots || spec_size > payload ||
-      numel > (payload - spec_size) / sizeof(float) / (1 + num_slots) ||
-      numel * sizeof(float) * (1 + num_slots) != payload - spec_size) {
+  if ((flags & ~kHasWeights) != 0 || num_slots > kMaxStateSlots ||
+      spec_size > payload ||
+      (arrays > 0 && numel > (payload - spec_size) / sizeof(float) / arrays) ||
+      numel * sizeof(float) * arrays != payload - spec_size) {
     return Corrupt("sizes disagree with the record length");
   }
   Reader data(body.substr(kHeaderBytes));
   r.spec = data.ReadString(spec_size);
-  data.ReadFloats(r.weights, numel);
+  if (flags & kHasWeights) data.ReadFloats(r.weights, numel);
   r.slots.resize(num_slots);
   for (std::vector<float>& slot : r.slots) data.ReadFloats(slot, numel);
   return r;

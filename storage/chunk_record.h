@@ -22,7 +22,9 @@ struct ChunkRecord {
   // Opaque bytes; the server stores a serialized strata.v1.ChunkSpec here.
   std::string spec;
   std::vector<float> weights;
-  // Optimizer state (e.g. Adam m, v), each as long as `weights`.
+  // Optimizer state (e.g. Adam m, v), each as long as `weights`. A record
+  // may also hold state only (empty `weights`, slots of equal length): a
+  // tiered store spills a chunk's optimizer state apart from its weights.
   std::vector<std::vector<float>> slots;
 
   friend bool operator==(const ChunkRecord&, const ChunkRecord&) = default;
@@ -31,8 +33,9 @@ struct ChunkRecord {
 // The most state slots a record may carry.
 inline constexpr size_t kMaxStateSlots = 16;
 
-// OK if `record` can be stored: every slot as long as the weights, at most
-// kMaxStateSlots slots, a spec under 4 GiB. Else INVALID_ARGUMENT.
+// OK if `record` can be stored: every slot as long as the weights (or, with
+// no weights, as each other), at most kMaxStateSlots slots, a spec under
+// 4 GiB. Else INVALID_ARGUMENT.
 absl::Status ValidateChunkRecord(const ChunkRecord& record);
 
 // Bytes of memory `record` holds (its arrays and spec), for RAM budgets.
@@ -40,8 +43,9 @@ size_t ChunkRecordBytes(const ChunkRecord& record);
 
 // Encodes `record` (format version 1, little-endian):
 //   u32 magic "SCHK" | u32 format version | u64 id | u64 version |
-//   u64 numel | u32 num_slots | u32 spec_size | spec |
-//   f32 weights[numel] | f32 slots[num_slots][numel] |
+//   u64 numel | u32 num_slots | u32 spec_size | u32 flags (bit 0: weights
+//   present) | spec | f32 weights[numel] (if present) |
+//   f32 slots[num_slots][numel] |
 //   u32 CRC-32C of everything before it.
 // Floats are stored bit for bit (NaN payloads included). Errors: as
 // ValidateChunkRecord.

@@ -88,9 +88,21 @@ TEST(ChunkRecord, TruncatedOrExtendedIsDataLoss) {
             absl::StatusCode::kDataLoss);
 }
 
+TEST(ChunkRecord, StateOnlyRecordRoundTrips) {
+  ChunkRecord r = SampleRecord();
+  r.weights.clear();
+  absl::StatusOr<ChunkRecord> back = DecodeChunkRecord(*EncodeChunkRecord(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSameBits(r, *back);
+  EXPECT_TRUE(back->weights.empty());
+}
+
 TEST(ChunkRecord, SlotOfWrongLengthIsRejected) {
   ChunkRecord r = SampleRecord();
   r.slots[1].pop_back();
+  EXPECT_EQ(EncodeChunkRecord(r).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  r.weights.clear();  // state only: the slots must still agree
   EXPECT_EQ(EncodeChunkRecord(r).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

@@ -2,10 +2,11 @@
 // RocksDB on local disk (RocksDbTier).
 //
 // A later store composes them: a RamTier under a byte budget
-// (RamTier::bytes()) in front of a RocksDbTier on NVMe, moving cold records
-// (optimizer state first) down with Put+Delete and prefetching them back in
-// push order with Get. Every tier therefore stores whole, self-checking
-// ChunkRecords keyed by chunk id and is safe to call from many threads.
+// (RamTier::bytes()) in front of a RocksDbTier on NVMe. It moves cold
+// chunks down with Put + Delete, optimizer state first (a state-only
+// ChunkRecord, the weights staying in RAM), and prefetches them back in push
+// order with Get. Every tier therefore stores whole, self-checking records
+// keyed by chunk id and is safe to call from many threads.
 #ifndef STRATA_STORAGE_CHUNK_TIER_H_
 #define STRATA_STORAGE_CHUNK_TIER_H_
 

@@ -280,16 +280,20 @@ absl::Status DataDir::WriteSnapshot(int64_t step, const ChunkTier& source,
         "snapshot step ", step, " must be >= 0 and keep ", keep, " >= 1"));
   }
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = WriteSnapshotLocked(step, source, metadata); !s.ok()) {
+  const std::string temp = NewTempPathLocked(absl::StrCat("step-", step));
+  if (absl::Status s = WriteSnapshotLocked(step, temp, source, metadata);
+      !s.ok()) {
+    std::error_code ec;
+    fs::remove_all(temp, ec);  // best effort; Open clears tmp/ anyway
     return s;
   }
   return PruneLocked(keep);
 }
 
-absl::Status DataDir::WriteSnapshotLocked(int64_t step, const ChunkTier& source,
+absl::Status DataDir::WriteSnapshotLocked(int64_t step, const std::string& temp,
+                                          const ChunkTier& source,
                                           absl::string_view metadata) {
   // 1. Write the records into a fresh RocksDB under tmp/, then flush it.
-  const std::string temp = NewTempPathLocked(absl::StrCat("step-", step));
   std::error_code ec;
   if (!fs::create_directories(temp, ec)) return FsError("create", temp, ec);
   uint64_t records = 0;

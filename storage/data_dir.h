@@ -76,7 +76,10 @@ class DataDir {
 
  private:
   DataDir(std::string path, std::string owner_tag, int lock_fd);
-  absl::Status WriteSnapshotLocked(int64_t step, const ChunkTier& source,
+  // Writes snapshot `step` into `temp` (under tmp/), then renames it into
+  // snapshots/.
+  absl::Status WriteSnapshotLocked(int64_t step, const std::string& temp,
+                                   const ChunkTier& source,
                                    absl::string_view metadata)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PruneLocked(int keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -224,6 +224,29 @@ TEST(DataDir, CorruptOrMissingSnapshotMetaIsDataLoss) {
             absl::StatusCode::kDataLoss);
 }
 
+// A tier whose ForEach fails after yielding one record.
+class FailingTier : public RamTier {
+ public:
+  absl::Status ForEach(const std::function<absl::Status(const ChunkRecord&)>&
+                           fn) const override {
+    ChunkRecord r;
+    r.id = 1;
+    if (absl::Status s = fn(r); !s.ok()) return s;
+    return absl::UnavailableError("source went away");
+  }
+};
+
+TEST(DataDir, FailedSnapshotLeavesNothingBehind) {
+  testing::ScopedTempDir tmp;
+  auto dir = DataDir::Open(tmp.path(), "shard-0");
+  ASSERT_TRUE(dir.ok());
+  ASSERT_TRUE((*dir)->WriteSnapshot(1, *MakeSource(1, 1), "m").ok());
+  EXPECT_EQ((*dir)->WriteSnapshot(2, FailingTier(), "m").code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(*(*dir)->LatestSnapshot(), 1);
+  EXPECT_TRUE(fs::is_empty(tmp.path() + "/tmp"));
+}
+
 TEST(DataDir, HalfWrittenSnapshotIsIgnoredAndCleanedUp) {
   testing::ScopedTempDir tmp;
   {

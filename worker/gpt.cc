@@ -433,10 +433,6 @@ absl::StatusOr<std::vector<int32_t>> Gpt::Generate(std::vector<int32_t> prompt,
     return absl::InvalidArgumentError(
         "Generate needs a non-empty prompt and new_tokens >= 0");
   }
-  const int T0 = std::min<int>(prompt.size(), config_.context);
-  if (absl::Status s = CheckBatch(prompt.data(), nullptr, 1, T0); !s.ok()) {
-    return s;
-  }
   for (int32_t t : prompt) {
     if (t < 0 || t >= config_.vocab) {
       return absl::InvalidArgumentError(absl::StrCat("bad prompt token ", t));

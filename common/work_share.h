@@ -1,0 +1,30 @@
+// How a step's global batch is split among workers (DESIGN.md §3, "Samples
+// are used exactly once"): step t covers global samples [t*G, (t+1)*G); the
+// worker of rank r among W takes a contiguous share, the first G % W
+// workers one sample more. Ranks follow member ids, the order servers sum
+// BSP pushes in.
+#ifndef STRATA_COMMON_WORK_SHARE_H_
+#define STRATA_COMMON_WORK_SHARE_H_
+
+#include <algorithm>
+#include <cstdint>
+
+namespace strata {
+
+struct Share {
+  int64_t first = 0;  // global sample index
+  int64_t count = 0;
+};
+
+// REQUIRES: 0 <= rank < workers, batch >= workers.
+inline Share ShareOf(int64_t step, int64_t batch, int rank, int workers) {
+  const int64_t base = batch / workers, extra = batch % workers;
+  Share s;
+  s.count = base + (rank < extra ? 1 : 0);
+  s.first = step * batch + rank * base + std::min<int64_t>(rank, extra);
+  return s;
+}
+
+}  // namespace strata
+
+#endif  // STRATA_COMMON_WORK_SHARE_H_

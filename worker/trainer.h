@@ -1,0 +1,56 @@
+// The training loop of `strata worker`: a GPT trained data-parallel through
+// the parameter servers (DESIGN.md §1, "One training step on one worker").
+#ifndef STRATA_WORKER_TRAINER_H_
+#define STRATA_WORKER_TRAINER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "worker/gpt.h"
+
+namespace strata {
+
+struct TrainerOptions {
+  std::string scheduler_address;
+  GptConfig model;
+  // Text file or folder (byte-level tokens) or a token shard.
+  std::string data_path = "/usr/share/common-licenses";
+  int workers = 1;           // wait until this many workers are live, then start
+  int64_t batch = 8;         // global batch in sequences, split over workers
+  int64_t steps = 100;
+  uint64_t seed = 1;         // data order and weight init
+  float lr = 1e-3f;          // AdamW peak learning rate
+  float weight_decay = 0.1f; // matrices only
+  int64_t warmup_steps = 10;
+  float min_lr_ratio = 0.1f; // cosine decay floor, relative to lr
+  // Clip the worker's gradient to this global L2 norm (0: off). Clipping
+  // needs the whole gradient's norm, so with it on, pushes start after
+  // backward; with it off they stream out as backward produces them.
+  float grad_clip = 1.0f;
+  bool push_bf16 = false;    // push gradients as bf16 (weights stay fp32 on servers)
+  int64_t eval_every = 50;   // 0: never
+  int eval_batches = 4;
+  int64_t log_every = 10;
+  std::string metrics_path;  // JSON lines, one per step; "" = none
+  // Rank 0 writes the model config here (for `strata generate`); "" = none.
+  std::string model_json_path;
+  // Rank 0 asks every server to snapshot at the end of training.
+  bool snapshot_at_end = true;
+  // Rank 0 writes the final weights (every tensor, fp32, in params() order).
+  std::string weights_out;
+  uint64_t chunk_bytes = 4ull << 20;
+};
+
+// Runs one worker to completion: registers, pulls, trains `steps` steps,
+// leaves. Errors: INVALID_ARGUMENT for bad options; the first failing
+// push/pull/scheduler status otherwise.
+absl::Status RunTrainer(const TrainerOptions& options);
+
+// Model config as JSON (the file `strata generate` reads), and back.
+std::string GptConfigToJson(const GptConfig& config);
+absl::StatusOr<GptConfig> GptConfigFromJson(const std::string& json);
+
+}  // namespace strata
+
+#endif  // STRATA_WORKER_TRAINER_H_
