@@ -3,10 +3,8 @@
 #include <map>
 
 #include "cli/commands.h"
-#include "cli/signals.h"
 
 int main(int argc, char** argv) {
-  strata::BlockShutdownSignals();
   CLI::App app("Strata: parameter-server training for large models.\n"
                "Run `strata <subcommand> --help` for a subcommand's flags.");
   app.require_subcommand(1);

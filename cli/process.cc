@@ -23,8 +23,7 @@ absl::StatusOr<pid_t> SpawnSelf(const std::vector<std::string>& args) {
   std::vector<std::string> copy = args;
   for (std::string& a : copy) argv.push_back(a.data());
   argv.push_back(nullptr);
-  // The child must not inherit our blocked SIGINT/SIGTERM mask blindly:
-  // reset it so the child's own handling starts clean.
+  // The child starts with no signals blocked, whatever this thread blocks.
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none;

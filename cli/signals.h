@@ -1,4 +1,4 @@
-// Waiting for Ctrl-C / SIGTERM in the long-running subcommands.
+// Graceful shutdown on Ctrl-C / SIGTERM in the long-running subcommands.
 #ifndef STRATA_CLI_SIGNALS_H_
 #define STRATA_CLI_SIGNALS_H_
 
@@ -6,12 +6,10 @@
 
 namespace strata {
 
-// Blocks SIGINT and SIGTERM in the calling thread and every thread it
-// starts afterwards. Call first thing in main.
-void BlockShutdownSignals();
-
-// Starts a thread that waits for SIGINT or SIGTERM and then calls
-// `on_signal` once. Returns at once.
+// Installs handlers for SIGINT and SIGTERM and starts a thread that calls
+// `on_signal` once when either arrives (whichever thread the kernel
+// delivers it to: the handler only writes to a pipe). A second signal
+// while shutting down exits at once with status 130. Call at most once.
 void OnShutdownSignal(std::function<void()> on_signal);
 
 }  // namespace strata

@@ -253,7 +253,14 @@ absl::Status Trainer::WriteOutputs() {
   // The final weights: in BSP, once every worker's last step closed.
   STRATA_RETURN_IF_ERROR(PullWeights(bsp ? o_.steps : -1));
   if (rank_ != 0) return absl::OkStatus();
-  if (o_.snapshot_at_end) STRATA_RETURN_IF_ERROR(ps_->SnapshotAll(o_.steps));
+  if (o_.snapshot_at_end) {
+    // Servers without a data dir cannot snapshot; the training itself
+    // succeeded, so say so loudly and go on.
+    if (absl::Status s = ps_->SnapshotAll(o_.steps); !s.ok()) {
+      std::fprintf(stderr, "strata worker: WARNING: no snapshot of the final weights: %s\n",
+                   s.ToString().c_str());
+    }
+  }
   if (!o_.model_json_path.empty()) {
     std::ofstream f(o_.model_json_path, std::ios::trunc);
     f << GptConfigToJson(o_.model) << "\n";
