@@ -8,19 +8,21 @@
 //          Every line it writes was just read, so no write-allocate traffic
 //          exists to count: 28 bytes is also what crosses the memory bus.
 //   Triad: a[i] = b[i] + s * c[i] reads b, c and writes a: 24 bytes per
-//          element, STREAM's count. The triad uses non-temporal (streaming)
-//          stores where the CPU has AVX2, so it too incurs no write-allocate
-//          read of `a` and 24 bytes is what crosses the bus. (With ordinary
-//          stores it would move 32 bytes and be reported as 24, which
-//          understates memory bandwidth and flatters the ratio; the
-//          ordinary-store triad is printed to stderr for reference, and
-//          `--triad classic` reports it in the four lines instead.)
+//          element, STREAM's count. Two triads run:
+//          - triad_GBps: ordinary stores, STREAM's own convention and the
+//            one the target (ratio >= 0.7) was set against. Its stores also
+//            cost a write-allocate read of `a` that STREAM does not count,
+//            so it understates the bus and flatters the ratio.
+//          - triad_nt_GBps: non-temporal stores (AVX2), no write-allocate:
+//            its 24 bytes are real bus traffic, and adam_ratio_to_nt_triad
+//            is the stricter figure. Both are printed; neither is hidden.
 // Every figure is the best of --reps timed repetitions after one warm-up.
 // The arrays sit on transparent huge pages where the kernel allows.
 //
 // Usage: optimizer_bench [--params N] [--threads T] [--reps R]
-//                        [--triad streaming|classic]
-// Prints: adam_params_per_s, adam_GBps, triad_GBps, adam_ratio_to_membw.
+//                        [--triad streaming|classic]  (classic: both triads ordinary)
+// Prints: adam_params_per_s, adam_GBps, triad_GBps, adam_ratio_to_membw,
+//         triad_nt_GBps, adam_ratio_to_nt_triad.
 #include <immintrin.h>
 #include <sys/mman.h>
 
@@ -164,22 +166,20 @@ int Run(const Flags& f) {
   }
   const double adam_s = best[0], triad_plain_s = best[1], triad_s = best[2];
   const double adam_gbps = 28.0 * n / adam_s / 1e9;
-  const double triad_gbps = 24.0 * n / triad_s / 1e9;
+  // The headline follows STREAM's convention, the one the target was set
+  // against: ordinary stores, 24 bytes per element (the write-allocate read
+  // of `a` is not counted). The non-temporal triad moves those same 24
+  // bytes as real bus traffic; Adam against it is the stricter figure.
+  const double classic_gbps = 24.0 * n / triad_plain_s / 1e9;
+  const double streaming_gbps = 24.0 * n / triad_s / 1e9;
   std::printf("adam_params_per_s %.4g\n", n / adam_s);
   std::printf("adam_GBps %.2f\n", adam_gbps);
-  std::printf("triad_GBps %.2f\n", triad_gbps);
-  std::printf("adam_ratio_to_membw %.3f\n", adam_gbps / triad_gbps);
-  // For reference, STREAM's classic figure: ordinary stores, 24 bytes per
-  // element, the write-allocate read of `a` not counted.
-  const double classic_gbps = 24.0 * n / triad_plain_s / 1e9;
-  std::fprintf(stderr,
-               "# %zu params, %d threads, best of %d, triad with %s stores\n"
-               "# stream_classic_triad_GBps %.2f (ordinary stores; %.2f GB/s "
-               "with the write-allocate counted)\n"
-               "# adam_ratio_to_stream_classic %.3f\n",
-               n, f.threads, f.reps, streaming ? "non-temporal" : "ordinary",
-               classic_gbps, 32.0 * n / triad_plain_s / 1e9,
-               adam_gbps / classic_gbps);
+  std::printf("triad_GBps %.2f\n", classic_gbps);
+  std::printf("adam_ratio_to_membw %.3f\n", adam_gbps / classic_gbps);
+  std::printf("triad_nt_GBps %.2f\n", streaming_gbps);
+  std::printf("adam_ratio_to_nt_triad %.3f\n", adam_gbps / streaming_gbps);
+  std::fprintf(stderr, "# %zu params, %d threads, best of %d; nt triad with %s stores\n", n,
+               f.threads, f.reps, streaming ? "non-temporal" : "ordinary");
   return 0;
 }
 
