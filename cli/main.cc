@@ -7,7 +7,9 @@
 int main(int argc, char** argv) {
   CLI::App app("Strata: parameter-server training for large models.\n"
                "Run `strata <subcommand> --help` for a subcommand's flags.");
-  app.require_subcommand(1);
+  // At most one subcommand; none is answered below with the help text (an
+  // unknown word is then reported as unexpected, naming it).
+  app.require_subcommand(0, 1);
   std::map<CLI::App*, strata::CommandFn> commands;
   auto add = [&](strata::CommandFn (*adder)(CLI::App&)) {
     const size_t before = app.get_subcommands({}).size();
@@ -27,5 +29,6 @@ int main(int argc, char** argv) {
   for (auto& [sub, fn] : commands) {
     if (sub->parsed()) return fn();
   }
+  std::fprintf(stderr, "%s\nA subcommand is required.\n", app.help().c_str());
   return 2;
 }

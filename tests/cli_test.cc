@@ -1,0 +1,62 @@
+// The `strata` binary refuses malformed flags and configs with a clear
+// message and a non-zero exit, before touching anything.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/process_util.h"
+
+namespace strata {
+namespace {
+
+using testing::Child;
+
+struct Refusal {
+  std::vector<std::string> args;
+  std::string says;  // part of the message
+};
+
+class CliRefuses : public ::testing::TestWithParam<Refusal> {};
+
+TEST_P(CliRefuses, WithAClearMessage) {
+  const std::string dir = testing::FreshDir("cli");
+  std::vector<std::string> args = {STRATA_BINARY};
+  for (const auto& a : GetParam().args) args.push_back(a);
+  Child child(args, dir + "/out.log");
+  const int rc = child.Wait(absl::Seconds(60));
+  EXPECT_NE(rc, 0) << child.Output();
+  EXPECT_NE(rc, -1) << "did not exit";
+  EXPECT_NE(child.Output().find(GetParam().says), std::string::npos) << child.Output();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Flags, CliRefuses,
+    ::testing::Values(
+        Refusal{{}, "A subcommand is required"},
+        Refusal{{"frobnicate"}, "frobnicate"},
+        Refusal{{"scheduler", "--consistency", "ssp:x"}, "bad consistency 'ssp:x'"},
+        Refusal{{"scheduler", "--num_shards", "0"}, "--num_shards"},
+        Refusal{{"scheduler", "--lease_ms", "abc"}, "--lease_ms"},
+        Refusal{{"server"}, "--scheduler is required"},
+        Refusal{{"server", "--scheduler", "127.0.0.1:1", "--shard", "-1"}, "--shard"},
+        Refusal{{"toy", "--scheduler", "x", "--optimizer", "rmsprop"}, "--optimizer"},
+        Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--heads", "3", "--width", "64"},
+                "heads"},
+        Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--data", "/nonexistent/strata"},
+                "/nonexistent/strata"},
+        Refusal{{"local", "--workers", "0"}, "--workers"},
+        Refusal{{"local", "--consistency", "sometimes"}, "bad consistency"},
+        Refusal{{"generate", "--dir", "/nonexistent/strata"}, "model.json"}));
+
+TEST(Cli, SchedulerRefusesADataDirThatIsNotOurs) {
+  const std::string dir = testing::FreshDir("cli_foreign");
+  std::ofstream(dir + "/thesis.tex") << "precious";
+  Child child({STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0", "--data_dir", dir},
+              dir + "/../cli_foreign.log");
+  EXPECT_EQ(child.Wait(absl::Seconds(30)), 1) << child.Output();
+  EXPECT_TRUE(std::filesystem::exists(dir + "/thesis.tex"));
+}
+
+}  // namespace
+}  // namespace strata
