@@ -4,11 +4,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace strata::kernels {
 namespace {
@@ -42,22 +43,22 @@ class Pool {
   // another process slows down takes fewer chunks); returns when all have
   // finished.
   void Run(int chunks, absl::FunctionRef<void(int)> fn) {
-    std::lock_guard<std::mutex> call_lock(call_mu_);
+    absl::MutexLock call_lock(&call_mu_);
     // A helper may pick the job up after it is done; the shared Job keeps
     // its counters alive, and its exhausted `next` stops it from calling fn.
     auto job = std::make_shared<Job>(fn, chunks);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       job_ = job;
       helpers_wanted_ = std::min(threads_, chunks) - 1;
       ++generation_;
     }
-    work_cv_.notify_all();
+    work_cv_.SignalAll();
     in_parallel_region = true;
     RunChunks(*job);
     in_parallel_region = false;
-    std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [&] { return job->finished == chunks; });
+    absl::MutexLock lock(&mu_);
+    while (job->finished != chunks) done_cv_.Wait(&mu_);
     job_.reset();
   }
 
@@ -78,9 +79,9 @@ class Pool {
       ++ran;
     }
     if (ran == 0) return;
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     job.finished += ran;
-    if (job.finished == job.chunks) done_cv_.notify_one();
+    if (job.finished == job.chunks) done_cv_.Signal();
   }
 
   void HelperLoop(int index) {
@@ -89,8 +90,8 @@ class Pool {
     for (;;) {
       std::shared_ptr<Job> job;
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        work_cv_.wait(lock, [&] { return generation_ != seen; });
+        absl::MutexLock lock(&mu_);
+        while (generation_ == seen) work_cv_.Wait(&mu_);
         seen = generation_;
         if (index > helpers_wanted_ || job_ == nullptr) continue;
         job = job_;
@@ -101,13 +102,13 @@ class Pool {
 
   const int max_threads_;
   int threads_;
-  std::mutex call_mu_;  // one job at a time
-  std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
-  std::shared_ptr<Job> job_;          // the current job, guarded by mu_
-  int helpers_wanted_ = 0;            // helpers 1..helpers_wanted_ join it
-  uint64_t generation_ = 0;           // bumped per job
+  absl::Mutex call_mu_;  // one job at a time
+  absl::Mutex mu_;
+  absl::CondVar work_cv_;  // a new job (generation_ bumped)
+  absl::CondVar done_cv_;  // a job's last chunk finished
+  std::shared_ptr<Job> job_ ABSL_GUARDED_BY(mu_);  // the current job
+  int helpers_wanted_ ABSL_GUARDED_BY(mu_) = 0;    // helpers 1..this join it
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;   // bumped per job
   std::vector<std::thread> helpers_;  // never joined: the pool lives forever
 };
 

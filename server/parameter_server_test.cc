@@ -192,3 +192,76 @@ TEST(ParameterServer, PushFromANonMemberIsRefusedOverTheWire) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST(PsClient, RetriesWhileAServerRestartsAndFindsItsNewAddress) {
+  const std::string dir = TempDir("retry");
+  Cluster c;
+  c.scheduler = StartScheduler();
+  auto server = StartServer(*c.scheduler, dir);
+  ASSERT_TRUE(server.ok()) << server.status();
+  c.server = std::move(*server);
+  Connect(c);
+  TrainSteps(*c.ps, 0, 2);
+  ASSERT_TRUE(c.ps->SnapshotAll(2).ok());
+  std::vector<float> before(250);
+  ASSERT_TRUE(c.ps->PullTensor(0, before.data(), 2, 2).ok());
+  c.server.reset();  // the server goes away...
+  std::vector<float> after(250, -1.0f);
+  // ...a pull issued now fails UNAVAILABLE and is retried with backoff...
+  OpHandle pull = c.ps->Pull(0, after.data(), 2, 2);
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_FALSE(pull.done());
+  // ...until the server is back (another port, same data dir, same state).
+  auto again = StartServer(*c.scheduler, dir);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE(pull.Wait().ok()) << pull.Wait();
+  EXPECT_EQ(pull.version(), 2u);
+  EXPECT_EQ(0, std::memcmp(before.data(), after.data(), 100 * 4));  // chunk 0 of w
+}
+
+TEST(PsClient, HigherPriorityOperationsGoFirst) {
+  auto scheduler = StartScheduler("asp");
+  ServerOptions so;
+  so.scheduler_address = scheduler->address();
+  auto server = ParameterServer::Start(so);
+  ASSERT_TRUE(server.ok());
+  SchedulerClientOptions wo;
+  wo.scheduler_address = scheduler->address();
+  auto w1 = SchedulerClient::Connect(wo);
+  auto w2 = SchedulerClient::Connect(wo);
+  ASSERT_TRUE(w1.ok() && w2.ok());
+  PsClientOptions one_at_a_time;
+  one_at_a_time.max_in_flight_per_server = 1;
+  auto a = PsClient::Create(one_at_a_time, w1->get());
+  auto b = PsClient::Create(PsClientOptions(), w2->get());
+  ASSERT_TRUE(a.ok() && b.ok());
+  ModelSpec m = Model();
+  m.chunk_bytes = 4 * 250;  // w is one chunk (index 0), b another (index 1)
+  ASSERT_TRUE((*a)->RegisterModel(m).ok());
+  ASSERT_TRUE((*b)->RegisterModel(m).ok());
+  ASSERT_TRUE((*w1)->WaitForView([](const v1::View& v) { return v.workers_size() == 2; },
+                                 absl::Seconds(10)).ok());
+  // Occupy a's only slot: a pull of w that waits for an update nobody made.
+  std::vector<float> w(250), bias(3), w_seen(250), bias_seen(3);
+  OpHandle blocker = (*a)->Pull(0, w.data(), -1, /*min_version=*/1, /*priority=*/100);
+  absl::SleepFor(absl::Milliseconds(100));
+  std::vector<float> g_w(250, 1.0f), g_b(3, 1.0f);
+  OpHandle low_push = (*a)->Push(1, g_b.data(), 0, 1, /*priority=*/1);
+  OpHandle top_push = (*a)->Push(0, g_w.data(), 0, 1, /*priority=*/5);
+  OpHandle mid_pull_w = (*a)->Pull(0, w_seen.data(), -1, 0, /*priority=*/3);
+  OpHandle high_pull_b = (*a)->Pull(1, bias_seen.data(), -1, 0, /*priority=*/4);
+  // Unblock from the other client.
+  ASSERT_TRUE((*b)->PushTensor(0, g_w.data(), 0, 1).ok());
+  for (OpHandle* op : {&blocker, &low_push, &top_push, &mid_pull_w, &high_pull_b}) {
+    ASSERT_TRUE(op->Wait().ok()) << op->Wait();
+  }
+  // Order was: push w (5), pull b (4), pull w (3), push b (1).
+  EXPECT_EQ(high_pull_b.version(), 0u);  // before the low-priority push of b
+  EXPECT_EQ(mid_pull_w.version(), 2u);   // after both pushes of w
+}
+
+}  // namespace
+}  // namespace strata
