@@ -10,8 +10,10 @@
 #include "absl/time/clock.h"
 #include "client/ps_client.h"
 #include "client/scheduler_client.h"
+#include "common/malloc_tuning.h"
 
 int main(int argc, char** argv) {
+  strata::TuneMallocForPayloads();
   CLI::App app("push/pull throughput benchmark");
   std::string scheduler = "127.0.0.1:7070";
   int model_mib = 256, chunk_mib = 4, rounds = 4, repeats = 3, in_flight = 8;

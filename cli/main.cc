@@ -3,8 +3,10 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "common/malloc_tuning.h"
 
 int main(int argc, char** argv) {
+  strata::TuneMallocForPayloads();
   CLI::App app("Strata: parameter-server training for large models.\n"
                "Run `strata <subcommand> --help` for a subcommand's flags.");
   // At most one subcommand; none is answered below with the help text (an
