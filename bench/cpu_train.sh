@@ -5,10 +5,13 @@
 # Run from the repository root of a clone: bench/cpu_train.sh [bench flags]
 # (e.g. --steps 10). Builds into build/ (configuring it if needed; override
 # with BUILD_DIR). Prints
-#   cpu_tokens_per_s <config> <x>
+#   cpu_tokens_per_s <config> <x>                 pure compute, one process
+#   cpu_tokens_per_s_with_servers <config> <z>    `strata worker` + 2 servers
+#   sync_overhead <config> <1 - z/x>
 # and, with torch,
 #   torch_tokens_per_s <config> <y>
 #   ratio_to_torch <config> <x/y>
+# Set WITH_SERVERS=0 to skip the cluster runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${BUILD_DIR:-build}"
@@ -16,14 +19,18 @@ build="${BUILD_DIR:-build}"
 if [[ ! -f "${build}/build.ninja" ]]; then
   cmake -S . -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >&2
 fi
-ninja -C "${build}" cpu_train_bench >&2
+ninja -C "${build}" cpu_train_bench strata >&2
 
 echo "load before: $(uptime)" >&2
 ours="$("${build}/bench/cpu_train_bench" "$@")"
 echo "${ours}"
 
-if python3 -c 'import torch' 2>/dev/null; then
-  theirs="$(python3 bench/torch_ref.py)"
+# Debian's PyTorch lives in the system python (python3-torch); prefer it
+# over another python3 earlier on PATH.
+py=python3
+[[ -x /usr/bin/python3 ]] && py=/usr/bin/python3
+if "${py}" -c 'import torch' 2>/dev/null; then
+  theirs="$("${py}" bench/torch_ref.py)"
   echo "${theirs}"
   while read -r _ config y; do
     x="$(awk -v c="${config}" '$1 == "cpu_tokens_per_s" && $2 == c { print $3 }' \
@@ -34,6 +41,42 @@ if python3 -c 'import torch' 2>/dev/null; then
     fi
   done <<<"${theirs}"
 else
-  echo "python3 cannot import torch: skipping the PyTorch reference" >&2
+  echo "${py} cannot import torch (Debian: apt-get install python3-torch): skipping the PyTorch reference" >&2
+fi
+# The same shapes trained by one `strata worker` through two servers on
+# loopback (BSP, AdamW on the servers, pushes streamed during backward).
+with_servers() {  # name layers heads width context batch
+  local name=$1 dir pids=()
+  dir=$(mktemp -d /tmp/strata-cpu-train-XXXXXX)
+  "${build}/cli/strata" scheduler --listen 127.0.0.1:0 --num_shards 2 \
+    --address_file "${dir}/addr" 2>"${dir}/scheduler.log" & pids+=($!)
+  for _ in $(seq 100); do [[ -s "${dir}/addr" ]] && break; sleep 0.1; done
+  local addr; addr=$(cat "${dir}/addr")
+  for s in 0 1; do
+    "${build}/cli/strata" server --scheduler "${addr}" --shard $s 2>"${dir}/server$s.log" & pids+=($!)
+  done
+  "${build}/cli/strata" worker --scheduler "${addr}" --layers "$2" --heads "$3" --width "$4" \
+    --context "$5" --batch "$6" --vocab 50257 --steps 6 --grad_clip 0 --eval_every 0 \
+    --data /usr/share/common-licenses --metrics "${dir}/metrics.jsonl" 2>"${dir}/worker.log"
+  # Steps 2..5 (after warm-up), from the elapsed time in the metrics.
+  python3 - "${dir}/metrics.jsonl" "$name" "$(( $5 * $6 ))" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+t = [r["elapsed_s"] for r in rows]
+tokens = int(sys.argv[3])
+print("cpu_tokens_per_s_with_servers %s %.1f" % (sys.argv[2], tokens * (len(t) - 2) / (t[-1] - t[1])))
+PY
+  kill "${pids[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "${dir}"
+}
+if [[ "${WITH_SERVERS:-1}" != 0 ]]; then
+  servers="$(with_servers L4_C256_H4_B8_T256 4 4 256 256 8; with_servers L12_C768_H12_B4_T64 12 12 768 64 4)"
+  echo "${servers}"
+  while read -r _ config z; do
+    x="$(awk -v c="${config}" '$1 == "cpu_tokens_per_s" && $2 == c { print $3 }' <<<"${ours}")"
+    [[ -n "${x}" ]] && awk -v c="${config}" -v x="${x}" -v z="${z}" \
+      'BEGIN { printf "sync_overhead %s %.3f\n", c, 1 - z / x }'
+  done <<<"${servers}"
 fi
 echo "load after: $(uptime)" >&2

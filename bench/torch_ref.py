@@ -4,6 +4,7 @@ random tokens with AdamW on the CPU (fp32). Prints, per configuration,
 `torch_tokens_per_s <config> <tokens/s>` from the median step time after one
 warm-up step, like bench/cpu_train_bench.cc."""
 
+import math
 import os
 import statistics
 import sys
@@ -37,7 +38,13 @@ class Block(nn.Module):
         q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
                    for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if hasattr(F, "scaled_dot_product_attention"):  # torch >= 2.0
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # Debian 12's torch 1.13: the masked softmax, written out
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(k.shape[-1])
+            mask = torch.ones(T, T, dtype=torch.bool).tril()
+            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            y = att @ v
         x = x + self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
         return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)),
                                        approximate="tanh"))

@@ -300,8 +300,16 @@ absl::StatusOr<GptConfig> GptConfigFromJson(const std::string& text) {
   return c;
 }
 
-absl::Status RunTrainer(const TrainerOptions& o) {
-  STRATA_RETURN_IF_ERROR(Validate(o));
+absl::Status RunTrainer(const TrainerOptions& options) {
+  STRATA_RETURN_IF_ERROR(Validate(options));
+  TrainerOptions o = options;
+  if (o.warmup_steps >= o.steps) {
+    // The schedule needs warm-up < total; a short run with the default
+    // warm-up is still a sensible request.
+    o.warmup_steps = o.steps / 2;
+    std::fprintf(stderr, "strata worker: warm-up shortened to %lld steps (half of --steps)\n",
+                 static_cast<long long>(o.warmup_steps));
+  }
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(o.model));
   DatasetOptions dopts;
   dopts.context = o.model.context;
