@@ -104,14 +104,21 @@ int RunLocal(const LocalOptions& o) {
     }
     workers.push_back(*pid);
   }
-  // Ctrl-C: children in our process group got SIGINT too; make sure the
-  // daemons go even if a worker hangs.
+  // Ctrl-C (or SIGTERM): on a terminal the children got SIGINT too; either
+  // way stop the workers, then the servers and the scheduler below.
+  static std::atomic<bool> interrupted{false};
   OnShutdownSignal([workers] {
+    interrupted = true;
+    std::fprintf(stderr, "\nstrata local: interrupted; stopping the cluster\n");
     for (pid_t w : workers) kill(w, SIGTERM);
   });
   int failed = 0;
   for (pid_t w : workers) failed += WaitChild(w) != 0;
   stop_all();
+  if (interrupted) {
+    std::fprintf(stderr, "strata local: stopped; state in %s\n", dir.c_str());
+    return 130;
+  }
   if (failed > 0) {
     std::fprintf(stderr, "strata local: %d worker(s) failed\n", failed);
     return 1;

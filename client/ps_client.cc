@@ -33,10 +33,6 @@ struct OpHandle::State {
   int64_t step = 0;  // push: step; pull: clock
   uint64_t samples = 0;
   uint64_t min_version = 0;
-  // The current attempt (a gRPC context serves one call only).
-  std::unique_ptr<grpc::ClientContext> ctx;
-  grpc::ByteBuffer request;
-  grpc::ByteBuffer response;
   std::string bf16;  // a push's payload converted to bf16, when configured
 
   mutable absl::Mutex mu;
@@ -77,9 +73,11 @@ int64_t OpHandle::min_clock() const {
   return state_->min_clock;
 }
 
+using OpPtrAlias = std::shared_ptr<OpHandle::State>;
+
 namespace {
 
-using OpPtr = std::shared_ptr<OpHandle::State>;
+using OpPtr = OpPtrAlias;
 
 struct ByPriority {
   bool operator()(const OpPtr& a, const OpPtr& b) const {
@@ -91,6 +89,24 @@ struct ByPriority {
 size_t ElementBytes(v1::DType d) { return d == v1::DTYPE_BF16 ? 2 : 4; }
 
 }  // namespace
+
+// One attempt of an op on the wire. A gRPC context serves one call, and
+// must outlive everything gRPC does with the call; the reactor API allows
+// freeing it in OnDone, so each attempt owns its context and buffers and
+// deletes itself there, whoever else still holds the op.
+class PsClientAttempt : public grpc::ClientUnaryReactor {
+ public:
+  PsClientAttempt(PsClient::Impl* client, OpPtrAlias op) : client_(client), op_(std::move(op)) {}
+  void OnDone(const grpc::Status& status) override;
+
+  grpc::ClientContext ctx;
+  grpc::ByteBuffer request;
+  grpc::ByteBuffer response;
+
+ private:
+  PsClient::Impl* client_;
+  OpPtrAlias op_;
+};
 
 class PsClient::Impl {
  public:
@@ -129,12 +145,16 @@ class PsClient::Impl {
   ChunkPlan plan_;
   int num_slots_ = 0;
 
+ public:
+  // Called by an attempt when its call ended.
+  void OnDone(const OpPtr& op, const grpc::Status& status, const grpc::ByteBuffer& response);
+
  private:
   void Dispatch(int slot);
   void Issue(const OpPtr& op);
-  void OnDone(const OpPtr& op, const grpc::Status& status);
-  void Complete(const OpPtr& op, absl::Status status);
-  absl::Status ReadResponse(const OpHandle::State& op, uint64_t* version, int64_t* min_clock);
+  void Complete(const OpPtr& op, absl::Status status, const grpc::ByteBuffer* response);
+  absl::Status ReadResponse(const OpHandle::State& op, const grpc::ByteBuffer& response,
+                            uint64_t* version, int64_t* min_clock);
   void RetryLater(const OpPtr& op, absl::Status why);
   void TimerLoop();
 
@@ -205,16 +225,15 @@ void PsClient::Impl::Issue(const OpPtr& op) {
   op->attempts++;
   auto stubs = StubsForSlot(op->slot);
   if (!stubs.ok()) {
-    OnDone(op, ToGrpcStatus(stubs.status()));
+    OnDone(op, ToGrpcStatus(stubs.status()), grpc::ByteBuffer());
     return;
   }
-  op->ctx = std::make_unique<grpc::ClientContext>();
-  op->ctx->set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  auto* attempt = new PsClientAttempt(this, op);  // deletes itself in OnDone
+  attempt->ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   const v1::View view = scheduler_->view();
   const ChunkInfo& chunk = plan_.chunks[op->chunk];
   static const std::string kPush = "/strata.v1.ParameterServer/Push";
   static const std::string kPull = "/strata.v1.ParameterServer/Pull";
-  op->response.Clear();
   if (op->kind == OpHandle::State::kPush) {
     v1::PushRequest header;
     header.set_member_id(scheduler_->member_id());
@@ -235,9 +254,10 @@ void PsClient::Impl::Issue(const OpPtr& op) {
       payload = op->bf16.data();
       bytes = op->bf16.size();
     }
-    op->request = SerializeWithPayload(header, v1::PushRequest::kDataFieldNumber, payload, bytes);
-    (*stubs)->generic->UnaryCall(op->ctx.get(), kPush, grpc::StubOptions(), &op->request,
-                                 &op->response, [this, op](grpc::Status s) { OnDone(op, s); });
+    attempt->request =
+        SerializeWithPayload(header, v1::PushRequest::kDataFieldNumber, payload, bytes);
+    (*stubs)->generic->PrepareUnaryCall(&attempt->ctx, kPush, grpc::StubOptions(),
+                                        &attempt->request, &attempt->response, attempt);
   } else {
     v1::PullRequest req;
     req.set_member_id(scheduler_->member_id());
@@ -246,13 +266,20 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     req.set_min_version(op->min_version);
     req.set_dtype(options_.pull_dtype);
     grpc::Slice slice(req.SerializeAsString());
-    op->request = grpc::ByteBuffer(&slice, 1);
-    (*stubs)->generic->UnaryCall(op->ctx.get(), kPull, grpc::StubOptions(), &op->request,
-                                 &op->response, [this, op](grpc::Status s) { OnDone(op, s); });
+    attempt->request = grpc::ByteBuffer(&slice, 1);
+    (*stubs)->generic->PrepareUnaryCall(&attempt->ctx, kPull, grpc::StubOptions(),
+                                        &attempt->request, &attempt->response, attempt);
   }
+  attempt->StartCall();
 }
 
-void PsClient::Impl::OnDone(const OpPtr& op, const grpc::Status& grpc_status) {
+void PsClientAttempt::OnDone(const grpc::Status& status) {
+  client_->OnDone(op_, status, response);
+  delete this;
+}
+
+void PsClient::Impl::OnDone(const OpPtr& op, const grpc::Status& grpc_status,
+                            const grpc::ByteBuffer& response) {
   absl::Status status = FromGrpcStatus(grpc_status);
   {
     absl::MutexLock lock(&mu_);
@@ -262,16 +289,15 @@ void PsClient::Impl::OnDone(const OpPtr& op, const grpc::Status& grpc_status) {
   if (retry) RetryLater(op, status);
   Dispatch(op->slot);
   // Last: once the op completes, the client may be destroyed.
-  if (!retry) Complete(op, status);
+  if (!retry) Complete(op, status, &response);
 }
 
-void PsClient::Impl::Complete(const OpPtr& op, absl::Status status) {
+void PsClient::Impl::Complete(const OpPtr& op, absl::Status status,
+                              const grpc::ByteBuffer* response) {
   uint64_t version = 0;
   int64_t min_clock = 0;
-  if (status.ok()) status = ReadResponse(*op, &version, &min_clock);
+  if (status.ok()) status = ReadResponse(*op, *response, &version, &min_clock);
   // Free the buffers now: the handle may outlive the op by a long time.
-  op->request.Clear();
-  op->response.Clear();
   op->bf16.clear();
   op->bf16.shrink_to_fit();
   op->Finish(std::move(status), version, min_clock);
@@ -279,17 +305,18 @@ void PsClient::Impl::Complete(const OpPtr& op, absl::Status status) {
   outstanding_--;
 }
 
-absl::Status PsClient::Impl::ReadResponse(const OpHandle::State& op, uint64_t* version,
+absl::Status PsClient::Impl::ReadResponse(const OpHandle::State& op,
+                                          const grpc::ByteBuffer& response, uint64_t* version,
                                           int64_t* min_clock) {
   PayloadMessage message;
   if (op.kind == OpHandle::State::kPush) {
     v1::PushResponse resp;
-    STRATA_RETURN_IF_ERROR(message.Parse(op.response, /*field=*/0, &resp));
+    STRATA_RETURN_IF_ERROR(message.Parse(response, /*field=*/0, &resp));
     *version = resp.version();
     return absl::OkStatus();
   }
   v1::PullResponse resp;
-  STRATA_RETURN_IF_ERROR(message.Parse(op.response, v1::PullResponse::kDataFieldNumber, &resp));
+  STRATA_RETURN_IF_ERROR(message.Parse(response, v1::PullResponse::kDataFieldNumber, &resp));
   const ChunkInfo& chunk = plan_.chunks[op.chunk];
   if (message.payload_size() != chunk.numel * ElementBytes(options_.pull_dtype)) {
     return absl::DataLossError(absl::StrCat("pull of chunk ", chunk.id, " returned ",

@@ -175,3 +175,49 @@ TEST(Cluster, AspConverges) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// A worker killed mid-run (SIGKILL: no Leave) must not stall BSP: its lease
+// runs out, the view changes, the servers drop its open-step pushes and the
+// steps close on the two workers that remain, which finish.
+TEST(Cluster, BspSurvivesAWorkerKilledMidStep) {
+  const std::string dir = testing::FreshDir("kill");
+  Child scheduler({STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0", "--num_shards", "2",
+                   "--lease_ms", "800", "--address_file", dir + "/addr"},
+                  dir + "/scheduler.log");
+  const std::string address = testing::WaitForLine(dir + "/addr");
+  ASSERT_FALSE(address.empty());
+  std::vector<std::unique_ptr<Child>> servers, workers;
+  for (int s = 0; s < 2; ++s) {
+    servers.push_back(std::make_unique<Child>(
+        std::vector<std::string>{STRATA_BINARY, "server", "--scheduler", address, "--shard",
+                                 std::to_string(s)},
+        absl::StrCat(dir, "/server", s, ".log")));
+  }
+  for (int w = 0; w < kWorkers; ++w) {
+    workers.push_back(std::make_unique<Child>(
+        std::vector<std::string>{STRATA_BINARY, "toy", "--scheduler", address, "--workers",
+                                 std::to_string(kWorkers), "--steps", "150", "--batch", "48",
+                                 "--dim", "64", "--samples", "960", "--chunk_bytes", "64",
+                                 "--delay_ms", "5", "--log_every", "10"},
+        absl::StrCat(dir, "/worker", w, ".log")));
+  }
+  // Let training get going, then kill one worker without warning.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (workers[2]->Output().find("step 20 ") == std::string::npos && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_NE(workers[2]->Output().find("step 20 "), std::string::npos) << workers[2]->Output();
+  EXPECT_EQ(workers[2]->Stop(SIGKILL), 128 + SIGKILL);
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_EQ(workers[w]->Wait(absl::Minutes(3)), 0) << workers[w]->Output();
+    EXPECT_NE(workers[w]->Output().find("step 149 "), std::string::npos) << workers[w]->Output();
+  }
+  for (auto& s : servers) EXPECT_EQ(s->Stop(), 0) << s->Output();
+  EXPECT_EQ(scheduler.Stop(), 0);
+}
+
+}  // namespace
+}  // namespace strata

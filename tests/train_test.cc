@@ -1,8 +1,11 @@
 // GPT training through a real cluster of `strata` processes on 127.0.0.1.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -92,12 +95,16 @@ std::vector<double> Losses(const std::string& metrics) {
   return out;
 }
 
-TEST(Train, LocalRunLearnsAndGenerateSamplesFromItsSnapshot) {
-  const std::string dir = testing::FreshDir("local");
+class LocalRun : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LocalRun, LearnsAndGenerateSamplesFromItsSnapshot) {
+  std::string name = GetParam();
+  std::replace(name.begin(), name.end(), ':', '_');
+  const std::string dir = testing::FreshDir("local_" + name);
   const std::string corpus = WriteCorpus(dir);
   std::vector<std::string> args = {STRATA_BINARY, "local", "--dir", dir + "/run", "--servers", "2",
                                    "--workers", "2", "--batch", "8", "--steps", "80",
-                                   "--eval_every", "40"};
+                                   "--eval_every", "40", "--consistency", GetParam()};
   for (const auto& f : TinyModelFlags(corpus)) args.push_back(f);
   Child local(args, dir + "/local.log");
   ASSERT_EQ(local.Wait(absl::Minutes(10)), 0) << local.Output();
@@ -116,6 +123,45 @@ TEST(Train, LocalRunLearnsAndGenerateSamplesFromItsSnapshot) {
   const std::string text = generate.Output();
   EXPECT_EQ(text.rfind("the quick", 0), 0u) << text;
   EXPECT_GE(text.size(), std::string("the quick").size() + 40) << text;
+}
+
+INSTANTIATE_TEST_SUITE_P(Consistency, LocalRun, ::testing::Values("bsp", "ssp:1", "asp"));
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// Every process of a `strata local` run whose command line names `dir`.
+int ProcessesNaming(const std::string& dir) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream f(entry.path() / "cmdline");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    if (ss.str().find(dir) != std::string::npos) n++;
+  }
+  return n;
+}
+
+TEST(Train, CtrlCStopsTheWholeLocalCluster) {
+  const std::string dir = testing::FreshDir("ctrlc");
+  const std::string corpus = WriteCorpus(dir);
+  std::vector<std::string> args = {STRATA_BINARY, "local", "--dir", dir + "/run",
+                                   "--steps", "100000", "--batch", "4"};
+  for (const auto& f : TinyModelFlags(corpus)) args.push_back(f);
+  Child local(args, dir + "/local.log");
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (local.Output().find("step ") == std::string::npos && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_NE(local.Output().find("step "), std::string::npos) << local.Output();
+  EXPECT_GE(ProcessesNaming(dir + "/run"), 5);  // local, scheduler, 2 servers, workers
+  EXPECT_EQ(local.Stop(SIGINT), 130) << local.Output();
+  EXPECT_NE(local.Output().find("interrupted"), std::string::npos);
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(ProcessesNaming(dir + "/run"), 0) << "a process of the cluster outlived Ctrl-C";
 }
 
 }  // namespace
