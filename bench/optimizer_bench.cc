@@ -20,7 +20,8 @@
 // The arrays sit on transparent huge pages where the kernel allows.
 //
 // Usage: optimizer_bench [--params N] [--threads T] [--reps R]
-//                        [--triad streaming|classic]  (classic: both triads ordinary)
+//                        [--triad streaming|classic]  (classic: both triads
+//                        ordinary)
 // Prints: adam_params_per_s, adam_GBps, triad_GBps, adam_ratio_to_membw,
 //         triad_nt_GBps, adam_ratio_to_nt_triad.
 #include <immintrin.h>
@@ -178,8 +179,9 @@ int Run(const Flags& f) {
   std::printf("adam_ratio_to_membw %.3f\n", adam_gbps / classic_gbps);
   std::printf("triad_nt_GBps %.2f\n", streaming_gbps);
   std::printf("adam_ratio_to_nt_triad %.3f\n", adam_gbps / streaming_gbps);
-  std::fprintf(stderr, "# %zu params, %d threads, best of %d; nt triad with %s stores\n", n,
-               f.threads, f.reps, streaming ? "non-temporal" : "ordinary");
+  std::fprintf(
+      stderr, "# %zu params, %d threads, best of %d; nt triad with %s stores\n",
+      n, f.threads, f.reps, streaming ? "non-temporal" : "ordinary");
   return 0;
 }
 

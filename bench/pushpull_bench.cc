@@ -22,13 +22,15 @@ int main(int argc, char** argv) {
   app.add_option("--chunk_mib", chunk_mib)->check(CLI::PositiveNumber);
   app.add_option("--rounds", rounds)->check(CLI::PositiveNumber);
   app.add_option("--repeats", repeats)->check(CLI::PositiveNumber);
-  app.add_option("--in_flight", in_flight, "calls on the wire per server")->check(CLI::PositiveNumber);
+  app.add_option("--in_flight", in_flight, "calls on the wire per server")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
   strata::SchedulerClientOptions so;
   so.scheduler_address = scheduler;
   auto sched = strata::SchedulerClient::Connect(so);
-  if (!sched.ok()) return std::fprintf(stderr, "%s\n", sched.status().ToString().c_str()), 1;
+  if (!sched.ok())
+    return std::fprintf(stderr, "%s\n", sched.status().ToString().c_str()), 1;
   strata::PsClientOptions po;
   po.max_in_flight_per_server = in_flight;
   auto ps = strata::PsClient::Create(po, sched->get());
@@ -46,18 +48,21 @@ int main(int argc, char** argv) {
   if (auto s = (*ps)->RegisterModel(model); !s.ok()) {
     return std::fprintf(stderr, "%s\n", s.ToString().c_str()), 1;
   }
-  (void)(*sched)->WaitForView([](const strata::v1::View& v) { return v.workers_size() >= 1; },
-                              absl::Seconds(10));
+  (void)(*sched)->WaitForView(
+      [](const strata::v1::View& v) { return v.workers_size() >= 1; },
+      absl::Seconds(10));
   const auto& plan = (*ps)->plan();
   std::vector<float> grad(numel, 1e-3f), weights(numel);
   int64_t step = 0;
   auto round = [&]() -> bool {
     std::vector<strata::OpHandle> ops;
     for (size_t c = 0; c < plan.chunks.size(); ++c) {
-      ops.push_back((*ps)->Push(static_cast<int>(c), grad.data() + plan.chunks[c].offset, step, 1));
+      ops.push_back((*ps)->Push(static_cast<int>(c),
+                                grad.data() + plan.chunks[c].offset, step, 1));
     }
     for (size_t c = 0; c < plan.chunks.size(); ++c) {
-      ops.push_back((*ps)->Pull(static_cast<int>(c), weights.data() + plan.chunks[c].offset, -1, 0));
+      ops.push_back((*ps)->Pull(static_cast<int>(c),
+                                weights.data() + plan.chunks[c].offset, -1, 0));
     }
     bool ok = true;
     for (auto& op : ops) {

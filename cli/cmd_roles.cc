@@ -30,7 +30,8 @@ int ReportStatus(const char* command, const absl::Status& status) {
 namespace {
 
 // Writes "address\n" atomically (rename), for parents waiting on it.
-absl::Status WriteAddressFile(const std::string& path, const std::string& address) {
+absl::Status WriteAddressFile(const std::string& path,
+                              const std::string& address) {
   if (path.empty()) return absl::OkStatus();
   const std::string tmp = path + ".tmp";
   {
@@ -39,7 +40,8 @@ absl::Status WriteAddressFile(const std::string& path, const std::string& addres
     if (!f) return absl::InternalError(absl::StrCat("cannot write ", tmp));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path));
+    return absl::InternalError(
+        absl::StrCat("cannot rename ", tmp, " to ", path));
   }
   return absl::OkStatus();
 }
@@ -55,30 +57,45 @@ CommandFn AddVersionCommand(CLI::App& app) {
 }
 
 CommandFn AddSchedulerCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("scheduler", "Run the scheduler: membership, view, shard map, rendezvous KV");
+  auto* cmd = app.add_subcommand(
+      "scheduler",
+      "Run the scheduler: membership, view, shard map, rendezvous KV");
   auto o = std::make_shared<SchedulerOptions>();
   auto lease_ms = std::make_shared<int64_t>(10000);
   auto address_file = std::make_shared<std::string>();
   o->listen_address = "127.0.0.1:7070";
-  cmd->add_option("--listen", o->listen_address, "host:port to serve on (port 0: any free port)")
+  cmd->add_option("--listen", o->listen_address,
+                  "host:port to serve on (port 0: any free port)")
       ->capture_default_str();
-  cmd->add_option("--data_dir", o->data_dir, "RocksDB directory for the scheduler's state (empty: in memory)");
-  cmd->add_option("--num_shards", o->num_shards, "number of parameter-server shard slots")
-      ->check(CLI::Range(1, 65536))->capture_default_str();
-  cmd->add_option("--consistency", o->consistency, "bsp | ssp:<s> | asp")->capture_default_str();
-  cmd->add_option("--lease_ms", *lease_ms, "member lease; a member silent this long is removed")
-      ->check(CLI::Range(int64_t{100}, int64_t{3600000}))->capture_default_str();
-  cmd->add_option("--address_file", *address_file, "write the bound address here once serving");
+  cmd->add_option(
+      "--data_dir", o->data_dir,
+      "RocksDB directory for the scheduler's state (empty: in memory)");
+  cmd->add_option("--num_shards", o->num_shards,
+                  "number of parameter-server shard slots")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  cmd->add_option("--consistency", o->consistency, "bsp | ssp:<s> | asp")
+      ->capture_default_str();
+  cmd->add_option("--lease_ms", *lease_ms,
+                  "member lease; a member silent this long is removed")
+      ->check(CLI::Range(int64_t{100}, int64_t{3600000}))
+      ->capture_default_str();
+  cmd->add_option("--address_file", *address_file,
+                  "write the bound address here once serving");
   return [o, lease_ms, address_file] {
-    if (auto c = ParseConsistency(o->consistency); !c.ok()) return ReportStatus("scheduler", c.status());
+    if (auto c = ParseConsistency(o->consistency); !c.ok())
+      return ReportStatus("scheduler", c.status());
     o->lease = absl::Milliseconds(*lease_ms);
     auto scheduler = Scheduler::Start(*o);
     if (!scheduler.ok()) return ReportStatus("scheduler", scheduler.status());
     Scheduler* s = scheduler->get();
     OnShutdownSignal([s] { s->Shutdown(); });
-    std::fprintf(stderr, "strata scheduler: serving on %s (%d shard slots, %s)\n",
+    std::fprintf(stderr,
+                 "strata scheduler: serving on %s (%d shard slots, %s)\n",
                  s->address().c_str(), o->num_shards, o->consistency.c_str());
-    if (int rc = ReportStatus("scheduler", WriteAddressFile(*address_file, s->address()))) return rc;
+    if (int rc = ReportStatus("scheduler",
+                              WriteAddressFile(*address_file, s->address())))
+      return rc;
     s->Wait();
     return 0;
   };
@@ -89,64 +106,97 @@ CommandFn AddServerCommand(CLI::App& app) {
   auto o = std::make_shared<ServerOptions>();
   auto max_wait_s = std::make_shared<double>(120);
   auto address_file = std::make_shared<std::string>();
-  cmd->add_option("--scheduler", o->scheduler_address, "scheduler host:port")->required();
-  cmd->add_option("--listen", o->listen_address, "host:port to serve on (port 0: any free port)")
+  cmd->add_option("--scheduler", o->scheduler_address, "scheduler host:port")
+      ->required();
+  cmd->add_option("--listen", o->listen_address,
+                  "host:port to serve on (port 0: any free port)")
       ->capture_default_str();
-  cmd->add_option("--advertise", o->advertise_address, "address other members dial (default: 127.0.0.1:<port>)");
-  cmd->add_option("--shard", o->shard, "shard slot to serve")->check(CLI::NonNegativeNumber)->capture_default_str();
-  cmd->add_option("--data_dir", o->data_dir, "directory for snapshots; the latest one is loaded at start");
-  cmd->add_option("--consistency", o->consistency, "bsp | ssp:<s> | asp (default: the job's, from the scheduler)");
-  cmd->add_option("--snapshot_every", o->snapshot_every, "BSP: snapshot every N steps (0: never)")
+  cmd->add_option("--advertise", o->advertise_address,
+                  "address other members dial (default: 127.0.0.1:<port>)");
+  cmd->add_option("--shard", o->shard, "shard slot to serve")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--data_dir", o->data_dir,
+                  "directory for snapshots; the latest one is loaded at start");
+  cmd->add_option(
+      "--consistency", o->consistency,
+      "bsp | ssp:<s> | asp (default: the job's, from the scheduler)");
+  cmd->add_option("--snapshot_every", o->snapshot_every,
+                  "BSP: snapshot every N steps (0: never)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--keep_snapshots", o->keep_snapshots, "snapshots kept")->check(CLI::PositiveNumber);
-  cmd->add_option("--max_wait_s", *max_wait_s, "longest a pull waits at the consistency gate")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--address_file", *address_file, "write the advertised address here once serving");
+  cmd->add_option("--keep_snapshots", o->keep_snapshots, "snapshots kept")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max_wait_s", *max_wait_s,
+                  "longest a pull waits at the consistency gate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--address_file", *address_file,
+                  "write the advertised address here once serving");
   return [o, max_wait_s, address_file] {
     o->max_wait = absl::Seconds(*max_wait_s);
     auto server = ParameterServer::Start(*o);
     if (!server.ok()) return ReportStatus("server", server.status());
     ParameterServer* s = server->get();
     OnShutdownSignal([s] { s->Shutdown(); });
-    std::fprintf(stderr, "strata server: shard %d serving on %s%s\n", o->shard, s->address().c_str(),
-                 s->restored_step() >= 0 ? absl::StrCat(" (restored snapshot of step ", s->restored_step(), ")").c_str() : "");
-    if (int rc = ReportStatus("server", WriteAddressFile(*address_file, s->address()))) return rc;
+    std::fprintf(stderr, "strata server: shard %d serving on %s%s\n", o->shard,
+                 s->address().c_str(),
+                 s->restored_step() >= 0
+                     ? absl::StrCat(" (restored snapshot of step ",
+                                    s->restored_step(), ")")
+                           .c_str()
+                     : "");
+    if (int rc = ReportStatus("server",
+                              WriteAddressFile(*address_file, s->address())))
+      return rc;
     s->Wait();
     return 0;
   };
 }
 
 CommandFn AddStatusCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("status", "Show the cluster: view, members, shard map, server counters");
+  auto* cmd = app.add_subcommand(
+      "status", "Show the cluster: view, members, shard map, server counters");
   auto address = std::make_shared<std::string>("127.0.0.1:7070");
-  cmd->add_option("--scheduler", *address, "scheduler host:port")->capture_default_str();
+  cmd->add_option("--scheduler", *address, "scheduler host:port")
+      ->capture_default_str();
   return [address] {
-    auto stub = v1::Scheduler::NewStub(grpc::CreateChannel(*address, grpc::InsecureChannelCredentials()));
+    auto stub = v1::Scheduler::NewStub(
+        grpc::CreateChannel(*address, grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
     v1::View view;
-    absl::Status s = FromGrpcStatus(stub->GetView(&ctx, v1::GetViewRequest(), &view));
+    absl::Status s =
+        FromGrpcStatus(stub->GetView(&ctx, v1::GetViewRequest(), &view));
     if (!s.ok()) return ReportStatus("status", s);
     std::printf("epoch %llu  consistency %s  shard map v%llu\n",
-                static_cast<unsigned long long>(view.epoch()), view.consistency().c_str(),
+                static_cast<unsigned long long>(view.epoch()),
+                view.consistency().c_str(),
                 static_cast<unsigned long long>(view.shard_map().version()));
     for (const auto& slot : view.shard_map().slots()) {
-      std::printf("  shard %d  %s", slot.shard(), slot.address().empty() ? "(no server)" : slot.address().c_str());
+      std::printf(
+          "  shard %d  %s", slot.shard(),
+          slot.address().empty() ? "(no server)" : slot.address().c_str());
       if (!slot.address().empty()) {
-        auto ps = v1::ParameterServer::NewStub(grpc::CreateChannel(slot.address(), grpc::InsecureChannelCredentials()));
+        auto ps = v1::ParameterServer::NewStub(grpc::CreateChannel(
+            slot.address(), grpc::InsecureChannelCredentials()));
         grpc::ClientContext sctx;
         sctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
         v1::StatsResponse st;
         if (ps->Stats(&sctx, v1::StatsRequest(), &st).ok()) {
-          std::printf("  chunks %llu  applied %llu  rejected(nonfinite) %llu  pulls %llu",
-                      static_cast<unsigned long long>(st.chunks()), static_cast<unsigned long long>(st.pushes_applied()),
-                      static_cast<unsigned long long>(st.pushes_rejected_nonfinite()), static_cast<unsigned long long>(st.pulls()));
+          std::printf(
+              "  chunks %llu  applied %llu  rejected(nonfinite) %llu  pulls "
+              "%llu",
+              static_cast<unsigned long long>(st.chunks()),
+              static_cast<unsigned long long>(st.pushes_applied()),
+              static_cast<unsigned long long>(st.pushes_rejected_nonfinite()),
+              static_cast<unsigned long long>(st.pulls()));
         }
       }
       std::printf("\n");
     }
     for (const auto& w : view.workers()) {
-      std::printf("  worker %llu  clock %lld  %.1f samples/s\n", static_cast<unsigned long long>(w.id()),
+      std::printf("  worker %llu  clock %lld  %.1f samples/s\n",
+                  static_cast<unsigned long long>(w.id()),
                   static_cast<long long>(w.clock()), w.samples_per_sec());
     }
     return 0;

@@ -7,27 +7,50 @@
 namespace strata {
 
 CommandFn AddToyCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("toy", "Train a least-squares toy model through the servers (one worker)");
+  auto* cmd = app.add_subcommand(
+      "toy",
+      "Train a least-squares toy model through the servers (one worker)");
   auto o = std::make_shared<ToyWorkerOptions>();
-  cmd->add_option("--scheduler", o->scheduler_address, "scheduler host:port")->required();
-  cmd->add_option("--workers", o->workers, "start once this many workers are live")
-      ->check(CLI::Range(1, 64))->capture_default_str();
-  cmd->add_option("--steps", o->steps, "training steps")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--batch", o->batch, "global batch (split over workers)")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--dim", o->problem.dim, "features")->check(CLI::Range(1, 1 << 24))->capture_default_str();
-  cmd->add_option("--samples", o->problem.samples, "dataset size")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--seed", o->problem.seed, "dataset seed")->capture_default_str();
+  cmd->add_option("--scheduler", o->scheduler_address, "scheduler host:port")
+      ->required();
+  cmd->add_option("--workers", o->workers,
+                  "start once this many workers are live")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--steps", o->steps, "training steps")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--batch", o->batch, "global batch (split over workers)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--dim", o->problem.dim, "features")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  cmd->add_option("--samples", o->problem.samples, "dataset size")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--seed", o->problem.seed, "dataset seed")
+      ->capture_default_str();
   cmd->add_option("--optimizer", o->optimizer, "sgd | adam | adamw")
-      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
-  cmd->add_option("--lr", o->lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--chunk_bytes", o->chunk_bytes, "chunk size in bytes (multiple of 4)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_flag("--probe", o->probe, "check the SSP staleness bound on every read");
-  cmd->add_option("--delay_ms", o->delay_ms, "sleep rank*delay_ms per step (simulates slow workers)")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
+      ->capture_default_str();
+  cmd->add_option("--lr", o->lr, "learning rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--chunk_bytes", o->chunk_bytes,
+                  "chunk size in bytes (multiple of 4)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_flag("--probe", o->probe,
+                "check the SSP staleness bound on every read");
+  cmd->add_option("--delay_ms", o->delay_ms,
+                  "sleep rank*delay_ms per step (simulates slow workers)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--out", o->out, "rank 0 writes the final weights here");
-  cmd->add_option("--log_every", o->log_every, "print a progress line every N steps (0: never)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--log_every", o->log_every,
+                  "print a progress line every N steps (0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   return [o] { return ReportStatus("toy", RunToyWorker(*o)); };
 }
 

@@ -18,40 +18,84 @@
 namespace strata {
 
 void AddModelFlags(CLI::App* cmd, GptConfig* m) {
-  cmd->add_option("--layers", m->layers, "transformer blocks")->check(CLI::Range(1, 1024))->capture_default_str();
-  cmd->add_option("--heads", m->heads, "attention heads")->check(CLI::Range(1, 1024))->capture_default_str();
-  cmd->add_option("--width", m->width, "model width (channels)")->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  cmd->add_option("--context", m->context, "context length in tokens")->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  cmd->add_option("--vocab", m->vocab, "vocabulary size (256 for byte-level text)")->check(CLI::Range(2, 1 << 16))->capture_default_str();
-  cmd->add_flag("--recompute", m->recompute, "recompute activations per block in backward (less memory)");
+  cmd->add_option("--layers", m->layers, "transformer blocks")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--heads", m->heads, "attention heads")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--width", m->width, "model width (channels)")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  cmd->add_option("--context", m->context, "context length in tokens")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  cmd->add_option("--vocab", m->vocab,
+                  "vocabulary size (256 for byte-level text)")
+      ->check(CLI::Range(2, 1 << 16))
+      ->capture_default_str();
+  cmd->add_flag("--recompute", m->recompute,
+                "recompute activations per block in backward (less memory)");
 }
 
 void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
   AddModelFlags(cmd, &o->model);
-  cmd->add_option("--data", o->data_path, "text file or folder (byte-level), or a token shard")->capture_default_str();
-  cmd->add_option("--batch", o->batch, "global batch in sequences, split over workers")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--steps", o->steps, "training steps")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--seed", o->seed, "data order and initialization seed")->capture_default_str();
-  cmd->add_option("--lr", o->lr, "AdamW peak learning rate")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--weight_decay", o->weight_decay, "AdamW decoupled weight decay (matrices)")->check(CLI::NonNegativeNumber)->capture_default_str();
-  cmd->add_option("--warmup", o->warmup_steps, "learning-rate warm-up steps")->check(CLI::NonNegativeNumber)->capture_default_str();
-  cmd->add_option("--grad_clip", o->grad_clip, "clip gradients to this global norm (0: off)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--data", o->data_path,
+                  "text file or folder (byte-level), or a token shard")
+      ->capture_default_str();
+  cmd->add_option("--batch", o->batch,
+                  "global batch in sequences, split over workers")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--steps", o->steps, "training steps")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "data order and initialization seed")
+      ->capture_default_str();
+  cmd->add_option("--lr", o->lr, "AdamW peak learning rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--weight_decay", o->weight_decay,
+                  "AdamW decoupled weight decay (matrices)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--warmup", o->warmup_steps, "learning-rate warm-up steps")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--grad_clip", o->grad_clip,
+                  "clip gradients to this global norm (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_flag("--push_bf16", o->push_bf16, "push gradients as bf16");
-  cmd->add_option("--eval_every", o->eval_every, "evaluate held-out loss every N steps (0: never)")->check(CLI::NonNegativeNumber)->capture_default_str();
-  cmd->add_option("--log_every", o->log_every, "progress line every N steps when not on a terminal")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--metrics", o->metrics_path, "append JSON-lines metrics here");
+  cmd->add_option("--eval_every", o->eval_every,
+                  "evaluate held-out loss every N steps (0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--log_every", o->log_every,
+                  "progress line every N steps when not on a terminal")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--metrics", o->metrics_path,
+                  "append JSON-lines metrics here");
 }
 
 std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
   std::vector<std::string> f = {
-      "--layers", std::to_string(o.model.layers), "--heads", std::to_string(o.model.heads),
-      "--width", std::to_string(o.model.width), "--context", std::to_string(o.model.context),
-      "--vocab", std::to_string(o.model.vocab), "--data", o.data_path,
-      "--batch", std::to_string(o.batch), "--steps", std::to_string(o.steps),
-      "--seed", std::to_string(o.seed), "--lr", absl::StrCat(o.lr),
-      "--weight_decay", absl::StrCat(o.weight_decay), "--warmup", std::to_string(o.warmup_steps),
-      "--grad_clip", absl::StrCat(o.grad_clip), "--eval_every", std::to_string(o.eval_every),
-      "--log_every", std::to_string(o.log_every)};
+      "--layers",       std::to_string(o.model.layers),
+      "--heads",        std::to_string(o.model.heads),
+      "--width",        std::to_string(o.model.width),
+      "--context",      std::to_string(o.model.context),
+      "--vocab",        std::to_string(o.model.vocab),
+      "--data",         o.data_path,
+      "--batch",        std::to_string(o.batch),
+      "--steps",        std::to_string(o.steps),
+      "--seed",         std::to_string(o.seed),
+      "--lr",           absl::StrCat(o.lr),
+      "--weight_decay", absl::StrCat(o.weight_decay),
+      "--warmup",       std::to_string(o.warmup_steps),
+      "--grad_clip",    absl::StrCat(o.grad_clip),
+      "--eval_every",   std::to_string(o.eval_every),
+      "--log_every",    std::to_string(o.log_every)};
   if (o.model.recompute) f.push_back("--recompute");
   if (o.push_bf16) f.push_back("--push_bf16");
   if (!o.metrics_path.empty()) f.insert(f.end(), {"--metrics", o.metrics_path});
@@ -59,13 +103,21 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
 }
 
 CommandFn AddWorkerCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("worker", "Train a GPT through the parameter servers (one worker)");
+  auto* cmd = app.add_subcommand(
+      "worker", "Train a GPT through the parameter servers (one worker)");
   auto o = std::make_shared<TrainerOptions>();
-  cmd->add_option("--scheduler", o->scheduler_address, "scheduler host:port")->required();
-  cmd->add_option("--workers", o->workers, "start once this many workers are live")->check(CLI::Range(1, 4096))->capture_default_str();
+  cmd->add_option("--scheduler", o->scheduler_address, "scheduler host:port")
+      ->required();
+  cmd->add_option("--workers", o->workers,
+                  "start once this many workers are live")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   AddTrainerFlags(cmd, o.get());
-  cmd->add_option("--model_json", o->model_json_path, "rank 0 writes the model config here (for `strata generate`)");
-  cmd->add_option("--weights_out", o->weights_out, "rank 0 writes the final weights here (raw fp32)");
+  cmd->add_option(
+      "--model_json", o->model_json_path,
+      "rank 0 writes the model config here (for `strata generate`)");
+  cmd->add_option("--weights_out", o->weights_out,
+                  "rank 0 writes the final weights here (raw fp32)");
   return [o] { return ReportStatus("worker", RunTrainer(*o)); };
 }
 
@@ -88,33 +140,42 @@ absl::Status LoadFromSnapshots(const std::string& dir, Gpt& gpt) {
     const std::string path = absl::StrCat(dir, "/server-", s);
     if (!std::filesystem::exists(path)) break;
     servers++;
-    STRATA_ASSIGN_OR_RETURN(auto data_dir, DataDir::Open(path, absl::StrCat("shard-", s)));
+    STRATA_ASSIGN_OR_RETURN(auto data_dir,
+                            DataDir::Open(path, absl::StrCat("shard-", s)));
     STRATA_ASSIGN_OR_RETURN(auto latest, data_dir->LatestSnapshot());
-    if (!latest) return absl::NotFoundError(absl::StrCat(path, " holds no snapshot"));
+    if (!latest)
+      return absl::NotFoundError(absl::StrCat(path, " holds no snapshot"));
     RamTier records;
     STRATA_RETURN_IF_ERROR(data_dir->LoadSnapshot(*latest, records).status());
-    STRATA_RETURN_IF_ERROR(records.ForEach([&](const ChunkRecord& rec) -> absl::Status {
-      v1::ChunkSpec spec;
-      if (!spec.ParseFromString(rec.spec)) return absl::DataLossError("corrupt chunk spec");
-      for (size_t i = 0; i < gpt.params().size(); ++i) {
-        const TensorSpec& t = gpt.params()[i].spec;
-        if (t.name != spec.tensor()) continue;
-        if (spec.offset() + rec.weights.size() > t.numel()) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "snapshot tensor ", t.name, " does not fit this model config"));
-        }
-        std::copy(rec.weights.begin(), rec.weights.end(), gpt.param_data(static_cast<int>(i)) + spec.offset());
-        filled[i] += rec.weights.size();
-      }
-      return absl::OkStatus();
-    }));
+    STRATA_RETURN_IF_ERROR(
+        records.ForEach([&](const ChunkRecord& rec) -> absl::Status {
+          v1::ChunkSpec spec;
+          if (!spec.ParseFromString(rec.spec))
+            return absl::DataLossError("corrupt chunk spec");
+          for (size_t i = 0; i < gpt.params().size(); ++i) {
+            const TensorSpec& t = gpt.params()[i].spec;
+            if (t.name != spec.tensor()) continue;
+            if (spec.offset() + rec.weights.size() > t.numel()) {
+              return absl::FailedPreconditionError(
+                  absl::StrCat("snapshot tensor ", t.name,
+                               " does not fit this model config"));
+            }
+            std::copy(rec.weights.begin(), rec.weights.end(),
+                      gpt.param_data(static_cast<int>(i)) + spec.offset());
+            filled[i] += rec.weights.size();
+          }
+          return absl::OkStatus();
+        }));
   }
-  if (servers == 0) return absl::NotFoundError(absl::StrCat("no server-N directories under ", dir));
+  if (servers == 0)
+    return absl::NotFoundError(
+        absl::StrCat("no server-N directories under ", dir));
   for (size_t i = 0; i < filled.size(); ++i) {
     if (filled[i] != gpt.params()[i].spec.numel()) {
-      return absl::DataLossError(absl::StrCat("the snapshots hold ", filled[i], " of ",
-                                              gpt.params()[i].spec.numel(), " values of ",
-                                              gpt.params()[i].spec.name));
+      return absl::DataLossError(
+          absl::StrCat("the snapshots hold ", filled[i], " of ",
+                       gpt.params()[i].spec.numel(), " values of ",
+                       gpt.params()[i].spec.name));
     }
   }
   return absl::OkStatus();
@@ -123,7 +184,8 @@ absl::Status LoadFromSnapshots(const std::string& dir, Gpt& gpt) {
 }  // namespace
 
 CommandFn AddGenerateCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("generate", "Sample text from a trained model's snapshot");
+  auto* cmd = app.add_subcommand("generate",
+                                 "Sample text from a trained model's snapshot");
   struct Options {
     std::string dir;
     std::string prompt = "The ";
@@ -132,26 +194,38 @@ CommandFn AddGenerateCommand(CLI::App& app) {
     uint64_t seed = 1;
   };
   auto o = std::make_shared<Options>();
-  cmd->add_option("--dir", o->dir, "working directory of a finished `strata local` run")->required();
-  cmd->add_option("--prompt", o->prompt, "text to continue")->capture_default_str();
-  cmd->add_option("--tokens", o->tokens, "tokens to generate")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  cmd->add_option("--temperature", o->temperature, "sampling temperature (0: greedy)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--dir", o->dir,
+                  "working directory of a finished `strata local` run")
+      ->required();
+  cmd->add_option("--prompt", o->prompt, "text to continue")
+      ->capture_default_str();
+  cmd->add_option("--tokens", o->tokens, "tokens to generate")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--temperature", o->temperature,
+                  "sampling temperature (0: greedy)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
   return [o] {
     auto run = [&]() -> absl::Status {
-      STRATA_ASSIGN_OR_RETURN(std::string json, ReadFile(o->dir + "/model.json"));
+      STRATA_ASSIGN_OR_RETURN(std::string json,
+                              ReadFile(o->dir + "/model.json"));
       STRATA_ASSIGN_OR_RETURN(GptConfig config, GptConfigFromJson(json));
       if (config.vocab != kByteVocab) {
-        return absl::FailedPreconditionError("generate prints byte-level models only (vocab 256)");
+        return absl::FailedPreconditionError(
+            "generate prints byte-level models only (vocab 256)");
       }
       STRATA_ASSIGN_OR_RETURN(auto gpt, Gpt::Create(config));
       STRATA_RETURN_IF_ERROR(LoadFromSnapshots(o->dir, *gpt));
       std::vector<int32_t> prompt(o->prompt.begin(), o->prompt.end());
       if (prompt.empty()) prompt.push_back('\n');
       for (int32_t& t : prompt) t = static_cast<unsigned char>(t);
-      STRATA_ASSIGN_OR_RETURN(auto out, gpt->Generate(prompt, o->tokens, o->temperature, o->seed));
+      STRATA_ASSIGN_OR_RETURN(
+          auto out, gpt->Generate(prompt, o->tokens, o->temperature, o->seed));
       std::string text(o->prompt);
-      for (size_t i = prompt.size(); i < out.size(); ++i) text.push_back(static_cast<char>(out[i]));
+      for (size_t i = prompt.size(); i < out.size(); ++i)
+        text.push_back(static_cast<char>(out[i]));
       std::printf("%s\n", text.c_str());
       return absl::OkStatus();
     };
@@ -160,14 +234,16 @@ CommandFn AddGenerateCommand(CLI::App& app) {
 }
 
 CommandFn AddDataCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("data", "Write a token shard (uint16) from text files, byte-level");
+  auto* cmd = app.add_subcommand(
+      "data", "Write a token shard (uint16) from text files, byte-level");
   auto in = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   cmd->add_option("--input", *in, "text file or folder")->required();
   cmd->add_option("--output", *out, "shard to write")->required();
   return [in, out] {
     auto run = [&]() -> absl::Status {
-      STRATA_ASSIGN_OR_RETURN(std::vector<uint16_t> tokens, LoadTokens(*in, kByteVocab));
+      STRATA_ASSIGN_OR_RETURN(std::vector<uint16_t> tokens,
+                              LoadTokens(*in, kByteVocab));
       STRATA_RETURN_IF_ERROR(WriteTokenShard(*out, tokens));
       std::printf("wrote %zu tokens to %s\n", tokens.size(), out->c_str());
       return absl::OkStatus();

@@ -7,8 +7,9 @@
 
 int main(int argc, char** argv) {
   strata::TuneMallocForPayloads();
-  CLI::App app("Strata: parameter-server training for large models.\n"
-               "Run `strata <subcommand> --help` for a subcommand's flags.");
+  CLI::App app(
+      "Strata: parameter-server training for large models.\n"
+      "Run `strata <subcommand> --help` for a subcommand's flags.");
   // At most one subcommand; none is answered below with the help text (an
   // unknown word is then reported as unexpected, naming it).
   app.require_subcommand(0, 1);

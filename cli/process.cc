@@ -31,9 +31,12 @@ absl::StatusOr<pid_t> SpawnSelf(const std::vector<std::string>& args) {
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, exe.c_str(), nullptr, &attr, argv.data(), environ);
+  const int rc =
+      posix_spawn(&pid, exe.c_str(), nullptr, &attr, argv.data(), environ);
   posix_spawnattr_destroy(&attr);
-  if (rc != 0) return absl::InternalError(absl::StrCat("cannot start strata ", args[0], ": ", std::strerror(rc)));
+  if (rc != 0)
+    return absl::InternalError(
+        absl::StrCat("cannot start strata ", args[0], ": ", std::strerror(rc)));
   return pid;
 }
 
@@ -53,7 +56,8 @@ int StopChild(pid_t pid, absl::Duration grace) {
   int status = 0;
   while (absl::Now() < deadline) {
     const pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (r == pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (r < 0) return -1;
     absl::SleepFor(absl::Milliseconds(20));
   }
@@ -61,7 +65,8 @@ int StopChild(pid_t pid, absl::Duration grace) {
   return WaitChild(pid);
 }
 
-absl::StatusOr<std::string> WaitForFile(const std::string& path, absl::Duration timeout) {
+absl::StatusOr<std::string> WaitForFile(const std::string& path,
+                                        absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   do {
     std::ifstream f(path);
@@ -74,7 +79,8 @@ absl::StatusOr<std::string> WaitForFile(const std::string& path, absl::Duration 
     }
     absl::SleepFor(absl::Milliseconds(20));
   } while (absl::Now() < deadline);
-  return absl::DeadlineExceededError(absl::StrCat("timed out waiting for ", path));
+  return absl::DeadlineExceededError(
+      absl::StrCat("timed out waiting for ", path));
 }
 
 }  // namespace strata

@@ -24,7 +24,8 @@ int StopChild(pid_t pid, absl::Duration grace);
 
 // Reads a file that another process writes once it is ready, waiting up to
 // `timeout` for it to appear and be non-empty.
-absl::StatusOr<std::string> WaitForFile(const std::string& path, absl::Duration timeout);
+absl::StatusOr<std::string> WaitForFile(const std::string& path,
+                                        absl::Duration timeout);
 
 }  // namespace strata
 

@@ -15,20 +15,24 @@ uint64_t Mix(uint64_t x) {
 }  // namespace
 
 float ToyProblem::X(int64_t i, int j) const {
-  const uint64_t bits = Mix(seed * 0x100000001b3ull ^ Mix(static_cast<uint64_t>(i) * 65537 + j));
+  const uint64_t bits =
+      Mix(seed * 0x100000001b3ull ^ Mix(static_cast<uint64_t>(i) * 65537 + j));
   return static_cast<float>(((bits >> 40) * (1.0 / 16777216.0)) * 2.0 - 1.0);
 }
 
-float ToyProblem::TrueWeight(int j) const { return std::sin(0.37f * j + 0.1f * seed); }
+float ToyProblem::TrueWeight(int j) const {
+  return std::sin(0.37f * j + 0.1f * seed);
+}
 
 float ToyProblem::Target(int64_t i) const {
   double y = 0.5;  // b*
-  for (int j = 0; j < dim; ++j) y += static_cast<double>(X(i, j)) * TrueWeight(j);
+  for (int j = 0; j < dim; ++j)
+    y += static_cast<double>(X(i, j)) * TrueWeight(j);
   return static_cast<float>(y);
 }
 
-double ToyGradient(const ToyProblem& p, const float* w, float b, Share share, int64_t n_total,
-                   float* gw, float* gb) {
+double ToyGradient(const ToyProblem& p, const float* w, float b, Share share,
+                   int64_t n_total, float* gw, float* gb) {
   std::vector<double> acc(p.dim, 0.0);
   double acc_b = 0.0, loss = 0.0;
   std::vector<float> x(p.dim);

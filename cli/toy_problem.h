@@ -26,8 +26,8 @@ struct ToyProblem {
 
 // Mean gradient of 0.5*(x.w + b - y)^2 over `share`: writes dim values to
 // gw and one to gb; returns the mean loss. Sums in double for accuracy.
-double ToyGradient(const ToyProblem& p, const float* w, float b, Share share, int64_t n_total,
-                   float* gw, float* gb);
+double ToyGradient(const ToyProblem& p, const float* w, float b, Share share,
+                   int64_t n_total, float* gw, float* gb);
 
 // Mean loss over every sample.
 double ToyLoss(const ToyProblem& p, const float* w, float b);

@@ -16,11 +16,13 @@ namespace {
 
 constexpr int kProbeSlots = 64;
 
-absl::StatusOr<v1::OptimizerConfig::Kind> OptimizerKind(const std::string& name) {
+absl::StatusOr<v1::OptimizerConfig::Kind> OptimizerKind(
+    const std::string& name) {
   if (name == "sgd") return v1::OptimizerConfig::SGD;
   if (name == "adam") return v1::OptimizerConfig::ADAM;
   if (name == "adamw") return v1::OptimizerConfig::ADAMW;
-  return absl::InvalidArgumentError(absl::StrCat("unknown optimizer '", name, "' (sgd|adam|adamw)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown optimizer '", name, "' (sgd|adam|adamw)"));
 }
 
 ModelSpec ToyModel(const ToyWorkerOptions& o, v1::OptimizerConfig::Kind kind) {
@@ -53,16 +55,21 @@ absl::StatusOr<int> RankOf(const v1::View& view, uint64_t me) {
   for (const auto& w : view.workers()) ids.push_back(w.id());
   std::sort(ids.begin(), ids.end());
   auto it = std::find(ids.begin(), ids.end(), me);
-  if (it == ids.end()) return absl::FailedPreconditionError("this worker is not in the view");
+  if (it == ids.end())
+    return absl::FailedPreconditionError("this worker is not in the view");
   return static_cast<int>(it - ids.begin());
 }
 
 }  // namespace
 
 absl::Status RunToyWorker(const ToyWorkerOptions& o) {
-  if (o.workers < 1 || o.workers > kProbeSlots) return absl::InvalidArgumentError("--workers must be in [1, 64]");
-  if (o.steps < 1 || o.batch < o.workers) return absl::InvalidArgumentError("need --steps >= 1 and --batch >= --workers");
-  if (o.problem.dim < 1) return absl::InvalidArgumentError("--dim must be >= 1");
+  if (o.workers < 1 || o.workers > kProbeSlots)
+    return absl::InvalidArgumentError("--workers must be in [1, 64]");
+  if (o.steps < 1 || o.batch < o.workers)
+    return absl::InvalidArgumentError(
+        "need --steps >= 1 and --batch >= --workers");
+  if (o.problem.dim < 1)
+    return absl::InvalidArgumentError("--dim must be >= 1");
   STRATA_ASSIGN_OR_RETURN(auto kind, OptimizerKind(o.optimizer));
 
   SchedulerClientOptions so;
@@ -71,17 +78,23 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
   STRATA_ASSIGN_OR_RETURN(auto scheduler, SchedulerClient::Connect(so));
   STRATA_ASSIGN_OR_RETURN(
       v1::View view,
-      scheduler->WaitForView([&](const v1::View& v) { return v.workers_size() >= o.workers; },
-                             absl::Seconds(60)));
-  STRATA_ASSIGN_OR_RETURN(Consistency mode, ParseConsistency(view.consistency().empty() ? "bsp" : view.consistency()));
+      scheduler->WaitForView(
+          [&](const v1::View& v) { return v.workers_size() >= o.workers; },
+          absl::Seconds(60)));
+  STRATA_ASSIGN_OR_RETURN(
+      Consistency mode,
+      ParseConsistency(view.consistency().empty() ? "bsp"
+                                                  : view.consistency()));
   STRATA_ASSIGN_OR_RETURN(int rank, RankOf(view, scheduler->member_id()));
   const int workers = view.workers_size();
 
-  STRATA_ASSIGN_OR_RETURN(auto ps, PsClient::Create(PsClientOptions(), scheduler.get()));
+  STRATA_ASSIGN_OR_RETURN(auto ps,
+                          PsClient::Create(PsClientOptions(), scheduler.get()));
   STRATA_RETURN_IF_ERROR(ps->RegisterModel(ToyModel(o, kind)));
 
   const int dim = o.problem.dim;
-  std::vector<float> w(dim), gw(dim), probe(kProbeSlots), gprobe(kProbeSlots, 0.0f);
+  std::vector<float> w(dim), gw(dim), probe(kProbeSlots),
+      gprobe(kProbeSlots, 0.0f);
   float b = 0.0f, gb = 0.0f;
   gprobe[rank] = -1.0f;
   int64_t reads = 0, violations = 0, stale = 0;
@@ -101,22 +114,29 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
     }
     if (o.delay_ms > 0) absl::SleepFor(absl::Milliseconds(o.delay_ms * rank));
     const Share share = ShareOf(step, o.batch, rank, workers);
-    const double loss = ToyGradient(o.problem, w.data(), b, share, o.problem.samples, gw.data(), &gb);
+    const double loss = ToyGradient(o.problem, w.data(), b, share,
+                                    o.problem.samples, gw.data(), &gb);
     STRATA_RETURN_IF_ERROR(ps->PushTensor(0, gw.data(), step, share.count));
     STRATA_RETURN_IF_ERROR(ps->PushTensor(1, &gb, step, share.count));
-    if (o.probe) STRATA_RETURN_IF_ERROR(ps->PushTensor(2, gprobe.data(), step, share.count));
+    if (o.probe)
+      STRATA_RETURN_IF_ERROR(
+          ps->PushTensor(2, gprobe.data(), step, share.count));
     scheduler->SetProgress(step + 1, 0.0);
     if (o.log_every > 0 && (step % o.log_every == 0 || step + 1 == o.steps)) {
-      std::printf("worker rank %d step %lld batch_loss %.6g\n", rank, static_cast<long long>(step), loss);
+      std::printf("worker rank %d step %lld batch_loss %.6g\n", rank,
+                  static_cast<long long>(step), loss);
       std::fflush(stdout);
     }
   }
   // Final weights: after every worker's last step (BSP: version == steps).
-  STRATA_RETURN_IF_ERROR(ps->PullTensor(0, w.data(), bsp ? o.steps : -1, bsp ? o.steps : 0));
-  STRATA_RETURN_IF_ERROR(ps->PullTensor(1, &b, bsp ? o.steps : -1, bsp ? o.steps : 0));
+  STRATA_RETURN_IF_ERROR(
+      ps->PullTensor(0, w.data(), bsp ? o.steps : -1, bsp ? o.steps : 0));
+  STRATA_RETURN_IF_ERROR(
+      ps->PullTensor(1, &b, bsp ? o.steps : -1, bsp ? o.steps : 0));
   if (o.probe) {
     std::printf("ssp_reads %lld ssp_violations %lld ssp_stale_reads %lld\n",
-                static_cast<long long>(reads), static_cast<long long>(violations),
+                static_cast<long long>(reads),
+                static_cast<long long>(violations),
                 static_cast<long long>(stale));
   }
   if (rank == 0) {

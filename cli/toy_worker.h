@@ -14,17 +14,17 @@ namespace strata {
 
 struct ToyWorkerOptions {
   std::string scheduler_address;
-  int workers = 1;        // wait until this many workers are live, then start
+  int workers = 1;  // wait until this many workers are live, then start
   int64_t steps = 200;
-  int64_t batch = 64;     // global batch, split over workers by rank
+  int64_t batch = 64;  // global batch, split over workers by rank
   ToyProblem problem;
   std::string optimizer = "adam";  // sgd | adam | adamw
   float lr = 0.02f;
-  uint64_t chunk_bytes = 1024;     // small, so a small model spans many chunks
+  uint64_t chunk_bytes = 1024;  // small, so a small model spans many chunks
   // SSP instrumentation: a counter tensor each worker bumps at its rank;
   // every read checks it saw all pushes older than the staleness bound.
   bool probe = false;
-  std::string out;        // rank 0 writes final weights here (raw fp32: w then b)
+  std::string out;  // rank 0 writes final weights here (raw fp32: w then b)
   int log_every = 50;
   // Sleep rank * delay_ms per step: workers of different speeds, so that
   // SSP and ASP runs really see stale reads.

@@ -96,7 +96,8 @@ size_t ElementBytes(v1::DType d) { return d == v1::DTYPE_BF16 ? 2 : 4; }
 // deletes itself there, whoever else still holds the op.
 class PsClientAttempt : public grpc::ClientUnaryReactor {
  public:
-  PsClientAttempt(PsClient::Impl* client, OpPtrAlias op) : client_(client), op_(std::move(op)) {}
+  PsClientAttempt(PsClient::Impl* client, OpPtrAlias op)
+      : client_(client), op_(std::move(op)) {}
   void OnDone(const grpc::Status& status) override;
 
   grpc::ClientContext ctx;
@@ -119,7 +120,9 @@ class PsClient::Impl {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](Impl* i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i->mu_) { return i->outstanding_ == 0; },
+          +[](Impl* i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i->mu_) {
+            return i->outstanding_ == 0;
+          },
           this));
       stopping_ = true;
     }
@@ -147,20 +150,23 @@ class PsClient::Impl {
 
  public:
   // Called by an attempt when its call ended.
-  void OnDone(const OpPtr& op, const grpc::Status& status, const grpc::ByteBuffer& response);
+  void OnDone(const OpPtr& op, const grpc::Status& status,
+              const grpc::ByteBuffer& response);
 
  private:
   void Dispatch(int slot);
   void Issue(const OpPtr& op);
-  void Complete(const OpPtr& op, absl::Status status, const grpc::ByteBuffer* response);
-  absl::Status ReadResponse(const OpHandle::State& op, const grpc::ByteBuffer& response,
-                            uint64_t* version, int64_t* min_clock);
+  void Complete(const OpPtr& op, absl::Status status,
+                const grpc::ByteBuffer* response);
+  absl::Status ReadResponse(const OpHandle::State& op,
+                            const grpc::ByteBuffer& response, uint64_t* version,
+                            int64_t* min_clock);
   void RetryLater(const OpPtr& op, absl::Status why);
   void TimerLoop();
 
   absl::Mutex mu_;
-  std::vector<std::priority_queue<OpPtr, std::vector<OpPtr>, ByPriority>> queues_
-      ABSL_GUARDED_BY(mu_);
+  std::vector<std::priority_queue<OpPtr, std::vector<OpPtr>, ByPriority>>
+      queues_ ABSL_GUARDED_BY(mu_);
   std::vector<int> in_flight_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
@@ -170,7 +176,8 @@ class PsClient::Impl {
 
   absl::Mutex stub_mu_;
   // address -> stub; a restarted server at a new address gets a new one.
-  absl::flat_hash_map<std::string, std::unique_ptr<Stubs>> stubs_ ABSL_GUARDED_BY(stub_mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<Stubs>> stubs_
+      ABSL_GUARDED_BY(stub_mu_);
 };
 
 absl::StatusOr<PsClient::Impl::Stubs*> PsClient::Impl::StubsForSlot(int slot) {
@@ -180,7 +187,8 @@ absl::StatusOr<PsClient::Impl::Stubs*> PsClient::Impl::StubsForSlot(int slot) {
     if (s.shard() == slot) address = s.address();
   }
   if (address.empty()) {
-    return absl::UnavailableError(absl::StrCat("shard slot ", slot, " has no live server"));
+    return absl::UnavailableError(
+        absl::StrCat("shard slot ", slot, " has no live server"));
   }
   absl::MutexLock lock(&stub_mu_);
   auto& stubs = stubs_[address];
@@ -188,7 +196,8 @@ absl::StatusOr<PsClient::Impl::Stubs*> PsClient::Impl::StubsForSlot(int slot) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
-    auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    auto channel = grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), args);
     stubs = std::make_unique<Stubs>();
     stubs->typed = v1::ParameterServer::NewStub(channel);
     stubs->generic = std::make_unique<grpc::GenericStub>(channel);
@@ -229,7 +238,8 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     return;
   }
   auto* attempt = new PsClientAttempt(this, op);  // deletes itself in OnDone
-  attempt->ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  attempt->ctx.set_deadline(
+      absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   const v1::View view = scheduler_->view();
   const ChunkInfo& chunk = plan_.chunks[op->chunk];
   static const std::string kPush = "/strata.v1.ParameterServer/Push";
@@ -249,15 +259,17 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     if (options_.push_dtype == v1::DTYPE_BF16) {
       if (op->bf16.empty()) {
         op->bf16.resize(chunk.numel * 2);
-        FloatToBf16(op->grad, reinterpret_cast<uint16_t*>(op->bf16.data()), chunk.numel);
+        FloatToBf16(op->grad, reinterpret_cast<uint16_t*>(op->bf16.data()),
+                    chunk.numel);
       }
       payload = op->bf16.data();
       bytes = op->bf16.size();
     }
-    attempt->request =
-        SerializeWithPayload(header, v1::PushRequest::kDataFieldNumber, payload, bytes);
-    (*stubs)->generic->PrepareUnaryCall(&attempt->ctx, kPush, grpc::StubOptions(),
-                                        &attempt->request, &attempt->response, attempt);
+    attempt->request = SerializeWithPayload(
+        header, v1::PushRequest::kDataFieldNumber, payload, bytes);
+    (*stubs)->generic->PrepareUnaryCall(&attempt->ctx, kPush,
+                                        grpc::StubOptions(), &attempt->request,
+                                        &attempt->response, attempt);
   } else {
     v1::PullRequest req;
     req.set_member_id(scheduler_->member_id());
@@ -267,8 +279,9 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     req.set_dtype(options_.pull_dtype);
     grpc::Slice slice(req.SerializeAsString());
     attempt->request = grpc::ByteBuffer(&slice, 1);
-    (*stubs)->generic->PrepareUnaryCall(&attempt->ctx, kPull, grpc::StubOptions(),
-                                        &attempt->request, &attempt->response, attempt);
+    (*stubs)->generic->PrepareUnaryCall(&attempt->ctx, kPull,
+                                        grpc::StubOptions(), &attempt->request,
+                                        &attempt->response, attempt);
   }
   attempt->StartCall();
 }
@@ -285,7 +298,8 @@ void PsClient::Impl::OnDone(const OpPtr& op, const grpc::Status& grpc_status,
     absl::MutexLock lock(&mu_);
     in_flight_[op->slot]--;
   }
-  const bool retry = IsRetryable(status) && op->attempts < options_.max_attempts;
+  const bool retry =
+      IsRetryable(status) && op->attempts < options_.max_attempts;
   if (retry) RetryLater(op, status);
   Dispatch(op->slot);
   // Last: once the op completes, the client may be destroyed.
@@ -306,7 +320,8 @@ void PsClient::Impl::Complete(const OpPtr& op, absl::Status status,
 }
 
 absl::Status PsClient::Impl::ReadResponse(const OpHandle::State& op,
-                                          const grpc::ByteBuffer& response, uint64_t* version,
+                                          const grpc::ByteBuffer& response,
+                                          uint64_t* version,
                                           int64_t* min_clock) {
   PayloadMessage message;
   if (op.kind == OpHandle::State::kPush) {
@@ -316,12 +331,14 @@ absl::Status PsClient::Impl::ReadResponse(const OpHandle::State& op,
     return absl::OkStatus();
   }
   v1::PullResponse resp;
-  STRATA_RETURN_IF_ERROR(message.Parse(response, v1::PullResponse::kDataFieldNumber, &resp));
+  STRATA_RETURN_IF_ERROR(
+      message.Parse(response, v1::PullResponse::kDataFieldNumber, &resp));
   const ChunkInfo& chunk = plan_.chunks[op.chunk];
-  if (message.payload_size() != chunk.numel * ElementBytes(options_.pull_dtype)) {
-    return absl::DataLossError(absl::StrCat("pull of chunk ", chunk.id, " returned ",
-                                            message.payload_size(), " bytes for ", chunk.numel,
-                                            " elements"));
+  if (message.payload_size() !=
+      chunk.numel * ElementBytes(options_.pull_dtype)) {
+    return absl::DataLossError(absl::StrCat(
+        "pull of chunk ", chunk.id, " returned ", message.payload_size(),
+        " bytes for ", chunk.numel, " elements"));
   }
   if (options_.pull_dtype == v1::DTYPE_BF16) {
     std::vector<uint16_t> raw(chunk.numel);
@@ -337,7 +354,8 @@ absl::Status PsClient::Impl::ReadResponse(const OpHandle::State& op,
 
 void PsClient::Impl::RetryLater(const OpPtr& op, absl::Status why) {
   absl::Duration backoff = options_.initial_backoff;
-  for (int i = 1; i < op->attempts && backoff < options_.max_backoff; ++i) backoff *= 2;
+  for (int i = 1; i < op->attempts && backoff < options_.max_backoff; ++i)
+    backoff *= 2;
   backoff = std::min(backoff, options_.max_backoff);
   absl::MutexLock lock(&mu_);
   retries_.emplace(absl::Now() + backoff, op);
@@ -346,8 +364,9 @@ void PsClient::Impl::RetryLater(const OpPtr& op, absl::Status why) {
 void PsClient::Impl::TimerLoop() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    const absl::Time next = retries_.empty() ? absl::Now() + absl::Milliseconds(100)
-                                             : retries_.begin()->first;
+    const absl::Time next = retries_.empty()
+                                ? absl::Now() + absl::Milliseconds(100)
+                                : retries_.begin()->first;
     mu_.AwaitWithDeadline(absl::Condition(&stopping_), next);
     while (!retries_.empty() && retries_.begin()->first <= absl::Now()) {
       OpPtr op = retries_.begin()->second;
@@ -361,18 +380,19 @@ void PsClient::Impl::TimerLoop() {
 }
 
 absl::Status PsClient::Impl::RegisterModel(const ModelSpec& model) {
-  STRATA_ASSIGN_OR_RETURN(
-      v1::View view,
-      scheduler_->WaitForView(
-          [](const v1::View& v) {
-            if (v.shard_map().slots_size() == 0) return false;
-            for (const auto& s : v.shard_map().slots()) {
-              if (s.address().empty()) return false;
-            }
-            return true;
-          },
-          options_.servers_timeout));
-  STRATA_ASSIGN_OR_RETURN(plan_, MakeChunkPlan(model.tensors, model.chunk_bytes));
+  STRATA_ASSIGN_OR_RETURN(v1::View view,
+                          scheduler_->WaitForView(
+                              [](const v1::View& v) {
+                                if (v.shard_map().slots_size() == 0)
+                                  return false;
+                                for (const auto& s : v.shard_map().slots()) {
+                                  if (s.address().empty()) return false;
+                                }
+                                return true;
+                              },
+                              options_.servers_timeout));
+  STRATA_ASSIGN_OR_RETURN(plan_,
+                          MakeChunkPlan(model.tensors, model.chunk_bytes));
   num_slots_ = view.shard_map().slots_size();
   PlaceChunks(plan_, num_slots_);
   {
@@ -394,7 +414,8 @@ absl::Status PsClient::Impl::RegisterModel(const ModelSpec& model) {
     s->set_offset(c.offset);
     s->set_numel(c.numel);
     s->set_group(t.group);
-    if (c.tensor < static_cast<int>(model.inits.size())) *s->mutable_init() = model.inits[c.tensor];
+    if (c.tensor < static_cast<int>(model.inits.size()))
+      *s->mutable_init() = model.inits[c.tensor];
     for (int64_t d : t.shape) s->add_tensor_shape(d);
   }
   for (int slot = 0; slot < num_slots_; ++slot) {
@@ -410,7 +431,8 @@ absl::Status PsClient::Impl::RegisterModel(const ModelSpec& model) {
     }
     if (!last.ok()) {
       return absl::Status(last.code(),
-                          absl::StrCat("registering the model on shard ", slot, ": ", last.message()));
+                          absl::StrCat("registering the model on shard ", slot,
+                                       ": ", last.message()));
     }
   }
   return absl::OkStatus();
@@ -419,22 +441,26 @@ absl::Status PsClient::Impl::RegisterModel(const ModelSpec& model) {
 PsClient::PsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PsClient::~PsClient() = default;
 
-absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(PsClientOptions options,
-                                                           SchedulerClient* scheduler) {
-  if (scheduler == nullptr) return absl::InvalidArgumentError("PsClient needs a SchedulerClient");
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
+    PsClientOptions options, SchedulerClient* scheduler) {
+  if (scheduler == nullptr)
+    return absl::InvalidArgumentError("PsClient needs a SchedulerClient");
   if (options.max_in_flight_per_server < 1) {
     return absl::InvalidArgumentError("max_in_flight_per_server must be >= 1");
   }
-  if (options.max_attempts < 1) return absl::InvalidArgumentError("max_attempts must be >= 1");
+  if (options.max_attempts < 1)
+    return absl::InvalidArgumentError("max_attempts must be >= 1");
   return std::unique_ptr<PsClient>(
       new PsClient(std::make_unique<Impl>(std::move(options), scheduler)));
 }
 
-absl::Status PsClient::RegisterModel(const ModelSpec& model) { return impl_->RegisterModel(model); }
+absl::Status PsClient::RegisterModel(const ModelSpec& model) {
+  return impl_->RegisterModel(model);
+}
 const ChunkPlan& PsClient::plan() const { return impl_->plan_; }
 
-OpHandle PsClient::Push(int chunk, const float* grad, int64_t step, uint64_t samples,
-                        int priority) {
+OpHandle PsClient::Push(int chunk, const float* grad, int64_t step,
+                        uint64_t samples, int priority) {
   auto op = std::make_shared<OpHandle::State>();
   op->kind = OpHandle::State::kPush;
   op->chunk = chunk;
@@ -446,8 +472,8 @@ OpHandle PsClient::Push(int chunk, const float* grad, int64_t step, uint64_t sam
   return impl_->Submit(op);
 }
 
-OpHandle PsClient::Pull(int chunk, float* dst, int64_t clock, uint64_t min_version,
-                        int priority) {
+OpHandle PsClient::Pull(int chunk, float* dst, int64_t clock,
+                        uint64_t min_version, int priority) {
   auto op = std::make_shared<OpHandle::State>();
   op->kind = OpHandle::State::kPull;
   op->chunk = chunk;
@@ -459,22 +485,24 @@ OpHandle PsClient::Pull(int chunk, float* dst, int64_t clock, uint64_t min_versi
   return impl_->Submit(op);
 }
 
-absl::Status PsClient::PushTensor(int tensor, const float* grad, int64_t step, uint64_t samples,
-                                  int priority) {
+absl::Status PsClient::PushTensor(int tensor, const float* grad, int64_t step,
+                                  uint64_t samples, int priority) {
   std::vector<OpHandle> ops;
   for (int c : impl_->plan_.chunks_of.at(tensor)) {
-    ops.push_back(Push(c, grad + impl_->plan_.chunks[c].offset, step, samples, priority));
+    ops.push_back(
+        Push(c, grad + impl_->plan_.chunks[c].offset, step, samples, priority));
   }
   absl::Status first;
   for (auto& op : ops) first.Update(op.Wait());
   return first;
 }
 
-absl::Status PsClient::PullTensor(int tensor, float* dst, int64_t clock, uint64_t min_version,
-                                  int priority) {
+absl::Status PsClient::PullTensor(int tensor, float* dst, int64_t clock,
+                                  uint64_t min_version, int priority) {
   std::vector<OpHandle> ops;
   for (int c : impl_->plan_.chunks_of.at(tensor)) {
-    ops.push_back(Pull(c, dst + impl_->plan_.chunks[c].offset, clock, min_version, priority));
+    ops.push_back(Pull(c, dst + impl_->plan_.chunks[c].offset, clock,
+                       min_version, priority));
   }
   absl::Status first;
   for (auto& op : ops) first.Update(op.Wait());
@@ -487,7 +515,8 @@ absl::StatusOr<std::vector<v1::StatsResponse>> PsClient::Stats() {
     STRATA_ASSIGN_OR_RETURN(auto* stub, impl_->StubForSlot(slot));
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-    STRATA_RETURN_IF_ERROR(FromGrpcStatus(stub->Stats(&ctx, v1::StatsRequest(), &out[slot])));
+    STRATA_RETURN_IF_ERROR(
+        FromGrpcStatus(stub->Stats(&ctx, v1::StatsRequest(), &out[slot])));
   }
   return out;
 }

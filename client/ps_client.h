@@ -72,8 +72,8 @@ class PsClient {
  public:
   // `scheduler` supplies the member id and the view (shard map, epoch); it
   // is not owned and must outlive the client.
-  static absl::StatusOr<std::unique_ptr<PsClient>> Create(PsClientOptions options,
-                                                          SchedulerClient* scheduler);
+  static absl::StatusOr<std::unique_ptr<PsClient>> Create(
+      PsClientOptions options, SchedulerClient* scheduler);
   ~PsClient();  // waits for operations in flight
 
   // Cuts the model into chunks, places them on the shard slots of the view
@@ -86,18 +86,20 @@ class PsClient {
   // Pushes the gradient of chunk `chunk` (an index into plan().chunks) for
   // `step`, the mean over `samples` samples. `grad` holds that chunk's numel
   // floats; it must stay valid and unchanged until the handle is done.
-  OpHandle Push(int chunk, const float* grad, int64_t step, uint64_t samples, int priority = 0);
+  OpHandle Push(int chunk, const float* grad, int64_t step, uint64_t samples,
+                int priority = 0);
   // Pulls chunk `chunk` into `dst` (numel floats; written only on success,
   // before the handle completes; must stay valid until then). `clock` is the
   // step the caller is about to compute (-1: not a worker step, no gate).
-  OpHandle Pull(int chunk, float* dst, int64_t clock, uint64_t min_version, int priority = 0);
+  OpHandle Pull(int chunk, float* dst, int64_t clock, uint64_t min_version,
+                int priority = 0);
 
   // Convenience for whole tensors: one op per chunk, all waited for.
   // `data` points at the tensor's first element.
-  absl::Status PushTensor(int tensor, const float* grad, int64_t step, uint64_t samples,
-                          int priority = 0);
-  absl::Status PullTensor(int tensor, float* dst, int64_t clock, uint64_t min_version,
-                          int priority = 0);
+  absl::Status PushTensor(int tensor, const float* grad, int64_t step,
+                          uint64_t samples, int priority = 0);
+  absl::Status PullTensor(int tensor, float* dst, int64_t clock,
+                          uint64_t min_version, int priority = 0);
 
   // Server-side stats of every slot.
   absl::StatusOr<std::vector<v1::StatsResponse>> Stats();

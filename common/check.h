@@ -7,13 +7,13 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define STRATA_CHECK(cond)                                                   \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
+#define STRATA_CHECK(cond)                                                  \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
       std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
-                   #cond);                                                   \
-      std::abort();                                                          \
-    }                                                                        \
+                   #cond);                                                  \
+      std::abort();                                                         \
+    }                                                                       \
   } while (0)
 
 #endif  // STRATA_COMMON_CHECK_H_

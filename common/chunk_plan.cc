@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_set.h"
-#include "common/check.h"
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 
 namespace strata {
 
@@ -29,8 +29,8 @@ uint64_t ChunkId(const std::string& name, uint32_t index) {
 absl::StatusOr<ChunkPlan> MakeChunkPlan(std::vector<TensorSpec> tensors,
                                         uint64_t chunk_bytes) {
   if (chunk_bytes == 0 || chunk_bytes % 4 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk_bytes must be a positive multiple of 4, got ", chunk_bytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk_bytes must be a positive multiple of 4, got ", chunk_bytes));
   }
   ChunkPlan plan;
   plan.chunk_bytes = chunk_bytes;
@@ -39,17 +39,20 @@ absl::StatusOr<ChunkPlan> MakeChunkPlan(std::vector<TensorSpec> tensors,
   absl::flat_hash_set<uint64_t> ids;
   for (size_t t = 0; t < tensors.size(); ++t) {
     const TensorSpec& spec = tensors[t];
-    if (spec.name.empty()) return absl::InvalidArgumentError("tensor with an empty name");
+    if (spec.name.empty())
+      return absl::InvalidArgumentError("tensor with an empty name");
     if (!names.insert(spec.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat("duplicate tensor name '", spec.name, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("duplicate tensor name '", spec.name, "'"));
     }
     if (spec.shape.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "' has no shape"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", spec.name, "' has no shape"));
     }
     for (int64_t d : spec.shape) {
       if (d <= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor '", spec.name, "' has a non-positive dimension ", d));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", spec.name, "' has a non-positive dimension ", d));
       }
     }
     const uint64_t n = spec.numel();
@@ -63,7 +66,8 @@ absl::StatusOr<ChunkPlan> MakeChunkPlan(std::vector<TensorSpec> tensors,
       c.offset = off;
       c.numel = std::min(per_chunk, n - off);
       if (!ids.insert(c.id).second) {
-        return absl::InternalError(absl::StrCat("chunk id collision at '", spec.name, "' #", index));
+        return absl::InternalError(
+            absl::StrCat("chunk id collision at '", spec.name, "' #", index));
       }
       plan.chunks_of.back().push_back(static_cast<int>(plan.chunks.size()));
       plan.chunks.push_back(c);

@@ -33,7 +33,7 @@ struct ChunkInfo {
   uint32_t index = 0;   // chunk index within the tensor
   uint64_t offset = 0;  // first element within the tensor
   uint64_t numel = 0;
-  int shard = -1;       // slot, after PlaceChunks
+  int shard = -1;  // slot, after PlaceChunks
 };
 
 // All chunks of a model, in plan order (tensor order, then chunk index).
@@ -52,8 +52,8 @@ uint64_t ChunkId(const std::string& name, uint32_t index);
 // Cuts `tensors` into chunks. Errors: empty or duplicate names, a shape with
 // a non-positive dimension, chunk_bytes not a positive multiple of 4, or two
 // chunk ids colliding.
-absl::StatusOr<ChunkPlan> MakeChunkPlan(std::vector<TensorSpec> tensors,
-                                        uint64_t chunk_bytes = kDefaultChunkBytes);
+absl::StatusOr<ChunkPlan> MakeChunkPlan(
+    std::vector<TensorSpec> tensors, uint64_t chunk_bytes = kDefaultChunkBytes);
 
 // Assigns every chunk of `plan` to one of `num_shards` slots: each chunk in
 // plan order goes to the slot with the fewest elements so far (ties: lowest

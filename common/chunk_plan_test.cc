@@ -8,7 +8,8 @@ namespace strata {
 namespace {
 
 TEST(ChunkPlan, CutsTensorsIntoBoundedChunks) {
-  auto plan = MakeChunkPlan({{"a", {10, 10}}, {"b", {7}}}, /*chunk_bytes=*/4 * 32);
+  auto plan =
+      MakeChunkPlan({{"a", {10, 10}}, {"b", {7}}}, /*chunk_bytes=*/4 * 32);
   ASSERT_TRUE(plan.ok()) << plan.status();
   // a: 100 elements in chunks of 32 -> 32,32,32,4; b: 7.
   ASSERT_EQ(plan->chunks.size(), 5u);
@@ -33,7 +34,8 @@ TEST(ChunkPlan, RejectsBadSpecs) {
 }
 
 TEST(ChunkPlan, PlacementIsBalanced) {
-  auto plan = MakeChunkPlan({{"a", {1000}}, {"b", {500}}, {"c", {500}}}, 4 * 100);
+  auto plan =
+      MakeChunkPlan({{"a", {1000}}, {"b", {500}}, {"c", {500}}}, 4 * 100);
   ASSERT_TRUE(plan.ok());
   PlaceChunks(*plan, 2);
   uint64_t load[2] = {0, 0};
@@ -62,15 +64,19 @@ TEST(Consistency, ParsesTheThreeModes) {
 }
 
 TEST(Consistency, RejectsMalformed) {
-  for (const char* bad : {"", "BSP", "ssp", "ssp:", "ssp:-1", "ssp:x", "ssp:2x"}) {
-    EXPECT_EQ(ParseConsistency(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  for (const char* bad :
+       {"", "BSP", "ssp", "ssp:", "ssp:-1", "ssp:x", "ssp:2x"}) {
+    EXPECT_EQ(ParseConsistency(bad).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
   }
 }
 
 TEST(Bf16, RoundTripsAndRoundsToNearestEven) {
   EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f)), 1.0f);
   EXPECT_EQ(Bf16ToFloat(FloatToBf16(-2.5f)), -2.5f);
-  // 1 + 2^-8 is exactly halfway between bf16 1.0 and 1.0078125: ties to even (1.0).
+  // 1 + 2^-8 is exactly halfway between bf16 1.0 and 1.0078125: ties to even
+  // (1.0).
   EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.00390625f)), 1.0f);
   float nan = Bf16ToFloat(FloatToBf16(std::numeric_limits<float>::quiet_NaN()));
   EXPECT_TRUE(nan != nan);

@@ -33,8 +33,9 @@ absl::StatusOr<Consistency> ParseConsistency(absl::string_view text) {
       return c;
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "bad consistency '", text, "': expected bsp, asp or ssp:<s> with s >= 0"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad consistency '", text,
+                   "': expected bsp, asp or ssp:<s> with s >= 0"));
 }
 
 }  // namespace strata

@@ -12,7 +12,8 @@ namespace strata {
 struct Consistency {
   enum Mode { kBsp, kSsp, kAsp };
   Mode mode = kBsp;
-  int staleness = 0;  // ssp only: a worker at clock c waits for min clock >= c - s
+  int staleness =
+      0;  // ssp only: a worker at clock c waits for min clock >= c - s
   std::string ToString() const;
 };
 

@@ -13,14 +13,14 @@
 #define STRATA_CONCAT_(a, b) STRATA_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define STRATA_RETURN_IF_ERROR(expr)            \
-  do {                                          \
-    ::absl::Status strata_status_ = (expr);     \
+#define STRATA_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::absl::Status strata_status_ = (expr);          \
     if (!strata_status_.ok()) return strata_status_; \
   } while (0)
 
 // `lhs = value of expr` (an absl::StatusOr<T>), or returns its error.
-#define STRATA_ASSIGN_OR_RETURN(lhs, expr)                          \
+#define STRATA_ASSIGN_OR_RETURN(lhs, expr) \
   STRATA_ASSIGN_OR_RETURN_IMPL_(STRATA_CONCAT_(strata_or_, __LINE__), lhs, expr)
 #define STRATA_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                  \

@@ -1,9 +1,9 @@
 #include "common/wire.h"
 
-#include <grpc/slice.h>
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream.h>
 #include <google/protobuf/wire_format_lite.h>
+#include <grpc/slice.h>
 
 #include <cstring>
 #include <string>
@@ -18,7 +18,8 @@ using google::protobuf::internal::WireFormatLite;
 // Reads a list of slices as one stream, without copying.
 class SliceStream : public google::protobuf::io::ZeroCopyInputStream {
  public:
-  explicit SliceStream(const std::vector<grpc::Slice>& slices) : slices_(slices) {}
+  explicit SliceStream(const std::vector<grpc::Slice>& slices)
+      : slices_(slices) {}
   bool Next(const void** data, int* size) override {
     while (index_ < slices_.size() && pos_ == slices_[index_].size()) {
       ++index_;
@@ -62,7 +63,8 @@ std::string Prefix(const google::protobuf::Message& msg, int field, size_t n) {
   google::protobuf::io::StringOutputStream sos(&out);
   {
     google::protobuf::io::CodedOutputStream cos(&sos);
-    cos.WriteTag(WireFormatLite::MakeTag(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+    cos.WriteTag(WireFormatLite::MakeTag(
+        field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
     cos.WriteVarint64(n);
   }
   return out;
@@ -70,14 +72,17 @@ std::string Prefix(const google::protobuf::Message& msg, int field, size_t n) {
 
 }  // namespace
 
-grpc::ByteBuffer SerializeWithPayload(const google::protobuf::Message& msg, int field,
-                                      const void* payload, size_t n) {
-  return SerializeWithPayload(msg, field, grpc::Slice(payload, n, grpc::Slice::STATIC_SLICE));
+grpc::ByteBuffer SerializeWithPayload(const google::protobuf::Message& msg,
+                                      int field, const void* payload,
+                                      size_t n) {
+  return SerializeWithPayload(
+      msg, field, grpc::Slice(payload, n, grpc::Slice::STATIC_SLICE));
 }
 
-grpc::ByteBuffer SerializeWithPayload(const google::protobuf::Message& msg, int field,
-                                      grpc::Slice payload) {
-  grpc::Slice slices[2] = {grpc::Slice(Prefix(msg, field, payload.size())), std::move(payload)};
+grpc::ByteBuffer SerializeWithPayload(const google::protobuf::Message& msg,
+                                      int field, grpc::Slice payload) {
+  grpc::Slice slices[2] = {grpc::Slice(Prefix(msg, field, payload.size())),
+                           std::move(payload)};
   return grpc::ByteBuffer(slices, 2);
 }
 
@@ -85,7 +90,8 @@ absl::Status PayloadMessage::Parse(const grpc::ByteBuffer& buffer, int field,
                                    google::protobuf::Message* msg) {
   slices_.clear();
   present_ = false;
-  if (!buffer.Dump(&slices_).ok()) return absl::DataLossError("unreadable message buffer");
+  if (!buffer.Dump(&slices_).ok())
+    return absl::DataLossError("unreadable message buffer");
   SliceStream stream(slices_);
   google::protobuf::io::CodedInputStream in(&stream);
   in.SetTotalBytesLimit(INT32_MAX);
@@ -97,12 +103,15 @@ absl::Status PayloadMessage::Parse(const grpc::ByteBuffer& buffer, int field,
     google::protobuf::io::CodedOutputStream out(&sos);
     for (uint32_t tag = in.ReadTag(); tag != 0; tag = in.ReadTag()) {
       if (WireFormatLite::GetTagFieldNumber(tag) == field &&
-          WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+          WireFormatLite::GetTagWireType(tag) ==
+              WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
         uint64_t n = 0;
-        if (!in.ReadVarint64(&n)) return absl::InvalidArgumentError("truncated payload length");
+        if (!in.ReadVarint64(&n))
+          return absl::InvalidArgumentError("truncated payload length");
         offset_ = static_cast<size_t>(in.CurrentPosition());
         if (n > INT32_MAX || !in.Skip(static_cast<int>(n))) {
-          return absl::InvalidArgumentError("payload runs past the end of the message");
+          return absl::InvalidArgumentError(
+              "payload runs past the end of the message");
         }
         size_ = n;
         present_ = true;
@@ -112,10 +121,12 @@ absl::Status PayloadMessage::Parse(const grpc::ByteBuffer& buffer, int field,
         return absl::InvalidArgumentError("malformed protobuf message");
       }
     }
-    if (!in.ConsumedEntireMessage()) return absl::InvalidArgumentError("malformed protobuf message");
+    if (!in.ConsumedEntireMessage())
+      return absl::InvalidArgumentError("malformed protobuf message");
   }
   if (!msg->ParseFromString(rest)) {
-    return absl::InvalidArgumentError(absl::StrCat("malformed ", msg->GetTypeName()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed ", msg->GetTypeName()));
   }
   if (!present_) size_ = 0;
   return absl::OkStatus();

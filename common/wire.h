@@ -12,9 +12,9 @@
 #ifndef STRATA_COMMON_WIRE_H_
 #define STRATA_COMMON_WIRE_H_
 
+#include <google/protobuf/message.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
-#include <google/protobuf/message.h>
 
 #include <cstddef>
 #include <vector>
@@ -26,12 +26,12 @@ namespace strata {
 // `msg` (whose field `field` must be unset) followed by field `field` =
 // payload[0..n). The payload is referenced, not copied: it must stay valid
 // and unchanged until the call that sends the buffer has completed.
-grpc::ByteBuffer SerializeWithPayload(const google::protobuf::Message& msg, int field,
-                                      const void* payload, size_t n);
+grpc::ByteBuffer SerializeWithPayload(const google::protobuf::Message& msg,
+                                      int field, const void* payload, size_t n);
 
 // As above, with the payload in a slice the buffer holds a reference to.
-grpc::ByteBuffer SerializeWithPayload(const google::protobuf::Message& msg, int field,
-                                      grpc::Slice payload);
+grpc::ByteBuffer SerializeWithPayload(const google::protobuf::Message& msg,
+                                      int field, grpc::Slice payload);
 
 // A received message whose payload has not been copied out yet.
 class PayloadMessage {

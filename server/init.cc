@@ -14,7 +14,9 @@ uint64_t SplitMix(uint64_t x) {
 }
 
 // A uniform double in (0, 1).
-double Unit(uint64_t bits) { return ((bits >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+double Unit(uint64_t bits) {
+  return ((bits >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
 
 }  // namespace
 
@@ -30,7 +32,8 @@ void FillInit(const v1::InitSpec& init, uint64_t chunk_id, float* w, size_t n) {
       return;
     case v1::InitSpec::UNIFORM:
       for (size_t i = 0; i < n; ++i) {
-        w[i] = static_cast<float>((2.0 * Unit(SplitMix(key + i)) - 1.0) * scale);
+        w[i] =
+            static_cast<float>((2.0 * Unit(SplitMix(key + i)) - 1.0) * scale);
       }
       return;
     case v1::InitSpec::NORMAL:
@@ -39,7 +42,8 @@ void FillInit(const v1::InitSpec& init, uint64_t chunk_id, float* w, size_t n) {
       for (size_t i = 0; i < n; ++i) {
         const double u1 = Unit(SplitMix(key + 2 * i));
         const double u2 = Unit(SplitMix(key + 2 * i + 1));
-        w[i] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2) * scale);
+        w[i] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) *
+                                  std::cos(6.283185307179586 * u2) * scale);
       }
       return;
     default:

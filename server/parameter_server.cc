@@ -26,7 +26,8 @@ namespace {
 // gRPC's own threads.
 // The other methods are ordinary synchronous handlers.
 using ServiceBase = v1::ParameterServer::WithRawCallbackMethod_Push<
-    v1::ParameterServer::WithRawCallbackMethod_Pull<v1::ParameterServer::Service>>;
+    v1::ParameterServer::WithRawCallbackMethod_Pull<
+        v1::ParameterServer::Service>>;
 
 constexpr int kPushDataField = v1::PushRequest::kDataFieldNumber;
 constexpr int kPullDataField = v1::PullResponse::kDataFieldNumber;
@@ -35,10 +36,15 @@ class Service final : public ServiceBase {
  public:
   // Pushes and pulls have separate pools: pulls waiting at a BSP gate must
   // never hold the threads the pushes that close the step need.
-  Service(Shard* shard, ParameterServer* owner, ThreadPool* push_pool, ThreadPool* pull_pool)
-      : shard_(shard), owner_(owner), push_pool_(push_pool), pull_pool_(pull_pool) {}
+  Service(Shard* shard, ParameterServer* owner, ThreadPool* push_pool,
+          ThreadPool* pull_pool)
+      : shard_(shard),
+        owner_(owner),
+        push_pool_(push_pool),
+        pull_pool_(pull_pool) {}
 
-  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
+                                 const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     push_pool_->Schedule([this, reactor, request, response] {
@@ -47,7 +53,8 @@ class Service final : public ServiceBase {
     return reactor;
   }
 
-  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
+                                 const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     pull_pool_->Schedule([this, reactor, request, response] {
@@ -56,7 +63,8 @@ class Service final : public ServiceBase {
     return reactor;
   }
 
-  grpc::Status RegisterChunks(grpc::ServerContext*, const v1::RegisterChunksRequest* req,
+  grpc::Status RegisterChunks(grpc::ServerContext*,
+                              const v1::RegisterChunksRequest* req,
                               v1::RegisterChunksResponse* resp) override {
     auto r = shard_->Register(*req);
     if (r.ok()) *resp = *r;
@@ -65,7 +73,8 @@ class Service final : public ServiceBase {
 
   grpc::Status Snapshot(grpc::ServerContext*, const v1::SnapshotRequest* req,
                         v1::SnapshotResponse* resp) override {
-    if (req->step() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "negative step");
+    if (req->step() < 0)
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "negative step");
     auto path = owner_->SnapshotNow(req->step());
     if (!path.ok()) return ToGrpcStatus(path.status());
     resp->set_step(req->step());
@@ -81,33 +90,39 @@ class Service final : public ServiceBase {
   }
 
  private:
-  absl::Status HandlePush(const grpc::ByteBuffer& request, grpc::ByteBuffer* response) {
+  absl::Status HandlePush(const grpc::ByteBuffer& request,
+                          grpc::ByteBuffer* response) {
     PayloadMessage message;
     v1::PushRequest req;
     STRATA_RETURN_IF_ERROR(message.Parse(request, kPushDataField, &req));
     STRATA_ASSIGN_OR_RETURN(
         v1::PushResponse resp,
-        shard_->Push(req, message.payload_size(), [&message](char* dst) { message.CopyPayload(dst); }));
+        shard_->Push(req, message.payload_size(),
+                     [&message](char* dst) { message.CopyPayload(dst); }));
     return SerializeMessage(resp, response);
   }
 
-  absl::Status HandlePull(const grpc::ByteBuffer& request, grpc::ByteBuffer* response) {
+  absl::Status HandlePull(const grpc::ByteBuffer& request,
+                          grpc::ByteBuffer* response) {
     PayloadMessage message;
     v1::PullRequest req;
     STRATA_RETURN_IF_ERROR(message.Parse(request, /*field=*/0, &req));
     grpc::Slice payload;
-    STRATA_ASSIGN_OR_RETURN(PullResult r, shard_->Pull(req, [&payload](size_t n) {
-      payload = AllocateSlice(n);
-      return reinterpret_cast<char*>(const_cast<uint8_t*>(payload.begin()));
-    }));
+    STRATA_ASSIGN_OR_RETURN(
+        PullResult r, shard_->Pull(req, [&payload](size_t n) {
+          payload = AllocateSlice(n);
+          return reinterpret_cast<char*>(const_cast<uint8_t*>(payload.begin()));
+        }));
     v1::PullResponse header;
     header.set_version(r.version);
     header.set_min_clock(r.min_clock);
-    *response = SerializeWithPayload(header, kPullDataField, std::move(payload));
+    *response =
+        SerializeWithPayload(header, kPullDataField, std::move(payload));
     return absl::OkStatus();
   }
 
-  static absl::Status SerializeMessage(const google::protobuf::Message& msg, grpc::ByteBuffer* out) {
+  static absl::Status SerializeMessage(const google::protobuf::Message& msg,
+                                       grpc::ByteBuffer* out) {
     grpc::Slice slice(msg.SerializeAsString());
     *out = grpc::ByteBuffer(&slice, 1);
     return absl::OkStatus();
@@ -137,7 +152,8 @@ struct ParameterServer::Impl {
   // Automatic snapshots are written by one background thread, so the push
   // that closes a step does not wait for the disk.
   absl::Mutex snap_mu;
-  std::deque<std::pair<int64_t, std::unique_ptr<RamTier>>> snap_queue ABSL_GUARDED_BY(snap_mu);
+  std::deque<std::pair<int64_t, std::unique_ptr<RamTier>>> snap_queue
+      ABSL_GUARDED_BY(snap_mu);
   int snap_busy ABSL_GUARDED_BY(snap_mu) = 0;
   bool stopping ABSL_GUARDED_BY(snap_mu) = false;
   std::thread snap_thread;
@@ -146,10 +162,11 @@ struct ParameterServer::Impl {
   bool shut_down ABSL_GUARDED_BY(shutdown_mu) = false;
 
   absl::StatusOr<std::string> Write(int64_t step, const ChunkTier& capture) {
-    if (!data_dir) return absl::FailedPreconditionError("this server has no --data_dir");
+    if (!data_dir)
+      return absl::FailedPreconditionError("this server has no --data_dir");
     absl::MutexLock lock(&write_mu);
-    STRATA_RETURN_IF_ERROR(data_dir->WriteSnapshot(step, capture, shard->GroupsMetadata(),
-                                                   options.keep_snapshots));
+    STRATA_RETURN_IF_ERROR(data_dir->WriteSnapshot(
+        step, capture, shard->GroupsMetadata(), options.keep_snapshots));
     return data_dir->SnapshotPath(step);
   }
 
@@ -170,8 +187,10 @@ struct ParameterServer::Impl {
       }
       auto written = Write(job.first, *job.second);
       if (!written.ok()) {
-        std::fprintf(stderr, "strata server: snapshot of step %lld failed: %s\n",
-                     static_cast<long long>(job.first), written.status().ToString().c_str());
+        std::fprintf(stderr,
+                     "strata server: snapshot of step %lld failed: %s\n",
+                     static_cast<long long>(job.first),
+                     written.status().ToString().c_str());
       }
       absl::MutexLock lock(&snap_mu);
       snap_busy--;
@@ -179,15 +198,21 @@ struct ParameterServer::Impl {
   }
 };
 
-ParameterServer::ParameterServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ParameterServer::ParameterServer(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
 
 ParameterServer::~ParameterServer() { Shutdown(); }
 
-absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(ServerOptions options) {
-  if (options.shard < 0) return absl::InvalidArgumentError("--shard must be >= 0");
-  if (options.snapshot_every < 0) return absl::InvalidArgumentError("--snapshot_every must be >= 0");
-  if (options.keep_snapshots < 1) return absl::InvalidArgumentError("--keep_snapshots must be >= 1");
-  if (options.scheduler_address.empty() && options.consistency.empty()) options.consistency = "bsp";
+absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
+    ServerOptions options) {
+  if (options.shard < 0)
+    return absl::InvalidArgumentError("--shard must be >= 0");
+  if (options.snapshot_every < 0)
+    return absl::InvalidArgumentError("--snapshot_every must be >= 0");
+  if (options.keep_snapshots < 1)
+    return absl::InvalidArgumentError("--keep_snapshots must be >= 1");
+  if (options.scheduler_address.empty() && options.consistency.empty())
+    options.consistency = "bsp";
   auto impl = std::make_unique<Impl>();
   impl->options = options;
 
@@ -199,13 +224,15 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(ServerOp
   }
 
   if (!options.data_dir.empty()) {
-    STRATA_ASSIGN_OR_RETURN(impl->data_dir,
-                            DataDir::Open(options.data_dir, absl::StrCat("shard-", options.shard)));
+    STRATA_ASSIGN_OR_RETURN(
+        impl->data_dir,
+        DataDir::Open(options.data_dir, absl::StrCat("shard-", options.shard)));
   }
 
   // Start gRPC first: the address we register must already answer.
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &impl->port);
+  builder.AddListeningPort(options.listen_address,
+                           grpc::InsecureServerCredentials(), &impl->port);
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);
   grpc::ResourceQuota quota("strata-server");
@@ -223,7 +250,8 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(ServerOp
     consistency_text = probe->view().consistency();
     if (consistency_text.empty()) consistency_text = "bsp";
   }
-  STRATA_ASSIGN_OR_RETURN(Consistency consistency, ParseConsistency(consistency_text));
+  STRATA_ASSIGN_OR_RETURN(Consistency consistency,
+                          ParseConsistency(consistency_text));
   ShardOptions shard_options;
   shard_options.consistency = consistency;
   shard_options.max_wait = options.max_wait;
@@ -233,34 +261,41 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(ServerOp
   impl->shard = std::make_unique<Shard>(shard_options);
 
   if (impl->data_dir) {
-    STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> latest, impl->data_dir->LatestSnapshot());
+    STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> latest,
+                            impl->data_dir->LatestSnapshot());
     if (latest.has_value()) {
       RamTier records;
-      STRATA_ASSIGN_OR_RETURN(std::string meta, impl->data_dir->LoadSnapshot(*latest, records));
+      STRATA_ASSIGN_OR_RETURN(std::string meta,
+                              impl->data_dir->LoadSnapshot(*latest, records));
       STRATA_RETURN_IF_ERROR(impl->shard->Restore(meta, records));
       impl->restored_step = *latest;
     }
   }
 
-  auto owner = std::unique_ptr<ParameterServer>(new ParameterServer(std::move(impl)));
+  auto owner =
+      std::unique_ptr<ParameterServer>(new ParameterServer(std::move(impl)));
   Impl& me = *owner->impl_;
   me.push_handlers = std::make_unique<ThreadPool>(
       std::max(4, static_cast<int>(std::thread::hardware_concurrency())));
   me.pull_handlers = std::make_unique<ThreadPool>(options.max_threads);
-  me.service = std::make_unique<Service>(me.shard.get(), owner.get(), me.push_handlers.get(),
-                                         me.pull_handlers.get());
+  me.service =
+      std::make_unique<Service>(me.shard.get(), owner.get(),
+                                me.push_handlers.get(), me.pull_handlers.get());
   builder.RegisterService(me.service.get());
   me.server = builder.BuildAndStart();
   if (!me.server || me.port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen_address));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen_address));
   }
-  me.address = options.advertise_address.empty() ? absl::StrCat("127.0.0.1:", me.port)
-                                                 : options.advertise_address;
+  me.address = options.advertise_address.empty()
+                   ? absl::StrCat("127.0.0.1:", me.port)
+                   : options.advertise_address;
   me.snap_thread = std::thread([&me] { me.SnapshotLoop(); });
-  me.shard->set_snapshot_sink([&me](int64_t step, std::unique_ptr<RamTier> capture) {
-    absl::MutexLock lock(&me.snap_mu);
-    me.snap_queue.emplace_back(step, std::move(capture));
-  });
+  me.shard->set_snapshot_sink(
+      [&me](int64_t step, std::unique_ptr<RamTier> capture) {
+        absl::MutexLock lock(&me.snap_mu);
+        me.snap_queue.emplace_back(step, std::move(capture));
+      });
 
   if (!options.scheduler_address.empty()) {
     SchedulerClientOptions so;
@@ -271,13 +306,15 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(ServerOp
     so.clock = options.clock;
     STRATA_ASSIGN_OR_RETURN(me.scheduler, SchedulerClient::Connect(so));
     const v1::View view = me.scheduler->view();
-    if (!view.consistency().empty() && view.consistency() != consistency.ToString()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "this server runs '", consistency.ToString(), "' but the job runs '",
-          view.consistency(), "'"));
+    if (!view.consistency().empty() &&
+        view.consistency() != consistency.ToString()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("this server runs '", consistency.ToString(),
+                       "' but the job runs '", view.consistency(), "'"));
     }
     Shard* shard = me.shard.get();
-    me.scheduler->AddViewListener([shard](const v1::View& v) { shard->UpdateView(v); });
+    me.scheduler->AddViewListener(
+        [shard](const v1::View& v) { shard->UpdateView(v); });
     shard->UpdateView(me.scheduler->view());
   }
   return owner;
@@ -311,7 +348,8 @@ void ParameterServer::Shutdown() {
   if (me.shut_down) return;
   me.shut_down = true;
   me.scheduler.reset();  // leaves the cluster
-  if (me.server) me.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  if (me.server)
+    me.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   // Wake gate waiters, then run what was queued: every reactor gets finished.
   me.shard->Cancel();
   me.pull_handlers.reset();

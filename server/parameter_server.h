@@ -30,7 +30,8 @@ struct ServerOptions {
   int keep_snapshots = 3;
   absl::Duration max_wait = absl::Seconds(120);  // longest gate wait
   absl::Duration view_wait = absl::Seconds(5);
-  int max_threads = 256;  // pull handler threads (a pull waiting at the gate holds one)
+  int max_threads =
+      256;  // pull handler threads (a pull waiting at the gate holds one)
   Clock* clock = Clock::Real();
 };
 
@@ -41,7 +42,8 @@ class ParameterServer {
   // restores the latest snapshot, starts gRPC and registers with the
   // scheduler. Errors: INVALID_ARGUMENT (bad option), FAILED_PRECONDITION or
   // DATA_LOSS (data dir), UNAVAILABLE (port or scheduler).
-  static absl::StatusOr<std::unique_ptr<ParameterServer>> Start(ServerOptions options);
+  static absl::StatusOr<std::unique_ptr<ParameterServer>> Start(
+      ServerOptions options);
   ~ParameterServer();
 
   int port() const;

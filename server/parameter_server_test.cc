@@ -18,8 +18,8 @@ namespace {
 
 std::string TempDir(const std::string& name) {
   const char* base = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(base ? base : "/tmp") + "/strata_ps_test_" + name + "_" +
-                    std::to_string(::getpid());
+  std::string dir = std::string(base ? base : "/tmp") + "/strata_ps_test_" +
+                    name + "_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   return dir;
 }
@@ -31,7 +31,8 @@ struct Cluster {
   std::unique_ptr<PsClient> ps;
 };
 
-std::unique_ptr<Scheduler> StartScheduler(const std::string& consistency = "bsp") {
+std::unique_ptr<Scheduler> StartScheduler(
+    const std::string& consistency = "bsp") {
   SchedulerOptions so;
   so.num_shards = 1;
   so.consistency = consistency;
@@ -40,8 +41,8 @@ std::unique_ptr<Scheduler> StartScheduler(const std::string& consistency = "bsp"
   return std::move(*s);
 }
 
-absl::StatusOr<std::unique_ptr<ParameterServer>> StartServer(const Scheduler& s,
-                                                             const std::string& data_dir) {
+absl::StatusOr<std::unique_ptr<ParameterServer>> StartServer(
+    const Scheduler& s, const std::string& data_dir) {
   ServerOptions o;
   o.scheduler_address = s.address();
   o.data_dir = data_dir;
@@ -78,15 +79,19 @@ void Connect(Cluster& c) {
   c.ps = std::move(*ps);
   ASSERT_TRUE(c.ps->RegisterModel(Model()).ok());
   // The server must see this worker before it accepts its pushes.
-  ASSERT_TRUE(c.worker->WaitForView([](const v1::View& v) { return v.workers_size() == 1; },
-                                    absl::Seconds(10)).ok());
+  ASSERT_TRUE(
+      c.worker
+          ->WaitForView([](const v1::View& v) { return v.workers_size() == 1; },
+                        absl::Seconds(10))
+          .ok());
 }
 
 void TrainSteps(PsClient& ps, int64_t first, int64_t steps) {
   std::vector<float> w(250), b(3);
   for (int64_t t = first; t < first + steps; ++t) {
     ASSERT_TRUE(ps.PullTensor(0, w.data(), t, t).ok());
-    for (size_t i = 0; i < w.size(); ++i) w[i] = w[i] - 0.5f + 0.01f * i;  // some gradient
+    for (size_t i = 0; i < w.size(); ++i)
+      w[i] = w[i] - 0.5f + 0.01f * i;  // some gradient
     ASSERT_TRUE(ps.PushTensor(0, w.data(), t, 4).ok());
     ASSERT_TRUE(ps.PushTensor(1, b.data(), t, 4).ok());
   }
@@ -110,7 +115,8 @@ TEST(ParameterServer, TrainsThroughTheClientAndCountsVersions) {
   ASSERT_TRUE(stats.ok());
   ASSERT_EQ(stats->size(), 1u);
   EXPECT_EQ((*stats)[0].chunks(), 4u);  // w: 100+100+50, b: 3
-  for (const auto& [id, version] : (*stats)[0].chunk_versions()) EXPECT_EQ(version, 5u);
+  for (const auto& [id, version] : (*stats)[0].chunk_versions())
+    EXPECT_EQ(version, 5u);
   ASSERT_TRUE(c.ps->PullTensor(0, w1.data(), 5, 5).ok());
   EXPECT_NE(w0, w1);
 }
@@ -135,19 +141,24 @@ TEST(ParameterServer, SnapshotRestoreIsBitIdentical) {
   EXPECT_EQ((*server)->restored_step(), 3);
   std::unique_ptr<RamTier> after = (*server)->shard().CaptureAll();
   ASSERT_EQ(after->size(), before->size());
-  ASSERT_TRUE(before->ForEach([&](const ChunkRecord& a) -> absl::Status {
-    auto b = after->Get(a.id);
-    EXPECT_TRUE(b.ok());
-    if (!b.ok()) return b.status();
-    EXPECT_EQ(a.version, b->version);
-    EXPECT_EQ(a.spec, b->spec);
-    EXPECT_EQ(0, std::memcmp(a.weights.data(), b->weights.data(), a.weights.size() * 4));
-    EXPECT_EQ(a.slots.size(), b->slots.size());
-    for (size_t s = 0; s < a.slots.size() && s < b->slots.size(); ++s) {
-      EXPECT_EQ(0, std::memcmp(a.slots[s].data(), b->slots[s].data(), a.slots[s].size() * 4));
-    }
-    return absl::OkStatus();
-  }).ok());
+  ASSERT_TRUE(
+      before
+          ->ForEach([&](const ChunkRecord& a) -> absl::Status {
+            auto b = after->Get(a.id);
+            EXPECT_TRUE(b.ok());
+            if (!b.ok()) return b.status();
+            EXPECT_EQ(a.version, b->version);
+            EXPECT_EQ(a.spec, b->spec);
+            EXPECT_EQ(0, std::memcmp(a.weights.data(), b->weights.data(),
+                                     a.weights.size() * 4));
+            EXPECT_EQ(a.slots.size(), b->slots.size());
+            for (size_t s = 0; s < a.slots.size() && s < b->slots.size(); ++s) {
+              EXPECT_EQ(0, std::memcmp(a.slots[s].data(), b->slots[s].data(),
+                                       a.slots[s].size() * 4));
+            }
+            return absl::OkStatus();
+          })
+          .ok());
 }
 
 TEST(ParameterServer, RefusesADataDirThatIsNotOurs) {
@@ -156,7 +167,8 @@ TEST(ParameterServer, RefusesADataDirThatIsNotOurs) {
   std::ofstream(dir + "/precious.txt") << "not strata";
   auto scheduler = StartScheduler();
   auto server = StartServer(*scheduler, dir);
-  EXPECT_EQ(server.status().code(), absl::StatusCode::kFailedPrecondition) << server.status();
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kFailedPrecondition)
+      << server.status();
   EXPECT_TRUE(std::filesystem::exists(dir + "/precious.txt"));  // nothing lost
 }
 
@@ -165,9 +177,11 @@ TEST(ParameterServer, RefusesAConsistencyOtherThanTheJobs) {
   ServerOptions o;
   o.scheduler_address = scheduler->address();
   o.consistency = "bsp";
-  EXPECT_EQ(ParameterServer::Start(o).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ParameterServer::Start(o).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   o.consistency = "ssp:x";
-  EXPECT_EQ(ParameterServer::Start(o).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParameterServer::Start(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ParameterServer, PushFromANonMemberIsRefusedOverTheWire) {
@@ -187,7 +201,8 @@ TEST(ParameterServer, PushFromANonMemberIsRefusedOverTheWire) {
   ASSERT_TRUE(ps.ok());
   ASSERT_TRUE((*ps)->RegisterModel(Model()).ok());  // idempotent
   std::vector<float> g(250, 1.0f);
-  EXPECT_EQ((*ps)->PushTensor(0, g.data(), 0, 1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*ps)->PushTensor(0, g.data(), 0, 1).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
@@ -219,7 +234,8 @@ TEST(PsClient, RetriesWhileAServerRestartsAndFindsItsNewAddress) {
   ASSERT_TRUE(again.ok()) << again.status();
   ASSERT_TRUE(pull.Wait().ok()) << pull.Wait();
   EXPECT_EQ(pull.version(), 2u);
-  EXPECT_EQ(0, std::memcmp(before.data(), after.data(), 100 * 4));  // chunk 0 of w
+  EXPECT_EQ(0,
+            std::memcmp(before.data(), after.data(), 100 * 4));  // chunk 0 of w
 }
 
 TEST(PsClient, HigherPriorityOperationsGoFirst) {
@@ -242,11 +258,15 @@ TEST(PsClient, HigherPriorityOperationsGoFirst) {
   m.chunk_bytes = 4 * 250;  // w is one chunk (index 0), b another (index 1)
   ASSERT_TRUE((*a)->RegisterModel(m).ok());
   ASSERT_TRUE((*b)->RegisterModel(m).ok());
-  ASSERT_TRUE((*w1)->WaitForView([](const v1::View& v) { return v.workers_size() == 2; },
-                                 absl::Seconds(10)).ok());
+  ASSERT_TRUE(
+      (*w1)
+          ->WaitForView([](const v1::View& v) { return v.workers_size() == 2; },
+                        absl::Seconds(10))
+          .ok());
   // Occupy a's only slot: a pull of w that waits for an update nobody made.
   std::vector<float> w(250), bias(3), w_seen(250), bias_seen(3);
-  OpHandle blocker = (*a)->Pull(0, w.data(), -1, /*min_version=*/1, /*priority=*/100);
+  OpHandle blocker =
+      (*a)->Pull(0, w.data(), -1, /*min_version=*/1, /*priority=*/100);
   absl::SleepFor(absl::Milliseconds(100));
   std::vector<float> g_w(250, 1.0f), g_b(3, 1.0f);
   OpHandle low_push = (*a)->Push(1, g_b.data(), 0, 1, /*priority=*/1);
@@ -255,7 +275,8 @@ TEST(PsClient, HigherPriorityOperationsGoFirst) {
   OpHandle high_pull_b = (*a)->Pull(1, bias_seen.data(), -1, 0, /*priority=*/4);
   // Unblock from the other client.
   ASSERT_TRUE((*b)->PushTensor(0, g_w.data(), 0, 1).ok());
-  for (OpHandle* op : {&blocker, &low_push, &top_push, &mid_pull_w, &high_pull_b}) {
+  for (OpHandle* op :
+       {&blocker, &low_push, &top_push, &mid_pull_w, &high_pull_b}) {
     ASSERT_TRUE(op->Wait().ok()) << op->Wait();
   }
   // Order was: push w (5), pull b (4), pull w (3), push b (1).

@@ -7,37 +7,44 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/bf16.h"
-#include "common/chunk_plan.h"
 #include "common/check.h"
+#include "common/chunk_plan.h"
 #include "common/status.h"
 #include "server/init.h"
 
 namespace strata {
 namespace {
 
-bool SameMessage(const google::protobuf::Message& a, const google::protobuf::Message& b) {
+bool SameMessage(const google::protobuf::Message& a,
+                 const google::protobuf::Message& b) {
   return a.SerializeAsString() == b.SerializeAsString();
 }
 
 size_t ElementBytes(v1::DType dtype) { return dtype == v1::DTYPE_BF16 ? 2 : 4; }
 
 absl::Status ValidateChunkSpec(const v1::ChunkSpec& s) {
-  if (s.tensor().empty()) return absl::InvalidArgumentError("chunk spec without a tensor name");
+  if (s.tensor().empty())
+    return absl::InvalidArgumentError("chunk spec without a tensor name");
   if (s.numel() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk ", s.tensor(), "#", s.index(), " is empty"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", s.tensor(), "#", s.index(), " is empty"));
   }
   if (s.chunk_id() != ChunkId(s.tensor(), s.index())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk id ", s.chunk_id(), " is not the stable id of ", s.tensor(), "#", s.index()));
+    return absl::InvalidArgumentError(absl::StrCat("chunk id ", s.chunk_id(),
+                                                   " is not the stable id of ",
+                                                   s.tensor(), "#", s.index()));
   }
   uint64_t numel = 1;
   for (int64_t d : s.tensor_shape()) {
-    if (d <= 0) return absl::InvalidArgumentError(absl::StrCat("tensor ", s.tensor(), " has a non-positive dimension"));
+    if (d <= 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", s.tensor(), " has a non-positive dimension"));
     numel *= static_cast<uint64_t>(d);
   }
   if (s.tensor_shape().empty() || s.offset() + s.numel() > numel) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk ", s.tensor(), "#", s.index(),
-                                                   " lies outside its tensor's shape"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", s.tensor(), "#", s.index(),
+                     " lies outside its tensor's shape"));
   }
   return absl::OkStatus();
 }
@@ -47,19 +54,23 @@ absl::Status ValidateChunkSpec(const v1::ChunkSpec& s) {
 Shard::Shard(ShardOptions options) : options_(std::move(options)) {}
 Shard::~Shard() = default;
 
-absl::StatusOr<v1::RegisterChunksResponse> Shard::Register(const v1::RegisterChunksRequest& req) {
+absl::StatusOr<v1::RegisterChunksResponse> Shard::Register(
+    const v1::RegisterChunksRequest& req) {
   absl::MutexLock lock(&table_mu_);
   // Validate everything before changing anything, so a bad request leaves
   // the shard as it was.
   absl::flat_hash_map<std::string, OptimizerParams> new_groups;
   for (const v1::GroupSpec& g : req.groups()) {
-    if (g.name().empty()) return absl::InvalidArgumentError("optimizer group without a name");
-    STRATA_ASSIGN_OR_RETURN(OptimizerParams params, OptimizerParamsFromProto(g.optimizer()));
+    if (g.name().empty())
+      return absl::InvalidArgumentError("optimizer group without a name");
+    STRATA_ASSIGN_OR_RETURN(OptimizerParams params,
+                            OptimizerParamsFromProto(g.optimizer()));
     auto it = groups_.find(g.name());
     if (it != groups_.end()) {
       if (!SameMessage(it->second->spec, g)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "optimizer group '", g.name(), "' is already registered with a different config"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("optimizer group '", g.name(),
+                         "' is already registered with a different config"));
       }
       continue;
     }
@@ -69,21 +80,27 @@ absl::StatusOr<v1::RegisterChunksResponse> Shard::Register(const v1::RegisterChu
   for (const v1::ChunkSpec& s : req.chunks()) {
     STRATA_RETURN_IF_ERROR(ValidateChunkSpec(s));
     if (!groups_.contains(s.group()) && !new_groups.contains(s.group())) {
-      return absl::InvalidArgumentError(absl::StrCat("chunk ", s.tensor(), "#", s.index(),
-                                                     " names unknown optimizer group '", s.group(), "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk ", s.tensor(), "#", s.index(),
+                       " names unknown optimizer group '", s.group(), "'"));
     }
-    std::vector<int64_t> shape(s.tensor_shape().begin(), s.tensor_shape().end());
+    std::vector<int64_t> shape(s.tensor_shape().begin(),
+                               s.tensor_shape().end());
     auto known = tensor_shapes_.find(s.tensor());
-    auto& seen = known != tensor_shapes_.end() ? known->second : shapes.try_emplace(s.tensor(), shape).first->second;
+    auto& seen = known != tensor_shapes_.end()
+                     ? known->second
+                     : shapes.try_emplace(s.tensor(), shape).first->second;
     if (seen != shape) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "tensor '", s.tensor(), "' is registered with shape [", absl::StrJoin(seen, ","),
-          "], not [", absl::StrJoin(shape, ","), "]"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("tensor '", s.tensor(), "' is registered with shape [",
+                       absl::StrJoin(seen, ","), "], not [",
+                       absl::StrJoin(shape, ","), "]"));
     }
     auto c = chunks_.find(s.chunk_id());
     if (c != chunks_.end() && !SameMessage(c->second->spec, s)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "chunk ", s.tensor(), "#", s.index(), " is already registered with a different spec"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("chunk ", s.tensor(), "#", s.index(),
+                       " is already registered with a different spec"));
     }
   }
   for (const v1::GroupSpec& g : req.groups()) {
@@ -115,9 +132,11 @@ absl::Status Shard::CreateChunk(const v1::ChunkSpec& spec, const Group* group,
   const int slots = NumStateSlots(group->params);
   absl::MutexLock lock(&c->mu);
   if (restored != nullptr) {
-    if (restored->weights.size() != n || static_cast<int>(restored->slots.size()) != slots) {
-      return absl::DataLossError(absl::StrCat("snapshot record for ", spec.tensor(), "#",
-                                              spec.index(), " does not match its spec"));
+    if (restored->weights.size() != n ||
+        static_cast<int>(restored->slots.size()) != slots) {
+      return absl::DataLossError(absl::StrCat("snapshot record for ",
+                                              spec.tensor(), "#", spec.index(),
+                                              " does not match its spec"));
     }
     c->rec = *restored;
   } else {
@@ -136,7 +155,8 @@ absl::StatusOr<Shard::Chunk*> Shard::FindChunk(uint64_t id) const {
   absl::MutexLock lock(&table_mu_);
   auto it = chunks_.find(id);
   if (it == chunks_.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown chunk ", id, " on this server"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown chunk ", id, " on this server"));
   }
   return it->second.get();
 }
@@ -185,7 +205,8 @@ void Shard::UpdateView(const v1::View& v) {
 absl::Status Shard::CheckMember(const v1::PushRequest& req) {
   absl::MutexLock lock(&view_mu_);
   auto is_member = [this, &req]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(view_mu_) {
-    return std::binary_search(view_.workers.begin(), view_.workers.end(), req.member_id());
+    return std::binary_search(view_.workers.begin(), view_.workers.end(),
+                              req.member_id());
   };
   // A worker can know a newer view than this server: give ours a moment.
   const absl::Time deadline = absl::Now() + options_.view_wait;
@@ -193,18 +214,19 @@ absl::Status Shard::CheckMember(const v1::PushRequest& req) {
     if (view_changed_.WaitWithDeadline(&view_mu_, deadline)) break;
   }
   if (!is_member()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "member ", req.member_id(), " is not a live worker in view epoch ", view_.epoch));
+    return absl::FailedPreconditionError(
+        absl::StrCat("member ", req.member_id(),
+                     " is not a live worker in view epoch ", view_.epoch));
   }
   // A gradient computed under an older view is still a valid gradient (a
   // BSP step closes on whoever remains), so only an epoch from before this
   // member joined is stale: it cannot be this member's current work.
   const uint64_t joined = view_.joined_epoch[req.member_id()];
   if (req.epoch() < joined) {
-    return absl::AbortedError(absl::StrCat("push stamped with epoch ", req.epoch(),
-                                           " is stale: member ", req.member_id(),
-                                           " joined at epoch ", joined,
-                                           "; refresh the view and retry the step"));
+    return absl::AbortedError(
+        absl::StrCat("push stamped with epoch ", req.epoch(),
+                     " is stale: member ", req.member_id(), " joined at epoch ",
+                     joined, "; refresh the view and retry the step"));
   }
   return absl::OkStatus();
 }
@@ -227,17 +249,20 @@ void Shard::GiveBuffer(std::vector<float> buffer) {
   if (pool_.size() < 64) pool_.push_back(std::move(buffer));
 }
 
-absl::Status Shard::DecodeGradient(const v1::PushRequest& req, size_t payload_bytes,
-                                   PayloadReader read, uint64_t numel, std::vector<float>* out,
+absl::Status Shard::DecodeGradient(const v1::PushRequest& req,
+                                   size_t payload_bytes, PayloadReader read,
+                                   uint64_t numel, std::vector<float>* out,
                                    bool* nonfinite) {
   if (req.dtype() != v1::DTYPE_F32 && req.dtype() != v1::DTYPE_BF16 &&
       req.dtype() != v1::DTYPE_UNSPECIFIED) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown gradient dtype ", req.dtype()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown gradient dtype ", req.dtype()));
   }
   const size_t want = numel * ElementBytes(req.dtype());
   if (payload_bytes != want) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk ", req.chunk_id(), " expects ", want,
-                                                   " bytes of gradient, got ", payload_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", req.chunk_id(), " expects ", want,
+                     " bytes of gradient, got ", payload_bytes));
   }
   *out = TakeBuffer(numel);
   if (req.dtype() == v1::DTYPE_BF16) {
@@ -251,30 +276,37 @@ absl::Status Shard::DecodeGradient(const v1::PushRequest& req, size_t payload_by
     counters_.rejected_nonfinite++;
     *nonfinite = true;
     GiveBuffer(std::move(*out));
-    return absl::InvalidArgumentError(absl::StrCat("gradient for chunk ", req.chunk_id(),
-                                                   " step ", req.step(), " has NaN or Inf; rejected"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient for chunk ", req.chunk_id(), " step ",
+                     req.step(), " has NaN or Inf; rejected"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req, absl::string_view data) {
-  return Push(req, data.size(),
-              [&data](char* dst) { std::memcpy(dst, data.data(), data.size()); });
+absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req,
+                                             absl::string_view data) {
+  return Push(req, data.size(), [&data](char* dst) {
+    std::memcpy(dst, data.data(), data.size());
+  });
 }
 
-absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req, size_t payload_bytes,
-                                              PayloadReader read) {
+absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req,
+                                             size_t payload_bytes,
+                                             PayloadReader read) {
   counters_.bytes_in += payload_bytes;
   bool nonfinite = false;
   auto result = [&]() -> absl::StatusOr<v1::PushResponse> {
     STRATA_ASSIGN_OR_RETURN(Chunk * c, FindChunk(req.chunk_id()));
-    if (req.num_samples() == 0) return absl::InvalidArgumentError("push with num_samples == 0");
-    if (req.step() < 0) return absl::InvalidArgumentError("push with a negative step");
+    if (req.num_samples() == 0)
+      return absl::InvalidArgumentError("push with num_samples == 0");
+    if (req.step() < 0)
+      return absl::InvalidArgumentError("push with a negative step");
     STRATA_RETURN_IF_ERROR(CheckMember(req));
     std::vector<float> grad;
-    STRATA_RETURN_IF_ERROR(
-        DecodeGradient(req, payload_bytes, read, c->spec.numel(), &grad, &nonfinite));
-    if (options_.consistency.mode == Consistency::kBsp) return PushBsp(*c, req, std::move(grad));
+    STRATA_RETURN_IF_ERROR(DecodeGradient(req, payload_bytes, read,
+                                          c->spec.numel(), &grad, &nonfinite));
+    if (options_.consistency.mode == Consistency::kBsp)
+      return PushBsp(*c, req, std::move(grad));
     auto r = PushAsync(*c, req, grad);
     GiveBuffer(std::move(grad));
     return r;
@@ -283,7 +315,8 @@ absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req, size_t 
   return result;
 }
 
-absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c, const v1::PushRequest& req,
+absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
+                                                const v1::PushRequest& req,
                                                 std::vector<float> grad) {
   const ViewState now = view();
   absl::MutexLock lock(&c.mu);
@@ -291,20 +324,23 @@ absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c, const v1::PushRequest&
   const int64_t open_step = static_cast<int64_t>(c.rec.version);
   if (req.step() < open_step) {
     // A retry of a push that already counted is fine; anything else is late.
-    if (req.step() == open_step - 1 && c.last_closed.contains(req.member_id())) {
+    if (req.step() == open_step - 1 &&
+        c.last_closed.contains(req.member_id())) {
       resp.set_version(c.rec.version);
       GiveBuffer(std::move(grad));
       return resp;
     }
     GiveBuffer(std::move(grad));
-    return absl::AbortedError(absl::StrCat("step ", req.step(), " of chunk ", req.chunk_id(),
-                                           " already closed (open step is ", open_step, ")"));
+    return absl::AbortedError(
+        absl::StrCat("step ", req.step(), " of chunk ", req.chunk_id(),
+                     " already closed (open step is ", open_step, ")"));
   }
   if (req.step() > open_step) {
     GiveBuffer(std::move(grad));
     return absl::FailedPreconditionError(absl::StrCat(
-        "push for step ", req.step(), " but chunk ", req.chunk_id(), " is at step ", open_step,
-        ": pull version ", req.step(), " before computing that step"));
+        "push for step ", req.step(), " but chunk ", req.chunk_id(),
+        " is at step ", open_step, ": pull version ", req.step(),
+        " before computing that step"));
   }
   if (!c.open.contains(req.member_id())) {
     c.open[req.member_id()] = Contribution{req.num_samples(), std::move(grad)};
@@ -331,7 +367,8 @@ void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
   std::vector<float> mean = TakeBuffer(n);
   std::fill(mean.begin(), mean.end(), 0.0f);
   for (const auto& [id, contrib] : c.open) {
-    const float weight = static_cast<float>(static_cast<double>(contrib.samples) / total);
+    const float weight =
+        static_cast<float>(static_cast<double>(contrib.samples) / total);
     const float* g = contrib.grad.data();
     for (size_t i = 0; i < n; ++i) mean[i] += weight * g[i];
   }
@@ -362,8 +399,8 @@ void Shard::ApplyGradient(Chunk& c, const float* grad, int64_t step) {
   counters_.pushes_applied++;
 }
 
-absl::StatusOr<v1::PushResponse> Shard::PushAsync(Chunk& c, const v1::PushRequest& req,
-                                                  const std::vector<float>& grad) {
+absl::StatusOr<v1::PushResponse> Shard::PushAsync(
+    Chunk& c, const v1::PushRequest& req, const std::vector<float>& grad) {
   absl::MutexLock lock(&c.mu);
   ApplyGradient(c, grad.data(), req.step());
   int64_t& clock = c.clocks[req.member_id()];
@@ -385,18 +422,21 @@ int64_t Shard::MinClock(const Chunk& c, const ViewState& view) const {
   return min_clock == INT64_MAX ? 0 : min_clock;
 }
 
-absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req, std::string* out) {
+absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
+                                       std::string* out) {
   return Pull(req, [out](size_t n) {
     out->resize(n);
     return out->data();
   });
 }
 
-absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req, PayloadAllocator alloc) {
+absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
+                                       PayloadAllocator alloc) {
   STRATA_ASSIGN_OR_RETURN(Chunk * c, FindChunk(req.chunk_id()));
   if (req.dtype() != v1::DTYPE_F32 && req.dtype() != v1::DTYPE_BF16 &&
       req.dtype() != v1::DTYPE_UNSPECIFIED) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown pull dtype ", req.dtype()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown pull dtype ", req.dtype()));
   }
   counters_.pulls++;
   const Consistency& mode = options_.consistency;
@@ -424,16 +464,19 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req, PayloadAlloca
   }
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) {
     if (c->rec.version < need_version) return false;
-    if (mode.mode != Consistency::kSsp || !worker || req.clock() < 0) return true;
+    if (mode.mode != Consistency::kSsp || !worker || req.clock() < 0)
+      return true;
     return MinClock(*c, view()) >= req.clock() - mode.staleness;
   };
   const absl::Time deadline = absl::Now() + options_.max_wait;
   while (!ready()) {
-    if (cancelled_) return absl::UnavailableError("the server is shutting down");
+    if (cancelled_)
+      return absl::UnavailableError("the server is shutting down");
     if (c->changed.WaitWithDeadline(&c->mu, deadline) && !ready()) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "pull of chunk ", req.chunk_id(), " waited ", absl::FormatDuration(options_.max_wait),
-          " at the gate (version ", c->rec.version, ", wanted ", need_version, ")"));
+          "pull of chunk ", req.chunk_id(), " waited ",
+          absl::FormatDuration(options_.max_wait), " at the gate (version ",
+          c->rec.version, ", wanted ", need_version, ")"));
     }
   }
   PullResult result;
@@ -502,22 +545,27 @@ std::string Shard::GroupsMetadata() const {
   return meta.SerializeAsString();
 }
 
-absl::Status Shard::Restore(const std::string& metadata, const ChunkTier& records) {
+absl::Status Shard::Restore(const std::string& metadata,
+                            const ChunkTier& records) {
   v1::RegisterChunksRequest meta;
-  if (!meta.ParseFromString(metadata)) return absl::DataLossError("snapshot metadata is corrupt");
+  if (!meta.ParseFromString(metadata))
+    return absl::DataLossError("snapshot metadata is corrupt");
   STRATA_RETURN_IF_ERROR(Register(meta).status());  // the groups
   return records.ForEach([this](const ChunkRecord& rec) -> absl::Status {
     v1::ChunkSpec spec;
     if (!spec.ParseFromString(rec.spec)) {
-      return absl::DataLossError(absl::StrCat("snapshot chunk ", rec.id, " has a corrupt spec"));
+      return absl::DataLossError(
+          absl::StrCat("snapshot chunk ", rec.id, " has a corrupt spec"));
     }
     STRATA_RETURN_IF_ERROR(ValidateChunkSpec(spec));
     absl::MutexLock lock(&table_mu_);
     auto g = groups_.find(spec.group());
     if (g == groups_.end()) {
-      return absl::DataLossError(absl::StrCat("snapshot chunk ", rec.id, " names unknown group ", spec.group()));
+      return absl::DataLossError(absl::StrCat(
+          "snapshot chunk ", rec.id, " names unknown group ", spec.group()));
     }
-    tensor_shapes_[spec.tensor()] = {spec.tensor_shape().begin(), spec.tensor_shape().end()};
+    tensor_shapes_[spec.tensor()] = {spec.tensor_shape().begin(),
+                                     spec.tensor_shape().end()};
     return CreateChunk(spec, g->second.get(), &rec);
   });
 }

@@ -68,7 +68,8 @@ struct PullResult {
 
 // Called with a complete, consistent capture of every chunk at `step`
 // (BSP auto-snapshots). Runs on the thread that closed the last chunk.
-using SnapshotSink = std::function<void(int64_t step, std::unique_ptr<RamTier> capture)>;
+using SnapshotSink =
+    std::function<void(int64_t step, std::unique_ptr<RamTier> capture)>;
 
 // Thread-safe. Each chunk has its own lock, so pushes and pulls of different
 // chunks run in parallel; the view and the chunk table have one lock each.
@@ -78,7 +79,8 @@ class Shard {
   ~Shard();
 
   // Declares groups and chunks (idempotent; see ps.proto RegisterChunks).
-  absl::StatusOr<v1::RegisterChunksResponse> Register(const v1::RegisterChunksRequest& req);
+  absl::StatusOr<v1::RegisterChunksResponse> Register(
+      const v1::RegisterChunksRequest& req);
 
   // Applies a new view: the live workers and the epochs they joined at.
   // Drops open-step pushes of workers that left and closes BSP
@@ -94,14 +96,17 @@ class Shard {
   // req.data() is ignored) is `payload_bytes` long and is copied out by
   // `read` only once the request has been validated, straight into the
   // buffer it is kept in. Errors as in ps.proto.
-  absl::StatusOr<v1::PushResponse> Push(const v1::PushRequest& req, size_t payload_bytes,
+  absl::StatusOr<v1::PushResponse> Push(const v1::PushRequest& req,
+                                        size_t payload_bytes,
                                         PayloadReader read);
   // Convenience: the payload in `data`.
-  absl::StatusOr<v1::PushResponse> Push(const v1::PushRequest& req, absl::string_view data);
+  absl::StatusOr<v1::PushResponse> Push(const v1::PushRequest& req,
+                                        absl::string_view data);
 
   // Serves a pull: waits at the gate, then writes the chunk's weights in
   // req.dtype() to space from `alloc` (called once, under the chunk's lock).
-  absl::StatusOr<PullResult> Pull(const v1::PullRequest& req, PayloadAllocator alloc);
+  absl::StatusOr<PullResult> Pull(const v1::PullRequest& req,
+                                  PayloadAllocator alloc);
   // Convenience: the weights into `out` (resized to fit).
   absl::StatusOr<PullResult> Pull(const v1::PullRequest& req, std::string* out);
 
@@ -135,7 +140,7 @@ class Shard {
   struct Chunk {
     mutable absl::Mutex mu;
     absl::CondVar changed;
-    v1::ChunkSpec spec;  // immutable after creation
+    v1::ChunkSpec spec;            // immutable after creation
     const Group* group = nullptr;  // immutable after creation; owned by groups_
     ChunkRecord rec ABSL_GUARDED_BY(mu);
     // BSP: pushes of the open step (step == rec.version), by member id.
@@ -147,24 +152,27 @@ class Shard {
   struct ViewState {
     uint64_t epoch = 0;
     std::vector<uint64_t> workers;  // sorted
-    absl::flat_hash_map<uint64_t, uint64_t> joined_epoch;  // worker -> epoch it joined at
+    absl::flat_hash_map<uint64_t, uint64_t>
+        joined_epoch;  // worker -> epoch it joined at
   };
 
   absl::StatusOr<Chunk*> FindChunk(uint64_t id) const;
   absl::Status CheckMember(const v1::PushRequest& req);
   absl::Status DecodeGradient(const v1::PushRequest& req, size_t payload_bytes,
-                              PayloadReader read, uint64_t numel, std::vector<float>* out,
-                              bool* nonfinite);
+                              PayloadReader read, uint64_t numel,
+                              std::vector<float>* out, bool* nonfinite);
   // Gradient buffers are reused: a fresh multi-MiB allocation per push costs
   // page faults that halve throughput.
   std::vector<float> TakeBuffer(size_t n);
   void GiveBuffer(std::vector<float> buffer);
   absl::StatusOr<v1::PushResponse> PushBsp(Chunk& c, const v1::PushRequest& req,
                                            std::vector<float> grad);
-  absl::StatusOr<v1::PushResponse> PushAsync(Chunk& c, const v1::PushRequest& req,
+  absl::StatusOr<v1::PushResponse> PushAsync(Chunk& c,
+                                             const v1::PushRequest& req,
                                              const std::vector<float>& grad);
   // Closes the open BSP step of `c` if every live worker contributed.
-  void MaybeCloseStep(Chunk& c, const ViewState& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  void MaybeCloseStep(Chunk& c, const ViewState& view)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   void ApplyGradient(Chunk& c, const float* grad, int64_t step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   int64_t MinClock(const Chunk& c, const ViewState& view) const
@@ -180,10 +188,13 @@ class Shard {
   std::atomic<bool> cancelled_{false};
 
   mutable absl::Mutex table_mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<Group>> groups_ ABSL_GUARDED_BY(table_mu_);
-  absl::flat_hash_map<uint64_t, std::unique_ptr<Chunk>> chunks_ ABSL_GUARDED_BY(table_mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<Group>> groups_
+      ABSL_GUARDED_BY(table_mu_);
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Chunk>> chunks_
+      ABSL_GUARDED_BY(table_mu_);
   // tensor name -> shape, to refuse one name registered with two shapes.
-  absl::flat_hash_map<std::string, std::vector<int64_t>> tensor_shapes_ ABSL_GUARDED_BY(table_mu_);
+  absl::flat_hash_map<std::string, std::vector<int64_t>> tensor_shapes_
+      ABSL_GUARDED_BY(table_mu_);
 
   mutable absl::Mutex view_mu_;
   absl::CondVar view_changed_;
@@ -195,7 +206,8 @@ class Shard {
   absl::Mutex snap_mu_;
   SnapshotSink snapshot_sink_ ABSL_GUARDED_BY(snap_mu_);
   // step -> captured chunks so far (BSP auto-snapshots).
-  std::map<int64_t, std::unique_ptr<RamTier>> pending_snapshots_ ABSL_GUARDED_BY(snap_mu_);
+  std::map<int64_t, std::unique_ptr<RamTier>> pending_snapshots_
+      ABSL_GUARDED_BY(snap_mu_);
 };
 
 }  // namespace strata

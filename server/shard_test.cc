@@ -15,7 +15,8 @@ namespace {
 constexpr int kN = 8;  // elements per test chunk
 
 // Every worker joined at `joined_epoch`.
-v1::View MakeView(uint64_t epoch, std::vector<uint64_t> workers, uint64_t joined_epoch) {
+v1::View MakeView(uint64_t epoch, std::vector<uint64_t> workers,
+                  uint64_t joined_epoch) {
   v1::View v;
   v.set_epoch(epoch);
   v.set_workers_epoch(joined_epoch);
@@ -48,7 +49,8 @@ std::string Bytes(const std::vector<float>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
 }
 
-v1::PushRequest PushReq(uint64_t member, int64_t step, uint64_t samples, uint64_t epoch = 1) {
+v1::PushRequest PushReq(uint64_t member, int64_t step, uint64_t samples,
+                        uint64_t epoch = 1) {
   v1::PushRequest r;
   r.set_member_id(member);
   r.set_epoch(epoch);
@@ -58,7 +60,8 @@ v1::PushRequest PushReq(uint64_t member, int64_t step, uint64_t samples, uint64_
   return r;
 }
 
-std::vector<float> PullNow(Shard& shard, uint64_t member, int64_t clock, uint64_t* version = nullptr) {
+std::vector<float> PullNow(Shard& shard, uint64_t member, int64_t clock,
+                           uint64_t* version = nullptr) {
   v1::PullRequest r;
   r.set_member_id(member);
   r.set_chunk_id(ChunkId("w", 0));
@@ -72,7 +75,8 @@ std::vector<float> PullNow(Shard& shard, uint64_t member, int64_t clock, uint64_
   return w;
 }
 
-ShardOptions Opts(const char* mode, absl::Duration max_wait = absl::Seconds(5)) {
+ShardOptions Opts(const char* mode,
+                  absl::Duration max_wait = absl::Seconds(5)) {
   ShardOptions o;
   o.consistency = *ParseConsistency(mode);
   o.max_wait = max_wait;
@@ -91,20 +95,24 @@ TEST(Shard, RegistrationIsIdempotentAndChecked) {
 
   auto other_shape = OneChunk();
   other_shape.mutable_chunks(0)->set_tensor_shape(0, kN * 2);
-  EXPECT_EQ(shard.Register(other_shape).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(shard.Register(other_shape).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 
   auto other_group = OneChunk();
   other_group.mutable_groups(0)->mutable_optimizer()->set_lr(0.5f);
-  EXPECT_EQ(shard.Register(other_group).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(shard.Register(other_group).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 
   auto unknown_group = OneChunk("v");
   unknown_group.clear_groups();
   unknown_group.mutable_chunks(0)->set_group("nope");
-  EXPECT_EQ(shard.Register(unknown_group).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard.Register(unknown_group).status().code(),
+            absl::StatusCode::kInvalidArgument);
 
   auto bad_id = OneChunk("u");
   bad_id.mutable_chunks(0)->set_chunk_id(12345);
-  EXPECT_EQ(shard.Register(bad_id).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard.Register(bad_id).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(shard.num_chunks(), 1u);
 }
 
@@ -117,7 +125,8 @@ TEST(Shard, BadPushesAreRejectedAndLeaveWeightsUntouched) {
 
   auto unknown = PushReq(7, 0, 1, 3);
   unknown.set_chunk_id(99);
-  EXPECT_EQ(shard.Push(unknown, Bytes(g)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard.Push(unknown, Bytes(g)).status().code(),
+            absl::StatusCode::kInvalidArgument);
 
   std::vector<float> short_grad(kN - 1, 1.0f);
   EXPECT_EQ(shard.Push(PushReq(7, 0, 1, 3), Bytes(short_grad)).status().code(),
@@ -153,7 +162,8 @@ TEST(Shard, BspClosesAStepOnceEveryWorkerPushedWithSampleWeights) {
   EXPECT_FALSE(a->applied());
   EXPECT_EQ(a->version(), 0u);
   // A retried push for the open step does not count twice.
-  ASSERT_TRUE(shard.Push(PushReq(1, 0, 3), Bytes(std::vector<float>(kN, 1.0f))).ok());
+  ASSERT_TRUE(
+      shard.Push(PushReq(1, 0, 3), Bytes(std::vector<float>(kN, 1.0f))).ok());
   auto b = shard.Push(PushReq(2, 0, 1), Bytes(std::vector<float>(kN, 5.0f)));
   ASSERT_TRUE(b.ok());
   EXPECT_TRUE(b->applied());
@@ -164,8 +174,11 @@ TEST(Shard, BspClosesAStepOnceEveryWorkerPushedWithSampleWeights) {
   // Weighted mean: (3*1 + 1*5) / 4 = 2; SGD lr 1 from zeros.
   for (float x : w) EXPECT_FLOAT_EQ(x, -2.0f);
   // Late and early pushes.
-  EXPECT_TRUE(shard.Push(PushReq(1, 0, 3), Bytes(std::vector<float>(kN, 1.0f))).ok());  // retry of a closed step
-  EXPECT_EQ(shard.Push(PushReq(1, 5, 3), Bytes(std::vector<float>(kN, 1.0f))).status().code(),
+  EXPECT_TRUE(shard.Push(PushReq(1, 0, 3), Bytes(std::vector<float>(kN, 1.0f)))
+                  .ok());  // retry of a closed step
+  EXPECT_EQ(shard.Push(PushReq(1, 5, 3), Bytes(std::vector<float>(kN, 1.0f)))
+                .status()
+                .code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
@@ -179,15 +192,19 @@ TEST(Shard, BspPullWaitsForTheStepAndRejectsImpossibleVersions) {
   impossible.set_clock(0);
   impossible.set_min_version(2);
   std::string out;
-  EXPECT_EQ(shard.Pull(impossible, &out).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(shard.Pull(impossible, &out).status().code(),
+            absl::StatusCode::kOutOfRange);
 
-  ASSERT_TRUE(shard.Push(PushReq(1, 0, 1), Bytes(std::vector<float>(kN, 1.0f))).ok());
+  ASSERT_TRUE(
+      shard.Push(PushReq(1, 0, 1), Bytes(std::vector<float>(kN, 1.0f))).ok());
   std::thread late([&] {
     absl::SleepFor(absl::Milliseconds(100));
-    ASSERT_TRUE(shard.Push(PushReq(2, 0, 1), Bytes(std::vector<float>(kN, 1.0f))).ok());
+    ASSERT_TRUE(
+        shard.Push(PushReq(2, 0, 1), Bytes(std::vector<float>(kN, 1.0f))).ok());
   });
   uint64_t version = 0;
-  std::vector<float> w = PullNow(shard, 1, 1, &version);  // blocks until worker 2 pushed
+  std::vector<float> w =
+      PullNow(shard, 1, 1, &version);  // blocks until worker 2 pushed
   late.join();
   EXPECT_EQ(version, 1u);
   EXPECT_FLOAT_EQ(w[0], -1.0f);
@@ -197,8 +214,10 @@ TEST(Shard, BspStepClosesWithoutAWorkerThatLeft) {
   Shard shard(Opts("bsp"));
   ASSERT_TRUE(shard.Register(OneChunk()).ok());
   shard.UpdateView(MakeView(1, {1, 2, 3}, 1));
-  ASSERT_TRUE(shard.Push(PushReq(1, 0, 1), Bytes(std::vector<float>(kN, 1.0f))).ok());
-  ASSERT_TRUE(shard.Push(PushReq(3, 0, 1), Bytes(std::vector<float>(kN, 9.0f))).ok());
+  ASSERT_TRUE(
+      shard.Push(PushReq(1, 0, 1), Bytes(std::vector<float>(kN, 1.0f))).ok());
+  ASSERT_TRUE(
+      shard.Push(PushReq(3, 0, 1), Bytes(std::vector<float>(kN, 9.0f))).ok());
   // Worker 3 dies: its push is dropped; worker 2 then pushes and the step
   // closes on workers 1 and 2.
   shard.UpdateView(MakeView(2, {1, 2}, 1));
@@ -208,7 +227,9 @@ TEST(Shard, BspStepClosesWithoutAWorkerThatLeft) {
   EXPECT_FLOAT_EQ(PullNow(shard, 1, 1)[0], -2.0f);  // mean of 1 and 3
 
   // And a step waiting only on a worker that leaves closes at the view change.
-  ASSERT_TRUE(shard.Push(PushReq(1, 1, 1, 2), Bytes(std::vector<float>(kN, 1.0f))).ok());
+  ASSERT_TRUE(
+      shard.Push(PushReq(1, 1, 1, 2), Bytes(std::vector<float>(kN, 1.0f)))
+          .ok());
   shard.UpdateView(MakeView(3, {1}, 1));
   uint64_t version = 0;
   PullNow(shard, 1, 2, &version);
@@ -229,8 +250,10 @@ TEST(Shard, SspReaderWaitsForTheSlowestWorkerWithinTheBound) {
   r.set_clock(2);
   std::string out;
   // 0 < 2 - 1: worker 1 must wait; nobody advances, so it times out.
-  EXPECT_EQ(shard.Pull(r, &out).status().code(), absl::StatusCode::kDeadlineExceeded);
-  ASSERT_TRUE(shard.Push(PushReq(2, 0, 1), Bytes(g)).ok());  // worker 2 reaches clock 1
+  EXPECT_EQ(shard.Pull(r, &out).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(
+      shard.Push(PushReq(2, 0, 1), Bytes(g)).ok());  // worker 2 reaches clock 1
   auto res = shard.Pull(r, &out);
   ASSERT_TRUE(res.ok()) << res.status();
   EXPECT_EQ(res->min_clock, 1);
@@ -242,7 +265,8 @@ TEST(Shard, AspNeverBlocks) {
   ASSERT_TRUE(shard.Register(OneChunk()).ok());
   shard.UpdateView(MakeView(1, {1, 2}, 1));
   for (int s = 0; s < 5; ++s) {
-    ASSERT_TRUE(shard.Push(PushReq(1, s, 1), Bytes(std::vector<float>(kN, 1.0f))).ok());
+    ASSERT_TRUE(
+        shard.Push(PushReq(1, s, 1), Bytes(std::vector<float>(kN, 1.0f))).ok());
   }
   uint64_t version = 0;
   EXPECT_FLOAT_EQ(PullNow(shard, 1, 5, &version)[0], -5.0f);

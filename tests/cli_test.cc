@@ -2,6 +2,7 @@
 // message and a non-zero exit, before touching anything.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 
@@ -27,7 +28,8 @@ TEST_P(CliRefuses, WithAClearMessage) {
   const int rc = child.Wait(absl::Seconds(60));
   EXPECT_NE(rc, 0) << child.Output();
   EXPECT_NE(rc, -1) << "did not exit";
-  EXPECT_NE(child.Output().find(GetParam().says), std::string::npos) << child.Output();
+  EXPECT_NE(child.Output().find(GetParam().says), std::string::npos)
+      << child.Output();
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -35,24 +37,40 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Refusal{{}, "A subcommand is required"},
         Refusal{{"frobnicate"}, "frobnicate"},
-        Refusal{{"scheduler", "--consistency", "ssp:x"}, "bad consistency 'ssp:x'"},
+        Refusal{{"scheduler", "--consistency", "ssp:x"},
+                "bad consistency 'ssp:x'"},
         Refusal{{"scheduler", "--num_shards", "0"}, "--num_shards"},
         Refusal{{"scheduler", "--lease_ms", "abc"}, "--lease_ms"},
         Refusal{{"server"}, "--scheduler is required"},
-        Refusal{{"server", "--scheduler", "127.0.0.1:1", "--shard", "-1"}, "--shard"},
-        Refusal{{"toy", "--scheduler", "x", "--optimizer", "rmsprop"}, "--optimizer"},
-        Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--heads", "3", "--width", "64"},
+        Refusal{{"server", "--scheduler", "127.0.0.1:1", "--shard", "-1"},
+                "--shard"},
+        Refusal{{"toy", "--scheduler", "x", "--optimizer", "rmsprop"},
+                "--optimizer"},
+        Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--heads", "3",
+                 "--width", "64"},
                 "heads"},
-        Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--data", "/nonexistent/strata"},
+        Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--data",
+                 "/nonexistent/strata"},
                 "/nonexistent/strata"},
         Refusal{{"local", "--workers", "0"}, "--workers"},
         Refusal{{"local", "--consistency", "sometimes"}, "bad consistency"},
-        Refusal{{"generate", "--dir", "/nonexistent/strata"}, "model.json"}));
+        Refusal{{"generate", "--dir", "/nonexistent/strata"}, "model.json"}),
+    [](const ::testing::TestParamInfo<Refusal>& info) {
+      // e.g. "3_scheduler_num_shards_0": the index keeps names unique.
+      std::string name = std::to_string(info.index);
+      for (const std::string& a : info.param.args) {
+        name += "_";
+        for (char c : a)
+          name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      }
+      return name.substr(0, 60);
+    });
 
 TEST(Cli, SchedulerRefusesADataDirThatIsNotOurs) {
   const std::string dir = testing::FreshDir("cli_foreign");
   std::ofstream(dir + "/thesis.tex") << "precious";
-  Child child({STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0", "--data_dir", dir},
+  Child child({STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0",
+               "--data_dir", dir},
               dir + "/../cli_foreign.log");
   EXPECT_EQ(child.Wait(absl::Seconds(30)), 1) << child.Output();
   EXPECT_TRUE(std::filesystem::exists(dir + "/thesis.tex"));

@@ -39,9 +39,9 @@ struct Result {
 Result RunCluster(const ClusterRun& run, const std::string& name) {
   const std::string dir = testing::FreshDir(name);
   Result result;
-  Child scheduler({STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0", "--num_shards", "2",
-                   "--consistency", run.consistency, "--lease_ms", "5000", "--address_file",
-                   dir + "/addr"},
+  Child scheduler({STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0",
+                   "--num_shards", "2", "--consistency", run.consistency,
+                   "--lease_ms", "5000", "--address_file", dir + "/addr"},
                   dir + "/scheduler.log");
   const std::string address = testing::WaitForLine(dir + "/addr");
   EXPECT_FALSE(address.empty()) << scheduler.Output();
@@ -49,21 +49,29 @@ Result RunCluster(const ClusterRun& run, const std::string& name) {
   std::vector<std::unique_ptr<Child>> servers;
   for (int s = 0; s < 2; ++s) {
     servers.push_back(std::make_unique<Child>(
-        std::vector<std::string>{STRATA_BINARY, "server", "--scheduler", address, "--shard",
-                                 std::to_string(s)},
+        std::vector<std::string>{STRATA_BINARY, "server", "--scheduler",
+                                 address, "--shard", std::to_string(s)},
         absl::StrCat(dir, "/server", s, ".log")));
   }
   std::vector<std::unique_ptr<Child>> workers;
   for (int w = 0; w < kWorkers; ++w) {
     std::vector<std::string> args = {
-        STRATA_BINARY, "toy", "--scheduler", address, "--workers", std::to_string(kWorkers),
-        "--steps", std::to_string(run.steps), "--batch", std::to_string(run.batch),
-        "--dim", std::to_string(run.dim), "--samples", std::to_string(run.samples),
-        "--optimizer", "adam", "--lr", absl::StrCat(run.lr), "--chunk_bytes", "64",
-        "--out", dir + "/weights.f32", "--log_every", "0",
-        "--delay_ms", std::to_string(run.delay_ms)};
+        STRATA_BINARY,   "toy",
+        "--scheduler",   address,
+        "--workers",     std::to_string(kWorkers),
+        "--steps",       std::to_string(run.steps),
+        "--batch",       std::to_string(run.batch),
+        "--dim",         std::to_string(run.dim),
+        "--samples",     std::to_string(run.samples),
+        "--optimizer",   "adam",
+        "--lr",          absl::StrCat(run.lr),
+        "--chunk_bytes", "64",
+        "--out",         dir + "/weights.f32",
+        "--log_every",   "0",
+        "--delay_ms",    std::to_string(run.delay_ms)};
     if (run.probe) args.push_back("--probe");
-    workers.push_back(std::make_unique<Child>(args, absl::StrCat(dir, "/worker", w, ".log")));
+    workers.push_back(
+        std::make_unique<Child>(args, absl::StrCat(dir, "/worker", w, ".log")));
   }
   for (auto& w : workers) {
     const int rc = w->Wait();
@@ -89,25 +97,29 @@ std::vector<float> Reference(const ClusterRun& run) {
   config.set_kind(v1::OptimizerConfig::ADAM);
   config.set_lr(run.lr);
   OptimizerParams params = *OptimizerParamsFromProto(config);
-  std::vector<float> w(run.dim + 1, 0.0f), m(run.dim + 1, 0.0f), v(run.dim + 1, 0.0f);
+  std::vector<float> w(run.dim + 1, 0.0f), m(run.dim + 1, 0.0f),
+      v(run.dim + 1, 0.0f);
   std::vector<float> g(run.dim + 1), mean(run.dim + 1);
   for (int64_t step = 0; step < run.steps; ++step) {
     std::fill(mean.begin(), mean.end(), 0.0f);
     for (int rank = 0; rank < kWorkers; ++rank) {
       const Share share = ShareOf(step, run.batch, rank, kWorkers);
-      ToyGradient(p, w.data(), w[run.dim], share, p.samples, g.data(), &g[run.dim]);
-      const float weight = static_cast<float>(static_cast<double>(share.count) / run.batch);
+      ToyGradient(p, w.data(), w[run.dim], share, p.samples, g.data(),
+                  &g[run.dim]);
+      const float weight =
+          static_cast<float>(static_cast<double>(share.count) / run.batch);
       for (int i = 0; i <= run.dim; ++i) mean[i] += weight * g[i];
     }
-    ApplyUpdate(params, ScheduledLr(params, step), step + 1, w.data(), m.data(), v.data(),
-                mean.data(), w.size());
+    ApplyUpdate(params, ScheduledLr(params, step), step + 1, w.data(), m.data(),
+                v.data(), mean.data(), w.size());
   }
   return w;
 }
 
 double FinalLoss(const std::string& output) {
   std::smatch m;
-  if (std::regex_search(output, m, std::regex("final_loss ([0-9.eE+-]+)"))) return std::stod(m[1]);
+  if (std::regex_search(output, m, std::regex("final_loss ([0-9.eE+-]+)")))
+    return std::stod(m[1]);
   return -1;
 }
 
@@ -126,7 +138,8 @@ TEST(Cluster, BspMatchesASingleProcessReference) {
   ASSERT_EQ(r.weights.size(), static_cast<size_t>(run.dim + 1));
   const std::vector<float> ref = Reference(run);
   for (size_t i = 0; i < ref.size(); ++i) {
-    EXPECT_NEAR(r.weights[i], ref[i], 1e-6 * std::fabs(ref[i]) + 1e-7) << "element " << i;
+    EXPECT_NEAR(r.weights[i], ref[i], 1e-6 * std::fabs(ref[i]) + 1e-7)
+        << "element " << i;
   }
   // And it learned something: the loss fell well below where it started.
   const double loss = FinalLoss(r.outputs[0] + r.outputs[1] + r.outputs[2]);
@@ -144,11 +157,14 @@ TEST(Cluster, SspNeverReadsOlderThanTheBoundAndConverges) {
   int64_t reads = 0, stale = 0;
   for (const std::string& out : r.outputs) {
     std::smatch m;
-    ASSERT_TRUE(std::regex_search(
-        out, m, std::regex("ssp_reads ([0-9]+) ssp_violations ([0-9]+) ssp_stale_reads ([0-9]+)")))
+    ASSERT_TRUE(
+        std::regex_search(out, m,
+                          std::regex("ssp_reads ([0-9]+) ssp_violations "
+                                     "([0-9]+) ssp_stale_reads ([0-9]+)")))
         << out;
     reads += std::stoll(m[1]);
-    EXPECT_EQ(std::stoll(m[2]), 0) << "a read older than the staleness bound:\n" << out;
+    EXPECT_EQ(std::stoll(m[2]), 0) << "a read older than the staleness bound:\n"
+                                   << out;
     stale += std::stoll(m[3]);
   }
   EXPECT_EQ(reads, kWorkers * run.steps);
@@ -184,36 +200,44 @@ namespace {
 // steps close on the two workers that remain, which finish.
 TEST(Cluster, BspSurvivesAWorkerKilledMidStep) {
   const std::string dir = testing::FreshDir("kill");
-  Child scheduler({STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0", "--num_shards", "2",
-                   "--lease_ms", "800", "--address_file", dir + "/addr"},
-                  dir + "/scheduler.log");
+  Child scheduler(
+      {STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0", "--num_shards",
+       "2", "--lease_ms", "800", "--address_file", dir + "/addr"},
+      dir + "/scheduler.log");
   const std::string address = testing::WaitForLine(dir + "/addr");
   ASSERT_FALSE(address.empty());
   std::vector<std::unique_ptr<Child>> servers, workers;
   for (int s = 0; s < 2; ++s) {
     servers.push_back(std::make_unique<Child>(
-        std::vector<std::string>{STRATA_BINARY, "server", "--scheduler", address, "--shard",
-                                 std::to_string(s)},
+        std::vector<std::string>{STRATA_BINARY, "server", "--scheduler",
+                                 address, "--shard", std::to_string(s)},
         absl::StrCat(dir, "/server", s, ".log")));
   }
   for (int w = 0; w < kWorkers; ++w) {
     workers.push_back(std::make_unique<Child>(
-        std::vector<std::string>{STRATA_BINARY, "toy", "--scheduler", address, "--workers",
-                                 std::to_string(kWorkers), "--steps", "150", "--batch", "48",
-                                 "--dim", "64", "--samples", "960", "--chunk_bytes", "64",
-                                 "--delay_ms", "5", "--log_every", "10"},
+        std::vector<std::string>{
+            STRATA_BINARY, "toy",        "--scheduler",
+            address,       "--workers",  std::to_string(kWorkers),
+            "--steps",     "150",        "--batch",
+            "48",          "--dim",      "64",
+            "--samples",   "960",        "--chunk_bytes",
+            "64",          "--delay_ms", "5",
+            "--log_every", "10"},
         absl::StrCat(dir, "/worker", w, ".log")));
   }
   // Let training get going, then kill one worker without warning.
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (workers[2]->Output().find("step 20 ") == std::string::npos && absl::Now() < deadline) {
+  while (workers[2]->Output().find("step 20 ") == std::string::npos &&
+         absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(20));
   }
-  ASSERT_NE(workers[2]->Output().find("step 20 "), std::string::npos) << workers[2]->Output();
+  ASSERT_NE(workers[2]->Output().find("step 20 "), std::string::npos)
+      << workers[2]->Output();
   EXPECT_EQ(workers[2]->Stop(SIGKILL), 128 + SIGKILL);
   for (int w = 0; w < 2; ++w) {
     EXPECT_EQ(workers[w]->Wait(absl::Minutes(3)), 0) << workers[w]->Output();
-    EXPECT_NE(workers[w]->Output().find("step 149 "), std::string::npos) << workers[w]->Output();
+    EXPECT_NE(workers[w]->Output().find("step 149 "), std::string::npos)
+        << workers[w]->Output();
   }
   for (auto& s : servers) EXPECT_EQ(s->Stop(), 0) << s->Output();
   EXPECT_EQ(scheduler.Stop(), 0);

@@ -23,16 +23,20 @@ namespace strata::testing {
 // if still running.
 class Child {
  public:
-  Child(const std::vector<std::string>& args, const std::string& log) : log_(log) {
+  Child(const std::vector<std::string>& args, const std::string& log)
+      : log_(log) {
     std::vector<char*> argv;
     std::vector<std::string> copy = args;
     for (auto& a : copy) argv.push_back(a.data());
     argv.push_back(nullptr);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    if (posix_spawn(&pid_, copy[0].c_str(), &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    if (posix_spawn(&pid_, copy[0].c_str(), &fa, nullptr, argv.data(),
+                    environ) != 0)
+      pid_ = -1;
     posix_spawn_file_actions_destroy(&fa);
   }
   ~Child() {
@@ -75,7 +79,8 @@ class Child {
 };
 
 // Waits for a file ending in a newline; its content without the newline.
-inline std::string WaitForLine(const std::string& path, absl::Duration timeout = absl::Seconds(30)) {
+inline std::string WaitForLine(const std::string& path,
+                               absl::Duration timeout = absl::Seconds(30)) {
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
     std::ifstream f(path);
@@ -90,7 +95,8 @@ inline std::string WaitForLine(const std::string& path, absl::Duration timeout =
 
 inline std::string FreshDir(const std::string& name) {
   const char* base = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(base ? base : "/tmp") + "/strata_" + name + "_" + std::to_string(::getpid());
+  std::string dir = std::string(base ? base : "/tmp") + "/strata_" + name +
+                    "_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

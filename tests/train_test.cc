@@ -23,38 +23,45 @@ using testing::Child;
 std::string WriteCorpus(const std::string& dir) {
   const std::string path = dir + "/corpus.txt";
   std::ofstream f(path);
-  for (int i = 0; i < 200; ++i) f << "the quick brown fox jumps over the lazy dog. ";
+  for (int i = 0; i < 200; ++i)
+    f << "the quick brown fox jumps over the lazy dog. ";
   return path;
 }
 
 std::vector<std::string> TinyModelFlags(const std::string& corpus) {
-  return {"--layers", "2", "--heads", "2", "--width", "32", "--context", "32",
-          "--data", corpus, "--seed", "3", "--lr", "0.003", "--warmup", "2"};
+  return {"--layers",  "2",     "--heads",  "2",    "--width", "32",
+          "--context", "32",    "--data",   corpus, "--seed",  "3",
+          "--lr",      "0.003", "--warmup", "2"};
 }
 
 // Trains with `workers` worker processes; returns rank 0's final weights.
 std::vector<float> TrainBsp(int workers, const std::string& name) {
   const std::string dir = testing::FreshDir(name);
   const std::string corpus = WriteCorpus(dir);
-  Child scheduler({STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0", "--num_shards", "2",
-                   "--address_file", dir + "/addr"},
+  Child scheduler({STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0",
+                   "--num_shards", "2", "--address_file", dir + "/addr"},
                   dir + "/scheduler.log");
   const std::string address = testing::WaitForLine(dir + "/addr");
   EXPECT_FALSE(address.empty());
   std::vector<std::unique_ptr<Child>> servers, trainers;
   for (int s = 0; s < 2; ++s) {
     servers.push_back(std::make_unique<Child>(
-        std::vector<std::string>{STRATA_BINARY, "server", "--scheduler", address, "--shard",
-                                 std::to_string(s)},
+        std::vector<std::string>{STRATA_BINARY, "server", "--scheduler",
+                                 address, "--shard", std::to_string(s)},
         absl::StrCat(dir, "/server", s, ".log")));
   }
   for (int w = 0; w < workers; ++w) {
-    std::vector<std::string> args = {STRATA_BINARY, "worker", "--scheduler", address,
-                                     "--workers", std::to_string(workers), "--batch", "4",
-                                     "--steps", "6", "--grad_clip", "0", "--eval_every", "0",
+    std::vector<std::string> args = {STRATA_BINARY,   "worker",
+                                     "--scheduler",   address,
+                                     "--workers",     std::to_string(workers),
+                                     "--batch",       "4",
+                                     "--steps",       "6",
+                                     "--grad_clip",   "0",
+                                     "--eval_every",  "0",
                                      "--weights_out", dir + "/weights.f32"};
     for (const auto& f : TinyModelFlags(corpus)) args.push_back(f);
-    trainers.push_back(std::make_unique<Child>(args, absl::StrCat(dir, "/worker", w, ".log")));
+    trainers.push_back(
+        std::make_unique<Child>(args, absl::StrCat(dir, "/worker", w, ".log")));
   }
   for (auto& t : trainers) EXPECT_EQ(t->Wait(), 0) << t->Output();
   for (auto& s : servers) EXPECT_EQ(s->Stop(), 0) << s->Output();
@@ -78,10 +85,12 @@ TEST(Train, TwoBspWorkersWithHalfTheBatchMatchOneWorkerWithAllOfIt) {
   // AdamW's normalized step can amplify a little over 6 steps.
   double max_diff = 0, max_abs = 0;
   for (size_t i = 0; i < one.size(); ++i) {
-    max_diff = std::max(max_diff, static_cast<double>(std::fabs(one[i] - two[i])));
+    max_diff =
+        std::max(max_diff, static_cast<double>(std::fabs(one[i] - two[i])));
     max_abs = std::max(max_abs, static_cast<double>(std::fabs(one[i])));
   }
-  EXPECT_LT(max_diff, 1e-4 * max_abs) << "max |diff| " << max_diff << " of max |w| " << max_abs;
+  EXPECT_LT(max_diff, 1e-4 * max_abs)
+      << "max |diff| " << max_diff << " of max |w| " << max_abs;
   // And training moved the weights (the comparison is not vacuous).
   EXPECT_GT(max_abs, 0.0);
 }
@@ -102,9 +111,10 @@ TEST_P(LocalRun, LearnsAndGenerateSamplesFromItsSnapshot) {
   std::replace(name.begin(), name.end(), ':', '_');
   const std::string dir = testing::FreshDir("local_" + name);
   const std::string corpus = WriteCorpus(dir);
-  std::vector<std::string> args = {STRATA_BINARY, "local", "--dir", dir + "/run", "--servers", "2",
-                                   "--workers", "2", "--batch", "8", "--steps", "80",
-                                   "--eval_every", "40", "--consistency", GetParam()};
+  std::vector<std::string> args = {
+      STRATA_BINARY,  "local", "--dir",         dir + "/run", "--servers", "2",
+      "--workers",    "2",     "--batch",       "8",          "--steps",   "80",
+      "--eval_every", "40",    "--consistency", GetParam()};
   for (const auto& f : TinyModelFlags(corpus)) args.push_back(f);
   Child local(args, dir + "/local.log");
   ASSERT_EQ(local.Wait(absl::Minutes(10)), 0) << local.Output();
@@ -116,8 +126,8 @@ TEST_P(LocalRun, LearnsAndGenerateSamplesFromItsSnapshot) {
   EXPECT_GT(losses.front(), 4.5);
   EXPECT_LT(losses.back(), 2.5);
 
-  Child generate({STRATA_BINARY, "generate", "--dir", dir + "/run", "--prompt", "the quick",
-                  "--tokens", "40", "--temperature", "0"},
+  Child generate({STRATA_BINARY, "generate", "--dir", dir + "/run", "--prompt",
+                  "the quick", "--tokens", "40", "--temperature", "0"},
                  dir + "/generate.log");
   ASSERT_EQ(generate.Wait(), 0) << generate.Output();
   const std::string text = generate.Output();
@@ -125,7 +135,8 @@ TEST_P(LocalRun, LearnsAndGenerateSamplesFromItsSnapshot) {
   EXPECT_GE(text.size(), std::string("the quick").size() + 40) << text;
 }
 
-INSTANTIATE_TEST_SUITE_P(Consistency, LocalRun, ::testing::Values("bsp", "ssp:1", "asp"));
+INSTANTIATE_TEST_SUITE_P(Consistency, LocalRun,
+                         ::testing::Values("bsp", "ssp:1", "asp"));
 
 }  // namespace
 }  // namespace strata
@@ -148,20 +159,24 @@ int ProcessesNaming(const std::string& dir) {
 TEST(Train, CtrlCStopsTheWholeLocalCluster) {
   const std::string dir = testing::FreshDir("ctrlc");
   const std::string corpus = WriteCorpus(dir);
-  std::vector<std::string> args = {STRATA_BINARY, "local", "--dir", dir + "/run",
-                                   "--steps", "100000", "--batch", "4"};
+  std::vector<std::string> args = {STRATA_BINARY, "local",   "--dir",
+                                   dir + "/run",  "--steps", "100000",
+                                   "--batch",     "4"};
   for (const auto& f : TinyModelFlags(corpus)) args.push_back(f);
   Child local(args, dir + "/local.log");
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (local.Output().find("step ") == std::string::npos && absl::Now() < deadline) {
+  while (local.Output().find("step ") == std::string::npos &&
+         absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   ASSERT_NE(local.Output().find("step "), std::string::npos) << local.Output();
-  EXPECT_GE(ProcessesNaming(dir + "/run"), 5);  // local, scheduler, 2 servers, workers
+  EXPECT_GE(ProcessesNaming(dir + "/run"),
+            5);  // local, scheduler, 2 servers, workers
   EXPECT_EQ(local.Stop(SIGINT), 130) << local.Output();
   EXPECT_NE(local.Output().find("interrupted"), std::string::npos);
   absl::SleepFor(absl::Milliseconds(200));
-  EXPECT_EQ(ProcessesNaming(dir + "/run"), 0) << "a process of the cluster outlived Ctrl-C";
+  EXPECT_EQ(ProcessesNaming(dir + "/run"), 0)
+      << "a process of the cluster outlived Ctrl-C";
 }
 
 }  // namespace

@@ -10,9 +10,9 @@
 
 namespace strata {
 
-absl::StatusOr<std::unique_ptr<Progress>> Progress::Create(std::FILE* out, bool tty,
-                                                           int64_t log_every,
-                                                           const std::string& metrics_path) {
+absl::StatusOr<std::unique_ptr<Progress>> Progress::Create(
+    std::FILE* out, bool tty, int64_t log_every,
+    const std::string& metrics_path) {
   std::unique_ptr<Progress> owner(new Progress());
   Progress& p = *owner;
   p.out_ = out;
@@ -22,7 +22,8 @@ absl::StatusOr<std::unique_ptr<Progress>> Progress::Create(std::FILE* out, bool 
     p.metrics_ = std::fopen(metrics_path.c_str(), "a");
     if (p.metrics_ == nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrCat("cannot open metrics file ", metrics_path, ": ", std::strerror(errno)));
+          absl::StrCat("cannot open metrics file ", metrics_path, ": ",
+                       std::strerror(errno)));
     }
   }
   return owner;
@@ -55,13 +56,15 @@ void Progress::Step(const StepMetrics& m) {
   }
   if (out_ == nullptr) return;
   const int64_t done = m.step + 1;
-  const absl::Duration eta =
-      done > 0 ? m.elapsed / static_cast<double>(done) * static_cast<double>(m.total_steps - done)
-               : absl::ZeroDuration();
-  std::string line = absl::StrFormat("step %d/%d  loss %.4f  %.0f tok/s  lr %.2e  ETA %s", done,
-                                     m.total_steps, m.loss, m.tokens_per_s, m.lr,
-                                     FormatDuration(eta));
-  if (m.eval_loss) absl::StrAppendFormat(&line, "  eval_loss %.4f", *m.eval_loss);
+  const absl::Duration eta = done > 0
+                                 ? m.elapsed / static_cast<double>(done) *
+                                       static_cast<double>(m.total_steps - done)
+                                 : absl::ZeroDuration();
+  std::string line = absl::StrFormat(
+      "step %d/%d  loss %.4f  %.0f tok/s  lr %.2e  ETA %s", done, m.total_steps,
+      m.loss, m.tokens_per_s, m.lr, FormatDuration(eta));
+  if (m.eval_loss)
+    absl::StrAppendFormat(&line, "  eval_loss %.4f", *m.eval_loss);
   if (tty_) {
     std::fprintf(out_, "\r\033[K%s", line.c_str());
     line_open_ = true;
@@ -69,7 +72,8 @@ void Progress::Step(const StepMetrics& m) {
       std::fprintf(out_, "\n");
       line_open_ = false;
     }
-  } else if (done % log_every_ == 0 || m.eval_loss || done == m.total_steps || m.step == 0) {
+  } else if (done % log_every_ == 0 || m.eval_loss || done == m.total_steps ||
+             m.step == 0) {
     std::fprintf(out_, "%s\n", line.c_str());
   }
   std::fflush(out_);

@@ -17,13 +17,13 @@ namespace strata {
 
 // One step's figures.
 struct StepMetrics {
-  int64_t step = 0;            // 0-based step just finished
+  int64_t step = 0;  // 0-based step just finished
   int64_t total_steps = 0;
-  double loss = 0;             // this worker's training loss
+  double loss = 0;  // this worker's training loss
   std::optional<double> eval_loss;
-  double tokens_per_s = 0;     // this worker's throughput, smoothed
+  double tokens_per_s = 0;  // this worker's throughput, smoothed
   double lr = 0;
-  double grad_norm = 0;        // before clipping
+  double grad_norm = 0;  // before clipping
   absl::Duration elapsed;
 };
 
@@ -31,10 +31,11 @@ struct StepMetrics {
 class Progress {
  public:
   // `out` is where lines go (stderr in the CLI; nullptr: no display, e.g.
-  // on workers other than rank 0); `tty` picks the in-place status line. `metrics_path` "" writes no metrics file.
-  static absl::StatusOr<std::unique_ptr<Progress>> Create(std::FILE* out, bool tty,
-                                                          int64_t log_every,
-                                                          const std::string& metrics_path);
+  // on workers other than rank 0); `tty` picks the in-place status line.
+  // `metrics_path` "" writes no metrics file.
+  static absl::StatusOr<std::unique_ptr<Progress>> Create(
+      std::FILE* out, bool tty, int64_t log_every,
+      const std::string& metrics_path);
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
   ~Progress();
@@ -45,7 +46,8 @@ class Progress {
   // Ends the in-place line, if any.
   void Finish();
 
-  static std::string FormatDuration(absl::Duration d);  // "1h02m", "3m05s", "12s"
+  static std::string FormatDuration(
+      absl::Duration d);  // "1h02m", "3m05s", "12s"
 
  private:
   Progress() = default;

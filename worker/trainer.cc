@@ -54,7 +54,8 @@ ModelSpec ServerModel(const Gpt& gpt, const TrainerOptions& o) {
     opt->set_beta1(0.9f);
     opt->set_beta2(0.95f);
     opt->set_eps(1e-8f);
-    opt->set_weight_decay(std::string(group) == "decay" ? o.weight_decay : 0.0f);
+    opt->set_weight_decay(std::string(group) == "decay" ? o.weight_decay
+                                                        : 0.0f);
     opt->set_warmup_steps(o.warmup_steps);
     opt->set_total_steps(o.steps);
     opt->set_min_lr_ratio(o.min_lr_ratio);
@@ -65,11 +66,15 @@ ModelSpec ServerModel(const Gpt& gpt, const TrainerOptions& o) {
 
 absl::Status Validate(const TrainerOptions& o) {
   STRATA_RETURN_IF_ERROR(o.model.Validate());
-  if (o.workers < 1) return absl::InvalidArgumentError("--workers must be >= 1");
-  if (o.batch < o.workers) return absl::InvalidArgumentError("--batch must be >= --workers");
+  if (o.workers < 1)
+    return absl::InvalidArgumentError("--workers must be >= 1");
+  if (o.batch < o.workers)
+    return absl::InvalidArgumentError("--batch must be >= --workers");
   if (o.steps < 1) return absl::InvalidArgumentError("--steps must be >= 1");
-  if (!(o.lr > 0) || !std::isfinite(o.lr)) return absl::InvalidArgumentError("--lr must be > 0");
-  if (o.grad_clip < 0) return absl::InvalidArgumentError("--grad_clip must be >= 0");
+  if (!(o.lr > 0) || !std::isfinite(o.lr))
+    return absl::InvalidArgumentError("--lr must be > 0");
+  if (o.grad_clip < 0)
+    return absl::InvalidArgumentError("--grad_clip must be >= 0");
   return absl::OkStatus();
 }
 
@@ -80,25 +85,35 @@ absl::StatusOr<int> RankOf(const v1::View& view, uint64_t me) {
   for (const auto& w : view.workers()) ids.push_back(w.id());
   std::sort(ids.begin(), ids.end());
   auto it = std::find(ids.begin(), ids.end(), me);
-  if (it == ids.end()) return absl::FailedPreconditionError("this worker is not in the view");
+  if (it == ids.end())
+    return absl::FailedPreconditionError("this worker is not in the view");
   return static_cast<int>(it - ids.begin());
 }
 
 // One worker's training state and step.
 class Trainer {
  public:
-  Trainer(const TrainerOptions& o, std::unique_ptr<Gpt> gpt, std::unique_ptr<TokenDataset> data,
-          std::unique_ptr<SchedulerClient> scheduler, std::unique_ptr<PsClient> ps,
-          Consistency mode, int rank, int workers)
-      : o_(o), gpt_(std::move(gpt)), data_(std::move(data)), scheduler_(std::move(scheduler)),
-        ps_(std::move(ps)), mode_(mode), rank_(rank), workers_(workers) {}
+  Trainer(const TrainerOptions& o, std::unique_ptr<Gpt> gpt,
+          std::unique_ptr<TokenDataset> data,
+          std::unique_ptr<SchedulerClient> scheduler,
+          std::unique_ptr<PsClient> ps, Consistency mode, int rank, int workers)
+      : o_(o),
+        gpt_(std::move(gpt)),
+        data_(std::move(data)),
+        scheduler_(std::move(scheduler)),
+        ps_(std::move(ps)),
+        mode_(mode),
+        rank_(rank),
+        workers_(workers) {}
 
   absl::Status Run();
 
  private:
   absl::Status PullWeights(int64_t step);
-  absl::StatusOr<double> ComputeAndPush(int64_t step, const Share& share, float* grad_norm);
-  absl::Status PushParam(int param, int64_t step, uint64_t samples, std::vector<OpHandle>& ops);
+  absl::StatusOr<double> ComputeAndPush(int64_t step, const Share& share,
+                                        float* grad_norm);
+  absl::Status PushParam(int param, int64_t step, uint64_t samples,
+                         std::vector<OpHandle>& ops);
   absl::StatusOr<double> EvalLoss();
   absl::Status WriteOutputs();
 
@@ -121,7 +136,8 @@ absl::Status Trainer::PullWeights(int64_t step) {
   for (int i = 0; i < n; ++i) {
     float* dst = gpt_->param_data(i);
     for (int c : ps_->plan().chunks_of[i]) {
-      ops.push_back(ps_->Pull(c, dst + ps_->plan().chunks[c].offset, step, bsp ? step : 0,
+      ops.push_back(ps_->Pull(c, dst + ps_->plan().chunks[c].offset, step,
+                              bsp ? step : 0,
                               /*priority=*/n - i));
     }
   }
@@ -136,7 +152,8 @@ absl::Status Trainer::PushParam(int param, int64_t step, uint64_t samples,
   for (int c : ps_->plan().chunks_of[param]) {
     // Last layers first: their gradients are ready first and the next
     // step's pulls want the first layers, so the two streams interleave.
-    ops.push_back(ps_->Push(c, grad + ps_->plan().chunks[c].offset, step, samples,
+    ops.push_back(ps_->Push(c, grad + ps_->plan().chunks[c].offset, step,
+                            samples,
                             /*priority=*/param));
   }
   return absl::OkStatus();
@@ -148,16 +165,19 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step, const Share& share,
   const int B = static_cast<int>(share.count);
   tokens_.resize(static_cast<size_t>(B) * T);
   targets_.resize(static_cast<size_t>(B) * T);
-  data_->Batch(Split::kTrain, o_.seed, share.first, B, tokens_.data(), targets_.data());
+  data_->Batch(Split::kTrain, o_.seed, share.first, B, tokens_.data(),
+               targets_.data());
   std::vector<OpHandle> ops;
   const bool stream = o_.grad_clip <= 0;
   if (stream) {
     // Push each gradient as soon as backward has finished it.
-    gpt_->SetGradReadyCallback([&](int param) { (void)PushParam(param, step, B, ops); });
+    gpt_->SetGradReadyCallback(
+        [&](int param) { (void)PushParam(param, step, B, ops); });
   } else {
     gpt_->SetGradReadyCallback(nullptr);
   }
-  STRATA_ASSIGN_OR_RETURN(float loss, gpt_->ForwardBackward(tokens_.data(), targets_.data(), B, T));
+  STRATA_ASSIGN_OR_RETURN(
+      float loss, gpt_->ForwardBackward(tokens_.data(), targets_.data(), B, T));
   const int n = static_cast<int>(gpt_->params().size());
   double sq = 0;
   for (int i = 0; i < n; ++i) {
@@ -167,11 +187,13 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step, const Share& share,
   }
   *grad_norm = static_cast<float>(std::sqrt(sq));
   if (!stream) {
-    const float scale = *grad_norm > o_.grad_clip ? o_.grad_clip / *grad_norm : 1.0f;
+    const float scale =
+        *grad_norm > o_.grad_clip ? o_.grad_clip / *grad_norm : 1.0f;
     for (int i = n - 1; i >= 0; --i) {
       if (scale != 1.0f) {
         float* g = gpt_->grad_data(i);
-        const int64_t numel = static_cast<int64_t>(gpt_->params()[i].spec.numel());
+        const int64_t numel =
+            static_cast<int64_t>(gpt_->params()[i].spec.numel());
         for (int64_t k = 0; k < numel; ++k) g[k] *= scale;
       }
       STRATA_RETURN_IF_ERROR(PushParam(i, step, B, ops));
@@ -185,31 +207,38 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step, const Share& share,
 }
 
 absl::StatusOr<double> Trainer::EvalLoss() {
-  if (data_->num_windows(Split::kEval) == 0) return absl::FailedPreconditionError("no eval split");
+  if (data_->num_windows(Split::kEval) == 0)
+    return absl::FailedPreconditionError("no eval split");
   const int T = o_.model.context;
   const int B = static_cast<int>(std::min<int64_t>(o_.batch, 8));
   tokens_.resize(static_cast<size_t>(B) * T);
   targets_.resize(static_cast<size_t>(B) * T);
   double sum = 0;
   for (int b = 0; b < o_.eval_batches; ++b) {
-    data_->Batch(Split::kEval, o_.seed, static_cast<int64_t>(b) * B, B, tokens_.data(), targets_.data());
-    STRATA_ASSIGN_OR_RETURN(float loss, gpt_->Loss(tokens_.data(), targets_.data(), B, T));
+    data_->Batch(Split::kEval, o_.seed, static_cast<int64_t>(b) * B, B,
+                 tokens_.data(), targets_.data());
+    STRATA_ASSIGN_OR_RETURN(float loss,
+                            gpt_->Loss(tokens_.data(), targets_.data(), B, T));
     sum += loss;
   }
   return sum / o_.eval_batches;
 }
 
 absl::Status Trainer::Run() {
-  STRATA_ASSIGN_OR_RETURN(auto progress,
-                          Progress::Create(rank_ == 0 ? stderr : nullptr, isatty(STDERR_FILENO),
-                                           o_.log_every, o_.metrics_path));
+  STRATA_ASSIGN_OR_RETURN(
+      auto progress,
+      Progress::Create(rank_ == 0 ? stderr : nullptr, isatty(STDERR_FILENO),
+                       o_.log_every, o_.metrics_path));
   if (rank_ == 0) {
-    std::fprintf(stderr,
-                 "strata worker: GPT %d layers, %d heads, width %d, context %d, vocab %d: %lld "
-                 "parameters, %.3g FLOPs/token; %d worker(s), global batch %lld, %s\n",
-                 o_.model.layers, o_.model.heads, o_.model.width, o_.model.context, o_.model.vocab,
-                 static_cast<long long>(gpt_->num_params()), gpt_->flops_per_token(), workers_,
-                 static_cast<long long>(o_.batch), mode_.ToString().c_str());
+    std::fprintf(
+        stderr,
+        "strata worker: GPT %d layers, %d heads, width %d, context %d, vocab "
+        "%d: %lld "
+        "parameters, %.3g FLOPs/token; %d worker(s), global batch %lld, %s\n",
+        o_.model.layers, o_.model.heads, o_.model.width, o_.model.context,
+        o_.model.vocab, static_cast<long long>(gpt_->num_params()),
+        gpt_->flops_per_token(), workers_, static_cast<long long>(o_.batch),
+        mode_.ToString().c_str());
   }
   const absl::Time start = absl::Now();
   double tokens_per_s = 0;
@@ -218,7 +247,8 @@ absl::Status Trainer::Run() {
     STRATA_RETURN_IF_ERROR(PullWeights(step));
     const Share share = ShareOf(step, o_.batch, rank_, workers_);
     float grad_norm = 0;
-    STRATA_ASSIGN_OR_RETURN(double loss, ComputeAndPush(step, share, &grad_norm));
+    STRATA_ASSIGN_OR_RETURN(double loss,
+                            ComputeAndPush(step, share, &grad_norm));
     const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
     const double rate = share.count * o_.model.context / std::max(secs, 1e-9);
     tokens_per_s = step == 0 ? rate : 0.8 * tokens_per_s + 0.2 * rate;
@@ -257,22 +287,28 @@ absl::Status Trainer::WriteOutputs() {
     // Servers without a data dir cannot snapshot; the training itself
     // succeeded, so say so loudly and go on.
     if (absl::Status s = ps_->SnapshotAll(o_.steps); !s.ok()) {
-      std::fprintf(stderr, "strata worker: WARNING: no snapshot of the final weights: %s\n",
-                   s.ToString().c_str());
+      std::fprintf(
+          stderr,
+          "strata worker: WARNING: no snapshot of the final weights: %s\n",
+          s.ToString().c_str());
     }
   }
   if (!o_.model_json_path.empty()) {
     std::ofstream f(o_.model_json_path, std::ios::trunc);
     f << GptConfigToJson(o_.model) << "\n";
-    if (!f) return absl::InternalError(absl::StrCat("cannot write ", o_.model_json_path));
+    if (!f)
+      return absl::InternalError(
+          absl::StrCat("cannot write ", o_.model_json_path));
   }
   if (!o_.weights_out.empty()) {
     std::ofstream f(o_.weights_out, std::ios::binary | std::ios::trunc);
     for (size_t i = 0; i < gpt_->params().size(); ++i) {
-      f.write(reinterpret_cast<const char*>(gpt_->param_data(static_cast<int>(i))),
-              static_cast<std::streamsize>(gpt_->params()[i].spec.numel() * 4));
+      f.write(
+          reinterpret_cast<const char*>(gpt_->param_data(static_cast<int>(i))),
+          static_cast<std::streamsize>(gpt_->params()[i].spec.numel() * 4));
     }
-    if (!f) return absl::InternalError(absl::StrCat("cannot write ", o_.weights_out));
+    if (!f)
+      return absl::InternalError(absl::StrCat("cannot write ", o_.weights_out));
   }
   return absl::OkStatus();
 }
@@ -280,19 +316,28 @@ absl::Status Trainer::WriteOutputs() {
 }  // namespace
 
 std::string GptConfigToJson(const GptConfig& c) {
-  nlohmann::json j = {{"vocab", c.vocab}, {"context", c.context}, {"layers", c.layers},
-                      {"heads", c.heads}, {"width", c.width}};
+  nlohmann::json j = {{"vocab", c.vocab},
+                      {"context", c.context},
+                      {"layers", c.layers},
+                      {"heads", c.heads},
+                      {"width", c.width}};
   return j.dump();
 }
 
 absl::StatusOr<GptConfig> GptConfigFromJson(const std::string& text) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("model config is not a JSON object");
+  nlohmann::json j =
+      nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    return absl::InvalidArgumentError("model config is not a JSON object");
   GptConfig c;
-  for (auto [key, field] : {std::pair{"vocab", &c.vocab}, {"context", &c.context},
-                            {"layers", &c.layers}, {"heads", &c.heads}, {"width", &c.width}}) {
+  for (auto [key, field] : {std::pair{"vocab", &c.vocab},
+                            {"context", &c.context},
+                            {"layers", &c.layers},
+                            {"heads", &c.heads},
+                            {"width", &c.width}}) {
     if (!j.contains(key) || !j[key].is_number_integer()) {
-      return absl::InvalidArgumentError(absl::StrCat("model config lacks integer '", key, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config lacks integer '", key, "'"));
     }
     *field = j[key].get<int>();
   }
@@ -307,14 +352,17 @@ absl::Status RunTrainer(const TrainerOptions& options) {
     // The schedule needs warm-up < total; a short run with the default
     // warm-up is still a sensible request.
     o.warmup_steps = o.steps / 2;
-    std::fprintf(stderr, "strata worker: warm-up shortened to %lld steps (half of --steps)\n",
-                 static_cast<long long>(o.warmup_steps));
+    std::fprintf(
+        stderr,
+        "strata worker: warm-up shortened to %lld steps (half of --steps)\n",
+        static_cast<long long>(o.warmup_steps));
   }
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(o.model));
   DatasetOptions dopts;
   dopts.context = o.model.context;
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<TokenDataset> data,
-                          TokenDataset::Open(o.data_path, o.model.vocab, dopts));
+  STRATA_ASSIGN_OR_RETURN(
+      std::unique_ptr<TokenDataset> data,
+      TokenDataset::Open(o.data_path, o.model.vocab, dopts));
 
   SchedulerClientOptions so;
   so.scheduler_address = o.scheduler_address;
@@ -322,18 +370,21 @@ absl::Status RunTrainer(const TrainerOptions& options) {
   STRATA_ASSIGN_OR_RETURN(auto scheduler, SchedulerClient::Connect(so));
   STRATA_ASSIGN_OR_RETURN(
       v1::View view,
-      scheduler->WaitForView([&](const v1::View& v) { return v.workers_size() >= o.workers; },
-                             absl::Seconds(120)));
-  STRATA_ASSIGN_OR_RETURN(Consistency mode,
-                          ParseConsistency(view.consistency().empty() ? "bsp" : view.consistency()));
+      scheduler->WaitForView(
+          [&](const v1::View& v) { return v.workers_size() >= o.workers; },
+          absl::Seconds(120)));
+  STRATA_ASSIGN_OR_RETURN(
+      Consistency mode,
+      ParseConsistency(view.consistency().empty() ? "bsp"
+                                                  : view.consistency()));
   STRATA_ASSIGN_OR_RETURN(int rank, RankOf(view, scheduler->member_id()));
   PsClientOptions po;
   po.push_dtype = o.push_bf16 ? v1::DTYPE_BF16 : v1::DTYPE_F32;
   STRATA_ASSIGN_OR_RETURN(auto ps, PsClient::Create(po, scheduler.get()));
   STRATA_RETURN_IF_ERROR(ps->RegisterModel(ServerModel(*gpt, o)));
   const int workers = view.workers_size();
-  Trainer trainer(o, std::move(gpt), std::move(data), std::move(scheduler), std::move(ps), mode,
-                  rank, workers);
+  Trainer trainer(o, std::move(gpt), std::move(data), std::move(scheduler),
+                  std::move(ps), mode, rank, workers);
   return trainer.Run();
 }
 

@@ -16,20 +16,21 @@ struct TrainerOptions {
   GptConfig model;
   // Text file or folder (byte-level tokens) or a token shard.
   std::string data_path = "/usr/share/common-licenses";
-  int workers = 1;           // wait until this many workers are live, then start
-  int64_t batch = 8;         // global batch in sequences, split over workers
+  int workers = 1;    // wait until this many workers are live, then start
+  int64_t batch = 8;  // global batch in sequences, split over workers
   int64_t steps = 100;
-  uint64_t seed = 1;         // data order and weight init
-  float lr = 1e-3f;          // AdamW peak learning rate
-  float weight_decay = 0.1f; // matrices only
+  uint64_t seed = 1;          // data order and weight init
+  float lr = 1e-3f;           // AdamW peak learning rate
+  float weight_decay = 0.1f;  // matrices only
   int64_t warmup_steps = 10;
-  float min_lr_ratio = 0.1f; // cosine decay floor, relative to lr
+  float min_lr_ratio = 0.1f;  // cosine decay floor, relative to lr
   // Clip the worker's gradient to this global L2 norm (0: off). Clipping
   // needs the whole gradient's norm, so with it on, pushes start after
   // backward; with it off they stream out as backward produces them.
   float grad_clip = 1.0f;
-  bool push_bf16 = false;    // push gradients as bf16 (weights stay fp32 on servers)
-  int64_t eval_every = 50;   // 0: never
+  bool push_bf16 =
+      false;  // push gradients as bf16 (weights stay fp32 on servers)
+  int64_t eval_every = 50;  // 0: never
   int eval_batches = 4;
   int64_t log_every = 10;
   std::string metrics_path;  // JSON lines, one per step; "" = none
