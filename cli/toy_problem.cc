@@ -2,21 +2,13 @@
 
 #include <cmath>
 
+#include "common/splitmix.h"
+
 namespace strata {
-namespace {
-
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 float ToyProblem::X(int64_t i, int j) const {
-  const uint64_t bits =
-      Mix(seed * 0x100000001b3ull ^ Mix(static_cast<uint64_t>(i) * 65537 + j));
+  const uint64_t bits = SplitMix(
+      seed * 0x100000001b3ull ^ SplitMix(static_cast<uint64_t>(i) * 65537 + j));
   return static_cast<float>(((bits >> 40) * (1.0 / 16777216.0)) * 2.0 - 1.0);
 }
 

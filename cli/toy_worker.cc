@@ -10,6 +10,7 @@
 #include "client/scheduler_client.h"
 #include "common/consistency.h"
 #include "common/status.h"
+#include "common/work_share.h"
 
 namespace strata {
 namespace {
@@ -46,18 +47,6 @@ ModelSpec ToyModel(const ToyWorkerOptions& o, v1::OptimizerConfig::Kind kind) {
     m.groups.push_back(probe);
   }
   return m;
-}
-
-// This worker's rank: its position among the live workers, by member id.
-// The servers sum BSP pushes in member-id order, so ranks follow it too.
-absl::StatusOr<int> RankOf(const v1::View& view, uint64_t me) {
-  std::vector<uint64_t> ids;
-  for (const auto& w : view.workers()) ids.push_back(w.id());
-  std::sort(ids.begin(), ids.end());
-  auto it = std::find(ids.begin(), ids.end(), me);
-  if (it == ids.end())
-    return absl::FailedPreconditionError("this worker is not in the view");
-  return static_cast<int>(it - ids.begin());
 }
 
 }  // namespace

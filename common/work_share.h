@@ -8,6 +8,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "strata/v1/common.pb.h"
 
 namespace strata {
 
@@ -23,6 +27,21 @@ inline Share ShareOf(int64_t step, int64_t batch, int rank, int workers) {
   s.count = base + (rank < extra ? 1 : 0);
   s.first = step * batch + rank * base + std::min<int64_t>(rank, extra);
   return s;
+}
+
+// A worker's rank: its position among the view's live workers by member id
+// (the order servers sum BSP pushes in). FAILED_PRECONDITION if `member` is
+// not a live worker of `view`.
+inline absl::StatusOr<int> RankOf(const v1::View& view, uint64_t member) {
+  std::vector<uint64_t> ids;
+  for (const auto& w : view.workers()) ids.push_back(w.id());
+  std::sort(ids.begin(), ids.end());
+  auto it = std::find(ids.begin(), ids.end(), member);
+  if (it == ids.end()) {
+    return absl::FailedPreconditionError(
+        "this worker is not a live worker of the view");
+  }
+  return static_cast<int>(it - ids.begin());
 }
 
 }  // namespace strata

@@ -2,16 +2,10 @@
 
 #include <cmath>
 
+#include "common/splitmix.h"
+
 namespace strata {
 namespace {
-
-// SplitMix64: a counter-based generator, one 64-bit draw per (key, index).
-uint64_t SplitMix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // A uniform double in (0, 1).
 double Unit(uint64_t bits) {

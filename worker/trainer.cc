@@ -78,18 +78,6 @@ absl::Status Validate(const TrainerOptions& o) {
   return absl::OkStatus();
 }
 
-// This worker's rank: its position among the live workers by member id, the
-// order in which servers sum BSP pushes.
-absl::StatusOr<int> RankOf(const v1::View& view, uint64_t me) {
-  std::vector<uint64_t> ids;
-  for (const auto& w : view.workers()) ids.push_back(w.id());
-  std::sort(ids.begin(), ids.end());
-  auto it = std::find(ids.begin(), ids.end(), me);
-  if (it == ids.end())
-    return absl::FailedPreconditionError("this worker is not in the view");
-  return static_cast<int>(it - ids.begin());
-}
-
 // One worker's training state and step.
 class Trainer {
  public:
