@@ -367,7 +367,11 @@ void PsClient::Impl::TimerLoop() {
     const absl::Time next = retries_.empty()
                                 ? absl::Now() + absl::Milliseconds(100)
                                 : retries_.begin()->first;
-    mu_.AwaitWithDeadline(absl::Condition(&stopping_), next);
+    // Wake early for a stop, or for a retry due sooner than `next`.
+    auto wake = [this, next]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || (!retries_.empty() && retries_.begin()->first < next);
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&wake), next);
     while (!retries_.empty() && retries_.begin()->first <= absl::Now()) {
       OpPtr op = retries_.begin()->second;
       retries_.erase(retries_.begin());
@@ -459,12 +463,36 @@ absl::Status PsClient::RegisterModel(const ModelSpec& model) {
 }
 const ChunkPlan& PsClient::plan() const { return impl_->plan_; }
 
+namespace {
+
+// An op that failed before it started.
+OpHandle FailedOp(absl::Status status) {
+  auto op = std::make_shared<OpHandle::State>();
+  op->Finish(std::move(status), 0, 0);
+  return OpHandle(op);
+}
+
+absl::Status CheckIndex(const char* what, int index, size_t size) {
+  if (index < 0 || static_cast<size_t>(index) >= size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " index ", index, " is not in the registered model (", size,
+        "; did RegisterModel succeed?)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 OpHandle PsClient::Push(int chunk, const float* grad, int64_t step,
                         uint64_t samples, int priority) {
+  if (absl::Status s = CheckIndex("chunk", chunk, impl_->plan_.chunks.size());
+      !s.ok()) {
+    return FailedOp(s);
+  }
   auto op = std::make_shared<OpHandle::State>();
   op->kind = OpHandle::State::kPush;
   op->chunk = chunk;
-  op->slot = impl_->plan_.chunks.at(chunk).shard;
+  op->slot = impl_->plan_.chunks[chunk].shard;
   op->priority = priority;
   op->grad = grad;
   op->step = step;
@@ -474,10 +502,14 @@ OpHandle PsClient::Push(int chunk, const float* grad, int64_t step,
 
 OpHandle PsClient::Pull(int chunk, float* dst, int64_t clock,
                         uint64_t min_version, int priority) {
+  if (absl::Status s = CheckIndex("chunk", chunk, impl_->plan_.chunks.size());
+      !s.ok()) {
+    return FailedOp(s);
+  }
   auto op = std::make_shared<OpHandle::State>();
   op->kind = OpHandle::State::kPull;
   op->chunk = chunk;
-  op->slot = impl_->plan_.chunks.at(chunk).shard;
+  op->slot = impl_->plan_.chunks[chunk].shard;
   op->priority = priority;
   op->dst = dst;
   op->step = clock;
@@ -487,8 +519,10 @@ OpHandle PsClient::Pull(int chunk, float* dst, int64_t clock,
 
 absl::Status PsClient::PushTensor(int tensor, const float* grad, int64_t step,
                                   uint64_t samples, int priority) {
+  STRATA_RETURN_IF_ERROR(
+      CheckIndex("tensor", tensor, impl_->plan_.chunks_of.size()));
   std::vector<OpHandle> ops;
-  for (int c : impl_->plan_.chunks_of.at(tensor)) {
+  for (int c : impl_->plan_.chunks_of[tensor]) {
     ops.push_back(
         Push(c, grad + impl_->plan_.chunks[c].offset, step, samples, priority));
   }
@@ -499,8 +533,10 @@ absl::Status PsClient::PushTensor(int tensor, const float* grad, int64_t step,
 
 absl::Status PsClient::PullTensor(int tensor, float* dst, int64_t clock,
                                   uint64_t min_version, int priority) {
+  STRATA_RETURN_IF_ERROR(
+      CheckIndex("tensor", tensor, impl_->plan_.chunks_of.size()));
   std::vector<OpHandle> ops;
-  for (int c : impl_->plan_.chunks_of.at(tensor)) {
+  for (int c : impl_->plan_.chunks_of[tensor]) {
     ops.push_back(Pull(c, dst + impl_->plan_.chunks[c].offset, clock,
                        min_version, priority));
   }

@@ -93,7 +93,9 @@ class SchedulerClient {
   void SetProgress(int64_t clock, double samples_per_sec);
 
   // Adds `cb`, called with each newer view (rising epochs) from the client's
-  // threads, never under its lock. Callbacks must not block for long.
+  // threads, never under its lock. Callbacks must not block for long, and
+  // whatever they use must outlive this client (they run until it is
+  // destroyed).
   void AddViewListener(std::function<void(const v1::View&)> cb);
 
   // Sets key=value. Errors: as the scheduler answers (INVALID_ARGUMENT for an

@@ -114,9 +114,11 @@ TEST(SchedulerClient, LeaveRemovesAtOnce) {
 
 TEST(SchedulerClient, ListenersSeeRisingEpochs) {
   auto scheduler = StartScheduler({});
-  auto a = ConnectWorker(*scheduler);
+  // Declared before the client: its listener writes here until the client
+  // is destroyed (views keep arriving while the others leave).
   absl::Mutex mu;
   std::vector<uint64_t> epochs;
+  auto a = ConnectWorker(*scheduler);
   a->AddViewListener([&](const v1::View& v) {
     absl::MutexLock lock(&mu);
     epochs.push_back(v.epoch());

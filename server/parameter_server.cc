@@ -275,8 +275,10 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   auto owner =
       std::unique_ptr<ParameterServer>(new ParameterServer(std::move(impl)));
   Impl& me = *owner->impl_;
+  // Pushes mostly run the optimizer, but one from a worker this server does
+  // not know yet waits up to view_wait for the view: leave room for those.
   me.push_handlers = std::make_unique<ThreadPool>(
-      std::max(4, static_cast<int>(std::thread::hardware_concurrency())));
+      std::max(16, 2 * static_cast<int>(std::thread::hardware_concurrency())));
   me.pull_handlers = std::make_unique<ThreadPool>(options.max_threads);
   me.service =
       std::make_unique<Service>(me.shard.get(), owner.get(),
@@ -294,6 +296,9 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   me.shard->set_snapshot_sink(
       [&me](int64_t step, std::unique_ptr<RamTier> capture) {
         absl::MutexLock lock(&me.snap_mu);
+        // A newer consistent cut supersedes older ones not yet written: a
+        // slow disk costs snapshots, never unbounded memory.
+        me.snap_queue.clear();
         me.snap_queue.emplace_back(step, std::move(capture));
       });
 
@@ -348,10 +353,12 @@ void ParameterServer::Shutdown() {
   if (me.shut_down) return;
   me.shut_down = true;
   me.scheduler.reset();  // leaves the cluster
+  // Wake every gate and view waiter first: gRPC's Shutdown waits for every
+  // call in flight to finish, and no push will come to release a pull.
+  me.shard->Cancel();
   if (me.server)
     me.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-  // Wake gate waiters, then run what was queued: every reactor gets finished.
-  me.shard->Cancel();
+  // Run what was queued: every reactor gets finished.
   me.pull_handlers.reset();
   me.push_handlers.reset();
   FlushSnapshots();

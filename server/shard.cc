@@ -22,7 +22,8 @@ bool SameMessage(const google::protobuf::Message& a,
 
 size_t ElementBytes(v1::DType dtype) { return dtype == v1::DTYPE_BF16 ? 2 : 4; }
 
-absl::Status ValidateChunkSpec(const v1::ChunkSpec& s) {
+absl::Status ValidateChunkSpec(const v1::ChunkSpec& s,
+                               uint64_t max_chunk_bytes) {
   if (s.tensor().empty())
     return absl::InvalidArgumentError("chunk spec without a tensor name");
   if (s.numel() == 0) {
@@ -34,14 +35,26 @@ absl::Status ValidateChunkSpec(const v1::ChunkSpec& s) {
                                                    " is not the stable id of ",
                                                    s.tensor(), "#", s.index()));
   }
+  if (s.numel() > max_chunk_bytes / 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", s.tensor(), "#", s.index(), " has ", s.numel(),
+                     " elements, over this server's limit of ", max_chunk_bytes,
+                     " bytes per chunk"));
+  }
   uint64_t numel = 1;
   for (int64_t d : s.tensor_shape()) {
-    if (d <= 0)
+    if (d <= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor ", s.tensor(), " has a non-positive dimension"));
-    numel *= static_cast<uint64_t>(d);
+    }
+    if (__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", s.tensor(), " has more than 2^64 elements"));
+    }
   }
-  if (s.tensor_shape().empty() || s.offset() + s.numel() > numel) {
+  uint64_t end = 0;
+  if (s.tensor_shape().empty() ||
+      __builtin_add_overflow(s.offset(), s.numel(), &end) || end > numel) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk ", s.tensor(), "#", s.index(),
                      " lies outside its tensor's shape"));
@@ -65,6 +78,10 @@ absl::StatusOr<v1::RegisterChunksResponse> Shard::Register(
       return absl::InvalidArgumentError("optimizer group without a name");
     STRATA_ASSIGN_OR_RETURN(OptimizerParams params,
                             OptimizerParamsFromProto(g.optimizer()));
+    if (auto dup = new_groups.find(g.name()); dup != new_groups.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer group '", g.name(), "' appears twice in one request"));
+    }
     auto it = groups_.find(g.name());
     if (it != groups_.end()) {
       if (!SameMessage(it->second->spec, g)) {
@@ -77,8 +94,14 @@ absl::StatusOr<v1::RegisterChunksResponse> Shard::Register(
     new_groups[g.name()] = params;
   }
   absl::flat_hash_map<std::string, std::vector<int64_t>> shapes;
+  absl::flat_hash_set<uint64_t> in_request;
   for (const v1::ChunkSpec& s : req.chunks()) {
-    STRATA_RETURN_IF_ERROR(ValidateChunkSpec(s));
+    if (!in_request.insert(s.chunk_id()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk ", s.tensor(), "#", s.index(),
+                       " appears twice in one request"));
+    }
+    STRATA_RETURN_IF_ERROR(ValidateChunkSpec(s, options_.max_chunk_bytes));
     if (!groups_.contains(s.group()) && !new_groups.contains(s.group())) {
       return absl::InvalidArgumentError(
           absl::StrCat("chunk ", s.tensor(), "#", s.index(),
@@ -161,12 +184,18 @@ absl::StatusOr<Shard::Chunk*> Shard::FindChunk(uint64_t id) const {
   return it->second.get();
 }
 
+bool Shard::IsLive(const ViewState& view, uint64_t member) {
+  return std::binary_search(view.workers.begin(), view.workers.end(), member);
+}
+
 Shard::ViewState Shard::view() const {
   absl::MutexLock lock(&view_mu_);
   return view_;
 }
 
 void Shard::UpdateView(const v1::View& v) {
+  // One update at a time: a stale sweep must never undo a newer one.
+  absl::MutexLock update_lock(&update_mu_);
   {
     absl::MutexLock lock(&view_mu_);
     if (v.epoch() < view_.epoch) return;  // views only move forward
@@ -210,9 +239,10 @@ absl::Status Shard::CheckMember(const v1::PushRequest& req) {
   };
   // A worker can know a newer view than this server: give ours a moment.
   const absl::Time deadline = absl::Now() + options_.view_wait;
-  while (!is_member() && view_.epoch < req.epoch()) {
+  while (!is_member() && view_.epoch < req.epoch() && !cancelled_) {
     if (view_changed_.WaitWithDeadline(&view_mu_, deadline)) break;
   }
+  if (cancelled_) return absl::UnavailableError("the server is shutting down");
   if (!is_member()) {
     return absl::FailedPreconditionError(
         absl::StrCat("member ", req.member_id(),
@@ -318,8 +348,16 @@ absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req,
 absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
                                                 const v1::PushRequest& req,
                                                 std::vector<float> grad) {
-  const ViewState now = view();
   absl::MutexLock lock(&c.mu);
+  // The view read under the chunk's lock: a view change sweeps each chunk
+  // under its lock after publishing, so a push from a worker that has left
+  // is either refused here or dropped by the sweep, never counted.
+  const ViewState now = view();
+  if (!IsLive(now, req.member_id())) {
+    GiveBuffer(std::move(grad));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "member ", req.member_id(), " left the view (epoch ", now.epoch, ")"));
+  }
   v1::PushResponse resp;
   const int64_t open_step = static_cast<int64_t>(c.rec.version);
   if (req.step() < open_step) {
@@ -356,6 +394,17 @@ absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
 
 void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
   if (c.open.empty() || options_.consistency.mode != Consistency::kBsp) return;
+  // Pushes of workers that left count for nothing: their samples are
+  // handed out again.
+  for (auto it = c.open.begin(); it != c.open.end();) {
+    if (IsLive(view, it->first)) {
+      ++it;
+    } else {
+      GiveBuffer(std::move(it->second.grad));
+      it = c.open.erase(it);
+    }
+  }
+  if (c.open.empty()) return;
   for (uint64_t w : view.workers) {
     if (!c.open.contains(w)) return;
   }
@@ -402,11 +451,24 @@ void Shard::ApplyGradient(Chunk& c, const float* grad, int64_t step) {
 absl::StatusOr<v1::PushResponse> Shard::PushAsync(
     Chunk& c, const v1::PushRequest& req, const std::vector<float>& grad) {
   absl::MutexLock lock(&c.mu);
+  const ViewState now = view();
+  if (!IsLive(now, req.member_id())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "member ", req.member_id(), " left the view (epoch ", now.epoch, ")"));
+  }
+  v1::PushResponse resp;
+  // A step this worker already pushed here is a retry of a push that was
+  // applied (e.g. its reply was lost): apply it once.
+  if (auto it = c.clocks.find(req.member_id());
+      it != c.clocks.end() && req.step() < it->second) {
+    resp.set_version(c.rec.version);
+    resp.set_applied(false);
+    return resp;
+  }
   ApplyGradient(c, grad.data(), req.step());
   int64_t& clock = c.clocks[req.member_id()];
   clock = std::max(clock, req.step() + 1);
   c.changed.SignalAll();
-  v1::PushResponse resp;
   resp.set_version(c.rec.version);
   resp.set_applied(true);
   return resp;
@@ -495,19 +557,36 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
 }
 
 void Shard::CaptureForSnapshot(const Chunk& c) {
-  absl::MutexLock lock(&snap_mu_);
-  auto& capture = pending_snapshots_[static_cast<int64_t>(c.rec.version)];
-  if (!capture) capture = std::make_unique<RamTier>();
-  (void)capture->Put(c.rec);
-  if (capture->size() < num_chunks_.load()) return;
   const int64_t step = static_cast<int64_t>(c.rec.version);
-  std::unique_ptr<RamTier> done = std::move(capture);
-  pending_snapshots_.erase(step);
-  if (snapshot_sink_) snapshot_sink_(step, std::move(done));
+  ChunkRecord copy = c.rec;  // under the chunk's lock, not snap_mu_
+  std::unique_ptr<RamTier> done;
+  {
+    absl::MutexLock lock(&snap_mu_);
+    if (step <= last_captured_step_) return;  // a newer cut is already complete
+    auto& capture = pending_snapshots_[step];
+    if (!capture) capture = std::make_unique<RamTier>();
+    (void)capture->Put(std::move(copy));
+    if (capture->size() < num_chunks_.load()) return;
+    done = std::move(capture);
+    last_captured_step_ = step;
+    // Older cuts can no longer complete consistently: drop them.
+    pending_snapshots_.erase(pending_snapshots_.begin(),
+                             pending_snapshots_.upper_bound(step));
+  }
+  SnapshotSink sink;
+  {
+    absl::MutexLock lock(&snap_mu_);
+    sink = snapshot_sink_;
+  }
+  if (sink) sink(step, std::move(done));
 }
 
 void Shard::Cancel() {
   cancelled_ = true;
+  {
+    absl::MutexLock lock(&view_mu_);
+    view_changed_.SignalAll();
+  }
   absl::MutexLock lock(&table_mu_);
   for (auto& [id, c] : chunks_) {
     absl::MutexLock chunk_lock(&c->mu);
@@ -557,7 +636,7 @@ absl::Status Shard::Restore(const std::string& metadata,
       return absl::DataLossError(
           absl::StrCat("snapshot chunk ", rec.id, " has a corrupt spec"));
     }
-    STRATA_RETURN_IF_ERROR(ValidateChunkSpec(spec));
+    STRATA_RETURN_IF_ERROR(ValidateChunkSpec(spec, options_.max_chunk_bytes));
     absl::MutexLock lock(&table_mu_);
     auto g = groups_.find(spec.group());
     if (g == groups_.end()) {

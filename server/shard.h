@@ -47,6 +47,9 @@ struct ShardOptions {
   absl::Duration view_wait = absl::Seconds(5);
   // BSP: capture a consistent snapshot every N closed steps (0: never).
   int64_t snapshot_every = 0;
+  // Largest chunk a peer may register (each costs up to 3x in RAM with
+  // Adam's state); a bigger one is INVALID_ARGUMENT.
+  uint64_t max_chunk_bytes = 256ull << 20;
   Clock* clock = Clock::Real();
 };
 
@@ -179,6 +182,7 @@ class Shard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   void CaptureForSnapshot(const Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   ViewState view() const;
+  static bool IsLive(const ViewState& view, uint64_t member);
   absl::Status CreateChunk(const v1::ChunkSpec& spec, const Group* group,
                            const ChunkRecord* restored);
 
@@ -196,6 +200,7 @@ class Shard {
   absl::flat_hash_map<std::string, std::vector<int64_t>> tensor_shapes_
       ABSL_GUARDED_BY(table_mu_);
 
+  absl::Mutex update_mu_;  // serializes UpdateView
   mutable absl::Mutex view_mu_;
   absl::CondVar view_changed_;
   ViewState view_ ABSL_GUARDED_BY(view_mu_);
@@ -208,6 +213,7 @@ class Shard {
   // step -> captured chunks so far (BSP auto-snapshots).
   std::map<int64_t, std::unique_ptr<RamTier>> pending_snapshots_
       ABSL_GUARDED_BY(snap_mu_);
+  int64_t last_captured_step_ ABSL_GUARDED_BY(snap_mu_) = -1;
 };
 
 }  // namespace strata

@@ -302,3 +302,83 @@ TEST(Shard, BspAutoSnapshotCapturesEveryChunkAtTheSameStep) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST(Shard, AsyncPushRetriedAfterALostReplyAppliesOnce) {
+  Shard shard(Opts("asp"));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(1, {1}, 1));
+  std::vector<float> g(kN, 1.0f);
+  auto first = shard.Push(PushReq(1, 0, 1), Bytes(g));
+  auto retry = shard.Push(PushReq(1, 0, 1), Bytes(g));
+  ASSERT_TRUE(first.ok() && retry.ok());
+  EXPECT_TRUE(first->applied());
+  EXPECT_FALSE(retry->applied());
+  EXPECT_FLOAT_EQ(PullNow(shard, 1, -1)[0], -1.0f);
+  ASSERT_TRUE(
+      shard.Push(PushReq(1, 1, 1), Bytes(g)).ok());  // the next step applies
+  EXPECT_FLOAT_EQ(PullNow(shard, 1, -1)[0], -2.0f);
+}
+
+TEST(Shard, RefusesChunkSpecsThatWouldExhaustMemoryOrOverflow) {
+  ShardOptions o = Opts("bsp");
+  o.max_chunk_bytes = 1 << 20;
+  Shard shard(o);
+  auto huge = OneChunk("h");
+  huge.mutable_chunks(0)->set_numel(1 << 20);  // 4 MiB > 1 MiB
+  huge.mutable_chunks(0)->set_tensor_shape(0, 1 << 20);
+  EXPECT_EQ(shard.Register(huge).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto wraps = OneChunk("o");
+  wraps.mutable_chunks(0)->clear_tensor_shape();
+  for (int i = 0; i < 3; ++i)
+    wraps.mutable_chunks(0)->add_tensor_shape(int64_t{1} << 30);
+  EXPECT_EQ(shard.Register(wraps).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto past_end = OneChunk("p");
+  past_end.mutable_chunks(0)->set_offset(UINT64_MAX - 2);
+  EXPECT_EQ(shard.Register(past_end).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard.num_chunks(), 0u);
+}
+
+TEST(Shard, RefusesARequestThatContradictsItself) {
+  Shard shard(Opts("bsp"));
+  auto twice = OneChunk();
+  *twice.add_chunks() = twice.chunks(0);
+  twice.mutable_chunks(1)->set_numel(kN - 1);
+  EXPECT_EQ(shard.Register(twice).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto groups = OneChunk();
+  *groups.add_groups() = groups.groups(0);
+  groups.mutable_groups(1)->mutable_optimizer()->set_lr(0.5f);
+  EXPECT_EQ(shard.Register(groups).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard.num_chunks(), 0u);
+}
+
+TEST(Shard, CancelReleasesPullsWaitingAtTheGate) {
+  Shard shard(Opts("bsp", absl::Seconds(60)));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(1, {1, 2}, 1));
+  ASSERT_TRUE(
+      shard.Push(PushReq(1, 0, 1), Bytes(std::vector<float>(kN, 1.0f))).ok());
+  absl::Status pulled;
+  std::thread waiter([&] {
+    v1::PullRequest r;
+    r.set_member_id(1);
+    r.set_chunk_id(ChunkId("w", 0));
+    r.set_clock(1);  // waits for worker 2, who never pushes
+    std::string out;
+    pulled = shard.Pull(r, &out).status();
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  shard.Cancel();
+  waiter.join();  // would take the full 60 s without Cancel
+  EXPECT_EQ(pulled.code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace strata

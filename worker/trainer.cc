@@ -98,6 +98,9 @@ class Trainer {
 
  private:
   absl::Status PullWeights(int64_t step);
+  // The step to start at: where the servers are (0 for a new job; later
+  // for a worker that joins a running one or restarts).
+  absl::StatusOr<int64_t> FirstStep();
   absl::StatusOr<double> ComputeAndPush(int64_t step, const Share& share,
                                         float* grad_norm);
   absl::Status PushParam(int param, int64_t step, uint64_t samples,
@@ -134,6 +137,30 @@ absl::Status Trainer::PullWeights(int64_t step) {
   return status;
 }
 
+absl::StatusOr<int64_t> Trainer::FirstStep() {
+  // Read every chunk without waiting at the gate (clock -1). BSP: the open
+  // step is the smallest chunk version (a step half-closed when we joined
+  // is one we must push too). SSP/ASP: the slowest live worker's clock.
+  const int n = static_cast<int>(gpt_->params().size());
+  std::vector<OpHandle> ops;
+  for (int i = 0; i < n; ++i) {
+    for (int c : ps_->plan().chunks_of[i]) {
+      ops.push_back(ps_->Pull(
+          c, gpt_->param_data(i) + ps_->plan().chunks[c].offset, -1, 0));
+    }
+  }
+  uint64_t min_version = UINT64_MAX;
+  int64_t min_clock = INT64_MAX;
+  for (auto& op : ops) {
+    STRATA_RETURN_IF_ERROR(op.Wait());
+    min_version = std::min(min_version, op.version());
+    min_clock = std::min(min_clock, op.min_clock());
+  }
+  if (ops.empty()) return 0;
+  return mode_.mode == Consistency::kBsp ? static_cast<int64_t>(min_version)
+                                         : min_clock;
+}
+
 absl::Status Trainer::PushParam(int param, int64_t step, uint64_t samples,
                                 std::vector<OpHandle>& ops) {
   const float* grad = gpt_->grad_data(param);
@@ -164,8 +191,14 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step, const Share& share,
   } else {
     gpt_->SetGradReadyCallback(nullptr);
   }
-  STRATA_ASSIGN_OR_RETURN(
-      float loss, gpt_->ForwardBackward(tokens_.data(), targets_.data(), B, T));
+  absl::StatusOr<float> loss_or =
+      gpt_->ForwardBackward(tokens_.data(), targets_.data(), B, T);
+  gpt_->SetGradReadyCallback(nullptr);  // it captures this frame's locals
+  if (!loss_or.ok()) {
+    for (auto& op : ops) (void)op.Wait();  // pushes in flight read grad_data
+    return loss_or.status();
+  }
+  const float loss = *loss_or;
   const int n = static_cast<int>(gpt_->params().size());
   double sq = 0;
   for (int i = 0; i < n; ++i) {
@@ -189,7 +222,6 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step, const Share& share,
   }
   absl::Status status;
   for (auto& op : ops) status.Update(op.Wait());
-  gpt_->SetGradReadyCallback(nullptr);
   if (!status.ok()) return status;
   return loss;
 }
@@ -230,7 +262,17 @@ absl::Status Trainer::Run() {
   }
   const absl::Time start = absl::Now();
   double tokens_per_s = 0;
-  for (int64_t step = 0; step < o_.steps; ++step) {
+  STRATA_ASSIGN_OR_RETURN(const int64_t first_step, FirstStep());
+  if (first_step >= o_.steps) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the servers are already at step ", first_step, " of ",
+                     o_.steps, ": nothing to train"));
+  }
+  if (first_step > 0) {
+    std::fprintf(stderr, "strata worker: joining at step %lld\n",
+                 static_cast<long long>(first_step));
+  }
+  for (int64_t step = first_step; step < o_.steps; ++step) {
     const absl::Time t0 = absl::Now();
     STRATA_RETURN_IF_ERROR(PullWeights(step));
     const Share share = ShareOf(step, o_.batch, rank_, workers_);
@@ -371,6 +413,11 @@ absl::Status RunTrainer(const TrainerOptions& options) {
   STRATA_ASSIGN_OR_RETURN(auto ps, PsClient::Create(po, scheduler.get()));
   STRATA_RETURN_IF_ERROR(ps->RegisterModel(ServerModel(*gpt, o)));
   const int workers = view.workers_size();
+  if (o.batch < workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--batch ", o.batch, " is smaller than the ", workers,
+        " live workers: every worker needs at least one sequence per step"));
+  }
   Trainer trainer(o, std::move(gpt), std::move(data), std::move(scheduler),
                   std::move(ps), mode, rank, workers);
   return trainer.Run();
