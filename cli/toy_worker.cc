@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
 #include "client/scheduler_client.h"
+#include "client/worker_session.h"
 #include "common/consistency.h"
 #include "common/status.h"
 #include "common/work_share.h"
@@ -61,24 +62,16 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
     return absl::InvalidArgumentError("--dim must be >= 1");
   STRATA_ASSIGN_OR_RETURN(auto kind, OptimizerKind(o.optimizer));
 
-  SchedulerClientOptions so;
-  so.scheduler_address = o.scheduler_address;
-  so.role = v1::ROLE_WORKER;
-  STRATA_ASSIGN_OR_RETURN(auto scheduler, SchedulerClient::Connect(so));
   STRATA_ASSIGN_OR_RETURN(
-      v1::View view,
-      scheduler->WaitForView(
-          [&](const v1::View& v) { return v.workers_size() >= o.workers; },
-          absl::Seconds(60)));
-  STRATA_ASSIGN_OR_RETURN(
-      Consistency mode,
-      ParseConsistency(view.consistency().empty() ? "bsp"
-                                                  : view.consistency()));
-  STRATA_ASSIGN_OR_RETURN(int rank, RankOf(view, scheduler->member_id()));
-  const int workers = view.workers_size();
+      WorkerSession session,
+      JoinAsWorker(o.scheduler_address, o.workers, absl::Seconds(60)));
+  SchedulerClient* scheduler = session.scheduler.get();
+  const Consistency mode = session.consistency;
+  const int rank = session.rank;
+  const int workers = session.workers;
 
   STRATA_ASSIGN_OR_RETURN(auto ps,
-                          PsClient::Create(PsClientOptions(), scheduler.get()));
+                          PsClient::Create(PsClientOptions(), scheduler));
   STRATA_RETURN_IF_ERROR(ps->RegisterModel(ToyModel(o, kind)));
 
   const int dim = o.problem.dim;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
 #include "client/scheduler_client.h"
+#include "client/worker_session.h"
 #include "common/consistency.h"
 #include "common/status.h"
 #include "common/work_share.h"
@@ -394,32 +395,24 @@ absl::Status RunTrainer(const TrainerOptions& options) {
       std::unique_ptr<TokenDataset> data,
       TokenDataset::Open(o.data_path, o.model.vocab, dopts));
 
-  SchedulerClientOptions so;
-  so.scheduler_address = o.scheduler_address;
-  so.role = v1::ROLE_WORKER;
-  STRATA_ASSIGN_OR_RETURN(auto scheduler, SchedulerClient::Connect(so));
   STRATA_ASSIGN_OR_RETURN(
-      v1::View view,
-      scheduler->WaitForView(
-          [&](const v1::View& v) { return v.workers_size() >= o.workers; },
-          absl::Seconds(120)));
-  STRATA_ASSIGN_OR_RETURN(
-      Consistency mode,
-      ParseConsistency(view.consistency().empty() ? "bsp"
-                                                  : view.consistency()));
-  STRATA_ASSIGN_OR_RETURN(int rank, RankOf(view, scheduler->member_id()));
+      WorkerSession session,
+      JoinAsWorker(o.scheduler_address, o.workers, absl::Seconds(120)));
+  const int rank = session.rank;
   PsClientOptions po;
   po.push_dtype = o.push_bf16 ? v1::DTYPE_BF16 : v1::DTYPE_F32;
-  STRATA_ASSIGN_OR_RETURN(auto ps, PsClient::Create(po, scheduler.get()));
+  STRATA_ASSIGN_OR_RETURN(auto ps,
+                          PsClient::Create(po, session.scheduler.get()));
   STRATA_RETURN_IF_ERROR(ps->RegisterModel(ServerModel(*gpt, o)));
-  const int workers = view.workers_size();
+  const int workers = session.workers;
   if (o.batch < workers) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--batch ", o.batch, " is smaller than the ", workers,
         " live workers: every worker needs at least one sequence per step"));
   }
-  Trainer trainer(o, std::move(gpt), std::move(data), std::move(scheduler),
-                  std::move(ps), mode, rank, workers);
+  Trainer trainer(o, std::move(gpt), std::move(data),
+                  std::move(session.scheduler), std::move(ps),
+                  session.consistency, rank, workers);
   return trainer.Run();
 }
 
