@@ -78,3 +78,40 @@ TEST(Cli, SchedulerRefusesADataDirThatIsNotOurs) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST(Cli, StatusShowsTheViewShardMapAndServerCounters) {
+  const std::string dir = testing::FreshDir("cli_status");
+  Child scheduler(
+      {STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0", "--num_shards",
+       "2", "--consistency", "ssp:3", "--address_file", dir + "/addr"},
+      dir + "/scheduler.log");
+  const std::string address = testing::WaitForLine(dir + "/addr");
+  ASSERT_FALSE(address.empty()) << scheduler.Output();
+  Child server({STRATA_BINARY, "server", "--scheduler", address, "--shard", "1",
+                "--address_file", dir + "/server.addr"},
+               dir + "/server.log");
+  const std::string server_address = testing::WaitForLine(dir + "/server.addr");
+  ASSERT_FALSE(server_address.empty()) << server.Output();
+  Child status({STRATA_BINARY, "status", "--scheduler", address},
+               dir + "/status.log");
+  ASSERT_EQ(status.Wait(absl::Seconds(30)), 0) << status.Output();
+  const std::string out = status.Output();
+  EXPECT_NE(out.find("consistency ssp:3"), std::string::npos) << out;
+  EXPECT_NE(out.find("shard 0  (no server)"), std::string::npos) << out;
+  EXPECT_NE(out.find("shard 1  " + server_address + "  chunks 0"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(server.Stop(), 0);
+  EXPECT_EQ(scheduler.Stop(), 0);
+
+  Child unreachable({STRATA_BINARY, "status", "--scheduler", "127.0.0.1:1"},
+                    dir + "/none.log");
+  EXPECT_EQ(unreachable.Wait(absl::Seconds(30)), 1);
+  EXPECT_NE(unreachable.Output().find("strata status:"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata
