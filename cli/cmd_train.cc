@@ -40,6 +40,9 @@ void AddModelFlags(CLI::App* cmd, GptConfig* m) {
 
 void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
   AddModelFlags(cmd, &o->model);
+  cmd->add_option("--device", o->device, "cpu, or cuda (bf16 on the GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   cmd->add_option("--data", o->data_path,
                   "text file or folder (byte-level), or a token shard")
       ->capture_default_str();
@@ -97,6 +100,7 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
       "--eval_every",   std::to_string(o.eval_every),
       "--log_every",    std::to_string(o.log_every)};
   if (o.model.recompute) f.push_back("--recompute");
+  f.insert(f.end(), {"--device", o.device});
   if (o.push_bf16) f.push_back("--push_bf16");
   if (!o.metrics_path.empty()) f.insert(f.end(), {"--metrics", o.metrics_path});
   return f;

@@ -259,21 +259,21 @@ double Gpt::flops_per_token() const {
                        static_cast<double>(config_.context);
 }
 
-absl::Status Gpt::CheckBatch(const int32_t* tokens, const int32_t* targets,
-                             int B, int T) const {
-  if (B < 1 || T < 1 || T > config_.context) {
+absl::Status ValidateBatch(const GptConfig& config, const int32_t* tokens,
+                           const int32_t* targets, int B, int T) {
+  if (B < 1 || T < 1 || T > config.context) {
     return absl::InvalidArgumentError(absl::StrCat(
         "batch shape (", B, ", ", T, ") needs B >= 1 and 1 <= T <= context (",
-        config_.context, ")"));
+        config.context, ")"));
   }
   const int64_t n = int64_t{B} * T;
   for (const int32_t* ids : {tokens, targets}) {
     if (ids == nullptr) continue;
     for (int64_t i = 0; i < n; ++i) {
-      if (ids[i] < 0 || ids[i] >= config_.vocab) {
+      if (ids[i] < 0 || ids[i] >= config.vocab) {
         return absl::InvalidArgumentError(absl::StrCat(
             ids == tokens ? "token " : "target ", ids[i], " at position ", i,
-            " is outside [0, ", config_.vocab, ")"));
+            " is outside [0, ", config.vocab, ")"));
       }
     }
   }
@@ -390,7 +390,8 @@ float Gpt::HeadLoss(const int32_t* targets, int N, bool backward) {
 absl::StatusOr<float> Gpt::ForwardBackward(const int32_t* tokens,
                                            const int32_t* targets, int B, int T,
                                            bool accumulate) {
-  if (absl::Status s = CheckBatch(tokens, targets, B, T); !s.ok()) return s;
+  if (absl::Status s = ValidateBatch(config_, tokens, targets, B, T); !s.ok())
+    return s;
   Workspace& ws = *ws_;
   ws.Resize(config_, B, T);
   if (!accumulate) std::fill(grads_.begin(), grads_.end(), 0.0f);
@@ -419,7 +420,8 @@ absl::StatusOr<float> Gpt::ForwardBackward(const int32_t* tokens,
 
 absl::StatusOr<float> Gpt::Loss(const int32_t* tokens, const int32_t* targets,
                                 int B, int T) {
-  if (absl::Status s = CheckBatch(tokens, targets, B, T); !s.ok()) return s;
+  if (absl::Status s = ValidateBatch(config_, tokens, targets, B, T); !s.ok())
+    return s;
   ws_->Resize(config_, B, T);
   ForwardTrunk(tokens, B, T);
   return HeadLoss(targets, B * T, /*backward=*/false);

@@ -11,61 +11,40 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/chunk_plan.h"
+#include "worker/model.h"
 
 namespace strata {
 
-// The shape of a GPT.
-struct GptConfig {
-  int vocab = 256;         // token ids are in [0, vocab)
-  int context = 64;        // longest sequence (rows of the position table)
-  int layers = 2;          // transformer blocks
-  int heads = 2;           // attention heads; must divide width
-  int width = 64;          // channels C
-  bool recompute = false;  // keep only block inputs; recompute in backward
-
-  // INVALID_ARGUMENT unless every size is positive, heads divides width and
-  // vocab <= 65536 (tokens are stored as uint16 in shards).
-  absl::Status Validate() const;
-};
-
-// One parameter tensor: its spec (name, shape, optimizer group: "decay" for
-// matrices, "no_decay" for biases, LayerNorm and position embeddings) and
-// how InitParams fills it.
-struct ParamInfo {
-  TensorSpec spec;
-  enum Init { kNormal, kZeros, kOnes } init = kZeros;
-  float init_scale = 0;  // standard deviation for kNormal
-};
-
-// The model. Not thread-safe: one call at a time. The kernels it calls use
-// the process-wide kernel thread pool (kernels/parallel.h).
-class Gpt {
+// The model on the CPU (device "cpu"). Not thread-safe: one call at a time.
+// The kernels it calls use the process-wide kernel thread pool
+// (kernels/parallel.h).
+class Gpt : public Model {
  public:
   // Builds a model with zeroed parameters (call InitParams). INVALID_ARGUMENT
   // for a bad config.
   static absl::StatusOr<std::unique_ptr<Gpt>> Create(const GptConfig& config);
 
-  ~Gpt();
+  ~Gpt() override;
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
 
-  const GptConfig& config() const { return config_; }
+  const GptConfig& config() const override { return config_; }
 
   // The parameter tensors in forward order: wte, wpe, then per block
   // ln1.{weight,bias}, attn.qkv.{weight,bias}, attn.proj.{weight,bias},
   // ln2.{weight,bias}, mlp.fc.{weight,bias}, mlp.proj.{weight,bias}, then
   // lnf.{weight,bias}. Matrices are (out, in).
-  const std::vector<ParamInfo>& params() const { return params_; }
+  const std::vector<ParamInfo>& params() const override { return params_; }
 
   // Parameter i's values and gradient: spec.numel() fp32 values each, owned
   // by the model, valid for its lifetime. REQUIRES: 0 <= i < params().size().
-  float* param_data(int i);
-  float* grad_data(int i);
+  float* param_data(int i) override;
+  float* grad_data(int i) override;
 
   // Fills every parameter per its ParamInfo (GPT-2 init: N(0, 0.02), the
   // residual projections scaled by 1/sqrt(2 * layers)), deterministically
@@ -79,18 +58,18 @@ class Gpt {
   // or a token or target is outside [0, vocab).
   absl::StatusOr<float> ForwardBackward(const int32_t* tokens,
                                         const int32_t* targets, int B, int T,
-                                        bool accumulate = false);
+                                        bool accumulate = false) override;
 
   // The mean cross-entropy only (no gradients touched). Errors as above.
   absl::StatusOr<float> Loss(const int32_t* tokens, const int32_t* targets,
-                             int B, int T);
+                             int B, int T) override;
 
   // Sets a function that ForwardBackward calls, on the calling thread, as
   // soon as parameter i's gradient is final for this call: lnf first, then
   // blocks from last to first, wpe and wte (tied to the LM head) last. The
   // function must not call into the model; it may read grad_data(i) (which
   // stays unchanged until the next ForwardBackward). Empty: no calls.
-  void SetGradReadyCallback(std::function<void(int param_index)> cb);
+  void SetGradReadyCallback(std::function<void(int param_index)> cb) override;
 
   // Extends `prompt` by new_tokens tokens, sampled from the model (the last
   // `context` tokens are its input) at `temperature` (<= 0: greedy), with a
@@ -103,22 +82,24 @@ class Gpt {
                                                 uint64_t seed);
 
   // The number of parameters (wte counted once).
-  int64_t num_params() const { return num_params_; }
+  int64_t num_params() const override { return num_params_; }
 
   // Training FLOPs per token at the full context, PaLM's estimate (Chowdhery
   // et al. 2022, appendix B): 6 * N + 12 * layers * width * context, where N
   // excludes the position embeddings (a lookup, no multiplies) and the
   // second term is the attention score and value products (counting the
   // masked half, as PaLM does).
-  double flops_per_token() const;
+  double flops_per_token() const override;
+
+  std::string device() const override { return "cpu"; }
+  // 0: the CPU's peak is not known.
+  double peak_flops() const override { return 0; }
 
  private:
   struct Workspace;
   explicit Gpt(const GptConfig& config);
 
   void BuildParams();
-  absl::Status CheckBatch(const int32_t* tokens, const int32_t* targets, int B,
-                          int T) const;
   // Forward through the blocks and the final LayerNorm into workspace.
   void ForwardTrunk(const int32_t* tokens, int B, int T);
   void BlockForward(int layer, int B, int T);

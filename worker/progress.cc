@@ -51,6 +51,7 @@ void Progress::Step(const StepMetrics& m) {
                         {"grad_norm", m.grad_norm},
                         {"elapsed_s", absl::ToDoubleSeconds(m.elapsed)}};
     if (m.eval_loss) j["eval_loss"] = *m.eval_loss;
+    if (m.mfu) j["mfu"] = *m.mfu;
     std::fprintf(metrics_, "%s\n", j.dump().c_str());
     std::fflush(metrics_);
   }
@@ -63,6 +64,7 @@ void Progress::Step(const StepMetrics& m) {
   std::string line = absl::StrFormat(
       "step %d/%d  loss %.4f  %.0f tok/s  lr %.2e  ETA %s", done, m.total_steps,
       m.loss, m.tokens_per_s, m.lr, FormatDuration(eta));
+  if (m.mfu) absl::StrAppendFormat(&line, "  MFU %.1f%%", 100 * *m.mfu);
   if (m.eval_loss)
     absl::StrAppendFormat(&line, "  eval_loss %.4f", *m.eval_loss);
   if (tty_) {

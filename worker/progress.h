@@ -24,6 +24,8 @@ struct StepMetrics {
   double tokens_per_s = 0;  // this worker's throughput, smoothed
   double lr = 0;
   double grad_norm = 0;  // before clipping
+  std::optional<double>
+      mfu;  // model FLOPs utilization, where the peak is known (GPUs)
   absl::Duration elapsed;
 };
 

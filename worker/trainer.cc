@@ -25,7 +25,7 @@ namespace {
 
 // The model as the servers hold it: one tensor per parameter, AdamW with
 // decay on matrices only, initial values drawn on the servers.
-ModelSpec ServerModel(const Gpt& gpt, const TrainerOptions& o) {
+ModelSpec ServerModel(const Model& gpt, const TrainerOptions& o) {
   ModelSpec m;
   m.chunk_bytes = o.chunk_bytes;
   for (const ParamInfo& p : gpt.params()) {
@@ -82,7 +82,7 @@ absl::Status Validate(const TrainerOptions& o) {
 // One worker's training state and step.
 class Trainer {
  public:
-  Trainer(const TrainerOptions& o, std::unique_ptr<Gpt> gpt,
+  Trainer(const TrainerOptions& o, std::unique_ptr<Model> gpt,
           std::unique_ptr<TokenDataset> data,
           std::unique_ptr<SchedulerClient> scheduler,
           std::unique_ptr<PsClient> ps, Consistency mode, int rank, int workers)
@@ -110,7 +110,7 @@ class Trainer {
   absl::Status WriteOutputs();
 
   const TrainerOptions& o_;
-  std::unique_ptr<Gpt> gpt_;
+  std::unique_ptr<Model> gpt_;
   std::unique_ptr<TokenDataset> data_;
   std::unique_ptr<SchedulerClient> scheduler_;
   std::unique_ptr<PsClient> ps_;
@@ -254,12 +254,12 @@ absl::Status Trainer::Run() {
     std::fprintf(
         stderr,
         "strata worker: GPT %d layers, %d heads, width %d, context %d, vocab "
-        "%d: %lld "
-        "parameters, %.3g FLOPs/token; %d worker(s), global batch %lld, %s\n",
+        "%d: %lld parameters, %.3g FLOPs/token, on %s; %d worker(s), global "
+        "batch %lld, %s\n",
         o_.model.layers, o_.model.heads, o_.model.width, o_.model.context,
         o_.model.vocab, static_cast<long long>(gpt_->num_params()),
-        gpt_->flops_per_token(), workers_, static_cast<long long>(o_.batch),
-        mode_.ToString().c_str());
+        gpt_->flops_per_token(), gpt_->device().c_str(), workers_,
+        static_cast<long long>(o_.batch), mode_.ToString().c_str());
   }
   const absl::Time start = absl::Now();
   double tokens_per_s = 0;
@@ -289,6 +289,9 @@ absl::Status Trainer::Run() {
     m.total_steps = o_.steps;
     m.loss = loss;
     m.tokens_per_s = tokens_per_s;
+    if (gpt_->peak_flops() > 0) {
+      m.mfu = tokens_per_s * gpt_->flops_per_token() / gpt_->peak_flops();
+    }
     m.grad_norm = grad_norm;
     OptimizerParams lr_params;
     lr_params.lr = o_.lr;
@@ -388,7 +391,8 @@ absl::Status RunTrainer(const TrainerOptions& options) {
         "strata worker: warm-up shortened to %lld steps (half of --steps)\n",
         static_cast<long long>(o.warmup_steps));
   }
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(o.model));
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Model> gpt,
+                          CreateModel(o.model, o.device));
   DatasetOptions dopts;
   dopts.context = o.model.context;
   STRATA_ASSIGN_OR_RETURN(

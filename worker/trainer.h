@@ -7,13 +7,16 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "worker/gpt.h"
+#include "worker/model.h"
 
 namespace strata {
 
 struct TrainerOptions {
   std::string scheduler_address;
   GptConfig model;
+  // "cpu", or "cuda" (bf16 compute on the GPU; fp32 master weights stay on
+  // the servers).
+  std::string device = "cpu";
   // Text file or folder (byte-level tokens) or a token shard.
   std::string data_path = "/usr/share/common-licenses";
   int workers = 1;    // wait until this many workers are live, then start

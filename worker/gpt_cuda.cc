@@ -1,0 +1,537 @@
+#include "worker/gpt_cuda.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/cuda_ops.h"
+#include "worker/gpt_cuda_convert.h"
+
+namespace strata {
+namespace {
+
+namespace kc = ::strata::kernels::cuda;
+using kc::bf16;
+
+// Parameters of one block, in forward order (as in gpt.cc; Gpt::params()
+// documents the order, which both models share).
+enum Slot {
+  kLn1W,
+  kLn1B,
+  kQkvW,
+  kQkvB,
+  kAttnProjW,
+  kAttnProjB,
+  kLn2W,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kFcProjW,
+  kFcProjB,
+  kSlotsPerLayer
+};
+constexpr int kWte = 0;
+constexpr int kWpe = 1;
+constexpr int kFirstBlockParam = 2;
+
+// The LM head computes fp32 logits for at most this many floats of
+// positions at a time (64 MiB, plus half that of bf16 dlogits).
+constexpr int64_t kHeadChunkFloats = int64_t{1} << 24;
+
+absl::Status Cuda(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  // Reset a non-sticky error (e.g. out of memory) so that the next launch
+  // check does not report it again.
+  cudaGetLastError();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
+}
+
+absl::Status Cublas(cublasStatus_t err, const char* what) {
+  if (err == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat(what, ": cuBLAS status ", static_cast<int>(err)));
+}
+
+// One device allocation that only grows; freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, nullptr)),
+        bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+
+  // Makes room for `bytes`; the contents are lost when it grows.
+  absl::Status Reserve(int64_t bytes) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    if (ptr_ != nullptr) cudaFree(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+    STRATA_RETURN_IF_ERROR(Cuda(cudaMalloc(&ptr_, bytes), "cudaMalloc"));
+    bytes_ = bytes;
+    return absl::OkStatus();
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// Activations of one block for a (B,T) batch; N = B*T. bf16 unless noted.
+struct BlockActs {
+  DeviceBuffer ln1, ln1_mean, ln1_rstd;  // (N,C), (N) fp32, (N) fp32
+  DeviceBuffer qkv;                      // (N,3C)
+  DeviceBuffer att;                      // (B,NH,T,T) probabilities
+  DeviceBuffer atty;                     // (N,C) attention output
+  DeviceBuffer res2;                     // (N,C) x + attention branch
+  DeviceBuffer ln2, ln2_mean, ln2_rstd;  // (N,C), (N) fp32, (N) fp32
+  DeviceBuffer fch, fch_gelu;            // (N,4C)
+};
+
+}  // namespace
+
+double CudaPeakBf16Flops(const std::string& name) {
+  // Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's datasheets.
+  if (absl::StrContains(name, "H100") || absl::StrContains(name, "H200")) {
+    if (absl::StrContains(name, "PCIe")) return 756e12;
+    if (absl::StrContains(name, "NVL")) return 835e12;
+    return 989e12;  // SXM (and GH200)
+  }
+  if (absl::StrContains(name, "A100")) return 312e12;
+  return 0;
+}
+
+// Everything on the device: weights, gradients, activations, the stream.
+// The flat parameter layout mirrors the host Gpt's (same offsets, padding
+// included), so weights go up and gradients come back in bulk copies.
+struct GptCuda::Device {
+  std::unique_ptr<kc::Context> ctx;
+  std::vector<int64_t> offsets;     // of each parameter in the flat layout
+  int64_t total = 0;                // floats in the flat layout
+  DeviceBuffer master;              // (total) fp32 copy of param_data
+  DeviceBuffer weights;             // (total) bf16
+  DeviceBuffer grads;               // (total) fp32
+  std::vector<cudaEvent_t> copied;  // per parameter: gradient is on the host
+  std::vector<int> ready_order;     // parameters in the order they finished
+  std::vector<void*> registered;    // host ranges pinned with cudaHostRegister
+
+  int B = 0, T = 0;
+  DeviceBuffer tokens, targets;   // (N) int32
+  DeviceBuffer x;                 // (L+1,N,C): block inputs, then the output
+  std::vector<BlockActs> blocks;  // one per layer, or one with recompute
+  DeviceBuffer branch;            // (N,C) a branch's output before its add
+  DeviceBuffer lnf, lnf_mean, lnf_rstd;  // (N,C), (N) fp32, (N) fp32
+  DeviceBuffer logits;                   // (rows,V) fp32
+  DeviceBuffer dlogits;                  // (rows,V)
+  DeviceBuffer losses;                   // (N) fp32
+  DeviceBuffer dres, dln;                // (N,C) residual gradient, scratch
+  DeviceBuffer dqkv;                     // (N,3C)
+  DeviceBuffer dfch;                     // (N,4C)
+  DeviceBuffer scores;                   // (B,NH,T,T) fp32 scratch
+  DeviceBuffer dsoft;                    // (B,NH,T,T) scratch
+  std::vector<float> host_losses;
+
+  ~Device() {
+    for (cudaEvent_t e : copied) cudaEventDestroy(e);
+    for (void* p : registered) cudaHostUnregister(p);
+  }
+
+  bf16* W(int param) const { return weights.as<bf16>() + offsets[param]; }
+  float* G(int param) const { return grads.as<float>() + offsets[param]; }
+  static int Block(int layer, int slot) {
+    return kFirstBlockParam + layer * kSlotsPerLayer + slot;
+  }
+  // Rows of logits the LM head computes at once.
+  static int HeadRows(int vocab, int N) {
+    return static_cast<int>(
+        std::clamp<int64_t>(kHeadChunkFloats / vocab, 1, N));
+  }
+
+  absl::Status Resize(const GptConfig& cfg, int b, int t);
+};
+
+absl::Status GptCuda::Device::Resize(const GptConfig& cfg, int b, int t) {
+  if (b == B && t == T) return absl::OkStatus();
+  const int64_t N = int64_t{b} * t, C = cfg.width, bf = sizeof(bf16), f = 4;
+  const int64_t att = int64_t{b} * cfg.heads * t * t;
+  blocks.resize(cfg.recompute ? 1 : cfg.layers);
+  for (BlockActs& a : blocks) {
+    for (DeviceBuffer* d : {&a.ln1, &a.atty, &a.res2, &a.ln2}) {
+      STRATA_RETURN_IF_ERROR(d->Reserve(N * C * bf));
+    }
+    for (DeviceBuffer* d :
+         {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) {
+      STRATA_RETURN_IF_ERROR(d->Reserve(N * f));
+    }
+    STRATA_RETURN_IF_ERROR(a.qkv.Reserve(N * 3 * C * bf));
+    STRATA_RETURN_IF_ERROR(a.att.Reserve(att * bf));
+    STRATA_RETURN_IF_ERROR(a.fch.Reserve(N * 4 * C * bf));
+    STRATA_RETURN_IF_ERROR(a.fch_gelu.Reserve(N * 4 * C * bf));
+  }
+  const int64_t rows = HeadRows(cfg.vocab, static_cast<int>(N));
+  const std::pair<DeviceBuffer*, int64_t> sizes[] = {
+      {&tokens, N * 4},
+      {&targets, N * 4},
+      {&x, (cfg.layers + 1) * N * C * bf},
+      {&branch, N * C * bf},
+      {&lnf, N * C * bf},
+      {&lnf_mean, N * f},
+      {&lnf_rstd, N * f},
+      {&logits, rows * cfg.vocab * f},
+      {&dlogits, rows * cfg.vocab * bf},
+      {&losses, N * f},
+      {&dres, N * C * bf},
+      {&dln, N * C * bf},
+      {&dqkv, N * 3 * C * bf},
+      {&dfch, N * 4 * C * bf},
+      {&scores, att * f},
+      {&dsoft, att * bf},
+  };
+  for (const auto& [buffer, bytes] : sizes) {
+    STRATA_RETURN_IF_ERROR(buffer->Reserve(bytes));
+  }
+  host_losses.resize(N);
+  B = b;
+  T = t;
+  return absl::OkStatus();
+}
+
+GptCuda::GptCuda(std::unique_ptr<Gpt> host, int ordinal)
+    : host_(std::move(host)),
+      ordinal_(ordinal),
+      dev_(std::make_unique<Device>()) {}
+
+GptCuda::~GptCuda() = default;
+
+absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(
+    const GptConfig& config, int ordinal) {
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> host, Gpt::Create(config));
+  const int count = kc::DeviceCount();
+  if (count == 0) {
+    return absl::UnavailableError(
+        "device \"cuda\": no CUDA device is present (or no driver)");
+  }
+  if (ordinal < 0 || ordinal >= count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CUDA device ", ordinal, " does not exist (", count, " present)"));
+  }
+  STRATA_RETURN_IF_ERROR(Cuda(cudaSetDevice(ordinal), "cudaSetDevice"));
+  std::unique_ptr<GptCuda> m(new GptCuda(std::move(host), ordinal));
+  cudaDeviceProp prop;
+  STRATA_RETURN_IF_ERROR(
+      Cuda(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties"));
+  m->peak_flops_ = CudaPeakBf16Flops(prop.name);
+
+  Device& d = *m->dev_;
+  STRATA_ASSIGN_OR_RETURN(d.ctx, kc::Context::Create());
+  const int n = static_cast<int>(m->params().size());
+  const float* base = m->param_data(0);
+  for (int i = 0; i < n; ++i) d.offsets.push_back(m->param_data(i) - base);
+  d.total =
+      d.offsets.back() + static_cast<int64_t>(m->params().back().spec.numel());
+  STRATA_RETURN_IF_ERROR(d.master.Reserve(d.total * 4));
+  STRATA_RETURN_IF_ERROR(d.weights.Reserve(d.total * sizeof(bf16)));
+  STRATA_RETURN_IF_ERROR(d.grads.Reserve(d.total * 4));
+  d.copied.resize(n, nullptr);
+  for (cudaEvent_t& e : d.copied) {
+    STRATA_RETURN_IF_ERROR(
+        Cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+             "cudaEventCreate"));
+  }
+  // Pinned host buffers make the per-step copies asynchronous and about
+  // twice as fast; without pinning (e.g. a locked-memory limit) they still
+  // work, so a failure here is not an error.
+  for (float* p : {m->param_data(0), m->grad_data(0)}) {
+    if (cudaHostRegister(p, d.total * 4, cudaHostRegisterDefault) ==
+        cudaSuccess) {
+      d.registered.push_back(p);
+    } else {
+      cudaGetLastError();  // clear it
+    }
+  }
+  return m;
+}
+
+std::string GptCuda::device() const { return absl::StrCat("cuda:", ordinal_); }
+
+void GptCuda::SetGradReadyCallback(std::function<void(int)> cb) {
+  grad_ready_ = std::move(cb);
+}
+
+// ---------------------------------------------------------------------------
+// Forward and backward. N = B*T positions, C = width, NH = heads. Every step
+// is enqueued on the context's stream; the host waits only for gradients
+// (ForwardBackward) and the losses.
+
+absl::Status GptCuda::Prepare(const int32_t* tokens, const int32_t* targets,
+                              int B, int T) {
+  STRATA_RETURN_IF_ERROR(ValidateBatch(config(), tokens, targets, B, T));
+  if (tokens == nullptr || targets == nullptr) {
+    return absl::InvalidArgumentError("tokens and targets must not be null");
+  }
+  STRATA_RETURN_IF_ERROR(Cuda(cudaSetDevice(ordinal_), "cudaSetDevice"));
+  Device& d = *dev_;
+  STRATA_RETURN_IF_ERROR(d.Resize(config(), B, T));
+  cudaStream_t s = d.ctx->stream();
+  const int64_t ids_bytes = int64_t{B} * T * 4;
+  STRATA_RETURN_IF_ERROR(
+      Cuda(cudaMemcpyAsync(d.tokens.as<int32_t>(), tokens, ids_bytes,
+                           cudaMemcpyHostToDevice, s),
+           "copy tokens"));
+  STRATA_RETURN_IF_ERROR(
+      Cuda(cudaMemcpyAsync(d.targets.as<int32_t>(), targets, ids_bytes,
+                           cudaMemcpyHostToDevice, s),
+           "copy targets"));
+  STRATA_RETURN_IF_ERROR(
+      Cuda(cudaMemcpyAsync(d.master.as<float>(), param_data(0), d.total * 4,
+                           cudaMemcpyHostToDevice, s),
+           "copy weights"));
+  return gpt_cuda::FloatToBf16(s, d.weights.as<bf16>(), d.master.as<float>(),
+                               d.total);
+}
+
+absl::Status GptCuda::ForwardTrunk(int B, int T) {
+  Device& d = *dev_;
+  kc::Context& ctx = *d.ctx;
+  const int N = B * T, C = config().width, L = config().layers;
+  STRATA_RETURN_IF_ERROR(kc::EncoderForward(ctx, d.x.as<bf16>(),
+                                            d.tokens.as<int32_t>(), d.W(kWte),
+                                            d.W(kWpe), B, T, C));
+  for (int l = 0; l < L; ++l) STRATA_RETURN_IF_ERROR(BlockForward(l, B, T));
+  const int lnf = Device::Block(L, 0);
+  return kc::LayerNormForward(
+      ctx, d.lnf.as<bf16>(), d.lnf_mean.as<float>(), d.lnf_rstd.as<float>(),
+      d.x.as<bf16>() + int64_t{L} * N * C, d.W(lnf), d.W(lnf + 1), N, C);
+}
+
+// x[l+1] = x[l] + attn(ln1(x[l])) + mlp(ln2(...)), keeping what backward
+// needs in the layer's BlockActs. Unlike the CPU model, the residual adds
+// are separate kernels (the projections' GEMMs write bf16 with beta = 0).
+absl::Status GptCuda::BlockForward(int l, int B, int T) {
+  Device& d = *dev_;
+  kc::Context& ctx = *d.ctx;
+  BlockActs& a = d.blocks[config().recompute ? 0 : l];
+  const int N = B * T, C = config().width, NH = config().heads;
+  const int64_t NC = int64_t{N} * C;
+  const bf16* x = d.x.as<bf16>() + l * NC;
+  bf16* y = d.x.as<bf16>() + (l + 1) * NC;
+  bf16* branch = d.branch.as<bf16>();
+  auto w = [&](int slot) { return d.W(Device::Block(l, slot)); };
+  STRATA_RETURN_IF_ERROR(kc::LayerNormForward(
+      ctx, a.ln1.as<bf16>(), a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(), x,
+      w(kLn1W), w(kLn1B), N, C));
+  STRATA_RETURN_IF_ERROR(kc::MatmulForward(ctx, a.qkv.as<bf16>(),
+                                           a.ln1.as<bf16>(), w(kQkvW), w(kQkvB),
+                                           N, C, 3 * C));
+  STRATA_RETURN_IF_ERROR(kc::AttentionForward(
+      ctx, a.atty.as<bf16>(), a.att.as<bf16>(), d.scores.as<float>(),
+      a.qkv.as<bf16>(), B, T, C, NH));
+  STRATA_RETURN_IF_ERROR(kc::MatmulForward(
+      ctx, branch, a.atty.as<bf16>(), w(kAttnProjW), w(kAttnProjB), N, C, C));
+  STRATA_RETURN_IF_ERROR(
+      kc::ResidualForward(ctx, a.res2.as<bf16>(), x, branch, NC));
+  STRATA_RETURN_IF_ERROR(kc::LayerNormForward(
+      ctx, a.ln2.as<bf16>(), a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(),
+      a.res2.as<bf16>(), w(kLn2W), w(kLn2B), N, C));
+  STRATA_RETURN_IF_ERROR(kc::MatmulForward(
+      ctx, a.fch.as<bf16>(), a.ln2.as<bf16>(), w(kFcW), w(kFcB), N, C, 4 * C));
+  STRATA_RETURN_IF_ERROR(
+      kc::GeluForward(ctx, a.fch_gelu.as<bf16>(), a.fch.as<bf16>(), 4 * NC));
+  STRATA_RETURN_IF_ERROR(kc::MatmulForward(ctx, branch, a.fch_gelu.as<bf16>(),
+                                           w(kFcProjW), w(kFcProjB), N, 4 * C,
+                                           C));
+  return kc::ResidualForward(ctx, y, a.res2.as<bf16>(), branch, NC);
+}
+
+// On entry d.dres is dL/dx[l+1]; on exit it is dL/dx[l]. The same steps as
+// Gpt::BlockBackward; LayerNormBackward adds into dres, which carries the
+// residual path's gradient.
+absl::Status GptCuda::BlockBackward(int l, int B, int T) {
+  Device& d = *dev_;
+  kc::Context& ctx = *d.ctx;
+  BlockActs& a = d.blocks[config().recompute ? 0 : l];
+  const int N = B * T, C = config().width, NH = config().heads;
+  const bf16* x = d.x.as<bf16>() + int64_t{l} * N * C;
+  bf16* dres = d.dres.as<bf16>();
+  bf16* dln = d.dln.as<bf16>();
+  bf16* dfch = d.dfch.as<bf16>();
+  auto w = [&](int slot) { return d.W(Device::Block(l, slot)); };
+  auto g = [&](int slot) { return d.G(Device::Block(l, slot)); };
+  auto ready = [&](int slot) {
+    STRATA_RETURN_IF_ERROR(GradReady(Device::Block(l, slot)));
+    return GradReady(Device::Block(l, slot + 1));
+  };
+  // MLP branch.
+  STRATA_RETURN_IF_ERROR(kc::MatmulBackward(ctx, dfch, g(kFcProjW), g(kFcProjB),
+                                            dres, a.fch_gelu.as<bf16>(),
+                                            w(kFcProjW), N, 4 * C, C));
+  STRATA_RETURN_IF_ERROR(ready(kFcProjW));
+  STRATA_RETURN_IF_ERROR(
+      kc::GeluBackward(ctx, dfch, a.fch.as<bf16>(), dfch, int64_t{N} * 4 * C));
+  STRATA_RETURN_IF_ERROR(kc::MatmulBackward(ctx, dln, g(kFcW), g(kFcB), dfch,
+                                            a.ln2.as<bf16>(), w(kFcW), N, C,
+                                            4 * C));
+  STRATA_RETURN_IF_ERROR(ready(kFcW));
+  STRATA_RETURN_IF_ERROR(kc::LayerNormBackward(
+      ctx, dres, g(kLn2W), g(kLn2B), dln, a.res2.as<bf16>(), w(kLn2W),
+      a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), N, C));
+  STRATA_RETURN_IF_ERROR(ready(kLn2W));
+  // Attention branch; dres is now dL/dres2.
+  STRATA_RETURN_IF_ERROR(
+      kc::MatmulBackward(ctx, dln, g(kAttnProjW), g(kAttnProjB), dres,
+                         a.atty.as<bf16>(), w(kAttnProjW), N, C, C));
+  STRATA_RETURN_IF_ERROR(ready(kAttnProjW));
+  STRATA_RETURN_IF_ERROR(kc::AttentionBackward(
+      ctx, d.dqkv.as<bf16>(), d.scores.as<float>(), d.dsoft.as<bf16>(), dln,
+      a.qkv.as<bf16>(), a.att.as<bf16>(), B, T, C, NH));
+  STRATA_RETURN_IF_ERROR(kc::MatmulBackward(ctx, dln, g(kQkvW), g(kQkvB),
+                                            d.dqkv.as<bf16>(), a.ln1.as<bf16>(),
+                                            w(kQkvW), N, C, 3 * C));
+  STRATA_RETURN_IF_ERROR(ready(kQkvW));
+  STRATA_RETURN_IF_ERROR(kc::LayerNormBackward(
+      ctx, dres, g(kLn1W), g(kLn1B), dln, x, w(kLn1W), a.ln1_mean.as<float>(),
+      a.ln1_rstd.as<float>(), N, C));
+  return ready(kLn1W);
+}
+
+// The tied LM head and the per-position losses, in chunks of rows: logits
+// (rows,V) fp32 = lnf (rows,C) @ wte^T, then the fused softmax
+// cross-entropy; with backward, also dL/d(lnf output) into dln and the
+// head's part of the wte gradient.
+absl::Status GptCuda::HeadLoss(int N, bool backward) {
+  Device& d = *dev_;
+  kc::Context& ctx = *d.ctx;
+  const int C = config().width, V = config().vocab;
+  const int rows = Device::HeadRows(V, N);
+  const float alpha = 1.0f, beta = 0.0f;
+  for (int n0 = 0; n0 < N; n0 += rows) {
+    const int nc = std::min(rows, N - n0);
+    const bf16* lnf = d.lnf.as<bf16>() + int64_t{n0} * C;
+    // cuBLAS is column-major: logits^T (V,nc) = wte (C,V)^T lnf^T (C,nc).
+    STRATA_RETURN_IF_ERROR(
+        Cublas(cublasGemmEx(ctx.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, V, nc, C,
+                            &alpha, d.W(kWte), CUDA_R_16BF, C, lnf, CUDA_R_16BF,
+                            C, &beta, d.logits.as<float>(), CUDA_R_32F, V,
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "LM head cublasGemmEx"));
+    STRATA_RETURN_IF_ERROR(kc::SoftmaxCrossEntropyFused(
+        ctx, d.dlogits.as<bf16>(), d.losses.as<float>() + n0,
+        d.logits.as<float>(), d.targets.as<int32_t>() + n0, 1.0f / N, nc, V));
+    if (!backward) continue;
+    STRATA_RETURN_IF_ERROR(kc::MatmulBackward(
+        ctx, d.dln.as<bf16>() + int64_t{n0} * C, d.G(kWte), nullptr,
+        d.dlogits.as<bf16>(), lnf, d.W(kWte), nc, C, V));
+  }
+  return absl::OkStatus();
+}
+
+// Enqueues the copy of parameter i's (final) gradient to grad_data(i).
+absl::Status GptCuda::GradReady(int i) {
+  Device& d = *dev_;
+  const int64_t bytes = static_cast<int64_t>(params()[i].spec.numel()) * 4;
+  STRATA_RETURN_IF_ERROR(
+      Cuda(cudaMemcpyAsync(grad_data(i), d.G(i), bytes, cudaMemcpyDeviceToHost,
+                           d.ctx->stream()),
+           "copy gradient"));
+  STRATA_RETURN_IF_ERROR(
+      Cuda(cudaEventRecord(d.copied[i], d.ctx->stream()), "cudaEventRecord"));
+  d.ready_order.push_back(i);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float> GptCuda::FetchMeanLoss(int N) {
+  Device& d = *dev_;
+  // Into pageable memory, so this also waits for the device.
+  STRATA_RETURN_IF_ERROR(Cuda(
+      cudaMemcpyAsync(d.host_losses.data(), d.losses.as<float>(),
+                      int64_t{N} * 4, cudaMemcpyDeviceToHost, d.ctx->stream()),
+      "copy losses"));
+  STRATA_RETURN_IF_ERROR(d.ctx->Synchronize());
+  double total = 0;
+  for (int i = 0; i < N; ++i) total += d.host_losses[i];
+  return static_cast<float>(total / N);
+}
+
+absl::StatusOr<float> GptCuda::RunForwardBackward(const int32_t* tokens,
+                                                  const int32_t* targets, int B,
+                                                  int T, bool accumulate) {
+  STRATA_RETURN_IF_ERROR(Prepare(tokens, targets, B, T));
+  Device& d = *dev_;
+  cudaStream_t s = d.ctx->stream();
+  // With accumulate, the sum starts from what the caller holds in grad_data.
+  STRATA_RETURN_IF_ERROR(
+      Cuda(accumulate ? cudaMemcpyAsync(d.grads.as<float>(), grad_data(0),
+                                        d.total * 4, cudaMemcpyHostToDevice, s)
+                      : cudaMemsetAsync(d.grads.as<float>(), 0, d.total * 4, s),
+           "initialize gradients"));
+  d.ready_order.clear();
+  const int N = B * T, C = config().width, L = config().layers;
+  STRATA_RETURN_IF_ERROR(ForwardTrunk(B, T));
+  STRATA_RETURN_IF_ERROR(HeadLoss(N, /*backward=*/true));
+
+  const int lnf = Device::Block(L, 0);
+  STRATA_RETURN_IF_ERROR(Cuda(
+      cudaMemsetAsync(d.dres.as<bf16>(), 0, int64_t{N} * C * sizeof(bf16), s),
+      "cudaMemsetAsync"));
+  STRATA_RETURN_IF_ERROR(kc::LayerNormBackward(
+      *d.ctx, d.dres.as<bf16>(), d.G(lnf), d.G(lnf + 1), d.dln.as<bf16>(),
+      d.x.as<bf16>() + int64_t{L} * N * C, d.W(lnf), d.lnf_mean.as<float>(),
+      d.lnf_rstd.as<float>(), N, C));
+  STRATA_RETURN_IF_ERROR(GradReady(lnf));
+  STRATA_RETURN_IF_ERROR(GradReady(lnf + 1));
+  for (int l = L - 1; l >= 0; --l) {
+    if (config().recompute) STRATA_RETURN_IF_ERROR(BlockForward(l, B, T));
+    STRATA_RETURN_IF_ERROR(BlockBackward(l, B, T));
+  }
+  STRATA_RETURN_IF_ERROR(kc::EncoderBackward(*d.ctx, d.G(kWte), d.G(kWpe),
+                                             d.dres.as<bf16>(),
+                                             d.tokens.as<int32_t>(), B, T, C));
+  STRATA_RETURN_IF_ERROR(GradReady(kWpe));
+  STRATA_RETURN_IF_ERROR(GradReady(kWte));
+  // Everything is enqueued: report each gradient as its copy lands, while
+  // the device finishes the rest.
+  for (int i : d.ready_order) {
+    STRATA_RETURN_IF_ERROR(
+        Cuda(cudaEventSynchronize(d.copied[i]), "cudaEventSynchronize"));
+    if (grad_ready_) grad_ready_(i);
+  }
+  return FetchMeanLoss(N);
+}
+
+absl::StatusOr<float> GptCuda::ForwardBackward(const int32_t* tokens,
+                                               const int32_t* targets, int B,
+                                               int T, bool accumulate) {
+  absl::StatusOr<float> loss =
+      RunForwardBackward(tokens, targets, B, T, accumulate);
+  // After an error, let enqueued copies finish before the caller touches
+  // grad_data.
+  if (!loss.ok()) dev_->ctx->Synchronize().IgnoreError();
+  return loss;
+}
+
+absl::StatusOr<float> GptCuda::Loss(const int32_t* tokens,
+                                    const int32_t* targets, int B, int T) {
+  absl::Status s = Prepare(tokens, targets, B, T);
+  if (s.ok()) s = ForwardTrunk(B, T);
+  if (s.ok()) s = HeadLoss(B * T, /*backward=*/false);
+  if (!s.ok()) {
+    dev_->ctx->Synchronize().IgnoreError();
+    return s;
+  }
+  return FetchMeanLoss(B * T);
+}
+
+}  // namespace strata

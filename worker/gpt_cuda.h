@@ -1,0 +1,121 @@
+// The GPT of worker/gpt.h on a CUDA device (DESIGN.md §4): bf16 weights and
+// activations, fp32 accumulation and fp32 gradients, through the kernels of
+// kernels/cuda_ops.h. Built only with STRATA_CUDA.
+//
+// Host fp32 buffers stay the contract (worker/model.h): the servers hold the
+// fp32 master weights, the trainer pulls them into param_data(), and every
+// ForwardBackward/Loss copies them to the device and rounds them to bf16
+// there, so the device never holds a stale copy. Gradients are computed in
+// fp32 on the device and copied back into grad_data() parameter by
+// parameter, in backward order, as soon as each is final.
+//
+// Same parameters (list, order, names, groups, init) and the same math as
+// the CPU Gpt: the host side *is* a CPU Gpt, whose buffers this model uses.
+#ifndef STRATA_WORKER_GPT_CUDA_H_
+#define STRATA_WORKER_GPT_CUDA_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/gpt.h"
+#include "worker/model.h"
+
+namespace strata {
+
+// A GPT on one CUDA device. Not thread-safe: one call at a time (from any
+// thread; each call selects its device).
+class GptCuda : public Model {
+ public:
+  // Builds a model with zeroed parameters on CUDA device `ordinal`.
+  // INVALID_ARGUMENT for a bad config or ordinal; UNAVAILABLE when there is
+  // no CUDA device; INTERNAL for other CUDA/cuBLAS errors.
+  static absl::StatusOr<std::unique_ptr<GptCuda>> Create(
+      const GptConfig& config, int ordinal = 0);
+
+  ~GptCuda() override;
+  GptCuda(const GptCuda&) = delete;
+  GptCuda& operator=(const GptCuda&) = delete;
+
+  const GptConfig& config() const override { return host_->config(); }
+  const std::vector<ParamInfo>& params() const override {
+    return host_->params();
+  }
+  // Host fp32 buffers, as Gpt's (they are the host Gpt's).
+  float* param_data(int i) override { return host_->param_data(i); }
+  float* grad_data(int i) override { return host_->grad_data(i); }
+
+  // As Gpt::InitParams (the same values for the same seed), on the host.
+  void InitParams(uint64_t seed) { host_->InitParams(seed); }
+
+  // As Model. Copies param_data to the device (rounding to bf16), runs on
+  // the device, and copies each parameter's fp32 gradient to grad_data(i)
+  // (with accumulate, adds to the grad_data values present on entry). The
+  // grad-ready callback runs on the calling thread after parameter i's copy
+  // has completed, in the CPU model's order, while the device goes on with
+  // earlier layers (the host buffers are pinned with cudaHostRegister when
+  // the system allows; unpinned, copies and compute serialize). Returns
+  // when every copy is done. INTERNAL for a CUDA or cuBLAS error.
+  absl::StatusOr<float> ForwardBackward(const int32_t* tokens,
+                                        const int32_t* targets, int B, int T,
+                                        bool accumulate = false) override;
+  absl::StatusOr<float> Loss(const int32_t* tokens, const int32_t* targets,
+                             int B, int T) override;
+  void SetGradReadyCallback(std::function<void(int param_index)> cb) override;
+
+  // As Gpt::Generate, computed on the CPU from the host weights in
+  // param_data (sampling is latency-bound and rare; no device work).
+  absl::StatusOr<std::vector<int32_t>> Generate(std::vector<int32_t> prompt,
+                                                int new_tokens,
+                                                float temperature,
+                                                uint64_t seed) {
+    return host_->Generate(std::move(prompt), new_tokens, temperature, seed);
+  }
+
+  int64_t num_params() const override { return host_->num_params(); }
+  double flops_per_token() const override { return host_->flops_per_token(); }
+  std::string device() const override;
+  // Dense bf16 peak of the device, from its name: 989e12 for H100 SXM and
+  // H200, 835e12 for their NVL parts, 756e12 for H100 PCIe, 312e12 for
+  // A100; 0 for others.
+  double peak_flops() const override { return peak_flops_; }
+
+ private:
+  struct Device;  // device buffers, stream, events (gpt_cuda.cc)
+  GptCuda(std::unique_ptr<Gpt> host, int ordinal);
+
+  // Validates the batch, sizes the activations and enqueues the uploads of
+  // the batch and the weights (fp32 from param_data, rounded to bf16).
+  absl::Status Prepare(const int32_t* tokens, const int32_t* targets, int B,
+                       int T);
+  absl::StatusOr<float> RunForwardBackward(const int32_t* tokens,
+                                           const int32_t* targets, int B, int T,
+                                           bool accumulate);
+  // The enqueueing steps, as in Gpt.
+  absl::Status ForwardTrunk(int B, int T);
+  absl::Status BlockForward(int layer, int B, int T);
+  absl::Status BlockBackward(int layer, int B, int T);
+  absl::Status HeadLoss(int N, bool backward);
+  // Enqueues the copy of parameter i's final gradient to grad_data(i).
+  absl::Status GradReady(int param_index);
+  // Waits for the device and returns the mean of HeadLoss's N losses.
+  absl::StatusOr<float> FetchMeanLoss(int N);
+
+  std::unique_ptr<Gpt> host_;
+  int ordinal_;
+  double peak_flops_ = 0;
+  std::function<void(int)> grad_ready_;
+  std::unique_ptr<Device> dev_;
+};
+
+// The dense bf16 peak FLOP/s of a device with this name (as
+// cudaDeviceProp::name), 0 if not known. Exposed for tests.
+double CudaPeakBf16Flops(const std::string& device_name);
+
+}  // namespace strata
+
+#endif  // STRATA_WORKER_GPT_CUDA_H_
