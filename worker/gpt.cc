@@ -14,35 +14,14 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/parallel.h"
+#include "worker/gpt_layout.h"
 
 namespace strata {
 namespace {
 
 namespace k = ::strata::kernels;
 
-// Parameters of one block, in forward order.
-enum Slot {
-  kLn1W,
-  kLn1B,
-  kQkvW,
-  kQkvB,
-  kAttnProjW,
-  kAttnProjB,
-  kLn2W,
-  kLn2B,
-  kFcW,
-  kFcB,
-  kFcProjW,
-  kFcProjB,
-  kSlotsPerLayer
-};
-constexpr int kWte = 0;
-constexpr int kWpe = 1;
-constexpr int kFirstBlockParam = 2;
-
-// The LM head computes logits for at most this many floats of positions at
-// a time, so (B*T, vocab) logits are never held at once.
-constexpr int64_t kHeadChunkFloats = int64_t{1} << 24;
+using namespace ::strata::gpt_layout;  // NOLINT: the shared parameter layout
 
 // Parameters are padded to this many floats (64 bytes) in the flat buffers.
 constexpr int64_t kAlignFloats = 16;

@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "kernels/cuda_ops.h"
 #include "worker/gpt_cuda_convert.h"
+#include "worker/gpt_layout.h"
 
 namespace strata {
 namespace {
@@ -18,30 +19,7 @@ namespace {
 namespace kc = ::strata::kernels::cuda;
 using kc::bf16;
 
-// Parameters of one block, in forward order (as in gpt.cc; Gpt::params()
-// documents the order, which both models share).
-enum Slot {
-  kLn1W,
-  kLn1B,
-  kQkvW,
-  kQkvB,
-  kAttnProjW,
-  kAttnProjB,
-  kLn2W,
-  kLn2B,
-  kFcW,
-  kFcB,
-  kFcProjW,
-  kFcProjB,
-  kSlotsPerLayer
-};
-constexpr int kWte = 0;
-constexpr int kWpe = 1;
-constexpr int kFirstBlockParam = 2;
-
-// The LM head computes fp32 logits for at most this many floats of
-// positions at a time (64 MiB, plus half that of bf16 dlogits).
-constexpr int64_t kHeadChunkFloats = int64_t{1} << 24;
+using namespace ::strata::gpt_layout;  // NOLINT: the shared parameter layout
 
 absl::Status Cuda(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return absl::OkStatus();

@@ -1,0 +1,38 @@
+// The order of a GPT's parameters, shared by every implementation (the CPU
+// Gpt and GptCuda): params() lists wte, wpe, then each block's parameters
+// in the Slot order below, then the final layernorm. The servers' chunks,
+// the grad-ready order and snapshots all follow it.
+#ifndef STRATA_WORKER_GPT_LAYOUT_H_
+#define STRATA_WORKER_GPT_LAYOUT_H_
+
+#include <cstdint>
+
+namespace strata::gpt_layout {
+
+// Parameters of one block, in forward order.
+enum Slot {
+  kLn1W,
+  kLn1B,
+  kQkvW,
+  kQkvB,
+  kAttnProjW,
+  kAttnProjB,
+  kLn2W,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kFcProjW,
+  kFcProjB,
+  kSlotsPerLayer
+};
+inline constexpr int kWte = 0;
+inline constexpr int kWpe = 1;
+inline constexpr int kFirstBlockParam = 2;
+
+// The LM head computes logits for at most this many floats of positions at
+// a time, so (B*T, vocab) logits are never held at once.
+inline constexpr int64_t kHeadChunkFloats = int64_t{1} << 24;
+
+}  // namespace strata::gpt_layout
+
+#endif  // STRATA_WORKER_GPT_LAYOUT_H_
