@@ -125,12 +125,14 @@ TEST(SchedulerClient, ListenersSeeRisingEpochs) {
   });
   std::vector<std::unique_ptr<SchedulerClient>> others;
   for (int i = 0; i < 3; ++i) others.push_back(ConnectWorker(*scheduler));
-  ASSERT_TRUE(
-      a->WaitForView([](const v1::View& v) { return v.workers_size() == 4; },
-                     kWait)
-          .ok());
+  auto four = a->WaitForView(
+      [](const v1::View& v) { return v.workers_size() == 4; }, kWait);
+  ASSERT_TRUE(four.ok()) << four.status();
+  // Listeners run after the view is stored (never under the client's lock),
+  // and views may be coalesced: wait until the listener saw this epoch.
   absl::MutexLock lock(&mu);
-  ASSERT_FALSE(epochs.empty());
+  auto seen = [&] { return !epochs.empty() && epochs.back() >= four->epoch(); };
+  ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&seen), kWait));
   for (size_t i = 1; i < epochs.size(); ++i)
     EXPECT_GT(epochs[i], epochs[i - 1]);
 }
