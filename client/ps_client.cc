@@ -483,38 +483,42 @@ absl::Status CheckIndex(const char* what, int index, size_t size) {
 
 }  // namespace
 
-OpHandle PsClient::Push(int chunk, const float* grad, int64_t step,
-                        uint64_t samples, int priority) {
-  if (absl::Status s = CheckIndex("chunk", chunk, impl_->plan_.chunks.size());
-      !s.ok()) {
-    return FailedOp(s);
-  }
+absl::Status WaitAll(const std::vector<OpHandle>& ops) {
+  absl::Status first;
+  for (const OpHandle& op : ops) first.Update(op.Wait());
+  return first;
+}
+
+absl::StatusOr<std::shared_ptr<OpHandle::State>> PsClient::NewOp(
+    int kind, int chunk, int priority) const {
+  STRATA_RETURN_IF_ERROR(
+      CheckIndex("chunk", chunk, impl_->plan_.chunks.size()));
   auto op = std::make_shared<OpHandle::State>();
-  op->kind = OpHandle::State::kPush;
+  op->kind = static_cast<OpHandle::State::Kind>(kind);
   op->chunk = chunk;
   op->slot = impl_->plan_.chunks[chunk].shard;
   op->priority = priority;
-  op->grad = grad;
-  op->step = step;
-  op->samples = samples;
-  return impl_->Submit(op);
+  return op;
+}
+
+OpHandle PsClient::Push(int chunk, const float* grad, int64_t step,
+                        uint64_t samples, int priority) {
+  absl::StatusOr<OpPtr> op = NewOp(OpHandle::State::kPush, chunk, priority);
+  if (!op.ok()) return FailedOp(op.status());
+  (*op)->grad = grad;
+  (*op)->step = step;
+  (*op)->samples = samples;
+  return impl_->Submit(*op);
 }
 
 OpHandle PsClient::Pull(int chunk, float* dst, int64_t clock,
                         uint64_t min_version, int priority) {
-  if (absl::Status s = CheckIndex("chunk", chunk, impl_->plan_.chunks.size());
-      !s.ok()) {
-    return FailedOp(s);
-  }
-  auto op = std::make_shared<OpHandle::State>();
-  op->kind = OpHandle::State::kPull;
-  op->chunk = chunk;
-  op->slot = impl_->plan_.chunks[chunk].shard;
-  op->priority = priority;
-  op->dst = dst;
-  op->step = clock;
-  op->min_version = min_version;
-  return impl_->Submit(op);
+  absl::StatusOr<OpPtr> op = NewOp(OpHandle::State::kPull, chunk, priority);
+  if (!op.ok()) return FailedOp(op.status());
+  (*op)->dst = dst;
+  (*op)->step = clock;
+  (*op)->min_version = min_version;
+  return impl_->Submit(*op);
 }
 
 absl::Status PsClient::PushTensor(int tensor, const float* grad, int64_t step,
@@ -526,9 +530,7 @@ absl::Status PsClient::PushTensor(int tensor, const float* grad, int64_t step,
     ops.push_back(
         Push(c, grad + impl_->plan_.chunks[c].offset, step, samples, priority));
   }
-  absl::Status first;
-  for (auto& op : ops) first.Update(op.Wait());
-  return first;
+  return WaitAll(ops);
 }
 
 absl::Status PsClient::PullTensor(int tensor, float* dst, int64_t clock,
@@ -540,9 +542,7 @@ absl::Status PsClient::PullTensor(int tensor, float* dst, int64_t clock,
     ops.push_back(Pull(c, dst + impl_->plan_.chunks[c].offset, clock,
                        min_version, priority));
   }
-  absl::Status first;
-  for (auto& op : ops) first.Update(op.Wait());
-  return first;
+  return WaitAll(ops);
 }
 
 absl::StatusOr<std::vector<v1::StatsResponse>> PsClient::Stats() {

@@ -58,6 +58,9 @@ class OpHandle {
   std::shared_ptr<State> state_;
 };
 
+// Waits for every op; the first error among them, or OK.
+absl::Status WaitAll(const std::vector<OpHandle>& ops);
+
 // A model as the servers hold it: its tensors, optimizer groups, and how
 // each tensor starts.
 struct ModelSpec {
@@ -110,6 +113,9 @@ class PsClient {
 
  private:
   explicit PsClient(std::unique_ptr<Impl> impl);
+  // A new op on `chunk`; INVALID_ARGUMENT for an index outside the model.
+  absl::StatusOr<std::shared_ptr<OpHandle::State>> NewOp(int kind, int chunk,
+                                                         int priority) const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -133,9 +133,7 @@ absl::Status Trainer::PullWeights(int64_t step) {
                               /*priority=*/n - i));
     }
   }
-  absl::Status status;
-  for (auto& op : ops) status.Update(op.Wait());
-  return status;
+  return WaitAll(ops);
 }
 
 absl::StatusOr<int64_t> Trainer::FirstStep() {
@@ -196,7 +194,7 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step, const Share& share,
       gpt_->ForwardBackward(tokens_.data(), targets_.data(), B, T);
   gpt_->SetGradReadyCallback(nullptr);  // it captures this frame's locals
   if (!loss_or.ok()) {
-    for (auto& op : ops) (void)op.Wait();  // pushes in flight read grad_data
+    (void)WaitAll(ops);  // pushes in flight read grad_data
     return loss_or.status();
   }
   const float loss = *loss_or;
@@ -221,9 +219,7 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step, const Share& share,
       STRATA_RETURN_IF_ERROR(PushParam(i, step, B, ops));
     }
   }
-  absl::Status status;
-  for (auto& op : ops) status.Update(op.Wait());
-  if (!status.ok()) return status;
+  STRATA_RETURN_IF_ERROR(WaitAll(ops));
   return loss;
 }
 
