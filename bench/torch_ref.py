@@ -60,7 +60,7 @@ class Gpt(nn.Module):
 
     def forward(self, idx, targets):
         T = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for block in self.blocks:
             x = block(x)
         logits = F.linear(self.lnf(x), self.wte.weight)  # tied head

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/adam_step.h"
 
 namespace strata::kernels::cuda {
 
@@ -77,15 +78,35 @@ absl::Status MatmulBackward(Context& ctx, bf16* dinp, float* dweight,
                             float* dbias, const bf16* dout, const bf16* inp,
                             const bf16* weight, int N, int C, int OC);
 
-// out (B,T,C), att (B,NH,T,T), qkv (B,T,3C) bf16; scores (B,NH,T,T) fp32
-// scratch.
-absl::Status AttentionForward(Context& ctx, bf16* out, bf16* att, float* scores,
-                              const bf16* qkv, int B, int T, int C, int NH);
-// dqkv (B,T,3C) bf16 overwritten; dscores (B,NH,T,T) fp32 and dsoft
-// (B,NH,T,T) bf16 scratch.
-absl::Status AttentionBackward(Context& ctx, bf16* dqkv, float* dscores,
-                               bf16* dsoft, const bf16* dout, const bf16* qkv,
-                               const bf16* att, int B, int T, int C, int NH);
+// Causal self-attention, as kernels::AttentionForward/Backward, in one of
+// two implementations:
+//   kFused: flash-attention style (attention_fused.cu): tensor-core tiles,
+//     the T x T scores never leave shared memory, and forward saves only a
+//     log-sum-exp per row. Head sizes 32, 64 and 128.
+//   kUnfused: cuBLAS batched GEMMs and softmax kernels through (B,NH,T,T)
+//     buffers. Any shape; the reference for kFused.
+enum class AttentionKind { kFused, kUnfused };
+
+// kFused when it supports the shape, else kUnfused.
+AttentionKind ChooseAttention(int B, int T, int C, int NH);
+
+// Bytes of `saved` (what forward keeps for backward; one per layer) and of
+// `scratch` (shared by all calls) for a shape and kind.
+int64_t AttentionSavedBytes(AttentionKind kind, int B, int T, int C, int NH);
+int64_t AttentionScratchBytes(AttentionKind kind, int B, int T, int C, int NH);
+
+// out (B,T,C) from qkv (B,T,3C), both bf16; fills `saved`. For kUnfused,
+// `saved` holds the (B,NH,T,T) bf16 probabilities. INVALID_ARGUMENT for a
+// shape the kind does not support.
+absl::Status AttentionForward(Context& ctx, AttentionKind kind, bf16* out,
+                              void* saved, void* scratch, const bf16* qkv,
+                              int B, int T, int C, int NH);
+// dqkv (B,T,3C) bf16 overwritten, from dout (B,T,C) and the forward's qkv,
+// out and saved.
+absl::Status AttentionBackward(Context& ctx, AttentionKind kind, bf16* dqkv,
+                               void* scratch, const bf16* dout, const bf16* qkv,
+                               const bf16* out, const void* saved, int B, int T,
+                               int C, int NH);
 
 // out = gelu(inp), n elements bf16 (may alias).
 absl::Status GeluForward(Context& ctx, bf16* out, const bf16* inp, int64_t n);
@@ -105,6 +126,15 @@ absl::Status SoftmaxCrossEntropyFused(Context& ctx, bf16* dlogits,
                                       float* losses, const float* logits,
                                       const int32_t* targets, float dloss,
                                       int N, int V);
+
+// One Adam/AdamW step on n fp32 elements with the constants of
+// strata::MakeAdamStep (the same formula as strata::ApplyUpdate, up to FMA
+// contraction): w, m, v updated in place from the gradient g; when w_bf16 is
+// not null it receives bf16(new w). For a worker that keeps its optimizer on
+// the device (GptCuda's resident training).
+absl::Status AdamUpdate(Context& ctx, float* w, bf16* w_bf16, float* m,
+                        float* v, const float* g, int64_t n,
+                        const AdamStep& step);
 
 }  // namespace strata::kernels::cuda
 

@@ -2,6 +2,7 @@
 // bf16-rounded inputs. Tolerance atol + rtol * |ref| with bf16's: outputs
 // are rounded to 8 significant bits (relative 2^-8 = 0.4%), and inputs of
 // later GEMMs carry that rounding too. Skips without a CUDA device.
+#include <array>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/optimizer.h"
 #include "kernels/residual.h"
 
 namespace strata::kernels {
@@ -85,6 +87,8 @@ class CudaOps : public ::testing::Test {
     cudaMemcpy(out.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost);
     return out;
   }
+
+  void CheckAttention(cuda::AttentionKind kind, int B, int T, int C, int NH);
 
   std::unique_ptr<cuda::Context> ctx_;
   std::vector<void*> buffers_;
@@ -166,31 +170,55 @@ TEST_F(CudaOps, MatmulMatchesCpu) {
   ExpectClose(Get(d_db, db.size()), db, 5e-2);
 }
 
-TEST_F(CudaOps, AttentionMatchesCpu) {
-  const int B = 2, T = 70, C = 32, NH = 4;
+// Forward and backward of one attention kind against the CPU kernels. T
+// values that are not multiples of 64 exercise the fused kernels' partial
+// tiles; T > 128 makes their walks span several tiles.
+void CudaOps::CheckAttention(cuda::AttentionKind kind, int B, int T, int C,
+                             int NH) {
+  SCOPED_TRACE(testing::Message()
+               << (kind == cuda::AttentionKind::kFused ? "fused" : "unfused")
+               << " B=" << B << " T=" << T << " C=" << C << " NH=" << NH);
   std::vector<float> qkv = Random(B * T * 3 * C, 1);
   std::vector<float> dout = Random(B * T * C, 2);
-  std::vector<float> out(B * T * C), att(B * NH * T * T);
+  std::vector<float> out(B * T * C), att(int64_t{B} * NH * T * T);
   std::vector<float> dqkv(qkv.size()), scratch(att.size());
   AttentionForward(out.data(), att.data(), qkv.data(), B, T, C, NH);
   AttentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(),
                     att.data(), B, T, C, NH);
-  const size_t tt = att.size();
   bf16* d_qkv = Bf16(qkv);
   bf16* d_out = static_cast<bf16*>(Alloc(out.size() * sizeof(bf16)));
-  bf16* d_att = static_cast<bf16*>(Alloc(tt * sizeof(bf16)));
-  float* d_scores = static_cast<float*>(Alloc(tt * 4));
-  ASSERT_TRUE(
-      cuda::AttentionForward(*ctx_, d_out, d_att, d_scores, d_qkv, B, T, C, NH)
-          .ok());
+  void* d_saved = Alloc(cuda::AttentionSavedBytes(kind, B, T, C, NH));
+  void* d_scratch = Alloc(cuda::AttentionScratchBytes(kind, B, T, C, NH));
+  ASSERT_TRUE(cuda::AttentionForward(*ctx_, kind, d_out, d_saved, d_scratch,
+                                     d_qkv, B, T, C, NH)
+                  .ok());
   ExpectClose(Get(d_out, out.size()), out);
-  ExpectClose(Get(d_att, tt), att);
+  if (kind == cuda::AttentionKind::kUnfused) {
+    ExpectClose(Get(static_cast<bf16*>(d_saved), att.size()), att);
+  }
   bf16* d_dqkv = static_cast<bf16*>(Alloc(qkv.size() * sizeof(bf16)));
-  bf16* d_dsoft = static_cast<bf16*>(Alloc(tt * sizeof(bf16)));
-  ASSERT_TRUE(cuda::AttentionBackward(*ctx_, d_dqkv, d_scores, d_dsoft,
-                                      Bf16(dout), d_qkv, d_att, B, T, C, NH)
+  // Garbage in dqkv must not leak through: it is overwritten.
+  cudaMemset(d_dqkv, 0x7f, qkv.size() * sizeof(bf16));
+  ASSERT_TRUE(cuda::AttentionBackward(*ctx_, kind, d_dqkv, d_scratch,
+                                      Bf16(dout), d_qkv, d_out, d_saved, B, T,
+                                      C, NH)
                   .ok());
   ExpectClose(Get(d_dqkv, dqkv.size()), dqkv, 2e-2, 4e-2);
+}
+
+TEST_F(CudaOps, AttentionMatchesCpu) {
+  // Head size 8: only the unfused kernels take it.
+  EXPECT_EQ(cuda::ChooseAttention(2, 70, 32, 4), cuda::AttentionKind::kUnfused);
+  CheckAttention(cuda::AttentionKind::kUnfused, 2, 70, 32, 4);
+  // Head sizes 32, 64 and 128 both ways.
+  for (const auto& [B, T, C, NH] :
+       {std::array<int, 4>{2, 70, 64, 2}, std::array<int, 4>{2, 130, 128, 2},
+        std::array<int, 4>{1, 200, 256, 2},
+        std::array<int, 4>{3, 64, 128, 2}}) {
+    EXPECT_EQ(cuda::ChooseAttention(B, T, C, NH), cuda::AttentionKind::kFused);
+    CheckAttention(cuda::AttentionKind::kFused, B, T, C, NH);
+    CheckAttention(cuda::AttentionKind::kUnfused, B, T, C, NH);
+  }
 }
 
 TEST_F(CudaOps, GeluAndResidualMatchCpu) {
@@ -234,9 +262,48 @@ TEST_F(CudaOps, SoftmaxCrossEntropyMatchesCpu) {
   ExpectClose(Get(d_grad, grad.size()), grad, 1e-4, 1e-2);
 }
 
+// Three AdamW steps on the device against ApplyUpdate (the server's); the
+// only difference allowed is FMA contraction, so the tolerance is fp32's.
+TEST_F(CudaOps, AdamUpdateMatchesCpu) {
+  const int n = 10007;  // not a multiple of the block size
+  OptimizerParams p;
+  p.kind = OptimizerParams::kAdamW;
+  p.lr = 1e-2f;
+  p.weight_decay = 0.1f;
+  std::vector<float> w = Random(n, 1), m(n, 0.0f), v(n, 0.0f);
+  float* d_w = Raw(w);
+  float* d_m = Raw(m);
+  float* d_v = Raw(v);
+  bf16* d_wb = static_cast<bf16*>(Alloc(n * sizeof(bf16)));
+  for (int t = 1; t <= 3; ++t) {
+    const std::vector<float> g = Random(n, 10 + t);
+    const float lr = ScheduledLr(p, t - 1);
+    ApplyUpdate(p, lr, t, w.data(), m.data(), v.data(), g.data(), n);
+    ASSERT_TRUE(cuda::AdamUpdate(*ctx_, d_w, d_wb, d_m, d_v, Raw(g), n,
+                                 MakeAdamStep(p, lr, t))
+                    .ok());
+  }
+  ExpectClose(Get(d_w, n), w, 1e-6, 1e-5);
+  ExpectClose(Get(d_m, n), m, 1e-6, 1e-5);
+  ExpectClose(Get(d_v, n), v, 1e-6, 1e-5);
+  std::vector<float> rounded(n);
+  for (int i = 0; i < n; ++i) {
+    rounded[i] = __bfloat162float(__float2bfloat16(w[i]));
+  }
+  ExpectClose(Get(d_wb, n), rounded, 1e-6, 1e-2);
+}
+
 TEST_F(CudaOps, LaunchersRejectBadShapes) {
-  EXPECT_EQ(cuda::AttentionForward(*ctx_, nullptr, nullptr, nullptr, nullptr, 1,
-                                   4, 10, 3)
+  for (auto kind :
+       {cuda::AttentionKind::kFused, cuda::AttentionKind::kUnfused}) {
+    EXPECT_EQ(cuda::AttentionForward(*ctx_, kind, nullptr, nullptr, nullptr,
+                                     nullptr, 1, 4, 10, 3)
+                  .code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  // Head size 8 is not one the fused kernels take.
+  EXPECT_EQ(cuda::AttentionForward(*ctx_, cuda::AttentionKind::kFused, nullptr,
+                                   nullptr, nullptr, nullptr, 1, 4, 32, 4)
                 .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(

@@ -141,6 +141,21 @@ void RunRange(const OptimizerParams& p, const UpdateScalars& s, float* w,
 
 }  // namespace
 
+AdamStep MakeAdamStep(const OptimizerParams& p, float lr, int64_t t) {
+  STRATA_CHECK(p.kind == OptimizerParams::kAdam ||
+               p.kind == OptimizerParams::kAdamW);
+  const UpdateScalars s = MakeScalars(p, lr, t);
+  return AdamStep{.b1 = s.b1,
+                  .one_minus_b1 = s.one_minus_b1,
+                  .b2 = s.b2,
+                  .one_minus_b2 = s.one_minus_b2,
+                  .step_size = s.step_size,
+                  .inv_sqrt_bc2 = s.inv_sqrt_bc2,
+                  .eps = s.eps,
+                  .l2 = s.l2,
+                  .decay = s.decay};
+}
+
 absl::StatusOr<OptimizerParams> OptimizerParamsFromProto(
     const v1::OptimizerConfig& c) {
   OptimizerParams p;

@@ -20,6 +20,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "kernels/adam_step.h"
 #include "strata/v1/ps.pb.h"
 
 namespace strata {
@@ -83,6 +84,11 @@ float ScheduledLr(const OptimizerParams& params, int64_t step);
 // Thread-safe for disjoint arrays.
 void ApplyUpdate(const OptimizerParams& params, float lr, int64_t t, float* w,
                  float* m, float* v, const float* g, size_t n);
+
+// The constants ApplyUpdate uses for an Adam or AdamW update with
+// scheduled rate `lr` and 1-based count `t` (for device kernels that apply
+// the same step). REQUIRES: params.kind is kAdam or kAdamW; t >= 1.
+AdamStep MakeAdamStep(const OptimizerParams& params, float lr, int64_t t);
 
 // True iff none of the n values is NaN or infinite. Vectorized.
 bool AllFinite(const float* g, size_t n);

@@ -116,6 +116,44 @@ TEST(Optimizer, AdamFirstStepIsBiasCorrected) {
   }
 }
 
+// MakeAdamStep's constants, put through the formula in adam_step.h (as the
+// CUDA kernel does), give ApplyUpdate's results for Adam and AdamW.
+TEST(Optimizer, AdamStepConstantsReproduceApplyUpdate) {
+  for (auto kind : {OptimizerParams::kAdam, OptimizerParams::kAdamW}) {
+    OptimizerParams p;
+    p.kind = kind;
+    p.lr = 3e-3f;
+    p.weight_decay = 0.1f;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> dist;
+    const int n = 257;
+    std::vector<float> w(n), m(n, 0.0f), v(n, 0.0f);
+    for (float& x : w) x = dist(rng);
+    std::vector<float> w2 = w, m2 = m, v2 = v;
+    for (int64_t t = 1; t <= 4; ++t) {
+      std::vector<float> g(n);
+      for (float& x : g) x = dist(rng);
+      const float lr = ScheduledLr(p, t - 1);
+      ApplyUpdate(p, lr, t, w.data(), m.data(), v.data(), g.data(), n);
+      const AdamStep s = MakeAdamStep(p, lr, t);
+      for (int i = 0; i < n; ++i) {
+        const float gi = g[i] + s.l2 * w2[i];
+        m2[i] = s.b1 * m2[i] + s.one_minus_b1 * gi;
+        v2[i] = s.b2 * v2[i] + s.one_minus_b2 * (gi * gi);
+        w2[i] =
+            w2[i] * s.decay -
+            (s.step_size * m2[i]) / (std::sqrt(v2[i]) * s.inv_sqrt_bc2 + s.eps);
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      // Only FMA contraction may differ (this file may be compiled with it).
+      ASSERT_NEAR(w2[i], w[i], 1e-6 * (1 + std::abs(w[i]))) << kind << " " << i;
+      ASSERT_NEAR(m2[i], m[i], 1e-6 * (1 + std::abs(m[i])));
+      ASSERT_NEAR(v2[i], v[i], 1e-6 * (1 + std::abs(v[i])));
+    }
+  }
+}
+
 TEST(Optimizer, ScheduleWarmsUpThenDecaysByCosine) {
   OptimizerParams p;
   p.lr = 1.0f;

@@ -6,186 +6,24 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cuda_ops.h"
 #include "worker/gpt_cuda_convert.h"
+#include "worker/gpt_cuda_device.h"
 #include "worker/gpt_layout.h"
 
 namespace strata {
 namespace {
 
 namespace kc = ::strata::kernels::cuda;
+using gpt_cuda::Cublas;
+using gpt_cuda::Cuda;
 using kc::bf16;
 
 using namespace ::strata::gpt_layout;  // NOLINT: the shared parameter layout
 
-absl::Status Cuda(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  // Reset a non-sticky error (e.g. out of memory) so that the next launch
-  // check does not report it again.
-  cudaGetLastError();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
-}
-
-absl::Status Cublas(cublasStatus_t err, const char* what) {
-  if (err == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(what, ": cuBLAS status ", static_cast<int>(err)));
-}
-
-// One device allocation that only grows; freed on destruction.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceBuffer(DeviceBuffer&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, nullptr)),
-        bytes_(std::exchange(o.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-
-  // Makes room for `bytes`; the contents are lost when it grows.
-  absl::Status Reserve(int64_t bytes) {
-    if (bytes <= bytes_) return absl::OkStatus();
-    if (ptr_ != nullptr) cudaFree(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-    STRATA_RETURN_IF_ERROR(Cuda(cudaMalloc(&ptr_, bytes), "cudaMalloc"));
-    bytes_ = bytes;
-    return absl::OkStatus();
-  }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-
- private:
-  void* ptr_ = nullptr;
-  int64_t bytes_ = 0;
-};
-
-// Activations of one block for a (B,T) batch; N = B*T. bf16 unless noted.
-struct BlockActs {
-  DeviceBuffer ln1, ln1_mean, ln1_rstd;  // (N,C), (N) fp32, (N) fp32
-  DeviceBuffer qkv;                      // (N,3C)
-  DeviceBuffer att;                      // (B,NH,T,T) probabilities
-  DeviceBuffer atty;                     // (N,C) attention output
-  DeviceBuffer res2;                     // (N,C) x + attention branch
-  DeviceBuffer ln2, ln2_mean, ln2_rstd;  // (N,C), (N) fp32, (N) fp32
-  DeviceBuffer fch, fch_gelu;            // (N,4C)
-};
-
 }  // namespace
-
-double CudaPeakBf16Flops(const std::string& name) {
-  // Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's datasheets.
-  if (absl::StrContains(name, "H100") || absl::StrContains(name, "H200")) {
-    if (absl::StrContains(name, "PCIe")) return 756e12;
-    if (absl::StrContains(name, "NVL")) return 835e12;
-    return 989e12;  // SXM (and GH200)
-  }
-  if (absl::StrContains(name, "A100")) return 312e12;
-  return 0;
-}
-
-// Everything on the device: weights, gradients, activations, the stream.
-// The flat parameter layout mirrors the host Gpt's (same offsets, padding
-// included), so weights go up and gradients come back in bulk copies.
-struct GptCuda::Device {
-  std::unique_ptr<kc::Context> ctx;
-  std::vector<int64_t> offsets;     // of each parameter in the flat layout
-  int64_t total = 0;                // floats in the flat layout
-  DeviceBuffer master;              // (total) fp32 copy of param_data
-  DeviceBuffer weights;             // (total) bf16
-  DeviceBuffer grads;               // (total) fp32
-  std::vector<cudaEvent_t> copied;  // per parameter: gradient is on the host
-  std::vector<int> ready_order;     // parameters in the order they finished
-  std::vector<void*> registered;    // host ranges pinned with cudaHostRegister
-
-  int B = 0, T = 0;
-  DeviceBuffer tokens, targets;   // (N) int32
-  DeviceBuffer x;                 // (L+1,N,C): block inputs, then the output
-  std::vector<BlockActs> blocks;  // one per layer, or one with recompute
-  DeviceBuffer branch;            // (N,C) a branch's output before its add
-  DeviceBuffer lnf, lnf_mean, lnf_rstd;  // (N,C), (N) fp32, (N) fp32
-  DeviceBuffer logits;                   // (rows,V) fp32
-  DeviceBuffer dlogits;                  // (rows,V)
-  DeviceBuffer losses;                   // (N) fp32
-  DeviceBuffer dres, dln;                // (N,C) residual gradient, scratch
-  DeviceBuffer dqkv;                     // (N,3C)
-  DeviceBuffer dfch;                     // (N,4C)
-  DeviceBuffer scores;                   // (B,NH,T,T) fp32 scratch
-  DeviceBuffer dsoft;                    // (B,NH,T,T) scratch
-  std::vector<float> host_losses;
-
-  ~Device() {
-    for (cudaEvent_t e : copied) cudaEventDestroy(e);
-    for (void* p : registered) cudaHostUnregister(p);
-  }
-
-  bf16* W(int param) const { return weights.as<bf16>() + offsets[param]; }
-  float* G(int param) const { return grads.as<float>() + offsets[param]; }
-  static int Block(int layer, int slot) {
-    return kFirstBlockParam + layer * kSlotsPerLayer + slot;
-  }
-  // Rows of logits the LM head computes at once.
-  static int HeadRows(int vocab, int N) {
-    return static_cast<int>(
-        std::clamp<int64_t>(kHeadChunkFloats / vocab, 1, N));
-  }
-
-  absl::Status Resize(const GptConfig& cfg, int b, int t);
-};
-
-absl::Status GptCuda::Device::Resize(const GptConfig& cfg, int b, int t) {
-  if (b == B && t == T) return absl::OkStatus();
-  const int64_t N = int64_t{b} * t, C = cfg.width, bf = sizeof(bf16), f = 4;
-  const int64_t att = int64_t{b} * cfg.heads * t * t;
-  blocks.resize(cfg.recompute ? 1 : cfg.layers);
-  for (BlockActs& a : blocks) {
-    for (DeviceBuffer* d : {&a.ln1, &a.atty, &a.res2, &a.ln2}) {
-      STRATA_RETURN_IF_ERROR(d->Reserve(N * C * bf));
-    }
-    for (DeviceBuffer* d :
-         {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) {
-      STRATA_RETURN_IF_ERROR(d->Reserve(N * f));
-    }
-    STRATA_RETURN_IF_ERROR(a.qkv.Reserve(N * 3 * C * bf));
-    STRATA_RETURN_IF_ERROR(a.att.Reserve(att * bf));
-    STRATA_RETURN_IF_ERROR(a.fch.Reserve(N * 4 * C * bf));
-    STRATA_RETURN_IF_ERROR(a.fch_gelu.Reserve(N * 4 * C * bf));
-  }
-  const int64_t rows = HeadRows(cfg.vocab, static_cast<int>(N));
-  const std::pair<DeviceBuffer*, int64_t> sizes[] = {
-      {&tokens, N * 4},
-      {&targets, N * 4},
-      {&x, (cfg.layers + 1) * N * C * bf},
-      {&branch, N * C * bf},
-      {&lnf, N * C * bf},
-      {&lnf_mean, N * f},
-      {&lnf_rstd, N * f},
-      {&logits, rows * cfg.vocab * f},
-      {&dlogits, rows * cfg.vocab * bf},
-      {&losses, N * f},
-      {&dres, N * C * bf},
-      {&dln, N * C * bf},
-      {&dqkv, N * 3 * C * bf},
-      {&dfch, N * 4 * C * bf},
-      {&scores, att * f},
-      {&dsoft, att * bf},
-  };
-  for (const auto& [buffer, bytes] : sizes) {
-    STRATA_RETURN_IF_ERROR(buffer->Reserve(bytes));
-  }
-  host_losses.resize(N);
-  B = b;
-  T = t;
-  return absl::OkStatus();
-}
 
 GptCuda::GptCuda(std::unique_ptr<Gpt> host, int ordinal)
     : host_(std::move(host)),
@@ -273,6 +111,8 @@ absl::Status GptCuda::Prepare(const int32_t* tokens, const int32_t* targets,
       Cuda(cudaMemcpyAsync(d.targets.as<int32_t>(), targets, ids_bytes,
                            cudaMemcpyHostToDevice, s),
            "copy targets"));
+  // Resident, the device weights are the current ones already.
+  if (d.resident) return absl::OkStatus();
   STRATA_RETURN_IF_ERROR(
       Cuda(cudaMemcpyAsync(d.master.as<float>(), param_data(0), d.total * 4,
                            cudaMemcpyHostToDevice, s),
@@ -301,7 +141,7 @@ absl::Status GptCuda::ForwardTrunk(int B, int T) {
 absl::Status GptCuda::BlockForward(int l, int B, int T) {
   Device& d = *dev_;
   kc::Context& ctx = *d.ctx;
-  BlockActs& a = d.blocks[config().recompute ? 0 : l];
+  gpt_cuda::BlockActs& a = d.blocks[config().recompute ? 0 : l];
   const int N = B * T, C = config().width, NH = config().heads;
   const int64_t NC = int64_t{N} * C;
   const bf16* x = d.x.as<bf16>() + l * NC;
@@ -315,8 +155,8 @@ absl::Status GptCuda::BlockForward(int l, int B, int T) {
                                            a.ln1.as<bf16>(), w(kQkvW), w(kQkvB),
                                            N, C, 3 * C));
   STRATA_RETURN_IF_ERROR(kc::AttentionForward(
-      ctx, a.atty.as<bf16>(), a.att.as<bf16>(), d.scores.as<float>(),
-      a.qkv.as<bf16>(), B, T, C, NH));
+      ctx, d.attention, a.atty.as<bf16>(), a.att.as<void>(),
+      d.att_scratch.as<void>(), a.qkv.as<bf16>(), B, T, C, NH));
   STRATA_RETURN_IF_ERROR(kc::MatmulForward(
       ctx, branch, a.atty.as<bf16>(), w(kAttnProjW), w(kAttnProjB), N, C, C));
   STRATA_RETURN_IF_ERROR(
@@ -340,7 +180,7 @@ absl::Status GptCuda::BlockForward(int l, int B, int T) {
 absl::Status GptCuda::BlockBackward(int l, int B, int T) {
   Device& d = *dev_;
   kc::Context& ctx = *d.ctx;
-  BlockActs& a = d.blocks[config().recompute ? 0 : l];
+  gpt_cuda::BlockActs& a = d.blocks[config().recompute ? 0 : l];
   const int N = B * T, C = config().width, NH = config().heads;
   const bf16* x = d.x.as<bf16>() + int64_t{l} * N * C;
   bf16* dres = d.dres.as<bf16>();
@@ -373,8 +213,8 @@ absl::Status GptCuda::BlockBackward(int l, int B, int T) {
                          a.atty.as<bf16>(), w(kAttnProjW), N, C, C));
   STRATA_RETURN_IF_ERROR(ready(kAttnProjW));
   STRATA_RETURN_IF_ERROR(kc::AttentionBackward(
-      ctx, d.dqkv.as<bf16>(), d.scores.as<float>(), d.dsoft.as<bf16>(), dln,
-      a.qkv.as<bf16>(), a.att.as<bf16>(), B, T, C, NH));
+      ctx, d.attention, d.dqkv.as<bf16>(), d.att_scratch.as<void>(), dln,
+      a.qkv.as<bf16>(), a.atty.as<bf16>(), a.att.as<void>(), B, T, C, NH));
   STRATA_RETURN_IF_ERROR(kc::MatmulBackward(ctx, dln, g(kQkvW), g(kQkvB),
                                             d.dqkv.as<bf16>(), a.ln1.as<bf16>(),
                                             w(kQkvW), N, C, 3 * C));
@@ -419,6 +259,7 @@ absl::Status GptCuda::HeadLoss(int N, bool backward) {
 // Enqueues the copy of parameter i's (final) gradient to grad_data(i).
 absl::Status GptCuda::GradReady(int i) {
   Device& d = *dev_;
+  if (d.resident) return absl::OkStatus();  // gradients stay on the device
   const int64_t bytes = static_cast<int64_t>(params()[i].spec.numel()) * 4;
   STRATA_RETURN_IF_ERROR(
       Cuda(cudaMemcpyAsync(grad_data(i), d.G(i), bytes, cudaMemcpyDeviceToHost,
@@ -443,10 +284,10 @@ absl::StatusOr<float> GptCuda::FetchMeanLoss(int N) {
   return static_cast<float>(total / N);
 }
 
-absl::StatusOr<float> GptCuda::RunForwardBackward(const int32_t* tokens,
-                                                  const int32_t* targets, int B,
-                                                  int T, bool accumulate) {
-  STRATA_RETURN_IF_ERROR(Prepare(tokens, targets, B, T));
+// Enqueues forward, the loss and backward into zeroed (or, with
+// accumulate, host-initialized) device gradients, with a GradReady per
+// parameter in backward order.
+absl::Status GptCuda::EnqueueForwardBackward(int B, int T, bool accumulate) {
   Device& d = *dev_;
   cudaStream_t s = d.ctx->stream();
   // With accumulate, the sum starts from what the caller holds in grad_data.
@@ -478,20 +319,32 @@ absl::StatusOr<float> GptCuda::RunForwardBackward(const int32_t* tokens,
                                              d.dres.as<bf16>(),
                                              d.tokens.as<int32_t>(), B, T, C));
   STRATA_RETURN_IF_ERROR(GradReady(kWpe));
-  STRATA_RETURN_IF_ERROR(GradReady(kWte));
+  return GradReady(kWte);
+}
+
+absl::StatusOr<float> GptCuda::RunForwardBackward(const int32_t* tokens,
+                                                  const int32_t* targets, int B,
+                                                  int T, bool accumulate) {
+  STRATA_RETURN_IF_ERROR(Prepare(tokens, targets, B, T));
+  STRATA_RETURN_IF_ERROR(EnqueueForwardBackward(B, T, accumulate));
   // Everything is enqueued: report each gradient as its copy lands, while
   // the device finishes the rest.
+  Device& d = *dev_;
   for (int i : d.ready_order) {
     STRATA_RETURN_IF_ERROR(
         Cuda(cudaEventSynchronize(d.copied[i]), "cudaEventSynchronize"));
     if (grad_ready_) grad_ready_(i);
   }
-  return FetchMeanLoss(N);
+  return FetchMeanLoss(B * T);
 }
 
 absl::StatusOr<float> GptCuda::ForwardBackward(const int32_t* tokens,
                                                const int32_t* targets, int B,
                                                int T, bool accumulate) {
+  if (dev_->resident) {
+    return absl::FailedPreconditionError(
+        "ForwardBackward on a resident model: call StopResident first");
+  }
   absl::StatusOr<float> loss =
       RunForwardBackward(tokens, targets, B, T, accumulate);
   // After an error, let enqueued copies finish before the caller touches

@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/optimizer.h"
 #include "worker/gpt.h"
 #include "worker/model.h"
 
@@ -67,6 +68,26 @@ class GptCuda : public Model {
                              int B, int T) override;
   void SetGradReadyCallback(std::function<void(int param_index)> cb) override;
 
+  // Resident training, for one worker that owns its optimizer (no servers:
+  // bench/gpu_train.sh, single-GPU runs). The fp32 master weights, the
+  // gradients and the Adam state stay on the device and the update runs
+  // there, so a step moves only the batch and the loss over PCIe.
+  //  - StartResident uploads param_data as the master weights and zeroes
+  //    the moments. `params` must be Adam or AdamW; weight decay applies to
+  //    the "decay" group only, as the trainer configures the servers.
+  //  - ResidentStep runs forward, backward and one update with 0-based
+  //    index `step` (ScheduledLr(params, step), bias correction step + 1)
+  //    and returns the loss. No grad-ready callbacks; grad_data untouched.
+  //  - Loss works on the resident weights; ForwardBackward is
+  //    FAILED_PRECONDITION until StopResident.
+  //  - StopResident copies the weights back into param_data and frees the
+  //    moments (a no-op when not resident).
+  absl::Status StartResident(const OptimizerParams& params);
+  absl::StatusOr<float> ResidentStep(const int32_t* tokens,
+                                     const int32_t* targets, int B, int T,
+                                     int64_t step);
+  absl::Status StopResident();
+
   // As Gpt::Generate, computed on the CPU from the host weights in
   // param_data (sampling is latency-bound and rare; no device work).
   absl::StatusOr<std::vector<int32_t>> Generate(std::vector<int32_t> prompt,
@@ -85,13 +106,16 @@ class GptCuda : public Model {
   double peak_flops() const override { return peak_flops_; }
 
  private:
-  struct Device;  // device buffers, stream, events (gpt_cuda.cc)
+  struct Device;  // device buffers, stream, events (gpt_cuda_device.h)
   GptCuda(std::unique_ptr<Gpt> host, int ordinal);
 
   // Validates the batch, sizes the activations and enqueues the uploads of
   // the batch and the weights (fp32 from param_data, rounded to bf16).
   absl::Status Prepare(const int32_t* tokens, const int32_t* targets, int B,
                        int T);
+  // Enqueues forward, loss and backward for a prepared batch (see
+  // gpt_cuda.cc).
+  absl::Status EnqueueForwardBackward(int B, int T, bool accumulate);
   absl::StatusOr<float> RunForwardBackward(const int32_t* tokens,
                                            const int32_t* targets, int B, int T,
                                            bool accumulate);

@@ -16,11 +16,13 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/bf16.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda_ops.h"
+#include "kernels/optimizer.h"
 #include "worker/gpt.h"
 #include "worker/model.h"
 
@@ -30,13 +32,15 @@ namespace {
 constexpr double kLossAtol = 2e-2, kLossRtol = 1e-2;
 constexpr double kGradRelL2 = 3e-2, kGradRtol = 5e-2, kGradAtolOfMax = 5e-2;
 
-GptConfig TinyConfig(bool recompute = false) {
+// Width 32 (head size 16) takes the unfused attention kernels, width 64
+// (head size 32) the fused ones.
+GptConfig TinyConfig(bool recompute = false, int width = 32) {
   GptConfig c;
   c.vocab = 64;
   c.context = 16;
   c.layers = 2;
   c.heads = 2;
-  c.width = 32;
+  c.width = width;
   c.recompute = recompute;
   return c;
 }
@@ -77,14 +81,16 @@ void ExpectGradClose(const float* got, const float* want, int64_t n,
   }
 }
 
-class GptCudaTest : public ::testing::TestWithParam<bool> {
+// Parameters: recompute, width.
+class GptCudaTest : public ::testing::TestWithParam<std::tuple<bool, int>> {
  protected:
   void SetUp() override {
     if (kernels::cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-    auto cpu = Gpt::Create(TinyConfig(GetParam()));
+    const auto [recompute, width] = GetParam();
+    auto cpu = Gpt::Create(TinyConfig(recompute, width));
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     cpu_ = std::move(*cpu);
-    auto gpu = GptCuda::Create(TinyConfig(GetParam()));
+    auto gpu = GptCuda::Create(TinyConfig(recompute, width));
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     gpu_ = std::move(*gpu);
     ShareBf16Weights(*cpu_, *gpu_, /*seed=*/7);
@@ -187,7 +193,112 @@ TEST_P(GptCudaTest, ShorterBatchAfterLongerStillMatchesCpu) {
   EXPECT_NEAR(*got, *want, kLossAtol + kLossRtol * std::abs(*want));
 }
 
-INSTANTIATE_TEST_SUITE_P(Recompute, GptCudaTest, ::testing::Bool());
+// Resident training against the CPU model stepped by ApplyUpdate (the
+// servers' AdamW) on one repeated batch: the losses follow the same path
+// and the weights move the same way. Adam's first steps move each weight
+// by about lr whatever its gradient's size, so a tiny gradient whose sign
+// bf16 noise flips moves it the other way: the weight changes are
+// compared in aggregate (relative L2), not element by element.
+TEST_P(GptCudaTest, ResidentTrainingMatchesCpuAdamW) {
+  OptimizerParams opt;
+  opt.kind = OptimizerParams::kAdamW;
+  opt.lr = 1e-2f;
+  opt.weight_decay = 0.1f;
+  opt.warmup_steps = 2;
+  EXPECT_EQ(gpu_->ForwardBackward(tokens_.data(), targets_.data(), kB, kT)
+                .status()
+                .code(),
+            absl::StatusCode::kOk);
+  std::vector<std::vector<float>> start, m, v;
+  for (size_t i = 0; i < cpu_->params().size(); ++i) {
+    const float* w = cpu_->param_data(static_cast<int>(i));
+    const size_t n = cpu_->params()[i].spec.numel();
+    start.emplace_back(w, w + n);
+    m.emplace_back(n, 0.0f);
+    v.emplace_back(n, 0.0f);
+  }
+  ASSERT_TRUE(gpu_->StartResident(opt).ok());
+  EXPECT_EQ(gpu_->ForwardBackward(tokens_.data(), targets_.data(), kB, kT)
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  std::vector<float> cpu_losses, gpu_losses;
+  for (int step = 0; step < 6; ++step) {
+    auto want = cpu_->ForwardBackward(tokens_.data(), targets_.data(), kB, kT);
+    ASSERT_TRUE(want.ok());
+    cpu_losses.push_back(*want);
+    for (size_t i = 0; i < cpu_->params().size(); ++i) {
+      OptimizerParams o = opt;
+      if (cpu_->params()[i].spec.group != "decay") o.weight_decay = 0;
+      const int p = static_cast<int>(i);
+      ApplyUpdate(o, ScheduledLr(o, step), step + 1, cpu_->param_data(p),
+                  m[i].data(), v[i].data(), cpu_->grad_data(p), m[i].size());
+    }
+    auto got =
+        gpu_->ResidentStep(tokens_.data(), targets_.data(), kB, kT, step);
+    ASSERT_TRUE(got.ok()) << got.status();
+    gpu_losses.push_back(*got);
+  }
+  // Each step's bf16 noise feeds the next, so the bound is wider than one
+  // step's (kLossAtol, kLossRtol).
+  for (size_t k = 0; k < cpu_losses.size(); ++k) {
+    EXPECT_NEAR(gpu_losses[k], cpu_losses[k],
+                5e-2 + 2e-2 * std::abs(cpu_losses[k]))
+        << "step " << k;
+  }
+  // The repeated batch is learned: the loss falls well below ln(64) = 4.16.
+  EXPECT_LT(gpu_losses.back(), gpu_losses.front() - 0.5);
+  // Loss reads the resident weights, which the last update improved.
+  auto eval = gpu_->Loss(tokens_.data(), targets_.data(), kB, kT);
+  ASSERT_TRUE(eval.ok());
+  EXPECT_LT(*eval, gpu_losses.back());
+  ASSERT_TRUE(gpu_->StopResident().ok());
+  double diff2 = 0, moved2 = 0;
+  for (size_t i = 0; i < start.size(); ++i) {
+    const float* want = cpu_->param_data(static_cast<int>(i));
+    const float* got = gpu_->param_data(static_cast<int>(i));
+    for (size_t j = 0; j < start[i].size(); ++j) {
+      const double dw_cpu = double{want[j]} - start[i][j];
+      const double dw_gpu = double{got[j]} - start[i][j];
+      diff2 += (dw_gpu - dw_cpu) * (dw_gpu - dw_cpu);
+      moved2 += dw_cpu * dw_cpu;
+    }
+  }
+  EXPECT_GT(moved2, 0);
+  EXPECT_LE(std::sqrt(diff2), 0.25 * std::sqrt(moved2));
+  // After StopResident the host weights are used again.
+  EXPECT_TRUE(
+      gpu_->ForwardBackward(tokens_.data(), targets_.data(), kB, kT).ok());
+}
+
+TEST_P(GptCudaTest, ResidentRefusesMisuse) {
+  OptimizerParams sgd;
+  sgd.kind = OptimizerParams::kSgd;
+  EXPECT_EQ(gpu_->StartResident(sgd).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->ResidentStep(tokens_.data(), targets_.data(), kB, kT, 0)
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  OptimizerParams adam;
+  ASSERT_TRUE(gpu_->StartResident(adam).ok());
+  EXPECT_EQ(gpu_->StartResident(adam).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(gpu_->ResidentStep(tokens_.data(), targets_.data(), kB, kT, -1)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->ResidentStep(tokens_.data(), targets_.data(), kB, kT + 1, 0)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(gpu_->StopResident().ok());
+  EXPECT_TRUE(gpu_->StopResident().ok());  // idempotent
+}
+
+INSTANTIATE_TEST_SUITE_P(RecomputeAndWidth, GptCudaTest,
+                         ::testing::Combine(::testing::Bool(),
+                                            ::testing::Values(32, 64)));
 
 TEST(GptCuda, DescribesItsDevice) {
   if (kernels::cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";

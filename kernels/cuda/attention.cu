@@ -1,7 +1,10 @@
-// Causal self-attention: per batch row, cuBLAS strided-batched GEMMs over
-// the heads (scores in fp32), and warp-per-row softmax kernels.
+// Causal self-attention: the public entry points, which pick the fused
+// kernels (attention_fused.cu) or the unfused ones here: per batch row,
+// cuBLAS strided-batched GEMMs over the heads (scores in fp32) and
+// warp-per-row softmax kernels.
 #include <cmath>
 
+#include "kernels/cuda/attention_fused.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace strata::kernels::cuda {
@@ -54,11 +57,14 @@ absl::Status CheckShape(int B, int T, int C, int NH) {
                  "Attention: B, T, C, NH > 0 and NH divides C");
 }
 
-}  // namespace
+// The unfused scratch: (B,NH,T,T) fp32 scores, then (B,NH,T,T) bf16.
+int64_t ScoresBytes(int B, int T, int NH) {
+  const int64_t bytes = int64_t{B} * NH * T * T * 4;
+  return (bytes + 255) / 256 * 256;
+}
 
-absl::Status AttentionForward(Context& ctx, bf16* out, bf16* att, float* scores,
-                              const bf16* qkv, int B, int T, int C, int NH) {
-  STRATA_CUDA_RETURN_IF_ERROR(CheckShape(B, T, C, NH));
+absl::Status UnfusedForward(Context& ctx, bf16* out, bf16* att, float* scores,
+                            const bf16* qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int64_t tt = int64_t{T} * T;
@@ -83,10 +89,9 @@ absl::Status AttentionForward(Context& ctx, bf16* out, bf16* att, float* scores,
   return absl::OkStatus();
 }
 
-absl::Status AttentionBackward(Context& ctx, bf16* dqkv, float* dscores,
-                               bf16* dsoft, const bf16* dout, const bf16* qkv,
-                               const bf16* att, int B, int T, int C, int NH) {
-  STRATA_CUDA_RETURN_IF_ERROR(CheckShape(B, T, C, NH));
+absl::Status UnfusedBackward(Context& ctx, bf16* dqkv, float* dscores,
+                             bf16* dsoft, const bf16* dout, const bf16* qkv,
+                             const bf16* att, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int64_t tt = int64_t{T} * T;
@@ -120,6 +125,53 @@ absl::Status AttentionBackward(Context& ctx, bf16* dqkv, float* dscores,
                     0.0f, dq + C, CUDA_R_16BF, 3 * C, hs, NH));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+AttentionKind ChooseAttention(int B, int T, int C, int NH) {
+  return FusedAttentionSupports(B, T, C, NH) ? AttentionKind::kFused
+                                             : AttentionKind::kUnfused;
+}
+
+int64_t AttentionSavedBytes(AttentionKind kind, int B, int T, int C, int NH) {
+  if (kind == AttentionKind::kFused) return int64_t{B} * NH * T * 4;  // lse
+  return int64_t{B} * NH * T * T * 2;  // probabilities
+}
+
+int64_t AttentionScratchBytes(AttentionKind kind, int B, int T, int C, int NH) {
+  if (kind == AttentionKind::kFused) {
+    return FusedAttentionScratchBytes(B, T, C, NH);
+  }
+  return ScoresBytes(B, T, NH) + int64_t{B} * NH * T * T * 2;
+}
+
+absl::Status AttentionForward(Context& ctx, AttentionKind kind, bf16* out,
+                              void* saved, void* scratch, const bf16* qkv,
+                              int B, int T, int C, int NH) {
+  STRATA_CUDA_RETURN_IF_ERROR(CheckShape(B, T, C, NH));
+  if (kind == AttentionKind::kFused) {
+    return FusedAttentionForward(ctx, out, static_cast<float*>(saved), qkv, B,
+                                 T, C, NH);
+  }
+  return UnfusedForward(ctx, out, static_cast<bf16*>(saved),
+                        static_cast<float*>(scratch), qkv, B, T, C, NH);
+}
+
+absl::Status AttentionBackward(Context& ctx, AttentionKind kind, bf16* dqkv,
+                               void* scratch, const bf16* dout, const bf16* qkv,
+                               const bf16* out, const void* saved, int B, int T,
+                               int C, int NH) {
+  STRATA_CUDA_RETURN_IF_ERROR(CheckShape(B, T, C, NH));
+  if (kind == AttentionKind::kFused) {
+    return FusedAttentionBackward(ctx, dqkv, scratch, dout, qkv, out,
+                                  static_cast<const float*>(saved), B, T, C,
+                                  NH);
+  }
+  auto* dsoft = reinterpret_cast<bf16*>(static_cast<unsigned char*>(scratch) +
+                                        ScoresBytes(B, T, NH));
+  return UnfusedBackward(ctx, dqkv, static_cast<float*>(scratch), dsoft, dout,
+                         qkv, static_cast<const bf16*>(saved), B, T, C, NH);
 }
 
 }  // namespace strata::kernels::cuda

@@ -1,0 +1,108 @@
+#include "worker/gpt_cuda_device.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace strata {
+namespace gpt_cuda {
+
+absl::Status Cuda(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  // Reset a non-sticky error (e.g. out of memory) so that the next launch
+  // check does not report it again.
+  cudaGetLastError();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
+}
+
+absl::Status Cublas(cublasStatus_t err, const char* what) {
+  if (err == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat(what, ": cuBLAS status ", static_cast<int>(err)));
+}
+
+absl::Status DeviceBuffer::Reserve(int64_t bytes) {
+  if (bytes <= bytes_) return absl::OkStatus();
+  Release();
+  STRATA_RETURN_IF_ERROR(Cuda(cudaMalloc(&ptr_, bytes), "cudaMalloc"));
+  bytes_ = bytes;
+  return absl::OkStatus();
+}
+
+void DeviceBuffer::Release() {
+  if (ptr_ != nullptr) cudaFree(ptr_);
+  ptr_ = nullptr;
+  bytes_ = 0;
+}
+
+}  // namespace gpt_cuda
+
+using gpt_cuda::kc::bf16;
+
+GptCuda::Device::~Device() {
+  for (cudaEvent_t e : copied) cudaEventDestroy(e);
+  for (void* p : registered) cudaHostUnregister(p);
+}
+
+absl::Status GptCuda::Device::Resize(const GptConfig& cfg, int b, int t) {
+  if (b == B && t == T) return absl::OkStatus();
+  const int64_t N = int64_t{b} * t, C = cfg.width, bf = sizeof(bf16), f = 4;
+  attention = kernels::cuda::ChooseAttention(b, t, cfg.width, cfg.heads);
+  const int64_t att =
+      kernels::cuda::AttentionSavedBytes(attention, b, t, cfg.width, cfg.heads);
+  blocks.resize(cfg.recompute ? 1 : cfg.layers);
+  for (gpt_cuda::BlockActs& a : blocks) {
+    for (DeviceBuffer* d : {&a.ln1, &a.atty, &a.res2, &a.ln2}) {
+      STRATA_RETURN_IF_ERROR(d->Reserve(N * C * bf));
+    }
+    for (DeviceBuffer* d :
+         {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) {
+      STRATA_RETURN_IF_ERROR(d->Reserve(N * f));
+    }
+    STRATA_RETURN_IF_ERROR(a.qkv.Reserve(N * 3 * C * bf));
+    STRATA_RETURN_IF_ERROR(a.att.Reserve(att));
+    STRATA_RETURN_IF_ERROR(a.fch.Reserve(N * 4 * C * bf));
+    STRATA_RETURN_IF_ERROR(a.fch_gelu.Reserve(N * 4 * C * bf));
+  }
+  const int64_t rows = HeadRows(cfg.vocab, static_cast<int>(N));
+  const std::pair<DeviceBuffer*, int64_t> sizes[] = {
+      {&tokens, N * 4},
+      {&targets, N * 4},
+      {&x, (cfg.layers + 1) * N * C * bf},
+      {&branch, N * C * bf},
+      {&lnf, N * C * bf},
+      {&lnf_mean, N * f},
+      {&lnf_rstd, N * f},
+      {&logits, rows * cfg.vocab * f},
+      {&dlogits, rows * cfg.vocab * bf},
+      {&losses, N * f},
+      {&dres, N * C * bf},
+      {&dln, N * C * bf},
+      {&dqkv, N * 3 * C * bf},
+      {&dfch, N * 4 * C * bf},
+      {&att_scratch, kernels::cuda::AttentionScratchBytes(
+                         attention, b, t, cfg.width, cfg.heads)},
+  };
+  for (const auto& [buffer, bytes] : sizes) {
+    STRATA_RETURN_IF_ERROR(buffer->Reserve(bytes));
+  }
+  host_losses.resize(N);
+  B = b;
+  T = t;
+  return absl::OkStatus();
+}
+
+double CudaPeakBf16Flops(const std::string& name) {
+  // Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's datasheets.
+  if (absl::StrContains(name, "H100") || absl::StrContains(name, "H200")) {
+    if (absl::StrContains(name, "PCIe")) return 756e12;
+    if (absl::StrContains(name, "NVL")) return 835e12;
+    return 989e12;  // SXM (and GH200)
+  }
+  if (absl::StrContains(name, "A100")) return 312e12;
+  return 0;
+}
+
+}  // namespace strata

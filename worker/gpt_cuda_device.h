@@ -1,0 +1,134 @@
+// GptCuda's device state (private to worker/gpt_cuda*.cc): device buffers,
+// the activations of each block, the flat weight and gradient layout, and
+// the stream. Built only with STRATA_CUDA.
+#ifndef STRATA_WORKER_GPT_CUDA_DEVICE_H_
+#define STRATA_WORKER_GPT_CUDA_DEVICE_H_
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/cuda_ops.h"
+#include "kernels/optimizer.h"
+#include "worker/gpt_cuda.h"
+#include "worker/gpt_layout.h"
+
+namespace strata::gpt_cuda {
+
+namespace kc = ::strata::kernels::cuda;
+using kc::bf16;
+
+// INTERNAL naming `what` unless `err` is success. Cuda also clears a
+// non-sticky error (e.g. out of memory) so the next launch check does not
+// report it again.
+absl::Status Cuda(cudaError_t err, const char* what);
+absl::Status Cublas(cublasStatus_t err, const char* what);
+
+// One device allocation that only grows; freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, nullptr)),
+        bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+
+  // Makes room for `bytes`; the contents are lost when it grows.
+  absl::Status Reserve(int64_t bytes);
+  // Frees the memory.
+  void Release();
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// Activations of one block for a (B,T) batch; N = B*T. bf16 unless noted.
+struct BlockActs {
+  DeviceBuffer ln1, ln1_mean, ln1_rstd;  // (N,C), (N) fp32, (N) fp32
+  DeviceBuffer qkv;                      // (N,3C)
+  DeviceBuffer att;                      // kc::AttentionSavedBytes
+  DeviceBuffer atty;                     // (N,C) attention output
+  DeviceBuffer res2;                     // (N,C) x + attention branch
+  DeviceBuffer ln2, ln2_mean, ln2_rstd;  // (N,C), (N) fp32, (N) fp32
+  DeviceBuffer fch, fch_gelu;            // (N,4C)
+};
+
+}  // namespace strata::gpt_cuda
+
+namespace strata {
+
+// Everything on the device: weights, gradients, activations, the stream.
+// The flat parameter layout mirrors the host Gpt's (same offsets, padding
+// included), so weights go up and gradients come back in bulk copies.
+struct GptCuda::Device {
+  using DeviceBuffer = gpt_cuda::DeviceBuffer;
+  using bf16 = gpt_cuda::bf16;
+
+  std::unique_ptr<kernels::cuda::Context> ctx;
+  std::vector<int64_t> offsets;     // of each parameter in the flat layout
+  int64_t total = 0;                // floats in the flat layout
+  DeviceBuffer master;              // (total) fp32 weights
+  DeviceBuffer weights;             // (total) bf16
+  DeviceBuffer grads;               // (total) fp32
+  std::vector<cudaEvent_t> copied;  // per parameter: gradient is on the host
+  std::vector<int> ready_order;     // parameters in the order they finished
+  std::vector<void*> registered;    // host ranges pinned with cudaHostRegister
+
+  // Resident training (GptCuda::StartResident): master is authoritative,
+  // the Adam moments live beside it, and gradients stay on the device.
+  bool resident = false;
+  std::vector<OptimizerParams> param_opt;  // per parameter (its group's wd)
+  DeviceBuffer adam_m, adam_v;             // (total) fp32
+
+  int B = 0, T = 0;
+  DeviceBuffer tokens, targets;  // (N) int32
+  DeviceBuffer x;                // (L+1,N,C): block inputs, then the output
+  std::vector<gpt_cuda::BlockActs> blocks;  // per layer, or one (recompute)
+  DeviceBuffer branch;  // (N,C) a branch's output before its add
+  DeviceBuffer lnf, lnf_mean, lnf_rstd;  // (N,C), (N) fp32, (N) fp32
+  DeviceBuffer logits;                   // (rows,V) fp32
+  DeviceBuffer dlogits;                  // (rows,V)
+  DeviceBuffer losses;                   // (N) fp32
+  DeviceBuffer dres, dln;                // (N,C) residual gradient, scratch
+  DeviceBuffer dqkv;                     // (N,3C)
+  DeviceBuffer dfch;                     // (N,4C)
+  kernels::cuda::AttentionKind attention = kernels::cuda::AttentionKind::kFused;
+  DeviceBuffer att_scratch;  // kernels::cuda::AttentionScratchBytes
+  std::vector<float> host_losses;
+
+  ~Device();
+
+  bf16* W(int param) const { return weights.as<bf16>() + offsets[param]; }
+  float* G(int param) const { return grads.as<float>() + offsets[param]; }
+  static int Block(int layer, int slot) {
+    return gpt_layout::kFirstBlockParam + layer * gpt_layout::kSlotsPerLayer +
+           slot;
+  }
+  // Rows of logits the LM head computes at once.
+  static int HeadRows(int vocab, int N) {
+    return static_cast<int>(
+        std::clamp<int64_t>(gpt_layout::kHeadChunkFloats / vocab, 1, N));
+  }
+
+  // Sizes the activations for a (b, t) batch; a no-op for the current one.
+  absl::Status Resize(const GptConfig& cfg, int b, int t);
+};
+
+}  // namespace strata
+
+#endif  // STRATA_WORKER_GPT_CUDA_DEVICE_H_
