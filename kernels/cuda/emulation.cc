@@ -1,0 +1,62 @@
+#include "kernels/cuda/emulation.h"
+
+#include <thread>
+
+#include "common/check.h"
+
+thread_local uint3 threadIdx;
+thread_local uint3 blockIdx;
+thread_local dim3 blockDim;
+thread_local dim3 gridDim;
+
+namespace strata::emu {
+namespace {
+
+thread_local Block* current = nullptr;
+
+}  // namespace
+
+Block::Block(int threads, size_t smem_bytes)
+    : all(threads),
+      exchange(static_cast<size_t>(threads), 0.0f),
+      smem(smem_bytes, 0xff) {
+  for (int w = 0; w < threads / 32; ++w) {
+    warps.push_back(std::make_unique<std::barrier<>>(32));
+  }
+}
+
+Block& CurrentBlock() {
+  STRATA_CHECK(current != nullptr);
+  return *current;
+}
+
+void RunGrid(dim3 grid, int threads, size_t smem_bytes,
+             const std::function<void()>& kernel) {
+  STRATA_CHECK(threads > 0 && threads % 32 == 0);
+  for (unsigned z = 0; z < grid.z; ++z) {
+    for (unsigned y = 0; y < grid.y; ++y) {
+      for (unsigned x = 0; x < grid.x; ++x) {
+        Block block(threads, smem_bytes);
+        std::vector<std::thread> pool;
+        pool.reserve(threads);
+        for (int t = 0; t < threads; ++t) {
+          pool.emplace_back([&, t] {
+            threadIdx = uint3{static_cast<unsigned>(t), 0, 0};
+            blockIdx = uint3{x, y, z};
+            blockDim = dim3(static_cast<unsigned>(threads));
+            gridDim = grid;
+            current = &block;
+            kernel();
+            // An exited thread no longer holds up its block or warp.
+            block.warps[t / 32]->arrive_and_drop();
+            block.all.arrive_and_drop();
+            current = nullptr;
+          });
+        }
+        for (std::thread& th : pool) th.join();
+      }
+    }
+  }
+}
+
+}  // namespace strata::emu
