@@ -106,11 +106,12 @@ TEST_F(CudaOps, EncoderMatchesCpu) {
       cuda::EncoderForward(*ctx_, d_out, d_tok, Bf16(wte), Bf16(wpe), B, T, C)
           .ok());
   ExpectClose(Get(d_out, out.size()), out);
-  std::vector<float> dwte(V * C, 0.0f), dwpe(T * C, 0.0f);
+  // Accumulated: both sides start from the same random values.
+  std::vector<float> dwte = Random(V * C, 4), dwpe = Random(T * C, 5);
+  float* d_dwte = Raw(dwte);
+  float* d_dwpe = Raw(dwpe);
   EncoderBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T,
                   C);
-  float* d_dwte = static_cast<float*>(Alloc(dwte.size() * 4));
-  float* d_dwpe = static_cast<float*>(Alloc(dwpe.size() * 4));
   ASSERT_TRUE(
       cuda::EncoderBackward(*ctx_, d_dwte, d_dwpe, Bf16(dout), d_tok, B, T, C)
           .ok());
@@ -124,7 +125,12 @@ TEST_F(CudaOps, LayerNormMatchesCpu) {
   std::vector<float> dout = Random(N * C, 4), out(N * C), mean(N), rstd(N);
   LayerNormForward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(),
                    b.data(), N, C);
-  std::vector<float> dinp(N * C, 0.0f), dw(C, 0.0f), db(C, 0.0f);
+  // Accumulated: both sides start from the same random values.
+  std::vector<float> dinp = Random(N * C, 5), dw = Random(C, 6);
+  std::vector<float> db = Random(C, 7);
+  bf16* d_dinp = Bf16(dinp);
+  float* d_dw = Raw(dw);
+  float* d_db = Raw(db);
   LayerNormBackward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(),
                     w.data(), mean.data(), rstd.data(), N, C);
   bf16* d_out = static_cast<bf16*>(Alloc(N * C * sizeof(bf16)));
@@ -135,9 +141,6 @@ TEST_F(CudaOps, LayerNormMatchesCpu) {
                                      Bf16(b), N, C)
                   .ok());
   ExpectClose(Get(d_out, out.size()), out);
-  bf16* d_dinp = static_cast<bf16*>(Alloc(N * C * sizeof(bf16)));
-  float* d_dw = static_cast<float*>(Alloc(C * 4));
-  float* d_db = static_cast<float*>(Alloc(C * 4));
   ASSERT_TRUE(cuda::LayerNormBackward(*ctx_, d_dinp, d_dw, d_db, Bf16(dout),
                                       d_inp, d_w, d_mean, d_rstd, N, C)
                   .ok());
@@ -150,7 +153,12 @@ TEST_F(CudaOps, MatmulMatchesCpu) {
   const int N = 48, C = 64, OC = 96;
   std::vector<float> inp = Random(N * C, 1), w = Random(OC * C, 2, 0.2f);
   std::vector<float> b = Random(OC, 3), dout = Random(N * OC, 4);
-  std::vector<float> out(N * OC), dinp(N * C), dw(OC * C, 0.0f), db(OC, 0.0f);
+  // dweight and dbias accumulate: both sides start from the same random
+  // values. dinp is overwritten: the device's starts as garbage.
+  std::vector<float> out(N * OC), dinp(N * C), dw = Random(OC * C, 5);
+  std::vector<float> db = Random(OC, 6);
+  float* d_dw = Raw(dw);
+  float* d_db = Raw(db);
   MatmulForward(out.data(), inp.data(), w.data(), b.data(), N, C, OC);
   MatmulBackward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(),
                  w.data(), N, C, OC);
@@ -160,8 +168,7 @@ TEST_F(CudaOps, MatmulMatchesCpu) {
       cuda::MatmulForward(*ctx_, d_out, d_inp, d_w, Bf16(b), N, C, OC).ok());
   ExpectClose(Get(d_out, out.size()), out);
   bf16* d_dinp = static_cast<bf16*>(Alloc(N * C * sizeof(bf16)));
-  float* d_dw = static_cast<float*>(Alloc(OC * C * 4));
-  float* d_db = static_cast<float*>(Alloc(OC * 4));
+  cudaMemset(d_dinp, 0x7f, N * C * sizeof(bf16));
   ASSERT_TRUE(cuda::MatmulBackward(*ctx_, d_dinp, d_dw, d_db, Bf16(dout), d_inp,
                                    d_w, N, C, OC)
                   .ok());
@@ -233,13 +240,14 @@ TEST_F(CudaOps, GeluAndResidualMatchCpu) {
   ASSERT_TRUE(cuda::GeluBackward(*ctx_, d_y, d_x, d_d, n).ok());
   ExpectClose(Get(d_y, n), dx);
 
-  std::vector<float> sum(n), da(n, 0.0f), db(n, 0.0f);
+  // da and db accumulate: both sides start from the same random values.
+  std::vector<float> sum(n), da = Random(n, 3), db = Random(n, 4);
+  bf16* d_da = Bf16(da);
+  bf16* d_db = Bf16(db);
   ResidualForward(sum.data(), x.data(), d.data(), n);
   ResidualBackward(da.data(), db.data(), d.data(), n);
   ASSERT_TRUE(cuda::ResidualForward(*ctx_, d_y, d_x, d_d, n).ok());
   ExpectClose(Get(d_y, n), sum);
-  bf16* d_da = Bf16(std::vector<float>(n, 0.0f));
-  bf16* d_db = Bf16(std::vector<float>(n, 0.0f));
   ASSERT_TRUE(cuda::ResidualBackward(*ctx_, d_da, d_db, d_d, n).ok());
   ExpectClose(Get(d_da, n), da);
   ExpectClose(Get(d_db, n), db);

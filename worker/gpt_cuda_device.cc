@@ -42,7 +42,9 @@ void DeviceBuffer::Release() {
 using gpt_cuda::kc::bf16;
 
 GptCuda::Device::~Device() {
-  for (cudaEvent_t e : copied) cudaEventDestroy(e);
+  for (cudaEvent_t e : copied) {
+    if (e != nullptr) cudaEventDestroy(e);  // Create may have stopped early
+  }
   for (void* p : registered) cudaHostUnregister(p);
 }
 

@@ -53,12 +53,19 @@ std::vector<int32_t> RandomTokens(int n, int vocab, uint32_t seed) {
 }
 
 // Initializes `cpu`, rounds its weights to bf16 and copies them to `gpu`.
+// GPT-2's init makes biases 0 and LayerNorm scales 1, which would hide a
+// kernel that drops a bias or a scale: those are perturbed here.
 void ShareBf16Weights(Gpt& cpu, Model& gpu, uint64_t seed) {
   cpu.InitParams(seed);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::normal_distribution<float> jitter(0.0f, 0.1f);
   for (size_t i = 0; i < cpu.params().size(); ++i) {
     const int p = static_cast<int>(i);
     const int64_t n = static_cast<int64_t>(cpu.params()[i].spec.numel());
     float* w = cpu.param_data(p);
+    if (cpu.params()[i].init != ParamInfo::kNormal) {
+      for (int64_t j = 0; j < n; ++j) w[j] += jitter(rng);
+    }
     for (int64_t j = 0; j < n; ++j) w[j] = Bf16ToFloat(FloatToBf16(w[j]));
     std::copy(w, w + n, gpu.param_data(p));
   }
@@ -299,6 +306,32 @@ TEST_P(GptCudaTest, ResidentRefusesMisuse) {
 INSTANTIATE_TEST_SUITE_P(RecomputeAndWidth, GptCudaTest,
                          ::testing::Combine(::testing::Bool(),
                                             ::testing::Values(32, 64)));
+
+// A vocabulary of 65536 makes the LM head work in chunks of 256 rows
+// (gpt_layout::kHeadChunkFloats), and 17 x 16 = 272 rows leave a ragged
+// last chunk.
+TEST(GptCuda, ChunkedHeadMatchesCpu) {
+  if (kernels::cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  GptConfig cfg = TinyConfig();
+  cfg.vocab = 65536;
+  auto cpu = Gpt::Create(cfg);
+  auto gpu = GptCuda::Create(cfg);
+  ASSERT_TRUE(cpu.ok() && gpu.ok());
+  ShareBf16Weights(**cpu, **gpu, 3);
+  const int B = 17, T = 16;
+  const std::vector<int32_t> tokens = RandomTokens(B * T, cfg.vocab, 1);
+  const std::vector<int32_t> targets = RandomTokens(B * T, cfg.vocab, 2);
+  auto want = (*cpu)->ForwardBackward(tokens.data(), targets.data(), B, T);
+  auto got = (*gpu)->ForwardBackward(tokens.data(), targets.data(), B, T);
+  ASSERT_TRUE(want.ok() && got.ok());
+  EXPECT_NEAR(*got, *want, kLossAtol + kLossRtol * std::abs(*want));
+  for (size_t i = 0; i < (*cpu)->params().size(); ++i) {
+    const int p = static_cast<int>(i);
+    ExpectGradClose((*gpu)->grad_data(p), (*cpu)->grad_data(p),
+                    static_cast<int64_t>((*cpu)->params()[i].spec.numel()),
+                    (*cpu)->params()[i].spec.name);
+  }
+}
 
 TEST(GptCuda, DescribesItsDevice) {
   if (kernels::cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";

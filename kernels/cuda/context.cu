@@ -6,6 +6,9 @@ namespace strata::kernels::cuda {
 
 absl::Status CudaStatus(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return absl::OkStatus();
+  // Clear a non-sticky error (e.g. out of memory) so that a later launch
+  // check does not report it against another kernel.
+  cudaGetLastError();
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
 }
 

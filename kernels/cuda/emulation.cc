@@ -30,26 +30,29 @@ Block& CurrentBlock() {
   return *current;
 }
 
-void RunGrid(dim3 grid, int threads, size_t smem_bytes,
+void RunGrid(dim3 grid, dim3 block, size_t smem_bytes,
              const std::function<void()>& kernel) {
+  const int threads = static_cast<int>(block.x * block.y * block.z);
   STRATA_CHECK(threads > 0 && threads % 32 == 0);
   for (unsigned z = 0; z < grid.z; ++z) {
     for (unsigned y = 0; y < grid.y; ++y) {
       for (unsigned x = 0; x < grid.x; ++x) {
-        Block block(threads, smem_bytes);
+        Block state(threads, smem_bytes);
         std::vector<std::thread> pool;
         pool.reserve(threads);
         for (int t = 0; t < threads; ++t) {
           pool.emplace_back([&, t] {
-            threadIdx = uint3{static_cast<unsigned>(t), 0, 0};
+            const unsigned u = static_cast<unsigned>(t);
+            threadIdx = uint3{u % block.x, u / block.x % block.y,
+                              u / (block.x * block.y)};
             blockIdx = uint3{x, y, z};
-            blockDim = dim3(static_cast<unsigned>(threads));
+            blockDim = block;
             gridDim = grid;
-            current = &block;
+            current = &state;
             kernel();
             // An exited thread no longer holds up its block or warp.
-            block.warps[t / 32]->arrive_and_drop();
-            block.all.arrive_and_drop();
+            state.warps[t / 32]->arrive_and_drop();
+            state.all.arrive_and_drop();
             current = nullptr;
           });
         }

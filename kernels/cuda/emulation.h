@@ -29,6 +29,7 @@
 
 #include <atomic>
 #include <barrier>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -54,15 +55,25 @@ struct Block {
 // The calling thread's block (set by RunGrid).
 Block& CurrentBlock();
 
-// Runs `kernel` once per thread of a (grid.x, grid.y, grid.z) grid of
-// blocks of `threads` threads (a multiple of 32), with `smem_bytes` of
-// dynamic shared memory per block. Blocks run in order, x fastest.
-void RunGrid(dim3 grid, int threads, size_t smem_bytes,
+// Runs `kernel` once per thread of a grid of blocks of `block` threads
+// (their product a multiple of 32), with `smem_bytes` of dynamic shared
+// memory per block. Blocks run in order, x fastest.
+void RunGrid(dim3 grid, dim3 block, size_t smem_bytes,
              const std::function<void()>& kernel);
+
+// The calling thread's index within its block, x fastest (warp w holds
+// indices [32w, 32w + 32)).
+inline unsigned LinearThread() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
 
 }  // namespace strata::emu
 
 #define __launch_bounds__(...)
+// A static __shared__ array would be a per-thread local here: kernels that
+// run on the emulator take shared memory through STRATA_DYNAMIC_SMEM.
+#undef __shared__
+#define __shared__ static_shared_memory_is_not_emulated
 
 #define STRATA_DYNAMIC_SMEM(name) \
   unsigned char* name = ::strata::emu::CurrentBlock().smem.data()
@@ -72,12 +83,14 @@ inline void __syncthreads() {
 }
 
 inline void __syncwarp(unsigned = 0xffffffffu) {
-  strata::emu::CurrentBlock().warps[threadIdx.x / 32]->arrive_and_wait();
+  strata::emu::CurrentBlock()
+      .warps[strata::emu::LinearThread() / 32]
+      ->arrive_and_wait();
 }
 
 inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
   strata::emu::Block& b = strata::emu::CurrentBlock();
-  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const unsigned t = strata::emu::LinearThread(), warp = t / 32, lane = t % 32;
   float* x = b.exchange.data() + 32 * warp;
   x[lane] = v;
   __syncwarp();
@@ -85,6 +98,8 @@ inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
   __syncwarp();  // nobody overwrites x before every lane has read
   return got;
 }
+
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 
 inline float atomicAdd(float* p, float v) {
   return std::atomic_ref<float>(*p).fetch_add(v);
@@ -139,7 +154,7 @@ inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f,
 inline void store_matrix_sync(float* p,
                               const fragment<accumulator, 16, 16, 16, float>& f,
                               unsigned ld, layout_t layout) {
-  for (unsigned e = threadIdx.x % 32; e < 256; e += 32) {
+  for (unsigned e = strata::emu::LinearThread() % 32; e < 256; e += 32) {
     const unsigned r = e / 16, c = e % 16;
     (layout == mem_row_major ? p[r * ld + c] : p[c * ld + r]) = f.v[e];
   }

@@ -1,29 +1,11 @@
-// Fully connected layer: cuBLAS bf16 GEMMs with fp32 compute, plus bias.
-#include "kernels/cuda/common.cuh"
+// Fully connected layer: cuBLAS bf16 GEMMs with fp32 compute, plus the bias
+// kernels of matmul_kernels.cuh.
+#include "kernels/cuda/matmul_kernels.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
-__global__ void AddBiasKernel(bf16* out, const bf16* bias, int64_t N, int OC) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i >= N * OC) return;
-  out[i] = __float2bfloat16(__bfloat162float(out[i]) +
-                            __bfloat162float(bias[i % OC]));
-}
-
-// dbias[o] += sum over rows of dout[:, o]; one thread per column (the rows
-// are read coalesced across the threads of a block).
-__global__ void BiasBackwardKernel(float* dbias, const bf16* dout, int N,
-                                   int OC) {
-  const int o = blockIdx.x * blockDim.x + threadIdx.x;
-  if (o >= OC) return;
-  float sum = 0;
-  for (int n = 0; n < N; ++n)
-    sum += __bfloat162float(dout[int64_t{n} * OC + o]);
-  dbias[o] += sum;
-}
+using namespace matmul;  // NOLINT: this file launches them
 
 absl::Status CheckShape(int N, int C, int OC) {
   return Require(N > 0 && C > 0 && OC > 0, "Matmul: N, C, OC > 0");
@@ -57,8 +39,9 @@ absl::Status MatmulBackward(Context& ctx, bf16* dinp, float* dweight,
                                           dout, OC, 0, inp, C, 0, 1.0f, dweight,
                                           CUDA_R_32F, C, 0, 1));
   if (dbias == nullptr) return absl::OkStatus();
-  BiasBackwardKernel<<<Blocks(OC, kThreads), kThreads, 0, ctx.stream()>>>(
-      dbias, dout, N, OC);
+  BiasBackwardKernel<<<BiasBackwardGrid(N, OC), BiasBackwardBlock(),
+                       kBiasBackwardSharedBytes, ctx.stream()>>>(dbias, dout, N,
+                                                                 OC);
   return LaunchStatus("BiasBackwardKernel");
 }
 
