@@ -4,14 +4,25 @@
 // overwritten ones from garbage, so `=` and `+=` cannot be confused.
 #include "kernels/cuda/emulation.h"  // first: it configures the kernels
 // (blank line keeps the include order)
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/crossentropy.h"
+#include "kernels/cuda/attention_kernels.cuh"
+#include "kernels/cuda/crossentropy_kernels.cuh"
+#include "kernels/cuda/elementwise_kernels.cuh"
 #include "kernels/cuda/layernorm_kernels.cuh"
 #include "kernels/cuda/matmul_kernels.cuh"
+#include "kernels/cuda/optimizer_kernels.cuh"
+#include "kernels/encoder.h"
+#include "kernels/gelu.h"
 #include "kernels/layernorm.h"
+#include "kernels/optimizer.h"
+#include "kernels/residual.h"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -21,6 +32,22 @@ std::vector<float> RandomBf16(size_t n, uint32_t seed, float scale = 1.0f) {
   std::normal_distribution<float> dist(0.0f, scale);
   std::vector<float> v(n);
   for (float& x : v) x = __bfloat162float(__float2bfloat16(dist(rng)));
+  return v;
+}
+
+std::vector<float> RandomUniform(size_t n, uint32_t seed, float lo, float hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<int32_t> RandomTokens(size_t n, uint32_t seed, int V) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, V - 1);
+  std::vector<int32_t> v(n);
+  for (int32_t& x : v) x = dist(rng);
   return v;
 }
 
@@ -124,6 +151,206 @@ TEST(CudaKernelsEmulated, BiasForwardAndBackward) {
   emu::RunGrid(grid, BiasBackwardBlock(), kBiasBackwardSharedBytes,
                [&] { BiasBackwardKernel(db_h.data(), dout_h.data(), N, OC); });
   ExpectClose(db_h, db, 1e-3, 1e-4, "dbias");
+}
+
+TEST(CudaKernelsEmulated, EncoderForwardAndBackward) {
+  using namespace elementwise;     // NOLINT
+  const int B = 3, T = 7, C = 50;  // N * C = 1050: a partial block
+  const int V = 11, P = T + 3;     // wpe has more rows than T
+  const int64_t N = int64_t{B} * T;
+  const std::vector<int32_t> tokens = RandomTokens(N, 1, V);  // repeats
+  const std::vector<float> wte = RandomBf16(V * C, 2);
+  const std::vector<float> wpe = RandomBf16(P * C, 3);
+  std::vector<float> out(N * C);
+  ::strata::kernels::EncoderForward(out.data(), tokens.data(), wte.data(),
+                                    wpe.data(), B, T, C);
+  const auto wte_h = ToBf16(wte), wpe_h = ToBf16(wpe);
+  std::vector<bf16> out_h(N * C, __float2bfloat16(1e30f));
+  emu::RunGrid(dim3(ElementBlocks(N * C)), kThreads, 0, [&] {
+    EncoderForwardKernel(out_h.data(), tokens.data(), wte_h.data(),
+                         wpe_h.data(), N, T, C);
+  });
+  ExpectClose(out_h, out, 1e-2, 2e-2, "out");
+
+  const std::vector<float> dout = RandomBf16(N * C, 4);
+  const std::vector<float> dwte0 = RandomBf16(V * C, 5);
+  const std::vector<float> dwpe0 = RandomBf16(P * C, 6);
+  std::vector<float> dwte = dwte0, dwpe = dwpe0;
+  ::strata::kernels::EncoderBackward(dwte.data(), dwpe.data(), dout.data(),
+                                     tokens.data(), B, T, C);
+  const auto dout_h = ToBf16(dout);
+  std::vector<float> dwte_h = dwte0, dwpe_h = dwpe0;
+  emu::RunGrid(dim3(ElementBlocks(N * C)), kThreads, 0, [&] {
+    EncoderBackwardKernel(dwte_h.data(), dwpe_h.data(), dout_h.data(),
+                          tokens.data(), N, T, C);
+  });
+  ExpectClose(dwte_h, dwte, 1e-5, 1e-5, "dwte");
+  ExpectClose(dwpe_h, dwpe, 1e-5, 1e-5, "dwpe");
+}
+
+TEST(CudaKernelsEmulated, GeluForwardAndBackward) {
+  using namespace elementwise;  // NOLINT
+  const int64_t n = 1000;       // a partial block
+  const std::vector<float> inp = RandomBf16(n, 1, 2.0f);
+  const std::vector<float> dout = RandomBf16(n, 2);
+  std::vector<float> out(n), dinp(n);
+  ::strata::kernels::GeluForward(out.data(), inp.data(), n);
+  ::strata::kernels::GeluBackward(dinp.data(), inp.data(), dout.data(), n);
+  const auto inp_h = ToBf16(inp), dout_h = ToBf16(dout);
+  std::vector<bf16> out_h(n, __float2bfloat16(1e30f));
+  std::vector<bf16> dinp_h(n, __float2bfloat16(1e30f));
+  emu::RunGrid(dim3(ElementBlocks(n)), kThreads, 0,
+               [&] { GeluForwardKernel(out_h.data(), inp_h.data(), n); });
+  emu::RunGrid(dim3(ElementBlocks(n)), kThreads, 0, [&] {
+    GeluBackwardKernel(dinp_h.data(), inp_h.data(), dout_h.data(), n);
+  });
+  ExpectClose(out_h, out, 1e-2, 2e-2, "out");
+  ExpectClose(dinp_h, dinp, 1e-2, 2e-2, "dinp");
+}
+
+TEST(CudaKernelsEmulated, ResidualForwardAndBackward) {
+  using namespace elementwise;  // NOLINT
+  const int64_t n = 1000;       // a partial block
+  const std::vector<float> a = RandomBf16(n, 1), b = RandomBf16(n, 2);
+  const std::vector<float> dout = RandomBf16(n, 3);
+  const std::vector<float> da0 = RandomBf16(n, 4), db0 = RandomBf16(n, 5);
+  std::vector<float> out(n), da = da0, db = db0;
+  ::strata::kernels::ResidualForward(out.data(), a.data(), b.data(), n);
+  ::strata::kernels::ResidualBackward(da.data(), db.data(), dout.data(), n);
+  const auto a_h = ToBf16(a), b_h = ToBf16(b), dout_h = ToBf16(dout);
+  std::vector<bf16> out_h(n, __float2bfloat16(1e30f));
+  std::vector<bf16> da_h = ToBf16(da0), db_h = ToBf16(db0);
+  emu::RunGrid(dim3(ElementBlocks(n)), kThreads, 0, [&] {
+    ResidualForwardKernel(out_h.data(), a_h.data(), b_h.data(), n);
+  });
+  emu::RunGrid(dim3(ElementBlocks(n)), kThreads, 0, [&] {
+    ResidualBackwardKernel(da_h.data(), db_h.data(), dout_h.data(), n);
+  });
+  ExpectClose(out_h, out, 1e-2, 2e-2, "out");
+  ExpectClose(da_h, da, 1e-2, 2e-2, "da");
+  ExpectClose(db_h, db, 1e-2, 2e-2, "db");
+}
+
+TEST(CudaKernelsEmulated, SoftmaxCrossEntropy) {
+  using namespace crossentropy;  // NOLINT
+  const int N = 5;
+  const float dloss = 1.0f / N;
+  // More columns than threads, not a multiple of them; and fewer, so that
+  // whole warps hold nothing.
+  for (const int V : {1000, 100}) {
+    SCOPED_TRACE(V);
+    const std::vector<float> logits = RandomBf16(N * V, 1, 3.0f);
+    const std::vector<int32_t> targets = RandomTokens(N, 2, V);
+    std::vector<float> dlogits = logits, losses(N);
+    ::strata::kernels::SoftmaxCrossEntropyFused(dlogits.data(), targets.data(),
+                                                dloss, losses.data(), N, V);
+    std::vector<bf16> dlogits_h(N * V, __float2bfloat16(1e30f));
+    std::vector<float> losses_h(N, NAN);
+    emu::RunGrid(dim3(N), kThreads, kSharedBytes, [&] {
+      SoftmaxCrossEntropyKernel(dlogits_h.data(), losses_h.data(),
+                                logits.data(), targets.data(), dloss, V);
+    });
+    ExpectClose(losses_h, losses, 1e-5, 1e-5, "losses");
+    // Most gradients are far below 1 (softmax * dloss): a tighter atol.
+    ExpectClose(dlogits_h, dlogits, 1e-5, 2e-2, "dlogits");
+  }
+}
+
+TEST(CudaKernelsEmulated, CausalSoftmaxAndBackward) {
+  using namespace unfused;  // NOLINT
+  // rows = (B * NH) * T = 111: a partial block of warps; T > 32, so late
+  // rows take two passes of a warp.
+  const int BH = 3, T = 37;
+  const int64_t rows = int64_t{BH} * T;
+  // Columns above t hold scores too (cuBLAS computes them), which the
+  // kernel must ignore: large ones, so that taking them into the max shows.
+  std::vector<float> scores = RandomBf16(rows * T, 1, 2.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int j = static_cast<int>(r % T) + 1; j < T; ++j) {
+      scores[r * T + j] = 1e4f;
+    }
+  }
+  std::vector<float> att(rows * T);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int t = static_cast<int>(r % T);
+    const float* s = scores.data() + r * T;
+    const double m = *std::max_element(s, s + t + 1);
+    double sum = 0;
+    for (int j = 0; j <= t; ++j) sum += std::exp(s[j] - m);
+    for (int j = 0; j < T; ++j) {
+      att[r * T + j] =
+          j <= t ? static_cast<float>(std::exp(s[j] - m) / sum) : 0.0f;
+    }
+  }
+  std::vector<bf16> att_h(rows * T, __float2bfloat16(1e30f));
+  emu::RunGrid(dim3(SoftmaxBlocks(rows)), kThreads, 0, [&] {
+    CausalSoftmaxKernel(att_h.data(), scores.data(), rows, T);
+  });
+  // Probabilities are mostly far below 1: a tighter atol.
+  ExpectClose(att_h, att, 1e-4, 2e-2, "att");
+
+  // Any probabilities will do for the formula; above t they must be ignored.
+  const std::vector<float> p = RandomUniform(rows * T, 2, 0.0f, 1.0f);
+  const std::vector<bf16> p_h = ToBf16(p);
+  const std::vector<float> dscores = RandomBf16(rows * T, 3);
+  std::vector<float> dsoft(rows * T);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int t = static_cast<int>(r % T);
+    double dot = 0;
+    for (int j = 0; j <= t; ++j) {
+      dot += double{__bfloat162float(p_h[r * T + j])} * dscores[r * T + j];
+    }
+    for (int j = 0; j < T; ++j) {
+      dsoft[r * T + j] =
+          j <= t ? static_cast<float>(__bfloat162float(p_h[r * T + j]) *
+                                      (dscores[r * T + j] - dot))
+                 : 0.0f;
+    }
+  }
+  std::vector<bf16> dsoft_h(rows * T, __float2bfloat16(1e30f));
+  emu::RunGrid(dim3(SoftmaxBlocks(rows)), kThreads, 0, [&] {
+    SoftmaxBackwardKernel(dsoft_h.data(), dscores.data(), p_h.data(), rows, T);
+  });
+  ExpectClose(dsoft_h, dsoft, 1e-2, 2e-2, "dsoft");
+}
+
+TEST(CudaKernelsEmulated, Adam) {
+  using namespace optimizer;  // NOLINT
+  const int64_t n = 1000;     // a partial block
+  const float lr = 1e-2f;
+  const int64_t t = 3;
+  const std::vector<float> w0 = RandomBf16(n, 1), m0 = RandomBf16(n, 2, 0.1f);
+  const std::vector<float> v0 = RandomUniform(n, 3, 0.0f, 0.01f);
+  const std::vector<float> g = RandomBf16(n, 4);
+  for (const auto kind : {OptimizerParams::kAdam, OptimizerParams::kAdamW}) {
+    SCOPED_TRACE(kind);
+    OptimizerParams params;
+    params.kind = kind;
+    params.lr = lr;
+    params.weight_decay = 0.1f;
+    std::vector<float> w = w0, m = m0, v = v0;
+    ApplyUpdate(params, lr, t, w.data(), m.data(), v.data(), g.data(), n);
+    std::vector<float> w_rounded(n);
+    for (int64_t i = 0; i < n; ++i) {
+      w_rounded[i] = __bfloat162float(__float2bfloat16(w[i]));
+    }
+    const AdamStep step = MakeAdamStep(params, lr, t);
+    // The launcher's grid, and a 2-block grid that makes the loop stride
+    // (with and without the bf16 copy).
+    for (const int blocks : {AdamBlocks(n), 2}) {
+      SCOPED_TRACE(blocks);
+      std::vector<float> w_h = w0, m_h = m0, v_h = v0;
+      std::vector<bf16> w_bf16(n, __float2bfloat16(1e30f));
+      bf16* copy = blocks == 2 ? nullptr : w_bf16.data();
+      emu::RunGrid(dim3(blocks), kThreads, 0, [&] {
+        AdamKernel(w_h.data(), copy, m_h.data(), v_h.data(), g.data(), n, step);
+      });
+      ExpectClose(w_h, w, 1e-7, 1e-6, "w");
+      ExpectClose(m_h, m, 1e-7, 1e-6, "m");
+      ExpectClose(v_h, v, 1e-9, 1e-6, "v");
+      if (copy != nullptr) ExpectClose(w_bf16, w_rounded, 0, 0, "w_bf16");
+    }
+  }
 }
 
 }  // namespace

@@ -1,56 +1,17 @@
 // Causal self-attention: the public entry points, which pick the fused
 // kernels (attention_fused.cu) or the unfused ones here: per batch row,
 // cuBLAS strided-batched GEMMs over the heads (scores in fp32) and
-// warp-per-row softmax kernels.
+// warp-per-row softmax kernels (attention_kernels.cuh).
 #include <cmath>
 
 #include "kernels/cuda/attention_fused.cuh"
+#include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
-
-// att[row, j] = softmax over j <= t of scores[row, j], 0 for j > t, where
-// row indexes (b, h, t). scores and att are (rows, T).
-__global__ void CausalSoftmaxKernel(bf16* att, const float* scores,
-                                    int64_t rows, int T) {
-  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  const int t = static_cast<int>(row % T);
-  const float* s = scores + row * T;
-  float m = -INFINITY;
-  for (int j = lane; j <= t; j += 32) m = fmaxf(m, s[j]);
-  m = WarpMax(m);
-  float sum = 0;
-  for (int j = lane; j <= t; j += 32) sum += expf(s[j] - m);
-  const float inv = 1.0f / WarpSum(sum);
-  bf16* p = att + row * T;
-  for (int j = lane; j < T; j += 32) {
-    p[j] = __float2bfloat16(j <= t ? expf(s[j] - m) * inv : 0.0f);
-  }
-}
-
-// dsoft[row, j] = P[j] * (dP[j] - sum_k P[k] dP[k]) for j <= t, else 0.
-__global__ void SoftmaxBackwardKernel(bf16* dsoft, const float* dscores,
-                                      const bf16* att, int64_t rows, int T) {
-  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  const int t = static_cast<int>(row % T);
-  const float* dp = dscores + row * T;
-  const bf16* p = att + row * T;
-  float dot = 0;
-  for (int j = lane; j <= t; j += 32) dot += __bfloat162float(p[j]) * dp[j];
-  dot = WarpSum(dot);
-  bf16* ds = dsoft + row * T;
-  for (int j = lane; j < T; j += 32) {
-    const float v = j <= t ? __bfloat162float(p[j]) * (dp[j] - dot) : 0.0f;
-    ds[j] = __float2bfloat16(v);
-  }
-}
+using namespace unfused;  // NOLINT: this file launches them
 
 absl::Status CheckShape(int B, int T, int C, int NH) {
   return Require(B > 0 && T > 0 && C > 0 && NH > 0 && C % NH == 0,
@@ -76,8 +37,8 @@ absl::Status UnfusedForward(Context& ctx, bf16* out, bf16* att, float* scores,
         scores + b * NH * tt, CUDA_R_32F, T, tt, NH));
   }
   const int64_t rows = int64_t{B} * NH * T;
-  CausalSoftmaxKernel<<<Blocks(rows, kWarpsPerBlock), 32 * kWarpsPerBlock, 0,
-                        ctx.stream()>>>(att, scores, rows, T);
+  CausalSoftmaxKernel<<<SoftmaxBlocks(rows), kThreads, 0, ctx.stream()>>>(
+      att, scores, rows, T);
   STRATA_CUDA_RETURN_IF_ERROR(LaunchStatus("CausalSoftmaxKernel"));
   for (int b = 0; b < B; ++b) {
     const bf16* v = qkv + int64_t{b} * T * 3 * C + 2 * C;
@@ -109,8 +70,8 @@ absl::Status UnfusedBackward(Context& ctx, bf16* dqkv, float* dscores,
                     0.0f, dscores + b * NH * tt, CUDA_R_32F, T, tt, NH));
   }
   const int64_t rows = int64_t{B} * NH * T;
-  SoftmaxBackwardKernel<<<Blocks(rows, kWarpsPerBlock), 32 * kWarpsPerBlock, 0,
-                          ctx.stream()>>>(dsoft, dscores, att, rows, T);
+  SoftmaxBackwardKernel<<<SoftmaxBlocks(rows), kThreads, 0, ctx.stream()>>>(
+      dsoft, dscores, att, rows, T);
   STRATA_CUDA_RETURN_IF_ERROR(LaunchStatus("SoftmaxBackwardKernel"));
   for (int b = 0; b < B; ++b) {
     const bf16* q = qkv + int64_t{b} * T * 3 * C;

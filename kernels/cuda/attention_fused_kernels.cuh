@@ -9,8 +9,6 @@
 
 #ifndef STRATA_CUDA_EMULATION
 #include <mma.h>
-#define STRATA_DYNAMIC_SMEM(name) \
-  extern __shared__ __align__(128) unsigned char name[]
 #endif
 
 #include <cmath>

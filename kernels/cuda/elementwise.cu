@@ -1,74 +1,10 @@
-// Encoder, GELU and residual kernels: one thread per element.
-#include "kernels/cuda/common.cuh"
+// Encoder, GELU and residual launchers; the kernels (one thread per
+// element) are in elementwise_kernels.cuh.
+#include "kernels/cuda/elementwise_kernels.cuh"
 
 namespace strata::kernels::cuda {
-namespace {
 
-constexpr int kThreads = 256;
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-
-__global__ void EncoderForwardKernel(bf16* out, const int32_t* tokens,
-                                     const bf16* wte, const bf16* wpe,
-                                     int64_t N, int T, int C) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i >= N * C) return;
-  const int64_t n = i / C;
-  const int c = static_cast<int>(i % C);
-  const float v = __bfloat162float(wte[int64_t{tokens[n]} * C + c]) +
-                  __bfloat162float(wpe[(n % T) * C + c]);
-  out[i] = __float2bfloat16(v);
-}
-
-__global__ void EncoderBackwardKernel(float* dwte, float* dwpe,
-                                      const bf16* dout, const int32_t* tokens,
-                                      int64_t N, int T, int C) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i >= N * C) return;
-  const int64_t n = i / C;
-  const int c = static_cast<int>(i % C);
-  const float d = __bfloat162float(dout[i]);
-  atomicAdd(&dwte[int64_t{tokens[n]} * C + c], d);
-  atomicAdd(&dwpe[(n % T) * C + c], d);
-}
-
-__global__ void GeluForwardKernel(bf16* out, const bf16* inp, int64_t n) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i >= n) return;
-  const float x = __bfloat162float(inp[i]);
-  const float u = kGeluScale * (x + 0.044715f * x * x * x);
-  out[i] = __float2bfloat16(0.5f * x * (1.0f + tanhf(u)));
-}
-
-__global__ void GeluBackwardKernel(bf16* dinp, const bf16* inp,
-                                   const bf16* dout, int64_t n) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i >= n) return;
-  const float x = __bfloat162float(inp[i]);
-  const float u = kGeluScale * (x + 0.044715f * x * x * x);
-  const float t = tanhf(u);
-  const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-  const float grad = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-  dinp[i] = __float2bfloat16(grad * __bfloat162float(dout[i]));
-}
-
-__global__ void ResidualForwardKernel(bf16* out, const bf16* a, const bf16* b,
-                                      int64_t n) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i < n) {
-    out[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
-  }
-}
-
-__global__ void ResidualBackwardKernel(bf16* da, bf16* db, const bf16* dout,
-                                       int64_t n) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i >= n) return;
-  const float d = __bfloat162float(dout[i]);
-  da[i] = __float2bfloat16(__bfloat162float(da[i]) + d);
-  db[i] = __float2bfloat16(__bfloat162float(db[i]) + d);
-}
-
-}  // namespace
+using namespace elementwise;  // NOLINT: this file launches them
 
 absl::Status EncoderForward(Context& ctx, bf16* out, const int32_t* tokens,
                             const bf16* wte, const bf16* wpe, int B, int T,
@@ -77,7 +13,7 @@ absl::Status EncoderForward(Context& ctx, bf16* out, const int32_t* tokens,
                                       "EncoderForward: "
                                       "B, T, C > 0"));
   const int64_t N = int64_t{B} * T;
-  EncoderForwardKernel<<<Blocks(N * C, kThreads), kThreads, 0, ctx.stream()>>>(
+  EncoderForwardKernel<<<ElementBlocks(N * C), kThreads, 0, ctx.stream()>>>(
       out, tokens, wte, wpe, N, T, C);
   return LaunchStatus("EncoderForwardKernel");
 }
@@ -89,7 +25,7 @@ absl::Status EncoderBackward(Context& ctx, float* dwte, float* dwpe,
                                       "EncoderBackward: "
                                       "B, T, C > 0"));
   const int64_t N = int64_t{B} * T;
-  EncoderBackwardKernel<<<Blocks(N * C, kThreads), kThreads, 0, ctx.stream()>>>(
+  EncoderBackwardKernel<<<ElementBlocks(N * C), kThreads, 0, ctx.stream()>>>(
       dwte, dwpe, dout, tokens, N, T, C);
   return LaunchStatus("EncoderBackwardKernel");
 }
@@ -97,8 +33,8 @@ absl::Status EncoderBackward(Context& ctx, float* dwte, float* dwpe,
 absl::Status GeluForward(Context& ctx, bf16* out, const bf16* inp, int64_t n) {
   STRATA_CUDA_RETURN_IF_ERROR(Require(n >= 0, "GeluForward: n >= 0"));
   if (n == 0) return absl::OkStatus();
-  GeluForwardKernel<<<Blocks(n, kThreads), kThreads, 0, ctx.stream()>>>(out,
-                                                                        inp, n);
+  GeluForwardKernel<<<ElementBlocks(n), kThreads, 0, ctx.stream()>>>(out, inp,
+                                                                     n);
   return LaunchStatus("GeluForwardKernel");
 }
 
@@ -106,8 +42,8 @@ absl::Status GeluBackward(Context& ctx, bf16* dinp, const bf16* inp,
                           const bf16* dout, int64_t n) {
   STRATA_CUDA_RETURN_IF_ERROR(Require(n >= 0, "GeluBackward: n >= 0"));
   if (n == 0) return absl::OkStatus();
-  GeluBackwardKernel<<<Blocks(n, kThreads), kThreads, 0, ctx.stream()>>>(
-      dinp, inp, dout, n);
+  GeluBackwardKernel<<<ElementBlocks(n), kThreads, 0, ctx.stream()>>>(dinp, inp,
+                                                                      dout, n);
   return LaunchStatus("GeluBackwardKernel");
 }
 
@@ -115,8 +51,8 @@ absl::Status ResidualForward(Context& ctx, bf16* out, const bf16* a,
                              const bf16* b, int64_t n) {
   STRATA_CUDA_RETURN_IF_ERROR(Require(n >= 0, "ResidualForward: n >= 0"));
   if (n == 0) return absl::OkStatus();
-  ResidualForwardKernel<<<Blocks(n, kThreads), kThreads, 0, ctx.stream()>>>(
-      out, a, b, n);
+  ResidualForwardKernel<<<ElementBlocks(n), kThreads, 0, ctx.stream()>>>(out, a,
+                                                                         b, n);
   return LaunchStatus("ResidualForwardKernel");
 }
 
@@ -124,7 +60,7 @@ absl::Status ResidualBackward(Context& ctx, bf16* da, bf16* db,
                               const bf16* dout, int64_t n) {
   STRATA_CUDA_RETURN_IF_ERROR(Require(n >= 0, "ResidualBackward: n >= 0"));
   if (n == 0) return absl::OkStatus();
-  ResidualBackwardKernel<<<Blocks(n, kThreads), kThreads, 0, ctx.stream()>>>(
+  ResidualBackwardKernel<<<ElementBlocks(n), kThreads, 0, ctx.stream()>>>(
       da, db, dout, n);
   return LaunchStatus("ResidualBackwardKernel");
 }

@@ -3,11 +3,6 @@
 #ifndef STRATA_KERNELS_CUDA_LAYERNORM_KERNELS_CUH_
 #define STRATA_KERNELS_CUDA_LAYERNORM_KERNELS_CUH_
 
-#ifndef STRATA_CUDA_EMULATION
-#define STRATA_DYNAMIC_SMEM(name) \
-  extern __shared__ __align__(128) unsigned char name[]
-#endif
-
 #include <algorithm>
 #include <cstdint>
 

@@ -4,11 +4,6 @@
 #ifndef STRATA_KERNELS_CUDA_MATMUL_KERNELS_CUH_
 #define STRATA_KERNELS_CUDA_MATMUL_KERNELS_CUH_
 
-#ifndef STRATA_CUDA_EMULATION
-#define STRATA_DYNAMIC_SMEM(name) \
-  extern __shared__ __align__(128) unsigned char name[]
-#endif
-
 #include <algorithm>
 #include <cstdint>
 

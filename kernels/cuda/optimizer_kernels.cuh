@@ -1,0 +1,44 @@
+// The device Adam/AdamW kernel (optimizer.cu launches it): one thread per
+// element, the formula of kernels/adam_step.h. A header so the CPU
+// emulation tests can compile it too (see attention_fused_kernels.cuh).
+#ifndef STRATA_KERNELS_CUDA_OPTIMIZER_KERNELS_CUH_
+#define STRATA_KERNELS_CUDA_OPTIMIZER_KERNELS_CUH_
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+
+namespace strata::kernels::cuda::optimizer {
+
+constexpr int kThreads = 256;
+
+// The grid for n elements: enough blocks to fill any current GPU several
+// times over; the kernel's loop covers the rest.
+inline int AdamBlocks(int64_t n) {
+  return static_cast<int>(
+      std::min<int64_t>(Blocks(n, kThreads), int64_t{132} * 16));
+}
+
+// Grid-stride, so any n fits in a bounded grid.
+__global__ void AdamKernel(float* w, bf16* w_bf16, float* m, float* v,
+                           const float* g, int64_t n, AdamStep s) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += stride) {
+    const float wi = w[i];
+    const float gi = g[i] + s.l2 * wi;
+    const float mi = s.b1 * m[i] + s.one_minus_b1 * gi;
+    const float vi = s.b2 * v[i] + s.one_minus_b2 * (gi * gi);
+    m[i] = mi;
+    v[i] = vi;
+    const float wn = wi * s.decay -
+                     (s.step_size * mi) / (sqrtf(vi) * s.inv_sqrt_bc2 + s.eps);
+    w[i] = wn;
+    if (w_bf16 != nullptr) w_bf16[i] = __float2bfloat16(wn);
+  }
+}
+
+}  // namespace strata::kernels::cuda::optimizer
+
+#endif  // STRATA_KERNELS_CUDA_OPTIMIZER_KERNELS_CUH_
