@@ -1,5 +1,6 @@
 #include "kernels/cuda/emulation.h"
 
+#include <chrono>
 #include <thread>
 
 #include "common/check.h"
@@ -23,6 +24,19 @@ Block::Block(int threads, size_t smem_bytes)
   for (int w = 0; w < threads / 32; ++w) {
     warps.push_back(std::make_unique<std::barrier<>>(32));
   }
+}
+
+void Jitter() {
+  thread_local uint64_t barriers = 0;  // this thread's __syncthreads so far
+  const uint64_t n = barriers++;
+  uint64_t h = (uint64_t{blockIdx.x} << 40) ^ (uint64_t{blockIdx.y} << 20) ^
+               blockIdx.z ^ (uint64_t{LinearThread() / 32} << 56) ^
+               (n * 0x9E3779B97F4A7C15ull);
+  h ^= h >> 31;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 29;
+  if (h % 4 != 0) return;
+  std::this_thread::sleep_for(std::chrono::microseconds(1000 + h / 4 % 2000));
 }
 
 Block& CurrentBlock() {

@@ -6,7 +6,8 @@
 // Every CUDA thread of a block is a std::thread; blocks run one after
 // another. Emulated:
 //   - threadIdx, blockIdx, blockDim, gridDim (thread-local);
-//   - __syncthreads (a barrier of the block) and __syncwarp (of the warp);
+//   - __syncthreads (a barrier of the block, after which some warps are
+//     held back: see Jitter) and __syncwarp (of the warp);
 //     a thread that returns drops out of both, as exited threads do;
 //   - __shfl_xor_sync for float, through a per-warp exchange buffer;
 //   - atomicAdd on float (std::atomic_ref);
@@ -61,6 +62,16 @@ Block& CurrentBlock();
 void RunGrid(dim3 grid, dim3 block, size_t smem_bytes,
              const std::function<void()>& kernel);
 
+// After the block's n-th barrier, one warp in four (a pseudo-random choice
+// per block, warp and n, the same for all its lanes) sleeps for 1 to 3 ms,
+// long enough for the other warps to run well into the next phase on two
+// cores. __syncthreads calls it, so that some warps run ahead of others as
+// they do on a GPU, and a missing barrier between one phase's reads and the
+// next phase's writes of the same shared memory shows up as a wrong result
+// (removing the first barrier of cross-entropy's block reduction fails its
+// test in about 6 runs of 10, against 1 in 20 without this).
+void Jitter();
+
 // The calling thread's index within its block, x fastest (warp w holds
 // indices [32w, 32w + 32)).
 inline unsigned LinearThread() {
@@ -80,6 +91,7 @@ inline unsigned LinearThread() {
 
 inline void __syncthreads() {
   strata::emu::CurrentBlock().all.arrive_and_wait();
+  strata::emu::Jitter();
 }
 
 inline void __syncwarp(unsigned = 0xffffffffu) {
