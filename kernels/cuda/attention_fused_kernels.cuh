@@ -258,7 +258,10 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int qt = kt; qt < num_tiles; ++qt) {
     const int q0 = qt * kTile;
-    __syncthreads();  // the previous query tile is no longer read
+    // The previous tile's Q, dO, lse and D are last read before its dQ
+    // barrier, which already orders them before these writes; this barrier
+    // keeps that true if the phases after it change.
+    __syncthreads();
     LoadTile<HS>(sQ, kLdH, base, stride, q0, T);
     LoadTile<HS>(sdO, kLdH, dout_base, C, q0, T);
     for (int i = threadIdx.x; i < kTile; i += kThreads) {

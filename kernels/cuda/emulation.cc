@@ -1,7 +1,14 @@
 #include "kernels/cuda/emulation.h"
 
-#include <chrono>
-#include <thread>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
 
 #include "common/check.h"
 
@@ -13,67 +20,184 @@ thread_local dim3 gridDim;
 namespace strata::emu {
 namespace {
 
+// Large enough for the kernels' locals (an emulated WMMA fragment is 1 KiB).
+constexpr size_t kStackBytes = size_t{128} << 10;
+
+struct Fiber {
+  enum State { kReady, kAtBlockBarrier, kAtWarpBarrier, kDone };
+  ucontext_t ctx;
+  uint3 idx;
+  State state = kReady;
+};
+
+// The state of the block being run (one per OS thread that emulates).
+struct Block {
+  ucontext_t scheduler;
+  std::vector<Fiber> fibers;
+  int live = 0;                // fibers not done
+  std::vector<int> warp_live;  // per warp
+  int at_block_barrier = 0;    // fibers waiting there
+  std::vector<int> at_warp_barrier;
+  std::vector<float> exchange;  // 32 floats per warp
+  std::vector<unsigned char> smem;
+  const std::function<void()>* kernel = nullptr;
+  Fiber* running = nullptr;
+};
+
 thread_local Block* current = nullptr;
+// Fiber stacks, kept between blocks and grids.
+thread_local std::vector<std::unique_ptr<char[]>> stacks;
 
-}  // namespace
+int WarpOf(const Fiber& f) {
+  return static_cast<int>(
+      (f.idx.x + blockDim.x * (f.idx.y + blockDim.y * f.idx.z)) / 32);
+}
 
-Block::Block(int threads, size_t smem_bytes)
-    : all(threads),
-      exchange(static_cast<size_t>(threads), 0.0f),
-      smem(smem_bytes, 0xff) {
-  for (int w = 0; w < threads / 32; ++w) {
-    warps.push_back(std::make_unique<std::barrier<>>(32));
+// Releases the block barrier when every live fiber waits at it, and each
+// warp barrier when every live lane of the warp waits at it.
+void ReleaseBarriers(Block& b) {
+  if (b.at_block_barrier > 0 && b.at_block_barrier == b.live) {
+    for (Fiber& f : b.fibers) {
+      if (f.state == Fiber::kAtBlockBarrier) f.state = Fiber::kReady;
+    }
+    b.at_block_barrier = 0;
+  }
+  for (size_t w = 0; w < b.warp_live.size(); ++w) {
+    if (b.at_warp_barrier[w] > 0 && b.at_warp_barrier[w] == b.warp_live[w]) {
+      for (size_t l = 0; l < 32; ++l) {
+        Fiber& f = b.fibers[32 * w + l];
+        if (f.state == Fiber::kAtWarpBarrier) f.state = Fiber::kReady;
+      }
+      b.at_warp_barrier[w] = 0;
+    }
   }
 }
 
-void Jitter() {
-  thread_local uint64_t barriers = 0;  // this thread's __syncthreads so far
-  const uint64_t n = barriers++;
-  uint64_t h = (uint64_t{blockIdx.x} << 40) ^ (uint64_t{blockIdx.y} << 20) ^
-               blockIdx.z ^ (uint64_t{LinearThread() / 32} << 56) ^
-               (n * 0x9E3779B97F4A7C15ull);
-  h ^= h >> 31;
-  h *= 0xBF58476D1CE4E5B9ull;
-  h ^= h >> 29;
-  if (h % 4 != 0) return;
-  std::this_thread::sleep_for(std::chrono::microseconds(1000 + h / 4 % 2000));
+// Parks the running fiber in `state` and returns to the scheduler; returns
+// when the scheduler resumes it.
+void Park(Fiber::State state) {
+  Block& b = *current;
+  Fiber& f = *b.running;
+  f.state = state;
+  if (state == Fiber::kAtBlockBarrier) ++b.at_block_barrier;
+  if (state == Fiber::kAtWarpBarrier) ++b.at_warp_barrier[WarpOf(f)];
+  ReleaseBarriers(b);
+  swapcontext(&f.ctx, &b.scheduler);
 }
 
-Block& CurrentBlock() {
-  STRATA_CHECK(current != nullptr);
-  return *current;
+void FiberMain() {
+  Block& b = *current;
+  (*b.kernel)();
+  Fiber& f = *b.running;
+  f.state = Fiber::kDone;
+  --b.live;
+  --b.warp_live[WarpOf(f)];
+  ReleaseBarriers(b);
+  swapcontext(&f.ctx, &b.scheduler);  // never resumed
 }
+
+// Points f's context at FiberMain on `stack`. Not inlined: getcontext
+// returns twice, which must not clobber the caller's loop variables.
+[[gnu::noinline]] void InitContext(Fiber& f, char* stack) {
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = stack;
+  f.ctx.uc_stack.ss_size = kStackBytes;
+  f.ctx.uc_link = nullptr;
+  makecontext(&f.ctx, FiberMain, 0);
+}
+
+// Runs fiber i until it parks or finishes.
+void Resume(Block& b, int i) {
+  Fiber& f = b.fibers[i];
+  b.running = &f;
+  threadIdx = f.idx;
+  swapcontext(&b.scheduler, &f.ctx);
+  b.running = nullptr;
+}
+
+void RunBlock(Block& b, std::minstd_rand& rng) {
+  const int warps = static_cast<int>(b.warp_live.size());
+  std::vector<int> order(warps);
+  std::iota(order.begin(), order.end(), 0);
+  while (b.live > 0) {
+    std::shuffle(order.begin(), order.end(), rng);
+    bool progressed = false;
+    for (int w : order) {
+      // The warp runs until none of its lanes can.
+      for (bool again = true; again;) {
+        again = false;
+        for (int l = 0; l < 32; ++l) {
+          if (b.fibers[32 * w + l].state == Fiber::kReady) {
+            Resume(b, 32 * w + l);
+            again = progressed = true;
+          }
+        }
+      }
+    }
+    if (!progressed) {
+      std::fprintf(stderr,
+                   "CUDA emulation: block (%u,%u,%u) deadlocked: %d of %d "
+                   "threads wait at __syncthreads, the rest at __syncwarp "
+                   "(a barrier not every thread reaches)\n",
+                   blockIdx.x, blockIdx.y, blockIdx.z, b.at_block_barrier,
+                   b.live);
+      std::abort();
+    }
+  }
+}
+
+}  // namespace
 
 void RunGrid(dim3 grid, dim3 block, size_t smem_bytes,
              const std::function<void()>& kernel) {
   const int threads = static_cast<int>(block.x * block.y * block.z);
-  STRATA_CHECK(threads > 0 && threads % 32 == 0);
+  STRATA_CHECK(threads > 0 && threads % 32 == 0 && threads <= 1024);
+  STRATA_CHECK(current == nullptr);  // kernels do not launch kernels
+  while (stacks.size() < static_cast<size_t>(threads)) {
+    stacks.push_back(std::make_unique<char[]>(kStackBytes));
+  }
+  std::minstd_rand rng(12345);
+  blockDim = block;
+  gridDim = grid;
   for (unsigned z = 0; z < grid.z; ++z) {
     for (unsigned y = 0; y < grid.y; ++y) {
       for (unsigned x = 0; x < grid.x; ++x) {
-        Block state(threads, smem_bytes);
-        std::vector<std::thread> pool;
-        pool.reserve(threads);
+        blockIdx = uint3{x, y, z};
+        Block b;
+        b.kernel = &kernel;
+        b.fibers.resize(threads);
+        b.live = threads;
+        b.warp_live.assign(threads / 32, 32);
+        b.at_warp_barrier.assign(threads / 32, 0);
+        b.exchange.assign(threads, 0.0f);
+        b.smem.assign(smem_bytes, 0xff);
         for (int t = 0; t < threads; ++t) {
-          pool.emplace_back([&, t] {
-            const unsigned u = static_cast<unsigned>(t);
-            threadIdx = uint3{u % block.x, u / block.x % block.y,
-                              u / (block.x * block.y)};
-            blockIdx = uint3{x, y, z};
-            blockDim = block;
-            gridDim = grid;
-            current = &state;
-            kernel();
-            // An exited thread no longer holds up its block or warp.
-            state.warps[t / 32]->arrive_and_drop();
-            state.all.arrive_and_drop();
-            current = nullptr;
-          });
+          Fiber& f = b.fibers[t];
+          const unsigned u = static_cast<unsigned>(t);
+          f.idx = uint3{u % block.x, u / block.x % block.y,
+                        u / (block.x * block.y)};
+          InitContext(f, stacks[t].get());
         }
-        for (std::thread& th : pool) th.join();
+        current = &b;
+        RunBlock(b, rng);
+        current = nullptr;
       }
     }
   }
+}
+
+unsigned char* SharedMemory() {
+  STRATA_CHECK(current != nullptr);
+  return current->smem.data();
+}
+
+void SyncThreads() { Park(Fiber::kAtBlockBarrier); }
+
+void SyncWarp() { Park(Fiber::kAtWarpBarrier); }
+
+float* WarpExchange() {
+  STRATA_CHECK(current != nullptr);
+  return current->exchange.data() + 32 * (LinearThread() / 32);
 }
 
 }  // namespace strata::emu

@@ -1,25 +1,32 @@
-// A CPU emulation of the parts of the CUDA execution model that the fused
-// attention kernels use, so that their logic (tiling, indexing, masking,
-// the online softmax, the order of barriers) is tested on machines without
-// a GPU. Test-only; include it before the kernels' header.
+// A CPU emulation of the CUDA execution model, so that kernels' logic
+// (indexing, masking, reductions, the placement of barriers) is tested on
+// machines without a GPU. Test-only; include it before the kernels' header.
 //
-// Every CUDA thread of a block is a std::thread; blocks run one after
-// another. Emulated:
-//   - threadIdx, blockIdx, blockDim, gridDim (thread-local);
-//   - __syncthreads (a barrier of the block, after which some warps are
-//     held back: see Jitter) and __syncwarp (of the warp);
-//     a thread that returns drops out of both, as exited threads do;
+// Every CUDA thread is a fiber (ucontext) on the calling OS thread; blocks
+// run one after another, and within a block the scheduler runs one warp at
+// a time for as long as it can: a warp runs until all its lanes wait at the
+// block barrier or have exited, lanes in order, each until it waits at a
+// warp barrier. Warps take turns in a pseudo-random order that changes at
+// every block barrier (fixed seed: runs are reproducible). So a warp runs
+// far ahead of the others, and a missing __syncthreads between one warp's
+// writes and another's reads (or reads and later writes) of shared memory
+// gives a wrong result deterministically, as does a missing __syncwarp
+// between lanes. Emulated:
+//   - threadIdx, blockIdx, blockDim, gridDim;
+//   - __syncthreads and __syncwarp; a thread that returns no longer counts
+//     at either, as on the hardware; a barrier that can never complete
+//     (divergent barriers) aborts with a message;
 //   - __shfl_xor_sync for float, through a per-warp exchange buffer;
-//   - atomicAdd on float (std::atomic_ref);
+//   - atomicAdd on float; rsqrtf;
 //   - dynamic shared memory (STRATA_DYNAMIC_SMEM), filled with 0xff bytes
 //     (NaN as float and as bf16) so that a read before a write shows;
+//     static __shared__ arrays are refused at compile time;
 //   - nvcuda::wmma 16x16x16 fragments for bf16 and float: every lane holds
 //     the whole tile, mma_sync computes it in fp32, and store_matrix_sync
-//     writes only the lane's share (element e by lane e % 32), so a lane
-//     that reads another lane's stored elements without __syncwarp may see
-//     stale data, as on the hardware.
-// Not emulated: timing, memory coalescing, bank conflicts, register limits,
-// the exact bf16 rounding points inside real tensor cores (fp32 here).
+//     writes only the lane's share (element e by lane 31 - e % 32, so
+//     that lanes which run first see the others' elements unwritten).
+// Not emulated: timing, memory coalescing, bank conflicts, register and
+// shared-memory limits, the exact rounding inside real tensor cores.
 #ifndef STRATA_KERNELS_CUDA_EMULATION_H_
 #define STRATA_KERNELS_CUDA_EMULATION_H_
 
@@ -29,13 +36,10 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <type_traits>
-#include <vector>
 
 extern thread_local uint3 threadIdx;
 extern thread_local uint3 blockIdx;
@@ -44,39 +48,24 @@ extern thread_local dim3 gridDim;
 
 namespace strata::emu {
 
-// The shared state of the block a thread runs in.
-struct Block {
-  Block(int threads, size_t smem_bytes);
-  std::barrier<> all;
-  std::vector<std::unique_ptr<std::barrier<>>> warps;
-  std::vector<float> exchange;  // 32 per warp, for shuffles
-  std::vector<unsigned char> smem;
-};
-
-// The calling thread's block (set by RunGrid).
-Block& CurrentBlock();
-
 // Runs `kernel` once per thread of a grid of blocks of `block` threads
-// (their product a multiple of 32), with `smem_bytes` of dynamic shared
-// memory per block. Blocks run in order, x fastest.
+// (their product a multiple of 32, at most 1024), with `smem_bytes` of
+// dynamic shared memory per block. Blocks run in order, x fastest.
 void RunGrid(dim3 grid, dim3 block, size_t smem_bytes,
              const std::function<void()>& kernel);
 
-// After the block's n-th barrier, one warp in four (a pseudo-random choice
-// per block, warp and n, the same for all its lanes) sleeps for 1 to 3 ms,
-// long enough for the other warps to run well into the next phase on two
-// cores. __syncthreads calls it, so that some warps run ahead of others as
-// they do on a GPU, and a missing barrier between one phase's reads and the
-// next phase's writes of the same shared memory shows up as a wrong result
-// (removing the first barrier of cross-entropy's block reduction fails its
-// test in about 6 runs of 10, against 1 in 20 without this).
-void Jitter();
-
-// The calling thread's index within its block, x fastest (warp w holds
+// The running thread's index within its block, x fastest (warp w holds
 // indices [32w, 32w + 32)).
 inline unsigned LinearThread() {
   return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
 }
+
+// The running block's dynamic shared memory.
+unsigned char* SharedMemory();
+// The block and warp barriers; the running warp's 32-float exchange buffer.
+void SyncThreads();
+void SyncWarp();
+float* WarpExchange();
 
 }  // namespace strata::emu
 
@@ -87,23 +76,15 @@ inline unsigned LinearThread() {
 #define __shared__ static_shared_memory_is_not_emulated
 
 #define STRATA_DYNAMIC_SMEM(name) \
-  unsigned char* name = ::strata::emu::CurrentBlock().smem.data()
+  unsigned char* name = ::strata::emu::SharedMemory()
 
-inline void __syncthreads() {
-  strata::emu::CurrentBlock().all.arrive_and_wait();
-  strata::emu::Jitter();
-}
+inline void __syncthreads() { strata::emu::SyncThreads(); }
 
-inline void __syncwarp(unsigned = 0xffffffffu) {
-  strata::emu::CurrentBlock()
-      .warps[strata::emu::LinearThread() / 32]
-      ->arrive_and_wait();
-}
+inline void __syncwarp(unsigned = 0xffffffffu) { strata::emu::SyncWarp(); }
 
 inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
-  strata::emu::Block& b = strata::emu::CurrentBlock();
-  const unsigned t = strata::emu::LinearThread(), warp = t / 32, lane = t % 32;
-  float* x = b.exchange.data() + 32 * warp;
+  const unsigned lane = strata::emu::LinearThread() % 32;
+  float* x = strata::emu::WarpExchange();
   x[lane] = v;
   __syncwarp();
   const float got = x[lane ^ static_cast<unsigned>(lane_mask)];
@@ -114,7 +95,9 @@ inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 
 inline float atomicAdd(float* p, float v) {
-  return std::atomic_ref<float>(*p).fetch_add(v);
+  const float old = *p;  // one fiber runs at a time
+  *p = old + v;
+  return old;
 }
 
 namespace nvcuda::wmma {
@@ -166,7 +149,11 @@ inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f,
 inline void store_matrix_sync(float* p,
                               const fragment<accumulator, 16, 16, 16, float>& f,
                               unsigned ld, layout_t layout) {
-  for (unsigned e = strata::emu::LinearThread() % 32; e < 256; e += 32) {
+  // Lane l writes the elements e with e % 32 == 31 - l: lanes run in
+  // order here, so a lane that reads its row of the tile before a
+  // __syncwarp finds elements of lanes that have not stored yet.
+  const unsigned lane = strata::emu::LinearThread() % 32;
+  for (unsigned e = 31 - lane; e < 256; e += 32) {
     const unsigned r = e / 16, c = e % 16;
     (layout == mem_row_major ? p[r * ld + c] : p[c * ld + r]) = f.v[e];
   }
