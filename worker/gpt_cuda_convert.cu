@@ -12,7 +12,8 @@ absl::Status FloatToBf16(cudaStream_t stream, kernels::cuda::bf16* out,
                          const float* in, int64_t n) {
   if (n < 0) return absl::InvalidArgumentError("FloatToBf16: n < 0");
   if (n == 0) return absl::OkStatus();
-  FloatToBf16Kernel<<<FloatToBf16Blocks(n), kThreads, 0, stream>>>(out, in, n);
+  STRATA_LAUNCH(FloatToBf16Kernel, FloatToBf16Blocks(n), kThreads, 0, stream,
+                out, in, n);
   const cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess) return absl::OkStatus();
   return absl::InternalError(

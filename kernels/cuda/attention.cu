@@ -37,8 +37,8 @@ absl::Status UnfusedForward(Context& ctx, bf16* out, bf16* att, float* scores,
         scores + b * NH * tt, CUDA_R_32F, T, tt, NH));
   }
   const int64_t rows = int64_t{B} * NH * T;
-  CausalSoftmaxKernel<<<SoftmaxBlocks(rows), kThreads, 0, ctx.stream()>>>(
-      att, scores, rows, T);
+  STRATA_LAUNCH(CausalSoftmaxKernel, SoftmaxBlocks(rows), kThreads, 0,
+                ctx.stream(), att, scores, rows, T);
   STRATA_CUDA_RETURN_IF_ERROR(LaunchStatus("CausalSoftmaxKernel"));
   for (int b = 0; b < B; ++b) {
     const bf16* v = qkv + int64_t{b} * T * 3 * C + 2 * C;
@@ -70,8 +70,8 @@ absl::Status UnfusedBackward(Context& ctx, bf16* dqkv, float* dscores,
                     0.0f, dscores + b * NH * tt, CUDA_R_32F, T, tt, NH));
   }
   const int64_t rows = int64_t{B} * NH * T;
-  SoftmaxBackwardKernel<<<SoftmaxBlocks(rows), kThreads, 0, ctx.stream()>>>(
-      dsoft, dscores, att, rows, T);
+  STRATA_LAUNCH(SoftmaxBackwardKernel, SoftmaxBlocks(rows), kThreads, 0,
+                ctx.stream(), dsoft, dscores, att, rows, T);
   STRATA_CUDA_RETURN_IF_ERROR(LaunchStatus("SoftmaxBackwardKernel"));
   for (int b = 0; b < B; ++b) {
     const bf16* q = qkv + int64_t{b} * T * 3 * C;

@@ -38,8 +38,8 @@ absl::Status LaunchForward(Context& ctx, bf16* out, float* lse, const bf16* qkv,
       "FlashForwardKernel shared memory"));
   const float scale_log2 = kLog2e / std::sqrt(static_cast<float>(HS));
   const dim3 grid(B * NH, (T + kTile - 1) / kTile);
-  FlashForwardKernel<HS><<<grid, kThreads, kBytes, ctx.stream()>>>(
-      out, lse, qkv, T, C, NH, scale_log2);
+  STRATA_LAUNCH(FlashForwardKernel<HS>, grid, kThreads, kBytes, ctx.stream(),
+                out, lse, qkv, T, C, NH, scale_log2);
   return LaunchStatus("FlashForwardKernel");
 }
 
@@ -55,8 +55,9 @@ absl::Status LaunchBackward(Context& ctx, bf16* dqkv, float* dq_acc,
       "FlashBackwardKernel shared memory"));
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const dim3 grid(B * NH, (T + kTile - 1) / kTile);
-  FlashBackwardKernel<HS><<<grid, kThreads, kBytes, ctx.stream()>>>(
-      dqkv, dq_acc, dout, qkv, lse, D, T, C, NH, scale, scale * kLog2e);
+  STRATA_LAUNCH(FlashBackwardKernel<HS>, grid, kThreads, kBytes, ctx.stream(),
+                dqkv, dq_acc, dout, qkv, lse, D, T, C, NH, scale,
+                scale * kLog2e);
   return LaunchStatus("FlashBackwardKernel");
 }
 
@@ -113,8 +114,8 @@ absl::Status FusedAttentionBackward(Context& ctx, bf16* dqkv, void* scratch,
       cudaMemsetAsync(dq_acc, 0, N * C * 4, ctx.stream()), "clear dq_acc"));
   const int hs = C / NH;
   const int64_t rows = N * NH;
-  RowDotKernel<<<Blocks(rows, kWarps), kThreads, 0, ctx.stream()>>>(
-      D, dout, out, rows, T, NH, hs);
+  STRATA_LAUNCH(RowDotKernel, Blocks(rows, kWarps), kThreads, 0, ctx.stream(),
+                D, dout, out, rows, T, NH, hs);
   STRATA_CUDA_RETURN_IF_ERROR(LaunchStatus("RowDotKernel"));
   switch (hs) {
     case 32:
@@ -130,8 +131,8 @@ absl::Status FusedAttentionBackward(Context& ctx, bf16* dqkv, void* scratch,
           ctx, dqkv, dq_acc, dout, qkv, lse, D, B, T, C, NH));
   }
   constexpr int kStoreThreads = 256;
-  StoreDqKernel<<<Blocks(N * C, kStoreThreads), kStoreThreads, 0,
-                  ctx.stream()>>>(dqkv, dq_acc, N, C);
+  STRATA_LAUNCH(StoreDqKernel, Blocks(N * C, kStoreThreads), kStoreThreads, 0,
+                ctx.stream(), dqkv, dq_acc, N, C);
   return LaunchStatus("StoreDqKernel");
 }
 

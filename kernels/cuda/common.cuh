@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda_ops.h"
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
@@ -13,15 +14,6 @@
     ::absl::Status strata_cuda_status_ = (expr);               \
     if (!strata_cuda_status_.ok()) return strata_cuda_status_; \
   } while (0)
-
-// Declares `name` as the kernel's dynamic shared memory (unsigned char[],
-// 128-byte aligned). Kernels use this rather than `extern __shared__` so
-// the CPU emulation (kernels/cuda/emulation.h, which defines it first) can
-// run them.
-#ifndef STRATA_CUDA_EMULATION
-#define STRATA_DYNAMIC_SMEM(name) \
-  extern __shared__ __align__(128) unsigned char name[]
-#endif
 
 namespace strata::kernels::cuda {
 

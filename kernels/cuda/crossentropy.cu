@@ -12,8 +12,8 @@ absl::Status SoftmaxCrossEntropyFused(Context& ctx, bf16* dlogits,
                                       int N, int V) {
   STRATA_CUDA_RETURN_IF_ERROR(
       Require(N > 0 && V > 0, "SoftmaxCrossEntropy: N, V > 0"));
-  SoftmaxCrossEntropyKernel<<<N, kThreads, kSharedBytes, ctx.stream()>>>(
-      dlogits, losses, logits, targets, dloss, V);
+  STRATA_LAUNCH(SoftmaxCrossEntropyKernel, N, kThreads, kSharedBytes,
+                ctx.stream(), dlogits, losses, logits, targets, dloss, V);
   return LaunchStatus("SoftmaxCrossEntropyKernel");
 }
 

@@ -13,8 +13,8 @@ absl::Status EncoderForward(Context& ctx, bf16* out, const int32_t* tokens,
                                       "EncoderForward: "
                                       "B, T, C > 0"));
   const int64_t N = int64_t{B} * T;
-  EncoderForwardKernel<<<ElementBlocks(N * C), kThreads, 0, ctx.stream()>>>(
-      out, tokens, wte, wpe, N, T, C);
+  STRATA_LAUNCH(EncoderForwardKernel, ElementBlocks(N * C), kThreads, 0,
+                ctx.stream(), out, tokens, wte, wpe, N, T, C);
   return LaunchStatus("EncoderForwardKernel");
 }
 
@@ -25,16 +25,16 @@ absl::Status EncoderBackward(Context& ctx, float* dwte, float* dwpe,
                                       "EncoderBackward: "
                                       "B, T, C > 0"));
   const int64_t N = int64_t{B} * T;
-  EncoderBackwardKernel<<<ElementBlocks(N * C), kThreads, 0, ctx.stream()>>>(
-      dwte, dwpe, dout, tokens, N, T, C);
+  STRATA_LAUNCH(EncoderBackwardKernel, ElementBlocks(N * C), kThreads, 0,
+                ctx.stream(), dwte, dwpe, dout, tokens, N, T, C);
   return LaunchStatus("EncoderBackwardKernel");
 }
 
 absl::Status GeluForward(Context& ctx, bf16* out, const bf16* inp, int64_t n) {
   STRATA_CUDA_RETURN_IF_ERROR(Require(n >= 0, "GeluForward: n >= 0"));
   if (n == 0) return absl::OkStatus();
-  GeluForwardKernel<<<ElementBlocks(n), kThreads, 0, ctx.stream()>>>(out, inp,
-                                                                     n);
+  STRATA_LAUNCH(GeluForwardKernel, ElementBlocks(n), kThreads, 0, ctx.stream(),
+                out, inp, n);
   return LaunchStatus("GeluForwardKernel");
 }
 
@@ -42,8 +42,8 @@ absl::Status GeluBackward(Context& ctx, bf16* dinp, const bf16* inp,
                           const bf16* dout, int64_t n) {
   STRATA_CUDA_RETURN_IF_ERROR(Require(n >= 0, "GeluBackward: n >= 0"));
   if (n == 0) return absl::OkStatus();
-  GeluBackwardKernel<<<ElementBlocks(n), kThreads, 0, ctx.stream()>>>(dinp, inp,
-                                                                      dout, n);
+  STRATA_LAUNCH(GeluBackwardKernel, ElementBlocks(n), kThreads, 0, ctx.stream(),
+                dinp, inp, dout, n);
   return LaunchStatus("GeluBackwardKernel");
 }
 
@@ -51,8 +51,8 @@ absl::Status ResidualForward(Context& ctx, bf16* out, const bf16* a,
                              const bf16* b, int64_t n) {
   STRATA_CUDA_RETURN_IF_ERROR(Require(n >= 0, "ResidualForward: n >= 0"));
   if (n == 0) return absl::OkStatus();
-  ResidualForwardKernel<<<ElementBlocks(n), kThreads, 0, ctx.stream()>>>(out, a,
-                                                                         b, n);
+  STRATA_LAUNCH(ResidualForwardKernel, ElementBlocks(n), kThreads, 0,
+                ctx.stream(), out, a, b, n);
   return LaunchStatus("ResidualForwardKernel");
 }
 
@@ -60,8 +60,8 @@ absl::Status ResidualBackward(Context& ctx, bf16* da, bf16* db,
                               const bf16* dout, int64_t n) {
   STRATA_CUDA_RETURN_IF_ERROR(Require(n >= 0, "ResidualBackward: n >= 0"));
   if (n == 0) return absl::OkStatus();
-  ResidualBackwardKernel<<<ElementBlocks(n), kThreads, 0, ctx.stream()>>>(
-      da, db, dout, n);
+  STRATA_LAUNCH(ResidualBackwardKernel, ElementBlocks(n), kThreads, 0,
+                ctx.stream(), da, db, dout, n);
   return LaunchStatus("ResidualBackwardKernel");
 }
 

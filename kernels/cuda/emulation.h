@@ -92,6 +92,14 @@ inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
   return got;
 }
 
+// cuda_runtime.h offers this overload for kernels only to nvcc.
+template <typename Kernel>
+cudaError_t cudaFuncSetAttribute(Kernel* kernel, cudaFuncAttribute attr,
+                                 int value) {
+  return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), attr,
+                                value);
+}
+
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 
 inline float atomicAdd(float* p, float v) {

@@ -9,9 +9,8 @@ absl::Status LayerNormForward(Context& ctx, bf16* out, float* mean, float* rstd,
                               const bf16* inp, const bf16* weight,
                               const bf16* bias, int N, int C) {
   STRATA_CUDA_RETURN_IF_ERROR(Require(N > 0 && C > 0, "LayerNorm: N, C > 0"));
-  LayerNormForwardKernel<<<Blocks(N, kWarpsPerBlock), kThreads, 0,
-                           ctx.stream()>>>(out, mean, rstd, inp, weight, bias,
-                                           N, C);
+  STRATA_LAUNCH(LayerNormForwardKernel, Blocks(N, kWarpsPerBlock), kThreads, 0,
+                ctx.stream(), out, mean, rstd, inp, weight, bias, N, C);
   return LaunchStatus("LayerNormForwardKernel");
 }
 
@@ -29,8 +28,9 @@ absl::Status LayerNormBackward(Context& ctx, bf16* dinp, float* dweight,
                              static_cast<int>(smem)),
         "LayerNormBackwardKernel shared memory"));
   }
-  LayerNormBackwardKernel<<<BackwardBlocks(N), kThreads, smem, ctx.stream()>>>(
-      dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  STRATA_LAUNCH(LayerNormBackwardKernel, BackwardBlocks(N), kThreads, smem,
+                ctx.stream(), dinp, dweight, dbias, dout, inp, weight, mean,
+                rstd, N, C);
   return LaunchStatus("LayerNormBackwardKernel");
 }
 

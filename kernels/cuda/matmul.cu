@@ -21,8 +21,8 @@ absl::Status MatmulForward(Context& ctx, bf16* out, const bf16* inp,
                                           C, 0, weight, C, 0, 0.0f, out,
                                           CUDA_R_16BF, OC, 0, 1));
   if (bias == nullptr) return absl::OkStatus();
-  AddBiasKernel<<<Blocks(int64_t{N} * OC, kThreads), kThreads, 0,
-                  ctx.stream()>>>(out, bias, N, OC);
+  STRATA_LAUNCH(AddBiasKernel, Blocks(int64_t{N} * OC, kThreads), kThreads, 0,
+                ctx.stream(), out, bias, N, OC);
   return LaunchStatus("AddBiasKernel");
 }
 
@@ -39,9 +39,9 @@ absl::Status MatmulBackward(Context& ctx, bf16* dinp, float* dweight,
                                           dout, OC, 0, inp, C, 0, 1.0f, dweight,
                                           CUDA_R_32F, C, 0, 1));
   if (dbias == nullptr) return absl::OkStatus();
-  BiasBackwardKernel<<<BiasBackwardGrid(N, OC), BiasBackwardBlock(),
-                       kBiasBackwardSharedBytes, ctx.stream()>>>(dbias, dout, N,
-                                                                 OC);
+  STRATA_LAUNCH(BiasBackwardKernel, BiasBackwardGrid(N, OC),
+                BiasBackwardBlock(), kBiasBackwardSharedBytes, ctx.stream(),
+                dbias, dout, N, OC);
   return LaunchStatus("BiasBackwardKernel");
 }
 

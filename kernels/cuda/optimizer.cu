@@ -12,8 +12,8 @@ absl::Status AdamUpdate(Context& ctx, float* w, bf16* w_bf16, float* m,
                         const AdamStep& step) {
   STRATA_CUDA_RETURN_IF_ERROR(Require(n >= 0, "AdamUpdate: n >= 0"));
   if (n == 0) return absl::OkStatus();
-  AdamKernel<<<AdamBlocks(n), kThreads, 0, ctx.stream()>>>(w, w_bf16, m, v, g,
-                                                           n, step);
+  STRATA_LAUNCH(AdamKernel, AdamBlocks(n), kThreads, 0, ctx.stream(), w, w_bf16,
+                m, v, g, n, step);
   return LaunchStatus("AdamKernel");
 }
 

@@ -1,0 +1,258 @@
+// A virtual GPU for tests: the CUDA runtime and cuBLAS functions that
+// Strata calls, implemented on the CPU, so that the CUDA launchers (built
+// against kernels/cuda/emulation.h, which runs each kernel on the CPU),
+// GptCuda and their GPU tests run on machines without a GPU. Link it
+// instead of libcudart and libcublas (the strata_virtual_gpu library).
+//
+// One device, "Strata virtual GPU". Device memory is host memory, filled
+// with 0xff bytes by cudaMalloc (NaN as float and bf16) so that reading
+// memory nobody wrote shows. Every operation completes before it returns;
+// streams and events only keep their handles. cublasGemmEx and
+// cublasGemmStridedBatchedEx follow cuBLAS's documented column-major
+// semantics for the types Strata uses (bf16 or fp32 operands and results,
+// fp32 compute), with beta == 0 never reading C, as cuBLAS does.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+thread_local cudaError_t last_error = cudaSuccess;
+
+cudaError_t Fail(cudaError_t e) {
+  last_error = e;
+  return e;
+}
+
+float Load(const void* p, cudaDataType t, long long i) {
+  if (t == CUDA_R_16BF) {
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+  }
+  return static_cast<const float*>(p)[i];
+}
+
+void Store(void* p, cudaDataType t, long long i, float v) {
+  if (t == CUDA_R_16BF) {
+    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);
+  } else {
+    static_cast<float*>(p)[i] = v;
+  }
+}
+
+bool Supported(cudaDataType t) { return t == CUDA_R_16BF || t == CUDA_R_32F; }
+
+// C (m x n, column-major, ldc) = alpha op(A) op(B) + beta C.
+void Gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+          float alpha, const void* A, cudaDataType at, int lda, const void* B,
+          cudaDataType bt, int ldb, float beta, void* C, cudaDataType ct,
+          int ldc) {
+  for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < m; ++i) {
+      float sum = 0;
+      for (int l = 0; l < k; ++l) {
+        const float a =
+            Load(A, at,
+                 ta == CUBLAS_OP_N ? i + static_cast<long long>(l) * lda
+                                   : l + static_cast<long long>(i) * lda);
+        const float b =
+            Load(B, bt,
+                 tb == CUBLAS_OP_N ? l + static_cast<long long>(j) * ldb
+                                   : j + static_cast<long long>(l) * ldb);
+        sum += a * b;
+      }
+      const long long c = i + static_cast<long long>(j) * ldc;
+      const float old = beta == 0.0f ? 0.0f : beta * Load(C, ct, c);
+      Store(C, ct, c, alpha * sum + old);
+    }
+  }
+}
+
+struct Handle {
+  cudaStream_t stream = nullptr;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// CUDA runtime.
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  return device == 0 ? cudaSuccess : Fail(cudaErrorInvalidDevice);
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device != 0) return Fail(cudaErrorInvalidDevice);
+  std::memset(prop, 0, sizeof(*prop));
+  std::snprintf(prop->name, sizeof(prop->name), "Strata virtual GPU");
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = 1;
+  prop->totalGlobalMem = size_t{1} << 34;
+  prop->sharedMemPerBlockOptin = 227 << 10;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = last_error;
+  last_error = cudaSuccess;
+  return e;
+}
+
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorMemoryAllocation:
+      return "out of memory (virtual GPU)";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal (virtual GPU)";
+    case cudaErrorInvalidValue:
+      return "invalid argument (virtual GPU)";
+    default:
+      return "error (virtual GPU)";
+  }
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  *stream = reinterpret_cast<cudaStream_t>(new char);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete reinterpret_cast<char*>(stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  // 256-byte aligned, as cudaMalloc's are.
+  *ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+  if (*ptr == nullptr) return Fail(cudaErrorMemoryAllocation);
+  std::memset(*ptr, 0xff, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes,
+                       cudaMemcpyKind) {
+  if (bytes > 0) std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes,
+                            cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+  std::memset(ptr, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
+  return cudaMemset(ptr, value, bytes);
+}
+
+cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute attr,
+                                 int value) {
+  // As an H100: at most 227 KiB of shared memory per block.
+  if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize &&
+      (value < 0 || value > (227 << 10))) {
+    return Fail(cudaErrorInvalidValue);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
+  *event = reinterpret_cast<cudaEvent_t>(new char);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete reinterpret_cast<char*>(event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostRegister(void*, size_t, unsigned int) {
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostUnregister(void*) { return cudaSuccess; }
+
+// ---------------------------------------------------------------------------
+// cuBLAS.
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
+  *handle = reinterpret_cast<cublasHandle_t>(new Handle);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
+  delete reinterpret_cast<Handle*>(handle);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
+  reinterpret_cast<Handle*>(handle)->stream = stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t, cublasOperation_t transa, cublasOperation_t transb, int m,
+    int n, int k, const void* alpha, const void* A, cudaDataType Atype, int lda,
+    long long int strideA, const void* B, cudaDataType Btype, int ldb,
+    long long int strideB, const void* beta, void* C, cudaDataType Ctype,
+    int ldc, long long int strideC, int batchCount,
+    cublasComputeType_t computeType, cublasGemmAlgo_t) {
+  if (computeType != CUBLAS_COMPUTE_32F || !Supported(Atype) ||
+      !Supported(Btype) || !Supported(Ctype)) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (m < 0 || n < 0 || k < 0 || batchCount < 0 ||
+      lda < (transa == CUBLAS_OP_N ? m : k) ||
+      ldb < (transb == CUBLAS_OP_N ? k : n) || ldc < m) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  const size_t ea = Atype == CUDA_R_16BF ? 2 : 4;
+  const size_t eb = Btype == CUDA_R_16BF ? 2 : 4;
+  const size_t ec = Ctype == CUDA_R_16BF ? 2 : 4;
+  for (int i = 0; i < batchCount; ++i) {
+    Gemm(transa, transb, m, n, k, *static_cast<const float*>(alpha),
+         static_cast<const char*>(A) + i * strideA * ea, Atype, lda,
+         static_cast<const char*>(B) + i * strideB * eb, Btype, ldb,
+         *static_cast<const float*>(beta),
+         static_cast<char*>(C) + i * strideC * ec, Ctype, ldc);
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                            cublasOperation_t transb, int m, int n, int k,
+                            const void* alpha, const void* A,
+                            cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta,
+                            void* C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType,
+                            cublasGemmAlgo_t algo) {
+  return cublasGemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A,
+                                    Atype, lda, 0, B, Btype, ldb, 0, beta, C,
+                                    Ctype, ldc, 0, 1, computeType, algo);
+}
