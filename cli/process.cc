@@ -6,23 +6,35 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 extern char** environ;
 
 namespace strata {
 
 absl::StatusOr<pid_t> SpawnSelf(const std::vector<std::string>& args) {
+  // This binary again: /proc/self/exe, unless a launcher started it (the
+  // GPU bundle's loader: scripts/gpu-bundle.sh), which says how in
+  // $STRATA_SELF_EXEC, words separated by spaces.
+  std::vector<std::string> copy = {"/proc/self/exe"};
+  if (const char* self = std::getenv("STRATA_SELF_EXEC");
+      self != nullptr && *self != '\0') {
+    copy = absl::StrSplit(self, ' ', absl::SkipEmpty());
+  }
+  if (copy.empty()) {
+    return absl::InvalidArgumentError("STRATA_SELF_EXEC names no program");
+  }
+  copy.insert(copy.end(), args.begin(), args.end());
   std::vector<char*> argv;
-  std::string exe = "/proc/self/exe";
-  argv.push_back(exe.data());
-  std::vector<std::string> copy = args;
   for (std::string& a : copy) argv.push_back(a.data());
   argv.push_back(nullptr);
+  const std::string exe = copy[0];
   // The child starts with no signals blocked, whatever this thread blocks.
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
@@ -35,8 +47,8 @@ absl::StatusOr<pid_t> SpawnSelf(const std::vector<std::string>& args) {
       posix_spawn(&pid, exe.c_str(), nullptr, &attr, argv.data(), environ);
   posix_spawnattr_destroy(&attr);
   if (rc != 0)
-    return absl::InternalError(
-        absl::StrCat("cannot start strata ", args[0], ": ", std::strerror(rc)));
+    return absl::InternalError(absl::StrCat(
+        "cannot start strata ", args[0], " (", exe, "): ", std::strerror(rc)));
   return pid;
 }
 

@@ -12,8 +12,11 @@
 
 namespace strata {
 
-// Starts /proc/self/exe with `args` (args[0] is the subcommand). Its stdout
-// and stderr are those of this process. Returns the child's pid.
+// Starts this binary again with `args` (args[0] is the subcommand):
+// /proc/self/exe, or, when $STRATA_SELF_EXEC is set, the command it names
+// (space-separated words; for a binary started through a loader, as the
+// GPU bundle does). Its stdout and stderr are those of this process.
+// Returns the child's pid.
 absl::StatusOr<pid_t> SpawnSelf(const std::vector<std::string>& args);
 
 // Waits for `pid` to exit; its exit code (128+signal if killed).

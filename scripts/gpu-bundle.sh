@@ -6,6 +6,9 @@
 #
 #   scripts/gpu-bundle.sh [DIR]     (default .gpu-bundle, git-ignored)
 #
+# and DIR.tar.xz, the same compressed (about a third of the size) for the
+# device tool's 64 MiB limit: carry it and start with `tar xJf DIR.tar.xz`.
+#
 # DIR/bin holds stripped binaries; DIR/lib every shared library they load
 # except CUDA's own (libcudart, libcublas, libcublasLt, libcuda), with
 # Debian's glibc and its loader, so the host's glibc does not matter;
@@ -15,7 +18,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-.gpu-bundle}"
 build="${BUILD_DIR:-build-gpu}"
-targets=(kernels_cuda_test gpt_cuda_test gpu_train_bench)
+# The GPU tests, the benchmark, and the strata binary itself (so that
+# `strata local --device cuda` runs a whole cluster there).
+targets=(kernels_cuda_test gpt_cuda_test gpu_train_bench strata)
 
 if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
   echo "gpu-bundle: no CUDA toolkit at /usr/local/cuda" >&2
@@ -57,8 +62,10 @@ for d in /usr/local/lib/python3*/dist-packages/nvidia/cu13/lib \
 done
 [[ -n "${CUDA_LIB_DIRS:-}" ]] && cuda_dirs="${CUDA_LIB_DIRS}:${cuda_dirs}"
 prog="$1"; shift
-exec "${here}/lib/ld-linux-x86-64.so.2" --library-path "${here}/lib:${cuda_dirs}" \
-  "${here}/bin/${prog}" "$@"
+# `strata local` starts its processes the same way (cli/process.h).
+export STRATA_SELF_EXEC="${here}/lib/ld-linux-x86-64.so.2 --library-path ${here}/lib:${cuda_dirs} ${here}/bin/${prog}"
+exec ${STRATA_SELF_EXEC} "$@"
 RUN
 chmod +x "${out}/run"
-du -sh "${out}" >&2
+tar cJf "${out}.tar.xz" "${out}"
+du -sh "${out}" "${out}.tar.xz" >&2

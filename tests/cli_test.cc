@@ -115,3 +115,59 @@ TEST(Cli, StatusShowsTheViewShardMapAndServerCounters) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// `strata local` starts its processes through $STRATA_SELF_EXEC when set
+// (how the GPU bundle runs strata through its own loader), and says which
+// program it could not start.
+TEST(Cli, LocalStartsItsProcessesThroughStrataSelfExec) {
+  const std::string dir = testing::FreshDir("cli_self_exec");
+  {
+    std::ofstream corpus(dir + "/corpus.txt");
+    for (int i = 0; i < 50; ++i) corpus << "a small corpus of text. ";
+  }
+  const std::string launcher = dir + "/launcher.sh";
+  {
+    std::ofstream f(launcher);
+    f << "#!/bin/sh\necho \"$1\" >> " << dir << "/launched.log\nexec "
+      << STRATA_BINARY << " \"$@\"\n";
+  }
+  std::filesystem::permissions(launcher, std::filesystem::perms::owner_all);
+  const std::vector<std::string> args = {STRATA_BINARY, "local",
+                                         "--dir",       dir + "/run",
+                                         "--servers",   "1",
+                                         "--workers",   "1",
+                                         "--steps",     "2",
+                                         "--layers",    "1",
+                                         "--heads",     "1",
+                                         "--width",     "8",
+                                         "--context",   "8",
+                                         "--batch",     "2",
+                                         "--data",      dir + "/corpus.txt"};
+  setenv("STRATA_SELF_EXEC", launcher.c_str(), 1);
+  Child local(args, dir + "/local.log");
+  const int rc = local.Wait(absl::Minutes(2));
+  unsetenv("STRATA_SELF_EXEC");
+  ASSERT_EQ(rc, 0) << local.Output();
+  std::ifstream log(dir + "/launched.log");
+  std::string all, line;
+  while (std::getline(log, line)) all += line + " ";
+  EXPECT_NE(all.find("scheduler"), std::string::npos) << all;
+  EXPECT_NE(all.find("server"), std::string::npos) << all;
+  EXPECT_NE(all.find("worker"), std::string::npos) << all;
+
+  setenv("STRATA_SELF_EXEC", (dir + "/no-such-launcher").c_str(), 1);
+  std::vector<std::string> broken_args = args;
+  broken_args[3] = dir + "/run2";  // after "--dir"
+  Child broken(broken_args, dir + "/broken.log");
+  const int broken_rc = broken.Wait(absl::Minutes(1));
+  unsetenv("STRATA_SELF_EXEC");
+  EXPECT_NE(broken_rc, 0);
+  EXPECT_NE(broken.Output().find("no-such-launcher"), std::string::npos)
+      << broken.Output();
+}
+
+}  // namespace
+}  // namespace strata
