@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 
@@ -80,6 +81,33 @@ __device__ void Zero(T* p, int n) {
   for (int i = threadIdx.x; i < n; i += kThreads) p[i] = T(0);
 }
 
+// One warp's C (16 x 16N, fp32, row-major, ldc) = A (16 x 16K) B (16K x 16N)
+// from shared memory, plus C's previous contents when `accumulate`. A is
+// row-major with leading dimension lda, or, with kAT, stored transposed
+// (A^T row-major: A column-major). B likewise with ldb and kBT.
+template <int K, int N, bool kAT, bool kBT>
+__device__ void WarpMma(float* c, int ldc, bool accumulate, const bf16* a,
+                        int lda, const bf16* b, int ldb) {
+  for (int n = 0; n < N; ++n) {
+    FragC acc;
+    if (accumulate) {
+      wmma::load_matrix_sync(acc, c + n * 16, ldc, wmma::mem_row_major);
+    } else {
+      wmma::fill_fragment(acc, 0.0f);
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      std::conditional_t<kAT, FragAT, FragA> fa;
+      std::conditional_t<kBT, FragBT, FragB> fb;
+      wmma::load_matrix_sync(fa, kAT ? a + k * 16 * lda : a + k * 16, lda);
+      wmma::load_matrix_sync(
+          fb, kBT ? b + n * 16 * ldb + k * 16 : b + k * 16 * ldb + n * 16, ldb);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(c + n * 16, acc, ldc, wmma::mem_row_major);
+  }
+}
+
 // Forward. Grid (B*NH, ceil(T/64)); tile y = 0 is the last (the longest
 // walk), so the heaviest blocks start first.
 template <int HS>
@@ -122,20 +150,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     // S (16 x 64) = Q_w K^T.
-    for (int n = 0; n < kTile / 16; ++n) {
-      FragC acc;
-      wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-      for (int k = 0; k < HS / 16; ++k) {
-        FragA a;
-        FragBT bt;
-        wmma::load_matrix_sync(a, sQ + w0 * kLdH + k * 16, kLdH);
-        wmma::load_matrix_sync(bt, sK + n * 16 * kLdH + k * 16, kLdH);
-        wmma::mma_sync(acc, a, bt, acc);
-      }
-      wmma::store_matrix_sync(sS + w0 * kLdS + n * 16, acc, kLdS,
-                              wmma::mem_row_major);
-    }
+    WarpMma<HS / 16, kTile / 16, false, true>(sS + w0 * kLdS, kLdS, false,
+                                              sQ + w0 * kLdH, kLdH, sK, kLdH);
     __syncwarp();
 
     // Online softmax, a row at a time, each lane two columns. Every row of
@@ -161,21 +177,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncwarp();
 
     // O_w += P_w V.
-    for (int n = 0; n < HS / 16; ++n) {
-      FragC acc;
-      wmma::load_matrix_sync(acc, sO + w0 * kLdO + n * 16, kLdO,
-                             wmma::mem_row_major);
-#pragma unroll
-      for (int k = 0; k < kTile / 16; ++k) {
-        FragA a;
-        FragB bv;
-        wmma::load_matrix_sync(a, sP + w0 * kLdP + k * 16, kLdP);
-        wmma::load_matrix_sync(bv, sV + k * 16 * kLdH + n * 16, kLdH);
-        wmma::mma_sync(acc, a, bv, acc);
-      }
-      wmma::store_matrix_sync(sO + w0 * kLdO + n * 16, acc, kLdO,
-                              wmma::mem_row_major);
-    }
+    WarpMma<kTile / 16, HS / 16, false, false>(sO + w0 * kLdO, kLdO, true,
+                                               sP + w0 * kLdP, kLdP, sV, kLdH);
     __syncwarp();
   }
 
@@ -273,20 +276,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     // S^T (16 keys x 64 queries) = K_w Q^T.
-    for (int n = 0; n < kTile / 16; ++n) {
-      FragC acc;
-      wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-      for (int k = 0; k < HS / 16; ++k) {
-        FragA a;
-        FragBT bt;
-        wmma::load_matrix_sync(a, sK + w0 * kLdH + k * 16, kLdH);
-        wmma::load_matrix_sync(bt, sQ + n * 16 * kLdH + k * 16, kLdH);
-        wmma::mma_sync(acc, a, bt, acc);
-      }
-      wmma::store_matrix_sync(sF + w0 * kLdS + n * 16, acc, kLdS,
-                              wmma::mem_row_major);
-    }
+    WarpMma<HS / 16, kTile / 16, false, true>(sF + w0 * kLdS, kLdS, false,
+                                              sK + w0 * kLdH, kLdH, sQ, kLdH);
     __syncwarp();
 
     // P^T, masked where key > query; kept in fp32 registers for dS.
@@ -307,35 +298,10 @@ __global__ void __launch_bounds__(kThreads)
     __syncwarp();
 
     // dV_w += P^T_w dO, and dP^T (16 x 64) = V_w dO^T into sF.
-    for (int n = 0; n < HS / 16; ++n) {
-      FragC acc;
-      wmma::load_matrix_sync(acc, sdV + w0 * kLdO + n * 16, kLdO,
-                             wmma::mem_row_major);
-#pragma unroll
-      for (int k = 0; k < kTile / 16; ++k) {
-        FragA a;
-        FragB bv;
-        wmma::load_matrix_sync(a, sPT + w0 * kLdP + k * 16, kLdP);
-        wmma::load_matrix_sync(bv, sdO + k * 16 * kLdH + n * 16, kLdH);
-        wmma::mma_sync(acc, a, bv, acc);
-      }
-      wmma::store_matrix_sync(sdV + w0 * kLdO + n * 16, acc, kLdO,
-                              wmma::mem_row_major);
-    }
-    for (int n = 0; n < kTile / 16; ++n) {
-      FragC acc;
-      wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-      for (int k = 0; k < HS / 16; ++k) {
-        FragA a;
-        FragBT bt;
-        wmma::load_matrix_sync(a, sV + w0 * kLdH + k * 16, kLdH);
-        wmma::load_matrix_sync(bt, sdO + n * 16 * kLdH + k * 16, kLdH);
-        wmma::mma_sync(acc, a, bt, acc);
-      }
-      wmma::store_matrix_sync(sF + w0 * kLdS + n * 16, acc, kLdS,
-                              wmma::mem_row_major);
-    }
+    WarpMma<kTile / 16, HS / 16, false, false>(
+        sdV + w0 * kLdO, kLdO, true, sPT + w0 * kLdP, kLdP, sdO, kLdH);
+    WarpMma<HS / 16, kTile / 16, false, true>(sF + w0 * kLdS, kLdS, false,
+                                              sV + w0 * kLdH, kLdH, sdO, kLdH);
     __syncwarp();
 
     // dS^T = P^T * (dP^T - D), times the softmax scale (the scores were
@@ -353,38 +319,17 @@ __global__ void __launch_bounds__(kThreads)
     __syncwarp();
 
     // dK_w += dS^T_w Q.
-    for (int n = 0; n < HS / 16; ++n) {
-      FragC acc;
-      wmma::load_matrix_sync(acc, sdK + w0 * kLdO + n * 16, kLdO,
-                             wmma::mem_row_major);
-#pragma unroll
-      for (int k = 0; k < kTile / 16; ++k) {
-        FragA a;
-        FragB bq;
-        wmma::load_matrix_sync(a, sdST + w0 * kLdP + k * 16, kLdP);
-        wmma::load_matrix_sync(bq, sQ + k * 16 * kLdH + n * 16, kLdH);
-        wmma::mma_sync(acc, a, bq, acc);
-      }
-      wmma::store_matrix_sync(sdK + w0 * kLdO + n * 16, acc, kLdO,
-                              wmma::mem_row_major);
-    }
+    WarpMma<kTile / 16, HS / 16, false, false>(
+        sdK + w0 * kLdO, kLdO, true, sdST + w0 * kLdP, kLdP, sQ, kLdH);
     __syncthreads();  // dQ reads every warp's rows of dS^T
 
     // dQ (queries w0..w0+15) += dS K = (dS^T)^T K, a 16 x 16 piece at a
     // time through this warp's own rows of sF, added to dq_acc.
+    float* piece = sF + w0 * kLdS;
     for (int n = 0; n < HS / 16; ++n) {
-      FragC acc;
-      wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-      for (int k = 0; k < kTile / 16; ++k) {
-        FragAT a;
-        FragB bk;
-        wmma::load_matrix_sync(a, sdST + k * 16 * kLdP + w0, kLdP);
-        wmma::load_matrix_sync(bk, sK + k * 16 * kLdH + n * 16, kLdH);
-        wmma::mma_sync(acc, a, bk, acc);
-      }
-      float* piece = sF + w0 * kLdS;
-      wmma::store_matrix_sync(piece, acc, kLdS, wmma::mem_row_major);
+      // (dS^T stored row-major is dS stored column-major.)
+      WarpMma<kTile / 16, 1, true, false>(piece, kLdS, false, sdST + w0, kLdP,
+                                          sK + n * 16, kLdH);
       __syncwarp();
       for (int e = lane; e < 256; e += 32) {
         const int r = e / 16, c = e % 16, qi = q0 + w0 + r;
