@@ -12,33 +12,14 @@
 #include "gtest/gtest.h"
 #include "kernels/attention.h"
 #include "kernels/cuda/attention_fused_kernels.cuh"
+#include "kernels/cuda/test_util.h"
 
 namespace strata::kernels::cuda::flash {
 namespace {
 
-std::vector<float> RandomBf16(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist;
-  std::vector<float> v(n);
-  for (float& x : v) x = __bfloat162float(__float2bfloat16(dist(rng)));
-  return v;
-}
-
-std::vector<bf16> ToBf16(const std::vector<float>& v) {
-  std::vector<bf16> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = __float2bfloat16(v[i]);
-  return out;
-}
-
-void ExpectClose(const std::vector<bf16>& got, const std::vector<float>& want,
-                 double atol, double rtol, const char* what) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    const float g = __bfloat162float(got[i]);
-    ASSERT_NEAR(g, want[i], atol + rtol * std::abs(want[i]))
-        << what << "[" << i << "]";
-  }
-}
+using ::strata::kernels::cuda::test_util::ExpectClose;
+using ::strata::kernels::cuda::test_util::RandomBf16;
+using ::strata::kernels::cuda::test_util::ToBf16;
 
 // The launch sequence of FusedAttentionForward and FusedAttentionBackward
 // (attention_fused.cu), each launch on the emulator.

@@ -18,6 +18,7 @@
 #include "kernels/cuda/layernorm_kernels.cuh"
 #include "kernels/cuda/matmul_kernels.cuh"
 #include "kernels/cuda/optimizer_kernels.cuh"
+#include "kernels/cuda/test_util.h"
 #include "kernels/encoder.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
@@ -26,14 +27,6 @@
 
 namespace strata::kernels::cuda {
 namespace {
-
-std::vector<float> RandomBf16(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = __bfloat162float(__float2bfloat16(dist(rng)));
-  return v;
-}
 
 std::vector<float> RandomUniform(size_t n, uint32_t seed, float lo, float hi) {
   std::mt19937 rng(seed);
@@ -51,30 +44,9 @@ std::vector<int32_t> RandomTokens(size_t n, uint32_t seed, int V) {
   return v;
 }
 
-std::vector<bf16> ToBf16(const std::vector<float>& v) {
-  std::vector<bf16> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = __float2bfloat16(v[i]);
-  return out;
-}
-
-template <typename T>
-float AsFloat(T x) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    return __bfloat162float(x);
-  } else {
-    return x;
-  }
-}
-
-template <typename T>
-void ExpectClose(const std::vector<T>& got, const std::vector<float>& want,
-                 double atol, double rtol, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(AsFloat(got[i]), want[i], atol + rtol * std::abs(want[i]))
-        << what << "[" << i << "]";
-  }
-}
+using ::strata::kernels::cuda::test_util::ExpectClose;
+using ::strata::kernels::cuda::test_util::RandomBf16;
+using ::strata::kernels::cuda::test_util::ToBf16;
 
 TEST(CudaKernelsEmulated, LayerNormForwardAndBackward) {
   using namespace layernorm;  // NOLINT

@@ -26,6 +26,12 @@ using bf16 = __nv_bfloat16;
 // The number of CUDA devices, 0 when there is no driver or no device.
 int DeviceCount();
 
+// OK, or INTERNAL naming `what` with the CUDA (cuBLAS) error. CudaStatus
+// also clears a non-sticky error so that a later launch check does not
+// report it against another kernel.
+absl::Status CudaStatus(cudaError_t err, const char* what);
+absl::Status CublasStatus(cublasStatus_t err, const char* what);
+
 // A stream and a cuBLAS handle bound to it. Not thread-safe.
 class Context {
  public:

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "kernels/attention.h"
 #include "kernels/crossentropy.h"
+#include "kernels/cuda/test_util.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/encoder.h"
 #include "kernels/gelu.h"
@@ -26,19 +27,12 @@ using cuda::bf16;
 constexpr double kAtol = 1e-2, kRtol = 2e-2;
 
 std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = __bfloat162float(__float2bfloat16(dist(rng)));
-  return v;
+  return cuda::test_util::RandomBf16(n, seed, scale);
 }
 
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
                  double atol = kAtol, double rtol = kRtol) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], atol + rtol * std::abs(want[i])) << i;
-  }
+  cuda::test_util::ExpectClose(got, want, atol, rtol);
 }
 
 class CudaOps : public ::testing::Test {

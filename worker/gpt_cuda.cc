@@ -17,8 +17,8 @@ namespace strata {
 namespace {
 
 namespace kc = ::strata::kernels::cuda;
-using gpt_cuda::Cublas;
-using gpt_cuda::Cuda;
+using gpt_cuda::CublasStatus;
+using gpt_cuda::CudaStatus;
 using kc::bf16;
 
 using namespace ::strata::gpt_layout;  // NOLINT: the shared parameter layout
@@ -44,11 +44,11 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "CUDA device ", ordinal, " does not exist (", count, " present)"));
   }
-  STRATA_RETURN_IF_ERROR(Cuda(cudaSetDevice(ordinal), "cudaSetDevice"));
+  STRATA_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"));
   std::unique_ptr<GptCuda> m(new GptCuda(std::move(host), ordinal));
   cudaDeviceProp prop;
-  STRATA_RETURN_IF_ERROR(
-      Cuda(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties"));
+  STRATA_RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&prop, ordinal),
+                                    "cudaGetDeviceProperties"));
   m->peak_flops_ = CudaPeakBf16Flops(prop.name);
 
   Device& d = *m->dev_;
@@ -64,8 +64,8 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(
   d.copied.resize(n, nullptr);
   for (cudaEvent_t& e : d.copied) {
     STRATA_RETURN_IF_ERROR(
-        Cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
-             "cudaEventCreate"));
+        CudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                   "cudaEventCreate"));
   }
   // Pinned host buffers make the per-step copies asynchronous and about
   // twice as fast; without pinning (e.g. a locked-memory limit) they still
@@ -98,25 +98,25 @@ absl::Status GptCuda::Prepare(const int32_t* tokens, const int32_t* targets,
   if (tokens == nullptr || targets == nullptr) {
     return absl::InvalidArgumentError("tokens and targets must not be null");
   }
-  STRATA_RETURN_IF_ERROR(Cuda(cudaSetDevice(ordinal_), "cudaSetDevice"));
+  STRATA_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal_), "cudaSetDevice"));
   Device& d = *dev_;
   STRATA_RETURN_IF_ERROR(d.Resize(config(), B, T));
   cudaStream_t s = d.ctx->stream();
   const int64_t ids_bytes = int64_t{B} * T * 4;
   STRATA_RETURN_IF_ERROR(
-      Cuda(cudaMemcpyAsync(d.tokens.as<int32_t>(), tokens, ids_bytes,
-                           cudaMemcpyHostToDevice, s),
-           "copy tokens"));
+      CudaStatus(cudaMemcpyAsync(d.tokens.as<int32_t>(), tokens, ids_bytes,
+                                 cudaMemcpyHostToDevice, s),
+                 "copy tokens"));
   STRATA_RETURN_IF_ERROR(
-      Cuda(cudaMemcpyAsync(d.targets.as<int32_t>(), targets, ids_bytes,
-                           cudaMemcpyHostToDevice, s),
-           "copy targets"));
+      CudaStatus(cudaMemcpyAsync(d.targets.as<int32_t>(), targets, ids_bytes,
+                                 cudaMemcpyHostToDevice, s),
+                 "copy targets"));
   // Resident, the device weights are the current ones already.
   if (d.resident) return absl::OkStatus();
   STRATA_RETURN_IF_ERROR(
-      Cuda(cudaMemcpyAsync(d.master.as<float>(), param_data(0), d.total * 4,
-                           cudaMemcpyHostToDevice, s),
-           "copy weights"));
+      CudaStatus(cudaMemcpyAsync(d.master.as<float>(), param_data(0),
+                                 d.total * 4, cudaMemcpyHostToDevice, s),
+                 "copy weights"));
   return gpt_cuda::FloatToBf16(s, d.weights.as<bf16>(), d.master.as<float>(),
                                d.total);
 }
@@ -239,12 +239,12 @@ absl::Status GptCuda::HeadLoss(int N, bool backward) {
     const int nc = std::min(rows, N - n0);
     const bf16* lnf = d.lnf.as<bf16>() + int64_t{n0} * C;
     // cuBLAS is column-major: logits^T (V,nc) = wte (C,V)^T lnf^T (C,nc).
-    STRATA_RETURN_IF_ERROR(
-        Cublas(cublasGemmEx(ctx.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, V, nc, C,
-                            &alpha, d.W(kWte), CUDA_R_16BF, C, lnf, CUDA_R_16BF,
-                            C, &beta, d.logits.as<float>(), CUDA_R_32F, V,
-                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-               "LM head cublasGemmEx"));
+    STRATA_RETURN_IF_ERROR(CublasStatus(
+        cublasGemmEx(ctx.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, V, nc, C, &alpha,
+                     d.W(kWte), CUDA_R_16BF, C, lnf, CUDA_R_16BF, C, &beta,
+                     d.logits.as<float>(), CUDA_R_32F, V, CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT),
+        "LM head cublasGemmEx"));
     STRATA_RETURN_IF_ERROR(kc::SoftmaxCrossEntropyFused(
         ctx, d.dlogits.as<bf16>(), d.losses.as<float>() + n0,
         d.logits.as<float>(), d.targets.as<int32_t>() + n0, 1.0f / N, nc, V));
@@ -262,11 +262,11 @@ absl::Status GptCuda::GradReady(int i) {
   if (d.resident) return absl::OkStatus();  // gradients stay on the device
   const int64_t bytes = static_cast<int64_t>(params()[i].spec.numel()) * 4;
   STRATA_RETURN_IF_ERROR(
-      Cuda(cudaMemcpyAsync(grad_data(i), d.G(i), bytes, cudaMemcpyDeviceToHost,
-                           d.ctx->stream()),
-           "copy gradient"));
-  STRATA_RETURN_IF_ERROR(
-      Cuda(cudaEventRecord(d.copied[i], d.ctx->stream()), "cudaEventRecord"));
+      CudaStatus(cudaMemcpyAsync(grad_data(i), d.G(i), bytes,
+                                 cudaMemcpyDeviceToHost, d.ctx->stream()),
+                 "copy gradient"));
+  STRATA_RETURN_IF_ERROR(CudaStatus(
+      cudaEventRecord(d.copied[i], d.ctx->stream()), "cudaEventRecord"));
   d.ready_order.push_back(i);
   return absl::OkStatus();
 }
@@ -274,7 +274,7 @@ absl::Status GptCuda::GradReady(int i) {
 absl::StatusOr<float> GptCuda::FetchMeanLoss(int N) {
   Device& d = *dev_;
   // Into pageable memory, so this also waits for the device.
-  STRATA_RETURN_IF_ERROR(Cuda(
+  STRATA_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(d.host_losses.data(), d.losses.as<float>(),
                       int64_t{N} * 4, cudaMemcpyDeviceToHost, d.ctx->stream()),
       "copy losses"));
@@ -291,18 +291,18 @@ absl::Status GptCuda::EnqueueForwardBackward(int B, int T, bool accumulate) {
   Device& d = *dev_;
   cudaStream_t s = d.ctx->stream();
   // With accumulate, the sum starts from what the caller holds in grad_data.
-  STRATA_RETURN_IF_ERROR(
-      Cuda(accumulate ? cudaMemcpyAsync(d.grads.as<float>(), grad_data(0),
-                                        d.total * 4, cudaMemcpyHostToDevice, s)
-                      : cudaMemsetAsync(d.grads.as<float>(), 0, d.total * 4, s),
-           "initialize gradients"));
+  STRATA_RETURN_IF_ERROR(CudaStatus(
+      accumulate ? cudaMemcpyAsync(d.grads.as<float>(), grad_data(0),
+                                   d.total * 4, cudaMemcpyHostToDevice, s)
+                 : cudaMemsetAsync(d.grads.as<float>(), 0, d.total * 4, s),
+      "initialize gradients"));
   d.ready_order.clear();
   const int N = B * T, C = config().width, L = config().layers;
   STRATA_RETURN_IF_ERROR(ForwardTrunk(B, T));
   STRATA_RETURN_IF_ERROR(HeadLoss(N, /*backward=*/true));
 
   const int lnf = Device::Block(L, 0);
-  STRATA_RETURN_IF_ERROR(Cuda(
+  STRATA_RETURN_IF_ERROR(CudaStatus(
       cudaMemsetAsync(d.dres.as<bf16>(), 0, int64_t{N} * C * sizeof(bf16), s),
       "cudaMemsetAsync"));
   STRATA_RETURN_IF_ERROR(kc::LayerNormBackward(
@@ -332,7 +332,7 @@ absl::StatusOr<float> GptCuda::RunForwardBackward(const int32_t* tokens,
   Device& d = *dev_;
   for (int i : d.ready_order) {
     STRATA_RETURN_IF_ERROR(
-        Cuda(cudaEventSynchronize(d.copied[i]), "cudaEventSynchronize"));
+        CudaStatus(cudaEventSynchronize(d.copied[i]), "cudaEventSynchronize"));
     if (grad_ready_) grad_ready_(i);
   }
   return FetchMeanLoss(B * T);

@@ -9,24 +9,10 @@
 namespace strata {
 namespace gpt_cuda {
 
-absl::Status Cuda(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  // Reset a non-sticky error (e.g. out of memory) so that the next launch
-  // check does not report it again.
-  cudaGetLastError();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
-}
-
-absl::Status Cublas(cublasStatus_t err, const char* what) {
-  if (err == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(what, ": cuBLAS status ", static_cast<int>(err)));
-}
-
 absl::Status DeviceBuffer::Reserve(int64_t bytes) {
   if (bytes <= bytes_) return absl::OkStatus();
   Release();
-  STRATA_RETURN_IF_ERROR(Cuda(cudaMalloc(&ptr_, bytes), "cudaMalloc"));
+  STRATA_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&ptr_, bytes), "cudaMalloc"));
   bytes_ = bytes;
   return absl::OkStatus();
 }

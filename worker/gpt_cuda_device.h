@@ -24,11 +24,8 @@ namespace strata::gpt_cuda {
 namespace kc = ::strata::kernels::cuda;
 using kc::bf16;
 
-// INTERNAL naming `what` unless `err` is success. Cuda also clears a
-// non-sticky error (e.g. out of memory) so the next launch check does not
-// report it again.
-absl::Status Cuda(cudaError_t err, const char* what);
-absl::Status Cublas(cublasStatus_t err, const char* what);
+using kc::CublasStatus;
+using kc::CudaStatus;
 
 // One device allocation that only grows; freed on destruction.
 class DeviceBuffer {

@@ -12,7 +12,7 @@
 
 namespace strata {
 
-using gpt_cuda::Cuda;
+using gpt_cuda::CudaStatus;
 
 absl::Status GptCuda::StartResident(const OptimizerParams& opt) {
   if (opt.kind != OptimizerParams::kAdam &&
@@ -25,7 +25,7 @@ absl::Status GptCuda::StartResident(const OptimizerParams& opt) {
   if (d.resident) {
     return absl::FailedPreconditionError("the model is already resident");
   }
-  STRATA_RETURN_IF_ERROR(Cuda(cudaSetDevice(ordinal_), "cudaSetDevice"));
+  STRATA_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal_), "cudaSetDevice"));
   d.param_opt.clear();
   for (const ParamInfo& p : params()) {
     OptimizerParams o = opt;
@@ -37,15 +37,15 @@ absl::Status GptCuda::StartResident(const OptimizerParams& opt) {
   STRATA_RETURN_IF_ERROR(d.adam_v.Reserve(d.total * 4));
   cudaStream_t s = d.ctx->stream();
   STRATA_RETURN_IF_ERROR(
-      Cuda(cudaMemsetAsync(d.adam_m.as<float>(), 0, d.total * 4, s),
-           "clear Adam state"));
+      CudaStatus(cudaMemsetAsync(d.adam_m.as<float>(), 0, d.total * 4, s),
+                 "clear Adam state"));
   STRATA_RETURN_IF_ERROR(
-      Cuda(cudaMemsetAsync(d.adam_v.as<float>(), 0, d.total * 4, s),
-           "clear Adam state"));
+      CudaStatus(cudaMemsetAsync(d.adam_v.as<float>(), 0, d.total * 4, s),
+                 "clear Adam state"));
   STRATA_RETURN_IF_ERROR(
-      Cuda(cudaMemcpyAsync(d.master.as<float>(), param_data(0), d.total * 4,
-                           cudaMemcpyHostToDevice, s),
-           "copy weights"));
+      CudaStatus(cudaMemcpyAsync(d.master.as<float>(), param_data(0),
+                                 d.total * 4, cudaMemcpyHostToDevice, s),
+                 "copy weights"));
   STRATA_RETURN_IF_ERROR(gpt_cuda::FloatToBf16(
       s, d.weights.as<gpt_cuda::bf16>(), d.master.as<float>(), d.total));
   STRATA_RETURN_IF_ERROR(d.ctx->Synchronize());
@@ -83,11 +83,11 @@ absl::StatusOr<float> GptCuda::ResidentStep(const int32_t* tokens,
 absl::Status GptCuda::StopResident() {
   Device& d = *dev_;
   if (!d.resident) return absl::OkStatus();
-  STRATA_RETURN_IF_ERROR(Cuda(cudaSetDevice(ordinal_), "cudaSetDevice"));
-  STRATA_RETURN_IF_ERROR(
-      Cuda(cudaMemcpyAsync(param_data(0), d.master.as<float>(), d.total * 4,
-                           cudaMemcpyDeviceToHost, d.ctx->stream()),
-           "copy weights back"));
+  STRATA_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal_), "cudaSetDevice"));
+  STRATA_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(param_data(0), d.master.as<float>(), d.total * 4,
+                      cudaMemcpyDeviceToHost, d.ctx->stream()),
+      "copy weights back"));
   STRATA_RETURN_IF_ERROR(d.ctx->Synchronize());
   d.adam_m.Release();
   d.adam_v.Release();

@@ -17,10 +17,6 @@
 
 namespace strata::kernels::cuda {
 
-// INTERNAL with `what` and the CUDA error string, or OK.
-absl::Status CudaStatus(cudaError_t err, const char* what);
-absl::Status CublasStatus(cublasStatus_t err, const char* what);
-
 // The status of the last launch on this thread.
 inline absl::Status LaunchStatus(const char* kernel) {
   return CudaStatus(cudaGetLastError(), kernel);
