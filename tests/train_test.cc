@@ -120,7 +120,7 @@ TEST(Train, TwoBspWorkersWithHalfTheBatchMatchOneWorkerWithAllOfIt) {
 }
 
 // The mean |difference| between two runs' final weights.
-double MeanAbsDiff(const BspRun& a, const BspRun& b) {
+[[maybe_unused]] double MeanAbsDiff(const BspRun& a, const BspRun& b) {
   EXPECT_EQ(a.weights.size(), b.weights.size());
   if (a.weights.empty() || a.weights.size() != b.weights.size()) return 1e9;
   double sum = 0;
