@@ -69,10 +69,13 @@ __device__ void LoadTile(bf16* dst, int ld, const bf16* src, int64_t stride,
   for (int i = threadIdx.x; i < kTile * kVecs; i += kThreads) {
     const int r = i / kVecs, c = (i % kVecs) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (row0 + r < T) {
-      v = *reinterpret_cast<const uint4*>(src + (row0 + r) * stride + c);
-    }
-    *reinterpret_cast<uint4*>(dst + r * ld + c) = v;
+    const bf16* from = src + (row0 + r) * stride + c;
+    bf16* to = dst + r * ld + c;
+    STRATA_DEVICE_CHECK(reinterpret_cast<uintptr_t>(from) % 16 == 0 &&
+                            reinterpret_cast<uintptr_t>(to) % 16 == 0,
+                        "LoadTile: 16-byte vector access misaligned");
+    if (row0 + r < T) v = *reinterpret_cast<const uint4*>(from);
+    *reinterpret_cast<uint4*>(to) = v;
   }
 }
 

@@ -102,8 +102,9 @@ struct Block {
   std::vector<int> warp_live;  // per warp
   int at_block_barrier = 0;    // fibers waiting there
   std::vector<int> at_warp_barrier;
-  std::vector<float> exchange;  // 32 floats per warp
-  std::vector<unsigned char> smem;
+  std::vector<float> exchange;              // 32 floats per warp
+  std::vector<unsigned char> smem_storage;  // smem_bytes + 128
+  unsigned char* smem = nullptr;            // 128-byte aligned, as declared
   const std::function<void()>* kernel = nullptr;
   Fiber* running = nullptr;
 };
@@ -224,7 +225,10 @@ void RunGrid(dim3 grid, dim3 block, size_t smem_bytes,
         b.warp_live.assign(threads / 32, 32);
         b.at_warp_barrier.assign(threads / 32, 0);
         b.exchange.assign(threads, 0.0f);
-        b.smem.assign(smem_bytes, 0xff);
+        b.smem_storage.assign(smem_bytes + 128, 0xff);
+        b.smem =
+            b.smem_storage.data() +
+            (128 - reinterpret_cast<uintptr_t>(b.smem_storage.data()) % 128);
         for (int t = 0; t < threads; ++t) {
           Fiber& f = b.fibers[t];
           const unsigned u = static_cast<unsigned>(t);
@@ -242,7 +246,7 @@ void RunGrid(dim3 grid, dim3 block, size_t smem_bytes,
 
 unsigned char* SharedMemory() {
   STRATA_CHECK(current != nullptr);
-  return current->smem.data();
+  return current->smem;
 }
 
 void SyncThreads() { Park(Fiber::kAtBlockBarrier); }

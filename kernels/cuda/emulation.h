@@ -38,6 +38,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <type_traits>
 
@@ -74,6 +76,16 @@ float* WarpExchange();
 // run on the emulator take shared memory through STRATA_DYNAMIC_SMEM.
 #undef __shared__
 #define __shared__ static_shared_memory_is_not_emulated
+
+// Checks a condition the hardware would enforce (alignment, say): aborts
+// with a message on the emulator; nothing on a GPU (kernels/cuda/launch.cuh).
+#define STRATA_DEVICE_CHECK(cond, what)                               \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      std::fprintf(stderr, "CUDA emulation: %s (%s)\n", what, #cond); \
+      std::abort();                                                   \
+    }                                                                 \
+  } while (0)
 
 #define STRATA_DYNAMIC_SMEM(name) \
   unsigned char* name = ::strata::emu::SharedMemory()
@@ -129,6 +141,21 @@ void fill_fragment(fragment<Use, 16, 16, 16, T, Layout>& f, float x) {
   for (float& e : f.v) e = x;
 }
 
+// WMMA's requirements, which the hardware enforces with a fault or wrong
+// data: a 256-bit aligned pointer, and a leading dimension that is a
+// multiple of 16 bytes.
+template <typename T>
+void CheckFragmentAccess(const T* p, unsigned ld) {
+  if (reinterpret_cast<uintptr_t>(p) % 32 != 0 || (ld * sizeof(T)) % 16 != 0) {
+    std::fprintf(stderr,
+                 "CUDA emulation: WMMA access at %p with leading dimension %u "
+                 "(%zu-byte elements): needs 32-byte alignment and a multiple "
+                 "of 16 bytes\n",
+                 static_cast<const void*>(p), ld, sizeof(T));
+    std::abort();
+  }
+}
+
 inline float ToFloat(float x) { return x; }
 inline float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
 
@@ -137,6 +164,7 @@ template <typename Use, typename T, typename Layout>
 void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p,
                       unsigned ld) {
   static_assert(!std::is_void_v<Layout>, "operands carry a layout");
+  CheckFragmentAccess(p, ld);
   for (int r = 0; r < 16; ++r) {
     for (int c = 0; c < 16; ++c) {
       f.v[16 * r + c] = ToFloat(
@@ -147,6 +175,7 @@ void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p,
 
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f,
                              const float* p, unsigned ld, layout_t layout) {
+  CheckFragmentAccess(p, ld);
   for (int r = 0; r < 16; ++r) {
     for (int c = 0; c < 16; ++c) {
       f.v[16 * r + c] = layout == mem_row_major ? p[r * ld + c] : p[c * ld + r];
@@ -157,6 +186,7 @@ inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f,
 inline void store_matrix_sync(float* p,
                               const fragment<accumulator, 16, 16, 16, float>& f,
                               unsigned ld, layout_t layout) {
+  CheckFragmentAccess(p, ld);
   // Lane l writes the elements e with e % 32 == 31 - l: lanes run in
   // order here, so a lane that reads its row of the tile before a
   // __syncwarp finds elements of lanes that have not stored yet.

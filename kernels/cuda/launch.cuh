@@ -9,6 +9,15 @@
 // 128-byte aligned). Kernels use this rather than `extern __shared__` so
 // the CPU emulation (kernels/cuda/emulation.h, which defines it first) can
 // run them.
+// STRATA_DEVICE_CHECK(cond, what): a requirement the hardware enforces with
+// a fault (alignment of a vector access, say); checked on the CPU
+// emulation, free on a GPU.
+#ifndef STRATA_CUDA_EMULATION
+#define STRATA_DEVICE_CHECK(cond, what) \
+  do {                                  \
+  } while (0)
+#endif
+
 #ifndef STRATA_CUDA_EMULATION
 #define STRATA_DYNAMIC_SMEM(name) \
   extern __shared__ __align__(128) unsigned char name[]
