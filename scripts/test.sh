@@ -1,8 +1,28 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds everything, runs every
 # test (unit, multi-process, end-to-end). GPU tests skip without a GPU.
+#
+# Where CUDA's compiler is installed, the tests labelled vgpu (the CUDA
+# kernels and GptCuda on the CPU emulation and the virtual GPU) then run a
+# second time built with AddressSanitizer, in build-vgpu-asan/: the
+# equivalent of compute-sanitizer's memcheck, since every device buffer is a
+# host allocation of its exact size there. STRATA_SKIP_ASAN=1 skips that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
-cd build
-ctest --output-on-failure -j"$(nproc)" --timeout 900 "$@"
+(cd build && ctest --output-on-failure -j"$(nproc)" --timeout 900 "$@")
+
+if grep -q '^STRATA_CUDA:STRING=ON' build/CMakeCache.txt 2>/dev/null &&
+   [[ "${STRATA_SKIP_ASAN:-0}" != 1 && $# -eq 0 ]]; then
+  launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  if [[ ! -f build-vgpu-asan/build.ninja ]]; then
+    cmake -S . -B build-vgpu-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+      -DSTRATA_CUDA=ON -DCMAKE_CXX_FLAGS="-fsanitize=address -fno-omit-frame-pointer -O1" \
+      -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address "${launcher[@]}" >/dev/null
+  fi
+  cmake --build build-vgpu-asan -- -j"$(nproc)" attention_fused_emu_test \
+    cuda_kernels_emu_test gpt_cuda_convert_emu_test kernels_cuda_vgpu_test \
+    gpt_cuda_vgpu_test
+  (cd build-vgpu-asan && ctest --output-on-failure -j"$(nproc)" --timeout 900 -L vgpu)
+fi

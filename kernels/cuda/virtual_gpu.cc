@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 namespace {
 
@@ -135,15 +136,18 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
-  // 256-byte aligned, as cudaMalloc's are.
-  *ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+  // 256-byte aligned, as cudaMalloc's are, and exactly `bytes` long so that
+  // AddressSanitizer (when the tests are built with it) sees a kernel that
+  // reads or writes past the end.
+  *ptr = ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t{256},
+                        std::nothrow);
   if (*ptr == nullptr) return Fail(cudaErrorMemoryAllocation);
   std::memset(*ptr, 0xff, bytes);
   return cudaSuccess;
 }
 
 cudaError_t cudaFree(void* ptr) {
-  std::free(ptr);
+  if (ptr != nullptr) ::operator delete(ptr, std::align_val_t{256});
   return cudaSuccess;
 }
 
