@@ -325,7 +325,8 @@ void PsClient::Impl::OnDone(const OpPtr& op, const grpc::Status& grpc_status,
       IsRetryable(status) && op->attempts < options_.max_attempts;
   if (retry) RetryLater(op, status);
   Dispatch(op->slot);
-  // Last: once the op completes, the client may be destroyed.
+  // Last: once the op completes, the destructor may start (it then waits
+  // for the calling attempt's AttemptFinished).
   if (!retry) Complete(op, status, &response);
 }
 

@@ -43,6 +43,8 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   cudaStream_t stream() const { return stream_; }
+  // The most dynamic shared memory a block may opt into on this device.
+  int max_shared_bytes() const { return max_shared_bytes_; }
   cublasHandle_t cublas() const { return cublas_; }
   // Waits for the stream; returns its first error.
   absl::Status Synchronize();
@@ -51,6 +53,7 @@ class Context {
   Context() = default;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  int max_shared_bytes_ = 48 << 10;
 };
 
 // out is (B,T,C) bf16; tokens (B,T) int32 (each in [0,V), unchecked on the
@@ -93,8 +96,8 @@ absl::Status MatmulBackward(Context& ctx, bf16* dinp, float* dweight,
 //     buffers. Any shape; the reference for kFused.
 enum class AttentionKind { kFused, kUnfused };
 
-// kFused when it supports the shape, else kUnfused.
-AttentionKind ChooseAttention(int B, int T, int C, int NH);
+// kFused when it supports the shape on ctx's device, else kUnfused.
+AttentionKind ChooseAttention(const Context& ctx, int B, int T, int C, int NH);
 
 // Bytes of `saved` (what forward keeps for backward; one per layer) and of
 // `scratch` (shared by all calls) for a shape and kind.

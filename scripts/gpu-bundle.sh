@@ -62,9 +62,11 @@ for d in /usr/local/lib/python3*/dist-packages/nvidia/cu13/lib \
 done
 [[ -n "${CUDA_LIB_DIRS:-}" ]] && cuda_dirs="${CUDA_LIB_DIRS}:${cuda_dirs}"
 prog="$1"; shift
-# `strata local` starts its processes the same way (cli/process.h).
-export STRATA_SELF_EXEC="${here}/lib/ld-linux-x86-64.so.2 --library-path ${here}/lib:${cuda_dirs} ${here}/bin/${prog}"
-exec ${STRATA_SELF_EXEC} "$@"
+cmd="${here}/lib/ld-linux-x86-64.so.2 --library-path ${here}/lib:${cuda_dirs} ${here}/bin/${prog}"
+# `strata local` starts its processes the same way (cli/process.h); only
+# strata is told, so no other program inherits it.
+if [[ "${prog}" == strata ]]; then export STRATA_SELF_EXEC="${cmd}"; fi
+exec ${cmd} "$@"
 RUN
 chmod +x "${out}/run"
 tar cJf "${out}.tar.xz" "${out}"

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh
 (cd build && ctest --output-on-failure -j"$(nproc)" --timeout 900 "$@")
 
-if [[ -x build/kernels/kernels_cuda_vgpu_test ]] &&
+if [[ -x build/kernels/kernels_cuda_vgpu_test && -x /usr/local/cuda/bin/nvcc ]] &&
    [[ "${STRATA_SKIP_ASAN:-0}" != 1 && $# -eq 0 ]]; then
   launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)

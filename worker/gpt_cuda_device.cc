@@ -37,7 +37,7 @@ GptCuda::Device::~Device() {
 absl::Status GptCuda::Device::Resize(const GptConfig& cfg, int b, int t) {
   if (b == B && t == T) return absl::OkStatus();
   const int64_t N = int64_t{b} * t, C = cfg.width, bf = sizeof(bf16), f = 4;
-  attention = kernels::cuda::ChooseAttention(b, t, cfg.width, cfg.heads);
+  attention = kernels::cuda::ChooseAttention(*ctx, b, t, cfg.width, cfg.heads);
   const int64_t att =
       kernels::cuda::AttentionSavedBytes(attention, b, t, cfg.width, cfg.heads);
   blocks.resize(cfg.recompute ? 1 : cfg.layers);

@@ -90,9 +90,9 @@ absl::Status UnfusedBackward(Context& ctx, bf16* dqkv, float* dscores,
 
 }  // namespace
 
-AttentionKind ChooseAttention(int B, int T, int C, int NH) {
-  return FusedAttentionSupports(B, T, C, NH) ? AttentionKind::kFused
-                                             : AttentionKind::kUnfused;
+AttentionKind ChooseAttention(const Context& ctx, int B, int T, int C, int NH) {
+  return FusedAttentionSupports(ctx, B, T, C, NH) ? AttentionKind::kFused
+                                                  : AttentionKind::kUnfused;
 }
 
 int64_t AttentionSavedBytes(AttentionKind kind, int B, int T, int C, int NH) {

@@ -63,12 +63,21 @@ absl::Status LaunchBackward(Context& ctx, bf16* dqkv, float* dq_acc,
 
 }  // namespace
 
-bool FusedAttentionSupports(int B, int T, int C, int NH) {
+bool FusedAttentionSupports(const Context& ctx, int B, int T, int C, int NH) {
   if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || C % NH != 0) return false;
   const int hs = C / NH;
-  return (hs == 32 || hs == 64 || hs == 128) && C % 8 == 0 &&
-         int64_t{B} * NH <= 0x7fffffff &&
-         (int64_t{T} + kTile - 1) / kTile <= 65535;
+  if (!(hs == 32 || hs == 64 || hs == 128) || C % 8 != 0 ||
+      int64_t{B} * NH > 0x7fffffff ||
+      (int64_t{T} + kTile - 1) / kTile > 65535) {
+    return false;
+  }
+  // Backward needs the most: 74 KiB for head size 32, 106 KiB for 64 and
+  // 170 KiB for 128, within a Hopper's 227 KiB; an A100 (163 KiB) or a
+  // consumer GPU (99 KiB) takes the unfused kernels for the larger ones.
+  const int64_t need = hs == 32   ? Dims<32>::kBackwardBytes
+                       : hs == 64 ? Dims<64>::kBackwardBytes
+                                  : Dims<128>::kBackwardBytes;
+  return need <= ctx.max_shared_bytes();
 }
 
 int64_t FusedAttentionScratchBytes(int B, int T, int C, int NH) {
@@ -80,8 +89,9 @@ absl::Status FusedAttentionForward(Context& ctx, bf16* out, float* lse,
                                    const bf16* qkv, int B, int T, int C,
                                    int NH) {
   STRATA_CUDA_RETURN_IF_ERROR(
-      Require(FusedAttentionSupports(B, T, C, NH),
-              "fused attention: head size 32, 64 or 128 and C % 8 == 0"));
+      Require(FusedAttentionSupports(ctx, B, T, C, NH),
+              "fused attention: head size 32, 64 or 128, C % 8 == 0, and the "
+              "device's shared memory per block"));
   STRATA_CUDA_RETURN_IF_ERROR(
       Require(reinterpret_cast<uintptr_t>(qkv) % 16 == 0,
               "fused attention: qkv must be 16-byte aligned"));
@@ -100,8 +110,9 @@ absl::Status FusedAttentionBackward(Context& ctx, bf16* dqkv, void* scratch,
                                     const bf16* out, const float* lse, int B,
                                     int T, int C, int NH) {
   STRATA_CUDA_RETURN_IF_ERROR(
-      Require(FusedAttentionSupports(B, T, C, NH),
-              "fused attention: head size 32, 64 or 128 and C % 8 == 0"));
+      Require(FusedAttentionSupports(ctx, B, T, C, NH),
+              "fused attention: head size 32, 64 or 128, C % 8 == 0, and the "
+              "device's shared memory per block"));
   STRATA_CUDA_RETURN_IF_ERROR(
       Require(reinterpret_cast<uintptr_t>(qkv) % 16 == 0 &&
                   reinterpret_cast<uintptr_t>(dout) % 16 == 0,

@@ -9,9 +9,10 @@
 
 namespace strata::kernels::cuda {
 
-// True when the fused kernels handle this shape: head size 32, 64 or 128
-// and C a multiple of 8 (16-byte row loads).
-bool FusedAttentionSupports(int B, int T, int C, int NH);
+// True when the fused kernels handle this shape on ctx's device: head size
+// 32, 64 or 128, C a multiple of 8 (16-byte row loads), and the shared
+// memory their tiles need within the device's opt-in limit per block.
+bool FusedAttentionSupports(const Context& ctx, int B, int T, int C, int NH);
 
 // Scratch of FusedAttentionBackward: a (B,T,C) fp32 dQ accumulator and the
 // (B,NH,T) fp32 row dots D.

@@ -40,6 +40,19 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create() {
       !s.ok()) {
     return s;
   }
+  int device = 0;
+  if (absl::Status s = CudaStatus(cudaGetDevice(&device), "cudaGetDevice");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          CudaStatus(cudaDeviceGetAttribute(
+                         &ctx->max_shared_bytes_,
+                         cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+                     "cudaDeviceGetAttribute");
+      !s.ok()) {
+    return s;
+  }
   if (absl::Status s =
           CublasStatus(cublasCreate(&ctx->cublas_), "cublasCreate");
       !s.ok()) {

@@ -26,9 +26,10 @@ constexpr size_t kStackBytes = size_t{128} << 10;
 // A saved execution context and the switch between two. On x86-64 a few
 // instructions (callee-saved registers and the stack pointer): swapcontext
 // also saves the signal mask with a system call, which made it 60% of the
-// emulation's time. Elsewhere, and under AddressSanitizer (which follows
-// swapcontext but not a hand-made switch), ucontext.
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+// emulation's time. Elsewhere, under AddressSanitizer (which follows
+// swapcontext but not a hand-made switch) and with control-flow protection
+// (a shadow stack would refuse the switch's return), ucontext.
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__CET__)
 struct Context {
   void* sp = nullptr;
 };
@@ -71,7 +72,7 @@ void InitContext(Context& c, char* stack, void (*entry)()) {
 }
 #else
 struct Context {
-  ucontext_t uc;
+  ucontext_t uc{};  // AddressSanitizer reads uc_stack on every switch
 };
 
 void Switch(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
@@ -176,12 +177,17 @@ void RunBlock(Block& b, std::minstd_rand& rng) {
   std::iota(order.begin(), order.end(), 0);
   while (b.live > 0) {
     std::shuffle(order.begin(), order.end(), rng);
+    // Lanes run in increasing or decreasing order, chosen per phase, so a
+    // lane that reads what a lower lane wrote without __syncwarp is caught
+    // as well as one that reads a higher lane's.
+    const bool down = rng() % 2 == 1;
     bool progressed = false;
     for (int w : order) {
       // The warp runs until none of its lanes can.
       for (bool again = true; again;) {
         again = false;
-        for (int l = 0; l < 32; ++l) {
+        for (int i = 0; i < 32; ++i) {
+          const int l = down ? 31 - i : i;
           if (b.fibers[32 * w + l].state == Fiber::kReady) {
             Resume(b, 32 * w + l);
             again = progressed = true;
@@ -214,33 +220,37 @@ void RunGrid(dim3 grid, dim3 block, size_t smem_bytes,
   std::minstd_rand rng(12345);
   blockDim = block;
   gridDim = grid;
-  for (unsigned z = 0; z < grid.z; ++z) {
-    for (unsigned y = 0; y < grid.y; ++y) {
-      for (unsigned x = 0; x < grid.x; ++x) {
-        blockIdx = uint3{x, y, z};
-        Block b;
-        b.kernel = &kernel;
-        b.fibers.resize(threads);
-        b.live = threads;
-        b.warp_live.assign(threads / 32, 32);
-        b.at_warp_barrier.assign(threads / 32, 0);
-        b.exchange.assign(threads, 0.0f);
-        b.smem_storage.assign(smem_bytes + 128, 0xff);
-        b.smem =
-            b.smem_storage.data() +
-            (128 - reinterpret_cast<uintptr_t>(b.smem_storage.data()) % 128);
-        for (int t = 0; t < threads; ++t) {
-          Fiber& f = b.fibers[t];
-          const unsigned u = static_cast<unsigned>(t);
-          f.idx = uint3{u % block.x, u / block.x % block.y,
-                        u / (block.x * block.y)};
-          InitContext(f.ctx, stacks[t].get(), FiberMain);
-        }
-        current = &b;
-        RunBlock(b, rng);
-        current = nullptr;
-      }
+  // Blocks in a seeded random order: one that reads another block's output
+  // of the same launch gets stale data, as it may on a GPU.
+  const uint64_t num_blocks = uint64_t{grid.x} * grid.y * grid.z;
+  std::vector<uint64_t> blocks(num_blocks);
+  std::iota(blocks.begin(), blocks.end(), uint64_t{0});
+  std::shuffle(blocks.begin(), blocks.end(), rng);
+  for (const uint64_t linear : blocks) {
+    const unsigned x = static_cast<unsigned>(linear % grid.x);
+    const unsigned y = static_cast<unsigned>(linear / grid.x % grid.y);
+    const unsigned z = static_cast<unsigned>(linear / grid.x / grid.y);
+    blockIdx = uint3{x, y, z};
+    Block b;
+    b.kernel = &kernel;
+    b.fibers.resize(threads);
+    b.live = threads;
+    b.warp_live.assign(threads / 32, 32);
+    b.at_warp_barrier.assign(threads / 32, 0);
+    b.exchange.assign(threads, 0.0f);
+    b.smem_storage.assign(smem_bytes + 128, 0xff);
+    b.smem = b.smem_storage.data() +
+             (128 - reinterpret_cast<uintptr_t>(b.smem_storage.data()) % 128);
+    for (int t = 0; t < threads; ++t) {
+      Fiber& f = b.fibers[t];
+      const unsigned u = static_cast<unsigned>(t);
+      f.idx =
+          uint3{u % block.x, u / block.x % block.y, u / (block.x * block.y)};
+      InitContext(f.ctx, stacks[t].get(), FiberMain);
     }
+    current = &b;
+    RunBlock(b, rng);
+    current = nullptr;
   }
 }
 

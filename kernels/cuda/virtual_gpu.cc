@@ -90,6 +90,26 @@ cudaError_t cudaSetDevice(int device) {
   return device == 0 ? cudaSuccess : Fail(cudaErrorInvalidDevice);
 }
 
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr,
+                                   int device) {
+  if (device != 0) return Fail(cudaErrorInvalidDevice);
+  switch (attr) {
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+      *value = 227 << 10;  // as an H100
+      return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount:
+      *value = 1;
+      return cudaSuccess;
+    default:
+      return Fail(cudaErrorInvalidValue);
+  }
+}
+
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (device != 0) return Fail(cudaErrorInvalidDevice);
   std::memset(prop, 0, sizeof(*prop));
@@ -226,8 +246,11 @@ cublasStatus_t cublasGemmStridedBatchedEx(
     long long int strideB, const void* beta, void* C, cudaDataType Ctype,
     int ldc, long long int strideC, int batchCount,
     cublasComputeType_t computeType, cublasGemmAlgo_t) {
+  // The combinations cuBLAS takes with fp32 compute: bf16 x bf16 into bf16
+  // or fp32, fp32 x fp32 into fp32.
   if (computeType != CUBLAS_COMPUTE_32F || !Supported(Atype) ||
-      !Supported(Btype) || !Supported(Ctype)) {
+      Atype != Btype || (Atype == CUDA_R_32F && Ctype != CUDA_R_32F) ||
+      !Supported(Ctype)) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   if (m < 0 || n < 0 || k < 0 || batchCount < 0 ||
