@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "common/check.h"
 
 thread_local uint3 threadIdx;
@@ -251,6 +253,48 @@ void RunGrid(dim3 grid, dim3 block, size_t smem_bytes,
     current = &b;
     RunBlock(b, rng);
     current = nullptr;
+  }
+}
+
+namespace {
+
+absl::Mutex opt_in_mu;
+std::map<const void*, int>& OptIns() {
+  static auto* m = new std::map<const void*, int>;
+  return *m;
+}
+
+}  // namespace
+
+void SetMaxDynamicSharedMemory(const void* kernel, int bytes) {
+  absl::MutexLock lock(&opt_in_mu);
+  OptIns()[kernel] = bytes;
+}
+
+void CheckLaunch(const void* kernel, dim3 grid, dim3 block, size_t smem_bytes) {
+  size_t limit = 48 << 10;
+  {
+    absl::MutexLock lock(&opt_in_mu);
+    if (auto it = OptIns().find(kernel); it != OptIns().end()) {
+      limit = std::max(limit, static_cast<size_t>(it->second));
+    }
+  }
+  const char* problem = nullptr;
+  if (smem_bytes > limit) {
+    problem = "more dynamic shared memory than the kernel opted in to";
+  } else if (uint64_t{block.x} * block.y * block.z > 1024) {
+    problem = "more than 1024 threads a block";
+  } else if (grid.y > 65535 || grid.z > 65535) {
+    problem = "a grid's y or z above 65535";
+  }
+  if (problem != nullptr) {
+    std::fprintf(stderr,
+                 "CUDA emulation: a launch a GPU would refuse: %s (grid "
+                 "%u,%u,%u, block %u,%u,%u, %zu bytes of shared memory, "
+                 "%zu allowed)\n",
+                 problem, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                 smem_bytes, limit);
+    std::abort();
   }
 }
 

@@ -62,6 +62,14 @@ inline unsigned LinearThread() {
   return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
 }
 
+// What a launch on a GPU would refuse: more than 48 KiB of dynamic shared
+// memory unless the kernel opted in to as much (cudaFuncSetAttribute, which
+// the virtual GPU records through SetMaxDynamicSharedMemory), more than
+// 1024 threads a block, a grid's y or z above 65535. Aborts with a message.
+// STRATA_LAUNCH calls it.
+void CheckLaunch(const void* kernel, dim3 grid, dim3 block, size_t smem_bytes);
+void SetMaxDynamicSharedMemory(const void* kernel, int bytes);
+
 // The running block's dynamic shared memory.
 unsigned char* SharedMemory();
 // The block and warp barriers; the running warp's 32-float exchange buffer.

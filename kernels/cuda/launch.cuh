@@ -31,9 +31,11 @@
 #define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...) \
   kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
 #else
-#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...) \
-  ::strata::emu::RunGrid(dim3(grid), dim3(block), (smem),     \
-                         [&] { kernel(__VA_ARGS__); })
+#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)         \
+  (::strata::emu::CheckLaunch(reinterpret_cast<const void*>(&kernel), \
+                              dim3(grid), dim3(block), (smem)),       \
+   ::strata::emu::RunGrid(dim3(grid), dim3(block), (smem),            \
+                          [&] { kernel(__VA_ARGS__); }))
 #endif
 
 #endif  // STRATA_KERNELS_CUDA_LAUNCH_CUH_

@@ -20,6 +20,8 @@
 #include <cstring>
 #include <new>
 
+#include "kernels/cuda/emulation.h"
+
 namespace {
 
 thread_local cudaError_t last_error = cudaSuccess;
@@ -159,15 +161,15 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   // 256-byte aligned, as cudaMalloc's are, and exactly `bytes` long so that
   // AddressSanitizer (when the tests are built with it) sees a kernel that
   // reads or writes past the end.
-  *ptr = ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t{256},
-                        std::nothrow);
+  *ptr = ::operator new (bytes == 0 ? 1 : bytes, std::align_val_t{256},
+                         std::nothrow);
   if (*ptr == nullptr) return Fail(cudaErrorMemoryAllocation);
   std::memset(*ptr, 0xff, bytes);
   return cudaSuccess;
 }
 
 cudaError_t cudaFree(void* ptr) {
-  if (ptr != nullptr) ::operator delete(ptr, std::align_val_t{256});
+  if (ptr != nullptr) ::operator delete (ptr, std::align_val_t{256});
   return cudaSuccess;
 }
 
@@ -191,12 +193,12 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
   return cudaMemset(ptr, value, bytes);
 }
 
-cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute attr,
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr,
                                  int value) {
-  // As an H100: at most 227 KiB of shared memory per block.
-  if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize &&
-      (value < 0 || value > (227 << 10))) {
-    return Fail(cudaErrorInvalidValue);
+  if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+    // As an H100: at most 227 KiB of shared memory per block.
+    if (value < 0 || value > (227 << 10)) return Fail(cudaErrorInvalidValue);
+    strata::emu::SetMaxDynamicSharedMemory(func, value);
   }
   return cudaSuccess;
 }
