@@ -17,3 +17,17 @@ bench_build() {
   fi
   cmake --build build --target "$@" -- -j"$(nproc)" >/dev/null
 }
+
+# join_figures KEY OURS THEIRS NAME EXPR: for each line "<label> <config> <y>"
+# of THEIRS, finds the line "KEY <config> <x>" of OURS and prints
+# "NAME <config> <EXPR>", EXPR an awk expression of x and y (x / y, say).
+join_figures() {
+  local key=$1 ours=$2 theirs=$3 name=$4 expr=$5 config y x
+  while read -r _ config y; do
+    [[ -n "${config}" ]] || continue
+    x="$(awk -v c="${config}" -v k="${key}" '$1 == k && $2 == c { print $3 }' <<<"${ours}")"
+    [[ -n "${x}" ]] || continue
+    awk -v c="${config}" -v x="${x}" -v y="${y}" -v n="${name}" \
+      "BEGIN { printf \"%s %s %.3f\\n\", n, c, ${expr} }"
+  done <<<"${theirs}"
+}

@@ -15,6 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${BUILD_DIR:-build}"
+source bench/common.sh
 
 if [[ ! -f "${build}/build.ninja" ]]; then
   cmake -S . -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >&2
@@ -32,14 +33,7 @@ py=python3
 if "${py}" -c 'import torch' 2>/dev/null; then
   theirs="$("${py}" bench/torch_ref.py)"
   echo "${theirs}"
-  while read -r _ config y; do
-    x="$(awk -v c="${config}" '$1 == "cpu_tokens_per_s" && $2 == c { print $3 }' \
-      <<<"${ours}")"
-    if [[ -n "${x}" ]]; then
-      awk -v c="${config}" -v x="${x}" -v y="${y}" \
-        'BEGIN { printf "ratio_to_torch %s %.3f\n", c, x / y }'
-    fi
-  done <<<"${theirs}"
+  join_figures cpu_tokens_per_s "${ours}" "${theirs}" ratio_to_torch "x / y"
 else
   echo "${py} cannot import torch (Debian: apt-get install python3-torch): skipping the PyTorch reference" >&2
 fi
@@ -73,10 +67,6 @@ PY
 if [[ "${WITH_SERVERS:-1}" != 0 ]]; then
   servers="$(with_servers L4_C256_H4_B8_T256 4 4 256 256 8; with_servers L12_C768_H12_B4_T64 12 12 768 64 4)"
   echo "${servers}"
-  while read -r _ config z; do
-    x="$(awk -v c="${config}" '$1 == "cpu_tokens_per_s" && $2 == c { print $3 }' <<<"${ours}")"
-    [[ -n "${x}" ]] && awk -v c="${config}" -v x="${x}" -v z="${z}" \
-      'BEGIN { printf "sync_overhead %s %.3f\n", c, 1 - z / x }'
-  done <<<"${servers}"
+  join_figures cpu_tokens_per_s "${ours}" "${servers}" sync_overhead "1 - y / x"
 fi
 echo "load after: $(uptime)" >&2

@@ -13,6 +13,7 @@
 # Without a CUDA device it says so and exits 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/common.sh
 if [[ -z "${GPU_TRAIN_BENCH:-}" ]]; then
   build="${BUILD_DIR:-build-gpu}"
   if [[ ! -f "${build}/build.ninja" ]]; then
@@ -41,11 +42,7 @@ bench_dir="$(dirname "$0")"
 if [[ "${config}" != all ]] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   theirs="$(python3 "${bench_dir}/torch_gpu_ref.py" --config "${config}" --batch "${batch}" --context "${context}")"
   echo "${theirs}"
-  while read -r _ name y; do
-    x="$(awk -v c="${name}" '$1 == "gpu_tokens_per_s" && $2 == c { print $3 }' <<<"${ours}")"
-    [[ -n "${x}" ]] && awk -v c="${name}" -v x="${x}" -v y="${y}" \
-      'BEGIN { printf "ratio_to_torch_gpu %s %.3f\n", c, x / y }'
-  done <<<"${theirs}"
+  join_figures gpu_tokens_per_s "${ours}" "${theirs}" ratio_to_torch_gpu "x / y"
 else
   echo "no CUDA-enabled torch (or --config all): skipping the PyTorch reference" >&2
 fi
