@@ -8,6 +8,11 @@
 // from the median step time after warm-up steps. Model FLOPs are
 // Model::flops_per_token() (6 x parameters plus attention, no recompute
 // counted). Without a CUDA device it says so and exits 0.
+//
+// With --profile, also the device time of each op class per timed step
+// (CUDA events around each op: GptCuda::Options::profile), and its share:
+//   gpu_profile <config> <op class> <ms per step> <share of the sum>
+// The events add a little time, so compare tokens/s from runs without it.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -39,7 +44,7 @@ const Shape kShapes[] = {
 };
 
 int Run(const Shape& shape, int batch, int context, bool recompute, int warmup,
-        int steps) {
+        int steps, bool profile) {
   GptConfig cfg{.vocab = 50257,
                 .context = context,
                 .layers = shape.layers,
@@ -48,7 +53,9 @@ int Run(const Shape& shape, int batch, int context, bool recompute, int warmup,
                 .recompute = recompute};
   const std::string name = shape.name + "_B" + std::to_string(batch) + "_T" +
                            std::to_string(context) + (recompute ? "_rc" : "");
-  auto model_or = GptCuda::Create(cfg);
+  GptCuda::Options options;
+  options.profile = profile;
+  auto model_or = GptCuda::Create(cfg, options);
   if (!model_or.ok()) {
     std::fprintf(stderr, "%s: %s\n", name.c_str(),
                  model_or.status().ToString().c_str());
@@ -84,6 +91,7 @@ int Run(const Shape& shape, int batch, int context, bool recompute, int warmup,
     std::fprintf(stderr, "%s step %d loss %.4f %.1f ms\n", name.c_str(), step,
                  *loss, 1e3 * took.count());
     if (step >= warmup) seconds.push_back(took.count());
+    if (step + 1 == warmup) model.TakeProfile();  // drop the warm-up steps
   }
   std::sort(seconds.begin(), seconds.end());
   const double median = seconds[seconds.size() / 2];
@@ -92,6 +100,13 @@ int Run(const Shape& shape, int batch, int context, bool recompute, int warmup,
   if (model.peak_flops() > 0) {
     std::printf("gpu_mfu %s %.3f\n", name.c_str(),
                 tps * model.flops_per_token() / model.peak_flops());
+  }
+  const auto ops = model.TakeProfile();
+  double sum = 0;
+  for (const auto& [op, ms] : ops) sum += ms;
+  for (const auto& [op, ms] : ops) {
+    std::printf("gpu_profile %s %s %.3f %.3f\n", name.c_str(), op.c_str(),
+                ms / steps, ms / sum);
   }
   std::fflush(stdout);
   return 0;
@@ -104,7 +119,7 @@ int main(int argc, char** argv) {
   CLI::App app("Single-GPU GPT training throughput (resident AdamW)");
   std::string only = "gpt2_124M", batches = "8,16,32";
   int context = 1024, warmup = 3, steps = 10;
-  bool recompute = false;
+  bool recompute = false, profile = false;
   app.add_option("--config", only,
                  "gpt2_124M | gpt2_350M | gpt2_774M | gpt2_1558M | all");
   app.add_option("--batch", batches, "comma-separated batch sizes");
@@ -115,6 +130,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps (median reported)")
       ->check(CLI::Range(1, 100000));
   app.add_flag("--recompute", recompute, "recompute block activations");
+  app.add_flag("--profile", profile,
+               "also print the device time per op class (gpu_profile lines)");
   CLI11_PARSE(app, argc, argv);
   std::vector<int> bs;
   for (absl::string_view b : absl::StrSplit(batches, ',')) {
@@ -135,7 +152,8 @@ int main(int argc, char** argv) {
     if (only != "all" && s.name != only) continue;
     ++matched;
     for (int b : bs) {
-      failures += strata::Run(s, b, context, recompute, warmup, steps) != 0;
+      failures +=
+          strata::Run(s, b, context, recompute, warmup, steps, profile) != 0;
     }
   }
   if (matched == 0) {

@@ -57,6 +57,25 @@ class Gpt(nn.Module):
         self.wpe = nn.Embedding(context, width)
         self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
         self.lnf = nn.LayerNorm(width)
+        self.init_gpt2(layers)
+
+    def init_gpt2(self, layers):
+        """GPT-2's initialization, as Strata's Gpt::InitParams: weights and
+        embeddings normal with std 0.02, the residual projections 0.02 /
+        sqrt(2 * layers), biases 0, LayerNorm scales 1 (so the first loss
+        is near ln(vocab) = 10.8, not PyTorch's default embedding init's
+        hundreds)."""
+        std = 0.02
+        proj_std = std / math.sqrt(2 * layers)
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif ".ln" in name or name.startswith("lnf"):
+                nn.init.ones_(p)
+            elif name.endswith("proj.weight"):  # proj and fc_proj
+                nn.init.normal_(p, std=proj_std)
+            else:
+                nn.init.normal_(p, std=std)
 
     def forward(self, idx, targets):
         T = idx.shape[1]

@@ -129,12 +129,14 @@ absl::Status ResidualForward(Context& ctx, bf16* out, const bf16* a,
 absl::Status ResidualBackward(Context& ctx, bf16* da, bf16* db,
                               const bf16* dout, int64_t n);
 
-// Fused softmax cross-entropy: logits (N,V) fp32 in; dlogits (N,V) bf16 out
-// = (softmax - onehot) * dloss; losses (N) fp32 out. Targets in [0,V).
+// Fused softmax cross-entropy: logits (N,ld) fp32 in, of which the first V
+// columns are the vocabulary and the rest padding (ignored); dlogits (N,ld)
+// bf16 out = (softmax - onehot) * dloss, 0 in the padding; losses (N) fp32
+// out. Targets in [0,V). INVALID_ARGUMENT unless N, V > 0 and ld >= V.
 absl::Status SoftmaxCrossEntropyFused(Context& ctx, bf16* dlogits,
                                       float* losses, const float* logits,
                                       const int32_t* targets, float dloss,
-                                      int N, int V);
+                                      int N, int V, int ld);
 
 // One Adam/AdamW step on n fp32 elements with the constants of
 // strata::MakeAdamStep (the same formula as strata::ApplyUpdate, up to FMA

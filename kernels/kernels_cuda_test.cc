@@ -2,6 +2,7 @@
 // bf16-rounded inputs. Tolerance atol + rtol * |ref| with bf16's: outputs
 // are rounded to 8 significant bits (relative 2^-8 = 0.4%), and inputs of
 // later GEMMs carry that rounding too. Skips without a CUDA device.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <random>
@@ -250,21 +251,40 @@ TEST_F(CudaOps, GeluAndResidualMatchCpu) {
   ExpectClose(Get(d_db, n), db);
 }
 
+// Rows of V = 1000 logits at a stride of ld = 1024, as the LM head's padded
+// vocabulary: the padding holds huge logits that must not be read, and its
+// gradients must come out 0.
 TEST_F(CudaOps, SoftmaxCrossEntropyMatchesCpu) {
-  const int N = 9, V = 1000;
+  const int N = 9, V = 1000, ld = 1024;
   std::vector<float> logits = Random(N * V, 1, 3.0f);
   std::vector<int32_t> targets = {0, 999, 5, 5, 17, 100, 250, 3, 998};
   std::vector<float> grad = logits, losses(N);
   SoftmaxCrossEntropyFused(grad.data(), targets.data(), 1.0f / N, losses.data(),
                            N, V);
-  bf16* d_grad = static_cast<bf16*>(Alloc(N * V * sizeof(bf16)));
+  std::vector<float> padded(N * ld, 1e30f);
+  for (int n = 0; n < N; ++n) {
+    std::copy_n(logits.begin() + n * V, V, padded.begin() + n * ld);
+  }
+  bf16* d_grad = static_cast<bf16*>(Alloc(N * ld * sizeof(bf16)));
   float* d_losses = static_cast<float*>(Alloc(N * 4));
   ASSERT_TRUE(cuda::SoftmaxCrossEntropyFused(*ctx_, d_grad, d_losses,
-                                             Raw(logits), Raw(targets),
-                                             1.0f / N, N, V)
+                                             Raw(padded), Raw(targets),
+                                             1.0f / N, N, V, ld)
                   .ok());
   ExpectClose(Get(d_losses, N), losses, 1e-4, 1e-4);
-  ExpectClose(Get(d_grad, grad.size()), grad, 1e-4, 1e-2);
+  const std::vector<float> got = Get(d_grad, N * ld);
+  std::vector<float> got_v, pad;
+  for (int n = 0; n < N; ++n) {
+    got_v.insert(got_v.end(), got.begin() + n * ld, got.begin() + n * ld + V);
+    pad.insert(pad.end(), got.begin() + n * ld + V, got.begin() + (n + 1) * ld);
+  }
+  ExpectClose(got_v, grad, 1e-4, 1e-2);
+  EXPECT_EQ(pad, std::vector<float>(pad.size(), 0.0f));
+  EXPECT_EQ(cuda::SoftmaxCrossEntropyFused(*ctx_, d_grad, d_losses,
+                                           Raw(padded), Raw(targets), 1.0f / N,
+                                           N, V, V - 1)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // Three AdamW steps on the device against ApplyUpdate (the server's); the

@@ -25,27 +25,39 @@ using namespace ::strata::gpt_layout;  // NOLINT: the shared parameter layout
 
 }  // namespace
 
-GptCuda::GptCuda(std::unique_ptr<Gpt> host, int ordinal)
+GptCuda::GptCuda(std::unique_ptr<Gpt> host, const Options& options)
     : host_(std::move(host)),
-      ordinal_(ordinal),
+      options_(options),
+      ordinal_(options.ordinal),
       dev_(std::make_unique<Device>()) {}
 
 GptCuda::~GptCuda() = default;
 
 absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(
     const GptConfig& config, int ordinal) {
+  Options options;
+  options.ordinal = ordinal;
+  return Create(config, options);
+}
+
+absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(
+    const GptConfig& config, const Options& options) {
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> host, Gpt::Create(config));
+  if (options.head_chunk_floats < 1) {
+    return absl::InvalidArgumentError("head_chunk_floats must be >= 1");
+  }
   const int count = kc::DeviceCount();
   if (count == 0) {
     return absl::UnavailableError(
         "device \"cuda\": no CUDA device is present (or no driver)");
   }
+  const int ordinal = options.ordinal;
   if (ordinal < 0 || ordinal >= count) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CUDA device ", ordinal, " does not exist (", count, " present)"));
   }
   STRATA_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"));
-  std::unique_ptr<GptCuda> m(new GptCuda(std::move(host), ordinal));
+  std::unique_ptr<GptCuda> m(new GptCuda(std::move(host), options));
   cudaDeviceProp prop;
   STRATA_RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&prop, ordinal),
                                     "cudaGetDeviceProperties"));
@@ -53,14 +65,34 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(
 
   Device& d = *m->dev_;
   STRATA_ASSIGN_OR_RETURN(d.ctx, kc::Context::Create());
+  if (options.profile) {
+    d.profiler = std::make_unique<gpt_cuda::OpProfiler>(d.ctx->stream());
+  }
+  d.vocab = config.vocab;
+  d.vocab_padded = PaddedVocab(config.vocab);
+  d.width = config.width;
+  d.head_chunk_floats = options.head_chunk_floats;
   const int n = static_cast<int>(m->params().size());
   const float* base = m->param_data(0);
-  for (int i = 0; i < n; ++i) d.offsets.push_back(m->param_data(i) - base);
-  d.total =
-      d.offsets.back() + static_cast<int64_t>(m->params().back().spec.numel());
+  for (int i = 0; i < n; ++i) d.host_offsets.push_back(m->param_data(i) - base);
+  d.host_total = d.host_offsets.back() +
+                 static_cast<int64_t>(m->params().back().spec.numel());
+  // wte grows by the padding rows; the shift keeps every later parameter
+  // as aligned as on the host (whose padding is 16 floats).
+  const int64_t shift =
+      (int64_t{d.vocab_padded - d.vocab} * config.width + 63) / 64 * 64;
+  d.offsets = d.host_offsets;
+  for (int i = 1; i < n; ++i) d.offsets[i] += shift;
+  d.total = d.host_total + shift;
   STRATA_RETURN_IF_ERROR(d.master.Reserve(d.total * 4));
   STRATA_RETURN_IF_ERROR(d.weights.Reserve(d.total * sizeof(bf16)));
   STRATA_RETURN_IF_ERROR(d.grads.Reserve(d.total * 4));
+  // The padding stays zero: uploads (ToDevice) skip it, the weights are
+  // rounded from the whole master buffer, and its gradients are zero.
+  STRATA_RETURN_IF_ERROR(CudaStatus(
+      cudaMemsetAsync(d.master.as<float>(), 0, d.total * 4, d.ctx->stream()),
+      "cudaMemsetAsync"));
+  STRATA_RETURN_IF_ERROR(d.ctx->Synchronize());
   d.copied.resize(n, nullptr);
   for (cudaEvent_t& e : d.copied) {
     STRATA_RETURN_IF_ERROR(
@@ -71,7 +103,7 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(
   // twice as fast; without pinning (e.g. a locked-memory limit) they still
   // work, so a failure here is not an error.
   for (float* p : {m->param_data(0), m->grad_data(0)}) {
-    if (cudaHostRegister(p, d.total * 4, cudaHostRegisterDefault) ==
+    if (cudaHostRegister(p, d.host_total * 4, cudaHostRegisterDefault) ==
         cudaSuccess) {
       d.registered.push_back(p);
     } else {
@@ -79,6 +111,17 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(
     }
   }
   return m;
+}
+
+absl::Status GptCuda::Op(const char* name,
+                         absl::FunctionRef<absl::Status()> enqueue) {
+  if (dev_->profiler == nullptr) return enqueue();
+  return dev_->profiler->Time(name, enqueue);
+}
+
+std::vector<std::pair<std::string, double>> GptCuda::TakeProfile() {
+  if (dev_->profiler == nullptr) return {};
+  return dev_->profiler->Take();
 }
 
 std::string GptCuda::device() const { return absl::StrCat("cuda:", ordinal_); }
@@ -113,26 +156,29 @@ absl::Status GptCuda::Prepare(const int32_t* tokens, const int32_t* targets,
                  "copy targets"));
   // Resident, the device weights are the current ones already.
   if (d.resident) return absl::OkStatus();
-  STRATA_RETURN_IF_ERROR(
-      CudaStatus(cudaMemcpyAsync(d.master.as<float>(), param_data(0),
-                                 d.total * 4, cudaMemcpyHostToDevice, s),
-                 "copy weights"));
-  return gpt_cuda::FloatToBf16(s, d.weights.as<bf16>(), d.master.as<float>(),
-                               d.total);
+  STRATA_RETURN_IF_ERROR(d.ToDevice(d.master.as<float>(), param_data(0)));
+  return Op("convert_weights", [&] {
+    return gpt_cuda::FloatToBf16(s, d.weights.as<bf16>(), d.master.as<float>(),
+                                 d.total);
+  });
 }
 
 absl::Status GptCuda::ForwardTrunk(int B, int T) {
   Device& d = *dev_;
   kc::Context& ctx = *d.ctx;
   const int N = B * T, C = config().width, L = config().layers;
-  STRATA_RETURN_IF_ERROR(kc::EncoderForward(ctx, d.x.as<bf16>(),
-                                            d.tokens.as<int32_t>(), d.W(kWte),
-                                            d.W(kWpe), B, T, C));
+  STRATA_RETURN_IF_ERROR(Op("fwd.encoder", [&] {
+    return kc::EncoderForward(ctx, d.x.as<bf16>(), d.tokens.as<int32_t>(),
+                              d.W(kWte), d.W(kWpe), B, T, C);
+  }));
   for (int l = 0; l < L; ++l) STRATA_RETURN_IF_ERROR(BlockForward(l, B, T));
   const int lnf = Device::Block(L, 0);
-  return kc::LayerNormForward(
-      ctx, d.lnf.as<bf16>(), d.lnf_mean.as<float>(), d.lnf_rstd.as<float>(),
-      d.x.as<bf16>() + int64_t{L} * N * C, d.W(lnf), d.W(lnf + 1), N, C);
+  return Op("fwd.layernorm", [&] {
+    return kc::LayerNormForward(ctx, d.lnf.as<bf16>(), d.lnf_mean.as<float>(),
+                                d.lnf_rstd.as<float>(),
+                                d.x.as<bf16>() + int64_t{L} * N * C, d.W(lnf),
+                                d.W(lnf + 1), N, C);
+  });
 }
 
 // x[l+1] = x[l] + attn(ln1(x[l])) + mlp(ln2(...)), keeping what backward
@@ -148,30 +194,47 @@ absl::Status GptCuda::BlockForward(int l, int B, int T) {
   bf16* y = d.x.as<bf16>() + (l + 1) * NC;
   bf16* branch = d.branch.as<bf16>();
   auto w = [&](int slot) { return d.W(Device::Block(l, slot)); };
-  STRATA_RETURN_IF_ERROR(kc::LayerNormForward(
-      ctx, a.ln1.as<bf16>(), a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(), x,
-      w(kLn1W), w(kLn1B), N, C));
-  STRATA_RETURN_IF_ERROR(kc::MatmulForward(ctx, a.qkv.as<bf16>(),
-                                           a.ln1.as<bf16>(), w(kQkvW), w(kQkvB),
-                                           N, C, 3 * C));
-  STRATA_RETURN_IF_ERROR(kc::AttentionForward(
-      ctx, d.attention, a.atty.as<bf16>(), a.att.as<void>(),
-      d.att_scratch.as<void>(), a.qkv.as<bf16>(), B, T, C, NH));
-  STRATA_RETURN_IF_ERROR(kc::MatmulForward(
-      ctx, branch, a.atty.as<bf16>(), w(kAttnProjW), w(kAttnProjB), N, C, C));
-  STRATA_RETURN_IF_ERROR(
-      kc::ResidualForward(ctx, a.res2.as<bf16>(), x, branch, NC));
-  STRATA_RETURN_IF_ERROR(kc::LayerNormForward(
-      ctx, a.ln2.as<bf16>(), a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(),
-      a.res2.as<bf16>(), w(kLn2W), w(kLn2B), N, C));
-  STRATA_RETURN_IF_ERROR(kc::MatmulForward(
-      ctx, a.fch.as<bf16>(), a.ln2.as<bf16>(), w(kFcW), w(kFcB), N, C, 4 * C));
-  STRATA_RETURN_IF_ERROR(
-      kc::GeluForward(ctx, a.fch_gelu.as<bf16>(), a.fch.as<bf16>(), 4 * NC));
-  STRATA_RETURN_IF_ERROR(kc::MatmulForward(ctx, branch, a.fch_gelu.as<bf16>(),
-                                           w(kFcProjW), w(kFcProjB), N, 4 * C,
-                                           C));
-  return kc::ResidualForward(ctx, y, a.res2.as<bf16>(), branch, NC);
+  STRATA_RETURN_IF_ERROR(Op("fwd.layernorm", [&] {
+    return kc::LayerNormForward(ctx, a.ln1.as<bf16>(), a.ln1_mean.as<float>(),
+                                a.ln1_rstd.as<float>(), x, w(kLn1W), w(kLn1B),
+                                N, C);
+  }));
+  STRATA_RETURN_IF_ERROR(Op("fwd.matmul", [&] {
+    return kc::MatmulForward(ctx, a.qkv.as<bf16>(), a.ln1.as<bf16>(), w(kQkvW),
+                             w(kQkvB), N, C, 3 * C);
+  }));
+  STRATA_RETURN_IF_ERROR(Op("fwd.attention", [&] {
+    return kc::AttentionForward(ctx, d.attention, a.atty.as<bf16>(),
+                                a.att.as<void>(), d.att_scratch.as<void>(),
+                                a.qkv.as<bf16>(), B, T, C, NH);
+  }));
+  STRATA_RETURN_IF_ERROR(Op("fwd.matmul", [&] {
+    return kc::MatmulForward(ctx, branch, a.atty.as<bf16>(), w(kAttnProjW),
+                             w(kAttnProjB), N, C, C);
+  }));
+  STRATA_RETURN_IF_ERROR(Op("fwd.residual", [&] {
+    return kc::ResidualForward(ctx, a.res2.as<bf16>(), x, branch, NC);
+  }));
+  STRATA_RETURN_IF_ERROR(Op("fwd.layernorm", [&] {
+    return kc::LayerNormForward(ctx, a.ln2.as<bf16>(), a.ln2_mean.as<float>(),
+                                a.ln2_rstd.as<float>(), a.res2.as<bf16>(),
+                                w(kLn2W), w(kLn2B), N, C);
+  }));
+  STRATA_RETURN_IF_ERROR(Op("fwd.matmul", [&] {
+    return kc::MatmulForward(ctx, a.fch.as<bf16>(), a.ln2.as<bf16>(), w(kFcW),
+                             w(kFcB), N, C, 4 * C);
+  }));
+  STRATA_RETURN_IF_ERROR(Op("fwd.gelu", [&] {
+    return kc::GeluForward(ctx, a.fch_gelu.as<bf16>(), a.fch.as<bf16>(),
+                           4 * NC);
+  }));
+  STRATA_RETURN_IF_ERROR(Op("fwd.matmul", [&] {
+    return kc::MatmulForward(ctx, branch, a.fch_gelu.as<bf16>(), w(kFcProjW),
+                             w(kFcProjB), N, 4 * C, C);
+  }));
+  return Op("fwd.residual", [&] {
+    return kc::ResidualForward(ctx, y, a.res2.as<bf16>(), branch, NC);
+  });
 }
 
 // On entry d.dres is dL/dx[l+1]; on exit it is dL/dx[l]. The same steps as
@@ -193,65 +256,88 @@ absl::Status GptCuda::BlockBackward(int l, int B, int T) {
     return GradReady(Device::Block(l, slot + 1));
   };
   // MLP branch.
-  STRATA_RETURN_IF_ERROR(kc::MatmulBackward(ctx, dfch, g(kFcProjW), g(kFcProjB),
-                                            dres, a.fch_gelu.as<bf16>(),
-                                            w(kFcProjW), N, 4 * C, C));
+  STRATA_RETURN_IF_ERROR(Op("bwd.matmul", [&] {
+    return kc::MatmulBackward(ctx, dfch, g(kFcProjW), g(kFcProjB), dres,
+                              a.fch_gelu.as<bf16>(), w(kFcProjW), N, 4 * C, C);
+  }));
   STRATA_RETURN_IF_ERROR(ready(kFcProjW));
-  STRATA_RETURN_IF_ERROR(
-      kc::GeluBackward(ctx, dfch, a.fch.as<bf16>(), dfch, int64_t{N} * 4 * C));
-  STRATA_RETURN_IF_ERROR(kc::MatmulBackward(ctx, dln, g(kFcW), g(kFcB), dfch,
-                                            a.ln2.as<bf16>(), w(kFcW), N, C,
-                                            4 * C));
+  STRATA_RETURN_IF_ERROR(Op("bwd.gelu", [&] {
+    return kc::GeluBackward(ctx, dfch, a.fch.as<bf16>(), dfch,
+                            int64_t{N} * 4 * C);
+  }));
+  STRATA_RETURN_IF_ERROR(Op("bwd.matmul", [&] {
+    return kc::MatmulBackward(ctx, dln, g(kFcW), g(kFcB), dfch,
+                              a.ln2.as<bf16>(), w(kFcW), N, C, 4 * C);
+  }));
   STRATA_RETURN_IF_ERROR(ready(kFcW));
-  STRATA_RETURN_IF_ERROR(kc::LayerNormBackward(
-      ctx, dres, g(kLn2W), g(kLn2B), dln, a.res2.as<bf16>(), w(kLn2W),
-      a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), N, C));
+  STRATA_RETURN_IF_ERROR(Op("bwd.layernorm", [&] {
+    return kc::LayerNormBackward(ctx, dres, g(kLn2W), g(kLn2B), dln,
+                                 a.res2.as<bf16>(), w(kLn2W),
+                                 a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(),
+                                 N, C);
+  }));
   STRATA_RETURN_IF_ERROR(ready(kLn2W));
   // Attention branch; dres is now dL/dres2.
-  STRATA_RETURN_IF_ERROR(
-      kc::MatmulBackward(ctx, dln, g(kAttnProjW), g(kAttnProjB), dres,
-                         a.atty.as<bf16>(), w(kAttnProjW), N, C, C));
+  STRATA_RETURN_IF_ERROR(Op("bwd.matmul", [&] {
+    return kc::MatmulBackward(ctx, dln, g(kAttnProjW), g(kAttnProjB), dres,
+                              a.atty.as<bf16>(), w(kAttnProjW), N, C, C);
+  }));
   STRATA_RETURN_IF_ERROR(ready(kAttnProjW));
-  STRATA_RETURN_IF_ERROR(kc::AttentionBackward(
-      ctx, d.attention, d.dqkv.as<bf16>(), d.att_scratch.as<void>(), dln,
-      a.qkv.as<bf16>(), a.atty.as<bf16>(), a.att.as<void>(), B, T, C, NH));
-  STRATA_RETURN_IF_ERROR(kc::MatmulBackward(ctx, dln, g(kQkvW), g(kQkvB),
-                                            d.dqkv.as<bf16>(), a.ln1.as<bf16>(),
-                                            w(kQkvW), N, C, 3 * C));
+  STRATA_RETURN_IF_ERROR(Op("bwd.attention", [&] {
+    return kc::AttentionBackward(ctx, d.attention, d.dqkv.as<bf16>(),
+                                 d.att_scratch.as<void>(), dln,
+                                 a.qkv.as<bf16>(), a.atty.as<bf16>(),
+                                 a.att.as<void>(), B, T, C, NH);
+  }));
+  STRATA_RETURN_IF_ERROR(Op("bwd.matmul", [&] {
+    return kc::MatmulBackward(ctx, dln, g(kQkvW), g(kQkvB), d.dqkv.as<bf16>(),
+                              a.ln1.as<bf16>(), w(kQkvW), N, C, 3 * C);
+  }));
   STRATA_RETURN_IF_ERROR(ready(kQkvW));
-  STRATA_RETURN_IF_ERROR(kc::LayerNormBackward(
-      ctx, dres, g(kLn1W), g(kLn1B), dln, x, w(kLn1W), a.ln1_mean.as<float>(),
-      a.ln1_rstd.as<float>(), N, C));
+  STRATA_RETURN_IF_ERROR(Op("bwd.layernorm", [&] {
+    return kc::LayerNormBackward(ctx, dres, g(kLn1W), g(kLn1B), dln, x,
+                                 w(kLn1W), a.ln1_mean.as<float>(),
+                                 a.ln1_rstd.as<float>(), N, C);
+  }));
   return ready(kLn1W);
 }
 
 // The tied LM head and the per-position losses, in chunks of rows: logits
-// (rows,V) fp32 = lnf (rows,C) @ wte^T, then the fused softmax
-// cross-entropy; with backward, also dL/d(lnf output) into dln and the
-// head's part of the wte gradient.
+// (rows,Vp) fp32 = lnf (rows,C) @ wte^T over the padded vocabulary Vp, then
+// the fused softmax cross-entropy over the first V columns (the padding's
+// logits are 0 and ignored, its dlogits 0); with backward, also dL/d(lnf
+// output) into dln and the head's part of the wte gradient (zero in the
+// padding rows).
 absl::Status GptCuda::HeadLoss(int N, bool backward) {
   Device& d = *dev_;
   kc::Context& ctx = *d.ctx;
-  const int C = config().width, V = config().vocab;
-  const int rows = Device::HeadRows(V, N);
+  const int C = config().width, V = d.vocab, Vp = d.vocab_padded;
+  const int rows = d.HeadRows(N);
   const float alpha = 1.0f, beta = 0.0f;
   for (int n0 = 0; n0 < N; n0 += rows) {
     const int nc = std::min(rows, N - n0);
     const bf16* lnf = d.lnf.as<bf16>() + int64_t{n0} * C;
-    // cuBLAS is column-major: logits^T (V,nc) = wte (C,V)^T lnf^T (C,nc).
-    STRATA_RETURN_IF_ERROR(CublasStatus(
-        cublasGemmEx(ctx.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, V, nc, C, &alpha,
-                     d.W(kWte), CUDA_R_16BF, C, lnf, CUDA_R_16BF, C, &beta,
-                     d.logits.as<float>(), CUDA_R_32F, V, CUBLAS_COMPUTE_32F,
-                     CUBLAS_GEMM_DEFAULT),
-        "LM head cublasGemmEx"));
-    STRATA_RETURN_IF_ERROR(kc::SoftmaxCrossEntropyFused(
-        ctx, d.dlogits.as<bf16>(), d.losses.as<float>() + n0,
-        d.logits.as<float>(), d.targets.as<int32_t>() + n0, 1.0f / N, nc, V));
+    // cuBLAS is column-major: logits^T (Vp,nc) = wte (C,Vp)^T lnf^T (C,nc).
+    STRATA_RETURN_IF_ERROR(Op("fwd.lm_head", [&] {
+      return CublasStatus(
+          cublasGemmEx(ctx.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, Vp, nc, C,
+                       &alpha, d.W(kWte), CUDA_R_16BF, C, lnf, CUDA_R_16BF, C,
+                       &beta, d.logits.as<float>(), CUDA_R_32F, Vp,
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "LM head cublasGemmEx");
+    }));
+    STRATA_RETURN_IF_ERROR(Op("fwd.cross_entropy", [&] {
+      return kc::SoftmaxCrossEntropyFused(
+          ctx, d.dlogits.as<bf16>(), d.losses.as<float>() + n0,
+          d.logits.as<float>(), d.targets.as<int32_t>() + n0, 1.0f / N, nc, V,
+          Vp);
+    }));
     if (!backward) continue;
-    STRATA_RETURN_IF_ERROR(kc::MatmulBackward(
-        ctx, d.dln.as<bf16>() + int64_t{n0} * C, d.G(kWte), nullptr,
-        d.dlogits.as<bf16>(), lnf, d.W(kWte), nc, C, V));
+    STRATA_RETURN_IF_ERROR(Op("bwd.lm_head", [&] {
+      return kc::MatmulBackward(ctx, d.dln.as<bf16>() + int64_t{n0} * C,
+                                d.G(kWte), nullptr, d.dlogits.as<bf16>(), lnf,
+                                d.W(kWte), nc, C, Vp);
+    }));
   }
   return absl::OkStatus();
 }
@@ -279,6 +365,7 @@ absl::StatusOr<float> GptCuda::FetchMeanLoss(int N) {
                       int64_t{N} * 4, cudaMemcpyDeviceToHost, d.ctx->stream()),
       "copy losses"));
   STRATA_RETURN_IF_ERROR(d.ctx->Synchronize());
+  if (d.profiler != nullptr) STRATA_RETURN_IF_ERROR(d.profiler->Collect());
   double total = 0;
   for (int i = 0; i < N; ++i) total += d.host_losses[i];
   return static_cast<float>(total / N);
@@ -290,12 +377,15 @@ absl::StatusOr<float> GptCuda::FetchMeanLoss(int N) {
 absl::Status GptCuda::EnqueueForwardBackward(int B, int T, bool accumulate) {
   Device& d = *dev_;
   cudaStream_t s = d.ctx->stream();
-  // With accumulate, the sum starts from what the caller holds in grad_data.
-  STRATA_RETURN_IF_ERROR(CudaStatus(
-      accumulate ? cudaMemcpyAsync(d.grads.as<float>(), grad_data(0),
-                                   d.total * 4, cudaMemcpyHostToDevice, s)
-                 : cudaMemsetAsync(d.grads.as<float>(), 0, d.total * 4, s),
-      "initialize gradients"));
+  // With accumulate, the sum starts from what the caller holds in grad_data
+  // (the padding rows of wte's gradient from zero).
+  STRATA_RETURN_IF_ERROR(Op("zero_grads", [&] {
+    return CudaStatus(cudaMemsetAsync(d.grads.as<float>(), 0, d.total * 4, s),
+                      "initialize gradients");
+  }));
+  if (accumulate) {
+    STRATA_RETURN_IF_ERROR(d.ToDevice(d.grads.as<float>(), grad_data(0)));
+  }
   d.ready_order.clear();
   const int N = B * T, C = config().width, L = config().layers;
   STRATA_RETURN_IF_ERROR(ForwardTrunk(B, T));
@@ -305,19 +395,22 @@ absl::Status GptCuda::EnqueueForwardBackward(int B, int T, bool accumulate) {
   STRATA_RETURN_IF_ERROR(CudaStatus(
       cudaMemsetAsync(d.dres.as<bf16>(), 0, int64_t{N} * C * sizeof(bf16), s),
       "cudaMemsetAsync"));
-  STRATA_RETURN_IF_ERROR(kc::LayerNormBackward(
-      *d.ctx, d.dres.as<bf16>(), d.G(lnf), d.G(lnf + 1), d.dln.as<bf16>(),
-      d.x.as<bf16>() + int64_t{L} * N * C, d.W(lnf), d.lnf_mean.as<float>(),
-      d.lnf_rstd.as<float>(), N, C));
+  STRATA_RETURN_IF_ERROR(Op("bwd.layernorm", [&] {
+    return kc::LayerNormBackward(
+        *d.ctx, d.dres.as<bf16>(), d.G(lnf), d.G(lnf + 1), d.dln.as<bf16>(),
+        d.x.as<bf16>() + int64_t{L} * N * C, d.W(lnf), d.lnf_mean.as<float>(),
+        d.lnf_rstd.as<float>(), N, C);
+  }));
   STRATA_RETURN_IF_ERROR(GradReady(lnf));
   STRATA_RETURN_IF_ERROR(GradReady(lnf + 1));
   for (int l = L - 1; l >= 0; --l) {
     if (config().recompute) STRATA_RETURN_IF_ERROR(BlockForward(l, B, T));
     STRATA_RETURN_IF_ERROR(BlockBackward(l, B, T));
   }
-  STRATA_RETURN_IF_ERROR(kc::EncoderBackward(*d.ctx, d.G(kWte), d.G(kWpe),
-                                             d.dres.as<bf16>(),
-                                             d.tokens.as<int32_t>(), B, T, C));
+  STRATA_RETURN_IF_ERROR(Op("bwd.encoder", [&] {
+    return kc::EncoderBackward(*d.ctx, d.G(kWte), d.G(kWpe), d.dres.as<bf16>(),
+                               d.tokens.as<int32_t>(), B, T, C);
+  }));
   STRATA_RETURN_IF_ERROR(GradReady(kWpe));
   return GradReady(kWte);
 }

@@ -18,8 +18,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/optimizer.h"
@@ -32,11 +34,27 @@ namespace strata {
 // thread; each call selects its device).
 class GptCuda : public Model {
  public:
+  // How the model runs on its device; the defaults suit GPT-2 shapes.
+  struct Options {
+    int ordinal = 0;  // the CUDA device
+    // The LM head computes its logits (fp32) and their gradients (bf16) for
+    // at most this many floats at a time: rows of the padded vocabulary,
+    // rounded down to a power of two (1024 rows for GPT-2's at the default
+    // 2^26: 300 MB). Smaller chunks save memory; larger ones re-read the
+    // head's fp32 weight gradient fewer times (once per chunk).
+    int64_t head_chunk_floats = int64_t{1} << 26;
+    // Times each op class with CUDA events (TakeProfile). Costs two event
+    // records per op.
+    bool profile = false;
+  };
+
   // Builds a model with zeroed parameters on CUDA device `ordinal`.
-  // INVALID_ARGUMENT for a bad config or ordinal; UNAVAILABLE when there is
-  // no CUDA device; INTERNAL for other CUDA/cuBLAS errors.
+  // INVALID_ARGUMENT for a bad config, ordinal or option; UNAVAILABLE when
+  // there is no CUDA device; INTERNAL for other CUDA/cuBLAS errors.
   static absl::StatusOr<std::unique_ptr<GptCuda>> Create(
       const GptConfig& config, int ordinal = 0);
+  static absl::StatusOr<std::unique_ptr<GptCuda>> Create(
+      const GptConfig& config, const Options& options);
 
   ~GptCuda() override;
   GptCuda(const GptCuda&) = delete;
@@ -97,6 +115,11 @@ class GptCuda : public Model {
     return host_->Generate(std::move(prompt), new_tokens, temperature, seed);
   }
 
+  // With Options::profile: the device time of each op class ("fwd.matmul",
+  // "bwd.attention", "adam", ...) summed over the steps since the last call,
+  // in ms, in the order first run; clears the sums. Empty without profile.
+  std::vector<std::pair<std::string, double>> TakeProfile();
+
   int64_t num_params() const override { return host_->num_params(); }
   double flops_per_token() const override { return host_->flops_per_token(); }
   std::string device() const override;
@@ -107,7 +130,11 @@ class GptCuda : public Model {
 
  private:
   struct Device;  // device buffers, stream, events (gpt_cuda_device.h)
-  GptCuda(std::unique_ptr<Gpt> host, int ordinal);
+  GptCuda(std::unique_ptr<Gpt> host, const Options& options);
+
+  // Runs `enqueue` (device work for op class `name`, a string literal),
+  // timed when profiling.
+  absl::Status Op(const char* name, absl::FunctionRef<absl::Status()> enqueue);
 
   // Validates the batch, sizes the activations and enqueues the uploads of
   // the batch and the weights (fp32 from param_data, rounded to bf16).
@@ -130,6 +157,7 @@ class GptCuda : public Model {
   absl::StatusOr<float> FetchMeanLoss(int N);
 
   std::unique_ptr<Gpt> host_;
+  Options options_;
   int ordinal_;
   double peak_flops_ = 0;
   std::function<void(int)> grad_ready_;

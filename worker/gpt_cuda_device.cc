@@ -25,6 +25,7 @@ void DeviceBuffer::Release() {
 
 }  // namespace gpt_cuda
 
+using gpt_cuda::CudaStatus;
 using gpt_cuda::kc::bf16;
 
 GptCuda::Device::~Device() {
@@ -54,7 +55,7 @@ absl::Status GptCuda::Device::Resize(const GptConfig& cfg, int b, int t) {
     STRATA_RETURN_IF_ERROR(a.fch.Reserve(N * 4 * C * bf));
     STRATA_RETURN_IF_ERROR(a.fch_gelu.Reserve(N * 4 * C * bf));
   }
-  const int64_t rows = HeadRows(cfg.vocab, static_cast<int>(N));
+  const int64_t rows = HeadRows(static_cast<int>(N));
   const std::pair<DeviceBuffer*, int64_t> sizes[] = {
       {&tokens, N * 4},
       {&targets, N * 4},
@@ -63,8 +64,8 @@ absl::Status GptCuda::Device::Resize(const GptConfig& cfg, int b, int t) {
       {&lnf, N * C * bf},
       {&lnf_mean, N * f},
       {&lnf_rstd, N * f},
-      {&logits, rows * cfg.vocab * f},
-      {&dlogits, rows * cfg.vocab * bf},
+      {&logits, rows * vocab_padded * f},
+      {&dlogits, rows * vocab_padded * bf},
       {&losses, N * f},
       {&dres, N * C * bf},
       {&dln, N * C * bf},
@@ -80,6 +81,33 @@ absl::Status GptCuda::Device::Resize(const GptConfig& cfg, int b, int t) {
   B = b;
   T = t;
   return absl::OkStatus();
+}
+
+// Two pieces: wte's vocab rows, then everything from wpe on.
+absl::Status GptCuda::Device::ToDevice(float* device, const float* host) const {
+  const cudaStream_t s = ctx->stream();
+  STRATA_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(device, host, int64_t{vocab} * width * 4,
+                      cudaMemcpyHostToDevice, s),
+      "copy to device"));
+  return CudaStatus(
+      cudaMemcpyAsync(device + offsets[1], host + host_offsets[1],
+                      (host_total - host_offsets[1]) * 4,
+                      cudaMemcpyHostToDevice, s),
+      "copy to device");
+}
+
+absl::Status GptCuda::Device::ToHost(float* host, const float* device) const {
+  const cudaStream_t s = ctx->stream();
+  STRATA_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(host, device, int64_t{vocab} * width * 4,
+                      cudaMemcpyDeviceToHost, s),
+      "copy to host"));
+  return CudaStatus(
+      cudaMemcpyAsync(host + host_offsets[1], device + offsets[1],
+                      (host_total - host_offsets[1]) * 4,
+                      cudaMemcpyDeviceToHost, s),
+      "copy to host");
 }
 
 double CudaPeakBf16Flops(const std::string& name) {

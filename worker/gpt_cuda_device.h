@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "kernels/cuda_ops.h"
 #include "kernels/optimizer.h"
 #include "worker/gpt_cuda.h"
+#include "worker/gpt_cuda_profile.h"
 #include "worker/gpt_layout.h"
 
 namespace strata::gpt_cuda {
@@ -70,15 +72,23 @@ struct BlockActs {
 namespace strata {
 
 // Everything on the device: weights, gradients, activations, the stream.
-// The flat parameter layout mirrors the host Gpt's (same offsets, padding
-// included), so weights go up and gradients come back in bulk copies.
+// The flat parameter layout is the host Gpt's (same order, same padding
+// between parameters) except that wte has vocab_padded rows
+// (gpt_layout::PaddedVocab), zero beyond the vocabulary, and everything after
+// it is shifted by the same amount; weights go up and gradients come back in
+// two bulk copies (ToDevice, ToHost).
 struct GptCuda::Device {
   using DeviceBuffer = gpt_cuda::DeviceBuffer;
   using bf16 = gpt_cuda::bf16;
 
   std::unique_ptr<kernels::cuda::Context> ctx;
-  std::vector<int64_t> offsets;     // of each parameter in the flat layout
-  int64_t total = 0;                // floats in the flat layout
+  std::unique_ptr<gpt_cuda::OpProfiler> profiler;  // with Options::profile
+  int vocab = 0, vocab_padded = 0, width = 0;
+  std::vector<int64_t> host_offsets;  // of each parameter in the host layout
+  int64_t host_total = 0;             // floats in the host layout
+  std::vector<int64_t> offsets;       // of each parameter on the device
+  int64_t total = 0;                  // floats in the device layout
+  int64_t head_chunk_floats = 0;      // Options::head_chunk_floats
   DeviceBuffer master;              // (total) fp32 weights
   DeviceBuffer weights;             // (total) bf16
   DeviceBuffer grads;               // (total) fp32
@@ -98,8 +108,8 @@ struct GptCuda::Device {
   std::vector<gpt_cuda::BlockActs> blocks;  // per layer, or one (recompute)
   DeviceBuffer branch;  // (N,C) a branch's output before its add
   DeviceBuffer lnf, lnf_mean, lnf_rstd;  // (N,C), (N) fp32, (N) fp32
-  DeviceBuffer logits;                   // (rows,V) fp32
-  DeviceBuffer dlogits;                  // (rows,V)
+  DeviceBuffer logits;                   // (HeadRows,vocab_padded) fp32
+  DeviceBuffer dlogits;                  // (HeadRows,vocab_padded)
   DeviceBuffer losses;                   // (N) fp32
   DeviceBuffer dres, dln;                // (N,C) residual gradient, scratch
   DeviceBuffer dqkv;                     // (N,3C)
@@ -116,11 +126,19 @@ struct GptCuda::Device {
     return gpt_layout::kFirstBlockParam + layer * gpt_layout::kSlotsPerLayer +
            slot;
   }
-  // Rows of logits the LM head computes at once.
-  static int HeadRows(int vocab, int N) {
+  // Rows of logits the LM head computes at once: a power of two (so chunks
+  // of a batch of B*T rows are equal when T is one), at most N.
+  int HeadRows(int N) const {
+    const int64_t fit = std::max<int64_t>(head_chunk_floats / vocab_padded, 1);
     return static_cast<int>(
-        std::clamp<int64_t>(gpt_layout::kHeadChunkFloats / vocab, 1, N));
+        std::min<int64_t>(std::bit_floor(static_cast<uint64_t>(fit)), N));
   }
+
+  // Enqueues the copy of a whole flat buffer between the host layout (e.g.
+  // param_data(0)) and the device layout; the device's padding rows of wte
+  // are left as they are.
+  absl::Status ToDevice(float* device, const float* host) const;
+  absl::Status ToHost(float* host, const float* device) const;
 
   // Sizes the activations for a (b, t) batch; a no-op for the current one.
   absl::Status Resize(const GptConfig& cfg, int b, int t);

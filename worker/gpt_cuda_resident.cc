@@ -42,10 +42,7 @@ absl::Status GptCuda::StartResident(const OptimizerParams& opt) {
   STRATA_RETURN_IF_ERROR(
       CudaStatus(cudaMemsetAsync(d.adam_v.as<float>(), 0, d.total * 4, s),
                  "clear Adam state"));
-  STRATA_RETURN_IF_ERROR(
-      CudaStatus(cudaMemcpyAsync(d.master.as<float>(), param_data(0),
-                                 d.total * 4, cudaMemcpyHostToDevice, s),
-                 "copy weights"));
+  STRATA_RETURN_IF_ERROR(d.ToDevice(d.master.as<float>(), param_data(0)));
   STRATA_RETURN_IF_ERROR(gpt_cuda::FloatToBf16(
       s, d.weights.as<gpt_cuda::bf16>(), d.master.as<float>(), d.total));
   STRATA_RETURN_IF_ERROR(d.ctx->Synchronize());
@@ -66,12 +63,14 @@ absl::StatusOr<float> GptCuda::ResidentStep(const int32_t* tokens,
   for (size_t i = 0; s.ok() && i < d.offsets.size(); ++i) {
     const OptimizerParams& o = d.param_opt[i];
     const int64_t off = d.offsets[i];
-    s = kernels::cuda::AdamUpdate(
-        *d.ctx, d.master.as<float>() + off,
-        d.weights.as<gpt_cuda::bf16>() + off, d.adam_m.as<float>() + off,
-        d.adam_v.as<float>() + off, d.grads.as<float>() + off,
-        static_cast<int64_t>(params()[i].spec.numel()),
-        MakeAdamStep(o, ScheduledLr(o, step), step + 1));
+    s = Op("adam", [&] {
+      return kernels::cuda::AdamUpdate(
+          *d.ctx, d.master.as<float>() + off,
+          d.weights.as<gpt_cuda::bf16>() + off, d.adam_m.as<float>() + off,
+          d.adam_v.as<float>() + off, d.grads.as<float>() + off,
+          static_cast<int64_t>(params()[i].spec.numel()),
+          MakeAdamStep(o, ScheduledLr(o, step), step + 1));
+    });
   }
   if (!s.ok()) {
     d.ctx->Synchronize().IgnoreError();
@@ -84,10 +83,7 @@ absl::Status GptCuda::StopResident() {
   Device& d = *dev_;
   if (!d.resident) return absl::OkStatus();
   STRATA_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal_), "cudaSetDevice"));
-  STRATA_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(param_data(0), d.master.as<float>(), d.total * 4,
-                      cudaMemcpyDeviceToHost, d.ctx->stream()),
-      "copy weights back"));
+  STRATA_RETURN_IF_ERROR(d.ToHost(param_data(0), d.master.as<float>()));
   STRATA_RETURN_IF_ERROR(d.ctx->Synchronize());
   d.adam_m.Release();
   d.adam_v.Release();

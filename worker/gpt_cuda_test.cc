@@ -307,15 +307,17 @@ INSTANTIATE_TEST_SUITE_P(RecomputeAndWidth, GptCudaTest,
                          ::testing::Combine(::testing::Bool(),
                                             ::testing::Values(32, 64)));
 
-// A vocabulary of 65536 makes the LM head work in chunks of 256 rows
-// (gpt_layout::kHeadChunkFloats), and 17 x 16 = 272 rows leave a ragged
-// last chunk.
+// A vocabulary of 1000 is padded to 1024 on the device (masked out of the
+// loss), chunks of 64K floats make the LM head work in chunks of 64 rows,
+// and 17 x 16 = 272 rows leave a ragged last chunk.
 TEST(GptCuda, ChunkedHeadMatchesCpu) {
   if (kernels::cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   GptConfig cfg = TinyConfig();
-  cfg.vocab = 65536;
+  cfg.vocab = 1000;
+  GptCuda::Options options;
+  options.head_chunk_floats = 64 * 1024 + 5;  // rounded down to 64 rows
   auto cpu = Gpt::Create(cfg);
-  auto gpu = GptCuda::Create(cfg);
+  auto gpu = GptCuda::Create(cfg, options);
   ASSERT_TRUE(cpu.ok() && gpu.ok());
   ShareBf16Weights(**cpu, **gpu, 3);
   const int B = 17, T = 16;
@@ -331,6 +333,48 @@ TEST(GptCuda, ChunkedHeadMatchesCpu) {
                     static_cast<int64_t>((*cpu)->params()[i].spec.numel()),
                     (*cpu)->params()[i].spec.name);
   }
+}
+
+// The profile names every op class a step runs, with a time for each, and
+// sums over steps until taken.
+TEST(GptCuda, ProfileTimesEachOpClass) {
+  if (kernels::cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  GptCuda::Options options;
+  options.profile = true;
+  auto gpu = GptCuda::Create(TinyConfig(/*recompute=*/false, 64), options);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  (*gpu)->InitParams(1);
+  const int B = 2, T = 16;
+  const std::vector<int32_t> tokens = RandomTokens(B * T, 64, 1);
+  ASSERT_TRUE((*gpu)->StartResident(OptimizerParams{}).ok());
+  for (int step = 0; step < 2; ++step) {
+    ASSERT_TRUE(
+        (*gpu)->ResidentStep(tokens.data(), tokens.data(), B, T, step).ok());
+  }
+  const auto profile = (*gpu)->TakeProfile();
+  std::vector<std::string> names;
+  double total_ms = 0;
+  for (const auto& [name, ms] : profile) {
+    names.push_back(name);
+    EXPECT_GE(ms, 0) << name;
+    total_ms += ms;
+  }
+  for (const char* want :
+       {"zero_grads", "fwd.encoder", "fwd.layernorm", "fwd.matmul",
+        "fwd.attention", "fwd.gelu", "fwd.residual", "fwd.lm_head",
+        "fwd.cross_entropy", "bwd.lm_head", "bwd.layernorm", "bwd.matmul",
+        "bwd.gelu", "bwd.attention", "bwd.encoder", "adam"}) {
+    EXPECT_EQ(std::count(names.begin(), names.end(), want), 1) << want;
+  }
+  EXPECT_GT(total_ms, 0);
+  EXPECT_TRUE((*gpu)->TakeProfile().empty());  // taken
+  auto plain = GptCuda::Create(TinyConfig());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE((*plain)->TakeProfile().empty());
+  GptCuda::Options bad;
+  bad.head_chunk_floats = 0;
+  EXPECT_EQ(GptCuda::Create(TinyConfig(), bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(GptCuda, DescribesItsDevice) {

@@ -30,28 +30,45 @@ __device__ float BlockReduce(float v, float* partial) {
   return v;
 }
 
-// Grid: one block of kThreads per row, kSharedBytes of shared memory.
+// Grid: one block of kThreads per row, kSharedBytes of shared memory. Row
+// `row` of logits holds V logits at logits + row * ld (ld >= V); columns
+// [V, ld) are padding (the padded vocabulary of GptCuda's LM head): they are
+// never read, and their dlogits are written as 0. One pass over the logits
+// finds the max and the sum of exponentials together (online softmax: a
+// thread rescales its sum when its max grows), a second writes dlogits.
 __global__ void SoftmaxCrossEntropyKernel(bf16* dlogits, float* losses,
                                           const float* logits,
                                           const int32_t* targets, float dloss,
-                                          int V) {
+                                          int V, int ld) {
   STRATA_DYNAMIC_SMEM(smem);
   float* partial = reinterpret_cast<float*>(smem);  // (kThreads / 32)
   const int64_t row = blockIdx.x;
-  const float* x = logits + row * V;
-  float m = -INFINITY;
-  for (int v = threadIdx.x; v < V; v += kThreads) m = fmaxf(m, x[v]);
-  m = BlockReduce<true>(m, partial);
-  float sum = 0;
-  for (int v = threadIdx.x; v < V; v += kThreads) sum += expf(x[v] - m);
+  const float* x = logits + row * ld;
+  float m = -INFINITY, sum = 0;
+  for (int v = threadIdx.x; v < V; v += kThreads) {
+    const float xv = x[v];
+    if (xv > m) {
+      sum = sum * expf(m - xv) + 1.0f;
+      m = xv;
+    } else {
+      sum += expf(xv - m);
+    }
+  }
+  const float row_max = BlockReduce<true>(m, partial);
+  // A thread that saw no column (m = -inf) has sum 0.
+  sum = sum == 0.0f ? 0.0f : sum * expf(m - row_max);
   sum = BlockReduce<false>(sum, partial);
   const int target = targets[row];
-  if (threadIdx.x == 0) losses[row] = m + logf(sum) - x[target];
+  if (threadIdx.x == 0) losses[row] = row_max + logf(sum) - x[target];
   const float scale = dloss / sum;
-  bf16* d = dlogits + row * V;
+  bf16* d = dlogits + row * ld;
   for (int v = threadIdx.x; v < V; v += kThreads) {
-    const float g = expf(x[v] - m) * scale - (v == target ? dloss : 0.0f);
+    const float g =
+        expf(x[v] - row_max) * scale - (v == target ? dloss : 0.0f);
     d[v] = __float2bfloat16(g);
+  }
+  for (int v = V + threadIdx.x; v < ld; v += kThreads) {
+    d[v] = __float2bfloat16(0.0f);
   }
 }
 

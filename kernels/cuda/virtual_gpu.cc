@@ -7,7 +7,8 @@
 // One device, "Strata virtual GPU". Device memory is host memory, filled
 // with 0xff bytes by cudaMalloc (NaN as float and bf16) so that reading
 // memory nobody wrote shows. Every operation completes before it returns;
-// streams and events only keep their handles. cublasGemmEx and
+// streams keep only their handles, and events the host time of their
+// record (cudaEventElapsedTime measures the emulation). cublasGemmEx and
 // cublasGemmStridedBatchedEx follow cuBLAS's documented column-major
 // semantics for the types Strata uses (bf16 or fp32 operands and results,
 // fp32 compute), with beta == 0 never reading C, as cuBLAS does.
@@ -15,6 +16,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -76,6 +78,10 @@ void Gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
 
 struct Handle {
   cudaStream_t stream = nullptr;
+};
+
+struct Event {
+  std::chrono::steady_clock::time_point at;
 };
 
 }  // namespace
@@ -203,17 +209,30 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr,
   return cudaSuccess;
 }
 
+// Every operation has completed when its call returns, so an event holds
+// the host time of its record and elapsed times are those of the emulation.
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
-  *event = reinterpret_cast<cudaEvent_t>(new char);
+  *event = reinterpret_cast<cudaEvent_t>(new Event);
   return cudaSuccess;
 }
 
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  reinterpret_cast<Event*>(event)->at = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
 
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start,
+                                 cudaEvent_t end) {
+  const std::chrono::duration<float, std::milli> d =
+      reinterpret_cast<Event*>(end)->at - reinterpret_cast<Event*>(start)->at;
+  *ms = d.count();
+  return cudaSuccess;
+}
+
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  delete reinterpret_cast<char*>(event);
+  delete reinterpret_cast<Event*>(event);
   return cudaSuccess;
 }
 

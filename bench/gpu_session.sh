@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Everything a lent GPU machine should run in one device call, from the
+# bundle of scripts/gpu-bundle.sh (see docs/BENCHMARKS.md, "GPU"): the GPU
+# tests, the training benchmark against PyTorch, the per-op profile, and an
+# Nsight Compute summary of one step's kernels. Logs go to $OUT (or
+# ./gpu-session-out); the figures are printed last.
+#
+#   bench/gpu_session.sh [quick]     quick: 124M at batch 8 and 16 only
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-gpu-session-out}"
+mkdir -p "${out}"
+[[ -d .gpu-bundle ]] || tar xJf .gpu-bundle.tar.xz
+run=.gpu-bundle/run
+nvidia-smi -L
+"${run}" kernels_cuda_test --gtest_brief=1 >"${out}/tests.txt" 2>&1
+"${run}" gpt_cuda_test --gtest_brief=1 >>"${out}/tests.txt" 2>&1
+grep -E "PASSED|FAILED|SKIPPED" "${out}/tests.txt"
+
+"${run}" gpu_train_bench --config gpt2_124M --batch 16 --steps 5 --profile \
+  2>"${out}/profile.err" | tee "${out}/profile.txt" | grep -v '^gpu_profile' || true
+sort -k5 -g -r "${out}/profile.txt" | grep '^gpu_profile' | head -20
+
+if command -v ncu >/dev/null; then
+  # One warm-up and one timed step of 124M at batch 8: each kernel's time.
+  ncu --metrics gpu__time_duration.sum --print-summary per-kernel \
+    "${run}" gpu_train_bench --batch 8 --warmup 1 --steps 1 \
+    >"${out}/ncu.txt" 2>&1
+  grep -E "sm75|align1" "${out}/ncu.txt" | head -5 || true
+fi
+
+configs=(gpt2_124M:8,16,32 gpt2_350M:8 gpt2_774M:8)
+[[ "${1:-}" == quick ]] && configs=(gpt2_124M:8,16)
+for c in "${configs[@]}"; do
+  GPU_TRAIN_BENCH="${run} gpu_train_bench" bash bench/gpu_train.sh \
+    --config "${c%%:*}" --batch "${c##*:}" 2>>"${out}/bench.err" |
+    tee -a "${out}/bench.txt"
+done
