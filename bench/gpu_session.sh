@@ -31,6 +31,15 @@ fi
 
 configs=(gpt2_124M:8,16,32 gpt2_350M:8 gpt2_774M:8)
 [[ "${1:-}" == quick ]] && configs=(gpt2_124M:8,16)
+if [[ "${1:-}" != quick ]]; then
+  # The largest shape, with and without recomputing block activations (a
+  # batch that does not fit prints its out-of-memory error).
+  for rc in "" --recompute; do
+    "${run}" gpu_train_bench --config gpt2_1558M --batch 8,16,32 --warmup 2 \
+      --steps 3 ${rc} 2>>"${out}/large.err" | tee -a "${out}/large.txt"
+  done
+  grep -h "out of memory" "${out}/large.err" | sort -u | head -5
+fi
 for c in "${configs[@]}"; do
   GPU_TRAIN_BENCH="${run} gpu_train_bench" bash bench/gpu_train.sh \
     --config "${c%%:*}" --batch "${c##*:}" 2>>"${out}/bench.err" |

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -77,17 +78,20 @@ TEST(CudaKernelsEmulated, LayerNormForwardAndBackward) {
   ExpectClose(out_h, out, 1e-2, 1e-2, "out");
   ExpectClose(mean_h, mean, 1e-5, 1e-5, "mean");
   ExpectClose(rstd_h, rstd, 1e-5, 1e-4, "rstd");
-  // The launcher's grid, and a 2-block grid that makes the rows stride.
-  for (const int blocks : {BackwardBlocks(N), 2}) {
-    SCOPED_TRACE(blocks);
-    std::vector<bf16> dinp_h = ToBf16(dinp0);
+  std::vector<bf16> dinp_h = ToBf16(dinp0);
+  emu::RunGrid(dim3(Blocks(N, kWarpsPerBlock)), kThreads, 0, [&] {
+    LayerNormBackwardKernel(dinp_h.data(), dout_h.data(), inp_h.data(),
+                            w_h.data(), mean.data(), rstd.data(), N, C);
+  });
+  ExpectClose(dinp_h, dinp, 2e-2, 2e-2, "dinp");
+  // The launcher's grid, and 2 rows of blocks, which makes the rows stride.
+  for (const dim3 grid : {ParamGradGrid(N, C), dim3(ParamGradGrid(N, C).x, 2)}) {
+    SCOPED_TRACE(testing::Message() << grid.x << "x" << grid.y);
     std::vector<float> dw_h = dw0, db_h = db0;
-    emu::RunGrid(dim3(blocks), kThreads, BackwardSharedBytes(C), [&] {
-      LayerNormBackwardKernel(dinp_h.data(), dw_h.data(), db_h.data(),
-                              dout_h.data(), inp_h.data(), w_h.data(),
-                              mean.data(), rstd.data(), N, C);
+    emu::RunGrid(grid, ParamGradBlock(), kParamGradSharedBytes, [&] {
+      LayerNormParamGradKernel(dw_h.data(), db_h.data(), dout_h.data(),
+                               inp_h.data(), mean.data(), rstd.data(), N, C);
     });
-    ExpectClose(dinp_h, dinp, 2e-2, 2e-2, "dinp");
     ExpectClose(dw_h, dw, 1e-3, 1e-3, "dweight");
     ExpectClose(db_h, db, 1e-3, 1e-3, "dbias");
   }
@@ -107,8 +111,22 @@ TEST(CudaKernelsEmulated, BiasForwardAndBackward) {
   std::vector<bf16> out_h = ToBf16(out0);
   const std::vector<bf16> bias_h = ToBf16(bias);
   emu::RunGrid(dim3(Blocks(int64_t{N} * OC, kThreads)), kThreads, 0,
-               [&] { AddBiasKernel(out_h.data(), bias_h.data(), N, OC); });
+               [&] { AddBiasKernel<1>(out_h.data(), bias_h.data(), N, OC); });
   ExpectClose(out_h, want, 1e-2, 1e-2, "out");
+  // 8 elements a thread: rows of 72 (9 vectors), N * 72 / 8 = 2700 threads
+  // (a partial block).
+  {
+    const int OC8 = 72;
+    const std::vector<float> x = RandomBf16(N * OC8, 5);
+    const std::vector<float> b8 = RandomBf16(OC8, 6);
+    std::vector<float> want8(N * OC8);
+    for (int i = 0; i < N * OC8; ++i) want8[i] = x[i] + b8[i % OC8];
+    std::vector<bf16> x_h = ToBf16(x);
+    const std::vector<bf16> b8_h = ToBf16(b8);
+    emu::RunGrid(dim3(Blocks(int64_t{N} * OC8 / 8, kThreads)), kThreads, 0,
+                 [&] { AddBiasKernel<8>(x_h.data(), b8_h.data(), N, OC8); });
+    ExpectClose(x_h, want8, 1e-2, 1e-2, "out (8 a thread)");
+  }
 
   const std::vector<float> dout = RandomBf16(N * OC, 3);
   const std::vector<float> db0 = RandomBf16(OC, 4);
@@ -161,29 +179,80 @@ TEST(CudaKernelsEmulated, EncoderForwardAndBackward) {
   ExpectClose(dwpe_h, dwpe, 1e-5, 1e-5, "dwpe");
 }
 
+// Elementwise kernels take 1 or 8 elements per thread (kN); each test runs
+// both.
+template <int kN>
+dim3 ElementGrid(int64_t n) {
+  return dim3(::strata::kernels::cuda::elementwise::ElementBlocks(n / kN));
+}
+
 TEST(CudaKernelsEmulated, GeluForwardAndBackward) {
   using namespace elementwise;  // NOLINT
-  const int64_t n = 1000;       // a partial block
+  const int64_t n = 4000;       // a partial block, with 1 and 8 a thread
   const std::vector<float> inp = RandomBf16(n, 1, 2.0f);
   const std::vector<float> dout = RandomBf16(n, 2);
   std::vector<float> out(n), dinp(n);
   ::strata::kernels::GeluForward(out.data(), inp.data(), n);
   ::strata::kernels::GeluBackward(dinp.data(), inp.data(), dout.data(), n);
   const auto inp_h = ToBf16(inp), dout_h = ToBf16(dout);
-  std::vector<bf16> out_h(n, __float2bfloat16(1e30f));
-  std::vector<bf16> dinp_h(n, __float2bfloat16(1e30f));
-  emu::RunGrid(dim3(ElementBlocks(n)), kThreads, 0,
-               [&] { GeluForwardKernel(out_h.data(), inp_h.data(), n); });
-  emu::RunGrid(dim3(ElementBlocks(n)), kThreads, 0, [&] {
-    GeluBackwardKernel(dinp_h.data(), inp_h.data(), dout_h.data(), n);
-  });
-  ExpectClose(out_h, out, 1e-2, 2e-2, "out");
-  ExpectClose(dinp_h, dinp, 1e-2, 2e-2, "dinp");
+  auto check = [&](auto kn) {
+    constexpr int kN = decltype(kn)::value;
+    SCOPED_TRACE(kN);
+    std::vector<bf16> out_h(n, __float2bfloat16(1e30f));
+    std::vector<bf16> dinp_h(n, __float2bfloat16(1e30f));
+    emu::RunGrid(ElementGrid<kN>(n), kThreads, 0, [&] {
+      GeluForwardKernel<kN>(out_h.data(), inp_h.data(), n);
+    });
+    emu::RunGrid(ElementGrid<kN>(n), kThreads, 0, [&] {
+      GeluBackwardKernel<kN>(dinp_h.data(), inp_h.data(), dout_h.data(), n);
+    });
+    ExpectClose(out_h, out, 1e-2, 2e-2, "out");
+    ExpectClose(dinp_h, dinp, 1e-2, 2e-2, "dinp");
+  };
+  check(std::integral_constant<int, 1>());
+  check(std::integral_constant<int, 8>());
+}
+
+// The fused bias forms: pre + bias then GELU; a + (b + bias).
+TEST(CudaKernelsEmulated, BiasGeluAndBiasResidual) {
+  using namespace elementwise;  // NOLINT
+  const int N = 37, OC = 96;
+  const int64_t n = int64_t{N} * OC;
+  const std::vector<float> pre0 = RandomBf16(n, 1, 2.0f);
+  const std::vector<float> a = RandomBf16(n, 2);
+  const std::vector<float> bias = RandomBf16(OC, 3);
+  std::vector<float> pre(n), act(n), res(n);
+  for (int64_t i = 0; i < n; ++i) {
+    pre[i] = pre0[i] + bias[i % OC];
+    res[i] = a[i] + pre[i];
+  }
+  ::strata::kernels::GeluForward(act.data(), pre.data(), n);
+  const auto pre0_h = ToBf16(pre0), a_h = ToBf16(a), bias_h = ToBf16(bias);
+  auto check = [&](auto kn) {
+    constexpr int kN = decltype(kn)::value;
+    SCOPED_TRACE(kN);
+    std::vector<bf16> pre_h = pre0_h;
+    std::vector<bf16> act_h(n, __float2bfloat16(1e30f));
+    std::vector<bf16> res_h(n, __float2bfloat16(1e30f));
+    emu::RunGrid(ElementGrid<kN>(n), kThreads, 0, [&] {
+      BiasGeluForwardKernel<kN>(act_h.data(), pre_h.data(), bias_h.data(), n,
+                                OC);
+    });
+    emu::RunGrid(ElementGrid<kN>(n), kThreads, 0, [&] {
+      ResidualForwardKernel<kN>(res_h.data(), a_h.data(), pre0_h.data(),
+                                bias_h.data(), n, OC);
+    });
+    ExpectClose(pre_h, pre, 1e-2, 2e-2, "pre");
+    ExpectClose(act_h, act, 1e-2, 2e-2, "gelu");
+    ExpectClose(res_h, res, 1e-2, 2e-2, "residual");
+  };
+  check(std::integral_constant<int, 1>());
+  check(std::integral_constant<int, 8>());
 }
 
 TEST(CudaKernelsEmulated, ResidualForwardAndBackward) {
   using namespace elementwise;  // NOLINT
-  const int64_t n = 1000;       // a partial block
+  const int64_t n = 4000;       // a partial block, with 1 and 8 a thread
   const std::vector<float> a = RandomBf16(n, 1), b = RandomBf16(n, 2);
   const std::vector<float> dout = RandomBf16(n, 3);
   const std::vector<float> da0 = RandomBf16(n, 4), db0 = RandomBf16(n, 5);
@@ -191,15 +260,22 @@ TEST(CudaKernelsEmulated, ResidualForwardAndBackward) {
   ::strata::kernels::ResidualForward(out.data(), a.data(), b.data(), n);
   ::strata::kernels::ResidualBackward(da.data(), db.data(), dout.data(), n);
   const auto a_h = ToBf16(a), b_h = ToBf16(b), dout_h = ToBf16(dout);
-  std::vector<bf16> out_h(n, __float2bfloat16(1e30f));
+  auto check = [&](auto kn) {
+    constexpr int kN = decltype(kn)::value;
+    SCOPED_TRACE(kN);
+    std::vector<bf16> out_h(n, __float2bfloat16(1e30f));
+    emu::RunGrid(ElementGrid<kN>(n), kThreads, 0, [&] {
+      ResidualForwardKernel<kN>(out_h.data(), a_h.data(), b_h.data(), nullptr,
+                                n, 1);
+    });
+    ExpectClose(out_h, out, 1e-2, 2e-2, "out");
+  };
+  check(std::integral_constant<int, 1>());
+  check(std::integral_constant<int, 8>());
   std::vector<bf16> da_h = ToBf16(da0), db_h = ToBf16(db0);
-  emu::RunGrid(dim3(ElementBlocks(n)), kThreads, 0, [&] {
-    ResidualForwardKernel(out_h.data(), a_h.data(), b_h.data(), n);
-  });
   emu::RunGrid(dim3(ElementBlocks(n)), kThreads, 0, [&] {
     ResidualBackwardKernel(da_h.data(), db_h.data(), dout_h.data(), n);
   });
-  ExpectClose(out_h, out, 1e-2, 2e-2, "out");
   ExpectClose(da_h, da, 1e-2, 2e-2, "da");
   ExpectClose(db_h, db, 1e-2, 2e-2, "db");
 }

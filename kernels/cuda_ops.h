@@ -123,9 +123,21 @@ absl::Status GeluForward(Context& ctx, bf16* out, const bf16* inp, int64_t n);
 absl::Status GeluBackward(Context& ctx, bf16* dinp, const bf16* inp,
                           const bf16* dout, int64_t n);
 
+// pre (N,OC) += bias (OC), then out (N,OC) = gelu(pre): MatmulForward's
+// bias and GeluForward in one pass, for a GEMM run without its bias. pre
+// ends as MatmulForward with the bias would have left it.
+absl::Status BiasGeluForward(Context& ctx, bf16* out, bf16* pre,
+                             const bf16* bias, int N, int OC);
+
 // out = a + b; da += dout, db += dout. bf16, n elements.
 absl::Status ResidualForward(Context& ctx, bf16* out, const bf16* a,
                              const bf16* b, int64_t n);
+// out (N,OC) = a + (b + bias (OC)): a projection's bias (b from a GEMM run
+// without it, rounded to bf16 as MatmulForward rounds) and the residual add
+// in one pass.
+absl::Status BiasResidualForward(Context& ctx, bf16* out, const bf16* a,
+                                 const bf16* b, const bf16* bias, int N,
+                                 int OC);
 absl::Status ResidualBackward(Context& ctx, bf16* da, bf16* db,
                               const bf16* dout, int64_t n);
 

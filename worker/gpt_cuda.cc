@@ -182,8 +182,10 @@ absl::Status GptCuda::ForwardTrunk(int B, int T) {
 }
 
 // x[l+1] = x[l] + attn(ln1(x[l])) + mlp(ln2(...)), keeping what backward
-// needs in the layer's BlockActs. Unlike the CPU model, the residual adds
-// are separate kernels (the projections' GEMMs write bf16 with beta = 0).
+// needs in the layer's BlockActs. Unlike the CPU model, the projections'
+// GEMMs run without their biases, which are added with the residual
+// (BiasResidualForward), and the MLP's first bias with its GELU
+// (BiasGeluForward): one pass over the activations instead of two.
 absl::Status GptCuda::BlockForward(int l, int B, int T) {
   Device& d = *dev_;
   kc::Context& ctx = *d.ctx;
@@ -210,10 +212,11 @@ absl::Status GptCuda::BlockForward(int l, int B, int T) {
   }));
   STRATA_RETURN_IF_ERROR(Op("fwd.matmul", [&] {
     return kc::MatmulForward(ctx, branch, a.atty.as<bf16>(), w(kAttnProjW),
-                             w(kAttnProjB), N, C, C);
+                             nullptr, N, C, C);
   }));
-  STRATA_RETURN_IF_ERROR(Op("fwd.residual", [&] {
-    return kc::ResidualForward(ctx, a.res2.as<bf16>(), x, branch, NC);
+  STRATA_RETURN_IF_ERROR(Op("fwd.bias_residual", [&] {
+    return kc::BiasResidualForward(ctx, a.res2.as<bf16>(), x, branch,
+                                   w(kAttnProjB), N, C);
   }));
   STRATA_RETURN_IF_ERROR(Op("fwd.layernorm", [&] {
     return kc::LayerNormForward(ctx, a.ln2.as<bf16>(), a.ln2_mean.as<float>(),
@@ -222,18 +225,19 @@ absl::Status GptCuda::BlockForward(int l, int B, int T) {
   }));
   STRATA_RETURN_IF_ERROR(Op("fwd.matmul", [&] {
     return kc::MatmulForward(ctx, a.fch.as<bf16>(), a.ln2.as<bf16>(), w(kFcW),
-                             w(kFcB), N, C, 4 * C);
+                             nullptr, N, C, 4 * C);
   }));
-  STRATA_RETURN_IF_ERROR(Op("fwd.gelu", [&] {
-    return kc::GeluForward(ctx, a.fch_gelu.as<bf16>(), a.fch.as<bf16>(),
-                           4 * NC);
+  STRATA_RETURN_IF_ERROR(Op("fwd.bias_gelu", [&] {
+    return kc::BiasGeluForward(ctx, a.fch_gelu.as<bf16>(), a.fch.as<bf16>(),
+                               w(kFcB), N, 4 * C);
   }));
   STRATA_RETURN_IF_ERROR(Op("fwd.matmul", [&] {
     return kc::MatmulForward(ctx, branch, a.fch_gelu.as<bf16>(), w(kFcProjW),
-                             w(kFcProjB), N, 4 * C, C);
+                             nullptr, N, 4 * C, C);
   }));
-  return Op("fwd.residual", [&] {
-    return kc::ResidualForward(ctx, y, a.res2.as<bf16>(), branch, NC);
+  return Op("fwd.bias_residual", [&] {
+    return kc::BiasResidualForward(ctx, y, a.res2.as<bf16>(), branch,
+                                   w(kFcProjB), N, C);
   });
 }
 

@@ -361,7 +361,7 @@ TEST(GptCuda, ProfileTimesEachOpClass) {
   }
   for (const char* want :
        {"zero_grads", "fwd.encoder", "fwd.layernorm", "fwd.matmul",
-        "fwd.attention", "fwd.gelu", "fwd.residual", "fwd.lm_head",
+        "fwd.attention", "fwd.bias_gelu", "fwd.bias_residual", "fwd.lm_head",
         "fwd.cross_entropy", "bwd.lm_head", "bwd.layernorm", "bwd.matmul",
         "bwd.gelu", "bwd.attention", "bwd.encoder", "adam"}) {
     EXPECT_EQ(std::count(names.begin(), names.end(), want), 1) << want;

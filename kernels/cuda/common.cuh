@@ -3,6 +3,7 @@
 #define STRATA_KERNELS_CUDA_COMMON_CUH_
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "kernels/cuda/launch.cuh"
@@ -50,6 +51,55 @@ __device__ inline float WarpMax(float v) {
     v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
   }
   return v;
+}
+
+// kN consecutive bf16 values at p as floats, and back: one 16-byte access
+// for kN = 8 (p 16-byte aligned), plain loads and stores for kN = 1. The
+// elementwise kernels take kN = 8 where their launcher finds every pointer
+// aligned and the length a multiple of 8, else 1.
+// Eight bf16 values as one 16-byte access (a struct of bf16, so that the
+// host compiler of the emulation may alias it with the bf16 arrays).
+struct alignas(16) Bf16x8 {
+  bf16 h[8];
+};
+
+template <int kN>
+__device__ inline void LoadBf16(float (&f)[kN], const bf16* p) {
+  static_assert(kN == 1 || kN == 8, "1 or 8 values");
+  if constexpr (kN == 8) {
+    STRATA_DEVICE_CHECK(reinterpret_cast<uintptr_t>(p) % 16 == 0,
+                        "LoadBf16: 16-byte vector access misaligned");
+    const Bf16x8 v = *reinterpret_cast<const Bf16x8*>(p);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = __bfloat162float(v.h[i]);
+  } else {
+    f[0] = __bfloat162float(*p);
+  }
+}
+
+template <int kN>
+__device__ inline void StoreBf16(bf16* p, const float (&f)[kN]) {
+  static_assert(kN == 1 || kN == 8, "1 or 8 values");
+  if constexpr (kN == 8) {
+    STRATA_DEVICE_CHECK(reinterpret_cast<uintptr_t>(p) % 16 == 0,
+                        "StoreBf16: 16-byte vector access misaligned");
+    Bf16x8 v;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v.h[i] = __float2bfloat16(f[i]);
+    *reinterpret_cast<Bf16x8*>(p) = v;
+  } else {
+    *p = __float2bfloat16(f[0]);
+  }
+}
+
+// True when each pointer is 16-byte aligned and n is a multiple of 8: the
+// condition for LoadBf16<8> and StoreBf16<8> over n elements.
+inline bool Vectorizable(int64_t n, std::initializer_list<const void*> ptrs) {
+  if (n % 8 != 0) return false;
+  for (const void* p : ptrs) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
 }
 
 }  // namespace strata::kernels::cuda

@@ -40,32 +40,86 @@ __global__ void EncoderBackwardKernel(float* dwte, float* dwpe,
   atomicAdd(&dwpe[(n % T) * C + c], d);
 }
 
-__global__ void GeluForwardKernel(bf16* out, const bf16* inp, int64_t n) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i >= n) return;
-  const float x = __bfloat162float(inp[i]);
+// The kernels below take kN consecutive elements per thread (8: 16-byte
+// accesses, where the launcher finds Vectorizable; else 1); grid
+// ElementBlocks(n / kN).
+__device__ inline float Gelu(float x) {
   const float u = kGeluScale * (x + 0.044715f * x * x * x);
-  out[i] = __float2bfloat16(0.5f * x * (1.0f + tanhf(u)));
+  return 0.5f * x * (1.0f + tanhf(u));
 }
 
+template <int kN>
+__global__ void GeluForwardKernel(bf16* out, const bf16* inp, int64_t n) {
+  const int64_t i = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) * kN;
+  if (i >= n) return;
+  float x[kN];
+  LoadBf16<kN>(x, inp + i);
+#pragma unroll
+  for (int k = 0; k < kN; ++k) x[k] = Gelu(x[k]);
+  StoreBf16<kN>(out + i, x);
+}
+
+template <int kN>
 __global__ void GeluBackwardKernel(bf16* dinp, const bf16* inp,
                                    const bf16* dout, int64_t n) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t i = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) * kN;
   if (i >= n) return;
-  const float x = __bfloat162float(inp[i]);
-  const float u = kGeluScale * (x + 0.044715f * x * x * x);
-  const float t = tanhf(u);
-  const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-  const float grad = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-  dinp[i] = __float2bfloat16(grad * __bfloat162float(dout[i]));
+  float x[kN], d[kN];
+  LoadBf16<kN>(x, inp + i);
+  LoadBf16<kN>(d, dout + i);
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    const float u = kGeluScale * (x[k] + 0.044715f * x[k] * x[k] * x[k]);
+    const float t = tanhf(u);
+    const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x[k] * x[k]);
+    d[k] *= 0.5f * (1.0f + t) + 0.5f * x[k] * (1.0f - t * t) * du;
+  }
+  StoreBf16<kN>(dinp + i, d);
 }
 
-__global__ void ResidualForwardKernel(bf16* out, const bf16* a, const bf16* b,
-                                      int64_t n) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i < n) {
-    out[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+// pre (N,OC) += bias, then out = gelu(pre): the MLP's first layer after its
+// GEMM, in one pass (pre is what GELU's backward needs). kN divides OC.
+template <int kN>
+__global__ void BiasGeluForwardKernel(bf16* out, bf16* pre, const bf16* bias,
+                                      int64_t n, int OC) {
+  const int64_t i = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) * kN;
+  if (i >= n) return;
+  float x[kN], b[kN];
+  LoadBf16<kN>(x, pre + i);
+  LoadBf16<kN>(b, bias + i % OC);
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    // Rounded as a separate bias add would round it.
+    x[k] = __bfloat162float(__float2bfloat16(x[k] + b[k]));
   }
+  StoreBf16<kN>(pre + i, x);
+#pragma unroll
+  for (int k = 0; k < kN; ++k) x[k] = Gelu(x[k]);
+  StoreBf16<kN>(out + i, x);
+}
+
+// out = a + b, or with bias (OC, not null) out = a + (b + bias): a
+// projection's bias and the residual add after it, in one pass. kN divides
+// OC.
+template <int kN>
+__global__ void ResidualForwardKernel(bf16* out, const bf16* a, const bf16* b,
+                                      const bf16* bias, int64_t n, int OC) {
+  const int64_t i = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) * kN;
+  if (i >= n) return;
+  float x[kN], y[kN];
+  LoadBf16<kN>(x, a + i);
+  LoadBf16<kN>(y, b + i);
+  if (bias != nullptr) {
+    float c[kN];
+    LoadBf16<kN>(c, bias + i % OC);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      y[k] = __bfloat162float(__float2bfloat16(y[k] + c[k]));
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kN; ++k) x[k] += y[k];
+  StoreBf16<kN>(out + i, x);
 }
 
 __global__ void ResidualBackwardKernel(bf16* da, bf16* db, const bf16* dout,

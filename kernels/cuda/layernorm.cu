@@ -20,18 +20,13 @@ absl::Status LayerNormBackward(Context& ctx, bf16* dinp, float* dweight,
                                const float* rstd, int N, int C) {
   STRATA_CUDA_RETURN_IF_ERROR(Require(N > 0 && C > 0 && C <= 16384,
                                       "LayerNorm: N > 0, 0 < C <= 16384"));
-  const int64_t smem = BackwardSharedBytes(C);
-  if (smem > 48 * 1024) {  // above the default limit: opt in
-    STRATA_CUDA_RETURN_IF_ERROR(CudaStatus(
-        cudaFuncSetAttribute(LayerNormBackwardKernel,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem)),
-        "LayerNormBackwardKernel shared memory"));
-  }
-  STRATA_LAUNCH(LayerNormBackwardKernel, BackwardBlocks(N), kThreads, smem,
-                ctx.stream(), dinp, dweight, dbias, dout, inp, weight, mean,
-                rstd, N, C);
-  return LaunchStatus("LayerNormBackwardKernel");
+  STRATA_LAUNCH(LayerNormBackwardKernel, Blocks(N, kWarpsPerBlock), kThreads,
+                0, ctx.stream(), dinp, dout, inp, weight, mean, rstd, N, C);
+  STRATA_CUDA_RETURN_IF_ERROR(LaunchStatus("LayerNormBackwardKernel"));
+  STRATA_LAUNCH(LayerNormParamGradKernel, ParamGradGrid(N, C),
+                ParamGradBlock(), kParamGradSharedBytes, ctx.stream(), dweight,
+                dbias, dout, inp, mean, rstd, N, C);
+  return LaunchStatus("LayerNormParamGradKernel");
 }
 
 }  // namespace strata::kernels::cuda

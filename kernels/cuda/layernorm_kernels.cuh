@@ -13,18 +13,24 @@ namespace strata::kernels::cuda::layernorm {
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kThreads = 32 * kWarpsPerBlock;
-// Backward blocks: enough to fill a large GPU twice (132 SMs on an H100);
-// each accumulates its rows' dweight and dbias in shared memory and adds
-// them to the outputs once, so the global atomics per column are as many
-// as the blocks rather than the rows.
-constexpr int kMaxBackwardBlocks = 264;
 
-inline int BackwardBlocks(int N) {
-  return static_cast<int>(
-      std::min<int64_t>(Blocks(N, kWarpsPerBlock), kMaxBackwardBlocks));
+// The parameter-gradient kernel: blocks of 32 columns x 8 row lanes (reads
+// coalesced along a row); block row y takes rows y*8 + lane, strided by the
+// grid's rows, sums them in registers, reduces the 8 lanes in shared memory
+// and adds the result with one atomic per column and block.
+constexpr int kParamRowLanes = 8;
+// Rows of blocks: enough, with the column blocks, for about 1024 blocks.
+inline dim3 ParamGradGrid(int N, int C) {
+  const int col_blocks = (C + 31) / 32;
+  const int row_blocks = static_cast<int>(std::clamp<int64_t>(
+      std::min<int64_t>(Blocks(N, kParamRowLanes), 1024 / col_blocks), 1,
+      65535));
+  return dim3(col_blocks, row_blocks);
 }
-// Dynamic shared memory of the backward kernel: dweight and dbias partials.
-inline int64_t BackwardSharedBytes(int C) { return int64_t{2} * C * 4; }
+inline dim3 ParamGradBlock() { return dim3(32, kParamRowLanes); }
+// Its dynamic shared memory: the lanes' partial sums of dweight and dbias,
+// rows padded to 33.
+constexpr int kParamGradSharedBytes = 2 * kParamRowLanes * 33 * 4;
 
 // One warp per row, fp32 statistics.
 __global__ void LayerNormForwardKernel(bf16* out, float* mean, float* rstd,
@@ -55,48 +61,69 @@ __global__ void LayerNormForwardKernel(bf16* out, float* mean, float* rstd,
   }
 }
 
-// A warp per row, rows strided over the grid (BackwardBlocks); dinp, dweight
-// and dbias accumulated.
-__global__ void LayerNormBackwardKernel(bf16* dinp, float* dweight,
-                                        float* dbias, const bf16* dout,
+// dinp += the input gradient; one warp per row (grid Blocks(N,
+// kWarpsPerBlock)). The parameter gradients are LayerNormParamGradKernel's:
+// summing them here, across rows, took shared-memory atomics per element,
+// four times this kernel's time on an H100.
+__global__ void LayerNormBackwardKernel(bf16* dinp, const bf16* dout,
                                         const bf16* inp, const bf16* weight,
                                         const float* mean, const float* rstd,
                                         int N, int C) {
-  STRATA_DYNAMIC_SMEM(smem);
-  float* dw = reinterpret_cast<float*>(smem);  // (C) partial dweight
-  float* db = dw + C;                          // (C) partial dbias
-  for (int c = threadIdx.x; c < 2 * C; c += kThreads) dw[c] = 0;
-  __syncthreads();
+  const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  for (int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32; row < N;
-       row += gridDim.x * kWarpsPerBlock) {
-    const bf16* x = inp + int64_t{row} * C;
-    const bf16* dy = dout + int64_t{row} * C;
-    const float m = mean[row], s = rstd[row];
-    float dnorm_mean = 0, dnorm_norm_mean = 0;
-    for (int c = lane; c < C; c += 32) {
-      const float norm = (__bfloat162float(x[c]) - m) * s;
-      const float dnorm = __bfloat162float(dy[c]) * __bfloat162float(weight[c]);
-      dnorm_mean += dnorm;
-      dnorm_norm_mean += dnorm * norm;
-    }
-    dnorm_mean = WarpSum(dnorm_mean) / C;
-    dnorm_norm_mean = WarpSum(dnorm_norm_mean) / C;
-    bf16* dx = dinp + int64_t{row} * C;
-    for (int c = lane; c < C; c += 32) {
-      const float norm = (__bfloat162float(x[c]) - m) * s;
-      const float d = __bfloat162float(dy[c]);
-      const float dnorm = d * __bfloat162float(weight[c]);
-      atomicAdd(&dw[c], d * norm);  // shared: at most 8 warps contend
-      atomicAdd(&db[c], d);
-      const float g = s * (dnorm - dnorm_mean - norm * dnorm_norm_mean);
-      dx[c] = __float2bfloat16(__bfloat162float(dx[c]) + g);
+  if (row >= N) return;  // the whole warp
+  const bf16* x = inp + int64_t{row} * C;
+  const bf16* dy = dout + int64_t{row} * C;
+  const float m = mean[row], s = rstd[row];
+  float dnorm_mean = 0, dnorm_norm_mean = 0;
+  for (int c = lane; c < C; c += 32) {
+    const float norm = (__bfloat162float(x[c]) - m) * s;
+    const float dnorm = __bfloat162float(dy[c]) * __bfloat162float(weight[c]);
+    dnorm_mean += dnorm;
+    dnorm_norm_mean += dnorm * norm;
+  }
+  dnorm_mean = WarpSum(dnorm_mean) / C;
+  dnorm_norm_mean = WarpSum(dnorm_norm_mean) / C;
+  bf16* dx = dinp + int64_t{row} * C;
+  for (int c = lane; c < C; c += 32) {
+    const float norm = (__bfloat162float(x[c]) - m) * s;
+    const float dnorm = __bfloat162float(dy[c]) * __bfloat162float(weight[c]);
+    const float g = s * (dnorm - dnorm_mean - norm * dnorm_norm_mean);
+    dx[c] = __float2bfloat16(__bfloat162float(dx[c]) + g);
+  }
+}
+
+// dweight[c] += sum over rows of dout[:, c] * norm[:, c]; dbias[c] += sum
+// of dout[:, c]. Grid ParamGradGrid, block ParamGradBlock,
+// kParamGradSharedBytes.
+__global__ void LayerNormParamGradKernel(float* dweight, float* dbias,
+                                         const bf16* dout, const bf16* inp,
+                                         const float* mean, const float* rstd,
+                                         int N, int C) {
+  STRATA_DYNAMIC_SMEM(smem);
+  auto* part_w = reinterpret_cast<float(*)[33]>(smem);  // [lanes][33]
+  auto* part_b = part_w + kParamRowLanes;
+  const int c = blockIdx.x * 32 + threadIdx.x;
+  float sum_w = 0, sum_b = 0;
+  if (c < C) {
+    for (int n = blockIdx.y * kParamRowLanes + threadIdx.y; n < N;
+         n += gridDim.y * kParamRowLanes) {
+      const int64_t i = int64_t{n} * C + c;
+      const float d = __bfloat162float(dout[i]);
+      sum_w += d * ((__bfloat162float(inp[i]) - mean[n]) * rstd[n]);
+      sum_b += d;
     }
   }
+  part_w[threadIdx.y][threadIdx.x] = sum_w;
+  part_b[threadIdx.y][threadIdx.x] = sum_b;
   __syncthreads();
-  for (int c = threadIdx.x; c < C; c += kThreads) {
-    atomicAdd(&dweight[c], dw[c]);
-    atomicAdd(&dbias[c], db[c]);
+  if (threadIdx.y == 0 && c < C) {
+    for (int y = 1; y < kParamRowLanes; ++y) {
+      sum_w += part_w[y][threadIdx.x];
+      sum_b += part_b[y][threadIdx.x];
+    }
+    atomicAdd(&dweight[c], sum_w);
+    atomicAdd(&dbias[c], sum_b);
   }
 }
 

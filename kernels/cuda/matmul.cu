@@ -21,8 +21,14 @@ absl::Status MatmulForward(Context& ctx, bf16* out, const bf16* inp,
                                           C, 0, weight, C, 0, 0.0f, out,
                                           CUDA_R_16BF, OC, 0, 1));
   if (bias == nullptr) return absl::OkStatus();
-  STRATA_LAUNCH(AddBiasKernel, Blocks(int64_t{N} * OC, kThreads), kThreads, 0,
-                ctx.stream(), out, bias, N, OC);
+  const int64_t n = int64_t{N} * OC;
+  if (Vectorizable(OC, {out, bias})) {
+    STRATA_LAUNCH(AddBiasKernel<8>, Blocks(n / 8, kThreads), kThreads, 0,
+                  ctx.stream(), out, bias, N, OC);
+  } else {
+    STRATA_LAUNCH(AddBiasKernel<1>, Blocks(n, kThreads), kThreads, 0,
+                  ctx.stream(), out, bias, N, OC);
+  }
   return LaunchStatus("AddBiasKernel");
 }
 

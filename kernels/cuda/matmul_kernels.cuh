@@ -13,12 +13,18 @@ namespace strata::kernels::cuda::matmul {
 
 constexpr int kThreads = 256;
 
-// out[n, o] += bias[o]; one thread per element.
+// out[n, o] += bias[o]; kN consecutive elements per thread (8 where the
+// launcher finds Vectorizable(OC, ...), else 1), grid Blocks(N * OC / kN).
+template <int kN>
 __global__ void AddBiasKernel(bf16* out, const bf16* bias, int64_t N, int OC) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t i = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) * kN;
   if (i >= N * OC) return;
-  out[i] = __float2bfloat16(__bfloat162float(out[i]) +
-                            __bfloat162float(bias[i % OC]));
+  float x[kN], b[kN];
+  LoadBf16<kN>(x, out + i);
+  LoadBf16<kN>(b, bias + i % OC);
+#pragma unroll
+  for (int k = 0; k < kN; ++k) x[k] += b[k];
+  StoreBf16<kN>(out + i, x);
 }
 
 // dbias[o] += sum over rows of dout[:, o]. Blocks of 32 columns x 8 row
