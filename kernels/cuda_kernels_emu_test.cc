@@ -78,12 +78,16 @@ TEST(CudaKernelsEmulated, LayerNormForwardAndBackward) {
   ExpectClose(out_h, out, 1e-2, 1e-2, "out");
   ExpectClose(mean_h, mean, 1e-5, 1e-5, "mean");
   ExpectClose(rstd_h, rstd, 1e-5, 1e-4, "rstd");
-  std::vector<bf16> dinp_h = ToBf16(dinp0);
-  emu::RunGrid(dim3(Blocks(N, kWarpsPerBlock)), kThreads, 0, [&] {
-    LayerNormBackwardKernel(dinp_h.data(), dout_h.data(), inp_h.data(),
-                            w_h.data(), mean.data(), rstd.data(), N, C);
-  });
-  ExpectClose(dinp_h, dinp, 2e-2, 2e-2, "dinp");
+  for (const bool vec : {false, true}) {
+    SCOPED_TRACE(vec);
+    std::vector<bf16> dinp_h = ToBf16(dinp0);
+    emu::RunGrid(dim3(Blocks(N, kWarpsPerBlock)), kThreads, 0, [&] {
+      (vec ? LayerNormBackwardKernel<8> : LayerNormBackwardKernel<1>)(
+          dinp_h.data(), dout_h.data(), inp_h.data(), w_h.data(), mean.data(),
+          rstd.data(), N, C);
+    });
+    ExpectClose(dinp_h, dinp, 2e-2, 2e-2, "dinp");
+  }
   // The launcher's grid, and 2 rows of blocks, which makes the rows stride.
   for (const dim3 grid : {ParamGradGrid(N, C), dim3(ParamGradGrid(N, C).x, 2)}) {
     SCOPED_TRACE(testing::Message() << grid.x << "x" << grid.y);

@@ -20,8 +20,15 @@ absl::Status LayerNormBackward(Context& ctx, bf16* dinp, float* dweight,
                                const float* rstd, int N, int C) {
   STRATA_CUDA_RETURN_IF_ERROR(Require(N > 0 && C > 0 && C <= 16384,
                                       "LayerNorm: N > 0, 0 < C <= 16384"));
-  STRATA_LAUNCH(LayerNormBackwardKernel, Blocks(N, kWarpsPerBlock), kThreads,
-                0, ctx.stream(), dinp, dout, inp, weight, mean, rstd, N, C);
+  if (Vectorizable(C, {dinp, dout, inp, weight})) {
+    STRATA_LAUNCH(LayerNormBackwardKernel<8>, Blocks(N, kWarpsPerBlock),
+                  kThreads, 0, ctx.stream(), dinp, dout, inp, weight, mean,
+                  rstd, N, C);
+  } else {
+    STRATA_LAUNCH(LayerNormBackwardKernel<1>, Blocks(N, kWarpsPerBlock),
+                  kThreads, 0, ctx.stream(), dinp, dout, inp, weight, mean,
+                  rstd, N, C);
+  }
   STRATA_CUDA_RETURN_IF_ERROR(LaunchStatus("LayerNormBackwardKernel"));
   STRATA_LAUNCH(LayerNormParamGradKernel, ParamGradGrid(N, C),
                 ParamGradBlock(), kParamGradSharedBytes, ctx.stream(), dweight,

@@ -62,9 +62,11 @@ __global__ void LayerNormForwardKernel(bf16* out, float* mean, float* rstd,
 }
 
 // dinp += the input gradient; one warp per row (grid Blocks(N,
-// kWarpsPerBlock)). The parameter gradients are LayerNormParamGradKernel's:
-// summing them here, across rows, took shared-memory atomics per element,
-// four times this kernel's time on an H100.
+// kWarpsPerBlock)), each lane kN consecutive columns at a time (8: 16-byte
+// accesses, where the launcher finds the rows Vectorizable; else 1). The
+// parameter gradients are LayerNormParamGradKernel's: summing them here,
+// across rows, took shared-memory atomics per element.
+template <int kN>
 __global__ void LayerNormBackwardKernel(bf16* dinp, const bf16* dout,
                                         const bf16* inp, const bf16* weight,
                                         const float* mean, const float* rstd,
@@ -76,20 +78,33 @@ __global__ void LayerNormBackwardKernel(bf16* dinp, const bf16* dout,
   const bf16* dy = dout + int64_t{row} * C;
   const float m = mean[row], s = rstd[row];
   float dnorm_mean = 0, dnorm_norm_mean = 0;
-  for (int c = lane; c < C; c += 32) {
-    const float norm = (__bfloat162float(x[c]) - m) * s;
-    const float dnorm = __bfloat162float(dy[c]) * __bfloat162float(weight[c]);
-    dnorm_mean += dnorm;
-    dnorm_norm_mean += dnorm * norm;
+  for (int c = lane * kN; c < C; c += 32 * kN) {
+    float xv[kN], dv[kN], wv[kN];
+    LoadBf16<kN>(xv, x + c);
+    LoadBf16<kN>(dv, dy + c);
+    LoadBf16<kN>(wv, weight + c);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const float dnorm = dv[k] * wv[k];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * ((xv[k] - m) * s);
+    }
   }
   dnorm_mean = WarpSum(dnorm_mean) / C;
   dnorm_norm_mean = WarpSum(dnorm_norm_mean) / C;
   bf16* dx = dinp + int64_t{row} * C;
-  for (int c = lane; c < C; c += 32) {
-    const float norm = (__bfloat162float(x[c]) - m) * s;
-    const float dnorm = __bfloat162float(dy[c]) * __bfloat162float(weight[c]);
-    const float g = s * (dnorm - dnorm_mean - norm * dnorm_norm_mean);
-    dx[c] = __float2bfloat16(__bfloat162float(dx[c]) + g);
+  for (int c = lane * kN; c < C; c += 32 * kN) {
+    float xv[kN], dv[kN], wv[kN], acc[kN];
+    LoadBf16<kN>(xv, x + c);
+    LoadBf16<kN>(dv, dy + c);
+    LoadBf16<kN>(wv, weight + c);
+    LoadBf16<kN>(acc, dx + c);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const float norm = (xv[k] - m) * s;
+      acc[k] += s * (dv[k] * wv[k] - dnorm_mean - norm * dnorm_norm_mean);
+    }
+    StoreBf16<kN>(dx + c, acc);
   }
 }
 
