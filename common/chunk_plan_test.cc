@@ -48,29 +48,9 @@ TEST(ChunkPlan, PlacementIsBalanced) {
 }  // namespace strata
 
 #include "common/bf16.h"
-#include "common/consistency.h"
 
 namespace strata {
 namespace {
-
-TEST(Consistency, ParsesTheThreeModes) {
-  EXPECT_EQ(ParseConsistency("bsp")->mode, Consistency::kBsp);
-  EXPECT_EQ(ParseConsistency("asp")->mode, Consistency::kAsp);
-  auto ssp = ParseConsistency("ssp:2");
-  ASSERT_TRUE(ssp.ok());
-  EXPECT_EQ(ssp->mode, Consistency::kSsp);
-  EXPECT_EQ(ssp->staleness, 2);
-  EXPECT_EQ(ssp->ToString(), "ssp:2");
-}
-
-TEST(Consistency, RejectsMalformed) {
-  for (const char* bad :
-       {"", "BSP", "ssp", "ssp:", "ssp:-1", "ssp:x", "ssp:2x"}) {
-    EXPECT_EQ(ParseConsistency(bad).status().code(),
-              absl::StatusCode::kInvalidArgument)
-        << bad;
-  }
-}
 
 TEST(Bf16, RoundTripsAndRoundsToNearestEven) {
   EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f)), 1.0f);

@@ -1,5 +1,8 @@
 #include "common/consistency.h"
 
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -26,8 +29,12 @@ absl::StatusOr<Consistency> ParseConsistency(absl::string_view text) {
     return c;
   }
   if (absl::StartsWith(text, "ssp:")) {
+    const absl::string_view digits = text.substr(4);
     int s = -1;
-    if (absl::SimpleAtoi(text.substr(4), &s) && s >= 0 && s <= 1000000) {
+    // Digits only: SimpleAtoi alone would also take a sign and spaces.
+    if (!digits.empty() && digits.size() <= 7 &&
+        std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) &&
+        absl::SimpleAtoi(digits, &s) && s <= 1000000) {
       c.mode = Consistency::kSsp;
       c.staleness = s;
       return c;
@@ -35,7 +42,7 @@ absl::StatusOr<Consistency> ParseConsistency(absl::string_view text) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("bad consistency '", text,
-                   "': expected bsp, asp or ssp:<s> with s >= 0"));
+                   "': expected bsp, asp or ssp:<s> with 0 <= s <= 1000000"));
 }
 
 }  // namespace strata

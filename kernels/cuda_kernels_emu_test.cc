@@ -82,14 +82,16 @@ TEST(CudaKernelsEmulated, LayerNormForwardAndBackward) {
     SCOPED_TRACE(vec);
     std::vector<bf16> dinp_h = ToBf16(dinp0);
     emu::RunGrid(dim3(Blocks(N, kWarpsPerBlock)), kThreads, 0, [&] {
-      (vec ? LayerNormBackwardKernel<8> : LayerNormBackwardKernel<1>)(
-          dinp_h.data(), dout_h.data(), inp_h.data(), w_h.data(), mean.data(),
-          rstd.data(), N, C);
+      (vec ? LayerNormBackwardKernel<8>
+           : LayerNormBackwardKernel<1>)(dinp_h.data(), dout_h.data(),
+                                         inp_h.data(), w_h.data(), mean.data(),
+                                         rstd.data(), N, C);
     });
     ExpectClose(dinp_h, dinp, 2e-2, 2e-2, "dinp");
   }
   // The launcher's grid, and 2 rows of blocks, which makes the rows stride.
-  for (const dim3 grid : {ParamGradGrid(N, C), dim3(ParamGradGrid(N, C).x, 2)}) {
+  for (const dim3 grid :
+       {ParamGradGrid(N, C), dim3(ParamGradGrid(N, C).x, 2)}) {
     SCOPED_TRACE(testing::Message() << grid.x << "x" << grid.y);
     std::vector<float> dw_h = dw0, db_h = db0;
     emu::RunGrid(grid, ParamGradBlock(), kParamGradSharedBytes, [&] {
@@ -204,9 +206,8 @@ TEST(CudaKernelsEmulated, GeluForwardAndBackward) {
     SCOPED_TRACE(kN);
     std::vector<bf16> out_h(n, __float2bfloat16(1e30f));
     std::vector<bf16> dinp_h(n, __float2bfloat16(1e30f));
-    emu::RunGrid(ElementGrid<kN>(n), kThreads, 0, [&] {
-      GeluForwardKernel<kN>(out_h.data(), inp_h.data(), n);
-    });
+    emu::RunGrid(ElementGrid<kN>(n), kThreads, 0,
+                 [&] { GeluForwardKernel<kN>(out_h.data(), inp_h.data(), n); });
     emu::RunGrid(ElementGrid<kN>(n), kThreads, 0, [&] {
       GeluBackwardKernel<kN>(dinp_h.data(), inp_h.data(), dout_h.data(), n);
     });
@@ -292,7 +293,7 @@ TEST(CudaKernelsEmulated, SoftmaxCrossEntropy) {
   // whole warps hold nothing. Rows padded to ld, as the LM head's padded
   // vocabulary: huge logits there that must be ignored, gradients 0.
   for (const auto& [V, ld] : {std::pair{1000, 1000}, std::pair{1000, 1152},
-                             std::pair{100, 100}, std::pair{100, 640}}) {
+                              std::pair{100, 100}, std::pair{100, 640}}) {
     SCOPED_TRACE(testing::Message() << "V " << V << " ld " << ld);
     const std::vector<float> logits = RandomBf16(N * V, 1, 3.0f);
     const std::vector<int32_t> targets = RandomTokens(N, 2, V);
@@ -315,7 +316,8 @@ TEST(CudaKernelsEmulated, SoftmaxCrossEntropy) {
       got_v.insert(got_v.end(), dlogits_h.begin() + n * ld,
                    dlogits_h.begin() + n * ld + V);
       for (int v = V; v < ld; ++v) {
-        ASSERT_EQ(__bfloat162float(dlogits_h[n * ld + v]), 0.0f) << n << "," << v;
+        ASSERT_EQ(__bfloat162float(dlogits_h[n * ld + v]), 0.0f)
+            << n << "," << v;
       }
     }
     // Most gradients are far below 1 (softmax * dloss): a tighter atol.

@@ -280,9 +280,8 @@ TEST_F(CudaOps, SoftmaxCrossEntropyMatchesCpu) {
   }
   ExpectClose(got_v, grad, 1e-4, 1e-2);
   EXPECT_EQ(pad, std::vector<float>(pad.size(), 0.0f));
-  EXPECT_EQ(cuda::SoftmaxCrossEntropyFused(*ctx_, d_grad, d_losses,
-                                           Raw(padded), Raw(targets), 1.0f / N,
-                                           N, V, V - 1)
+  EXPECT_EQ(cuda::SoftmaxCrossEntropyFused(*ctx_, d_grad, d_losses, Raw(padded),
+                                           Raw(targets), 1.0f / N, N, V, V - 1)
                 .code(),
             absl::StatusCode::kInvalidArgument);
 }

@@ -4,9 +4,8 @@
 
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
+#include "common/consistency.h"
 #include "common/status.h"
 #include "scheduler/kv_store.h"
 #include "scheduler/membership.h"
@@ -43,7 +42,8 @@ absl::Status ValidateOptions(const SchedulerOptions& o) {
   if (o.listen_address.empty()) {
     return absl::InvalidArgumentError("scheduler: listen_address is empty");
   }
-  return ValidateConsistency(o.consistency);
+  // The one parser the servers and the CLI use too.
+  return ParseConsistency(o.consistency).status();
 }
 
 // The address clients dial: the listen host, or loopback for a wildcard.
@@ -56,19 +56,6 @@ std::string DialAddress(const std::string& listen_address, int port) {
 }
 
 }  // namespace
-
-absl::Status ValidateConsistency(const std::string& consistency) {
-  if (consistency == "bsp" || consistency == "asp") return absl::OkStatus();
-  absl::string_view rest = consistency;
-  uint32_t staleness = 0;
-  if (absl::ConsumePrefix(&rest, "ssp:") && !rest.empty() &&
-      absl::SimpleAtoi(rest, &staleness) && rest[0] != '-' && rest[0] != '+') {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("consistency must be bsp, asp or ssp:<s> with s >= 0, got '",
-                   consistency, "'"));
-}
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(
     SchedulerOptions options) {

@@ -47,7 +47,7 @@ struct SchedulerOptions {
   // Number of shard slots; each server registers into one. Must be > 0.
   int num_shards = 1;
   // The job's consistency setting (bsp | ssp:<s> | asp), copied into every
-  // view. See ValidateConsistency.
+  // view; parsed by ParseConsistency (common/consistency.h).
   std::string consistency = "bsp";
   // How long a member stays without a heartbeat. Must be > 0.
   absl::Duration lease = absl::Seconds(10);
@@ -116,10 +116,6 @@ class Scheduler {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
-
-// OK for "bsp", "asp" and "ssp:<s>" with s a non-negative integer;
-// INVALID_ARGUMENT otherwise. Used by the scheduler, the server and the CLI.
-absl::Status ValidateConsistency(const std::string& consistency);
 
 }  // namespace strata
 

@@ -396,14 +396,14 @@ TEST(SchedulerStartTest, TwoSchedulersCannotShareAPort) {
   EXPECT_TRUE(absl::IsUnavailable(b.status())) << b.status();
 }
 
-TEST(ValidateConsistencyTest, AcceptsTheThreeModes) {
-  EXPECT_TRUE(ValidateConsistency("bsp").ok());
-  EXPECT_TRUE(ValidateConsistency("asp").ok());
-  EXPECT_TRUE(ValidateConsistency("ssp:0").ok());
-  EXPECT_TRUE(ValidateConsistency("ssp:3").ok());
-  for (const char* bad :
-       {"", "BSP", "ssp", "ssp:", "ssp:-1", "ssp:x", "ssp:+2"}) {
-    EXPECT_TRUE(absl::IsInvalidArgument(ValidateConsistency(bad))) << bad;
+// The scheduler validates the job's consistency with the servers' parser:
+// a staleness they would refuse is refused here too.
+TEST(SchedulerStartTest, ConsistencyIsTheServersSetting) {
+  EXPECT_TRUE(Scheduler::Start({.consistency = "ssp:1000000"}).ok());
+  for (const char* bad : {"ssp:1000001", "ssp:4294967295", "ssp:+2"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(
+        Scheduler::Start({.consistency = bad}).status()))
+        << bad;
   }
 }
 

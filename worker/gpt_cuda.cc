@@ -174,10 +174,9 @@ absl::Status GptCuda::ForwardTrunk(int B, int T) {
   for (int l = 0; l < L; ++l) STRATA_RETURN_IF_ERROR(BlockForward(l, B, T));
   const int lnf = Device::Block(L, 0);
   return Op("fwd.layernorm", [&] {
-    return kc::LayerNormForward(ctx, d.lnf.as<bf16>(), d.lnf_mean.as<float>(),
-                                d.lnf_rstd.as<float>(),
-                                d.x.as<bf16>() + int64_t{L} * N * C, d.W(lnf),
-                                d.W(lnf + 1), N, C);
+    return kc::LayerNormForward(
+        ctx, d.lnf.as<bf16>(), d.lnf_mean.as<float>(), d.lnf_rstd.as<float>(),
+        d.x.as<bf16>() + int64_t{L} * N * C, d.W(lnf), d.W(lnf + 1), N, C);
   });
 }
 
@@ -275,10 +274,9 @@ absl::Status GptCuda::BlockBackward(int l, int B, int T) {
   }));
   STRATA_RETURN_IF_ERROR(ready(kFcW));
   STRATA_RETURN_IF_ERROR(Op("bwd.layernorm", [&] {
-    return kc::LayerNormBackward(ctx, dres, g(kLn2W), g(kLn2B), dln,
-                                 a.res2.as<bf16>(), w(kLn2W),
-                                 a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(),
-                                 N, C);
+    return kc::LayerNormBackward(
+        ctx, dres, g(kLn2W), g(kLn2B), dln, a.res2.as<bf16>(), w(kLn2W),
+        a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), N, C);
   }));
   STRATA_RETURN_IF_ERROR(ready(kLn2W));
   // Attention branch; dres is now dL/dres2.
@@ -288,10 +286,9 @@ absl::Status GptCuda::BlockBackward(int l, int B, int T) {
   }));
   STRATA_RETURN_IF_ERROR(ready(kAttnProjW));
   STRATA_RETURN_IF_ERROR(Op("bwd.attention", [&] {
-    return kc::AttentionBackward(ctx, d.attention, d.dqkv.as<bf16>(),
-                                 d.att_scratch.as<void>(), dln,
-                                 a.qkv.as<bf16>(), a.atty.as<bf16>(),
-                                 a.att.as<void>(), B, T, C, NH);
+    return kc::AttentionBackward(
+        ctx, d.attention, d.dqkv.as<bf16>(), d.att_scratch.as<void>(), dln,
+        a.qkv.as<bf16>(), a.atty.as<bf16>(), a.att.as<void>(), B, T, C, NH);
   }));
   STRATA_RETURN_IF_ERROR(Op("bwd.matmul", [&] {
     return kc::MatmulBackward(ctx, dln, g(kQkvW), g(kQkvB), d.dqkv.as<bf16>(),

@@ -86,28 +86,26 @@ absl::Status GptCuda::Device::Resize(const GptConfig& cfg, int b, int t) {
 // Two pieces: wte's vocab rows, then everything from wpe on.
 absl::Status GptCuda::Device::ToDevice(float* device, const float* host) const {
   const cudaStream_t s = ctx->stream();
-  STRATA_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(device, host, int64_t{vocab} * width * 4,
-                      cudaMemcpyHostToDevice, s),
-      "copy to device"));
-  return CudaStatus(
-      cudaMemcpyAsync(device + offsets[1], host + host_offsets[1],
-                      (host_total - host_offsets[1]) * 4,
-                      cudaMemcpyHostToDevice, s),
-      "copy to device");
+  STRATA_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(device, host, int64_t{vocab} * width * 4,
+                                 cudaMemcpyHostToDevice, s),
+                 "copy to device"));
+  return CudaStatus(cudaMemcpyAsync(device + offsets[1], host + host_offsets[1],
+                                    (host_total - host_offsets[1]) * 4,
+                                    cudaMemcpyHostToDevice, s),
+                    "copy to device");
 }
 
 absl::Status GptCuda::Device::ToHost(float* host, const float* device) const {
   const cudaStream_t s = ctx->stream();
-  STRATA_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(host, device, int64_t{vocab} * width * 4,
-                      cudaMemcpyDeviceToHost, s),
-      "copy to host"));
-  return CudaStatus(
-      cudaMemcpyAsync(host + host_offsets[1], device + offsets[1],
-                      (host_total - host_offsets[1]) * 4,
-                      cudaMemcpyDeviceToHost, s),
-      "copy to host");
+  STRATA_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(host, device, int64_t{vocab} * width * 4,
+                                 cudaMemcpyDeviceToHost, s),
+                 "copy to host"));
+  return CudaStatus(cudaMemcpyAsync(host + host_offsets[1], device + offsets[1],
+                                    (host_total - host_offsets[1]) * 4,
+                                    cudaMemcpyDeviceToHost, s),
+                    "copy to host");
 }
 
 double CudaPeakBf16Flops(const std::string& name) {

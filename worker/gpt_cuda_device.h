@@ -89,12 +89,12 @@ struct GptCuda::Device {
   std::vector<int64_t> offsets;       // of each parameter on the device
   int64_t total = 0;                  // floats in the device layout
   int64_t head_chunk_floats = 0;      // Options::head_chunk_floats
-  DeviceBuffer master;              // (total) fp32 weights
-  DeviceBuffer weights;             // (total) bf16
-  DeviceBuffer grads;               // (total) fp32
-  std::vector<cudaEvent_t> copied;  // per parameter: gradient is on the host
-  std::vector<int> ready_order;     // parameters in the order they finished
-  std::vector<void*> registered;    // host ranges pinned with cudaHostRegister
+  DeviceBuffer master;                // (total) fp32 weights
+  DeviceBuffer weights;               // (total) bf16
+  DeviceBuffer grads;                 // (total) fp32
+  std::vector<cudaEvent_t> copied;    // per parameter: gradient is on the host
+  std::vector<int> ready_order;       // parameters in the order they finished
+  std::vector<void*> registered;  // host ranges pinned with cudaHostRegister
 
   // Resident training (GptCuda::StartResident): master is authoritative,
   // the Adam moments live beside it, and gradients stay on the device.
@@ -126,8 +126,8 @@ struct GptCuda::Device {
     return gpt_layout::kFirstBlockParam + layer * gpt_layout::kSlotsPerLayer +
            slot;
   }
-  // Rows of logits the LM head computes at once: a power of two (so chunks
-  // of a batch of B*T rows are equal when T is one), at most N.
+  // Rows of logits the LM head computes at once: a power of two (so the
+  // chunks of B*T rows are equal when T is a power of two), at most N.
   int HeadRows(int N) const {
     const int64_t fit = std::max<int64_t>(head_chunk_floats / vocab_padded, 1);
     return static_cast<int>(

@@ -12,8 +12,7 @@ absl::Status SoftmaxCrossEntropyFused(Context& ctx, bf16* dlogits,
                                       int N, int V, int ld) {
   STRATA_CUDA_RETURN_IF_ERROR(
       Require(N > 0 && V > 0, "SoftmaxCrossEntropy: N, V > 0"));
-  STRATA_CUDA_RETURN_IF_ERROR(
-      Require(ld >= V, "SoftmaxCrossEntropy: ld >= V"));
+  STRATA_CUDA_RETURN_IF_ERROR(Require(ld >= V, "SoftmaxCrossEntropy: ld >= V"));
   STRATA_LAUNCH(SoftmaxCrossEntropyKernel, N, kThreads, kSharedBytes,
                 ctx.stream(), dlogits, losses, logits, targets, dloss, V, ld);
   return LaunchStatus("SoftmaxCrossEntropyKernel");

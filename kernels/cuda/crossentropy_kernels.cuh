@@ -63,8 +63,7 @@ __global__ void SoftmaxCrossEntropyKernel(bf16* dlogits, float* losses,
   const float scale = dloss / sum;
   bf16* d = dlogits + row * ld;
   for (int v = threadIdx.x; v < V; v += kThreads) {
-    const float g =
-        expf(x[v] - row_max) * scale - (v == target ? dloss : 0.0f);
+    const float g = expf(x[v] - row_max) * scale - (v == target ? dloss : 0.0f);
     d[v] = __float2bfloat16(g);
   }
   for (int v = V + threadIdx.x; v < ld; v += kThreads) {

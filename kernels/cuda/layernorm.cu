@@ -30,9 +30,9 @@ absl::Status LayerNormBackward(Context& ctx, bf16* dinp, float* dweight,
                   rstd, N, C);
   }
   STRATA_CUDA_RETURN_IF_ERROR(LaunchStatus("LayerNormBackwardKernel"));
-  STRATA_LAUNCH(LayerNormParamGradKernel, ParamGradGrid(N, C),
-                ParamGradBlock(), kParamGradSharedBytes, ctx.stream(), dweight,
-                dbias, dout, inp, mean, rstd, N, C);
+  STRATA_LAUNCH(LayerNormParamGradKernel, ParamGradGrid(N, C), ParamGradBlock(),
+                kParamGradSharedBytes, ctx.stream(), dweight, dbias, dout, inp,
+                mean, rstd, N, C);
   return LaunchStatus("LayerNormParamGradKernel");
 }
 
