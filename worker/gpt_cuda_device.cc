@@ -83,29 +83,21 @@ absl::Status GptCuda::Device::Resize(const GptConfig& cfg, int b, int t) {
   return absl::OkStatus();
 }
 
-// Two pieces: wte's vocab rows, then everything from wpe on.
-absl::Status GptCuda::Device::ToDevice(float* device, const float* host) const {
+// Two pieces: wte's vocab rows, then everything from wpe on (at
+// host_offsets[1] on the host, offsets[1] on the device).
+absl::Status GptCuda::Device::Copy(float* dst, const float* src,
+                                   cudaMemcpyKind kind) const {
+  const bool up = kind == cudaMemcpyHostToDevice;
+  const int64_t src_rest = up ? host_offsets[1] : offsets[1];
+  const int64_t dst_rest = up ? offsets[1] : host_offsets[1];
+  const char* what = up ? "copy to device" : "copy to host";
   const cudaStream_t s = ctx->stream();
-  STRATA_RETURN_IF_ERROR(
-      CudaStatus(cudaMemcpyAsync(device, host, int64_t{vocab} * width * 4,
-                                 cudaMemcpyHostToDevice, s),
-                 "copy to device"));
-  return CudaStatus(cudaMemcpyAsync(device + offsets[1], host + host_offsets[1],
-                                    (host_total - host_offsets[1]) * 4,
-                                    cudaMemcpyHostToDevice, s),
-                    "copy to device");
-}
-
-absl::Status GptCuda::Device::ToHost(float* host, const float* device) const {
-  const cudaStream_t s = ctx->stream();
-  STRATA_RETURN_IF_ERROR(
-      CudaStatus(cudaMemcpyAsync(host, device, int64_t{vocab} * width * 4,
-                                 cudaMemcpyDeviceToHost, s),
-                 "copy to host"));
-  return CudaStatus(cudaMemcpyAsync(host + host_offsets[1], device + offsets[1],
-                                    (host_total - host_offsets[1]) * 4,
-                                    cudaMemcpyDeviceToHost, s),
-                    "copy to host");
+  STRATA_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(dst, src, int64_t{vocab} * width * 4, kind, s), what));
+  return CudaStatus(
+      cudaMemcpyAsync(dst + dst_rest, src + src_rest,
+                      (host_total - host_offsets[1]) * 4, kind, s),
+      what);
 }
 
 double CudaPeakBf16Flops(const std::string& name) {

@@ -137,8 +137,14 @@ struct GptCuda::Device {
   // Enqueues the copy of a whole flat buffer between the host layout (e.g.
   // param_data(0)) and the device layout; the device's padding rows of wte
   // are left as they are.
-  absl::Status ToDevice(float* device, const float* host) const;
-  absl::Status ToHost(float* host, const float* device) const;
+  absl::Status ToDevice(float* device, const float* host) const {
+    return Copy(device, host, cudaMemcpyHostToDevice);
+  }
+  absl::Status ToHost(float* host, const float* device) const {
+    return Copy(host, device, cudaMemcpyDeviceToHost);
+  }
+  // Both: from src's layout to dst's, by direction.
+  absl::Status Copy(float* dst, const float* src, cudaMemcpyKind kind) const;
 
   // Sizes the activations for a (b, t) batch; a no-op for the current one.
   absl::Status Resize(const GptConfig& cfg, int b, int t);

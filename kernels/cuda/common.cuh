@@ -2,6 +2,7 @@
 #ifndef STRATA_KERNELS_CUDA_COMMON_CUH_
 #define STRATA_KERNELS_CUDA_COMMON_CUH_
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -39,6 +40,18 @@ absl::Status GemmBatched(Context& ctx, bool trans_a, bool trans_b, int M, int N,
                          int64_t stride_b, float beta, void* C,
                          cudaDataType_t c_type, int ldc, int64_t stride_c,
                          int batch);
+
+// The grid of a column reduction over an (N, C) matrix in blocks of 32
+// columns x `row_lanes` rows (the bias and LayerNorm parameter gradients):
+// one block column per 32 columns, and enough block rows for about 1024
+// blocks in all.
+inline dim3 ColumnReduceGrid(int N, int C, int row_lanes) {
+  const int col_blocks = (C + 31) / 32;
+  const int64_t rows =
+      std::min<int64_t>(Blocks(N, row_lanes), std::max(1024 / col_blocks, 1));
+  return dim3(col_blocks,
+              static_cast<int>(std::clamp<int64_t>(rows, 1, 65535)));
+}
 
 // Sum of `v` over a warp, broadcast to all lanes.
 __device__ inline float WarpSum(float v) {

@@ -19,13 +19,8 @@ constexpr int kThreads = 32 * kWarpsPerBlock;
 // grid's rows, sums them in registers, reduces the 8 lanes in shared memory
 // and adds the result with one atomic per column and block.
 constexpr int kParamRowLanes = 8;
-// Rows of blocks: enough, with the column blocks, for about 1024 blocks.
 inline dim3 ParamGradGrid(int N, int C) {
-  const int col_blocks = (C + 31) / 32;
-  const int row_blocks = static_cast<int>(std::clamp<int64_t>(
-      std::min<int64_t>(Blocks(N, kParamRowLanes), 1024 / col_blocks), 1,
-      65535));
-  return dim3(col_blocks, row_blocks);
+  return ColumnReduceGrid(N, C, kParamRowLanes);
 }
 inline dim3 ParamGradBlock() { return dim3(32, kParamRowLanes); }
 // Its dynamic shared memory: the lanes' partial sums of dweight and dbias,

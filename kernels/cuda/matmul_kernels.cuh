@@ -32,13 +32,8 @@ __global__ void AddBiasKernel(bf16* out, const bf16* bias, int64_t N, int OC) {
 // strided by the grid's rows, sums them in registers, reduces the 8 lanes
 // in shared memory and adds the result with one atomic per column.
 constexpr int kBiasRowLanes = 8;
-// Rows of blocks: enough, with the column blocks, for about 1024 blocks.
 inline dim3 BiasBackwardGrid(int N, int OC) {
-  const int col_blocks = (OC + 31) / 32;
-  const int row_blocks = static_cast<int>(std::clamp<int64_t>(
-      std::min<int64_t>(Blocks(N, kBiasRowLanes), 1024 / col_blocks), 1,
-      65535));
-  return dim3(col_blocks, row_blocks);
+  return ColumnReduceGrid(N, OC, kBiasRowLanes);
 }
 inline dim3 BiasBackwardBlock() { return dim3(32, kBiasRowLanes); }
 // Its dynamic shared memory: the lanes' partial sums, rows padded to 33.
