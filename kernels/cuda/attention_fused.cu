@@ -1,22 +1,24 @@
 // Fused causal attention in the style of FlashAttention-2 (Dao, 2023): the
-// T x T scores never leave shared memory. bf16 tensor-core tiles through
-// WMMA (16x16x16, fp32 accumulation), online softmax in fp32.
+// T x T scores never leave the chip. bf16 tensor-core products in registers
+// (mma.sync m16n8k16 through kernels/cuda/mma.cuh, fp32 accumulation),
+// online softmax in fp32.
 //
 // Forward: one block of 4 warps per (64 query rows, batch row, head); each
-// warp owns 16 query rows and walks the key tiles up to the diagonal,
-// keeping its rows' running max m and sum l and the fp32 output in shared
-// memory. It saves lse = m + log2(l) per row (base 2, scaled scores) for
-// backward.
+// warp owns 16 query rows and walks the key tiles (K, V staged in shared
+// memory) up to the diagonal, keeping its rows' scores, running max m and
+// sum l and the fp32 output in registers: the probabilities go from the
+// score fragments straight into the P V product. It saves
+// lse = m + log2(l) per row (base 2, scaled scores) for backward.
 //
 // Backward: one block per (64 keys, batch row, head); each warp owns 16 key
 // rows and walks the query tiles from the diagonal down, recomputing
 // P^T = exp2(S^T - lse) from K Q^T, accumulating dV += P^T dO and
-// dK += dS^T Q in shared memory, and adding dQ += dS K into an fp32 buffer
-// with atomics. dS = P * (dP - D) with D = rowsum(dO * O) computed first.
+// dK += dS^T Q in registers; dS^T goes through shared memory so that each
+// warp computes dQ = dS K for 16 queries, added into an fp32 buffer with
+// atomics. dS = P * (dP - D) with D = rowsum(dO * O) computed first.
 //
-// Shared tiles are padded by 8 bf16 / 4 floats per row so that the 16-row
-// fragment loads do not all hit one bank; every fragment pointer stays
-// 32-byte aligned, as WMMA requires.
+// Shared tiles are padded by 8 bf16 per row, so that the fragment loads
+// (each lane a 4-byte word of row g, column 2t) fall in distinct banks.
 #include <cmath>
 
 #include "kernels/cuda/attention_fused.cuh"
@@ -71,9 +73,9 @@ bool FusedAttentionSupports(const Context& ctx, int B, int T, int C, int NH) {
       (int64_t{T} + kTile - 1) / kTile > 65535) {
     return false;
   }
-  // Backward needs the most: 74 KiB for head size 32, 106 KiB for 64 and
-  // 170 KiB for 128, within a Hopper's 227 KiB; an A100 (163 KiB) or a
-  // consumer GPU (99 KiB) takes the unfused kernels for the larger ones.
+  // Backward needs the most: 30 KiB for head size 32, 46 KiB for 64 and
+  // 79 KiB for 128, within the opt-in limit of every GPU since Volta
+  // (96 KiB or more).
   const int64_t need = hs == 32   ? Dims<32>::kBackwardBytes
                        : hs == 64 ? Dims<64>::kBackwardBytes
                                   : Dims<128>::kBackwardBytes;

@@ -7,36 +7,20 @@
 #ifndef STRATA_KERNELS_CUDA_ATTENTION_FUSED_KERNELS_CUH_
 #define STRATA_KERNELS_CUDA_ATTENTION_FUSED_KERNELS_CUH_
 
-#ifndef STRATA_CUDA_EMULATION
-#include <mma.h>
-#endif
-
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma.cuh"
 
 namespace strata::kernels::cuda::flash {
-
-namespace wmma = ::nvcuda::wmma;
 
 constexpr int kTile = 64;  // query rows and key rows per tile
 constexpr int kWarps = 4;  // each owns 16 rows of the block's tile
 constexpr int kThreads = 32 * kWarps;
-constexpr int kPadH = 8;             // bf16 row padding
-constexpr int kPadF = 4;             // fp32 row padding
-constexpr int kLdP = kTile + kPadH;  // bf16 (64-wide) probability tiles
-constexpr int kLdS = kTile + kPadF;  // fp32 (64-wide) score tiles
+constexpr int kPad = 8;             // bf16 row padding
+constexpr int kLdP = kTile + kPad;  // the (64-wide) dS^T tile
 constexpr float kLog2e = 1.4426950408889634f;
-
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
-using FragAT =
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major>;
-using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
-using FragBT =
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
-using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
 // Shared-memory layout of a kernel: consecutive arrays, each 128-byte
 // aligned.
@@ -44,19 +28,16 @@ constexpr int64_t Align(int64_t bytes) { return (bytes + 127) / 128 * 128; }
 
 template <int HS>
 struct Dims {
-  static constexpr int kLdH = HS + kPadH;  // bf16 (HS-wide) tiles
-  static constexpr int kLdO = HS + kPadF;  // fp32 (HS-wide) accumulators
-  static constexpr int64_t kTileH = Align(int64_t{kTile} * kLdH * 2);
-  static constexpr int64_t kTileO = Align(int64_t{kTile} * kLdO * 4);
+  static constexpr int kLd = HS + kPad;  // bf16 (HS-wide) tiles
+  static constexpr int kNT = HS / 8;     // 8-column pieces of a head
+  static constexpr int kKT = HS / 16;    // 16-deep steps over a head
+  static constexpr int64_t kTileH = Align(int64_t{kTile} * kLd * 2);
   static constexpr int64_t kTileP = Align(int64_t{kTile} * kLdP * 2);
-  static constexpr int64_t kTileS = Align(int64_t{kTile} * kLdS * 4);
   static constexpr int64_t kRow = Align(int64_t{kTile} * 4);
-  // Q, K, V; S (fp32), P (bf16); O (fp32).
-  static constexpr int64_t kForwardBytes =
-      3 * kTileH + kTileS + kTileP + kTileO;
-  // K, V, Q, dO; dK, dV (fp32); P^T, dS^T (bf16); S^T/dP^T (fp32); lse, D.
-  static constexpr int64_t kBackwardBytes =
-      4 * kTileH + 2 * kTileO + 2 * kTileP + kTileS + 2 * kRow;
+  // Q, K, V.
+  static constexpr int64_t kForwardBytes = 3 * kTileH;
+  // K, V, Q, dO; dS^T; lse, D.
+  static constexpr int64_t kBackwardBytes = 4 * kTileH + kTileP + 2 * kRow;
 };
 
 // Copies rows [row0, row0 + 64) of a (T, HS) slice whose rows are `stride`
@@ -79,122 +60,156 @@ __device__ void LoadTile(bf16* dst, int ld, const bf16* src, int64_t stride,
   }
 }
 
-template <typename T>
-__device__ void Zero(T* p, int n) {
-  for (int i = threadIdx.x; i < n; i += kThreads) p[i] = T(0);
+// Reductions over the 4 lanes of a quad (the lanes that hold one row of an
+// MMA fragment).
+__device__ inline float QuadMax(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffff, v, 2));
 }
 
-// One warp's C (16 x 16N, fp32, row-major, ldc) = A (16 x 16K) B (16K x 16N)
-// from shared memory, plus C's previous contents when `accumulate`. A is
-// row-major with leading dimension lda, or, with kAT, stored transposed
-// (A^T row-major: A column-major). B likewise with ldb and kBT.
-template <int K, int N, bool kAT, bool kBT>
-__device__ void WarpMma(float* c, int ldc, bool accumulate, const bf16* a,
-                        int lda, const bf16* b, int ldb) {
-  for (int n = 0; n < N; ++n) {
-    FragC acc;
-    if (accumulate) {
-      wmma::load_matrix_sync(acc, c + n * 16, ldc, wmma::mem_row_major);
-    } else {
-      wmma::fill_fragment(acc, 0.0f);
-    }
+__device__ inline float QuadSum(float v) {
+  v += __shfl_xor_sync(0xffffffff, v, 1);
+  return v + __shfl_xor_sync(0xffffffff, v, 2);
+}
+
+// acc (16 x 8n, C fragments) = A B^T, A (16 x HS) rows of `a` and B (8n x
+// HS) rows of `b`, both row-major in shared memory with leading dimension
+// ld: the scores of 16 rows against 8n rows.
+template <int HS, int N>
+__device__ inline void RowsTimesRowsT(float (&acc)[N][4], const bf16* a,
+                                      const bf16* b, int ld) {
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      std::conditional_t<kAT, FragAT, FragA> fa;
-      std::conditional_t<kBT, FragBT, FragB> fb;
-      wmma::load_matrix_sync(fa, kAT ? a + k * 16 * lda : a + k * 16, lda);
-      wmma::load_matrix_sync(
-          fb, kBT ? b + n * 16 * ldb + k * 16 : b + k * 16 * ldb + n * 16, ldb);
-      wmma::mma_sync(acc, fa, fb, acc);
+  for (int n = 0; n < N; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[n][i] = 0.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < HS / 16; ++k) {
+    uint32_t fa[4];
+    mma::LoadA(fa, a + 16 * k, ld);
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      uint32_t fb[2];
+      mma::LoadB(fb, b + 8 * n * ld + 16 * k, ld);
+      mma::Mma(acc[n], fa, fb);
     }
-    wmma::store_matrix_sync(c + n * 16, acc, ldc, wmma::mem_row_major);
+  }
+}
+
+// acc (16 x HS, C fragments) += P V: P (16 x 64) in C fragments (fp32,
+// rounded to bf16 here), V (64 x HS) row-major in shared memory.
+template <int HS>
+__device__ inline void ProbsTimesRows(float (&acc)[HS / 8][4],
+                                      const float (&p)[kTile / 8][4],
+                                      const bf16* v, int ld) {
+#pragma unroll
+  for (int k = 0; k < kTile / 16; ++k) {
+    uint32_t fa[4];
+    mma::AFromC(fa, p[2 * k], p[2 * k + 1]);
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n) {
+      uint32_t fb[2];
+      mma::LoadBT(fb, v + 16 * k * ld + 8 * n, ld);
+      mma::Mma(acc[n], fa, fb);
+    }
   }
 }
 
 // Forward. Grid (B*NH, ceil(T/64)); tile y = 0 is the last (the longest
-// walk), so the heaviest blocks start first.
+// walk), so the heaviest blocks start first. Each warp keeps its 16 query
+// rows' scores, probabilities and output in registers.
 template <int HS>
 __global__ void __launch_bounds__(kThreads)
     FlashForwardKernel(bf16* out, float* lse, const bf16* qkv, int T, int C,
                        int NH, float scale_log2) {
   using D = Dims<HS>;
-  constexpr int kLdH = D::kLdH, kLdO = D::kLdO;
+  constexpr int kLd = D::kLd, kNT = D::kNT;
   STRATA_DYNAMIC_SMEM(smem);
   bf16* sQ = reinterpret_cast<bf16*>(smem);
   bf16* sK = reinterpret_cast<bf16*>(smem + D::kTileH);
   bf16* sV = reinterpret_cast<bf16*>(smem + 2 * D::kTileH);
-  float* sS = reinterpret_cast<float*>(smem + 3 * D::kTileH);
-  bf16* sP = reinterpret_cast<bf16*>(smem + 3 * D::kTileH + D::kTileS);
-  float* sO =
-      reinterpret_cast<float*>(smem + 3 * D::kTileH + D::kTileS + D::kTileP);
 
   const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int qt = gridDim.y - 1 - blockIdx.y;
   const int q0 = qt * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
   const int w0 = warp * 16;  // the warp's first row in the tile
   const int64_t stride = int64_t{3} * C;
   const bf16* base = qkv + int64_t{b} * T * stride + h * HS;
 
-  LoadTile<HS>(sQ, kLdH, base, stride, q0, T);
-  Zero(sO, kTile * kLdO);
-  float m[16], l[16];
+  LoadTile<HS>(sQ, kLd, base, stride, q0, T);
+  // Rows g and g + 8 of the warp's 16: running max (of scaled scores, base
+  // 2), this lane's share of the running sum, and the output.
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
+  float o[kNT][4];
 #pragma unroll
-  for (int r = 0; r < 16; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0;
+  for (int n = 0; n < kNT; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[n][i] = 0.0f;
   }
 
   for (int kt = 0; kt <= qt; ++kt) {
     const int k0 = kt * kTile;
     __syncthreads();  // the previous tile's K and V are no longer read
-    LoadTile<HS>(sK, kLdH, base + C, stride, k0, T);
-    LoadTile<HS>(sV, kLdH, base + 2 * C, stride, k0, T);
+    LoadTile<HS>(sK, kLd, base + C, stride, k0, T);
+    LoadTile<HS>(sV, kLd, base + 2 * C, stride, k0, T);
     __syncthreads();
 
-    // S (16 x 64) = Q_w K^T.
-    WarpMma<HS / 16, kTile / 16, false, true>(sS + w0 * kLdS, kLdS, false,
-                                              sQ + w0 * kLdH, kLdH, sK, kLdH);
-    __syncwarp();
+    float s[kTile / 8][4];
+    RowsTimesRowsT<HS, kTile / 8>(s, sQ + w0 * kLd, sK, kLd);
 
-    // Online softmax, a row at a time, each lane two columns. Every row of
-    // this tile sees key k0 <= its query, so m is finite after the first
-    // tile and exp2(-inf - m) is a clean 0.
+    // Online softmax. Only the diagonal tile has keys after a query; every
+    // row sees key k0 <= its query in its first tile, so m is finite from
+    // then on and exp2(-inf - m) is a clean 0.
+    float mx[2] = {m[0], m[1]};
 #pragma unroll
-    for (int r = 0; r < 16; ++r) {
-      const int row = w0 + r, qi = q0 + row;
-      const float s0 =
-          k0 + lane <= qi ? sS[row * kLdS + lane] * scale_log2 : -INFINITY;
-      const float s1 = k0 + lane + 32 <= qi
-                           ? sS[row * kLdS + lane + 32] * scale_log2
-                           : -INFINITY;
-      const float m_new = fmaxf(m[r], WarpMax(fmaxf(s0, s1)));
-      const float p0 = exp2f(s0 - m_new), p1 = exp2f(s1 - m_new);
-      const float alpha = exp2f(m[r] - m_new);
-      l[r] = l[r] * alpha + WarpSum(p0 + p1);
-      m[r] = m_new;
-      sP[row * kLdP + lane] = __float2bfloat16(p0);
-      sP[row * kLdP + lane + 32] = __float2bfloat16(p1);
-      for (int d = lane; d < HS; d += 32) sO[row * kLdO + d] *= alpha;
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = q0 + w0 + g + (i >= 2 ? 8 : 0);
+        const int key = k0 + 8 * n + 2 * t + i % 2;
+        s[n][i] = kt == qt && key > row ? -INFINITY : s[n][i] * scale_log2;
+        mx[i / 2] = fmaxf(mx[i / 2], s[n][i]);
+      }
     }
-    __syncwarp();
-
-    // O_w += P_w V.
-    WarpMma<kTile / 16, HS / 16, false, false>(sO + w0 * kLdO, kLdO, true,
-                                               sP + w0 * kLdP, kLdP, sV, kLdH);
-    __syncwarp();
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = QuadMax(mx[r]);
+      alpha[r] = exp2f(m[r] - mx[r]);
+      m[r] = mx[r];
+      l[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s[n][i] = exp2f(s[n][i] - m[i / 2]);
+        l[i / 2] += s[n][i];
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[n][i] *= alpha[i / 2];
+    }
+    ProbsTimesRows<HS>(o, s, sV, kLd);
   }
 
 #pragma unroll
-  for (int r = 0; r < 16; ++r) {
-    const int row = w0 + r, qi = q0 + row;
-    if (qi >= T) continue;  // uniform across the warp
-    const float inv = 1.0f / l[r];
-    bf16* o = out + (int64_t{b} * T + qi) * C + h * HS;
-    for (int d = lane; d < HS; d += 32) {
-      o[d] = __float2bfloat16(sO[row * kLdO + d] * inv);
+  for (int r = 0; r < 2; ++r) {
+    const float sum = QuadSum(l[r]);
+    const int qi = q0 + w0 + g + 8 * r;
+    if (qi >= T) continue;
+    const float inv = 1.0f / sum;
+    bf16* row = out + (int64_t{b} * T + qi) * C + h * HS + 2 * t;
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) {
+      *reinterpret_cast<uint32_t*>(row + 8 * n) =
+          mma::Pack(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
     }
-    if (lane == 0) lse[int64_t{bh} * T + qi] = m[r] + log2f(l[r]);
+    if (t == 0) lse[int64_t{bh} * T + qi] = m[r] + log2f(sum);
   }
 }
 
@@ -221,14 +236,18 @@ __global__ void RowDotKernel(float* D, const bf16* dout, const bf16* out,
 }
 
 // Backward. Grid (B*NH, ceil(T/64)); key tile y = 0 walks every query tile,
-// so it comes first. dq_acc (B,T,C) fp32 must be zero on entry.
+// so it comes first. Each warp owns 16 keys and keeps their S^T, P^T, dP^T,
+// dS^T pieces and dK, dV in registers; dQ goes through dS^T in shared
+// memory, a warp per 16 queries, and is added to dq_acc (B,T,C) fp32, which
+// must be zero on entry.
 template <int HS>
 __global__ void __launch_bounds__(kThreads)
     FlashBackwardKernel(bf16* dqkv, float* dq_acc, const bf16* dout,
                         const bf16* qkv, const float* lse, const float* D,
                         int T, int C, int NH, float scale, float scale_log2) {
   using Dm = Dims<HS>;
-  constexpr int kLdH = Dm::kLdH, kLdO = Dm::kLdO;
+  constexpr int kLd = Dm::kLd, kNT = Dm::kNT;
+  constexpr int kQN = kTile / 8;  // 8-query pieces of a query tile
   STRATA_DYNAMIC_SMEM(smem);
   unsigned char* p = smem;
   auto take = [&p](int64_t bytes) {
@@ -240,11 +259,7 @@ __global__ void __launch_bounds__(kThreads)
   bf16* sV = reinterpret_cast<bf16*>(take(Dm::kTileH));
   bf16* sQ = reinterpret_cast<bf16*>(take(Dm::kTileH));
   bf16* sdO = reinterpret_cast<bf16*>(take(Dm::kTileH));
-  float* sdK = reinterpret_cast<float*>(take(Dm::kTileO));
-  float* sdV = reinterpret_cast<float*>(take(Dm::kTileO));
-  bf16* sPT = reinterpret_cast<bf16*>(take(Dm::kTileP));
   bf16* sdST = reinterpret_cast<bf16*>(take(Dm::kTileP));
-  float* sF = reinterpret_cast<float*>(take(Dm::kTileS));
   float* sLse = reinterpret_cast<float*>(take(Dm::kRow));
   float* sD = reinterpret_cast<float*>(take(Dm::kRow));
 
@@ -252,24 +267,27 @@ __global__ void __launch_bounds__(kThreads)
   const int kt = blockIdx.y, k0 = kt * kTile;
   const int num_tiles = gridDim.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
   const int w0 = warp * 16;
   const int64_t stride = int64_t{3} * C;
   const bf16* base = qkv + int64_t{b} * T * stride + h * HS;
   const bf16* dout_base = dout + int64_t{b} * T * C + h * HS;
 
-  LoadTile<HS>(sK, kLdH, base + C, stride, k0, T);
-  LoadTile<HS>(sV, kLdH, base + 2 * C, stride, k0, T);
-  Zero(sdK, kTile * kLdO);
-  Zero(sdV, kTile * kLdO);
+  LoadTile<HS>(sK, kLd, base + C, stride, k0, T);
+  LoadTile<HS>(sV, kLd, base + 2 * C, stride, k0, T);
+  float dk[kNT][4], dv[kNT][4];
+#pragma unroll
+  for (int n = 0; n < kNT; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dk[n][i] = dv[n][i] = 0.0f;
+  }
 
   for (int qt = kt; qt < num_tiles; ++qt) {
     const int q0 = qt * kTile;
-    // The previous tile's Q, dO, lse and D are last read before its dQ
-    // barrier, which already orders them before these writes; this barrier
-    // keeps that true if the phases after it change.
+    // Every warp is done with the previous tile's Q, dO, lse, D and dS^T.
     __syncthreads();
-    LoadTile<HS>(sQ, kLdH, base, stride, q0, T);
-    LoadTile<HS>(sdO, kLdH, dout_base, C, q0, T);
+    LoadTile<HS>(sQ, kLd, base, stride, q0, T);
+    LoadTile<HS>(sdO, kLd, dout_base, C, q0, T);
     for (int i = threadIdx.x; i < kTile; i += kThreads) {
       const bool valid = q0 + i < T;
       // lse = +inf makes padded query rows' probabilities exactly 0.
@@ -278,80 +296,92 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
 
-    // S^T (16 keys x 64 queries) = K_w Q^T.
-    WarpMma<HS / 16, kTile / 16, false, true>(sF + w0 * kLdS, kLdS, false,
-                                              sK + w0 * kLdH, kLdH, sQ, kLdH);
-    __syncwarp();
-
-    // P^T, masked where key > query; kept in fp32 registers for dS.
-    float pt[16][2];
+    // S^T (16 keys x 64 queries) = K_w Q^T, then P^T, masked where
+    // key > query.
+    float pt[kQN][4];
+    RowsTimesRowsT<HS, kQN>(pt, sK + w0 * kLd, sQ, kLd);
 #pragma unroll
-    for (int r = 0; r < 16; ++r) {
-      const int row = w0 + r, kj = k0 + row;
+    for (int n = 0; n < kQN; ++n) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int j = lane + 32 * half;
-        const float v = kj <= q0 + j
-                            ? exp2f(sF[row * kLdS + j] * scale_log2 - sLse[j])
-                            : 0.0f;
-        pt[r][half] = v;
-        sPT[row * kLdP + j] = __float2bfloat16(v);
+      for (int i = 0; i < 4; ++i) {
+        const int key = k0 + w0 + g + (i >= 2 ? 8 : 0);
+        const int j = 8 * n + 2 * t + i % 2;  // query in the tile
+        pt[n][i] = qt == kt && key > q0 + j
+                       ? 0.0f
+                       : exp2f(pt[n][i] * scale_log2 - sLse[j]);
       }
     }
-    __syncwarp();
-
-    // dV_w += P^T_w dO, and dP^T (16 x 64) = V_w dO^T into sF.
-    WarpMma<kTile / 16, HS / 16, false, false>(
-        sdV + w0 * kLdO, kLdO, true, sPT + w0 * kLdP, kLdP, sdO, kLdH);
-    WarpMma<HS / 16, kTile / 16, false, true>(sF + w0 * kLdS, kLdS, false,
-                                              sV + w0 * kLdH, kLdH, sdO, kLdH);
-    __syncwarp();
-
-    // dS^T = P^T * (dP^T - D), times the softmax scale (the scores were
-    // scale * q.k), so dQ = dS K and dK = dS^T Q need no further factor.
+    // dP^T (16 x 64) = V_w dO^T; dS^T = P^T * (dP^T - D), times the
+    // softmax scale (the scores were scale * q.k), so dQ = dS K and
+    // dK = dS^T Q need no further factor.
+    float ds[kQN][4];
+    RowsTimesRowsT<HS, kQN>(ds, sV + w0 * kLd, sdO, kLd);
 #pragma unroll
-    for (int r = 0; r < 16; ++r) {
-      const int row = w0 + r;
+    for (int n = 0; n < kQN; ++n) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int j = lane + 32 * half;
-        const float ds = pt[r][half] * (sF[row * kLdS + j] - sD[j]) * scale;
-        sdST[row * kLdP + j] = __float2bfloat16(ds);
+      for (int i = 0; i < 4; ++i) {
+        const int j = 8 * n + 2 * t + i % 2;
+        ds[n][i] = pt[n][i] * (ds[n][i] - sD[j]) * scale;
       }
     }
-    __syncwarp();
+    // dV_w += P^T_w dO and dK_w += dS^T_w Q.
+    ProbsTimesRows<HS>(dv, pt, sdO, kLd);
+    ProbsTimesRows<HS>(dk, ds, sQ, kLd);
 
-    // dK_w += dS^T_w Q.
-    WarpMma<kTile / 16, HS / 16, false, false>(
-        sdK + w0 * kLdO, kLdO, true, sdST + w0 * kLdP, kLdP, sQ, kLdH);
-    __syncthreads();  // dQ reads every warp's rows of dS^T
-
-    // dQ (queries w0..w0+15) += dS K = (dS^T)^T K, a 16 x 16 piece at a
-    // time through this warp's own rows of sF, added to dq_acc.
-    float* piece = sF + w0 * kLdS;
-    for (int n = 0; n < HS / 16; ++n) {
-      // (dS^T stored row-major is dS stored column-major.)
-      WarpMma<kTile / 16, 1, true, false>(piece, kLdS, false, sdST + w0, kLdP,
-                                          sK + n * 16, kLdH);
-      __syncwarp();
-      for (int e = lane; e < 256; e += 32) {
-        const int r = e / 16, c = e % 16, qi = q0 + w0 + r;
-        if (qi < T) {
-          atomicAdd(dq_acc + (int64_t{b} * T + qi) * C + h * HS + n * 16 + c,
-                    piece[r * kLdS + c]);
-        }
+    // dQ (16 queries of this warp x HS) = dS K, dS read from every warp's
+    // rows of dS^T.
+#pragma unroll
+    for (int n = 0; n < kQN; ++n) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        *reinterpret_cast<uint32_t*>(sdST + (w0 + g + 8 * r) * kLdP + 8 * n +
+                                     2 * t) =
+            mma::Pack(ds[n][2 * r], ds[n][2 * r + 1]);
       }
-      __syncwarp();
+    }
+    __syncthreads();
+    float dq[kNT][4];
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dq[n][i] = 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kTile / 16; ++k) {
+      uint32_t fa[4];
+      mma::LoadAT(fa, sdST + 16 * k * kLdP + w0, kLdP);
+#pragma unroll
+      for (int n = 0; n < kNT; ++n) {
+        uint32_t fb[2];
+        mma::LoadBT(fb, sK + 16 * k * kLd + 8 * n, kLd);
+        mma::Mma(dq[n], fa, fb);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int qi = q0 + w0 + g + 8 * r;
+      if (qi >= T) continue;
+      float* row = dq_acc + (int64_t{b} * T + qi) * C + h * HS + 2 * t;
+#pragma unroll
+      for (int n = 0; n < kNT; ++n) {
+        atomicAdd(row + 8 * n, dq[n][2 * r]);
+        atomicAdd(row + 8 * n + 1, dq[n][2 * r + 1]);
+      }
     }
   }
-  __syncthreads();
 
-  for (int i = threadIdx.x; i < kTile * HS; i += kThreads) {
-    const int r = i / HS, d = i % HS, kj = k0 + r;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int kj = k0 + w0 + g + 8 * r;
     if (kj >= T) continue;
-    bf16* row = dqkv + (int64_t{b} * T + kj) * stride + h * HS + d;
-    row[C] = __float2bfloat16(sdK[r * kLdO + d]);
-    row[2 * C] = __float2bfloat16(sdV[r * kLdO + d]);
+    bf16* row = dqkv + (int64_t{b} * T + kj) * stride + h * HS + 2 * t;
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) {
+      *reinterpret_cast<uint32_t*>(row + C + 8 * n) =
+          mma::Pack(dk[n][2 * r], dk[n][2 * r + 1]);
+      *reinterpret_cast<uint32_t*>(row + 2 * C + 8 * n) =
+          mma::Pack(dv[n][2 * r], dv[n][2 * r + 1]);
+    }
   }
 }
 

@@ -106,6 +106,7 @@ struct Block {
   int at_block_barrier = 0;    // fibers waiting there
   std::vector<int> at_warp_barrier;
   std::vector<float> exchange;              // 32 floats per warp
+  std::vector<uint32_t> fragments;          // 6 words per lane (MMA)
   std::vector<unsigned char> smem_storage;  // smem_bytes + 128
   unsigned char* smem = nullptr;            // 128-byte aligned, as declared
   const std::function<void()>* kernel = nullptr;
@@ -240,6 +241,7 @@ void RunGrid(dim3 grid, dim3 block, size_t smem_bytes,
     b.warp_live.assign(threads / 32, 32);
     b.at_warp_barrier.assign(threads / 32, 0);
     b.exchange.assign(threads, 0.0f);
+    b.fragments.assign(6 * threads, 0);
     b.smem_storage.assign(smem_bytes + 128, 0xff);
     b.smem = b.smem_storage.data() +
              (128 - reinterpret_cast<uintptr_t>(b.smem_storage.data()) % 128);
@@ -310,6 +312,41 @@ void SyncWarp() { Park(Fiber::kAtWarpBarrier); }
 float* WarpExchange() {
   STRATA_CHECK(current != nullptr);
   return current->exchange.data() + 32 * (LinearThread() / 32);
+}
+
+void MmaM16N8K16(float (&d)[4], const uint32_t (&a)[4],
+                 const uint32_t (&b)[2]) {
+  STRATA_CHECK(current != nullptr);
+  const unsigned lane = LinearThread() % 32;
+  uint32_t* warp = current->fragments.data() + 6 * 32 * (LinearThread() / 32);
+  uint32_t* mine = warp + 6 * lane;
+  for (int i = 0; i < 4; ++i) mine[i] = a[i];
+  mine[4] = b[0];
+  mine[5] = b[1];
+  SyncWarp();
+  // Element (row, k) of A and (k, col) of B, from the lanes that hold them.
+  auto half = [](uint32_t word, int hi) {
+    const uint16_t bits = static_cast<uint16_t>(hi ? word >> 16 : word);
+    __nv_bfloat16_raw raw;
+    raw.x = bits;
+    return __bfloat162float(__nv_bfloat16(raw));
+  };
+  auto a_at = [&](int row, int k) {
+    const uint32_t* f = warp + 6 * (4 * (row % 8) + (k % 8) / 2);
+    return half(f[(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k % 2);
+  };
+  auto b_at = [&](int k, int col) {
+    const uint32_t* f = warp + 6 * (4 * col + (k % 8) / 2);
+    return half(f[4 + (k >= 8 ? 1 : 0)], k % 2);
+  };
+  const int g = static_cast<int>(lane / 4), t = static_cast<int>(lane % 4);
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + i % 2;
+    float sum = d[i];
+    for (int k = 0; k < 16; ++k) sum += a_at(row, k) * b_at(k, col);
+    d[i] = sum;
+  }
+  SyncWarp();  // nobody overwrites the buffer before every lane has read
 }
 
 }  // namespace strata::emu

@@ -17,14 +17,14 @@
 //     at either, as on the hardware; a barrier that can never complete
 //     (divergent barriers) aborts with a message;
 //   - __shfl_xor_sync for float, through a per-warp exchange buffer;
+//   - PTX's mma.sync.m16n8k16 for bf16 with fp32 accumulation
+//     (MmaM16N8K16, which kernels/cuda/mma.cuh calls): every lane puts its
+//     operand fragments in a per-warp buffer, and after a warp barrier
+//     computes its own share of the product from the others';
 //   - atomicAdd on float; rsqrtf;
 //   - dynamic shared memory (STRATA_DYNAMIC_SMEM), filled with 0xff bytes
 //     (NaN as float and as bf16) so that a read before a write shows;
 //     static __shared__ arrays are refused at compile time;
-//   - nvcuda::wmma 16x16x16 fragments for bf16 and float: every lane holds
-//     the whole tile, mma_sync computes it in fp32, and store_matrix_sync
-//     writes only the lane's share (element e by lane 31 - e % 32, so
-//     that lanes which run first see the others' elements unwritten).
 // Not emulated: timing, memory coalescing, bank conflicts, register and
 // shared-memory limits, the exact rounding inside real tensor cores.
 #ifndef STRATA_KERNELS_CUDA_EMULATION_H_
@@ -41,7 +41,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <type_traits>
 
 extern thread_local uint3 threadIdx;
 extern thread_local uint3 blockIdx;
@@ -76,6 +75,10 @@ unsigned char* SharedMemory();
 void SyncThreads();
 void SyncWarp();
 float* WarpExchange();
+
+// d += A B for the running warp's m16n8k16 fragments (kernels/cuda/mma.cuh
+// gives the layout); every lane of the warp calls it.
+void MmaM16N8K16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
 
 }  // namespace strata::emu
 
@@ -127,100 +130,5 @@ inline float atomicAdd(float* p, float v) {
   *p = old + v;
   return old;
 }
-
-namespace nvcuda::wmma {
-
-struct matrix_a {};
-struct matrix_b {};
-struct accumulator {};
-struct row_major {};
-struct col_major {};
-enum layout_t { mem_row_major, mem_col_major };
-
-// Element (r, c) of the 16 x 16 tile at v[16 * r + c], in every lane.
-template <typename Use, int M, int N, int K, typename T, typename Layout = void>
-struct fragment {
-  static_assert(M == 16 && N == 16 && K == 16, "16x16x16 only");
-  float v[256];
-};
-
-template <typename Use, typename T, typename Layout>
-void fill_fragment(fragment<Use, 16, 16, 16, T, Layout>& f, float x) {
-  for (float& e : f.v) e = x;
-}
-
-// WMMA's requirements, which the hardware enforces with a fault or wrong
-// data: a 256-bit aligned pointer, and a leading dimension that is a
-// multiple of 16 bytes.
-template <typename T>
-void CheckFragmentAccess(const T* p, unsigned ld) {
-  if (reinterpret_cast<uintptr_t>(p) % 32 != 0 || (ld * sizeof(T)) % 16 != 0) {
-    std::fprintf(stderr,
-                 "CUDA emulation: WMMA access at %p with leading dimension %u "
-                 "(%zu-byte elements): needs 32-byte alignment and a multiple "
-                 "of 16 bytes\n",
-                 static_cast<const void*>(p), ld, sizeof(T));
-    std::abort();
-  }
-}
-
-inline float ToFloat(float x) { return x; }
-inline float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-// matrix_a / matrix_b: the layout is part of the type.
-template <typename Use, typename T, typename Layout>
-void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p,
-                      unsigned ld) {
-  static_assert(!std::is_void_v<Layout>, "operands carry a layout");
-  CheckFragmentAccess(p, ld);
-  for (int r = 0; r < 16; ++r) {
-    for (int c = 0; c < 16; ++c) {
-      f.v[16 * r + c] = ToFloat(
-          std::is_same_v<Layout, row_major> ? p[r * ld + c] : p[c * ld + r]);
-    }
-  }
-}
-
-inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f,
-                             const float* p, unsigned ld, layout_t layout) {
-  CheckFragmentAccess(p, ld);
-  for (int r = 0; r < 16; ++r) {
-    for (int c = 0; c < 16; ++c) {
-      f.v[16 * r + c] = layout == mem_row_major ? p[r * ld + c] : p[c * ld + r];
-    }
-  }
-}
-
-inline void store_matrix_sync(float* p,
-                              const fragment<accumulator, 16, 16, 16, float>& f,
-                              unsigned ld, layout_t layout) {
-  CheckFragmentAccess(p, ld);
-  // Lane l writes the elements e with e % 32 == 31 - l: lanes run in
-  // order here, so a lane that reads its row of the tile before a
-  // __syncwarp finds elements of lanes that have not stored yet.
-  const unsigned lane = strata::emu::LinearThread() % 32;
-  for (unsigned e = 31 - lane; e < 256; e += 32) {
-    const unsigned r = e / 16, c = e % 16;
-    (layout == mem_row_major ? p[r * ld + c] : p[c * ld + r]) = f.v[e];
-  }
-}
-
-template <typename TA, typename LA, typename TB, typename LB>
-void mma_sync(fragment<accumulator, 16, 16, 16, float>& d,
-              const fragment<matrix_a, 16, 16, 16, TA, LA>& a,
-              const fragment<matrix_b, 16, 16, 16, TB, LB>& b,
-              const fragment<accumulator, 16, 16, 16, float>& c) {
-  float out[256];
-  for (int r = 0; r < 16; ++r) {
-    for (int col = 0; col < 16; ++col) {
-      float sum = c.v[16 * r + col];
-      for (int k = 0; k < 16; ++k) sum += a.v[16 * r + k] * b.v[16 * k + col];
-      out[16 * r + col] = sum;
-    }
-  }
-  for (int i = 0; i < 256; ++i) d.v[i] = out[i];
-}
-
-}  // namespace nvcuda::wmma
 
 #endif  // STRATA_KERNELS_CUDA_EMULATION_H_
