@@ -60,6 +60,19 @@ __device__ void LoadTile(bf16* dst, int ld, const bf16* src, int64_t stride,
   }
 }
 
+// p[0] += x and p[1] += y, atomically each (p 8-byte aligned): one vector
+// atomic on a Hopper or later, two scalar ones before.
+__device__ inline void AtomicAdd2(float* p, float x, float y) {
+#if !defined(STRATA_CUDA_EMULATION) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(p), make_float2(x, y));
+#else
+  STRATA_DEVICE_CHECK(reinterpret_cast<uintptr_t>(p) % 8 == 0,
+                      "AtomicAdd2: 8-byte access misaligned");
+  atomicAdd(p, x);
+  atomicAdd(p + 1, y);
+#endif
+}
+
 // Reductions over the 4 lanes of a quad (the lanes that hold one row of an
 // MMA fragment).
 __device__ inline float QuadMax(float v) {
@@ -72,12 +85,23 @@ __device__ inline float QuadSum(float v) {
   return v + __shfl_xor_sync(0xffffffff, v, 2);
 }
 
-// acc (16 x 8n, C fragments) = A B^T, A (16 x HS) rows of `a` and B (8n x
-// HS) rows of `b`, both row-major in shared memory with leading dimension
-// ld: the scores of 16 rows against 8n rows.
+// The A fragments of a 16 x HS block of rows (row-major in shared memory,
+// leading dimension ld), one per 16 columns.
+template <int HS>
+__device__ inline void LoadRows(uint32_t (&a)[HS / 16][4], const bf16* s,
+                                int ld) {
+#pragma unroll
+  for (int k = 0; k < HS / 16; ++k) mma::LoadA(a[k], s + 16 * k, ld);
+}
+
+// acc (16 x 8N, C fragments) = A B^T: A (16 x HS) in fragments (LoadRows),
+// B (8N x HS) rows of `b`, row-major in shared memory with leading
+// dimension ld: the scores of 16 rows against 8N rows.
 template <int HS, int N>
-__device__ inline void RowsTimesRowsT(float (&acc)[N][4], const bf16* a,
+__device__ inline void RowsTimesRowsT(float (&acc)[N][4],
+                                      const uint32_t (&a)[HS / 16][4],
                                       const bf16* b, int ld) {
+  static_assert(N % 2 == 0, "B fragments load in pairs");
 #pragma unroll
   for (int n = 0; n < N; ++n) {
 #pragma unroll
@@ -85,13 +109,30 @@ __device__ inline void RowsTimesRowsT(float (&acc)[N][4], const bf16* a,
   }
 #pragma unroll
   for (int k = 0; k < HS / 16; ++k) {
-    uint32_t fa[4];
-    mma::LoadA(fa, a + 16 * k, ld);
 #pragma unroll
-    for (int n = 0; n < N; ++n) {
-      uint32_t fb[2];
-      mma::LoadB(fb, b + 8 * n * ld + 16 * k, ld);
-      mma::Mma(acc[n], fa, fb);
+    for (int n = 0; n < N; n += 2) {
+      uint32_t fb0[2], fb1[2];
+      mma::LoadB2(fb0, fb1, b + 8 * n * ld + 16 * k, ld);
+      mma::Mma(acc[n], a[k], fb0);
+      mma::Mma(acc[n + 1], a[k], fb1);
+    }
+  }
+}
+
+// acc (16 x N, C fragments) += A V: A (16 x 16K) in fragments, V (16K x N)
+// row-major in shared memory.
+template <int K, int N>
+__device__ inline void FragsTimesRows(float (&acc)[N / 8][4],
+                                      const uint32_t (&a)[K][4], const bf16* v,
+                                      int ld) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+#pragma unroll
+    for (int n = 0; n < N / 8; n += 2) {
+      uint32_t fb0[2], fb1[2];
+      mma::LoadBT2(fb0, fb1, v + 16 * k * ld + 8 * n, ld);
+      mma::Mma(acc[n], a[k], fb0);
+      mma::Mma(acc[n + 1], a[k], fb1);
     }
   }
 }
@@ -102,17 +143,12 @@ template <int HS>
 __device__ inline void ProbsTimesRows(float (&acc)[HS / 8][4],
                                       const float (&p)[kTile / 8][4],
                                       const bf16* v, int ld) {
+  uint32_t fa[kTile / 16][4];
 #pragma unroll
   for (int k = 0; k < kTile / 16; ++k) {
-    uint32_t fa[4];
-    mma::AFromC(fa, p[2 * k], p[2 * k + 1]);
-#pragma unroll
-    for (int n = 0; n < HS / 8; ++n) {
-      uint32_t fb[2];
-      mma::LoadBT(fb, v + 16 * k * ld + 8 * n, ld);
-      mma::Mma(acc[n], fa, fb);
-    }
+    mma::AFromC(fa[k], p[2 * k], p[2 * k + 1]);
   }
+  FragsTimesRows<kTile / 16, HS>(acc, fa, v, ld);
 }
 
 // Forward. Grid (B*NH, ceil(T/64)); tile y = 0 is the last (the longest
@@ -139,6 +175,9 @@ __global__ void __launch_bounds__(kThreads)
   const bf16* base = qkv + int64_t{b} * T * stride + h * HS;
 
   LoadTile<HS>(sQ, kLd, base, stride, q0, T);
+  __syncthreads();
+  uint32_t qa[HS / 16][4];  // the warp's 16 query rows
+  LoadRows<HS>(qa, sQ + w0 * kLd, kLd);
   // Rows g and g + 8 of the warp's 16: running max (of scaled scores, base
   // 2), this lane's share of the running sum, and the output.
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
@@ -157,7 +196,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     float s[kTile / 8][4];
-    RowsTimesRowsT<HS, kTile / 8>(s, sQ + w0 * kLd, sK, kLd);
+    RowsTimesRowsT<HS, kTile / 8>(s, qa, sK, kLd);
 
     // Online softmax. Only the diagonal tile has keys after a query; every
     // row sees key k0 <= its query in its first tile, so m is finite from
@@ -299,7 +338,9 @@ __global__ void __launch_bounds__(kThreads)
     // S^T (16 keys x 64 queries) = K_w Q^T, then P^T, masked where
     // key > query.
     float pt[kQN][4];
-    RowsTimesRowsT<HS, kQN>(pt, sK + w0 * kLd, sQ, kLd);
+    uint32_t rows[HS / 16][4];
+    LoadRows<HS>(rows, sK + w0 * kLd, kLd);
+    RowsTimesRowsT<HS, kQN>(pt, rows, sQ, kLd);
 #pragma unroll
     for (int n = 0; n < kQN; ++n) {
 #pragma unroll
@@ -315,7 +356,8 @@ __global__ void __launch_bounds__(kThreads)
     // softmax scale (the scores were scale * q.k), so dQ = dS K and
     // dK = dS^T Q need no further factor.
     float ds[kQN][4];
-    RowsTimesRowsT<HS, kQN>(ds, sV + w0 * kLd, sdO, kLd);
+    LoadRows<HS>(rows, sV + w0 * kLd, kLd);
+    RowsTimesRowsT<HS, kQN>(ds, rows, sdO, kLd);
 #pragma unroll
     for (int n = 0; n < kQN; ++n) {
 #pragma unroll
@@ -346,17 +388,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int i = 0; i < 4; ++i) dq[n][i] = 0.0f;
     }
+    uint32_t dsa[kTile / 16][4];  // dS for the warp's 16 queries
 #pragma unroll
     for (int k = 0; k < kTile / 16; ++k) {
-      uint32_t fa[4];
-      mma::LoadAT(fa, sdST + 16 * k * kLdP + w0, kLdP);
-#pragma unroll
-      for (int n = 0; n < kNT; ++n) {
-        uint32_t fb[2];
-        mma::LoadBT(fb, sK + 16 * k * kLd + 8 * n, kLd);
-        mma::Mma(dq[n], fa, fb);
-      }
+      mma::LoadAT(dsa[k], sdST + 16 * k * kLdP + w0, kLdP);
     }
+    FragsTimesRows<kTile / 16, HS>(dq, dsa, sK, kLd);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int qi = q0 + w0 + g + 8 * r;
@@ -364,8 +401,7 @@ __global__ void __launch_bounds__(kThreads)
       float* row = dq_acc + (int64_t{b} * T + qi) * C + h * HS + 2 * t;
 #pragma unroll
       for (int n = 0; n < kNT; ++n) {
-        atomicAdd(row + 8 * n, dq[n][2 * r]);
-        atomicAdd(row + 8 * n + 1, dq[n][2 * r + 1]);
+        AtomicAdd2(row + 8 * n, dq[n][2 * r], dq[n][2 * r + 1]);
       }
     }
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -107,6 +108,7 @@ struct Block {
   std::vector<int> at_warp_barrier;
   std::vector<float> exchange;              // 32 floats per warp
   std::vector<uint32_t> fragments;          // 6 words per lane (MMA)
+  std::vector<const void*> rows;            // a row address per lane
   std::vector<unsigned char> smem_storage;  // smem_bytes + 128
   unsigned char* smem = nullptr;            // 128-byte aligned, as declared
   const std::function<void()>* kernel = nullptr;
@@ -242,6 +244,7 @@ void RunGrid(dim3 grid, dim3 block, size_t smem_bytes,
     b.at_warp_barrier.assign(threads / 32, 0);
     b.exchange.assign(threads, 0.0f);
     b.fragments.assign(6 * threads, 0);
+    b.rows.assign(threads, nullptr);
     b.smem_storage.assign(smem_bytes + 128, 0xff);
     b.smem = b.smem_storage.data() +
              (128 - reinterpret_cast<uintptr_t>(b.smem_storage.data()) % 128);
@@ -347,6 +350,26 @@ void MmaM16N8K16(float (&d)[4], const uint32_t (&a)[4],
     d[i] = sum;
   }
   SyncWarp();  // nobody overwrites the buffer before every lane has read
+}
+
+void LdMatrix(uint32_t* r, int count, const void* row, bool trans) {
+  STRATA_CHECK(current != nullptr);
+  const unsigned lane = LinearThread() % 32;
+  const void** warp = current->rows.data() + 32 * (LinearThread() / 32);
+  warp[lane] = row;
+  SyncWarp();
+  // Element (r, c) of matrix j: column c of the row lane 8j + r gives.
+  auto at = [&](int j, int r, int c) {
+    uint16_t bits;
+    std::memcpy(&bits, static_cast<const char*>(warp[8 * j + r]) + 2 * c, 2);
+    return uint32_t{bits};
+  };
+  const int g = static_cast<int>(lane / 4), t = static_cast<int>(lane % 4);
+  for (int j = 0; j < count; ++j) {
+    r[j] = trans ? at(j, 2 * t, g) | at(j, 2 * t + 1, g) << 16
+                 : at(j, g, 2 * t) | at(j, g, 2 * t + 1) << 16;
+  }
+  SyncWarp();  // nobody overwrites the addresses before every lane has read
 }
 
 }  // namespace strata::emu

@@ -20,7 +20,8 @@
 //   - PTX's mma.sync.m16n8k16 for bf16 with fp32 accumulation
 //     (MmaM16N8K16, which kernels/cuda/mma.cuh calls): every lane puts its
 //     operand fragments in a per-warp buffer, and after a warp barrier
-//     computes its own share of the product from the others';
+//     computes its own share of the product from the others'; and its
+//     ldmatrix (LdMatrix), each lane reading the rows the others address;
 //   - atomicAdd on float; rsqrtf;
 //   - dynamic shared memory (STRATA_DYNAMIC_SMEM), filled with 0xff bytes
 //     (NaN as float and as bf16) so that a read before a write shows;
@@ -79,6 +80,9 @@ float* WarpExchange();
 // d += A B for the running warp's m16n8k16 fragments (kernels/cuda/mma.cuh
 // gives the layout); every lane of the warp calls it.
 void MmaM16N8K16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
+// PTX's ldmatrix.m8n8.x`count` (.trans with `trans`) for the running warp:
+// `row` is this lane's row address (kernels/cuda/mma.cuh, LdMatrixX4).
+void LdMatrix(uint32_t* r, int count, const void* row, bool trans);
 
 }  // namespace strata::emu
 

@@ -1,8 +1,8 @@
 // Warp-level bf16 tensor-core products in registers: PTX's
 // mma.sync.m16n8k16 (fp32 accumulation) and the loads of its operand
-// fragments from shared memory. Kernels that keep their tiles in registers
-// (the fused attention) build on these; on the CPU emulation of
-// kernels/cuda/emulation.h the product is emulated with the same fragment
+// fragments from shared memory (ldmatrix). Kernels that keep their tiles in
+// registers (the fused attention) build on these; on the CPU emulation of
+// kernels/cuda/emulation.h both are emulated with the same fragment
 // layout, so a kernel that misplaces an element fails there too.
 //
 // Fragment layout (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with
@@ -40,13 +40,6 @@ __device__ inline uint32_t Pack(float lo, float hi) {
   return Pack(__float2bfloat16(lo), __float2bfloat16(hi));
 }
 
-// The two consecutive bf16 at p (4-byte aligned) as one register.
-__device__ inline uint32_t Pair(const bf16* p) {
-  STRATA_DEVICE_CHECK(reinterpret_cast<uintptr_t>(p) % 4 == 0,
-                      "mma::Pair: 4-byte access misaligned");
-  return *reinterpret_cast<const uint32_t*>(p);
-}
-
 // d += A B for one warp (every lane calls it, with its fragments).
 __device__ inline void Mma(float (&d)[4], const uint32_t (&a)[4],
                            const uint32_t (&b)[2]) {
@@ -61,42 +54,73 @@ __device__ inline void Mma(float (&d)[4], const uint32_t (&a)[4],
 #endif
 }
 
-// A (16 x 16) from row-major shared memory: A[m][k] = s[m * ld + k]
-// (s and ld even, so every pair is 4-byte aligned).
+// PTX's ldmatrix: `count` (2 or 4) 8 x 8 bf16 matrices from shared
+// memory, lane 8j + r giving the address of row r of matrix j (16-byte
+// aligned); register j of lane l receives row l / 4, columns 2(l % 4) and
+// 2(l % 4) + 1 of matrix j, or with kTrans the transpose's: rows 2(l % 4)
+// and 2(l % 4) + 1 of column l / 4.
+template <bool kTrans>
+__device__ inline void LdMatrixX4(uint32_t (&r)[4], const bf16* row) {
+  STRATA_DEVICE_CHECK(reinterpret_cast<uintptr_t>(row) % 16 == 0,
+                      "ldmatrix: row address not 16-byte aligned");
+#ifdef STRATA_CUDA_EMULATION
+  ::strata::emu::LdMatrix(r, 4, row, kTrans);
+#else
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  if constexpr (kTrans) {
+    asm volatile(
+        "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, "
+        "[%4];\n"
+        : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+        : "r"(addr));
+  } else {
+    asm volatile(
+        "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+        : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+        : "r"(addr));
+  }
+#endif
+}
+
+// The row this lane addresses for an ldmatrix.x4 of the 16 x 16 block at s
+// (row-major, leading dimension ld, a multiple of 8), matrices in the order
+// (rows 0-7, cols 0-7), then either (rows 8-15, cols 0-7) (kRowsFirst) or
+// (rows 0-7, cols 8-15), then the remaining two likewise.
+template <bool kRowsFirst>
+__device__ inline const bf16* X4Row(const bf16* s, int ld) {
+  const int j = Lane() / 8, r = Lane() % 8;
+  const int row = kRowsFirst ? (j % 2) * 8 + r : (j / 2) * 8 + r;
+  const int col = kRowsFirst ? (j / 2) * 8 : (j % 2) * 8;
+  return s + row * ld + col;
+}
+
+// A (16 x 16) from row-major shared memory: A[m][k] = s[m * ld + k].
 __device__ inline void LoadA(uint32_t (&a)[4], const bf16* s, int ld) {
-  const int g = Lane() / 4, t = Lane() % 4;
-  a[0] = Pair(s + g * ld + 2 * t);
-  a[1] = Pair(s + (g + 8) * ld + 2 * t);
-  a[2] = Pair(s + g * ld + 2 * t + 8);
-  a[3] = Pair(s + (g + 8) * ld + 2 * t + 8);
+  LdMatrixX4<false>(a, X4Row<true>(s, ld));
 }
 
 // A (16 x 16) stored transposed: A[m][k] = s[k * ld + m].
 __device__ inline void LoadAT(uint32_t (&a)[4], const bf16* s, int ld) {
-  const int g = Lane() / 4, t = Lane() % 4;
-  const bf16* r0 = s + 2 * t * ld;  // k = 2t
-  const bf16* r8 = r0 + 8 * ld;     // k = 2t + 8
-  a[0] = Pack(r0[g], r0[ld + g]);
-  a[1] = Pack(r0[g + 8], r0[ld + g + 8]);
-  a[2] = Pack(r8[g], r8[ld + g]);
-  a[3] = Pack(r8[g + 8], r8[ld + g + 8]);
+  LdMatrixX4<true>(a, X4Row<false>(s, ld));
 }
 
-// B (16 x 8) stored column by column: B[k][n] = s[n * ld + k] (a K or Q
-// tile for a product with its transpose).
-__device__ inline void LoadB(uint32_t (&b)[2], const bf16* s, int ld) {
-  const int g = Lane() / 4, t = Lane() % 4;
-  b[0] = Pair(s + g * ld + 2 * t);
-  b[1] = Pair(s + g * ld + 2 * t + 8);
+// Two B fragments (16 x 8 each: columns 0-7 into b0, 8-15 into b1) stored
+// column by column: B[k][n] = s[n * ld + k] (a K or Q tile for a product
+// with its transpose).
+__device__ inline void LoadB2(uint32_t (&b0)[2], uint32_t (&b1)[2],
+                              const bf16* s, int ld) {
+  uint32_t r[4];
+  LdMatrixX4<false>(r, X4Row<false>(s, ld));
+  b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
 }
 
-// B (16 x 8) row-major: B[k][n] = s[k * ld + n].
-__device__ inline void LoadBT(uint32_t (&b)[2], const bf16* s, int ld) {
-  const int g = Lane() / 4, t = Lane() % 4;
-  const bf16* r0 = s + 2 * t * ld;
-  const bf16* r8 = r0 + 8 * ld;
-  b[0] = Pack(r0[g], r0[ld + g]);
-  b[1] = Pack(r8[g], r8[ld + g]);
+// Two B fragments (columns 0-7 into b0, 8-15 into b1), row-major:
+// B[k][n] = s[k * ld + n].
+__device__ inline void LoadBT2(uint32_t (&b0)[2], uint32_t (&b1)[2],
+                               const bf16* s, int ld) {
+  uint32_t r[4];
+  LdMatrixX4<true>(r, X4Row<true>(s, ld));
+  b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
 }
 
 // The A fragment (16 x 16, bf16) of two fp32 C fragments: columns 0..7
