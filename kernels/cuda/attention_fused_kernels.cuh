@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
 
@@ -34,29 +35,30 @@ struct Dims {
   static constexpr int64_t kTileH = Align(int64_t{kTile} * kLd * 2);
   static constexpr int64_t kTileP = Align(int64_t{kTile} * kLdP * 2);
   static constexpr int64_t kRow = Align(int64_t{kTile} * 4);
-  // Q, K, V.
-  static constexpr int64_t kForwardBytes = 3 * kTileH;
-  // K, V, Q, dO; dS^T; lse, D.
-  static constexpr int64_t kBackwardBytes = 4 * kTileH + kTileP + 2 * kRow;
+  // Q; K and V, two of each (the tile in use and the next).
+  static constexpr int64_t kForwardBytes = 5 * kTileH;
+  // K, V; Q and dO, two of each; dS^T; lse and D, two of each.
+  static constexpr int64_t kQueryBuffer = 2 * kTileH + 2 * kRow;
+  static constexpr int64_t kBackwardBytes =
+      2 * kTileH + 2 * kQueryBuffer + kTileP;
 };
 
-// Copies rows [row0, row0 + 64) of a (T, HS) slice whose rows are `stride`
-// elements apart into a (64, ld) shared tile, zero-filling rows >= T.
-// 16-byte vectors: src, stride and HS are multiples of 8 elements.
+// Starts copying rows [row0, row0 + 64) of a (T, HS) slice whose rows are
+// `stride` elements apart into a (64, ld) shared tile, zero-filling rows
+// >= T; the copies land by the next async::Wait. 16-byte vectors: src,
+// stride and HS are multiples of 8 elements.
 template <int HS>
 __device__ void LoadTile(bf16* dst, int ld, const bf16* src, int64_t stride,
                          int row0, int T) {
-  constexpr int kVecs = HS / 8;  // uint4 per row
+  constexpr int kVecs = HS / 8;  // 16-byte vectors per row
   for (int i = threadIdx.x; i < kTile * kVecs; i += kThreads) {
     const int r = i / kVecs, c = (i % kVecs) * 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    const bf16* from = src + (row0 + r) * stride + c;
     bf16* to = dst + r * ld + c;
-    STRATA_DEVICE_CHECK(reinterpret_cast<uintptr_t>(from) % 16 == 0 &&
-                            reinterpret_cast<uintptr_t>(to) % 16 == 0,
-                        "LoadTile: 16-byte vector access misaligned");
-    if (row0 + r < T) v = *reinterpret_cast<const uint4*>(from);
-    *reinterpret_cast<uint4*>(to) = v;
+    if (row0 + r < T) {
+      async::Copy16(to, src + (row0 + r) * stride + c);
+    } else {
+      *reinterpret_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);
+    }
   }
 }
 
@@ -152,18 +154,25 @@ __device__ inline void ProbsTimesRows(float (&acc)[HS / 8][4],
 }
 
 // Forward. Grid (B*NH, ceil(T/64)); tile y = 0 is the last (the longest
-// walk), so the heaviest blocks start first. Each warp keeps its 16 query
-// rows' scores, probabilities and output in registers.
+// walk), so the heaviest blocks start first. Up to head size 64, at most 128
+// registers a thread, so that 4 blocks fit on an SM. Each warp keeps its 16
+// query rows' scores, probabilities and output in registers.
 template <int HS>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, HS <= 64 ? 4 : 1)
     FlashForwardKernel(bf16* out, float* lse, const bf16* qkv, int T, int C,
                        int NH, float scale_log2) {
   using D = Dims<HS>;
   constexpr int kLd = D::kLd, kNT = D::kNT;
   STRATA_DYNAMIC_SMEM(smem);
-  bf16* sQ = reinterpret_cast<bf16*>(smem);
-  bf16* sK = reinterpret_cast<bf16*>(smem + D::kTileH);
-  bf16* sV = reinterpret_cast<bf16*>(smem + 2 * D::kTileH);
+  // Q, then K and V for buffer 0, then for buffer 1.
+  unsigned char* tiles = smem;  // (a __shared__ array cannot be captured)
+  bf16* sQ = reinterpret_cast<bf16*>(tiles);
+  auto sK = [tiles](int buf) {
+    return reinterpret_cast<bf16*>(tiles + (1 + 2 * buf) * D::kTileH);
+  };
+  auto sV = [tiles](int buf) {
+    return reinterpret_cast<bf16*>(tiles + (2 + 2 * buf) * D::kTileH);
+  };
 
   const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int qt = gridDim.y - 1 - blockIdx.y;
@@ -175,6 +184,11 @@ __global__ void __launch_bounds__(kThreads)
   const bf16* base = qkv + int64_t{b} * T * stride + h * HS;
 
   LoadTile<HS>(sQ, kLd, base, stride, q0, T);
+  async::Commit();
+  LoadTile<HS>(sK(0), kLd, base + C, stride, 0, T);
+  LoadTile<HS>(sV(0), kLd, base + 2 * C, stride, 0, T);
+  async::Commit();
+  async::Wait<1>();  // Q
   __syncthreads();
   uint32_t qa[HS / 16][4];  // the warp's 16 query rows
   LoadRows<HS>(qa, sQ + w0 * kLd, kLd);
@@ -189,14 +203,21 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   for (int kt = 0; kt <= qt; ++kt) {
-    const int k0 = kt * kTile;
-    __syncthreads();  // the previous tile's K and V are no longer read
-    LoadTile<HS>(sK, kLd, base + C, stride, k0, T);
-    LoadTile<HS>(sV, kLd, base + 2 * C, stride, k0, T);
+    const int k0 = kt * kTile, buf = kt % 2;
+    // The next tile's copies go into the buffers every warp finished
+    // reading before the barrier at the end of the previous iteration.
+    if (kt < qt) {
+      LoadTile<HS>(sK(1 - buf), kLd, base + C, stride, k0 + kTile, T);
+      LoadTile<HS>(sV(1 - buf), kLd, base + 2 * C, stride, k0 + kTile, T);
+      async::Commit();
+      async::Wait<1>();
+    } else {
+      async::Wait<0>();
+    }
     __syncthreads();
 
     float s[kTile / 8][4];
-    RowsTimesRowsT<HS, kTile / 8>(s, qa, sK, kLd);
+    RowsTimesRowsT<HS, kTile / 8>(s, qa, sK(buf), kLd);
 
     // Online softmax. Only the diagonal tile has keys after a query; every
     // row sees key k0 <= its query in its first tile, so m is finite from
@@ -233,7 +254,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int i = 0; i < 4; ++i) o[n][i] *= alpha[i / 2];
     }
-    ProbsTimesRows<HS>(o, s, sV, kLd);
+    ProbsTimesRows<HS>(o, s, sV(buf), kLd);
+    __syncthreads();
   }
 
 #pragma unroll
@@ -275,12 +297,13 @@ __global__ void RowDotKernel(float* D, const bf16* dout, const bf16* out,
 }
 
 // Backward. Grid (B*NH, ceil(T/64)); key tile y = 0 walks every query tile,
-// so it comes first. Each warp owns 16 keys and keeps their S^T, P^T, dP^T,
-// dS^T pieces and dK, dV in registers; dQ goes through dS^T in shared
+// so it comes first. Up to head size 64, at most 168 registers a thread, so
+// that 3 blocks fit on an SM. Each warp owns 16 keys and keeps their S^T, P^T,
+// dP^T, dS^T pieces and dK, dV in registers; dQ goes through dS^T in shared
 // memory, a warp per 16 queries, and is added to dq_acc (B,T,C) fp32, which
 // must be zero on entry.
 template <int HS>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, HS <= 64 ? 3 : 1)
     FlashBackwardKernel(bf16* dqkv, float* dq_acc, const bf16* dout,
                         const bf16* qkv, const float* lse, const float* D,
                         int T, int C, int NH, float scale, float scale_log2) {
@@ -296,11 +319,24 @@ __global__ void __launch_bounds__(kThreads)
   };
   bf16* sK = reinterpret_cast<bf16*>(take(Dm::kTileH));
   bf16* sV = reinterpret_cast<bf16*>(take(Dm::kTileH));
-  bf16* sQ = reinterpret_cast<bf16*>(take(Dm::kTileH));
-  bf16* sdO = reinterpret_cast<bf16*>(take(Dm::kTileH));
+  // Then per buffer: Q, dO, lse, D.
+  unsigned char* buffers = take(2 * Dm::kQueryBuffer);
+  auto sQs = [buffers](int buf) {
+    return reinterpret_cast<bf16*>(buffers + buf * Dm::kQueryBuffer);
+  };
+  auto sdOs = [buffers](int buf) {
+    return reinterpret_cast<bf16*>(buffers + buf * Dm::kQueryBuffer +
+                                   Dm::kTileH);
+  };
+  auto sLses = [buffers](int buf) {
+    return reinterpret_cast<float*>(buffers + buf * Dm::kQueryBuffer +
+                                    2 * Dm::kTileH);
+  };
+  auto sDs = [buffers](int buf) {
+    return reinterpret_cast<float*>(buffers + buf * Dm::kQueryBuffer +
+                                    2 * Dm::kTileH + Dm::kRow);
+  };
   bf16* sdST = reinterpret_cast<bf16*>(take(Dm::kTileP));
-  float* sLse = reinterpret_cast<float*>(take(Dm::kRow));
-  float* sD = reinterpret_cast<float*>(take(Dm::kRow));
 
   const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int kt = blockIdx.y, k0 = kt * kTile;
@@ -312,6 +348,7 @@ __global__ void __launch_bounds__(kThreads)
   const bf16* base = qkv + int64_t{b} * T * stride + h * HS;
   const bf16* dout_base = dout + int64_t{b} * T * C + h * HS;
 
+  // K and V land with the first query tile's group (load_queries commits).
   LoadTile<HS>(sK, kLd, base + C, stride, k0, T);
   LoadTile<HS>(sV, kLd, base + 2 * C, stride, k0, T);
   float dk[kNT][4], dv[kNT][4];
@@ -321,19 +358,42 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < 4; ++i) dk[n][i] = dv[n][i] = 0.0f;
   }
 
-  for (int qt = kt; qt < num_tiles; ++qt) {
+  // Starts copying query tile qt's Q, dO, lse and D into buffer `buf`.
+  // lse = +inf makes padded query rows' probabilities exactly 0.
+  auto load_queries = [&](int qt, int buf) {
     const int q0 = qt * kTile;
-    // Every warp is done with the previous tile's Q, dO, lse, D and dS^T.
-    __syncthreads();
-    LoadTile<HS>(sQ, kLd, base, stride, q0, T);
-    LoadTile<HS>(sdO, kLd, dout_base, C, q0, T);
+    LoadTile<HS>(sQs(buf), kLd, base, stride, q0, T);
+    LoadTile<HS>(sdOs(buf), kLd, dout_base, C, q0, T);
     for (int i = threadIdx.x; i < kTile; i += kThreads) {
-      const bool valid = q0 + i < T;
-      // lse = +inf makes padded query rows' probabilities exactly 0.
-      sLse[i] = valid ? lse[int64_t{bh} * T + q0 + i] : INFINITY;
-      sD[i] = valid ? D[int64_t{bh} * T + q0 + i] : 0.0f;
+      if (q0 + i < T) {
+        async::Copy4(sLses(buf) + i, lse + int64_t{bh} * T + q0 + i);
+        async::Copy4(sDs(buf) + i, D + int64_t{bh} * T + q0 + i);
+      } else {
+        sLses(buf)[i] = INFINITY;
+        sDs(buf)[i] = 0.0f;
+      }
+    }
+    async::Commit();
+  };
+  load_queries(kt, 0);
+
+  for (int qt = kt; qt < num_tiles; ++qt) {
+    const int q0 = qt * kTile, buf = (qt - kt) % 2;
+    // The next tile's copies go into the buffers every warp finished
+    // reading before the previous iteration's dS^T barrier; this barrier
+    // also keeps dS^T from being rewritten while a warp still reads it for
+    // the previous tile's dQ.
+    if (qt + 1 < num_tiles) {
+      load_queries(qt + 1, 1 - buf);
+      async::Wait<1>();
+    } else {
+      async::Wait<0>();
     }
     __syncthreads();
+    const bf16* sQ = sQs(buf);
+    const bf16* sdO = sdOs(buf);
+    const float* sLse = sLses(buf);
+    const float* sD = sDs(buf);
 
     // S^T (16 keys x 64 queries) = K_w Q^T, then P^T, masked where
     // key > query.
