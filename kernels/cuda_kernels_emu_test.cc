@@ -304,24 +304,36 @@ TEST(CudaKernelsEmulated, SoftmaxCrossEntropy) {
     for (int n = 0; n < N; ++n) {
       std::copy_n(logits.begin() + n * V, V, padded.begin() + n * ld);
     }
-    std::vector<bf16> dlogits_h(N * ld, __float2bfloat16(1e30f));
-    std::vector<float> losses_h(N, NAN);
-    emu::RunGrid(dim3(N), kThreads, kSharedBytes, [&] {
-      SoftmaxCrossEntropyKernel(dlogits_h.data(), losses_h.data(),
-                                padded.data(), targets.data(), dloss, V, ld);
-    });
-    ExpectClose(losses_h, losses, 1e-5, 1e-5, "losses");
-    std::vector<bf16> got_v;
-    for (int n = 0; n < N; ++n) {
-      got_v.insert(got_v.end(), dlogits_h.begin() + n * ld,
-                   dlogits_h.begin() + n * ld + V);
-      for (int v = V; v < ld; ++v) {
-        ASSERT_EQ(__bfloat162float(dlogits_h[n * ld + v]), 0.0f)
-            << n << "," << v;
+    for (const bool staged : {false, true}) {
+      SCOPED_TRACE(staged ? "staged" : "two reads");
+      std::vector<bf16> dlogits_h(N * ld, __float2bfloat16(1e30f));
+      std::vector<float> losses_h(N, NAN);
+      if (staged) {
+        emu::RunGrid(dim3(N), kStagedThreads, StagedSharedBytes(V), [&] {
+          SoftmaxCrossEntropyKernel<kStagedThreads, true>(
+              dlogits_h.data(), losses_h.data(), padded.data(), targets.data(),
+              dloss, V, ld);
+        });
+      } else {
+        emu::RunGrid(dim3(N), kThreads, kSharedBytes, [&] {
+          SoftmaxCrossEntropyKernel<kThreads, false>(
+              dlogits_h.data(), losses_h.data(), padded.data(), targets.data(),
+              dloss, V, ld);
+        });
       }
+      ExpectClose(losses_h, losses, 1e-5, 1e-5, "losses");
+      std::vector<bf16> got_v;
+      for (int n = 0; n < N; ++n) {
+        got_v.insert(got_v.end(), dlogits_h.begin() + n * ld,
+                     dlogits_h.begin() + n * ld + V);
+        for (int v = V; v < ld; ++v) {
+          ASSERT_EQ(__bfloat162float(dlogits_h[n * ld + v]), 0.0f)
+              << n << "," << v;
+        }
+      }
+      // Most gradients are far below 1 (softmax * dloss): a tighter atol.
+      ExpectClose(got_v, dlogits, 1e-5, 2e-2, "dlogits");
     }
-    // Most gradients are far below 1 (softmax * dloss): a tighter atol.
-    ExpectClose(got_v, dlogits, 1e-5, 2e-2, "dlogits");
   }
 }
 

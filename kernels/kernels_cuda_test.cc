@@ -317,6 +317,55 @@ TEST_F(CudaOps, AdamUpdateMatchesCpu) {
   ExpectClose(Get(d_wb, n), rounded, 1e-6, 1e-2);
 }
 
+// One launch over spans of a buffer, as GptCuda's resident training: each
+// span as AdamUpdate with its kind's step (0 or 1), a span of kind 255
+// untouched; spans that cross the kernel's tiles, and an empty one.
+TEST_F(CudaOps, AdamUpdateSpansMatchesPerSpanUpdates) {
+  OptimizerParams with_decay;
+  with_decay.kind = OptimizerParams::kAdamW;
+  with_decay.lr = 1e-2f;
+  with_decay.weight_decay = 0.1f;
+  OptimizerParams without = with_decay;
+  without.weight_decay = 0;
+  const std::vector<int64_t> starts = {0, 700, 700, 5000, 5100, 9000, 10007};
+  const std::vector<uint8_t> kinds = {1, 0, 1, 255, 0, 1};
+  const int spans = static_cast<int>(kinds.size());
+  const int64_t n = starts.back();
+  std::vector<float> w = Random(n, 1), m(n, 0.5f), v(n, 0.25f);
+  const std::vector<float> w0 = w;
+  float* d_w = Raw(w);
+  float* d_m = Raw(m);
+  float* d_v = Raw(v);
+  std::vector<bf16> wb0(n, __float2bfloat16(7.0f));
+  bf16* d_wb = Raw(wb0);
+  for (int t = 1; t <= 2; ++t) {
+    const std::vector<float> g = Random(n, 20 + t);
+    for (int i = 0; i < spans; ++i) {
+      if (kinds[i] > 1) continue;
+      const OptimizerParams& p = kinds[i] == 1 ? with_decay : without;
+      const int64_t at = starts[i];
+      ApplyUpdate(p, ScheduledLr(p, t - 1), t, w.data() + at, m.data() + at,
+                  v.data() + at, g.data() + at, starts[i + 1] - at);
+    }
+    ASSERT_TRUE(cuda::AdamUpdateSpans(
+                    *ctx_, d_w, d_wb, d_m, d_v, Raw(g), Raw(starts),
+                    Raw(kinds), spans, n,
+                    MakeAdamStep(without, ScheduledLr(without, t - 1), t),
+                    MakeAdamStep(with_decay, ScheduledLr(with_decay, t - 1), t))
+                    .ok());
+  }
+  ExpectClose(Get(d_w, n), w, 1e-6, 1e-5);
+  ExpectClose(Get(d_m, n), m, 1e-6, 1e-5);
+  ExpectClose(Get(d_v, n), v, 1e-6, 1e-5);
+  const std::vector<float> wb = Get(d_wb, n);
+  for (int64_t i = 5000; i < 5100; ++i) {  // the kind-255 span
+    ASSERT_EQ(w[i], w0[i]);
+    ASSERT_EQ(wb[i], 7.0f) << i;
+  }
+  EXPECT_NE(wb[0], 7.0f);
+  EXPECT_NE(wb[n - 1], 7.0f);
+}
+
 TEST_F(CudaOps, LaunchersRejectBadShapes) {
   for (auto kind :
        {cuda::AttentionKind::kFused, cuda::AttentionKind::kUnfused}) {

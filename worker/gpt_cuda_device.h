@@ -99,8 +99,13 @@ struct GptCuda::Device {
   // Resident training (GptCuda::StartResident): master is authoritative,
   // the Adam moments live beside it, and gradients stay on the device.
   bool resident = false;
-  std::vector<OptimizerParams> param_opt;  // per parameter (its group's wd)
-  DeviceBuffer adam_m, adam_v;             // (total) fp32
+  // The optimizer settings without and with weight decay, and the spans
+  // of the device layout that take each (kernels::cuda::AdamUpdateSpans):
+  // spans + 1 int64 starts, then spans uint8 kinds.
+  OptimizerParams adam_opt[2];
+  DeviceBuffer adam_spans;
+  int num_spans = 0;
+  DeviceBuffer adam_m, adam_v;  // (total) fp32
 
   int B = 0, T = 0;
   DeviceBuffer tokens, targets;  // (N) int32

@@ -1,0 +1,64 @@
+// Copies from global to shared memory that run while the thread goes on
+// (PTX's cp.async, sm_80 and later): a kernel issues the copies of its next
+// tile, commits them as a group, computes on the current tile, and waits
+// for the group before a __syncthreads makes the tile visible to the block.
+// On the CPU emulation of kernels/cuda/emulation.h a copy completes at once,
+// so a missing wait is not caught there (a missing barrier still is).
+// Private to kernels/cuda/ and its tests.
+#ifndef STRATA_KERNELS_CUDA_ASYNC_COPY_CUH_
+#define STRATA_KERNELS_CUDA_ASYNC_COPY_CUH_
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cuda/common.cuh"
+
+namespace strata::kernels::cuda::async {
+
+// 16 bytes from src (global) to dst (shared), both 16-byte aligned.
+__device__ inline void Copy16(void* dst, const void* src) {
+  STRATA_DEVICE_CHECK(reinterpret_cast<uintptr_t>(dst) % 16 == 0 &&
+                          reinterpret_cast<uintptr_t>(src) % 16 == 0,
+                      "async::Copy16 misaligned");
+#ifdef STRATA_CUDA_EMULATION
+  std::memcpy(dst, src, 16);
+#else
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr),
+               "l"(src));
+#endif
+}
+
+// 4 bytes, both 4-byte aligned.
+__device__ inline void Copy4(void* dst, const void* src) {
+  STRATA_DEVICE_CHECK(reinterpret_cast<uintptr_t>(dst) % 4 == 0 &&
+                          reinterpret_cast<uintptr_t>(src) % 4 == 0,
+                      "async::Copy4 misaligned");
+#ifdef STRATA_CUDA_EMULATION
+  std::memcpy(dst, src, 4);
+#else
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(addr),
+               "l"(src));
+#endif
+}
+
+// Closes the group of this thread's copies issued since the last Commit.
+__device__ inline void Commit() {
+#ifndef STRATA_CUDA_EMULATION
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+// Waits until at most kPending of this thread's committed groups are still
+// in flight (0: all of them).
+template <int kPending>
+__device__ inline void Wait() {
+#ifndef STRATA_CUDA_EMULATION
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+#endif
+}
+
+}  // namespace strata::kernels::cuda::async
+
+#endif  // STRATA_KERNELS_CUDA_ASYNC_COPY_CUH_
