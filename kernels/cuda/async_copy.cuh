@@ -2,14 +2,13 @@
 // (PTX's cp.async, sm_80 and later): a kernel issues the copies of its next
 // tile, commits them as a group, computes on the current tile, and waits
 // for the group before a __syncthreads makes the tile visible to the block.
-// On the CPU emulation of kernels/cuda/emulation.h a copy completes at once,
-// so a missing wait is not caught there (a missing barrier still is).
+// On the CPU emulation of kernels/cuda/emulation.h a copy lands only at the
+// Wait that covers its group, so a missing wait or barrier shows there too.
 // Private to kernels/cuda/ and its tests.
 #ifndef STRATA_KERNELS_CUDA_ASYNC_COPY_CUH_
 #define STRATA_KERNELS_CUDA_ASYNC_COPY_CUH_
 
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/cuda/common.cuh"
 
@@ -21,7 +20,7 @@ __device__ inline void Copy16(void* dst, const void* src) {
                           reinterpret_cast<uintptr_t>(src) % 16 == 0,
                       "async::Copy16 misaligned");
 #ifdef STRATA_CUDA_EMULATION
-  std::memcpy(dst, src, 16);
+  ::strata::emu::AsyncCopy(dst, src, 16);
 #else
   const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr),
@@ -35,7 +34,7 @@ __device__ inline void Copy4(void* dst, const void* src) {
                           reinterpret_cast<uintptr_t>(src) % 4 == 0,
                       "async::Copy4 misaligned");
 #ifdef STRATA_CUDA_EMULATION
-  std::memcpy(dst, src, 4);
+  ::strata::emu::AsyncCopy(dst, src, 4);
 #else
   const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(addr),
@@ -45,7 +44,9 @@ __device__ inline void Copy4(void* dst, const void* src) {
 
 // Closes the group of this thread's copies issued since the last Commit.
 __device__ inline void Commit() {
-#ifndef STRATA_CUDA_EMULATION
+#ifdef STRATA_CUDA_EMULATION
+  ::strata::emu::AsyncCommit();
+#else
   asm volatile("cp.async.commit_group;\n" ::);
 #endif
 }
@@ -54,7 +55,9 @@ __device__ inline void Commit() {
 // in flight (0: all of them).
 template <int kPending>
 __device__ inline void Wait() {
-#ifndef STRATA_CUDA_EMULATION
+#ifdef STRATA_CUDA_EMULATION
+  ::strata::emu::AsyncWait(kPending);
+#else
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 #endif
 }

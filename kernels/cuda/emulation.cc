@@ -91,12 +91,36 @@ void Switch(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
 }
 #endif
 
+// A copy issued with AsyncCopy that has not landed: its bytes (read at
+// issue), where they go, and its group (the thread's commit count then).
+struct PendingCopy {
+  void* dst;
+  unsigned char bytes[16];
+  int size;
+  int group;
+};
+
 struct Fiber {
   enum State { kReady, kAtBlockBarrier, kAtWarpBarrier, kDone };
   Context ctx;
   uint3 idx;
   State state = kReady;
+  std::vector<PendingCopy> copies;  // in issue order
+  int committed = 0;                // groups committed
 };
+
+// Lands the running fiber's copies of groups < `group`.
+void LandCopies(Fiber& f, int group) {
+  auto keep = f.copies.begin();
+  for (PendingCopy& c : f.copies) {
+    if (c.group < group) {
+      std::memcpy(c.dst, c.bytes, c.size);
+    } else {
+      *keep++ = c;
+    }
+  }
+  f.copies.erase(keep, f.copies.end());
+}
 
 // The state of the block being run (one per OS thread that emulates).
 struct Block {
@@ -160,6 +184,7 @@ void FiberMain() {
   Block& b = *current;
   (*b.kernel)();
   Fiber& f = *b.running;
+  LandCopies(f, INT32_MAX);  // copies never waited for land at exit
   f.state = Fiber::kDone;
   --b.live;
   --b.warp_live[WarpOf(f)];
@@ -370,6 +395,25 @@ void LdMatrix(uint32_t* r, int count, const void* row, bool trans) {
                  : at(j, g, 2 * t) | at(j, g, 2 * t + 1) << 16;
   }
   SyncWarp();  // nobody overwrites the addresses before every lane has read
+}
+
+void AsyncCopy(void* dst, const void* src, int bytes) {
+  STRATA_CHECK(current != nullptr && bytes > 0 && bytes <= 16);
+  Fiber& f = *current->running;
+  PendingCopy c{dst, {}, bytes, f.committed};
+  std::memcpy(c.bytes, src, bytes);
+  f.copies.push_back(c);
+}
+
+void AsyncCommit() {
+  STRATA_CHECK(current != nullptr);
+  ++current->running->committed;
+}
+
+void AsyncWait(int pending) {
+  STRATA_CHECK(current != nullptr);
+  Fiber& f = *current->running;
+  LandCopies(f, f.committed - pending);
 }
 
 }  // namespace strata::emu

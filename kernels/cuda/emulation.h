@@ -22,6 +22,8 @@
 //     operand fragments in a per-warp buffer, and after a warp barrier
 //     computes its own share of the product from the others'; and its
 //     ldmatrix (LdMatrix), each lane reading the rows the others address;
+//   - cp.async (AsyncCopy, AsyncCommit, AsyncWait): a copy lands only at
+//     the wait that covers its group;
 //   - atomicAdd on float; rsqrtf;
 //   - dynamic shared memory (STRATA_DYNAMIC_SMEM), filled with 0xff bytes
 //     (NaN as float and as bf16) so that a read before a write shows;
@@ -83,6 +85,15 @@ void MmaM16N8K16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
 // PTX's ldmatrix.m8n8.x`count` (.trans with `trans`) for the running warp:
 // `row` is this lane's row address (kernels/cuda/mma.cuh, LdMatrixX4).
 void LdMatrix(uint32_t* r, int count, const void* row, bool trans);
+// PTX's cp.async for the running thread (kernels/cuda/async_copy.cuh):
+// AsyncCopy reads `bytes` (at most 16) at src now and writes them to dst
+// only when an AsyncWait lets its group land (or the thread exits), so a
+// read of the tile before the wait, or by another thread before a barrier
+// that follows the wait, sees the old contents. AsyncCommit closes the
+// group; AsyncWait(n) lands every committed group but the n most recent.
+void AsyncCopy(void* dst, const void* src, int bytes);
+void AsyncCommit();
+void AsyncWait(int pending);
 
 }  // namespace strata::emu
 
