@@ -145,7 +145,7 @@ absl::Status LoadFromSnapshots(const std::string& dir, Gpt& gpt) {
     if (!std::filesystem::exists(path)) break;
     servers++;
     STRATA_ASSIGN_OR_RETURN(auto data_dir,
-                            DataDir::Open(path, absl::StrCat("shard-", s)));
+                            DataDir::Open(path, ShardOwnerTag(s)));
     STRATA_ASSIGN_OR_RETURN(auto latest, data_dir->LatestSnapshot());
     if (!latest)
       return absl::NotFoundError(absl::StrCat(path, " holds no snapshot"));

@@ -18,9 +18,6 @@ constexpr absl::Duration kMinBackoff = absl::Milliseconds(50);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
 // How long the destructor's best-effort Leave may take.
 constexpr absl::Duration kLeaveTimeout = absl::Seconds(1);
-// The scheduler puts the current revision of a failed compare-and-set here.
-constexpr char kKvRevisionMetadata[] = "strata-kv-revision";
-constexpr char kKvRevisionPayload[] = "strata.v1/kv_current_revision";
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   grpc::ChannelArguments args;
@@ -34,15 +31,6 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
 }
 
 }  // namespace
-
-std::optional<uint64_t> KvCurrentRevision(const absl::Status& status) {
-  auto payload = status.GetPayload(kKvRevisionPayload);
-  uint64_t revision = 0;
-  if (!payload || !absl::SimpleAtoi(std::string(*payload), &revision)) {
-    return std::nullopt;
-  }
-  return revision;
-}
 
 SchedulerClient::SchedulerClient(SchedulerClientOptions options)
     : options_(std::move(options)),

@@ -1,4 +1,4 @@
-// A member's connection to the scheduler (DESIGN.md §6): registers, keeps the
+// A member's connection to the scheduler: registers, keeps the
 // lease alive and the cluster view current, and wraps the rendezvous KV.
 //
 // Usage:
@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/kv_revision.h"  // KvCurrentRevision, for callers
 #include "strata/v1/common.pb.h"
 #include "strata/v1/scheduler.grpc.pb.h"
 
@@ -156,9 +157,6 @@ class SchedulerClient {
   std::vector<std::function<void(const v1::View&)>> listeners_
       ABSL_GUARDED_BY(listeners_mu_);
 };
-
-// The current revision carried by a failed KvCompareAndSet; nullopt if none.
-std::optional<uint64_t> KvCurrentRevision(const absl::Status& status);
 
 }  // namespace strata
 

@@ -1,4 +1,4 @@
-// Tensors, chunks and their placement on servers (DESIGN.md §3).
+// Tensors, chunks and their placement on servers.
 //
 // A model declares named tensors; each is cut into chunks of at most
 // chunk_bytes of fp32. A chunk's id is a stable function of (tensor name,

@@ -1,5 +1,5 @@
 // A clock interface so every part that waits, leases or times out can be
-// driven by a simulated clock in tests (DESIGN.md §3 "Time").
+// driven by a simulated clock in tests.
 #ifndef STRATA_COMMON_CLOCK_H_
 #define STRATA_COMMON_CLOCK_H_
 

@@ -1,4 +1,4 @@
-// The job's consistency setting (DESIGN.md §3): bsp | ssp:<s> | asp.
+// The job's consistency setting: bsp | ssp:<s> | asp.
 #ifndef STRATA_COMMON_CONSISTENCY_H_
 #define STRATA_COMMON_CONSISTENCY_H_
 

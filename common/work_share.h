@@ -1,8 +1,7 @@
-// How a step's global batch is split among workers (DESIGN.md §3, "Samples
-// are used exactly once"): step t covers global samples [t*G, (t+1)*G); the
-// worker of rank r among W takes a contiguous share, the first G % W
-// workers one sample more. Ranks follow member ids, the order servers sum
-// BSP pushes in.
+// How a step's global batch is split among workers: step t covers global
+// samples [t*G, (t+1)*G); the worker of rank r among W takes a contiguous
+// share, the first G % W workers one sample more. Ranks follow member ids, the
+// order servers sum BSP pushes in.
 #ifndef STRATA_COMMON_WORK_SHARE_H_
 #define STRATA_COMMON_WORK_SHARE_H_
 

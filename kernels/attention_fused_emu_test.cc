@@ -1,9 +1,9 @@
 // The fused attention kernels (kernels/cuda/attention_fused_kernels.cuh)
-// run on the CPU emulation of kernels/cuda/emulation.h and checked against
+// run on the CPU emulation of testing/cuda/emulation.h and checked against
 // the CPU attention, for every head size they take and for lengths that
 // leave partial tiles. This tests their logic on every machine; the parity
 // tests in kernels_cuda_test.cc (label gpu) test them on the hardware.
-#include "kernels/cuda/emulation.h"  // first: it configures the kernels
+#include "testing/cuda/emulation.h"  // first: it configures the kernels
 // (blank line keeps the include order)
 #include <cmath>
 #include <random>
@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "kernels/attention.h"
 #include "kernels/cuda/attention_fused_kernels.cuh"
-#include "kernels/cuda/test_util.h"
+#include "testing/cuda/test_util.h"
 
 namespace strata::kernels::cuda::flash {
 namespace {

@@ -1,8 +1,8 @@
 // CUDA kernels other than attention, run on the CPU emulation of
-// kernels/cuda/emulation.h with their launchers' geometry and checked
+// testing/cuda/emulation.h with their launchers' geometry and checked
 // against the CPU kernels. Accumulated outputs start from random values and
 // overwritten ones from garbage, so `=` and `+=` cannot be confused.
-#include "kernels/cuda/emulation.h"  // first: it configures the kernels
+#include "testing/cuda/emulation.h"  // first: it configures the kernels
 // (blank line keeps the include order)
 #include <algorithm>
 #include <cmath>
@@ -20,7 +20,7 @@
 #include "kernels/cuda/layernorm_kernels.cuh"
 #include "kernels/cuda/matmul_kernels.cuh"
 #include "kernels/cuda/optimizer_kernels.cuh"
-#include "kernels/cuda/test_util.h"
+#include "testing/cuda/test_util.h"
 #include "kernels/encoder.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"

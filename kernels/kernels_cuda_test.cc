@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/attention.h"
 #include "kernels/crossentropy.h"
-#include "kernels/cuda/test_util.h"
+#include "testing/cuda/test_util.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/encoder.h"
 #include "kernels/gelu.h"

@@ -1,6 +1,6 @@
 // Optimizer updates on fp32 arrays: SGD (heavy-ball momentum), Adam and
 // AdamW, a learning-rate schedule, and a finiteness check for gradients.
-// The parameter server applies these per chunk (DESIGN.md §5); a worker may
+// The parameter server applies these per chunk; a worker may
 // apply them locally. Their cost is memory bandwidth: the loops vectorize and
 // are compiled for AVX-512, AVX2 and baseline x86-64, picked at load time.
 //

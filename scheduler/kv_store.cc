@@ -20,11 +20,11 @@ absl::StatusOr<uint64_t> KvStore::Put(const std::string& key,
   auto it = entries_.find(key);
   const uint64_t current = it == entries_.end() ? 0 : it->second.revision();
   if (cas && current != expected_revision) {
-    absl::Status s = absl::FailedPreconditionError(
-        absl::StrCat("kv compare-and-set on '", key, "': expected revision ",
-                     expected_revision, ", current revision ", current));
-    s.SetPayload(kKvRevisionPayload, absl::Cord(absl::StrCat(current)));
-    return s;
+    return WithKvRevision(
+        absl::FailedPreconditionError(absl::StrCat(
+            "kv compare-and-set on '", key, "': expected revision ",
+            expected_revision, ", current revision ", current)),
+        current);
   }
   v1::KvGetResponse entry;
   entry.set_value(value);
@@ -60,15 +60,6 @@ absl::StatusOr<v1::KvGetResponse> KvStore::Get(const std::string& key,
 void KvStore::Close() {
   absl::MutexLock lock(&mu_);
   closed_ = true;
-}
-
-std::optional<uint64_t> KvCurrentRevision(const absl::Status& status) {
-  auto payload = status.GetPayload(kKvRevisionPayload);
-  uint64_t revision = 0;
-  if (!payload || !absl::SimpleAtoi(std::string(*payload), &revision)) {
-    return std::nullopt;
-  }
-  return revision;
 }
 
 }  // namespace strata::scheduler_internal

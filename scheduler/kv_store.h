@@ -1,5 +1,7 @@
-// The scheduler's rendezvous key-value store (used by workers to build
-// Gloo/NCCL groups). Private to scheduler/.
+// The scheduler's rendezvous key-value store: keys with revisions,
+// compare-and-set and waits, for members to agree on shared values (the
+// collective groups of a later issue will rendezvous through it; nothing in
+// the tree uses it for that yet). Private to scheduler/.
 #ifndef STRATA_SCHEDULER_KV_STORE_H_
 #define STRATA_SCHEDULER_KV_STORE_H_
 
@@ -14,14 +16,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/kv_revision.h"
 #include "scheduler/state_store.h"
 #include "strata/v1/scheduler.pb.h"
 
 namespace strata::scheduler_internal {
-
-// Payload type URL on a CAS failure's status; its value is the key's current
-// revision in decimal ("0" when the key does not exist).
-inline constexpr char kKvRevisionPayload[] = "strata.v1/kv_current_revision";
 
 // Keys with values and per-key revisions (1 on the first put, +1 on each
 // later one). Thread-safe.
@@ -53,9 +52,6 @@ class KvStore {
   std::map<std::string, v1::KvGetResponse> entries_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
-
-// Reads kKvRevisionPayload from a CAS failure; nullopt if absent.
-std::optional<uint64_t> KvCurrentRevision(const absl::Status& status);
 
 }  // namespace strata::scheduler_internal
 

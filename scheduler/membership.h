@@ -1,4 +1,4 @@
-// Membership, leases and the cluster view (DESIGN.md §6). Private to
+// Membership, leases and the cluster view. Private to
 // scheduler/; the gRPC handlers call it.
 //
 // Rules:

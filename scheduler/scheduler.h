@@ -1,4 +1,4 @@
-// The Strata scheduler (DESIGN.md §6): membership with leases, the cluster
+// The Strata scheduler: membership with leases, the cluster
 // view and its epoch, the shard map, and a rendezvous key-value store, served
 // over gRPC as strata.v1.Scheduler and kept in RocksDB so a restarted
 // scheduler carries on where it stopped.

@@ -10,10 +10,6 @@
 
 namespace strata::scheduler_internal {
 
-// Trailing metadata key that carries the current revision on a failed
-// compare-and-set (gRPC sends no response body with an error status).
-inline constexpr char kKvRevisionMetadata[] = "strata-kv-revision";
-
 // Sync-API service. Blocking calls (WatchView, KvGet with a wait) poll their
 // wait in short slices so that a cancelled call or a closed Membership /
 // KvStore ends them promptly. Thread-safe; does not own its parts.

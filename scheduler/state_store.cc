@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "rocksdb/options.h"
+#include "storage/rocksdb_status.h"
 
 namespace strata::scheduler_internal {
 namespace {
@@ -24,11 +25,7 @@ std::string MemberKey(uint64_t id) {
 }
 
 absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
-  if (s.ok()) return absl::OkStatus();
-  std::string msg = absl::StrCat("scheduler state: ", what, ": ", s.ToString());
-  if (s.IsIOError()) return absl::UnavailableError(msg);
-  if (s.IsCorruption()) return absl::DataLossError(msg);
-  return absl::InternalError(msg);
+  return FromRocksDb(s, absl::StrCat("scheduler state: ", what));
 }
 
 // Makes sure `dir` is ours (has the marker) or is new/empty, and marks it.

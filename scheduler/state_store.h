@@ -1,4 +1,4 @@
-// Durable state of the scheduler (DESIGN.md §6): members, epochs, the member
+// Durable state of the scheduler: members, epochs, the member
 // id counter, the shard map version and the rendezvous KV, kept in RocksDB so
 // a restarted scheduler carries on. Private to scheduler/.
 //

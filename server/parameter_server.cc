@@ -226,7 +226,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   if (!options.data_dir.empty()) {
     STRATA_ASSIGN_OR_RETURN(
         impl->data_dir,
-        DataDir::Open(options.data_dir, absl::StrCat("shard-", options.shard)));
+        DataDir::Open(options.data_dir, ShardOwnerTag(options.shard)));
   }
 
   // Start gRPC first: the address we register must already answer.

@@ -1,14 +1,15 @@
 // The state of one parameter-server shard: its chunks (weights, optimizer
 // state, version), the job's consistency gate, and the update rule. It knows
-// nothing of gRPC; server/service.cc adapts it to the wire.
+// nothing of gRPC; server/parameter_server.cc adapts it to the wire.
 //
-// Consistency (DESIGN.md §3):
+// Consistency:
 //  - bsp: a chunk's open step t closes once every live worker of the view has
 //    pushed step t; the update is the sample-weighted mean of those pushes,
 //    summed in member-id order (so the result does not depend on arrival
 //    order). Pulls at clock c wait for version >= c. A worker that leaves the
-//    view has its pushes for the open step dropped (its samples go back in the
-//    queue) and the step closes on the workers that remain.
+//    view has its pushes for the open step dropped and the step closes on the
+//    workers that remain (its samples of that step are not handed to anyone
+//    else yet: the data ledger is a later issue's).
 //  - ssp:s: pushes apply at once; a pull at clock c waits until every live
 //    worker's clock on that chunk is >= c - s.
 //  - asp: pushes apply at once; pulls wait only for an explicit min_version.

@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "storage/ram_tier.h"
 #include "storage/rocksdb_tier.h"
-#include "storage/test_util.h"
+#include "testing/storage/test_util.h"
 
 namespace strata {
 namespace {

@@ -402,4 +402,6 @@ absl::StatusOr<std::string> DataDir::LoadSnapshot(int64_t step,
   return std::move(meta->metadata);
 }
 
+std::string ShardOwnerTag(int shard) { return absl::StrCat("shard-", shard); }
+
 }  // namespace strata

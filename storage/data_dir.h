@@ -1,5 +1,4 @@
-// A parameter server's data directory and the snapshots in it
-// (DESIGN.md §5 "Snapshots").
+// A parameter server's data directory and the snapshots in it.
 //
 // Layout of <path>:
 //   STRATA_DATADIR          marker: Strata, format version, owner tag (CRC'd)
@@ -27,6 +26,11 @@
 #include "storage/chunk_tier.h"
 
 namespace strata {
+
+// The owner tag of parameter-server shard `shard`'s data directory
+// ("shard-3"): what a server opens its directory with, and what a reader of
+// its snapshots (strata generate) must give too.
+std::string ShardOwnerTag(int shard);
 
 // An open data directory, held exclusively (a LOCK file, flock'd) from Open
 // to destruction. Thread-safe; snapshot writes and loads are serialized.

@@ -7,7 +7,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "storage/ram_tier.h"
-#include "storage/test_util.h"
+#include "testing/storage/test_util.h"
 
 namespace strata {
 namespace {

@@ -1,4 +1,5 @@
-// Converts RocksDB results to absl::Status. Private to storage/.
+// Converts RocksDB results to absl::Status: the one mapping for storage/'s
+// tiers and the scheduler's state store.
 #ifndef STRATA_STORAGE_ROCKSDB_STATUS_H_
 #define STRATA_STORAGE_ROCKSDB_STATUS_H_
 
@@ -12,8 +13,9 @@ namespace strata {
 // Maps `s` to a Status with `context` in front of RocksDB's message:
 // NotFound -> NOT_FOUND, Corruption -> DATA_LOSS, no space ->
 // RESOURCE_EXHAUSTED, Busy/TimedOut/TryAgain -> UNAVAILABLE,
-// InvalidArgument/NotSupported -> INVALID_ARGUMENT, other I/O errors and
-// the rest -> INTERNAL.
+// InvalidArgument/NotSupported -> INVALID_ARGUMENT, other I/O errors ->
+// UNAVAILABLE (the disk or volume may come back: a caller may retry), the
+// rest -> INTERNAL.
 inline absl::Status FromRocksDb(const rocksdb::Status& s,
                                 absl::string_view context) {
   if (s.ok()) return absl::OkStatus();
@@ -27,6 +29,7 @@ inline absl::Status FromRocksDb(const rocksdb::Status& s,
   if (s.IsInvalidArgument() || s.IsNotSupported()) {
     return absl::InvalidArgumentError(msg);
   }
+  if (s.IsIOError()) return absl::UnavailableError(msg);
   return absl::InternalError(msg);
 }
 

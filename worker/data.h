@@ -1,5 +1,5 @@
 // Training data for the worker: byte-level tokens from text, pre-tokenized
-// shards, and deterministic sampling of fixed-length windows (DESIGN.md §4).
+// shards, and deterministic sampling of fixed-length windows.
 //
 // Shard format (little-endian): "STRATOK1", u32 version (1), u64 token
 // count, then that many uint16 tokens, and nothing after.

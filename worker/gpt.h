@@ -1,5 +1,5 @@
 // A GPT-2 style decoder on the CPU: fp32 parameters and gradients, forward
-// and backward through the kernels in kernels/ (DESIGN.md §4).
+// and backward through the kernels in kernels/.
 //
 // Pre-LN blocks (attention, then a 4x GELU MLP), learned position
 // embeddings, a final LayerNorm and an LM head tied to the token embedding.

@@ -1,4 +1,4 @@
-// The GPT of worker/gpt.h on a CUDA device (DESIGN.md §4): bf16 weights and
+// The GPT of worker/gpt.h on a CUDA device: bf16 weights and
 // activations, fp32 accumulation and fp32 gradients, through the kernels of
 // kernels/cuda_ops.h. Built only with STRATA_CUDA.
 //

@@ -1,7 +1,7 @@
 // The fp32 -> bf16 conversion kernel of gpt_cuda_convert_kernels.cuh, run
-// on the CPU emulation of kernels/cuda/emulation.h with its launcher's grid
+// on the CPU emulation of testing/cuda/emulation.h with its launcher's grid
 // and checked bit for bit against round to nearest even (common/bf16.h).
-#include "kernels/cuda/emulation.h"  // first: it configures the kernels
+#include "testing/cuda/emulation.h"  // first: it configures the kernels
 // (blank line keeps the include order)
 #include <cmath>
 #include <cstdint>

@@ -1,6 +1,6 @@
 // The model interface the trainer drives, with a CPU implementation (Gpt,
 // worker/gpt.h) and, when built with CUDA, a GPU one (GptCuda,
-// worker/gpt_cuda.h). DESIGN.md §4.
+// worker/gpt_cuda.h).
 //
 // The contract is host fp32 buffers: the trainer pulls weights from the
 // servers into param_data(i), calls ForwardBackward, and pushes

@@ -1,5 +1,5 @@
 // The training loop of `strata worker`: a GPT trained data-parallel through
-// the parameter servers (DESIGN.md §1, "One training step on one worker").
+// the parameter servers.
 #ifndef STRATA_WORKER_TRAINER_H_
 #define STRATA_WORKER_TRAINER_H_
 

@@ -2,7 +2,7 @@
 // (PTX's cp.async, sm_80 and later): a kernel issues the copies of its next
 // tile, commits them as a group, computes on the current tile, and waits
 // for the group before a __syncthreads makes the tile visible to the block.
-// On the CPU emulation of kernels/cuda/emulation.h a copy lands only at the
+// On the CPU emulation of testing/cuda/emulation.h a copy lands only at the
 // Wait that covers its group, so a missing wait or barrier shows there too.
 // Private to kernels/cuda/ and its tests.
 #ifndef STRATA_KERNELS_CUDA_ASYNC_COPY_CUH_

@@ -1,6 +1,6 @@
 // The device code of the fused attention (attention_fused.cu explains the
 // algorithm). A header so that tests can also compile it for the CPU
-// emulation of kernels/cuda/emulation.h, which defines
+// emulation of testing/cuda/emulation.h, which defines
 // STRATA_CUDA_EMULATION; kernels then take their dynamic shared memory
 // through STRATA_DYNAMIC_SMEM and use only the CUDA built-ins it emulates.
 // Private to kernels/cuda/ and its tests.

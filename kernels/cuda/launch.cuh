@@ -1,13 +1,13 @@
 // How kernels declare dynamic shared memory and how launchers launch them,
 // in a form that also compiles for the CPU emulation of
-// kernels/cuda/emulation.h (which, included first, defines
+// testing/cuda/emulation.h (which, included first, defines
 // STRATA_CUDA_EMULATION). For every file with CUDA kernels.
 #ifndef STRATA_KERNELS_CUDA_LAUNCH_CUH_
 #define STRATA_KERNELS_CUDA_LAUNCH_CUH_
 
 // Declares `name` as the kernel's dynamic shared memory (unsigned char[],
 // 128-byte aligned). Kernels use this rather than `extern __shared__` so
-// the CPU emulation (kernels/cuda/emulation.h, which defines it first) can
+// the CPU emulation (testing/cuda/emulation.h, which defines it first) can
 // run them.
 // STRATA_DEVICE_CHECK(cond, what): a requirement the hardware enforces with
 // a fault (alignment of a vector access, say); checked on the CPU

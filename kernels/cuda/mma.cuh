@@ -2,7 +2,7 @@
 // mma.sync.m16n8k16 (fp32 accumulation) and the loads of its operand
 // fragments from shared memory (ldmatrix). Kernels that keep their tiles in
 // registers (the fused attention) build on these; on the CPU emulation of
-// kernels/cuda/emulation.h both are emulated with the same fragment
+// testing/cuda/emulation.h both are emulated with the same fragment
 // layout, so a kernel that misplaces an element fails there too.
 //
 // Fragment layout (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with

@@ -1,6 +1,6 @@
 // Helpers for storage/ tests (test-only).
-#ifndef STRATA_STORAGE_TEST_UTIL_H_
-#define STRATA_STORAGE_TEST_UTIL_H_
+#ifndef STRATA_TESTING_STORAGE_TEST_UTIL_H_
+#define STRATA_TESTING_STORAGE_TEST_UTIL_H_
 
 #include <unistd.h>
 
@@ -40,4 +40,4 @@ class ScopedTempDir {
 
 }  // namespace strata::testing
 
-#endif  // STRATA_STORAGE_TEST_UTIL_H_
+#endif  // STRATA_TESTING_STORAGE_TEST_UTIL_H_

@@ -1,4 +1,4 @@
-#include "kernels/cuda/emulation.h"
+#include "testing/cuda/emulation.h"
 
 #include <ucontext.h>
 

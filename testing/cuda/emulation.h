@@ -30,8 +30,8 @@
 //     static __shared__ arrays are refused at compile time;
 // Not emulated: timing, memory coalescing, bank conflicts, register and
 // shared-memory limits, the exact rounding inside real tensor cores.
-#ifndef STRATA_KERNELS_CUDA_EMULATION_H_
-#define STRATA_KERNELS_CUDA_EMULATION_H_
+#ifndef STRATA_TESTING_CUDA_EMULATION_H_
+#define STRATA_TESTING_CUDA_EMULATION_H_
 
 #define STRATA_CUDA_EMULATION 1
 
@@ -146,4 +146,4 @@ inline float atomicAdd(float* p, float v) {
   return old;
 }
 
-#endif  // STRATA_KERNELS_CUDA_EMULATION_H_
+#endif  // STRATA_TESTING_CUDA_EMULATION_H_

@@ -1,8 +1,8 @@
 // Helpers shared by the tests of the CUDA kernels (on a GPU, the virtual
 // GPU and the emulation): bf16-representable random inputs and closeness
 // checks against the CPU kernels. Test-only; needs GoogleTest.
-#ifndef STRATA_KERNELS_CUDA_TEST_UTIL_H_
-#define STRATA_KERNELS_CUDA_TEST_UTIL_H_
+#ifndef STRATA_TESTING_CUDA_TEST_UTIL_H_
+#define STRATA_TESTING_CUDA_TEST_UTIL_H_
 
 #include <cuda_bf16.h>
 
@@ -55,4 +55,4 @@ void ExpectClose(const std::vector<T>& got, const std::vector<float>& want,
 
 }  // namespace strata::kernels::cuda::test_util
 
-#endif  // STRATA_KERNELS_CUDA_TEST_UTIL_H_
+#endif  // STRATA_TESTING_CUDA_TEST_UTIL_H_

@@ -1,6 +1,6 @@
 // A virtual GPU for tests: the CUDA runtime and cuBLAS functions that
 // Strata calls, implemented on the CPU, so that the CUDA launchers (built
-// against kernels/cuda/emulation.h, which runs each kernel on the CPU),
+// against testing/cuda/emulation.h, which runs each kernel on the CPU),
 // GptCuda and their GPU tests run on machines without a GPU. Link it
 // instead of libcudart and libcublas (the strata_virtual_gpu library).
 //
@@ -22,7 +22,7 @@
 #include <cstring>
 #include <new>
 
-#include "kernels/cuda/emulation.h"
+#include "testing/cuda/emulation.h"
 
 namespace {
 
