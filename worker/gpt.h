@@ -51,24 +51,12 @@ class Gpt : public Model {
   // from `seed`.
   void InitParams(uint64_t seed);
 
-  // Forward and backward on a batch. tokens and targets are (B,T) int32,
-  // row-major. Returns the mean cross-entropy over the B*T positions and
-  // writes its gradient to grad_data (overwriting, or adding to what is
-  // there when accumulate). INVALID_ARGUMENT if B < 1, T < 1, T > context,
-  // or a token or target is outside [0, vocab).
+  // Model's contract (worker/model.h), on the host.
   absl::StatusOr<float> ForwardBackward(const int32_t* tokens,
                                         const int32_t* targets, int B, int T,
                                         bool accumulate = false) override;
-
-  // The mean cross-entropy only (no gradients touched). Errors as above.
   absl::StatusOr<float> Loss(const int32_t* tokens, const int32_t* targets,
                              int B, int T) override;
-
-  // Sets a function that ForwardBackward calls, on the calling thread, as
-  // soon as parameter i's gradient is final for this call: lnf first, then
-  // blocks from last to first, wpe and wte (tied to the LM head) last. The
-  // function must not call into the model; it may read grad_data(i) (which
-  // stays unchanged until the next ForwardBackward). Empty: no calls.
   void SetGradReadyCallback(std::function<void(int param_index)> cb) override;
 
   // Extends `prompt` by new_tokens tokens, sampled from the model (the last

@@ -71,14 +71,14 @@ class GptCuda : public Model {
   // As Gpt::InitParams (the same values for the same seed), on the host.
   void InitParams(uint64_t seed) { host_->InitParams(seed); }
 
-  // As Model. Copies param_data to the device (rounding to bf16), runs on
-  // the device, and copies each parameter's fp32 gradient to grad_data(i)
-  // (with accumulate, adds to the grad_data values present on entry). The
-  // grad-ready callback runs on the calling thread after parameter i's copy
-  // has completed, in the CPU model's order, while the device goes on with
-  // earlier layers (the host buffers are pinned with cudaHostRegister when
-  // the system allows; unpinned, copies and compute serialize). Returns
-  // when every copy is done. INTERNAL for a CUDA or cuBLAS error.
+  // Model's contract (worker/model.h); on the device: copies param_data
+  // there (rounding to bf16) and each parameter's fp32 gradient back to
+  // grad_data(i). The grad-ready callback runs on the calling thread after
+  // parameter i's copy has completed, in the CPU model's order, while the
+  // device goes on with earlier layers (the host buffers are pinned with
+  // cudaHostRegister when the system allows; unpinned, copies and compute
+  // serialize). Returns when every copy is done. INTERNAL for a CUDA or cuBLAS
+  // error.
   absl::StatusOr<float> ForwardBackward(const int32_t* tokens,
                                         const int32_t* targets, int B, int T,
                                         bool accumulate = false) override;
