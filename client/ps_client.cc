@@ -23,7 +23,9 @@
 namespace strata {
 
 // One push or pull, across its attempts.
-struct OpHandle::State {
+namespace ps_client_internal {
+
+struct OpState {
   enum Kind { kPush, kPull } kind;
   int chunk = 0;
   int slot = 0;
@@ -52,6 +54,10 @@ struct OpHandle::State {
   }
 };
 
+}  // namespace ps_client_internal
+
+using ps_client_internal::OpState;
+
 absl::Status OpHandle::Wait() const {
   if (!state_) return absl::FailedPreconditionError("empty OpHandle");
   absl::MutexLock lock(&state_->mu);
@@ -75,7 +81,7 @@ int64_t OpHandle::min_clock() const {
   return state_->min_clock;
 }
 
-using OpPtrAlias = std::shared_ptr<OpHandle::State>;
+using OpPtrAlias = std::shared_ptr<OpState>;
 
 namespace {
 
@@ -96,10 +102,9 @@ size_t ElementBytes(v1::DType d) { return d == v1::DTYPE_BF16 ? 2 : 4; }
 // must outlive everything gRPC does with the call; the reactor API allows
 // freeing it in OnDone, so each attempt owns its context and buffers and
 // deletes itself there, whoever else still holds the op.
-class PsClientAttempt : public grpc::ClientUnaryReactor {
+class PsClient::Attempt : public grpc::ClientUnaryReactor {
  public:
-  PsClientAttempt(PsClient::Impl* client, OpPtrAlias op)
-      : client_(client), op_(std::move(op)) {}
+  Attempt(Impl* client, OpPtrAlias op) : client_(client), op_(std::move(op)) {}
   void OnDone(const grpc::Status& status) override;
 
   grpc::ClientContext ctx;
@@ -107,7 +112,7 @@ class PsClientAttempt : public grpc::ClientUnaryReactor {
   grpc::ByteBuffer response;
 
  private:
-  PsClient::Impl* client_;
+  Impl* client_;
   OpPtrAlias op_;
 };
 
@@ -172,9 +177,8 @@ class PsClient::Impl {
   void Issue(const OpPtr& op);
   void Complete(const OpPtr& op, absl::Status status,
                 const grpc::ByteBuffer* response);
-  absl::Status ReadResponse(const OpHandle::State& op,
-                            const grpc::ByteBuffer& response, uint64_t* version,
-                            int64_t* min_clock);
+  absl::Status ReadResponse(const OpState& op, const grpc::ByteBuffer& response,
+                            uint64_t* version, int64_t* min_clock);
   void RetryLater(const OpPtr& op, absl::Status why);
   void TimerLoop();
 
@@ -229,7 +233,7 @@ OpHandle PsClient::Impl::Submit(OpPtr op) {
     queues_[op->slot].push(op);
   }
   Dispatch(op->slot);
-  return OpHandle(op);
+  return PsClient::Handle(op);
 }
 
 void PsClient::Impl::Dispatch(int slot) {
@@ -254,14 +258,14 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     return;
   }
   live_attempts_.fetch_add(1, std::memory_order_relaxed);
-  auto* attempt = new PsClientAttempt(this, op);  // deletes itself in OnDone
+  auto* attempt = new Attempt(this, op);  // deletes itself in OnDone
   attempt->ctx.set_deadline(
       absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   const v1::View view = scheduler_->view();
   const ChunkInfo& chunk = plan_.chunks[op->chunk];
   static const std::string kPush = "/strata.v1.ParameterServer/Push";
   static const std::string kPull = "/strata.v1.ParameterServer/Pull";
-  if (op->kind == OpHandle::State::kPush) {
+  if (op->kind == OpState::kPush) {
     v1::PushRequest header;
     header.set_member_id(scheduler_->member_id());
     header.set_epoch(view.epoch());
@@ -303,7 +307,7 @@ void PsClient::Impl::Issue(const OpPtr& op) {
   attempt->StartCall();
 }
 
-void PsClientAttempt::OnDone(const grpc::Status& status) {
+void PsClient::Attempt::OnDone(const grpc::Status& status) {
   PsClient::Impl* client = client_;
   client->OnDone(op_, status, response);
   delete this;  // the call's context and buffers, while the client lives
@@ -343,12 +347,12 @@ void PsClient::Impl::Complete(const OpPtr& op, absl::Status status,
   outstanding_--;
 }
 
-absl::Status PsClient::Impl::ReadResponse(const OpHandle::State& op,
+absl::Status PsClient::Impl::ReadResponse(const OpState& op,
                                           const grpc::ByteBuffer& response,
                                           uint64_t* version,
                                           int64_t* min_clock) {
   PayloadMessage message;
-  if (op.kind == OpHandle::State::kPush) {
+  if (op.kind == OpState::kPush) {
     v1::PushResponse resp;
     STRATA_RETURN_IF_ERROR(message.Parse(response, /*field=*/0, &resp));
     *version = resp.version();
@@ -487,14 +491,17 @@ absl::Status PsClient::RegisterModel(const ModelSpec& model) {
 }
 const ChunkPlan& PsClient::plan() const { return impl_->plan_; }
 
-namespace {
-
-// An op that failed before it started.
-OpHandle FailedOp(absl::Status status) {
-  auto op = std::make_shared<OpHandle::State>();
-  op->Finish(std::move(status), 0, 0);
-  return OpHandle(op);
+OpHandle PsClient::Handle(std::shared_ptr<OpState> op) {
+  return OpHandle(std::move(op));
 }
+
+OpHandle PsClient::FailedOp(absl::Status status) {
+  auto op = std::make_shared<OpState>();
+  op->Finish(std::move(status), 0, 0);
+  return OpHandle(std::move(op));
+}
+
+namespace {
 
 absl::Status CheckIndex(const char* what, int index, size_t size) {
   if (index < 0 || static_cast<size_t>(index) >= size) {
@@ -513,12 +520,12 @@ absl::Status WaitAll(const std::vector<OpHandle>& ops) {
   return first;
 }
 
-absl::StatusOr<std::shared_ptr<OpHandle::State>> PsClient::NewOp(
-    int kind, int chunk, int priority) const {
+absl::StatusOr<std::shared_ptr<OpState>> PsClient::NewOp(int kind, int chunk,
+                                                         int priority) const {
   STRATA_RETURN_IF_ERROR(
       CheckIndex("chunk", chunk, impl_->plan_.chunks.size()));
-  auto op = std::make_shared<OpHandle::State>();
-  op->kind = static_cast<OpHandle::State::Kind>(kind);
+  auto op = std::make_shared<OpState>();
+  op->kind = static_cast<OpState::Kind>(kind);
   op->chunk = chunk;
   op->slot = impl_->plan_.chunks[chunk].shard;
   op->priority = priority;
@@ -527,7 +534,7 @@ absl::StatusOr<std::shared_ptr<OpHandle::State>> PsClient::NewOp(
 
 OpHandle PsClient::Push(int chunk, const float* grad, int64_t step,
                         uint64_t samples, int priority) {
-  absl::StatusOr<OpPtr> op = NewOp(OpHandle::State::kPush, chunk, priority);
+  absl::StatusOr<OpPtr> op = NewOp(OpState::kPush, chunk, priority);
   if (!op.ok()) return FailedOp(op.status());
   (*op)->grad = grad;
   (*op)->step = step;
@@ -537,7 +544,7 @@ OpHandle PsClient::Push(int chunk, const float* grad, int64_t step,
 
 OpHandle PsClient::Pull(int chunk, float* dst, int64_t clock,
                         uint64_t min_version, int priority) {
-  absl::StatusOr<OpPtr> op = NewOp(OpHandle::State::kPull, chunk, priority);
+  absl::StatusOr<OpPtr> op = NewOp(OpState::kPull, chunk, priority);
   if (!op.ok()) return FailedOp(op.status());
   (*op)->dst = dst;
   (*op)->step = clock;

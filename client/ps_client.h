@@ -38,6 +38,10 @@ struct PsClientOptions {
   v1::DType pull_dtype = v1::DTYPE_F32;
 };
 
+namespace ps_client_internal {
+struct OpState;  // one op's state, shared by its handles (ps_client.cc)
+}  // namespace ps_client_internal
+
 // The outcome of one asynchronous push or pull. Copyable; all copies share
 // one state. Thread-safe.
 class OpHandle {
@@ -51,11 +55,11 @@ class OpHandle {
   // After Wait() of a pull: the smallest worker clock the server's gate knew.
   int64_t min_clock() const;
 
-  struct State;
-  explicit OpHandle(std::shared_ptr<State> s) : state_(std::move(s)) {}
-
  private:
-  std::shared_ptr<State> state_;
+  friend class PsClient;  // makes them
+  explicit OpHandle(std::shared_ptr<ps_client_internal::OpState> s)
+      : state_(std::move(s)) {}
+  std::shared_ptr<ps_client_internal::OpState> state_;
 };
 
 // Waits for every op; the first error among them, or OK.
@@ -109,13 +113,16 @@ class PsClient {
   // Asks every server to snapshot at `step`.
   absl::Status SnapshotAll(int64_t step);
 
-  class Impl;
-
  private:
+  class Impl;
+  class Attempt;
   explicit PsClient(std::unique_ptr<Impl> impl);
   // A new op on `chunk`; INVALID_ARGUMENT for an index outside the model.
-  absl::StatusOr<std::shared_ptr<OpHandle::State>> NewOp(int kind, int chunk,
-                                                         int priority) const;
+  absl::StatusOr<std::shared_ptr<ps_client_internal::OpState>> NewOp(
+      int kind, int chunk, int priority) const;
+  // The handle of `op`; of an op that failed with `status` before it started.
+  static OpHandle Handle(std::shared_ptr<ps_client_internal::OpState> op);
+  static OpHandle FailedOp(absl::Status status);
   std::unique_ptr<Impl> impl_;
 };
 
