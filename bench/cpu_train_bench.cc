@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "kernels/optimizer.h"
+#include "optim/optimizer.h"
 #include "kernels/parallel.h"
 #include "worker/gpt.h"
 

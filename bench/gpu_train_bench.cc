@@ -24,7 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "kernels/cuda_ops.h"
-#include "kernels/optimizer.h"
+#include "optim/optimizer.h"
 #include "worker/gpt_cuda.h"
 
 namespace strata {

@@ -1,4 +1,4 @@
-// Measures the multi-threaded Adam update (kernels/optimizer.h) by memory
+// Measures the multi-threaded Adam update (optim/optimizer.h) by memory
 // bandwidth, against a STREAM-style triad run in the same process, on the
 // same threads, over arrays of the same size.
 //
@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace strata {
 namespace {

@@ -24,7 +24,7 @@
 #include "kernels/encoder.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
-#include "kernels/optimizer.h"
+#include "optim/optimizer.h"
 #include "kernels/residual.h"
 
 namespace strata::kernels::cuda {

@@ -17,7 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/adam_step.h"
+#include "optim/adam_step.h"
 
 namespace strata::kernels::cuda {
 

@@ -17,7 +17,7 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
-#include "kernels/optimizer.h"
+#include "optim/optimizer.h"
 #include "kernels/residual.h"
 
 namespace strata::kernels {

@@ -31,7 +31,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/consistency.h"
-#include "kernels/optimizer.h"
+#include "optim/optimizer.h"
 #include "storage/ram_tier.h"
 #include "strata/v1/common.pb.h"
 #include "strata/v1/ps.pb.h"

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/toy_problem.h"
-#include "kernels/optimizer.h"
+#include "optim/optimizer.h"
 #include "tests/process_util.h"
 
 namespace strata {

@@ -24,7 +24,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/optimizer.h"
+#include "optim/optimizer.h"
 #include "worker/gpt.h"
 #include "worker/model.h"
 

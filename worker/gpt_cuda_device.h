@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda_ops.h"
-#include "kernels/optimizer.h"
+#include "optim/optimizer.h"
 #include "worker/gpt_cuda.h"
 #include "worker/gpt_cuda_profile.h"
 #include "worker/gpt_layout.h"

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cuda_ops.h"
-#include "kernels/optimizer.h"
+#include "optim/optimizer.h"
 #include "worker/gpt_cuda.h"
 #include "worker/gpt_cuda_convert.h"
 #include "worker/gpt_cuda_device.h"

@@ -22,7 +22,7 @@
 #include "common/bf16.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda_ops.h"
-#include "kernels/optimizer.h"
+#include "optim/optimizer.h"
 #include "worker/gpt.h"
 #include "worker/model.h"
 

@@ -15,7 +15,7 @@
 #include "common/consistency.h"
 #include "common/status.h"
 #include "common/work_share.h"
-#include "kernels/optimizer.h"
+#include "optim/optimizer.h"
 #include "nlohmann/json.hpp"
 #include "worker/data.h"
 #include "worker/progress.h"

@@ -1,5 +1,5 @@
 // Adam/AdamW on the device: one thread per element, the formula of
-// kernels/adam_step.h, optionally writing the bf16 copy of the new weight.
+// optim/adam_step.h, optionally writing the bf16 copy of the new weight.
 // The kernel is in optimizer_kernels.cuh.
 #include "kernels/cuda/optimizer_kernels.cuh"
 

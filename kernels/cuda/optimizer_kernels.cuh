@@ -1,5 +1,5 @@
 // The device Adam/AdamW kernels (optimizer.cu launches them): one thread
-// per element, the formula of kernels/adam_step.h. A header so the CPU
+// per element, the formula of optim/adam_step.h. A header so the CPU
 // emulation tests can compile it too (see attention_fused_kernels.cuh).
 #ifndef STRATA_KERNELS_CUDA_OPTIMIZER_KERNELS_CUH_
 #define STRATA_KERNELS_CUDA_OPTIMIZER_KERNELS_CUH_

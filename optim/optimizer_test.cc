@@ -1,4 +1,4 @@
-#include "kernels/optimizer.h"
+#include "optim/optimizer.h"
 
 #include <cmath>
 #include <cstring>

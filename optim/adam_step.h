@@ -1,12 +1,12 @@
 // The per-update constants of an Adam or AdamW step, as ApplyUpdate
-// (kernels/optimizer.h) uses them, for kernels on other devices that apply
+// (optim/optimizer.h) uses them, for kernels on other devices that apply
 // the same formula:
 //   g' = g + l2*w;  m = b1*m + (1-b1)*g';  v = b2*v + (1-b2)*g'^2;
 //   w = w*decay - step_size*m / (sqrt(v)*inv_sqrt_bc2 + eps)
 // Adam has l2 = weight decay and decay = 1; AdamW has l2 = 0 and
 // decay = 1 - lr*wd. No dependencies, so device code can include it.
-#ifndef STRATA_KERNELS_ADAM_STEP_H_
-#define STRATA_KERNELS_ADAM_STEP_H_
+#ifndef STRATA_OPTIM_ADAM_STEP_H_
+#define STRATA_OPTIM_ADAM_STEP_H_
 
 namespace strata {
 
@@ -22,4 +22,4 @@ struct AdamStep {
 
 }  // namespace strata
 
-#endif  // STRATA_KERNELS_ADAM_STEP_H_
+#endif  // STRATA_OPTIM_ADAM_STEP_H_

@@ -6,8 +6,8 @@
 //
 // Every element-wise kernel gives bit-identical results on every CPU and for
 // every split into blocks or threads (no FMA contraction, no reassociation).
-#ifndef STRATA_KERNELS_OPTIMIZER_H_
-#define STRATA_KERNELS_OPTIMIZER_H_
+#ifndef STRATA_OPTIM_OPTIMIZER_H_
+#define STRATA_OPTIM_OPTIMIZER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -20,7 +20,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "kernels/adam_step.h"
+#include "optim/adam_step.h"
 #include "strata/v1/ps.pb.h"
 
 namespace strata {
@@ -143,4 +143,4 @@ void ApplyUpdateParallel(const OptimizerParams& params, float lr, int64_t t,
 
 }  // namespace strata
 
-#endif  // STRATA_KERNELS_OPTIMIZER_H_
+#endif  // STRATA_OPTIM_OPTIMIZER_H_
