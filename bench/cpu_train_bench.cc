@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "optim/optimizer.h"
 #include "kernels/parallel.h"
+#include "optim/optimizer.h"
 #include "worker/gpt.h"
 
 namespace strata {

@@ -20,12 +20,12 @@
 #include "kernels/cuda/layernorm_kernels.cuh"
 #include "kernels/cuda/matmul_kernels.cuh"
 #include "kernels/cuda/optimizer_kernels.cuh"
-#include "testing/cuda/test_util.h"
 #include "kernels/encoder.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
-#include "optim/optimizer.h"
 #include "kernels/residual.h"
+#include "optim/optimizer.h"
+#include "testing/cuda/test_util.h"
 
 namespace strata::kernels::cuda {
 namespace {

@@ -11,14 +11,14 @@
 #include "gtest/gtest.h"
 #include "kernels/attention.h"
 #include "kernels/crossentropy.h"
-#include "testing/cuda/test_util.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/encoder.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
-#include "optim/optimizer.h"
 #include "kernels/residual.h"
+#include "optim/optimizer.h"
+#include "testing/cuda/test_util.h"
 
 namespace strata::kernels {
 namespace {
@@ -348,8 +348,8 @@ TEST_F(CudaOps, AdamUpdateSpansMatchesPerSpanUpdates) {
                   v.data() + at, g.data() + at, starts[i + 1] - at);
     }
     ASSERT_TRUE(cuda::AdamUpdateSpans(
-                    *ctx_, d_w, d_wb, d_m, d_v, Raw(g), Raw(starts),
-                    Raw(kinds), spans, n,
+                    *ctx_, d_w, d_wb, d_m, d_v, Raw(g), Raw(starts), Raw(kinds),
+                    spans, n,
                     MakeAdamStep(without, ScheduledLr(without, t - 1), t),
                     MakeAdamStep(with_decay, ScheduledLr(with_decay, t - 1), t))
                     .ok());

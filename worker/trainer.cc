@@ -15,8 +15,8 @@
 #include "common/consistency.h"
 #include "common/status.h"
 #include "common/work_share.h"
-#include "optim/optimizer.h"
 #include "nlohmann/json.hpp"
+#include "optim/optimizer.h"
 #include "worker/data.h"
 #include "worker/progress.h"
 
