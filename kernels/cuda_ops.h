@@ -159,11 +159,15 @@ absl::Status AdamUpdate(Context& ctx, float* w, bf16* w_bf16, float* m,
                         float* v, const float* g, int64_t n,
                         const AdamStep& step);
 
+// AdamUpdateSpans' kind for a span it leaves unchanged (padding between
+// parameters).
+inline constexpr uint8_t kAdamSpanUntouched = 255;
+
 // AdamUpdate over the n elements of a buffer of many parameters in one
 // launch: span i covers elements [starts[i], starts[i+1]) (starts[0] = 0,
 // starts[spans] = n, non-decreasing) and takes step0 when kinds[i] is 0,
-// step1 when 1, and is left unchanged otherwise (padding between
-// parameters). starts (spans + 1) and kinds (spans) are in device memory.
+// step1 when 1, and is left unchanged when kAdamSpanUntouched. starts (spans +
+// 1) and kinds (spans) are in device memory.
 absl::Status AdamUpdateSpans(Context& ctx, float* w, bf16* w_bf16, float* m,
                              float* v, const float* g, const int64_t* starts,
                              const uint8_t* kinds, int spans, int64_t n,

@@ -318,8 +318,8 @@ TEST_F(CudaOps, AdamUpdateMatchesCpu) {
 }
 
 // One launch over spans of a buffer, as GptCuda's resident training: each
-// span as AdamUpdate with its kind's step (0 or 1), a span of kind 255
-// untouched; spans that cross the kernel's tiles, and an empty one.
+// span as AdamUpdate with its kind's step (0 or 1), a kAdamSpanUntouched
+// span untouched; spans that cross the kernel's tiles, and an empty one.
 TEST_F(CudaOps, AdamUpdateSpansMatchesPerSpanUpdates) {
   OptimizerParams with_decay;
   with_decay.kind = OptimizerParams::kAdamW;
@@ -328,7 +328,7 @@ TEST_F(CudaOps, AdamUpdateSpansMatchesPerSpanUpdates) {
   OptimizerParams without = with_decay;
   without.weight_decay = 0;
   const std::vector<int64_t> starts = {0, 700, 700, 5000, 5100, 9000, 10007};
-  const std::vector<uint8_t> kinds = {1, 0, 1, 255, 0, 1};
+  const std::vector<uint8_t> kinds = {1, 0, 1, cuda::kAdamSpanUntouched, 0, 1};
   const int spans = static_cast<int>(kinds.size());
   const int64_t n = starts.back();
   std::vector<float> w = Random(n, 1), m(n, 0.5f), v(n, 0.25f);
@@ -341,7 +341,7 @@ TEST_F(CudaOps, AdamUpdateSpansMatchesPerSpanUpdates) {
   for (int t = 1; t <= 2; ++t) {
     const std::vector<float> g = Random(n, 20 + t);
     for (int i = 0; i < spans; ++i) {
-      if (kinds[i] > 1) continue;
+      if (kinds[i] == cuda::kAdamSpanUntouched) continue;
       const OptimizerParams& p = kinds[i] == 1 ? with_decay : without;
       const int64_t at = starts[i];
       ApplyUpdate(p, ScheduledLr(p, t - 1), t, w.data() + at, m.data() + at,
@@ -358,7 +358,7 @@ TEST_F(CudaOps, AdamUpdateSpansMatchesPerSpanUpdates) {
   ExpectClose(Get(d_m, n), m, 1e-6, 1e-5);
   ExpectClose(Get(d_v, n), v, 1e-6, 1e-5);
   const std::vector<float> wb = Get(d_wb, n);
-  for (int64_t i = 5000; i < 5100; ++i) {  // the kind-255 span
+  for (int64_t i = 5000; i < 5100; ++i) {  // the untouched span
     ASSERT_EQ(w[i], w0[i]);
     ASSERT_EQ(wb[i], 7.0f) << i;
   }

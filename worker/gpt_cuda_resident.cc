@@ -15,11 +15,6 @@ namespace strata {
 
 using gpt_cuda::CudaStatus;
 
-namespace {
-// AdamUpdateSpans' kind for a span it leaves unchanged.
-constexpr uint8_t kLeaveAlone = 255;
-}  // namespace
-
 absl::Status GptCuda::StartResident(const OptimizerParams& opt) {
   if (opt.kind != OptimizerParams::kAdam &&
       opt.kind != OptimizerParams::kAdamW) {
@@ -48,7 +43,7 @@ absl::Status GptCuda::StartResident(const OptimizerParams& opt) {
     kinds.push_back(params()[i].spec.group == "decay" ? 1 : 0);
     if (end < next) {
       starts.push_back(end);
-      kinds.push_back(kLeaveAlone);
+      kinds.push_back(kernels::cuda::kAdamSpanUntouched);
     }
   }
   starts.push_back(d.total);

@@ -14,31 +14,25 @@
 
 namespace strata::kernels::cuda::async {
 
-// 16 bytes from src (global) to dst (shared), both 16-byte aligned.
-__device__ inline void Copy16(void* dst, const void* src) {
-  STRATA_DEVICE_CHECK(reinterpret_cast<uintptr_t>(dst) % 16 == 0 &&
-                          reinterpret_cast<uintptr_t>(src) % 16 == 0,
-                      "async::Copy16 misaligned");
+// kBytes (16 or 4) from src (global) to dst (shared), both kBytes-aligned.
+// 16-byte copies bypass L1 (.cg), as the tiles they fill are read once.
+template <int kBytes>
+__device__ inline void Copy(void* dst, const void* src) {
+  static_assert(kBytes == 16 || kBytes == 4, "16 or 4 bytes");
+  STRATA_DEVICE_CHECK(reinterpret_cast<uintptr_t>(dst) % kBytes == 0 &&
+                          reinterpret_cast<uintptr_t>(src) % kBytes == 0,
+                      "async::Copy misaligned");
 #ifdef STRATA_CUDA_EMULATION
-  ::strata::emu::AsyncCopy(dst, src, 16);
+  ::strata::emu::AsyncCopy(dst, src, kBytes);
 #else
   const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr),
-               "l"(src));
-#endif
-}
-
-// 4 bytes, both 4-byte aligned.
-__device__ inline void Copy4(void* dst, const void* src) {
-  STRATA_DEVICE_CHECK(reinterpret_cast<uintptr_t>(dst) % 4 == 0 &&
-                          reinterpret_cast<uintptr_t>(src) % 4 == 0,
-                      "async::Copy4 misaligned");
-#ifdef STRATA_CUDA_EMULATION
-  ::strata::emu::AsyncCopy(dst, src, 4);
-#else
-  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(addr),
-               "l"(src));
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr),
+                 "l"(src));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(addr),
+                 "l"(src));
+  }
 #endif
 }
 

@@ -55,7 +55,7 @@ __device__ void LoadTile(bf16* dst, int ld, const bf16* src, int64_t stride,
     const int r = i / kVecs, c = (i % kVecs) * 8;
     bf16* to = dst + r * ld + c;
     if (row0 + r < T) {
-      async::Copy16(to, src + (row0 + r) * stride + c);
+      async::Copy<16>(to, src + (row0 + r) * stride + c);
     } else {
       *reinterpret_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);
     }
@@ -104,11 +104,7 @@ __device__ inline void RowsTimesRowsT(float (&acc)[N][4],
                                       const uint32_t (&a)[HS / 16][4],
                                       const bf16* b, int ld) {
   static_assert(N % 2 == 0, "B fragments load in pairs");
-#pragma unroll
-  for (int n = 0; n < N; ++n) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[n][i] = 0.0f;
-  }
+  mma::Zero(acc);
 #pragma unroll
   for (int k = 0; k < HS / 16; ++k) {
 #pragma unroll
@@ -196,11 +192,7 @@ __global__ void __launch_bounds__(kThreads, HS <= 64 ? 4 : 1)
   // 2), this lane's share of the running sum, and the output.
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
   float o[kNT][4];
-#pragma unroll
-  for (int n = 0; n < kNT; ++n) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) o[n][i] = 0.0f;
-  }
+  mma::Zero(o);
 
   for (int kt = 0; kt <= qt; ++kt) {
     const int k0 = kt * kTile, buf = kt % 2;
@@ -263,13 +255,8 @@ __global__ void __launch_bounds__(kThreads, HS <= 64 ? 4 : 1)
     const float sum = QuadSum(l[r]);
     const int qi = q0 + w0 + g + 8 * r;
     if (qi >= T) continue;
-    const float inv = 1.0f / sum;
-    bf16* row = out + (int64_t{b} * T + qi) * C + h * HS + 2 * t;
-#pragma unroll
-    for (int n = 0; n < kNT; ++n) {
-      *reinterpret_cast<uint32_t*>(row + 8 * n) =
-          mma::Pack(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-    }
+    mma::StoreRow(out + (int64_t{b} * T + qi) * C + h * HS + 2 * t, o, r,
+                  1.0f / sum);
     if (t == 0) lse[int64_t{bh} * T + qi] = m[r] + log2f(sum);
   }
 }
@@ -352,11 +339,8 @@ __global__ void __launch_bounds__(kThreads, HS <= 64 ? 3 : 1)
   LoadTile<HS>(sK, kLd, base + C, stride, k0, T);
   LoadTile<HS>(sV, kLd, base + 2 * C, stride, k0, T);
   float dk[kNT][4], dv[kNT][4];
-#pragma unroll
-  for (int n = 0; n < kNT; ++n) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) dk[n][i] = dv[n][i] = 0.0f;
-  }
+  mma::Zero(dk);
+  mma::Zero(dv);
 
   // Starts copying query tile qt's Q, dO, lse and D into buffer `buf`.
   // lse = +inf makes padded query rows' probabilities exactly 0.
@@ -366,8 +350,8 @@ __global__ void __launch_bounds__(kThreads, HS <= 64 ? 3 : 1)
     LoadTile<HS>(sdOs(buf), kLd, dout_base, C, q0, T);
     for (int i = threadIdx.x; i < kTile; i += kThreads) {
       if (q0 + i < T) {
-        async::Copy4(sLses(buf) + i, lse + int64_t{bh} * T + q0 + i);
-        async::Copy4(sDs(buf) + i, D + int64_t{bh} * T + q0 + i);
+        async::Copy<4>(sLses(buf) + i, lse + int64_t{bh} * T + q0 + i);
+        async::Copy<4>(sDs(buf) + i, D + int64_t{bh} * T + q0 + i);
       } else {
         sLses(buf)[i] = INFINITY;
         sDs(buf)[i] = 0.0f;
@@ -433,21 +417,12 @@ __global__ void __launch_bounds__(kThreads, HS <= 64 ? 3 : 1)
     // dQ (16 queries of this warp x HS) = dS K, dS read from every warp's
     // rows of dS^T.
 #pragma unroll
-    for (int n = 0; n < kQN; ++n) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        *reinterpret_cast<uint32_t*>(sdST + (w0 + g + 8 * r) * kLdP + 8 * n +
-                                     2 * t) =
-            mma::Pack(ds[n][2 * r], ds[n][2 * r + 1]);
-      }
+    for (int r = 0; r < 2; ++r) {
+      mma::StoreRow(sdST + (w0 + g + 8 * r) * kLdP + 2 * t, ds, r);
     }
     __syncthreads();
     float dq[kNT][4];
-#pragma unroll
-    for (int n = 0; n < kNT; ++n) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) dq[n][i] = 0.0f;
-    }
+    mma::Zero(dq);
     uint32_t dsa[kTile / 16][4];  // dS for the warp's 16 queries
 #pragma unroll
     for (int k = 0; k < kTile / 16; ++k) {
@@ -471,13 +446,8 @@ __global__ void __launch_bounds__(kThreads, HS <= 64 ? 3 : 1)
     const int kj = k0 + w0 + g + 8 * r;
     if (kj >= T) continue;
     bf16* row = dqkv + (int64_t{b} * T + kj) * stride + h * HS + 2 * t;
-#pragma unroll
-    for (int n = 0; n < kNT; ++n) {
-      *reinterpret_cast<uint32_t*>(row + C + 8 * n) =
-          mma::Pack(dk[n][2 * r], dk[n][2 * r + 1]);
-      *reinterpret_cast<uint32_t*>(row + 2 * C + 8 * n) =
-          mma::Pack(dv[n][2 * r], dv[n][2 * r + 1]);
-    }
+    mma::StoreRow(row + C, dk, r);
+    mma::StoreRow(row + 2 * C, dv, r);
   }
 }
 

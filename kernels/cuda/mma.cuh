@@ -133,6 +133,31 @@ __device__ inline void AFromC(uint32_t (&a)[4], const float (&c0)[4],
   a[3] = Pack(c1[2], c1[3]);
 }
 
+// Sets N C fragments to zero.
+template <int N>
+__device__ inline void Zero(float (&c)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c[n][i] = 0.0f;
+  }
+}
+
+// Writes this lane's share of row g (r = 0) or g + 8 (r = 1) of N C
+// fragments side by side, times `scale`, as bf16 pairs: row points at the
+// row's column 2t (4-byte aligned), fragment n's pair goes to row + 8n.
+template <int N>
+__device__ inline void StoreRow(bf16* row, const float (&c)[N][4], int r,
+                                float scale = 1.0f) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    STRATA_DEVICE_CHECK(reinterpret_cast<uintptr_t>(row + 8 * n) % 4 == 0,
+                        "mma::StoreRow: 4-byte access misaligned");
+    *reinterpret_cast<uint32_t*>(row + 8 * n) =
+        Pack(c[n][2 * r] * scale, c[n][2 * r + 1] * scale);
+  }
+}
+
 }  // namespace strata::kernels::cuda::mma
 
 #endif  // STRATA_KERNELS_CUDA_MMA_CUH_

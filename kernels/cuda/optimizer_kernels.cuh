@@ -73,7 +73,9 @@ __global__ void AdamSpansKernel(float* w, bf16* w_bf16, float* m, float* v,
     for (int span = lo; i < end; i += blockDim.x) {
       while (starts[span + 1] <= i) ++span;
       const uint8_t kind = kinds[span];
-      if (kind <= 1) AdamElement(i, w, w_bf16, m, v, g, kind == 0 ? s0 : s1);
+      if (kind <= 1) {  // else kAdamSpanUntouched
+        AdamElement(i, w, w_bf16, m, v, g, kind == 0 ? s0 : s1);
+      }
     }
   }
 }
