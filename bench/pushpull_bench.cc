@@ -9,7 +9,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/time/clock.h"
 #include "client/ps_client.h"
-#include "client/scheduler_client.h"
+#include "cluster/scheduler_client.h"
 #include "common/malloc_tuning.h"
 
 int main(int argc, char** argv) {

@@ -14,7 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "client/scheduler_client.h"
+#include "cluster/scheduler_client.h"
 #include "common/bf16.h"
 #include "common/status.h"
 #include "common/wire.h"

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "client/scheduler_client.h"
+#include "cluster/scheduler_client.h"
 #include "common/consistency.h"
 #include "common/status.h"
 #include "common/thread_pool.h"

@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "client/ps_client.h"
-#include "client/scheduler_client.h"
+#include "cluster/scheduler_client.h"
 #include "scheduler/scheduler.h"
 #include "server/shard.h"
 

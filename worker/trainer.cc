@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
-#include "client/scheduler_client.h"
-#include "client/worker_session.h"
+#include "cluster/scheduler_client.h"
+#include "cluster/worker_session.h"
 #include "common/consistency.h"
 #include "common/status.h"
 #include "common/work_share.h"

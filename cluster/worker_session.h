@@ -1,14 +1,14 @@
 // Joining the cluster as a training worker: the steps every trainer takes
 // before its first step.
-#ifndef STRATA_CLIENT_WORKER_SESSION_H_
-#define STRATA_CLIENT_WORKER_SESSION_H_
+#ifndef STRATA_CLUSTER_WORKER_SESSION_H_
+#define STRATA_CLUSTER_WORKER_SESSION_H_
 
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/scheduler_client.h"
+#include "cluster/scheduler_client.h"
 #include "common/consistency.h"
 
 namespace strata {
@@ -32,4 +32,4 @@ absl::StatusOr<WorkerSession> JoinAsWorker(const std::string& scheduler_address,
 
 }  // namespace strata
 
-#endif  // STRATA_CLIENT_WORKER_SESSION_H_
+#endif  // STRATA_CLUSTER_WORKER_SESSION_H_

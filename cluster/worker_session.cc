@@ -1,4 +1,4 @@
-#include "client/worker_session.h"
+#include "cluster/worker_session.h"
 
 #include "common/status.h"
 #include "common/work_share.h"

@@ -1,4 +1,4 @@
-#include "client/scheduler_client.h"
+#include "cluster/scheduler_client.h"
 
 #include <filesystem>
 #include <memory>

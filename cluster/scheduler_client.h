@@ -8,8 +8,8 @@
 //   STRATA_ASSIGN_OR_RETURN(auto client, SchedulerClient::Connect(options));
 //   client->AddViewListener([](const v1::View& v) { ... });
 //   client->SetProgress(step, samples_per_sec);
-#ifndef STRATA_CLIENT_SCHEDULER_CLIENT_H_
-#define STRATA_CLIENT_SCHEDULER_CLIENT_H_
+#ifndef STRATA_CLUSTER_SCHEDULER_CLIENT_H_
+#define STRATA_CLUSTER_SCHEDULER_CLIENT_H_
 
 #include <cstdint>
 #include <functional>
@@ -160,4 +160,4 @@ class SchedulerClient {
 
 }  // namespace strata
 
-#endif  // STRATA_CLIENT_SCHEDULER_CLIENT_H_
+#endif  // STRATA_CLUSTER_SCHEDULER_CLIENT_H_

@@ -1,2 +1,0 @@
-add_executable(pushpull_bench ${CMAKE_CURRENT_LIST_DIR}/pushpull_bench.cc)
-target_link_libraries(pushpull_bench PRIVATE strata_ps_client strata_scheduler_client CLI11::CLI11 strata_warnings)
