@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "kernels/parallel.h"
+#include "common/parallel.h"
 #include "optim/optimizer.h"
 #include "worker/gpt.h"
 
@@ -50,12 +50,8 @@ class LocalAdamW {
     for (size_t i = 0; i < m_.size(); ++i) {
       float* w = gpt_.param_data(static_cast<int>(i));
       const float* g = gpt_.grad_data(static_cast<int>(i));
-      kernels::ParallelFor(static_cast<int64_t>(m_[i].size()), 1 << 14,
-                           [&](int, int64_t b, int64_t e) {
-                             ApplyUpdate(params_, params_.lr, t_, w + b,
-                                         m_[i].data() + b, v_[i].data() + b,
-                                         g + b, static_cast<size_t>(e - b));
-                           });
+      ApplyUpdateParallel(params_, params_.lr, t_, w, m_[i].data(),
+                          v_[i].data(), g, m_[i].size());
     }
   }
 
@@ -114,7 +110,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "kernel threads (0: all cores)");
   CLI11_PARSE(app, argc, argv);
   if (steps < 1) steps = 1;
-  if (threads > 0) strata::kernels::SetNumThreads(threads);
+  if (threads > 0) strata::SetNumThreads(threads);
   for (const strata::BenchConfig& c : strata::Configs()) {
     if (!only.empty() && c.name != only) continue;
     if (int rc = strata::Run(c, warmup, steps); rc != 0) return rc;

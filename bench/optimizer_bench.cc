@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "common/parallel.h"
 #include "optim/optimizer.h"
 
 namespace strata {
@@ -120,20 +121,22 @@ std::vector<double> BestSeconds(int reps,
   return best;
 }
 
-// Runs fn(begin, end) over [0, n) in kBlock pieces on `threads` threads.
-void Blocked(KernelPool& pool, int threads, size_t n,
-             const std::function<void(size_t, size_t)>& fn) {
-  pool.ParallelFor((n + kBlock - 1) / kBlock, threads, [&](size_t b) {
-    fn(b * kBlock, std::min(n, (b + 1) * kBlock));
+// Runs fn(begin, end) over [0, n), split as ApplyUpdateParallel splits it:
+// whole kBlock pieces on the process's thread pool (common/parallel.h).
+void Blocked(size_t n, const std::function<void(size_t, size_t)>& fn) {
+  const int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
+  ParallelFor(blocks, 1, [&](int, int64_t b0, int64_t b1) {
+    fn(static_cast<size_t>(b0) * kBlock,
+       std::min(n, static_cast<size_t>(b1) * kBlock));
   });
 }
 
 int Run(const Flags& f) {
   const size_t n = f.params;
-  KernelPool pool(std::max(f.threads, 1) - 1);
+  SetNumThreads(f.threads);
   Array w(n), g(n), m(n), v(n);
   // Touch every page on the threads that will use it, before timing.
-  Blocked(pool, f.threads, n, [&](size_t lo, size_t hi) {
+  Blocked(n, [&](size_t lo, size_t hi) {
     for (size_t i = lo; i < hi; ++i) {
       w.get()[i] = 0.001f * static_cast<float>(i % 1000);
       g.get()[i] = 0.01f * static_cast<float>(i % 77) - 0.3f;
@@ -146,13 +149,13 @@ int Run(const Flags& f) {
   adam.weight_decay = 0.01f;
   int64_t t = 0;
   const auto adam_update = [&] {
-    ApplyUpdateParallel(pool, adam, 1e-3f, ++t, w.get(), m.get(), v.get(),
-                        g.get(), n, f.threads);
+    ApplyUpdateParallel(adam, 1e-3f, ++t, w.get(), m.get(), v.get(), g.get(),
+                        n);
   };
   // The triad reuses arrays the update reads: a = g, b = m, c = v.
   const auto triad_with = [&](auto kernel) {
-    return [&pool, &f, &g, &m, &v, n, kernel] {
-      Blocked(pool, f.threads, n, [&](size_t lo, size_t hi) {
+    return [&g, &m, &v, n, kernel] {
+      Blocked(n, [&](size_t lo, size_t hi) {
         kernel(g.get() + lo, m.get() + lo, v.get() + lo, 0.5f, hi - lo);
       });
     };
@@ -181,7 +184,7 @@ int Run(const Flags& f) {
   std::printf("adam_ratio_to_nt_triad %.3f\n", adam_gbps / streaming_gbps);
   std::fprintf(
       stderr, "# %zu params, %d threads, best of %d; nt triad with %s stores\n",
-      n, f.threads, f.reps, streaming ? "non-temporal" : "ordinary");
+      n, NumThreads(), f.reps, streaming ? "non-temporal" : "ordinary");
   return 0;
 }
 

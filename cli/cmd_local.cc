@@ -13,6 +13,7 @@
 #include "cli/process.h"
 #include "cli/signals.h"
 #include "common/consistency.h"
+#include "spdlog/spdlog.h"
 
 namespace strata {
 namespace {
@@ -56,9 +57,8 @@ int RunLocal(const LocalOptions& o) {
   }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  std::fprintf(stderr,
-               "strata local: %d servers, %d workers, %s, state in %s\n",
-               o.servers, o.workers, o.consistency.c_str(), dir.c_str());
+  spdlog::info("strata local: {} servers, {} workers, {}, state in {}",
+               o.servers, o.workers, o.consistency, dir);
   const std::string address_file = dir + "/scheduler.address";
   std::filesystem::remove(address_file, ec);
 
@@ -127,27 +127,25 @@ int RunLocal(const LocalOptions& o) {
   static std::atomic<bool> interrupted{false};
   OnShutdownSignal([workers] {
     interrupted = true;
-    std::fprintf(stderr, "\nstrata local: interrupted; stopping the cluster\n");
+    spdlog::warn("strata local: interrupted; stopping the cluster");
     for (pid_t w : workers) kill(w, SIGTERM);
   });
   int failed = 0;
   for (pid_t w : workers) failed += WaitChild(w) != 0;
   stop_all();
   if (interrupted) {
-    std::fprintf(stderr, "strata local: stopped; state in %s\n", dir.c_str());
+    spdlog::info("strata local: stopped; state in {}", dir);
     return 130;
   }
   if (failed > 0) {
-    std::fprintf(stderr, "strata local: %d worker(s) failed\n", failed);
+    spdlog::error("strata local: {} worker(s) failed", failed);
     return 1;
   }
-  std::fprintf(stderr, "strata local: done; snapshots and metrics in %s\n",
-               dir.c_str());
+  spdlog::info("strata local: done; snapshots and metrics in {}", dir);
   if (!o.toy) {
-    std::fprintf(
-        stderr,
-        "strata local: sample from the model with: strata generate --dir %s\n",
-        dir.c_str());
+    spdlog::info(
+        "strata local: sample from the model with: strata generate --dir {}",
+        dir);
   }
   return 0;
 }

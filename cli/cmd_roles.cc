@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "scheduler/scheduler.h"
 #include "server/parameter_server.h"
+#include "spdlog/spdlog.h"
 #include "strata/v1/ps.grpc.pb.h"
 #include "strata/v1/scheduler.grpc.pb.h"
 
@@ -23,7 +24,7 @@ namespace strata {
 
 int ReportStatus(const char* command, const absl::Status& status) {
   if (status.ok()) return 0;
-  std::fprintf(stderr, "strata %s: %s\n", command, status.ToString().c_str());
+  spdlog::error("strata {}: {}", command, status.ToString());
   return 1;
 }
 
@@ -90,9 +91,6 @@ CommandFn AddSchedulerCommand(CLI::App& app) {
     if (!scheduler.ok()) return ReportStatus("scheduler", scheduler.status());
     Scheduler* s = scheduler->get();
     OnShutdownSignal([s] { s->Shutdown(); });
-    std::fprintf(stderr,
-                 "strata scheduler: serving on %s (%d shard slots, %s)\n",
-                 s->address().c_str(), o->num_shards, o->consistency.c_str());
     if (int rc = ReportStatus("scheduler",
                               WriteAddressFile(*address_file, s->address())))
       return rc;
@@ -138,13 +136,11 @@ CommandFn AddServerCommand(CLI::App& app) {
     if (!server.ok()) return ReportStatus("server", server.status());
     ParameterServer* s = server->get();
     OnShutdownSignal([s] { s->Shutdown(); });
-    std::fprintf(stderr, "strata server: shard %d serving on %s%s\n", o->shard,
-                 s->address().c_str(),
-                 s->restored_step() >= 0
-                     ? absl::StrCat(" (restored snapshot of step ",
-                                    s->restored_step(), ")")
-                           .c_str()
-                     : "");
+    spdlog::info(
+        "strata server: shard {} serving on {}{}", o->shard, s->address(),
+        s->restored_step() >= 0 ? absl::StrCat(" (restored snapshot of step ",
+                                               s->restored_step(), ")")
+                                : "");
     if (int rc = ReportStatus("server",
                               WriteAddressFile(*address_file, s->address())))
       return rc;

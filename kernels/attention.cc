@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "kernels/matmul.h"
-#include "kernels/parallel.h"
+#include "common/parallel.h"
 #include "kernels/vec_math.h"
 
 namespace strata::kernels {

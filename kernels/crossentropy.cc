@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/parallel.h"
+#include "common/parallel.h"
 #include "kernels/vec_math.h"
 
 namespace strata::kernels {

@@ -1,6 +1,6 @@
 #include "kernels/encoder.h"
 
-#include "kernels/parallel.h"
+#include "common/parallel.h"
 
 namespace strata::kernels {
 

@@ -1,6 +1,6 @@
 #include "kernels/gelu.h"
 
-#include "kernels/parallel.h"
+#include "common/parallel.h"
 #include "kernels/vec_math.h"
 
 namespace strata::kernels {

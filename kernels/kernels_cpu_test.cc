@@ -6,11 +6,9 @@
 // forward (~1e-7 relative) far below the differences measured, and the
 // O(eps^2) truncation error of central differences is ~1e-4.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <functional>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -20,7 +18,6 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
-#include "kernels/parallel.h"
 #include "kernels/residual.h"
 #include "kernels/vec_math.h"
 
@@ -60,34 +57,6 @@ void ExpectGradient(const char* what, std::vector<float>& x,
     EXPECT_NEAR(analytic[i], numeric, atol + rtol * std::abs(numeric))
         << what << " at " << i;
   }
-}
-
-TEST(ParallelFor, CoversEveryIndexOnce) {
-  for (int64_t n : {0, 1, 7, 1000, 100003}) {
-    std::vector<std::atomic<int>> hits(n);
-    ParallelFor(n, 3, [&](int, int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) hits[i]++;
-    });
-    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1);
-  }
-}
-
-TEST(ParallelFor, ManyQuickCallsFromSeveralThreads) {
-  auto caller = [](int64_t n, int64_t* total) {
-    for (int rep = 0; rep < 2000; ++rep) {
-      std::vector<int64_t> sums(NumChunks(n, 1), 0);
-      ParallelFor(n, 1, [&](int chunk, int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) sums[chunk] += i;
-      });
-      for (int64_t s : sums) *total += s;
-    }
-  };
-  int64_t a = 0, b = 0;
-  std::thread t1(caller, 10, &a), t2(caller, 100, &b);
-  t1.join();
-  t2.join();
-  EXPECT_EQ(a, 2000 * 45);
-  EXPECT_EQ(b, 2000 * 4950);
 }
 
 TEST(VecMath, ExpAndTanhMatchTheLibrary) {

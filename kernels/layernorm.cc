@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/parallel.h"
+#include "common/parallel.h"
 
 namespace strata::kernels {
 

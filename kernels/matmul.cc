@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/parallel.h"
+#include "common/parallel.h"
 
 namespace strata::kernels {
 namespace {
@@ -18,9 +18,20 @@ constexpr int kGemmAlign = 32;
 // operand, so smaller pieces repeat that work.
 constexpr int kGemmMinUnits = 4;
 
+// GEMMs are split over ParallelFor's pool; OpenBLAS runs each piece on one
+// thread, or its own threads and the pool's would fight for the cores.
+void HoldBlasToOneThread() {
+  static const bool once = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
+
 void SerialGemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                 const float* A, int lda, const float* B, int ldb, float beta,
                 float* C, int ldc) {
+  HoldBlasToOneThread();
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
               ldb, beta, C, ldc);

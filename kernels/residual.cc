@@ -1,6 +1,6 @@
 #include "kernels/residual.h"
 
-#include "kernels/parallel.h"
+#include "common/parallel.h"
 
 namespace strata::kernels {
 namespace {

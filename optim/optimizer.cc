@@ -1,7 +1,6 @@
 #include "optim/optimizer.h"
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -9,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/parallel.h"
 
 // Compiles a function for AVX-512, AVX2 and baseline x86-64; the dynamic
 // loader picks the best one for the CPU (GCC function multiversioning).
@@ -262,110 +262,18 @@ bool AllFinite(const float* g, size_t n) {
   return true;
 }
 
-// One ParallelFor call. `next` hands out blocks; `finished` counts the blocks
-// run and `helpers_wanted` the helpers still to join (both under pool mu_).
-struct KernelPool::Job {
-  Job(absl::FunctionRef<void(size_t)> f, size_t n) : fn(f), num_blocks(n) {}
-  absl::FunctionRef<void(size_t)> fn;
-  const size_t num_blocks;
-  std::atomic<size_t> next{0};
-  size_t finished = 0;
-  int helpers_wanted = 0;
-};
-
-KernelPool::KernelPool(int helpers) {
-  STRATA_CHECK(helpers >= 0);
-  helpers_.reserve(helpers);
-  for (int i = 0; i < helpers; ++i)
-    helpers_.emplace_back([this] { HelperLoop(); });
-}
-
-KernelPool::~KernelPool() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
-  for (std::thread& t : helpers_) t.join();
-}
-
-KernelPool& KernelPool::Shared() {
-  static KernelPool* const pool = new KernelPool(
-      std::max(1, static_cast<int>(std::thread::hardware_concurrency())) - 1);
-  return *pool;
-}
-
-size_t KernelPool::RunBlocks(Job& job) {
-  size_t count = 0;
-  for (size_t b = job.next.fetch_add(1); b < job.num_blocks;
-       b = job.next.fetch_add(1)) {
-    job.fn(b);
-    ++count;
-  }
-  return count;
-}
-
-void KernelPool::HelperLoop() {
-  for (;;) {
-    std::shared_ptr<Job> job;
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](KernelPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
-            return p->stopping_ || !p->jobs_.empty();
-          },
-          this));
-      if (jobs_.empty()) return;  // stopping
-      job = jobs_.front();
-      if (--job->helpers_wanted == 0) jobs_.pop_front();
-    }
-    const size_t count = RunBlocks(*job);
-    absl::MutexLock lock(&mu_);
-    job->finished += count;
-  }
-}
-
-void KernelPool::ParallelFor(size_t num_blocks, int threads,
-                             absl::FunctionRef<void(size_t)> fn) {
-  const int helpers =
-      std::min<size_t>({static_cast<size_t>(std::max(threads, 1)) - 1,
-                        helpers_.size(), num_blocks > 0 ? num_blocks - 1 : 0});
-  if (helpers == 0) {
-    for (size_t b = 0; b < num_blocks; ++b) fn(b);
-    return;
-  }
-  auto job = std::make_shared<Job>(fn, num_blocks);
-  {
-    absl::MutexLock lock(&mu_);
-    job->helpers_wanted = helpers;
-    jobs_.push_back(job);
-  }
-  const size_t count = RunBlocks(*job);
-  absl::MutexLock lock(&mu_);
-  // No block is left to claim: withdraw the job so no more helpers join.
-  auto it = std::find(jobs_.begin(), jobs_.end(), job);
-  if (it != jobs_.end()) jobs_.erase(it);
-  job->finished += count;
-  Job* j = job.get();
-  mu_.Await(absl::Condition(
-      +[](Job* j) { return j->finished == j->num_blocks; }, j));
-}
-
-void ApplyUpdateParallel(KernelPool& pool, const OptimizerParams& params,
-                         float lr, int64_t t, float* w, float* m, float* v,
-                         const float* g, size_t n, int threads) {
-  const UpdateScalars s = MakeScalars(params, lr, t);
-  const size_t num_blocks = (n + kBlockElems - 1) / kBlockElems;
-  pool.ParallelFor(num_blocks, threads, [&](size_t b) {
-    const size_t begin = b * kBlockElems;
-    RunRange(params, s, w, m, v, g, begin, std::min(n, begin + kBlockElems));
-  });
-}
-
 void ApplyUpdateParallel(const OptimizerParams& params, float lr, int64_t t,
-                         float* w, float* m, float* v, const float* g, size_t n,
-                         int threads) {
-  ApplyUpdateParallel(KernelPool::Shared(), params, lr, t, w, m, v, g, n,
-                      threads);
+                         float* w, float* m, float* v, const float* g,
+                         size_t n) {
+  const UpdateScalars s = MakeScalars(params, lr, t);
+  const int64_t num_blocks =
+      static_cast<int64_t>((n + kBlockElems - 1) / kBlockElems);
+  ParallelFor(num_blocks, 1, [&](int, int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const size_t begin = static_cast<size_t>(b) * kBlockElems;
+      RunRange(params, s, w, m, v, g, begin, std::min(n, begin + kBlockElems));
+    }
+  });
 }
 
 }  // namespace strata

@@ -11,15 +11,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
-#include <memory>
-#include <thread>
-#include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "optim/adam_step.h"
 #include "strata/v1/ps.pb.h"
 
@@ -93,53 +86,13 @@ AdamStep MakeAdamStep(const OptimizerParams& params, float lr, int64_t t);
 // True iff none of the n values is NaN or infinite. Vectorized.
 bool AllFinite(const float* g, size_t n);
 
-// A fixed set of helper threads that run blocked loops (ParallelFor).
-// Several threads may call ParallelFor at once: each call's blocks go to the
-// caller and whichever helpers are free, so a call never waits for another
-// call's work and completes even when every helper is busy.
-class KernelPool {
- public:
-  // Starts `helpers` threads (>= 0). A ParallelFor runs on at most
-  // helpers + 1 threads, the caller included.
-  explicit KernelPool(int helpers);
-  // Joins the helpers. REQUIRES: no ParallelFor in progress.
-  ~KernelPool();
-  KernelPool(const KernelPool&) = delete;
-  KernelPool& operator=(const KernelPool&) = delete;
-
-  // Runs fn(b) once for every b in [0, num_blocks) on up to `threads`
-  // threads (the caller is one of them) and returns when all have run.
-  // Blocks are claimed dynamically, in increasing order.
-  void ParallelFor(size_t num_blocks, int threads,
-                   absl::FunctionRef<void(size_t)> fn);
-
-  // A pool shared by the process, created on first use with one helper per
-  // hardware thread beyond the first. Never destroyed.
-  static KernelPool& Shared();
-
- private:
-  struct Job;
-  void HelperLoop();
-  // Runs blocks of `job` until none is left; returns how many it ran.
-  static size_t RunBlocks(Job& job);
-
-  absl::Mutex mu_;
-  std::deque<std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> helpers_;
-};
-
-// As ApplyUpdate, but splits the arrays into cache-sized blocks processed by
-// up to `threads` threads of `pool` (the caller included). Results are
-// bit-identical to ApplyUpdate. Small arrays run on the caller alone.
-void ApplyUpdateParallel(KernelPool& pool, const OptimizerParams& params,
-                         float lr, int64_t t, float* w, float* m, float* v,
-                         const float* g, size_t n, int threads);
-
-// As above on KernelPool::Shared().
+// As ApplyUpdate, but splits the arrays into cache-sized blocks run on the
+// process's thread pool (common/parallel.h; NumThreads() threads, the caller
+// included). Results are bit-identical to ApplyUpdate. Small arrays run on
+// the caller alone.
 void ApplyUpdateParallel(const OptimizerParams& params, float lr, int64_t t,
-                         float* w, float* m, float* v, const float* g, size_t n,
-                         int threads);
+                         float* w, float* m, float* v, const float* g,
+                         size_t n);
 
 }  // namespace strata
 

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/parallel.h"
 #include "gtest/gtest.h"
 
 namespace strata {
@@ -256,53 +257,45 @@ TEST(Optimizer, BadConfigIsRejected) {
   EXPECT_EQ(ValidateOptimizerParams(p).code(), kInvalid);
 }
 
-// Runs `p` serially and in parallel over `pool`; the results must be
-// bit-identical.
-void ExpectParallelMatchesSerial(KernelPool& pool, const OptimizerParams& p,
-                                 size_t n, int threads, uint32_t seed) {
+// Runs `p` serially and in parallel; the results must be bit-identical.
+void ExpectParallelMatchesSerial(const OptimizerParams& p, size_t n,
+                                 uint32_t seed) {
   std::mt19937 rng(seed);
   const std::vector<float> w0 = RandomVector(rng, n, 1.0f);
   const std::vector<float> g = RandomVector(rng, n, 1.0f);
   std::vector<float> w1 = w0, m1(n, 0.1f), v1(n, 0.2f);
   std::vector<float> w2 = w0, m2(n, 0.1f), v2(n, 0.2f);
   ApplyUpdate(p, 0.01f, 3, w1.data(), m1.data(), v1.data(), g.data(), n);
-  ApplyUpdateParallel(pool, p, 0.01f, 3, w2.data(), m2.data(), v2.data(),
-                      g.data(), n, threads);
+  ApplyUpdateParallel(p, 0.01f, 3, w2.data(), m2.data(), v2.data(), g.data(),
+                      n);
   EXPECT_EQ(std::memcmp(w1.data(), w2.data(), n * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(m1.data(), m2.data(), n * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(v1.data(), v2.data(), n * sizeof(float)), 0);
 }
 
 TEST(Optimizer, ParallelUpdateIsBitIdenticalToSerial) {
-  KernelPool pool(3);
   const OptimizerParams p = Scheduled(OptimizerParams::kAdamW);
+  const int saved = NumThreads();
   for (int threads : {1, 2, 4, 8}) {
+    SetNumThreads(threads);
     for (size_t n : {size_t{0}, size_t{100}, size_t{5 * 16384 + 123}}) {
-      ExpectParallelMatchesSerial(pool, p, n, threads, 7);
+      ExpectParallelMatchesSerial(p, n, 7);
     }
   }
-  ExpectParallelMatchesSerial(KernelPool::Shared(), p, 70000, 2, 8);
+  SetNumThreads(saved);
 }
 
-TEST(Optimizer, PoolServesConcurrentCallers) {
-  KernelPool pool(2);
+TEST(Optimizer, ParallelUpdateServesConcurrentCallers) {
   const OptimizerParams p = Scheduled(OptimizerParams::kAdam);
   std::vector<std::thread> callers;
   for (uint32_t i = 0; i < 6; ++i) {
-    callers.emplace_back([&pool, &p, i] {
+    callers.emplace_back([&p, i] {
       for (int rep = 0; rep < 5; ++rep) {
-        ExpectParallelMatchesSerial(pool, p, 3 * 16384 + i, 3, i);
+        ExpectParallelMatchesSerial(p, 3 * 16384 + i, i);
       }
     });
   }
   for (std::thread& t : callers) t.join();
-}
-
-TEST(Optimizer, PoolWithoutHelpersRunsOnCaller) {
-  KernelPool pool(0);
-  std::vector<int> seen(10, 0);
-  pool.ParallelFor(10, 4, [&](size_t b) { ++seen[b]; });
-  EXPECT_EQ(seen, std::vector<int>(10, 1));
 }
 
 }  // namespace

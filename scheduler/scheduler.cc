@@ -90,9 +90,10 @@ absl::Status Scheduler::Init(SchedulerOptions options) {
   lease_check_interval_ = options.lease_check_interval;
   lease_thread_ = std::thread([this] { LeaseLoop(); });
   spdlog::info(
-      "scheduler: serving on {} (data_dir '{}', {} member(s), epoch {})",
-      address_, options.data_dir, state.members.size(),
-      membership_->View().epoch());
+      "scheduler: serving on {} ({} shard slots, {}, data_dir '{}', {} "
+      "member(s), epoch {})",
+      address_, options.num_shards, options.consistency, options.data_dir,
+      state.members.size(), membership_->View().epoch());
   return absl::OkStatus();
 }
 

@@ -3,8 +3,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-#include <deque>
+#include <optional>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "cluster/scheduler_client.h"
@@ -13,6 +14,7 @@
 #include "common/thread_pool.h"
 #include "common/wire.h"
 #include "server/shard.h"
+#include "spdlog/spdlog.h"
 #include "storage/data_dir.h"
 #include "storage/ram_tier.h"
 #include "strata/v1/ps.grpc.pb.h"
@@ -149,14 +151,15 @@ struct ParameterServer::Impl {
   std::string address;
   int64_t restored_step = -1;
 
-  // Automatic snapshots are written by one background thread, so the push
-  // that closes a step does not wait for the disk.
+  // Automatic snapshots are written on one background thread, so the push
+  // that closes a step does not wait for the disk. A newer consistent cut
+  // replaces one not yet started: a slow disk costs snapshots, never
+  // unbounded memory.
   absl::Mutex snap_mu;
-  std::deque<std::pair<int64_t, std::unique_ptr<RamTier>>> snap_queue
+  std::optional<std::pair<int64_t, std::unique_ptr<RamTier>>> snap_next
       ABSL_GUARDED_BY(snap_mu);
-  int snap_busy ABSL_GUARDED_BY(snap_mu) = 0;
-  bool stopping ABSL_GUARDED_BY(snap_mu) = false;
-  std::thread snap_thread;
+  bool snap_draining ABSL_GUARDED_BY(snap_mu) = false;  // a drain is queued
+  std::unique_ptr<ThreadPool> snap_writer;              // one thread
   absl::Mutex write_mu;  // one snapshot write at a time
   absl::Mutex shutdown_mu;
   bool shut_down ABSL_GUARDED_BY(shutdown_mu) = false;
@@ -170,30 +173,35 @@ struct ParameterServer::Impl {
     return data_dir->SnapshotPath(step);
   }
 
-  void SnapshotLoop() {
+  // Queues the cut of `step` for the writer thread.
+  void QueueSnapshot(int64_t step, std::unique_ptr<RamTier> capture) {
+    {
+      absl::MutexLock lock(&snap_mu);
+      snap_next.emplace(step, std::move(capture));
+      if (snap_draining) return;
+      snap_draining = true;
+    }
+    snap_writer->Schedule([this] { DrainSnapshots(); });
+  }
+
+  // On the writer thread: writes queued cuts until none is left.
+  void DrainSnapshots() {
     for (;;) {
       std::pair<int64_t, std::unique_ptr<RamTier>> job;
       {
         absl::MutexLock lock(&snap_mu);
-        snap_mu.Await(absl::Condition(
-            +[](Impl* i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i->snap_mu) {
-              return i->stopping || !i->snap_queue.empty();
-            },
-            this));
-        if (snap_queue.empty()) return;
-        job = std::move(snap_queue.front());
-        snap_queue.pop_front();
-        snap_busy++;
+        if (!snap_next.has_value()) {
+          snap_draining = false;
+          return;
+        }
+        job = std::move(*snap_next);
+        snap_next.reset();
       }
       auto written = Write(job.first, *job.second);
       if (!written.ok()) {
-        std::fprintf(stderr,
-                     "strata server: snapshot of step %lld failed: %s\n",
-                     static_cast<long long>(job.first),
-                     written.status().ToString().c_str());
+        spdlog::error("strata server: snapshot of step {} failed: {}",
+                      job.first, written.status().ToString());
       }
-      absl::MutexLock lock(&snap_mu);
-      snap_busy--;
     }
   }
 };
@@ -292,14 +300,10 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   me.address = options.advertise_address.empty()
                    ? absl::StrCat("127.0.0.1:", me.port)
                    : options.advertise_address;
-  me.snap_thread = std::thread([&me] { me.SnapshotLoop(); });
+  me.snap_writer = std::make_unique<ThreadPool>(1);
   me.shard->set_snapshot_sink(
       [&me](int64_t step, std::unique_ptr<RamTier> capture) {
-        absl::MutexLock lock(&me.snap_mu);
-        // A newer consistent cut supersedes older ones not yet written: a
-        // slow disk costs snapshots, never unbounded memory.
-        me.snap_queue.clear();
-        me.snap_queue.emplace_back(step, std::move(capture));
+        me.QueueSnapshot(step, std::move(capture));
       });
 
   if (!options.scheduler_address.empty()) {
@@ -340,7 +344,7 @@ void ParameterServer::FlushSnapshots() {
   absl::MutexLock lock(&me.snap_mu);
   me.snap_mu.Await(absl::Condition(
       +[](Impl* i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i->snap_mu) {
-        return i->snap_queue.empty() && i->snap_busy == 0;
+        return !i->snap_draining;
       },
       &me));
 }
@@ -362,11 +366,7 @@ void ParameterServer::Shutdown() {
   me.pull_handlers.reset();
   me.push_handlers.reset();
   FlushSnapshots();
-  {
-    absl::MutexLock lock(&me.snap_mu);
-    me.stopping = true;
-  }
-  if (me.snap_thread.joinable()) me.snap_thread.join();
+  me.snap_writer.reset();
 }
 
 void ParameterServer::Wait() {

@@ -54,7 +54,9 @@ INSTANTIATE_TEST_SUITE_P(
                 "/nonexistent/strata"},
         Refusal{{"local", "--workers", "0"}, "--workers"},
         Refusal{{"local", "--consistency", "sometimes"}, "bad consistency"},
-        Refusal{{"generate", "--dir", "/nonexistent/strata"}, "model.json"}),
+        Refusal{{"generate", "--dir", "/nonexistent/strata"}, "model.json"},
+        Refusal{{"--log_level", "loud", "version"}, "--log_level"},
+        Refusal{{"version", "--log_level", "loud"}, "--log_level"}),
     [](const ::testing::TestParamInfo<Refusal>& info) {
       // e.g. "3_scheduler_num_shards_0": the index keeps names unique.
       std::string name = std::to_string(info.index);
@@ -65,6 +67,19 @@ INSTANTIATE_TEST_SUITE_P(
       }
       return name.substr(0, 60);
     });
+
+// --log_level (before or after the subcommand) hides the less severe lines.
+TEST(Cli, LogLevelHidesLessSevereLines) {
+  const std::string dir = testing::FreshDir("cli_log_level");
+  Child scheduler({STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0",
+                   "--address_file", dir + "/addr", "--log_level", "warn"},
+                  dir + "/scheduler.log");
+  ASSERT_FALSE(testing::WaitForLine(dir + "/addr").empty())
+      << scheduler.Output();
+  EXPECT_EQ(scheduler.Stop(), 0);
+  EXPECT_EQ(scheduler.Output().find("serving on"), std::string::npos)
+      << scheduler.Output();
+}
 
 TEST(Cli, SchedulerRefusesADataDirThatIsNotOurs) {
   const std::string dir = testing::FreshDir("cli_foreign");
@@ -106,6 +121,10 @@ TEST(Cli, StatusShowsTheViewShardMapAndServerCounters) {
       << out;
   EXPECT_EQ(server.Stop(), 0);
   EXPECT_EQ(scheduler.Stop(), 0);
+  // Logs go to stderr through spdlog, at info by default.
+  EXPECT_NE(scheduler.Output().find("[info] scheduler: serving on"),
+            std::string::npos)
+      << scheduler.Output();
 
   Child unreachable({STRATA_BINARY, "status", "--scheduler", "127.0.0.1:1"},
                     dir + "/none.log");

@@ -7,13 +7,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/parallel.h"
 #include "kernels/attention.h"
 #include "kernels/crossentropy.h"
 #include "kernels/encoder.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
-#include "kernels/parallel.h"
 #include "worker/gpt_layout.h"
 
 namespace strata {
@@ -34,7 +34,7 @@ constexpr int64_t kInitBlock = int64_t{1} << 16;
 void FillNormal(float* w, int64_t n, float scale, uint64_t seed,
                 size_t tensor) {
   const int64_t blocks = (n + kInitBlock - 1) / kInitBlock;
-  kernels::ParallelFor(blocks, 1, [&](int, int64_t b0, int64_t b1) {
+  ParallelFor(blocks, 1, [&](int, int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       std::seed_seq seq{
           static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),

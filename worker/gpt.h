@@ -21,8 +21,8 @@
 namespace strata {
 
 // The model on the CPU (device "cpu"). Not thread-safe: one call at a time.
-// The kernels it calls use the process-wide kernel thread pool
-// (kernels/parallel.h).
+// The kernels it calls use the process-wide thread pool
+// (common/parallel.h).
 class Gpt : public Model {
  public:
   // Builds a model with zeroed parameters (call InitParams). INVALID_ARGUMENT

@@ -17,6 +17,7 @@
 #include "common/work_share.h"
 #include "nlohmann/json.hpp"
 #include "optim/optimizer.h"
+#include "spdlog/spdlog.h"
 #include "worker/data.h"
 #include "worker/progress.h"
 
@@ -247,15 +248,13 @@ absl::Status Trainer::Run() {
       Progress::Create(rank_ == 0 ? stderr : nullptr, isatty(STDERR_FILENO),
                        o_.log_every, o_.metrics_path));
   if (rank_ == 0) {
-    std::fprintf(
-        stderr,
-        "strata worker: GPT %d layers, %d heads, width %d, context %d, vocab "
-        "%d: %lld parameters, %.3g FLOPs/token, on %s; %d worker(s), global "
-        "batch %lld, %s\n",
+    spdlog::info(
+        "strata worker: GPT {} layers, {} heads, width {}, context {}, vocab "
+        "{}: {} parameters, {:.3g} FLOPs/token, on {}; {} worker(s), global "
+        "batch {}, {}",
         o_.model.layers, o_.model.heads, o_.model.width, o_.model.context,
-        o_.model.vocab, static_cast<long long>(gpt_->num_params()),
-        gpt_->flops_per_token(), gpt_->device().c_str(), workers_,
-        static_cast<long long>(o_.batch), mode_.ToString().c_str());
+        o_.model.vocab, gpt_->num_params(), gpt_->flops_per_token(),
+        gpt_->device(), workers_, o_.batch, mode_.ToString());
   }
   const absl::Time start = absl::Now();
   double tokens_per_s = 0;
@@ -266,8 +265,7 @@ absl::Status Trainer::Run() {
                      o_.steps, ": nothing to train"));
   }
   if (first_step > 0) {
-    std::fprintf(stderr, "strata worker: joining at step %lld\n",
-                 static_cast<long long>(first_step));
+    spdlog::info("strata worker: joining at step {}", first_step);
   }
   for (int64_t step = first_step; step < o_.steps; ++step) {
     const absl::Time t0 = absl::Now();
@@ -317,10 +315,8 @@ absl::Status Trainer::WriteOutputs() {
     // Servers without a data dir cannot snapshot; the training itself
     // succeeded, so say so loudly and go on.
     if (absl::Status s = ps_->SnapshotAll(o_.steps); !s.ok()) {
-      std::fprintf(
-          stderr,
-          "strata worker: WARNING: no snapshot of the final weights: %s\n",
-          s.ToString().c_str());
+      spdlog::warn("strata worker: no snapshot of the final weights: {}",
+                   s.ToString());
     }
   }
   if (!o_.model_json_path.empty()) {
@@ -382,10 +378,9 @@ absl::Status RunTrainer(const TrainerOptions& options) {
     // The schedule needs warm-up < total; a short run with the default
     // warm-up is still a sensible request.
     o.warmup_steps = o.steps / 2;
-    std::fprintf(
-        stderr,
-        "strata worker: warm-up shortened to %lld steps (half of --steps)\n",
-        static_cast<long long>(o.warmup_steps));
+    spdlog::info(
+        "strata worker: warm-up shortened to {} steps (half of --steps)",
+        o.warmup_steps);
   }
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Model> gpt,
                           CreateModel(o.model, o.device));

@@ -1,6 +1,4 @@
-#include "kernels/parallel.h"
-
-#include <cblas.h>
+#include "common/parallel.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,7 +9,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 
-namespace strata::kernels {
+namespace strata {
 namespace {
 
 thread_local bool in_parallel_region = false;
@@ -27,8 +25,6 @@ constexpr int kChunksPerThread = 4;
 class Pool {
  public:
   Pool() : max_threads_(std::max(1u, std::thread::hardware_concurrency())) {
-    // GEMMs are split over this pool; OpenBLAS runs each piece on one thread.
-    openblas_set_num_threads(1);
     threads_ = max_threads_;
     for (int i = 1; i < max_threads_; ++i) {
       helpers_.emplace_back([this, i] { HelperLoop(i); });
@@ -149,4 +145,4 @@ void ParallelFor(int64_t n, int64_t grain,
   SharedPool().Run(chunks, range);
 }
 
-}  // namespace strata::kernels
+}  // namespace strata

@@ -1,17 +1,16 @@
-// The CPU kernels' threading: one fixed pool of threads that runs blocked
-// loops, and the OpenBLAS setting that goes with it.
-//
-// Every CPU kernel parallelizes through ParallelFor, and GEMMs are split
-// across the same pool (matmul.h), with OpenBLAS itself held to one thread:
-// two pools that both spin on a 2-core machine would fight for the cores.
-#ifndef STRATA_KERNELS_PARALLEL_H_
-#define STRATA_KERNELS_PARALLEL_H_
+// The process's one parallel loop: a fixed pool of threads that runs blocked
+// loops. The CPU model kernels (kernels/), their GEMMs included (OpenBLAS is
+// held to one thread, kernels/matmul.cc), and the servers' optimizer
+// (optim/) all split their work through ParallelFor, so on a small machine
+// no two pools fight for the cores.
+#ifndef STRATA_COMMON_PARALLEL_H_
+#define STRATA_COMMON_PARALLEL_H_
 
 #include <cstdint>
 
 #include "absl/functional/function_ref.h"
 
-namespace strata::kernels {
+namespace strata {
 
 // The number of threads a ParallelFor uses (the caller included): the
 // hardware concurrency, or what SetNumThreads set. At least 1.
@@ -39,6 +38,6 @@ bool InParallelRegion();
 // scratch buffers): at most 4 per thread, 1 with a single thread.
 int NumChunks(int64_t n, int64_t grain);
 
-}  // namespace strata::kernels
+}  // namespace strata
 
-#endif  // STRATA_KERNELS_PARALLEL_H_
+#endif  // STRATA_COMMON_PARALLEL_H_
