@@ -1,13 +1,13 @@
 #include "scheduler/state_store.h"
 
 #include <filesystem>
-#include <fstream>
 #include <system_error>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/status.h"
 #include "rocksdb/options.h"
 #include "storage/rocksdb_status.h"
 
@@ -29,35 +29,6 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
 }
 
 // Makes sure `dir` is ours (has the marker) or is new/empty, and marks it.
-absl::Status ClaimDirectory(const fs::path& dir) {
-  std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "scheduler data_dir ", dir.string(), " is not a directory"));
-  }
-  const fs::path marker = dir / kMarkerFile;
-  if (fs::exists(marker, ec)) return absl::OkStatus();
-  if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "scheduler data_dir ", dir.string(),
-        " is not empty and is not a Strata scheduler directory (no ",
-        kMarkerFile, " marker); refusing to use it"));
-  }
-  fs::create_directories(dir, ec);
-  if (ec) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot create scheduler data_dir ", dir.string(), ": ", ec.message()));
-  }
-  std::ofstream out(marker);
-  out << "strata scheduler state v1\n";
-  out.close();
-  if (!out) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot write ", marker.string()));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status LoadRecord(absl::string_view key, absl::string_view value,
                         PersistedState& state) {
   if (absl::ConsumePrefix(&key, kMetaPrefix)) {
@@ -112,7 +83,10 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
     return std::unique_ptr<StateStore>(new StateStore(nullptr));
   }
   const fs::path dir(data_dir);
-  if (absl::Status s = ClaimDirectory(dir); !s.ok()) return s;
+  // Older schedulers marked their directory with kLegacyMarkerFile alone.
+  STRATA_ASSIGN_OR_RETURN(
+      std::unique_ptr<DirClaim> claim,
+      DirClaim::Acquire(data_dir, kSchedulerOwnerTag, kLegacyMarkerFile));
   rocksdb::Options options;
   options.create_if_missing = true;
   rocksdb::DB* raw = nullptr;
@@ -120,7 +94,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
       rocksdb::DB::Open(options, (dir / "state").string(), &raw);
   if (!s.ok()) return FromRocks(s, "open");
   return std::unique_ptr<StateStore>(
-      new StateStore(std::unique_ptr<rocksdb::DB>(raw)));
+      new StateStore(std::unique_ptr<rocksdb::DB>(raw), std::move(claim)));
 }
 
 absl::StatusOr<PersistedState> StateStore::Load() const {

@@ -2,8 +2,8 @@
 // id counter, the shard map version and the rendezvous KV, kept in RocksDB so
 // a restarted scheduler carries on. Private to scheduler/.
 //
-// Layout in data_dir: a marker file (kMarkerFile) saying the directory is a
-// Strata scheduler's, and the RocksDB database in "state/". Keys:
+// Layout in data_dir: the claim (storage/dir_claim.h: marker and lock, owner
+// "scheduler") and the RocksDB database in "state/". Keys:
 //   meta/<name>   -> decimal uint64 (epoch, workers_epoch, next_member_id,
 //                    shard_map_version)
 //   member/<id>   -> serialized v1::Member (id as 20 zero-padded digits)
@@ -23,12 +23,17 @@
 #include "absl/status/statusor.h"
 #include "rocksdb/db.h"
 #include "rocksdb/write_batch.h"
+#include "storage/dir_claim.h"
 #include "strata/v1/common.pb.h"
 #include "strata/v1/scheduler.pb.h"
 
 namespace strata::scheduler_internal {
 
-inline constexpr char kMarkerFile[] = "STRATA_SCHEDULER";
+// The owner tag in a scheduler directory's marker.
+inline constexpr char kSchedulerOwnerTag[] = "scheduler";
+// What marked a scheduler directory before the shared claim; such a
+// directory is adopted on open.
+inline constexpr char kLegacyMarkerFile[] = "STRATA_SCHEDULER";
 
 // Everything a scheduler restores at start.
 struct PersistedState {
@@ -72,8 +77,11 @@ class StateStore {
   absl::Status Write(StateBatch& batch);
 
  private:
-  explicit StateStore(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
+  StateStore(std::unique_ptr<rocksdb::DB> db,
+             std::unique_ptr<DirClaim> claim = nullptr)
+      : claim_(std::move(claim)), db_(std::move(db)) {}
 
+  std::unique_ptr<DirClaim> claim_;  // held while open; null in memory
   std::unique_ptr<rocksdb::DB> db_;  // null: in memory only
 };
 

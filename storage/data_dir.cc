@@ -16,7 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/status.h"
 #include "storage/crc32c.h"
+#include "storage/files.h"
 #include "storage/rocksdb_tier.h"
 
 namespace strata {
@@ -24,161 +26,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kMarkerName[] = "STRATA_DATADIR";
-constexpr char kMarkerMagic[] = "strata-data-dir";
-constexpr int kFormatVersion = 1;
 constexpr char kSnapshotPrefix[] = "step-";
 constexpr char kMetaMagic[] = "strata-snapshot-meta";
-constexpr size_t kMaxMarkerBytes = 64 << 10;
-
-absl::Status FsError(absl::string_view what, const std::string& path,
-                     const std::error_code& ec) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", ec.message()));
-}
-
-absl::Status ErrnoError(absl::string_view what, const std::string& path) {
-  return FsError(what, path, std::error_code(errno, std::generic_category()));
-}
-
-// fsync()s a file or directory, making its contents or entries durable.
-absl::Status SyncPath(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("open", path);
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  return rc == 0 ? absl::OkStatus() : ErrnoError("fsync", path);
-}
-
-// Writes `contents` to `path` and syncs it.
-absl::Status WriteFileSynced(const std::string& path,
-                             absl::string_view contents) {
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-    out.close();
-    if (!out) return ErrnoError("write", path);
-  }
-  return SyncPath(path);
-}
-
-// Reads the file at `path`. NOT_FOUND if absent, DATA_LOSS if it is longer
-// than `limit` bytes.
-absl::StatusOr<std::string> ReadFile(const std::string& path, size_t limit) {
-  std::error_code ec;
-  const uintmax_t size = fs::file_size(path, ec);
-  if (ec) {
-    if (ec == std::errc::no_such_file_or_directory) {
-      return absl::NotFoundError(absl::StrCat(path, " does not exist"));
-    }
-    return FsError("stat", path, ec);
-  }
-  if (size > limit) {
-    return absl::DataLossError(absl::StrCat(path, " is implausibly large"));
-  }
-  std::string data(size, '\0');
-  std::ifstream in(path, std::ios::binary);
-  in.read(data.data(), static_cast<std::streamsize>(size));
-  if (!in || in.gcount() != static_cast<std::streamsize>(size)) {
-    return ErrnoError("read", path);
-  }
-  return data;
-}
-
-// Replaces `to` with `from` atomically and syncs the parent of `to`.
-absl::Status RenameSynced(const std::string& from, const std::string& to) {
-  std::error_code ec;
-  fs::rename(from, to, ec);
-  if (ec) return FsError(absl::StrCat("rename ", from, " to"), to, ec);
-  return SyncPath(fs::path(to).parent_path().string());
-}
-
-std::string EncodeMarker(absl::string_view owner) {
-  std::string body = absl::StrCat(kMarkerMagic, "\nformat ", kFormatVersion,
-                                  "\nowner ", owner, "\n");
-  return absl::StrCat(body,
-                      absl::StrFormat("crc32c %08x\n", crc32c::Value(body)));
-}
-
-// Checks the marker at `path` names `owner` (see DataDir::Open's errors).
-absl::Status CheckMarker(const std::string& path, absl::string_view owner) {
-  absl::StatusOr<std::string> data = ReadFile(path, kMaxMarkerBytes);
-  if (!data.ok()) {
-    return absl::DataLossError(
-        absl::StrCat("unreadable Strata marker: ", data.status().message()));
-  }
-  const auto corrupt = [&](absl::string_view why) {
-    return absl::DataLossError(
-        absl::StrCat("corrupt Strata marker ", path, ": ", why));
-  };
-  const std::vector<std::string> lines = absl::StrSplit(*data, '\n');
-  if (lines.size() != 5 || lines[0] != kMarkerMagic || !lines[4].empty()) {
-    return corrupt("not in the marker format");
-  }
-  const size_t body_size = data->size() - lines[3].size() - 1;
-  uint32_t crc = 0;
-  if (!absl::StartsWith(lines[3], "crc32c ") ||
-      !absl::SimpleHexAtoi(lines[3].substr(7), &crc) ||
-      crc != crc32c::Value(absl::string_view(*data).substr(0, body_size))) {
-    return corrupt("checksum mismatch");
-  }
-  int format = 0;
-  if (!absl::StartsWith(lines[1], "format ") ||
-      !absl::SimpleAtoi(lines[1].substr(7), &format) ||
-      !absl::StartsWith(lines[2], "owner ")) {
-    return corrupt("bad fields");
-  }
-  if (format != kFormatVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, ": data directory format ", format,
-                     ", this build reads ", kFormatVersion));
-  }
-  if (lines[2].substr(6) != owner) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("data directory belongs to \"", lines[2].substr(6),
-                     "\", not to \"", owner, "\""));
-  }
-  return absl::OkStatus();
-}
-
-// Creates `path` if needed and checks it is an empty directory or ours;
-// writes the marker into an empty one.
-absl::Status ClaimDirectory(const std::string& path, const std::string& owner) {
-  std::error_code ec;
-  fs::create_directories(path, ec);
-  if (ec || !fs::is_directory(path, ec)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, " is not a usable directory", ec ? ": " : "",
-                     ec ? ec.message() : ""));
-  }
-  const std::string marker = absl::StrCat(path, "/", kMarkerName);
-  if (fs::exists(marker, ec)) return CheckMarker(marker, owner);
-  const std::string temp_marker = marker + ".tmp";
-  for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
-    if (e.path().string() != temp_marker) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          path, " is not a Strata data directory (it holds ",
-          e.path().filename().string(), " and no ", kMarkerName, ")"));
-    }
-  }
-  if (ec) return FsError("list", path, ec);
-  if (absl::Status s = WriteFileSynced(temp_marker, EncodeMarker(owner));
-      !s.ok()) {
-    return s;
-  }
-  return RenameSynced(temp_marker, marker);
-}
-
-absl::StatusOr<int> LockDirectory(const std::string& path) {
-  const std::string lock_path = absl::StrCat(path, "/LOCK");
-  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("open", lock_path);
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    ::close(fd);
-    return absl::FailedPreconditionError(
-        absl::StrCat("data directory ", path, " is in use"));
-  }
-  return fd;
-}
 
 // META: magic line, then step, record count and metadata size in decimal,
 // then the metadata bytes, then the CRC-32C of everything before it.
@@ -236,26 +85,16 @@ std::optional<int64_t> StepOfName(const std::string& name) {
 
 }  // namespace
 
-DataDir::DataDir(std::string path, std::string owner_tag, int lock_fd)
-    : path_(std::move(path)),
-      owner_tag_(std::move(owner_tag)),
-      lock_fd_(lock_fd) {}
+DataDir::DataDir(std::string path, std::unique_ptr<DirClaim> claim)
+    : path_(std::move(path)), claim_(std::move(claim)) {}
 
-DataDir::~DataDir() { ::close(lock_fd_); }  // releases the flock
+DataDir::~DataDir() = default;
 
 absl::StatusOr<std::unique_ptr<DataDir>> DataDir::Open(
     const std::string& path, const std::string& owner_tag) {
-  if (owner_tag.empty() ||
-      std::any_of(owner_tag.begin(), owner_tag.end(), [](char c) {
-        return static_cast<unsigned char>(c) < 0x20;
-      })) {
-    return absl::InvalidArgumentError(
-        "data directory owner tag must be non-empty printable text");
-  }
-  if (absl::Status s = ClaimDirectory(path, owner_tag); !s.ok()) return s;
-  absl::StatusOr<int> lock_fd = LockDirectory(path);
-  if (!lock_fd.ok()) return lock_fd.status();
-  std::unique_ptr<DataDir> dir(new DataDir(path, owner_tag, *lock_fd));
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<DirClaim> claim,
+                          DirClaim::Acquire(path, owner_tag));
+  std::unique_ptr<DataDir> dir(new DataDir(path, std::move(claim)));
   // Leftovers of interrupted snapshot writes are never complete: drop them.
   std::error_code ec;
   fs::remove_all(path + "/tmp", ec);

@@ -1,8 +1,7 @@
 // A parameter server's data directory and the snapshots in it.
 //
 // Layout of <path>:
-//   STRATA_DATADIR          marker: Strata, format version, owner tag (CRC'd)
-//   LOCK                    locked (flock) while a DataDir has it open
+//   STRATA_DATADIR, LOCK    the claim: marker and lock (dir_claim.h)
 //   snapshots/step-<N>/     one complete snapshot per step N (20 digits):
 //     db/                   a RocksDB of the chunk records (RocksDbTier)
 //     META                  step, record count and the caller's metadata
@@ -24,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "storage/chunk_tier.h"
+#include "storage/dir_claim.h"
 
 namespace strata {
 
@@ -37,13 +37,9 @@ std::string ShardOwnerTag(int shard);
 class DataDir {
  public:
   // Opens or creates the data directory at `path` for `owner_tag` (e.g.
-  // "job-7/shard-3"). An absent or empty directory becomes ours: the marker
-  // is written. Errors: INVALID_ARGUMENT for an empty owner tag or one with
-  // control characters; FAILED_PRECONDITION if `path` is not a directory, is
-  // non-empty without our marker ("not a Strata data directory"), belongs
-  // to another owner, has a newer format, or is open in another DataDir;
-  // DATA_LOSS if the marker is unreadable or corrupt. Removes leftovers of
-  // interrupted snapshot writes.
+  // "shard-3"), claiming it (DirClaim::Acquire, whose errors it returns:
+  // a directory that is not ours, another owner's, or open in another
+  // DataDir is refused). Removes leftovers of interrupted snapshot writes.
   static absl::StatusOr<std::unique_ptr<DataDir>> Open(
       const std::string& path, const std::string& owner_tag);
   ~DataDir();
@@ -76,10 +72,10 @@ class DataDir {
   std::string SnapshotPath(int64_t step) const;
 
   const std::string& path() const { return path_; }
-  const std::string& owner_tag() const { return owner_tag_; }
+  const std::string& owner_tag() const { return claim_->owner_tag(); }
 
  private:
-  DataDir(std::string path, std::string owner_tag, int lock_fd);
+  DataDir(std::string path, std::unique_ptr<DirClaim> claim);
   // Writes snapshot `step` into `temp` (under tmp/), then renames it into
   // snapshots/.
   absl::Status WriteSnapshotLocked(int64_t step, const std::string& temp,
@@ -94,8 +90,7 @@ class DataDir {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
-  const std::string owner_tag_;
-  const int lock_fd_;
+  const std::unique_ptr<DirClaim> claim_;
   mutable absl::Mutex mu_;
   uint64_t temp_counter_ ABSL_GUARDED_BY(mu_) = 0;
 };
