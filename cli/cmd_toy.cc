@@ -2,7 +2,7 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "cli/toy_worker.h"
+#include "worker/toy_worker.h"
 
 namespace strata {
 

@@ -1,6 +1,5 @@
 // `strata worker`, `strata generate`, `strata data`.
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -8,11 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "common/status.h"
-#include "storage/data_dir.h"
-#include "storage/ram_tier.h"
-#include "strata/v1/ps.pb.h"
 #include "worker/data.h"
 #include "worker/gpt.h"
+#include "worker/snapshot_loader.h"
 #include "worker/trainer.h"
 
 namespace strata {
@@ -135,56 +132,6 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
-// Fills `gpt` from the latest snapshots of the servers' data dirs under
-// `dir` (server-0, server-1, ...: the layout of `strata local`).
-absl::Status LoadFromSnapshots(const std::string& dir, Gpt& gpt) {
-  std::vector<uint64_t> filled(gpt.params().size(), 0);
-  int servers = 0;
-  for (int s = 0;; ++s) {
-    const std::string path = absl::StrCat(dir, "/server-", s);
-    if (!std::filesystem::exists(path)) break;
-    servers++;
-    STRATA_ASSIGN_OR_RETURN(auto data_dir,
-                            DataDir::Open(path, ShardOwnerTag(s)));
-    STRATA_ASSIGN_OR_RETURN(auto latest, data_dir->LatestSnapshot());
-    if (!latest)
-      return absl::NotFoundError(absl::StrCat(path, " holds no snapshot"));
-    RamTier records;
-    STRATA_RETURN_IF_ERROR(data_dir->LoadSnapshot(*latest, records).status());
-    STRATA_RETURN_IF_ERROR(
-        records.ForEach([&](const ChunkRecord& rec) -> absl::Status {
-          v1::ChunkSpec spec;
-          if (!spec.ParseFromString(rec.spec))
-            return absl::DataLossError("corrupt chunk spec");
-          for (size_t i = 0; i < gpt.params().size(); ++i) {
-            const TensorSpec& t = gpt.params()[i].spec;
-            if (t.name != spec.tensor()) continue;
-            if (spec.offset() + rec.weights.size() > t.numel()) {
-              return absl::FailedPreconditionError(
-                  absl::StrCat("snapshot tensor ", t.name,
-                               " does not fit this model config"));
-            }
-            std::copy(rec.weights.begin(), rec.weights.end(),
-                      gpt.param_data(static_cast<int>(i)) + spec.offset());
-            filled[i] += rec.weights.size();
-          }
-          return absl::OkStatus();
-        }));
-  }
-  if (servers == 0)
-    return absl::NotFoundError(
-        absl::StrCat("no server-N directories under ", dir));
-  for (size_t i = 0; i < filled.size(); ++i) {
-    if (filled[i] != gpt.params()[i].spec.numel()) {
-      return absl::DataLossError(
-          absl::StrCat("the snapshots hold ", filled[i], " of ",
-                       gpt.params()[i].spec.numel(), " values of ",
-                       gpt.params()[i].spec.name));
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 CommandFn AddGenerateCommand(CLI::App& app) {
@@ -221,7 +168,7 @@ CommandFn AddGenerateCommand(CLI::App& app) {
             "generate prints byte-level models only (vocab 256)");
       }
       STRATA_ASSIGN_OR_RETURN(auto gpt, Gpt::Create(config));
-      STRATA_RETURN_IF_ERROR(LoadFromSnapshots(o->dir, *gpt));
+      STRATA_RETURN_IF_ERROR(LoadFromSnapshots(o->dir, *gpt).status());
       std::vector<int32_t> prompt(o->prompt.begin(), o->prompt.end());
       if (prompt.empty()) prompt.push_back('\n');
       for (int32_t& t : prompt) t = static_cast<unsigned char>(t);

@@ -8,9 +8,9 @@
 #include <regex>
 
 #include "absl/strings/str_cat.h"
-#include "cli/toy_problem.h"
 #include "optim/optimizer.h"
 #include "tests/process_util.h"
+#include "worker/toy_problem.h"
 
 namespace strata {
 namespace {

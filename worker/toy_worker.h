@@ -1,14 +1,14 @@
 // `strata toy`: a worker that trains ToyProblem (least squares) through the
 // parameter servers, one process per worker. It is the push/pull demo and
 // the subject of the cluster integration tests.
-#ifndef STRATA_CLI_TOY_WORKER_H_
-#define STRATA_CLI_TOY_WORKER_H_
+#ifndef STRATA_WORKER_TOY_WORKER_H_
+#define STRATA_WORKER_TOY_WORKER_H_
 
 #include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
-#include "cli/toy_problem.h"
+#include "worker/toy_problem.h"
 
 namespace strata {
 
@@ -38,4 +38,4 @@ absl::Status RunToyWorker(const ToyWorkerOptions& options);
 
 }  // namespace strata
 
-#endif  // STRATA_CLI_TOY_WORKER_H_
+#endif  // STRATA_WORKER_TOY_WORKER_H_

@@ -2,8 +2,8 @@
 // worker trains through the parameter servers. Used by `strata toy`, the
 // cluster integration tests (which recompute the same steps in one process
 // as a reference) and the push/pull demo.
-#ifndef STRATA_CLI_TOY_PROBLEM_H_
-#define STRATA_CLI_TOY_PROBLEM_H_
+#ifndef STRATA_WORKER_TOY_PROBLEM_H_
+#define STRATA_WORKER_TOY_PROBLEM_H_
 
 #include <cstdint>
 #include <vector>
@@ -34,4 +34,4 @@ double ToyLoss(const ToyProblem& p, const float* w, float b);
 
 }  // namespace strata
 
-#endif  // STRATA_CLI_TOY_PROBLEM_H_
+#endif  // STRATA_WORKER_TOY_PROBLEM_H_

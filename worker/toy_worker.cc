@@ -1,4 +1,4 @@
-#include "cli/toy_worker.h"
+#include "worker/toy_worker.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "cli/toy_problem.h"
+#include "worker/toy_problem.h"
 
 #include <cmath>
 
