@@ -51,19 +51,14 @@ int main(int argc, char** argv) {
   (void)(*sched)->WaitForView(
       [](const strata::v1::View& v) { return v.workers_size() >= 1; },
       absl::Seconds(10));
-  const auto& plan = (*ps)->plan();
   std::vector<float> grad(numel, 1e-3f), weights(numel);
   int64_t step = 0;
   auto round = [&]() -> bool {
-    std::vector<strata::OpHandle> ops;
-    for (size_t c = 0; c < plan.chunks.size(); ++c) {
-      ops.push_back((*ps)->Push(static_cast<int>(c),
-                                grad.data() + plan.chunks[c].offset, step, 1));
-    }
-    for (size_t c = 0; c < plan.chunks.size(); ++c) {
-      ops.push_back((*ps)->Pull(static_cast<int>(c),
-                                weights.data() + plan.chunks[c].offset, -1, 0));
-    }
+    std::vector<strata::OpHandle> ops =
+        (*ps)->PushTensorAsync(0, grad.data(), step, 1);
+    for (strata::OpHandle& op :
+         (*ps)->PullTensorAsync(0, weights.data(), -1, 0))
+      ops.push_back(op);
     bool ok = true;
     for (auto& op : ops) {
       if (auto s = op.Wait(); !s.ok()) {

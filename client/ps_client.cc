@@ -552,28 +552,49 @@ OpHandle PsClient::Pull(int chunk, float* dst, int64_t clock,
   return impl_->Submit(*op);
 }
 
+std::vector<OpHandle> PsClient::PushTensorAsync(int tensor, const float* grad,
+                                                int64_t step, uint64_t samples,
+                                                int priority) {
+  const ChunkPlan& plan = impl_->plan_;
+  if (absl::Status s = CheckIndex("tensor", tensor, plan.chunks_of.size());
+      !s.ok()) {
+    return {FailedOp(s)};
+  }
+  std::vector<OpHandle> ops;
+  ops.reserve(plan.chunks_of[tensor].size());
+  for (int c : plan.chunks_of[tensor]) {
+    ops.push_back(
+        Push(c, grad + plan.chunks[c].offset, step, samples, priority));
+  }
+  return ops;
+}
+
+std::vector<OpHandle> PsClient::PullTensorAsync(int tensor, float* dst,
+                                                int64_t clock,
+                                                uint64_t min_version,
+                                                int priority) {
+  const ChunkPlan& plan = impl_->plan_;
+  if (absl::Status s = CheckIndex("tensor", tensor, plan.chunks_of.size());
+      !s.ok()) {
+    return {FailedOp(s)};
+  }
+  std::vector<OpHandle> ops;
+  ops.reserve(plan.chunks_of[tensor].size());
+  for (int c : plan.chunks_of[tensor]) {
+    ops.push_back(
+        Pull(c, dst + plan.chunks[c].offset, clock, min_version, priority));
+  }
+  return ops;
+}
+
 absl::Status PsClient::PushTensor(int tensor, const float* grad, int64_t step,
                                   uint64_t samples, int priority) {
-  STRATA_RETURN_IF_ERROR(
-      CheckIndex("tensor", tensor, impl_->plan_.chunks_of.size()));
-  std::vector<OpHandle> ops;
-  for (int c : impl_->plan_.chunks_of[tensor]) {
-    ops.push_back(
-        Push(c, grad + impl_->plan_.chunks[c].offset, step, samples, priority));
-  }
-  return WaitAll(ops);
+  return WaitAll(PushTensorAsync(tensor, grad, step, samples, priority));
 }
 
 absl::Status PsClient::PullTensor(int tensor, float* dst, int64_t clock,
                                   uint64_t min_version, int priority) {
-  STRATA_RETURN_IF_ERROR(
-      CheckIndex("tensor", tensor, impl_->plan_.chunks_of.size()));
-  std::vector<OpHandle> ops;
-  for (int c : impl_->plan_.chunks_of[tensor]) {
-    ops.push_back(Pull(c, dst + impl_->plan_.chunks[c].offset, clock,
-                       min_version, priority));
-  }
-  return WaitAll(ops);
+  return WaitAll(PullTensorAsync(tensor, dst, clock, min_version, priority));
 }
 
 absl::StatusOr<std::vector<v1::StatsResponse>> PsClient::Stats() {

@@ -101,8 +101,17 @@ class PsClient {
   OpHandle Pull(int chunk, float* dst, int64_t clock, uint64_t min_version,
                 int priority = 0);
 
-  // Convenience for whole tensors: one op per chunk, all waited for.
-  // `data` points at the tensor's first element.
+  // Whole tensors (`tensor` indexes ModelSpec::tensors): Push or Pull of
+  // every chunk of the tensor, with the same arguments; `grad` and `dst`
+  // point at the tensor's first element, and the client finds each chunk's
+  // place in it. One handle per chunk, in order; one failed handle
+  // (INVALID_ARGUMENT) for an index outside the model.
+  std::vector<OpHandle> PushTensorAsync(int tensor, const float* grad,
+                                        int64_t step, uint64_t samples,
+                                        int priority = 0);
+  std::vector<OpHandle> PullTensorAsync(int tensor, float* dst, int64_t clock,
+                                        uint64_t min_version, int priority = 0);
+  // As above, waiting for every chunk: the first error, or OK.
   absl::Status PushTensor(int tensor, const float* grad, int64_t step,
                           uint64_t samples, int priority = 0);
   absl::Status PullTensor(int tensor, float* dst, int64_t clock,

@@ -119,6 +119,19 @@ TEST(ParameterServer, TrainsThroughTheClientAndCountsVersions) {
     EXPECT_EQ(version, 5u);
   ASSERT_TRUE(c.ps->PullTensor(0, w1.data(), 5, 5).ok());
   EXPECT_NE(w0, w1);
+  // The async form: one handle per chunk (w is 100+100+50), each with the
+  // version it read; an index outside the model fails its one handle.
+  std::vector<float> w2(250);
+  std::vector<OpHandle> ops = c.ps->PullTensorAsync(0, w2.data(), -1, 0);
+  ASSERT_EQ(ops.size(), 3u);
+  for (const OpHandle& op : ops) {
+    ASSERT_TRUE(op.Wait().ok());
+    EXPECT_EQ(op.version(), 5u);
+  }
+  EXPECT_EQ(w1, w2);
+  std::vector<OpHandle> bad = c.ps->PushTensorAsync(2, w2.data(), 5, 1);
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_EQ(bad[0].Wait().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ParameterServer, SnapshotRestoreIsBitIdentical) {

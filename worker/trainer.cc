@@ -24,6 +24,10 @@
 namespace strata {
 namespace {
 
+void Append(std::vector<OpHandle>& ops, std::vector<OpHandle> more) {
+  ops.insert(ops.end(), more.begin(), more.end());
+}
+
 // The model as the servers hold it: one tensor per parameter, AdamW with
 // decay on matrices only, initial values drawn on the servers.
 ModelSpec ServerModel(const Model& gpt, const TrainerOptions& o) {
@@ -127,12 +131,8 @@ absl::Status Trainer::PullWeights(int64_t step) {
   const int n = static_cast<int>(gpt_->params().size());
   std::vector<OpHandle> ops;
   for (int i = 0; i < n; ++i) {
-    float* dst = gpt_->param_data(i);
-    for (int c : ps_->plan().chunks_of[i]) {
-      ops.push_back(ps_->Pull(c, dst + ps_->plan().chunks[c].offset, step,
-                              bsp ? step : 0,
-                              /*priority=*/n - i));
-    }
+    Append(ops, ps_->PullTensorAsync(i, gpt_->param_data(i), step,
+                                     bsp ? step : 0, /*priority=*/n - i));
   }
   return WaitAll(ops);
 }
@@ -144,10 +144,7 @@ absl::StatusOr<int64_t> Trainer::FirstStep() {
   const int n = static_cast<int>(gpt_->params().size());
   std::vector<OpHandle> ops;
   for (int i = 0; i < n; ++i) {
-    for (int c : ps_->plan().chunks_of[i]) {
-      ops.push_back(ps_->Pull(
-          c, gpt_->param_data(i) + ps_->plan().chunks[c].offset, -1, 0));
-    }
+    Append(ops, ps_->PullTensorAsync(i, gpt_->param_data(i), -1, 0));
   }
   uint64_t min_version = UINT64_MAX;
   int64_t min_clock = INT64_MAX;
@@ -163,14 +160,10 @@ absl::StatusOr<int64_t> Trainer::FirstStep() {
 
 absl::Status Trainer::PushParam(int param, int64_t step, uint64_t samples,
                                 std::vector<OpHandle>& ops) {
-  const float* grad = gpt_->grad_data(param);
-  for (int c : ps_->plan().chunks_of[param]) {
-    // Last layers first: their gradients are ready first and the next
-    // step's pulls want the first layers, so the two streams interleave.
-    ops.push_back(ps_->Push(c, grad + ps_->plan().chunks[c].offset, step,
-                            samples,
-                            /*priority=*/param));
-  }
+  // Last layers first: their gradients are ready first and the next step's
+  // pulls want the first layers, so the two streams interleave.
+  Append(ops, ps_->PushTensorAsync(param, gpt_->grad_data(param), step, samples,
+                                   /*priority=*/param));
   return absl::OkStatus();
 }
 
