@@ -552,9 +552,8 @@ OpHandle PsClient::Pull(int chunk, float* dst, int64_t clock,
   return impl_->Submit(*op);
 }
 
-std::vector<OpHandle> PsClient::PushTensorAsync(int tensor, const float* grad,
-                                                int64_t step, uint64_t samples,
-                                                int priority) {
+std::vector<OpHandle> PsClient::PerChunk(
+    int tensor, absl::FunctionRef<OpHandle(int, uint64_t)> op) {
   const ChunkPlan& plan = impl_->plan_;
   if (absl::Status s = CheckIndex("tensor", tensor, plan.chunks_of.size());
       !s.ok()) {
@@ -563,28 +562,26 @@ std::vector<OpHandle> PsClient::PushTensorAsync(int tensor, const float* grad,
   std::vector<OpHandle> ops;
   ops.reserve(plan.chunks_of[tensor].size());
   for (int c : plan.chunks_of[tensor]) {
-    ops.push_back(
-        Push(c, grad + plan.chunks[c].offset, step, samples, priority));
+    ops.push_back(op(c, plan.chunks[c].offset));
   }
   return ops;
+}
+
+std::vector<OpHandle> PsClient::PushTensorAsync(int tensor, const float* grad,
+                                                int64_t step, uint64_t samples,
+                                                int priority) {
+  return PerChunk(tensor, [&](int chunk, uint64_t offset) {
+    return Push(chunk, grad + offset, step, samples, priority);
+  });
 }
 
 std::vector<OpHandle> PsClient::PullTensorAsync(int tensor, float* dst,
                                                 int64_t clock,
                                                 uint64_t min_version,
                                                 int priority) {
-  const ChunkPlan& plan = impl_->plan_;
-  if (absl::Status s = CheckIndex("tensor", tensor, plan.chunks_of.size());
-      !s.ok()) {
-    return {FailedOp(s)};
-  }
-  std::vector<OpHandle> ops;
-  ops.reserve(plan.chunks_of[tensor].size());
-  for (int c : plan.chunks_of[tensor]) {
-    ops.push_back(
-        Pull(c, dst + plan.chunks[c].offset, clock, min_version, priority));
-  }
-  return ops;
+  return PerChunk(tensor, [&](int chunk, uint64_t offset) {
+    return Pull(chunk, dst + offset, clock, min_version, priority);
+  });
 }
 
 absl::Status PsClient::PushTensor(int tensor, const float* grad, int64_t step,

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/chunk_plan.h"
@@ -129,6 +130,10 @@ class PsClient {
   // A new op on `chunk`; INVALID_ARGUMENT for an index outside the model.
   absl::StatusOr<std::shared_ptr<ps_client_internal::OpState>> NewOp(
       int kind, int chunk, int priority) const;
+  // One op per chunk of `tensor`, op(chunk, offset of the chunk in the
+  // tensor) each; one failed handle for an index outside the model.
+  std::vector<OpHandle> PerChunk(int tensor,
+                                 absl::FunctionRef<OpHandle(int, uint64_t)> op);
   // The handle of `op`; of an op that failed with `status` before it started.
   static OpHandle Handle(std::shared_ptr<ps_client_internal::OpState> op);
   static OpHandle FailedOp(absl::Status status);
