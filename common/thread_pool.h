@@ -1,4 +1,6 @@
-// A fixed set of threads running queued closures, first in first out.
+// A fixed set of threads running queued closures, first in first out: an
+// executor for independent tasks (the server's RPC handlers, its snapshot
+// writer). Blocked loops over data go through ParallelFor (parallel.h).
 #ifndef STRATA_COMMON_THREAD_POOL_H_
 #define STRATA_COMMON_THREAD_POOL_H_
 
