@@ -62,7 +62,7 @@ CommandFn AddSchedulerCommand(CLI::App& app) {
       "scheduler",
       "Run the scheduler: membership, view, shard map, rendezvous KV");
   auto o = std::make_shared<SchedulerOptions>();
-  auto lease_ms = std::make_shared<int64_t>(10000);
+  auto lease_ms = std::make_shared<int64_t>(2500);
   auto address_file = std::make_shared<std::string>();
   o->listen_address = "127.0.0.1:7070";
   cmd->add_option("--listen", o->listen_address,
@@ -181,11 +181,14 @@ CommandFn AddStatusCommand(CLI::App& app) {
         if (ps->Stats(&sctx, v1::StatsRequest(), &st).ok()) {
           std::printf(
               "  chunks %llu  applied %llu  rejected(nonfinite) %llu  pulls "
-              "%llu",
+              "%llu  bsp_samples %llu  bsp_tiling_errors %llu  redone %llu",
               static_cast<unsigned long long>(st.chunks()),
               static_cast<unsigned long long>(st.pushes_applied()),
               static_cast<unsigned long long>(st.pushes_rejected_nonfinite()),
-              static_cast<unsigned long long>(st.pulls()));
+              static_cast<unsigned long long>(st.pulls()),
+              static_cast<unsigned long long>(st.bsp_samples_applied()),
+              static_cast<unsigned long long>(st.bsp_tiling_errors()),
+              static_cast<unsigned long long>(st.aborted_stale_epoch()));
         }
       }
       std::printf("\n");

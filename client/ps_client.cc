@@ -37,6 +37,7 @@ struct OpState {
   int64_t step = 0;  // push: step; pull: clock
   uint64_t samples = 0;
   uint64_t min_version = 0;
+  StepStamp stamp;
   std::string bf16;  // a push's payload converted to bf16, when configured
 
   mutable absl::Mutex mu;
@@ -268,7 +269,8 @@ void PsClient::Impl::Issue(const OpPtr& op) {
   if (op->kind == OpState::kPush) {
     v1::PushRequest header;
     header.set_member_id(scheduler_->member_id());
-    header.set_epoch(view.epoch());
+    header.set_epoch(op->stamp.epoch != 0 ? op->stamp.epoch : view.epoch());
+    header.set_first_sample(op->stamp.first_sample);
     header.set_chunk_id(chunk.id);
     header.set_step(op->step);
     header.set_num_samples(op->samples);
@@ -297,6 +299,7 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     req.set_chunk_id(chunk.id);
     req.set_clock(op->step);
     req.set_min_version(op->min_version);
+    req.set_epoch(op->stamp.epoch);
     req.set_dtype(options_.pull_dtype);
     grpc::Slice slice(req.SerializeAsString());
     attempt->request = grpc::ByteBuffer(&slice, 1);
@@ -533,9 +536,10 @@ absl::StatusOr<std::shared_ptr<OpState>> PsClient::NewOp(int kind, int chunk,
 }
 
 OpHandle PsClient::Push(int chunk, const float* grad, int64_t step,
-                        uint64_t samples, int priority) {
+                        uint64_t samples, int priority, StepStamp stamp) {
   absl::StatusOr<OpPtr> op = NewOp(OpState::kPush, chunk, priority);
   if (!op.ok()) return FailedOp(op.status());
+  (*op)->stamp = stamp;
   (*op)->grad = grad;
   (*op)->step = step;
   (*op)->samples = samples;
@@ -543,9 +547,10 @@ OpHandle PsClient::Push(int chunk, const float* grad, int64_t step,
 }
 
 OpHandle PsClient::Pull(int chunk, float* dst, int64_t clock,
-                        uint64_t min_version, int priority) {
+                        uint64_t min_version, int priority, StepStamp stamp) {
   absl::StatusOr<OpPtr> op = NewOp(OpState::kPull, chunk, priority);
   if (!op.ok()) return FailedOp(op.status());
+  (*op)->stamp = stamp;
   (*op)->dst = dst;
   (*op)->step = clock;
   (*op)->min_version = min_version;
@@ -569,18 +574,18 @@ std::vector<OpHandle> PsClient::PerChunk(
 
 std::vector<OpHandle> PsClient::PushTensorAsync(int tensor, const float* grad,
                                                 int64_t step, uint64_t samples,
-                                                int priority) {
+                                                int priority, StepStamp stamp) {
   return PerChunk(tensor, [&](int chunk, uint64_t offset) {
-    return Push(chunk, grad + offset, step, samples, priority);
+    return Push(chunk, grad + offset, step, samples, priority, stamp);
   });
 }
 
 std::vector<OpHandle> PsClient::PullTensorAsync(int tensor, float* dst,
                                                 int64_t clock,
                                                 uint64_t min_version,
-                                                int priority) {
+                                                int priority, StepStamp stamp) {
   return PerChunk(tensor, [&](int chunk, uint64_t offset) {
-    return Pull(chunk, dst + offset, clock, min_version, priority);
+    return Pull(chunk, dst + offset, clock, min_version, priority, stamp);
   });
 }
 

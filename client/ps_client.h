@@ -63,6 +63,18 @@ class OpHandle {
   std::shared_ptr<ps_client_internal::OpState> state_;
 };
 
+// What a worker stamps on its pushes and pulls besides the step (ps.proto:
+// fencing and the BSP audit).
+struct StepStamp {
+  // Pushes: the view epoch the step was computed in; pulls: the epoch the
+  // requester computed its previous step in. 0: the client's current view
+  // when the request is sent (and no check on pulls).
+  uint64_t epoch = 0;
+  // Pushes: the global index of the first of the samples behind the
+  // gradient (a contiguous run).
+  uint64_t first_sample = 0;
+};
+
 // Waits for every op; the first error among them, or OK.
 absl::Status WaitAll(const std::vector<OpHandle>& ops);
 
@@ -95,12 +107,12 @@ class PsClient {
   // `step`, the mean over `samples` samples. `grad` holds that chunk's numel
   // floats; it must stay valid and unchanged until the handle is done.
   OpHandle Push(int chunk, const float* grad, int64_t step, uint64_t samples,
-                int priority = 0);
+                int priority = 0, StepStamp stamp = {});
   // Pulls chunk `chunk` into `dst` (numel floats; written only on success,
   // before the handle completes; must stay valid until then). `clock` is the
   // step the caller is about to compute (-1: not a worker step, no gate).
   OpHandle Pull(int chunk, float* dst, int64_t clock, uint64_t min_version,
-                int priority = 0);
+                int priority = 0, StepStamp stamp = {});
 
   // Whole tensors (`tensor` indexes ModelSpec::tensors): Push or Pull of
   // every chunk of the tensor, with the same arguments; `grad` and `dst`
@@ -109,9 +121,10 @@ class PsClient {
   // (INVALID_ARGUMENT) for an index outside the model.
   std::vector<OpHandle> PushTensorAsync(int tensor, const float* grad,
                                         int64_t step, uint64_t samples,
-                                        int priority = 0);
+                                        int priority = 0, StepStamp stamp = {});
   std::vector<OpHandle> PullTensorAsync(int tensor, float* dst, int64_t clock,
-                                        uint64_t min_version, int priority = 0);
+                                        uint64_t min_version, int priority = 0,
+                                        StepStamp stamp = {});
   // As above, waiting for every chunk: the first error, or OK.
   absl::Status PushTensor(int tensor, const float* grad, int64_t step,
                           uint64_t samples, int priority = 0);

@@ -122,9 +122,16 @@ v1::View SchedulerClient::view() const {
 
 absl::StatusOr<v1::View> SchedulerClient::WaitForView(
     std::function<bool(const v1::View&)> pred, absl::Duration timeout) {
+  return WaitForMemberView(
+      [&pred](const v1::View& v, uint64_t) { return pred(v); }, timeout);
+}
+
+absl::StatusOr<v1::View> SchedulerClient::WaitForMemberView(
+    std::function<bool(const v1::View&, uint64_t member_id)> pred,
+    absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   auto ready = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return closing_ || pred(view_);
+    return closing_ || pred(view_, member_id_);
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
     return absl::DeadlineExceededError(
@@ -205,7 +212,7 @@ absl::Duration SchedulerClient::HeartbeatInterval() const {
     return options_.heartbeat_interval;
   }
   absl::MutexLock lock(&mu_);
-  return lease_ / 3;
+  return lease_ / 5;
 }
 
 absl::Status SchedulerClient::HeartbeatOnce() {

@@ -40,8 +40,8 @@ struct SchedulerClientOptions {
   int shard = -1;       // servers: the shard slot to serve
   uint32_t devices = 0;
   double capacity = 1.0;
-  // Time between heartbeats; 0 means a third of the lease the scheduler
-  // grants.
+  // Time between heartbeats; 0 means a fifth of the lease the scheduler
+  // grants (four may be late or lost before the lease runs out).
   absl::Duration heartbeat_interval = absl::ZeroDuration();
   // How long Connect waits for the scheduler, and the deadline of each RPC.
   absl::Duration connect_timeout = absl::Seconds(10);
@@ -89,6 +89,11 @@ class SchedulerClient {
   // DEADLINE_EXCEEDED after `timeout`; CANCELLED if the client is closing.
   absl::StatusOr<v1::View> WaitForView(
       std::function<bool(const v1::View&)> pred, absl::Duration timeout);
+  // As WaitForView, with `pred` also given this member's id as it is then
+  // (it changes when the client registers again after a lost lease).
+  absl::StatusOr<v1::View> WaitForMemberView(
+      std::function<bool(const v1::View&, uint64_t member_id)> pred,
+      absl::Duration timeout);
 
   // Records the member's step and speed; sent with the next heartbeat.
   void SetProgress(int64_t clock, double samples_per_sec);

@@ -30,6 +30,31 @@ absl::StatusOr<WorkerSession> JoinAsWorker(const std::string& scheduler_address,
                                            int min_workers,
                                            absl::Duration timeout);
 
+// The view a worker computes a step in, and its place in it. A BSP step's
+// shares follow the view's live workers, so a step whose view is overtaken
+// (ps.proto: ABORTED) is computed again in the newer one.
+struct StepView {
+  uint64_t epoch = 0;
+  uint64_t member = 0;  // this worker's member id in that view
+  int rank = 0;         // common/work_share.h
+  int workers = 1;
+};
+
+// The latest view, once this worker (under its current member id: a client
+// whose lease ran out registers again under a new one) is one of its live
+// workers. DEADLINE_EXCEEDED after `timeout`.
+absl::StatusOr<StepView> CurrentStepView(
+    SchedulerClient& scheduler, absl::Duration timeout = absl::Seconds(60));
+
+// Whether `status`, the outcome of a step computed in `computed`, means the
+// step is to be computed again in a newer view; waits for that view first.
+// True for ABORTED (the live workers changed), and for FAILED_PRECONDITION
+// when the newer view no longer lists `computed.member` (its lease ran out
+// and it was fenced). False for everything else.
+bool RedoInNewerView(SchedulerClient& scheduler, const absl::Status& status,
+                     const StepView& computed,
+                     absl::Duration timeout = absl::Seconds(60));
+
 }  // namespace strata
 
 #endif  // STRATA_CLUSTER_WORKER_SESSION_H_

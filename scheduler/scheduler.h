@@ -49,8 +49,12 @@ struct SchedulerOptions {
   // The job's consistency setting (bsp | ssp:<s> | asp), copied into every
   // view; parsed by ParseConsistency (common/consistency.h).
   std::string consistency = "bsp";
-  // How long a member stays without a heartbeat. Must be > 0.
-  absl::Duration lease = absl::Seconds(10);
+  // How long a member stays without a heartbeat. Must be > 0. The default
+  // trades a quick recovery (a worker killed with SIGKILL is out of the
+  // view, and its BSP step redone by the others, within about 2.6 s) against
+  // fencing a member that stalls longer than this (e.g. SIGSTOP): it then
+  // registers again and redoes its step.
+  absl::Duration lease = absl::Milliseconds(2500);
   // How often leases are checked against clock->Now(). Must be > 0.
   absl::Duration lease_check_interval = absl::Milliseconds(100);
   // Time source for leases; not owned, must outlive the Scheduler.

@@ -33,7 +33,8 @@ std::string TempDir(const std::string& name) {
 class SchedulerTest : public ::testing::Test {
  protected:
   // Starts a scheduler on the simulated clock and connects a stub to it.
-  void Start(SchedulerOptions options = {}) {
+  // The tests' clock arithmetic uses a 10 s lease (not the default).
+  void Start(SchedulerOptions options = {.lease = absl::Seconds(10)}) {
     options.clock = &clock_;
     auto s = Scheduler::Start(options);
     ASSERT_TRUE(s.ok()) << s.status();
@@ -182,7 +183,7 @@ TEST_F(SchedulerTest, ClientsHoldLeasesButStayOutOfTheView) {
 }
 
 TEST_F(SchedulerTest, ServersOccupyOneShardSlotEach) {
-  Start({.num_shards = 2});
+  Start({.num_shards = 2, .lease = absl::Seconds(10)});
   auto s0 = Register(v1::ROLE_SERVER, 0, "a:1");
   ASSERT_TRUE(s0.ok()) << s0.status();
   EXPECT_EQ(s0->view().shard_map().slots_size(), 2);

@@ -11,6 +11,7 @@
 #include "common/chunk_plan.h"
 #include "common/status.h"
 #include "server/init.h"
+#include "spdlog/spdlog.h"
 
 namespace strata {
 namespace {
@@ -196,10 +197,13 @@ Shard::ViewState Shard::view() const {
 void Shard::UpdateView(const v1::View& v) {
   // One update at a time: a stale sweep must never undo a newer one.
   absl::MutexLock update_lock(&update_mu_);
+  bool workers_changed = false;
   {
     absl::MutexLock lock(&view_mu_);
+    const std::vector<uint64_t> old_workers = view_.workers;
     if (v.epoch() < view_.epoch) return;  // views only move forward
     view_.epoch = v.epoch();
+    view_.workers_epoch = v.workers_epoch();
     view_.workers.clear();
     view_.joined_epoch.clear();
     for (const v1::Member& m : v.workers()) {
@@ -207,9 +211,11 @@ void Shard::UpdateView(const v1::View& v) {
       view_.joined_epoch[m.id()] = m.joined_epoch();
     }
     std::sort(view_.workers.begin(), view_.workers.end());
+    workers_changed = view_.workers != old_workers;
     view_changed_.SignalAll();
   }
   const ViewState now = view();
+  const bool bsp = options_.consistency.mode == Consistency::kBsp;
   std::vector<Chunk*> all;
   {
     absl::MutexLock lock(&table_mu_);
@@ -220,10 +226,11 @@ void Shard::UpdateView(const v1::View& v) {
   };
   for (Chunk* c : all) {
     absl::MutexLock lock(&c->mu);
-    // A worker that left takes its unfinished step with it: its samples are
-    // handed out again, so its pushes must not count.
-    for (auto it = c->open.begin(); it != c->open.end();) {
-      it = live(it->first) ? std::next(it) : c->open.erase(it);
+    // BSP: the open step's shares were cut for the old set of workers; the
+    // new set recomputes it, so none of its pushes may count.
+    if (bsp && workers_changed) {
+      for (auto& [id, contrib] : c->open) GiveBuffer(std::move(contrib.grad));
+      c->open.clear();
     }
     absl::erase_if(c->clocks, [&](const auto& kv) { return !live(kv.first); });
     MaybeCloseStep(*c, now);
@@ -239,18 +246,36 @@ absl::Status Shard::CheckMember(const v1::PushRequest& req) {
   };
   // A worker can know a newer view than this server: give ours a moment.
   const absl::Time deadline = absl::Now() + options_.view_wait;
-  while (!is_member() && view_.epoch < req.epoch() && !cancelled_) {
+  while (view_.epoch < req.epoch() && !cancelled_) {
     if (view_changed_.WaitWithDeadline(&view_mu_, deadline)) break;
   }
   if (cancelled_) return absl::UnavailableError("the server is shutting down");
-  if (!is_member()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("member ", req.member_id(),
-                     " is not a live worker in view epoch ", view_.epoch));
+  if (view_.epoch < req.epoch()) {
+    // Nothing from a view this server has not seen is applied.
+    return absl::UnavailableError(
+        absl::StrCat("push stamped with view epoch ", req.epoch(),
+                     " but this server knows epoch ", view_.epoch,
+                     " at most; retry once it has caught up"));
   }
-  // A gradient computed under an older view is still a valid gradient (a
-  // BSP step closes on whoever remains), so only an epoch from before this
-  // member joined is stale: it cannot be this member's current work.
+  if (!is_member()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "member ", req.member_id(), " is not a live worker in view epoch ",
+        view_.epoch, " (its lease ran out or it left: register again)"));
+  }
+  if (options_.consistency.mode == Consistency::kBsp) {
+    // The step's shares were cut for an older set of workers.
+    if (req.epoch() < view_.workers_epoch) {
+      counters_.aborted_stale_epoch++;
+      return absl::AbortedError(absl::StrCat(
+          "step ", req.step(), " was computed in view epoch ", req.epoch(),
+          " but the live workers changed at epoch ", view_.workers_epoch,
+          "; redo the step with the new view's shares"));
+    }
+    return absl::OkStatus();
+  }
+  // SSP/ASP: a gradient computed under an older view is still a valid
+  // gradient, so only an epoch from before this member joined is stale: it
+  // cannot be this member's current work.
   const uint64_t joined = view_.joined_epoch[req.member_id()];
   if (req.epoch() < joined) {
     return absl::AbortedError(
@@ -361,17 +386,12 @@ absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
   v1::PushResponse resp;
   const int64_t open_step = static_cast<int64_t>(c.rec.version);
   if (req.step() < open_step) {
-    // A retry of a push that already counted is fine; anything else is late.
-    if (req.step() == open_step - 1 &&
-        c.last_closed.contains(req.member_id())) {
-      resp.set_version(c.rec.version);
-      GiveBuffer(std::move(grad));
-      return resp;
-    }
+    // The step closed on pushes that covered all of its samples: this one
+    // (a retry whose reply was lost, or a redo of a step that had already
+    // closed here) changes nothing.
+    resp.set_version(c.rec.version);
     GiveBuffer(std::move(grad));
-    return absl::AbortedError(
-        absl::StrCat("step ", req.step(), " of chunk ", req.chunk_id(),
-                     " already closed (open step is ", open_step, ")"));
+    return resp;
   }
   if (req.step() > open_step) {
     GiveBuffer(std::move(grad));
@@ -381,7 +401,8 @@ absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
         " before computing that step"));
   }
   if (!c.open.contains(req.member_id())) {
-    c.open[req.member_id()] = Contribution{req.num_samples(), std::move(grad)};
+    c.open[req.member_id()] =
+        Contribution{req.num_samples(), req.first_sample(), std::move(grad)};
   } else {
     GiveBuffer(std::move(grad));
   }
@@ -412,6 +433,8 @@ void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
   // result does not depend on the order pushes arrived in.
   uint64_t total = 0;
   for (const auto& [id, contrib] : c.open) total += contrib.samples;
+  CheckTiling(c);
+  counters_.bsp_samples_applied += total;
   const size_t n = c.spec.numel();
   std::vector<float> mean = TakeBuffer(n);
   std::fill(mean.begin(), mean.end(), 0.0f);
@@ -424,16 +447,30 @@ void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
   const int64_t step = static_cast<int64_t>(c.rec.version);
   ApplyGradient(c, mean.data(), step);
   GiveBuffer(std::move(mean));
-  c.last_closed.clear();
-  for (auto& [id, contrib] : c.open) {
-    c.last_closed.insert(id);
-    GiveBuffer(std::move(contrib.grad));
-  }
+  for (auto& [id, contrib] : c.open) GiveBuffer(std::move(contrib.grad));
   c.open.clear();
   c.changed.SignalAll();
   if (options_.snapshot_every > 0 &&
       static_cast<int64_t>(c.rec.version) % options_.snapshot_every == 0) {
     CaptureForSnapshot(c);
+  }
+}
+
+void Shard::CheckTiling(const Chunk& c) {
+  std::vector<std::pair<uint64_t, uint64_t>> runs;  // (first, count)
+  for (const auto& [id, contrib] : c.open)
+    runs.emplace_back(contrib.first_sample, contrib.samples);
+  std::sort(runs.begin(), runs.end());
+  for (size_t i = 1; i < runs.size(); ++i) {
+    if (runs[i].first != runs[i - 1].first + runs[i - 1].second) {
+      counters_.bsp_tiling_errors++;
+      spdlog::warn(
+          "strata server: step {} of chunk {} closed on pushes that do not "
+          "tile one run of samples ([{}, +{}) then [{}, +{}))",
+          c.rec.version, c.spec.chunk_id(), runs[i - 1].first,
+          runs[i - 1].second, runs[i].first, runs[i].second);
+      return;
+    }
   }
 }
 
@@ -530,10 +567,24 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
       return true;
     return MinClock(*c, view()) >= req.clock() - mode.staleness;
   };
+  // BSP: a pull still waiting for a step its requester computed under an
+  // older set of workers waits for a step that is being redone.
+  auto redone = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) {
+    return mode.mode == Consistency::kBsp && worker && req.epoch() > 0 &&
+           c->rec.version < need_version && view().workers_epoch > req.epoch();
+  };
   const absl::Time deadline = absl::Now() + options_.max_wait;
   while (!ready()) {
     if (cancelled_)
       return absl::UnavailableError("the server is shutting down");
+    if (redone()) {
+      counters_.aborted_stale_epoch++;
+      return absl::AbortedError(absl::StrCat(
+          "step ", c->rec.version, " of chunk ", req.chunk_id(),
+          " was computed in view epoch ", req.epoch(),
+          " but the live workers changed since; redo it with the new view's "
+          "shares"));
+    }
     if (c->changed.WaitWithDeadline(&c->mu, deadline) && !ready()) {
       return absl::DeadlineExceededError(absl::StrCat(
           "pull of chunk ", req.chunk_id(), " waited ",
@@ -656,6 +707,9 @@ void Shard::FillStats(v1::StatsResponse* out) const {
   out->set_pulls(counters_.pulls);
   out->set_bytes_in(counters_.bytes_in);
   out->set_bytes_out(counters_.bytes_out);
+  out->set_bsp_samples_applied(counters_.bsp_samples_applied);
+  out->set_bsp_tiling_errors(counters_.bsp_tiling_errors);
+  out->set_aborted_stale_epoch(counters_.aborted_stale_epoch);
   absl::MutexLock lock(&table_mu_);
   out->set_chunks(chunks_.size());
   for (const auto& [id, c] : chunks_) {

@@ -6,10 +6,16 @@
 //  - bsp: a chunk's open step t closes once every live worker of the view has
 //    pushed step t; the update is the sample-weighted mean of those pushes,
 //    summed in member-id order (so the result does not depend on arrival
-//    order). Pulls at clock c wait for version >= c. A worker that leaves the
-//    view has its pushes for the open step dropped and the step closes on the
-//    workers that remain (its samples of that step are not handed to anyone
-//    else yet: the data ledger is a later issue's).
+//    order). Pulls at clock c wait for version >= c. Each worker's share of
+//    a step's samples follows from the set of live workers it computed in,
+//    so when that set changes (a worker joins, leaves or dies) every open
+//    step is redone: its pushes are dropped, pushes stamped with an older
+//    epoch than the view's workers_epoch are ABORTED, and so are pulls
+//    still waiting for a step computed under an older epoch. The workers
+//    then recompute the step with the shares of the new set, so every
+//    sample of a closed step went into its update exactly once; the pushes
+//    closing a step are checked to tile one run of samples (Stats).
+//    A push for a step the chunk already closed changes nothing.
 //  - ssp:s: pushes apply at once; a pull at clock c waits until every live
 //    worker's clock on that chunk is >= c - s.
 //  - asp: pushes apply at once; pulls wait only for an explicit min_version.
@@ -62,6 +68,9 @@ struct ShardCounters {
   std::atomic<uint64_t> pulls{0};
   std::atomic<uint64_t> bytes_in{0};
   std::atomic<uint64_t> bytes_out{0};
+  std::atomic<uint64_t> bsp_samples_applied{0};
+  std::atomic<uint64_t> bsp_tiling_errors{0};
+  std::atomic<uint64_t> aborted_stale_epoch{0};
 };
 
 // What a pull returns besides the data.
@@ -87,8 +96,9 @@ class Shard {
       const v1::RegisterChunksRequest& req);
 
   // Applies a new view: the live workers and the epochs they joined at.
-  // Drops open-step pushes of workers that left and closes BSP
-  // steps that were waiting only for them.
+  // BSP: when the set of live workers changed, drops every open step's
+  // pushes (the step is redone with the new shares) and wakes the pulls
+  // waiting for them (ABORTED).
   void UpdateView(const v1::View& view);
 
   // Copies a push's payload (payload_bytes long) to `dst`.
@@ -139,6 +149,7 @@ class Shard {
   };
   struct Contribution {
     uint64_t samples = 0;
+    uint64_t first_sample = 0;
     std::vector<float> grad;
   };
   struct Chunk {
@@ -149,12 +160,12 @@ class Shard {
     ChunkRecord rec ABSL_GUARDED_BY(mu);
     // BSP: pushes of the open step (step == rec.version), by member id.
     std::map<uint64_t, Contribution> open ABSL_GUARDED_BY(mu);
-    absl::flat_hash_set<uint64_t> last_closed ABSL_GUARDED_BY(mu);
     // SSP: each worker's clock on this chunk (steps pushed).
     absl::flat_hash_map<uint64_t, int64_t> clocks ABSL_GUARDED_BY(mu);
   };
   struct ViewState {
     uint64_t epoch = 0;
+    uint64_t workers_epoch = 0;     // when the set of live workers last changed
     std::vector<uint64_t> workers;  // sorted
     absl::flat_hash_map<uint64_t, uint64_t>
         joined_epoch;  // worker -> epoch it joined at
@@ -179,6 +190,9 @@ class Shard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   void ApplyGradient(Chunk& c, const float* grad, int64_t step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // Counts a tiling error if the open pushes of `c` do not cover one
+  // contiguous run of samples.
+  void CheckTiling(const Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   int64_t MinClock(const Chunk& c, const ViewState& view) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   void CaptureForSnapshot(const Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);

@@ -210,30 +210,98 @@ TEST(Shard, BspPullWaitsForTheStepAndRejectsImpossibleVersions) {
   EXPECT_FLOAT_EQ(w[0], -1.0f);
 }
 
-TEST(Shard, BspStepClosesWithoutAWorkerThatLeft) {
+// A view whose live workers changed at `workers_epoch`.
+v1::View ViewAt(uint64_t epoch, std::vector<uint64_t> workers,
+                uint64_t workers_epoch) {
+  v1::View v = MakeView(epoch, std::move(workers), 1);
+  v.set_workers_epoch(workers_epoch);
+  return v;
+}
+
+v1::PushRequest Share(uint64_t member, int64_t step, uint64_t first,
+                      uint64_t count, uint64_t epoch) {
+  v1::PushRequest r = PushReq(member, step, count, epoch);
+  r.set_first_sample(first);
+  return r;
+}
+
+absl::StatusCode PullCode(Shard& shard, uint64_t member, int64_t clock,
+                          uint64_t epoch) {
+  v1::PullRequest r;
+  r.set_member_id(member);
+  r.set_chunk_id(ChunkId("w", 0));
+  r.set_clock(clock);
+  r.set_epoch(epoch);
+  std::string out;
+  return shard.Pull(r, &out).status().code();
+}
+
+TEST(Shard, BspRedoesTheOpenStepWhenTheWorkersChange) {
   Shard shard(Opts("bsp"));
   ASSERT_TRUE(shard.Register(OneChunk()).ok());
-  shard.UpdateView(MakeView(1, {1, 2, 3}, 1));
-  ASSERT_TRUE(
-      shard.Push(PushReq(1, 0, 1), Bytes(std::vector<float>(kN, 1.0f))).ok());
-  ASSERT_TRUE(
-      shard.Push(PushReq(3, 0, 1), Bytes(std::vector<float>(kN, 9.0f))).ok());
-  // Worker 3 dies: its push is dropped; worker 2 then pushes and the step
-  // closes on workers 1 and 2.
-  shard.UpdateView(MakeView(2, {1, 2}, 1));
-  auto r = shard.Push(PushReq(2, 0, 1, 2), Bytes(std::vector<float>(kN, 3.0f)));
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_TRUE(r->applied());
+  const auto grad = [](float x) { return Bytes(std::vector<float>(kN, x)); };
+  // Step 0 over samples [0, 6): two each for workers 1, 2, 3.
+  shard.UpdateView(ViewAt(1, {1, 2, 3}, 1));
+  ASSERT_TRUE(shard.Push(Share(1, 0, 0, 2, 1), grad(1)).ok());
+  ASSERT_TRUE(shard.Push(Share(3, 0, 4, 2, 1), grad(9)).ok());
+  // Worker 3 dies: the step's pushes are dropped, and the step is redone
+  // with three samples each for workers 1 and 2.
+  shard.UpdateView(ViewAt(2, {1, 2}, 2));
+  EXPECT_EQ(shard.Push(Share(2, 0, 2, 2, 1), grad(3)).status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(PullCode(shard, 1, 1, 1), absl::StatusCode::kAborted);
+  ASSERT_TRUE(shard.Push(Share(1, 0, 0, 3, 2), grad(1)).ok());
+  auto closed = shard.Push(Share(2, 0, 3, 3, 2), grad(3));
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_TRUE(closed->applied());
   EXPECT_FLOAT_EQ(PullNow(shard, 1, 1)[0], -2.0f);  // mean of 1 and 3
+  // A redo of a step that already closed here changes nothing.
+  auto again = shard.Push(Share(1, 0, 0, 3, 2), grad(100));
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->applied());
 
-  // And a step waiting only on a worker that leaves closes at the view change.
-  ASSERT_TRUE(
-      shard.Push(PushReq(1, 1, 1, 2), Bytes(std::vector<float>(kN, 1.0f)))
-          .ok());
-  shard.UpdateView(MakeView(3, {1}, 1));
+  // Worker 4 joins while step 1 is open: the step is redone by three.
+  ASSERT_TRUE(shard.Push(Share(1, 1, 6, 3, 2), grad(1)).ok());
+  shard.UpdateView(ViewAt(3, {1, 2, 4}, 3));
+  EXPECT_EQ(PullCode(shard, 1, 2, 2), absl::StatusCode::kAborted);
+  ASSERT_TRUE(shard.Push(Share(1, 1, 6, 2, 3), grad(3)).ok());
+  ASSERT_TRUE(shard.Push(Share(2, 1, 8, 2, 3), grad(3)).ok());
+  ASSERT_TRUE(shard.Push(Share(4, 1, 10, 2, 3), grad(3)).ok());
   uint64_t version = 0;
-  PullNow(shard, 1, 2, &version);
+  EXPECT_FLOAT_EQ(PullNow(shard, 4, 2, &version)[0], -5.0f);
   EXPECT_EQ(version, 2u);
+  v1::StatsResponse stats;
+  shard.FillStats(&stats);
+  EXPECT_EQ(stats.bsp_samples_applied(), 12u);  // steps 0 and 1, 6 each
+  EXPECT_EQ(stats.bsp_tiling_errors(), 0u);
+  EXPECT_EQ(stats.aborted_stale_epoch(), 3u);
+}
+
+TEST(Shard, BspCountsPushesThatDoNotTileTheStep) {
+  Shard shard(Opts("bsp"));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(ViewAt(1, {1, 2}, 1));
+  const std::string g = Bytes(std::vector<float>(kN, 1.0f));
+  ASSERT_TRUE(shard.Push(Share(1, 0, 0, 2, 1), g).ok());
+  ASSERT_TRUE(shard.Push(Share(2, 0, 1, 2, 1), g).ok());  // overlaps
+  v1::StatsResponse stats;
+  shard.FillStats(&stats);
+  EXPECT_EQ(stats.bsp_tiling_errors(), 1u);
+}
+
+TEST(Shard, RefusesPushesFromAViewItHasNotSeenOrFromAFencedMember) {
+  Shard shard(Opts("bsp"));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(ViewAt(4, {1, 2}, 4));
+  const std::string g = Bytes(std::vector<float>(kN, 1.0f));
+  auto future = shard.Push(PushReq(1, 0, 1, UINT64_MAX), g);
+  EXPECT_EQ(future.status().code(), absl::StatusCode::kUnavailable)
+      << future.status();
+  // Member 3 was never (or is no longer) live: it must register again.
+  auto fenced = shard.Push(PushReq(3, 0, 1, 4), g);
+  EXPECT_EQ(fenced.status().code(), absl::StatusCode::kFailedPrecondition);
+  std::vector<float> w = PullNow(shard, 1, 0);
+  for (float x : w) EXPECT_EQ(x, 0.0f);  // nothing was applied
 }
 
 TEST(Shard, SspReaderWaitsForTheSlowestWorkerWithinTheBound) {

@@ -65,6 +65,8 @@ class Child {
     }
     return rc;
   }
+  // Sends `sig` (e.g. SIGSTOP, SIGCONT) without waiting.
+  void Signal(int sig) { kill(pid_, sig); }
   std::string Output() const {
     std::ifstream f(log_);
     std::stringstream ss;

@@ -78,13 +78,42 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
   std::vector<float> w(dim), gw(dim), probe(kProbeSlots),
       gprobe(kProbeSlots, 0.0f);
   float b = 0.0f, gb = 0.0f;
-  gprobe[rank] = -1.0f;
+  gprobe[rank] = -1.0f;  // the probe slot is the rank this worker joined at
   int64_t reads = 0, violations = 0, stale = 0;
   const bool bsp = mode.mode == Consistency::kBsp;
-  for (int64_t step = 0; step < o.steps; ++step) {
+  // The step loop of worker/trainer.cc's Run, on the toy problem: shares
+  // follow the view each step is computed in, and a step whose view is
+  // overtaken is computed again (cluster/worker_session.h).
+  StepView last;            // the view the previous step was computed in
+  uint64_t prev_epoch = 0;  // its epoch; 0: unknown (no redo check)
+  for (int64_t step = 0;;) {
+    const int64_t clock = step == o.steps && !bsp ? -1 : step;
     const uint64_t min_version = bsp ? step : 0;
-    STRATA_RETURN_IF_ERROR(ps->PullTensor(0, w.data(), step, min_version));
-    STRATA_RETURN_IF_ERROR(ps->PullTensor(1, &b, step, min_version));
+    const StepStamp pull_stamp{.epoch = prev_epoch};
+    std::vector<OpHandle> pulls =
+        ps->PullTensorAsync(0, w.data(), clock, min_version, 0, pull_stamp);
+    for (const OpHandle& op :
+         ps->PullTensorAsync(1, &b, clock, min_version, 0, pull_stamp))
+      pulls.push_back(op);
+    if (absl::Status s = WaitAll(pulls); !s.ok()) {
+      if (step > 0 && absl::IsAborted(s) &&
+          RedoInNewerView(*scheduler, s, last)) {
+        --step;  // step-1 is redone in the new view
+        prev_epoch = 0;
+        continue;
+      }
+      return s;
+    }
+    if (step == o.steps) break;
+    uint64_t min_read = UINT64_MAX;
+    for (const OpHandle& op : pulls)
+      min_read = std::min(min_read, op.version());
+    if (bsp && min_read > static_cast<uint64_t>(step)) {
+      // The job is past this step (we joined late): go on from there.
+      step = std::min<int64_t>(static_cast<int64_t>(min_read), o.steps);
+      prev_epoch = 0;
+      continue;
+    }
     if (o.probe) {
       STRATA_RETURN_IF_ERROR(ps->PullTensor(2, probe.data(), step, 0));
       reads++;
@@ -94,34 +123,45 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
         if (probe[j] < static_cast<float>(step)) stale++;
       }
     }
-    if (o.delay_ms > 0) absl::SleepFor(absl::Milliseconds(o.delay_ms * rank));
-    const Share share = ShareOf(step, o.batch, rank, workers);
+    STRATA_ASSIGN_OR_RETURN(const StepView sv, CurrentStepView(*scheduler));
+    if (o.delay_ms > 0)
+      absl::SleepFor(absl::Milliseconds(o.delay_ms * sv.rank));
+    const Share share = ShareOf(step, o.batch, sv.rank, sv.workers);
     const double loss = ToyGradient(o.problem, w.data(), b, share,
                                     o.problem.samples, gw.data(), &gb);
-    STRATA_RETURN_IF_ERROR(ps->PushTensor(0, gw.data(), step, share.count));
-    STRATA_RETURN_IF_ERROR(ps->PushTensor(1, &gb, step, share.count));
-    if (o.probe)
-      STRATA_RETURN_IF_ERROR(
-          ps->PushTensor(2, gprobe.data(), step, share.count));
+    const StepStamp stamp{.epoch = sv.epoch,
+                          .first_sample = static_cast<uint64_t>(share.first)};
+    std::vector<OpHandle> pushes =
+        ps->PushTensorAsync(0, gw.data(), step, share.count, 0, stamp);
+    for (const OpHandle& op :
+         ps->PushTensorAsync(1, &gb, step, share.count, 0, stamp))
+      pushes.push_back(op);
+    if (o.probe) {
+      for (const OpHandle& op :
+           ps->PushTensorAsync(2, gprobe.data(), step, share.count, 0, stamp))
+        pushes.push_back(op);
+    }
+    if (absl::Status s = WaitAll(pushes); !s.ok()) {
+      if (RedoInNewerView(*scheduler, s, sv)) continue;
+      return s;
+    }
+    last = sv;
+    prev_epoch = sv.epoch;
     scheduler->SetProgress(step + 1, 0.0);
     if (o.log_every > 0 && (step % o.log_every == 0 || step + 1 == o.steps)) {
-      std::printf("worker rank %d step %lld batch_loss %.6g\n", rank,
+      std::printf("worker rank %d step %lld batch_loss %.6g\n", sv.rank,
                   static_cast<long long>(step), loss);
       std::fflush(stdout);
     }
+    ++step;
   }
-  // Final weights: after every worker's last step (BSP: version == steps).
-  STRATA_RETURN_IF_ERROR(
-      ps->PullTensor(0, w.data(), bsp ? o.steps : -1, bsp ? o.steps : 0));
-  STRATA_RETURN_IF_ERROR(
-      ps->PullTensor(1, &b, bsp ? o.steps : -1, bsp ? o.steps : 0));
   if (o.probe) {
     std::printf("ssp_reads %lld ssp_violations %lld ssp_stale_reads %lld\n",
                 static_cast<long long>(reads),
                 static_cast<long long>(violations),
                 static_cast<long long>(stale));
   }
-  if (rank == 0) {
+  if (last.rank == 0) {
     std::printf("final_loss %.9g\n", ToyLoss(o.problem, w.data(), b));
     if (!o.out.empty()) {
       std::ofstream f(o.out, std::ios::binary | std::ios::trunc);

@@ -103,10 +103,14 @@ class Trainer {
   absl::Status Run();
 
  private:
-  absl::Status PullWeights(int64_t step);
+  // Pulls the weights for `step`; `prev_epoch` is the epoch step-1 was
+  // computed in (0: unknown). Returns the smallest chunk version read.
+  absl::StatusOr<uint64_t> PullWeights(int64_t step, uint64_t prev_epoch);
   // The step to start at: where the servers are (0 for a new job; later
   // for a worker that joins a running one or restarts).
   absl::StatusOr<int64_t> FirstStep();
+  // Computes `share` of `step` and pushes the gradients stamped with
+  // stamp_.
   absl::StatusOr<double> ComputeAndPush(int64_t step, const Share& share,
                                         float* grad_norm);
   absl::Status PushParam(int param, int64_t step, uint64_t samples,
@@ -122,19 +126,27 @@ class Trainer {
   Consistency mode_;
   int rank_;
   int workers_;
+  StepStamp stamp_;  // of the step being computed
   std::vector<int32_t> tokens_, targets_;
 };
 
-absl::Status Trainer::PullWeights(int64_t step) {
+absl::StatusOr<uint64_t> Trainer::PullWeights(int64_t step,
+                                              uint64_t prev_epoch) {
   // First layers first: forward needs them first.
   const bool bsp = mode_.mode == Consistency::kBsp;
   const int n = static_cast<int>(gpt_->params().size());
   std::vector<OpHandle> ops;
   for (int i = 0; i < n; ++i) {
     Append(ops, ps_->PullTensorAsync(i, gpt_->param_data(i), step,
-                                     bsp ? step : 0, /*priority=*/n - i));
+                                     bsp ? step : 0, /*priority=*/n - i,
+                                     StepStamp{.epoch = prev_epoch}));
   }
-  return WaitAll(ops);
+  uint64_t min_version = UINT64_MAX;
+  for (const OpHandle& op : ops) {
+    STRATA_RETURN_IF_ERROR(op.Wait());
+    min_version = std::min(min_version, op.version());
+  }
+  return min_version;
 }
 
 absl::StatusOr<int64_t> Trainer::FirstStep() {
@@ -163,7 +175,7 @@ absl::Status Trainer::PushParam(int param, int64_t step, uint64_t samples,
   // Last layers first: their gradients are ready first and the next step's
   // pulls want the first layers, so the two streams interleave.
   Append(ops, ps_->PushTensorAsync(param, gpt_->grad_data(param), step, samples,
-                                   /*priority=*/param));
+                                   /*priority=*/param, stamp_));
   return absl::OkStatus();
 }
 
@@ -260,13 +272,53 @@ absl::Status Trainer::Run() {
   if (first_step > 0) {
     spdlog::info("strata worker: joining at step {}", first_step);
   }
-  for (int64_t step = first_step; step < o_.steps; ++step) {
+  const bool bsp = mode_.mode == Consistency::kBsp;
+  StepView last;            // the view the previous step was computed in
+  uint64_t prev_epoch = 0;  // its epoch; 0: unknown (no redo check)
+  int64_t step = first_step;
+  for (;;) {
     const absl::Time t0 = absl::Now();
-    STRATA_RETURN_IF_ERROR(PullWeights(step));
-    const Share share = ShareOf(step, o_.batch, rank_, workers_);
+    // BSP: the weights at version `step` (step-1 closed). After the last
+    // step, the final weights; SSP/ASP read those without the gate.
+    const int64_t clock = step == o_.steps && !bsp ? -1 : step;
+    absl::StatusOr<uint64_t> pulled = PullWeights(clock, prev_epoch);
+    if (absl::IsAborted(pulled.status()) && step > first_step) {
+      // The live workers changed before step-1 closed: it is redone with
+      // the new view's shares.
+      spdlog::info("strata worker: redoing step {}: {}", step - 1,
+                   pulled.status().ToString());
+      if (!RedoInNewerView(*scheduler_, pulled.status(), last)) {
+        return pulled.status();
+      }
+      --step;
+      prev_epoch = 0;
+      continue;
+    }
+    STRATA_RETURN_IF_ERROR(pulled.status());
+    if (step == o_.steps) break;
+    if (bsp && *pulled > static_cast<uint64_t>(step)) {
+      // Every chunk closed this step without us (we were fenced or
+      // rejoined): go on from where the job is.
+      step = std::min<int64_t>(static_cast<int64_t>(*pulled), o_.steps);
+      prev_epoch = 0;
+      continue;
+    }
+    STRATA_ASSIGN_OR_RETURN(const StepView sv, CurrentStepView(*scheduler_));
+    const Share share = ShareOf(step, o_.batch, sv.rank, sv.workers);
+    stamp_ = StepStamp{.epoch = sv.epoch,
+                       .first_sample = static_cast<uint64_t>(share.first)};
     float grad_norm = 0;
-    STRATA_ASSIGN_OR_RETURN(double loss,
-                            ComputeAndPush(step, share, &grad_norm));
+    absl::StatusOr<double> loss_or = ComputeAndPush(step, share, &grad_norm);
+    if (!loss_or.ok() && RedoInNewerView(*scheduler_, loss_or.status(), sv)) {
+      spdlog::info("strata worker: redoing step {}: {}", step,
+                   loss_or.status().ToString());
+      continue;
+    }
+    STRATA_ASSIGN_OR_RETURN(const double loss, loss_or);
+    last = sv;
+    prev_epoch = sv.epoch;
+    rank_ = sv.rank;
+    workers_ = sv.workers;
     const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
     const double rate = share.count * o_.model.context / std::max(secs, 1e-9);
     tokens_per_s = step == 0 ? rate : 0.8 * tokens_per_s + 0.2 * rate;
@@ -294,15 +346,14 @@ absl::Status Trainer::Run() {
       if (eval.ok()) m.eval_loss = *eval;
     }
     progress->Step(m);
+    ++step;
   }
   progress->Finish();
   return WriteOutputs();
 }
 
 absl::Status Trainer::WriteOutputs() {
-  const bool bsp = mode_.mode == Consistency::kBsp;
-  // The final weights: in BSP, once every worker's last step closed.
-  STRATA_RETURN_IF_ERROR(PullWeights(bsp ? o_.steps : -1));
+  // The final weights are in param_data (Run pulled them).
   if (rank_ != 0) return absl::OkStatus();
   if (o_.snapshot_at_end) {
     // Servers without a data dir cannot snapshot; the training itself
