@@ -50,10 +50,11 @@ struct SchedulerOptions {
   // view; parsed by ParseConsistency (common/consistency.h).
   std::string consistency = "bsp";
   // How long a member stays without a heartbeat. Must be > 0. The default
-  // trades a quick recovery (a worker killed with SIGKILL is out of the
-  // view, and its BSP step redone by the others, within about 2.6 s) against
-  // fencing a member that stalls longer than this (e.g. SIGSTOP): it then
-  // registers again and redoes its step.
+  // trades a quick recovery (a worker killed with SIGKILL leaves the view at
+  // most a lease plus lease_check_interval after its last heartbeat, and the
+  // others then redo its BSP step) against fencing a member that stalls
+  // longer than this (e.g. SIGSTOP): it then registers again and redoes its
+  // step.
   absl::Duration lease = absl::Milliseconds(2500);
   // How often leases are checked against clock->Now(). Must be > 0.
   absl::Duration lease_check_interval = absl::Milliseconds(100);
