@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Recovery from a worker killed with SIGKILL: a BSP job of toy workers
+# (scheduler with the default lease, two servers, three workers) loses one
+# worker KILLS times (a new worker joins after each kill). For each kill it
+# measures the seconds from the kill to the first step the survivors
+# complete after stalling on it, and prints the median as
+# `worker_recovery_s <x>` with its ratio to the lease (the bound the design
+# gives: the lease, plus the lease check, plus one redone step).
+# Run from the repository root: bash bench/recovery.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/common.sh
+bench_build strata
+KILLS=${KILLS:-5}
+LEASE_MS=${LEASE_MS:-2500}
+
+dir=$(mktemp -d /tmp/strata-recovery-XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
+trap cleanup EXIT
+
+./build/cli/strata scheduler --listen 127.0.0.1:0 --num_shards 2 --lease_ms "$LEASE_MS" \
+  --address_file "$dir/addr" 2>"$dir/scheduler.log" & pids+=($!)
+for _ in $(seq 100); do [ -s "$dir/addr" ] && break; sleep 0.1; done
+addr=$(cat "$dir/addr")
+for s in 0 1; do
+  ./build/cli/strata server --scheduler "$addr" --shard $s 2>"$dir/server$s.log" & pids+=($!)
+done
+
+# start_worker N: a toy worker logging every step to $dir/workerN.log.
+workers=()
+start_worker() {
+  ./build/cli/strata toy --scheduler "$addr" --workers 3 --steps 100000000 --batch 48 \
+    --dim 64 --samples 960 --chunk_bytes 64 --log_every 1 >"$dir/worker$1.log" 2>&1 &
+  pids+=($!)
+  workers+=($!)
+  disown  # the kills are the point: no "Killed" notices
+}
+for w in 0 1 2; do start_worker $w; done
+
+# Measures one kill: waits until the survivor's log (a file) grows steadily,
+# kills the pid, then watches the log: the recovery is the time from the kill
+# to the first line written after a stall of at least 0.3 s (or to the first
+# line, if the survivors never stalled).
+measure='
+import os, signal, sys, time
+pid, log = int(sys.argv[1]), sys.argv[2]
+size = lambda: os.path.getsize(log)
+s0 = size(); t = time.time()
+while size() == s0:
+    if time.time() - t > 60: sys.exit("the workers never started")
+    time.sleep(0.01)
+time.sleep(0.5)
+os.kill(pid, signal.SIGKILL)
+t_kill = time.time()
+last, last_t, stalled = size(), t_kill, False
+while time.time() - t_kill < 60:
+    now = size()
+    if now != last:
+        if stalled or time.time() - t_kill > 0.3:
+            print("%.3f" % (time.time() - t_kill)); sys.exit(0)
+        last, last_t = now, time.time()
+    elif time.time() - last_t >= 0.3:
+        stalled = True
+    time.sleep(0.005)
+sys.exit("the survivors did not recover within 60 s")
+'
+times=()
+# Before kill k (from 1) the live workers are k-1, k and k+1: kill k-1,
+# watch k, then start k+2.
+for k in $(seq "$KILLS"); do
+  t=$(python3 -c "$measure" "${workers[$((k - 1))]}" "$dir/worker$k.log")
+  echo "kill $k: ${t} s"
+  times+=("$t")
+  start_worker $((k + 2))
+  sleep 1
+done
+median=$(printf "%s\n" "${times[@]}" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}')
+echo "worker_recovery_s $median"
+python3 -c "print('worker_recovery_ratio_to_lease %.3f' % ($median / ($LEASE_MS / 1000)))"
