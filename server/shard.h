@@ -1,6 +1,8 @@
 // The state of one parameter-server shard: its chunks (weights, optimizer
 // state, version), the job's consistency gate, and the update rule. It knows
 // nothing of gRPC; server/parameter_server.cc adapts it to the wire.
+// Implemented in shard.cc (chunk table, view, push and pull entry points),
+// shard_gate.cc (the update rules below) and shard_snapshot.cc (captures).
 //
 // Consistency:
 //  - bsp: a chunk's open step t closes once every live worker of the view has

@@ -1,0 +1,165 @@
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/shard.h"
+#include "spdlog/spdlog.h"
+
+// The consistency gate's update rules: BSP steps (collect, check, close),
+// SSP/ASP pushes applied at once, and the clocks SSP pulls wait on. The
+// rest of Shard is in shard.cc; capture for snapshots in shard_snapshot.cc.
+namespace strata {
+
+absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
+                                                const v1::PushRequest& req,
+                                                std::vector<float> grad) {
+  absl::MutexLock lock(&c.mu);
+  // The view read under the chunk's lock: a view change sweeps each chunk
+  // under its lock after publishing, so a push from a worker that has left
+  // is either refused here or dropped by the sweep, never counted.
+  const ViewState now = view();
+  if (!IsLive(now, req.member_id())) {
+    GiveBuffer(std::move(grad));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "member ", req.member_id(), " left the view (epoch ", now.epoch, ")"));
+  }
+  v1::PushResponse resp;
+  const int64_t open_step = static_cast<int64_t>(c.rec.version);
+  if (req.step() < open_step) {
+    // The step closed on pushes that covered all of its samples: this one
+    // (a retry whose reply was lost, or a redo of a step that had already
+    // closed here) changes nothing.
+    resp.set_version(c.rec.version);
+    GiveBuffer(std::move(grad));
+    return resp;
+  }
+  if (req.step() > open_step) {
+    GiveBuffer(std::move(grad));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "push for step ", req.step(), " but chunk ", req.chunk_id(),
+        " is at step ", open_step, ": pull version ", req.step(),
+        " before computing that step"));
+  }
+  if (!c.open.contains(req.member_id())) {
+    c.open[req.member_id()] =
+        Contribution{req.num_samples(), req.first_sample(), std::move(grad)};
+  } else {
+    GiveBuffer(std::move(grad));
+  }
+  const uint64_t before = c.rec.version;
+  MaybeCloseStep(c, now);
+  resp.set_version(c.rec.version);
+  resp.set_applied(c.rec.version != before);
+  return resp;
+}
+
+void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
+  if (c.open.empty() || options_.consistency.mode != Consistency::kBsp) return;
+  // Pushes of workers that left count for nothing: their samples are
+  // handed out again.
+  for (auto it = c.open.begin(); it != c.open.end();) {
+    if (IsLive(view, it->first)) {
+      ++it;
+    } else {
+      GiveBuffer(std::move(it->second.grad));
+      it = c.open.erase(it);
+    }
+  }
+  if (c.open.empty()) return;
+  for (uint64_t w : view.workers) {
+    if (!c.open.contains(w)) return;
+  }
+  // Sample-weighted mean, summed in member-id order (std::map), so the
+  // result does not depend on the order pushes arrived in.
+  uint64_t total = 0;
+  for (const auto& [id, contrib] : c.open) total += contrib.samples;
+  CheckTiling(c);
+  counters_.bsp_samples_applied += total;
+  const size_t n = c.spec.numel();
+  std::vector<float> mean = TakeBuffer(n);
+  std::fill(mean.begin(), mean.end(), 0.0f);
+  for (const auto& [id, contrib] : c.open) {
+    const float weight =
+        static_cast<float>(static_cast<double>(contrib.samples) / total);
+    const float* g = contrib.grad.data();
+    for (size_t i = 0; i < n; ++i) mean[i] += weight * g[i];
+  }
+  const int64_t step = static_cast<int64_t>(c.rec.version);
+  ApplyGradient(c, mean.data(), step);
+  GiveBuffer(std::move(mean));
+  for (auto& [id, contrib] : c.open) GiveBuffer(std::move(contrib.grad));
+  c.open.clear();
+  c.changed.SignalAll();
+  if (options_.snapshot_every > 0 &&
+      static_cast<int64_t>(c.rec.version) % options_.snapshot_every == 0) {
+    CaptureForSnapshot(c);
+  }
+}
+
+void Shard::CheckTiling(const Chunk& c) {
+  std::vector<std::pair<uint64_t, uint64_t>> runs;  // (first, count)
+  for (const auto& [id, contrib] : c.open)
+    runs.emplace_back(contrib.first_sample, contrib.samples);
+  std::sort(runs.begin(), runs.end());
+  for (size_t i = 1; i < runs.size(); ++i) {
+    if (runs[i].first != runs[i - 1].first + runs[i - 1].second) {
+      counters_.bsp_tiling_errors++;
+      spdlog::warn(
+          "strata server: step {} of chunk {} closed on pushes that do not "
+          "tile one run of samples ([{}, +{}) then [{}, +{}))",
+          c.rec.version, c.spec.chunk_id(), runs[i - 1].first,
+          runs[i - 1].second, runs[i].first, runs[i].second);
+      return;
+    }
+  }
+}
+
+void Shard::ApplyGradient(Chunk& c, const float* grad, int64_t step) {
+  const OptimizerParams& p = c.group->params;
+  const float lr = ScheduledLr(p, step);
+  const int64_t t = static_cast<int64_t>(c.rec.version) + 1;
+  float* m = c.rec.slots.size() > 0 ? c.rec.slots[0].data() : nullptr;
+  float* v = c.rec.slots.size() > 1 ? c.rec.slots[1].data() : nullptr;
+  ApplyUpdate(p, lr, t, c.rec.weights.data(), m, v, grad, c.rec.weights.size());
+  c.rec.version++;
+  counters_.pushes_applied++;
+}
+
+absl::StatusOr<v1::PushResponse> Shard::PushAsync(
+    Chunk& c, const v1::PushRequest& req, const std::vector<float>& grad) {
+  absl::MutexLock lock(&c.mu);
+  const ViewState now = view();
+  if (!IsLive(now, req.member_id())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "member ", req.member_id(), " left the view (epoch ", now.epoch, ")"));
+  }
+  v1::PushResponse resp;
+  // A step this worker already pushed here is a retry of a push that was
+  // applied (e.g. its reply was lost): apply it once.
+  if (auto it = c.clocks.find(req.member_id());
+      it != c.clocks.end() && req.step() < it->second) {
+    resp.set_version(c.rec.version);
+    resp.set_applied(false);
+    return resp;
+  }
+  ApplyGradient(c, grad.data(), req.step());
+  int64_t& clock = c.clocks[req.member_id()];
+  clock = std::max(clock, req.step() + 1);
+  c.changed.SignalAll();
+  resp.set_version(c.rec.version);
+  resp.set_applied(true);
+  return resp;
+}
+
+int64_t Shard::MinClock(const Chunk& c, const ViewState& view) const {
+  int64_t min_clock = INT64_MAX;
+  for (uint64_t w : view.workers) {
+    auto it = c.clocks.find(w);
+    // A live worker not yet seen on this chunk has pushed nothing: clock 0.
+    min_clock = std::min(min_clock, it == c.clocks.end() ? 0 : it->second);
+  }
+  return min_clock == INT64_MAX ? 0 : min_clock;
+}
+
+}  // namespace strata
