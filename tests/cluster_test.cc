@@ -268,24 +268,13 @@ TEST(Cluster, BspStepsUseEverySampleOnceAsWorkersDieAndJoin) {
                dir + "/status.log");
   ASSERT_EQ(status.Wait(absl::Seconds(30)), 0) << status.Output();
   // w: 64 floats in chunks of 16, b: 1 float; 5 chunks over the 2 servers.
-  const std::regex audit(
-      "chunks (\\d+) .* bsp_samples (\\d+)  bsp_tiling_errors (\\d+)  "
-      "redone (\\d+)");
   const std::string out = status.Output();
-  uint64_t chunks = 0, samples = 0, redone = 0;
-  int servers_seen = 0;
-  for (std::sregex_iterator it(out.begin(), out.end(), audit), end; it != end;
-       ++it) {
-    ++servers_seen;
-    chunks += std::stoull((*it)[1]);
-    samples += std::stoull((*it)[2]);
-    EXPECT_EQ((*it)[3], "0") << out;
-    redone += std::stoull((*it)[4]);
-  }
-  EXPECT_EQ(servers_seen, 2) << out;
-  EXPECT_EQ(chunks, 5u) << out;
-  EXPECT_EQ(samples, uint64_t{kSteps} * kBatch * chunks) << out;
-  EXPECT_GT(redone, 0u) << out;  // the changes did make steps be redone
+  const testing::BspAudit audit = testing::ParseBspAudit(out);
+  EXPECT_EQ(audit.servers, 2) << out;
+  EXPECT_EQ(audit.chunks, 5u) << out;
+  EXPECT_EQ(audit.samples, uint64_t{kSteps} * kBatch * audit.chunks) << out;
+  EXPECT_EQ(audit.tiling_errors, 0u) << out;
+  EXPECT_GT(audit.redone, 0u) << out;  // the changes did make steps be redone
   for (auto& s : servers) EXPECT_EQ(s->Stop(), 0) << s->Output();
   EXPECT_EQ(scheduler.Stop(), 0);
 }

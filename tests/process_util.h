@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -102,6 +103,33 @@ inline std::string FreshDir(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+// The BSP audit of every server, summed, from `strata status` output.
+struct BspAudit {
+  int servers = 0;
+  uint64_t chunks = 0;
+  uint64_t samples = 0;  // behind closed steps, each chunk counting its own
+  uint64_t tiling_errors = 0;
+  uint64_t redone = 0;
+};
+
+inline BspAudit ParseBspAudit(const std::string& status_output) {
+  static const std::regex kServer(
+      "chunks (\\d+) .* bsp_samples (\\d+)  bsp_tiling_errors (\\d+)  "
+      "redone (\\d+)");
+  BspAudit a;
+  for (std::sregex_iterator
+           it(status_output.begin(), status_output.end(), kServer),
+       end;
+       it != end; ++it) {
+    ++a.servers;
+    a.chunks += std::stoull((*it)[1]);
+    a.samples += std::stoull((*it)[2]);
+    a.tiling_errors += std::stoull((*it)[3]);
+    a.redone += std::stoull((*it)[4]);
+  }
+  return a;
 }
 
 }  // namespace strata::testing

@@ -99,6 +99,72 @@ BspRun TrainBsp(const std::vector<std::string>& devices,
   return run;
 }
 
+// GPT workers through the trainer as workers die and join under BSP: one
+// is killed with SIGKILL mid-run and another joins; the others redo the
+// interrupted step, and the servers' audit finds every step's batch applied
+// exactly once on every chunk.
+TEST(Train, BspWorkersRedoTheStepAWorkerDiedInAndAJoinerTakesAShare) {
+  const std::string dir = testing::FreshDir("train_elastic");
+  const std::string corpus = WriteCorpus(dir);
+  Child scheduler(
+      {STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0", "--num_shards",
+       "2", "--lease_ms", "800", "--address_file", dir + "/addr"},
+      dir + "/scheduler.log");
+  const std::string address = testing::WaitForLine(dir + "/addr");
+  ASSERT_FALSE(address.empty());
+  std::vector<std::unique_ptr<Child>> servers, trainers;
+  for (int s = 0; s < 2; ++s) {
+    servers.push_back(std::make_unique<Child>(
+        std::vector<std::string>{STRATA_BINARY, "server", "--scheduler",
+                                 address, "--shard", std::to_string(s)},
+        absl::StrCat(dir, "/server", s, ".log")));
+  }
+  constexpr int kSteps = 300, kBatch = 6;
+  auto trainer = [&](int w, int wait_for) {
+    std::vector<std::string> args = {
+        STRATA_BINARY,  "worker",
+        "--scheduler",  address,
+        "--workers",    std::to_string(wait_for),
+        "--batch",      std::to_string(kBatch),
+        "--steps",      std::to_string(kSteps),
+        "--eval_every", "0",
+        "--metrics",    absl::StrCat(dir, "/metrics-", w, ".jsonl")};
+    for (const auto& f : TinyModelFlags(corpus)) args.push_back(f);
+    return std::make_unique<Child>(args,
+                                   absl::StrCat(dir, "/worker", w, ".log"));
+  };
+  for (int w = 0; w < 3; ++w) trainers.push_back(trainer(w, 3));
+  // Kill worker 2 once it has done 20 steps, then start worker 3.
+  const std::string metrics2 = dir + "/metrics-2.jsonl";
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  auto lines = [](const std::string& path) {
+    std::ifstream f(path);
+    return std::count(std::istreambuf_iterator<char>(f),
+                      std::istreambuf_iterator<char>(), '\n');
+  };
+  while (lines(metrics2) < 20 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_GE(lines(metrics2), 20) << trainers[2]->Output();
+  EXPECT_EQ(trainers[2]->Stop(SIGKILL), 128 + SIGKILL);
+  trainers.push_back(trainer(3, 1));
+  for (int w : {0, 1, 3}) {
+    EXPECT_EQ(trainers[w]->Wait(), 0) << trainers[w]->Output();
+  }
+  Child status({STRATA_BINARY, "status", "--scheduler", address},
+               dir + "/status.log");
+  ASSERT_EQ(status.Wait(absl::Seconds(30)), 0) << status.Output();
+  const testing::BspAudit audit = testing::ParseBspAudit(status.Output());
+  EXPECT_EQ(audit.servers, 2) << status.Output();
+  EXPECT_GT(audit.chunks, 0u);
+  EXPECT_EQ(audit.samples, uint64_t{kSteps} * kBatch * audit.chunks)
+      << status.Output();
+  EXPECT_EQ(audit.tiling_errors, 0u) << status.Output();
+  EXPECT_GT(audit.redone, 0u) << status.Output();
+  for (auto& s : servers) EXPECT_EQ(s->Stop(), 0) << s->Output();
+  EXPECT_EQ(scheduler.Stop(), 0);
+}
+
 TEST(Train, TwoBspWorkersWithHalfTheBatchMatchOneWorkerWithAllOfIt) {
   const std::vector<float> one = TrainBsp({"cpu"}, "bsp1").weights;
   const std::vector<float> two = TrainBsp({"cpu", "cpu"}, "bsp2").weights;
