@@ -126,6 +126,11 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
     STRATA_ASSIGN_OR_RETURN(const StepView sv, CurrentStepView(*scheduler));
     if (o.delay_ms > 0)
       absl::SleepFor(absl::Milliseconds(o.delay_ms * sv.rank));
+    if (sv.workers > o.batch) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(sv.workers, " live workers but --batch ", o.batch,
+                       ": every worker needs at least one sample per step"));
+    }
     const Share share = ShareOf(step, o.batch, sv.rank, sv.workers);
     const double loss = ToyGradient(o.problem, w.data(), b, share,
                                     o.problem.samples, gw.data(), &gb);

@@ -304,6 +304,11 @@ absl::Status Trainer::Run() {
       continue;
     }
     STRATA_ASSIGN_OR_RETURN(const StepView sv, CurrentStepView(*scheduler_));
+    if (sv.workers > o_.batch) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(sv.workers, " live workers but --batch ", o_.batch,
+                       ": every worker needs at least one sequence per step"));
+    }
     const Share share = ShareOf(step, o_.batch, sv.rank, sv.workers);
     stamp_ = StepStamp{.epoch = sv.epoch,
                        .first_sample = static_cast<uint64_t>(share.first)};
