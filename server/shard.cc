@@ -196,10 +196,8 @@ Shard::ViewState Shard::view() const {
 void Shard::UpdateView(const v1::View& v) {
   // One update at a time: a stale sweep must never undo a newer one.
   absl::MutexLock update_lock(&update_mu_);
-  bool workers_changed = false;
   {
     absl::MutexLock lock(&view_mu_);
-    const std::vector<uint64_t> old_workers = view_.workers;
     if (v.epoch() < view_.epoch) return;  // views only move forward
     view_.epoch = v.epoch();
     view_.workers_epoch = v.workers_epoch();
@@ -210,11 +208,9 @@ void Shard::UpdateView(const v1::View& v) {
       view_.joined_epoch[m.id()] = m.joined_epoch();
     }
     std::sort(view_.workers.begin(), view_.workers.end());
-    workers_changed = view_.workers != old_workers;
     view_changed_.SignalAll();
   }
   const ViewState now = view();
-  const bool bsp = options_.consistency.mode == Consistency::kBsp;
   std::vector<Chunk*> all;
   {
     absl::MutexLock lock(&table_mu_);
@@ -225,12 +221,9 @@ void Shard::UpdateView(const v1::View& v) {
   };
   for (Chunk* c : all) {
     absl::MutexLock lock(&c->mu);
-    // BSP: the open step's shares were cut for the old set of workers; the
-    // new set recomputes it, so none of its pushes may count.
-    if (bsp && workers_changed) {
-      for (auto& [id, contrib] : c->open) GiveBuffer(std::move(contrib.grad));
-      c->open.clear();
-    }
+    // BSP: pushes cut for the old set of workers may not count (the new set
+    // recomputes the step); MaybeCloseStep drops them, and keeps the ones
+    // already computed in this view (a redo that raced the sweep).
     absl::erase_if(c->clocks, [&](const auto& kv) { return !live(kv.first); });
     MaybeCloseStep(*c, now);
     c->changed.SignalAll();
@@ -418,7 +411,9 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
   // BSP: a pull still waiting for a step its requester computed under an
   // older set of workers waits for a step that is being redone.
   auto redone = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) {
-    return mode.mode == Consistency::kBsp && worker && req.epoch() > 0 &&
+    // (Also for a requester no longer in the view: a fenced worker's pull
+    // under its old id redoes its step under its new one.)
+    return mode.mode == Consistency::kBsp && req.epoch() > 0 &&
            c->rec.version < need_version && view().workers_epoch > req.epoch();
   };
   const absl::Time deadline = absl::Now() + options_.max_wait;

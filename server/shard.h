@@ -11,9 +11,11 @@
 //    order). Pulls at clock c wait for version >= c. Each worker's share of
 //    a step's samples follows from the set of live workers it computed in,
 //    so when that set changes (a worker joins, leaves or dies) every open
-//    step is redone: its pushes are dropped, pushes stamped with an older
-//    epoch than the view's workers_epoch are ABORTED, and so are pulls
-//    still waiting for a step computed under an older epoch. The workers
+//    step is redone: its pushes computed for the old set are dropped (each
+//    push keeps the epoch it was computed in), pushes stamped with an older
+//    epoch than the view's workers_epoch are ABORTED (checked again under
+//    the chunk's lock), and so are pulls still waiting for a step computed
+//    under an older epoch. The workers
 //    then recompute the step with the shares of the new set, so every
 //    sample of a closed step went into its update exactly once; the pushes
 //    closing a step are checked to tile one run of samples (Stats).
@@ -152,6 +154,7 @@ class Shard {
   struct Contribution {
     uint64_t samples = 0;
     uint64_t first_sample = 0;
+    uint64_t epoch = 0;  // the view epoch the step was computed in
     std::vector<float> grad;
   };
   struct Chunk {

@@ -24,6 +24,17 @@ absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
     return absl::FailedPreconditionError(absl::StrCat(
         "member ", req.member_id(), " left the view (epoch ", now.epoch, ")"));
   }
+  // Checked again under the chunk's lock (CheckMember ran before the
+  // payload was read): a view change in between must not let a push cut
+  // for the old workers into a step the new ones redo.
+  if (req.epoch() < now.workers_epoch) {
+    GiveBuffer(std::move(grad));
+    counters_.aborted_stale_epoch++;
+    return absl::AbortedError(absl::StrCat(
+        "step ", req.step(), " was computed in view epoch ", req.epoch(),
+        " but the live workers changed at epoch ", now.workers_epoch,
+        "; redo the step with the new view's shares"));
+  }
   v1::PushResponse resp;
   const int64_t open_step = static_cast<int64_t>(c.rec.version);
   if (req.step() < open_step) {
@@ -41,9 +52,13 @@ absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
         " is at step ", open_step, ": pull version ", req.step(),
         " before computing that step"));
   }
-  if (!c.open.contains(req.member_id())) {
-    c.open[req.member_id()] =
-        Contribution{req.num_samples(), req.first_sample(), std::move(grad)};
+  // A retry of a counted push changes nothing; a redo (a newer epoch)
+  // replaces what the member pushed before.
+  auto [it, inserted] = c.open.try_emplace(req.member_id());
+  if (inserted || it->second.epoch < req.epoch()) {
+    if (!inserted) GiveBuffer(std::move(it->second.grad));
+    it->second = Contribution{req.num_samples(), req.first_sample(),
+                              req.epoch(), std::move(grad)};
   } else {
     GiveBuffer(std::move(grad));
   }
@@ -56,10 +71,10 @@ absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
 
 void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
   if (c.open.empty() || options_.consistency.mode != Consistency::kBsp) return;
-  // Pushes of workers that left count for nothing: their samples are
-  // handed out again.
+  // Pushes of workers that left, and pushes cut for an older set of
+  // workers, count for nothing: the step is redone without them.
   for (auto it = c.open.begin(); it != c.open.end();) {
-    if (IsLive(view, it->first)) {
+    if (IsLive(view, it->first) && it->second.epoch >= view.workers_epoch) {
       ++it;
     } else {
       GiveBuffer(std::move(it->second.grad));

@@ -277,6 +277,27 @@ TEST(Shard, BspRedoesTheOpenStepWhenTheWorkersChange) {
   EXPECT_EQ(stats.aborted_stale_epoch(), 3u);
 }
 
+// A redo push that waited for the server's view to catch up is counted,
+// whether it lands before or after the view change's sweep of its chunk.
+TEST(Shard, BspRedoPushWaitingForTheViewCounts) {
+  Shard shard(Opts("bsp"));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(ViewAt(1, {1, 2}, 1));
+  const std::string g = Bytes(std::vector<float>(kN, 1.0f));
+  absl::StatusOr<v1::PushResponse> early;
+  std::thread pusher([&] { early = shard.Push(Share(1, 0, 0, 2, 2), g); });
+  absl::SleepFor(absl::Milliseconds(10));  // let it wait for epoch 2
+  shard.UpdateView(ViewAt(2, {1, 3}, 2));
+  pusher.join();
+  ASSERT_TRUE(early.ok()) << early.status();
+  auto closing = shard.Push(Share(3, 0, 2, 2, 2), g);
+  ASSERT_TRUE(closing.ok()) << closing.status();
+  EXPECT_TRUE(closing->applied());
+  // And a push cut for the old workers is refused, not counted.
+  EXPECT_EQ(shard.Push(Share(1, 1, 4, 2, 1), g).status().code(),
+            absl::StatusCode::kAborted);
+}
+
 TEST(Shard, BspCountsPushesThatDoNotTileTheStep) {
   Shard shard(Opts("bsp"));
   ASSERT_TRUE(shard.Register(OneChunk()).ok());

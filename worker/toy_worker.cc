@@ -95,6 +95,13 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
     for (const OpHandle& op :
          ps->PullTensorAsync(1, &b, clock, min_version, 0, pull_stamp))
       pulls.push_back(op);
+    const size_t model_pulls = pulls.size();
+    if (o.probe && step < o.steps) {
+      // Stamped as the others, so a redone step-1 aborts it too.
+      for (const OpHandle& op :
+           ps->PullTensorAsync(2, probe.data(), step, 0, 0, pull_stamp))
+        pulls.push_back(op);
+    }
     if (absl::Status s = WaitAll(pulls); !s.ok()) {
       if (step > 0 && absl::IsAborted(s) &&
           RedoInNewerView(*scheduler, s, last)) {
@@ -106,8 +113,8 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
     }
     if (step == o.steps) break;
     uint64_t min_read = UINT64_MAX;
-    for (const OpHandle& op : pulls)
-      min_read = std::min(min_read, op.version());
+    for (size_t i = 0; i < model_pulls; ++i)
+      min_read = std::min(min_read, pulls[i].version());
     if (bsp && min_read > static_cast<uint64_t>(step)) {
       // The job is past this step (we joined late): go on from there.
       step = std::min<int64_t>(static_cast<int64_t>(min_read), o.steps);
@@ -115,7 +122,6 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
       continue;
     }
     if (o.probe) {
-      STRATA_RETURN_IF_ERROR(ps->PullTensor(2, probe.data(), step, 0));
       reads++;
       for (int j = 0; j < workers; ++j) {
         // Worker j has pushed at least step - s times if the bound holds.

@@ -141,11 +141,12 @@ absl::StatusOr<uint64_t> Trainer::PullWeights(int64_t step,
                                      bsp ? step : 0, /*priority=*/n - i,
                                      StepStamp{.epoch = prev_epoch}));
   }
+  // Every pull finishes before this returns, failed or not: one still in
+  // flight would write into param_data while a redone step computes.
+  STRATA_RETURN_IF_ERROR(WaitAll(ops));
   uint64_t min_version = UINT64_MAX;
-  for (const OpHandle& op : ops) {
-    STRATA_RETURN_IF_ERROR(op.Wait());
+  for (const OpHandle& op : ops)
     min_version = std::min(min_version, op.version());
-  }
   return min_version;
 }
 
