@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/matmul.h"
 #include "common/parallel.h"
+#include "kernels/matmul.h"
 #include "kernels/vec_math.h"
 
 namespace strata::kernels {
