@@ -31,3 +31,17 @@ join_figures() {
       "BEGIN { printf \"%s %s %.3f\\n\", n, c, ${expr} }"
   done <<<"${theirs}"
 }
+
+# start_cluster DIR [SCHEDULER FLAGS...]: starts a scheduler (2 shard slots,
+# plus the flags) and two servers from build/, logging into DIR; appends
+# their pids to the array `pids` and sets `addr` to the scheduler's address.
+start_cluster() {
+  local dir=$1; shift
+  ./build/cli/strata scheduler --listen 127.0.0.1:0 --num_shards 2 "$@" \
+    --address_file "$dir/addr" 2>"$dir/scheduler.log" & pids+=($!)
+  for _ in $(seq 100); do [ -s "$dir/addr" ] && break; sleep 0.1; done
+  addr=$(cat "$dir/addr")
+  for s in 0 1; do
+    ./build/cli/strata server --scheduler "$addr" --shard $s 2>"$dir/server$s.log" & pids+=($!)
+  done
+}

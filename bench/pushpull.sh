@@ -13,13 +13,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
 
-./build/cli/strata scheduler --listen 127.0.0.1:0 --num_shards 2 --consistency asp \
-  --address_file "$dir/addr" 2>"$dir/scheduler.log" & pids+=($!)
-for _ in $(seq 100); do [ -s "$dir/addr" ] && break; sleep 0.1; done
-addr=$(cat "$dir/addr")
-for s in 0 1; do
-  ./build/cli/strata server --scheduler "$addr" --shard $s 2>"$dir/server$s.log" & pids+=($!)
-done
+start_cluster "$dir" --consistency asp
 
 ./build/bench/pushpull_bench --scheduler "$addr" --model_mib "${MODEL_MIB:-256}" --chunk_mib 4 \
   --rounds "${ROUNDS:-4}" --repeats 3 | tee "$dir/pp.out"

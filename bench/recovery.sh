@@ -19,13 +19,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
 
-./build/cli/strata scheduler --listen 127.0.0.1:0 --num_shards 2 --lease_ms "$LEASE_MS" \
-  --address_file "$dir/addr" 2>"$dir/scheduler.log" & pids+=($!)
-for _ in $(seq 100); do [ -s "$dir/addr" ] && break; sleep 0.1; done
-addr=$(cat "$dir/addr")
-for s in 0 1; do
-  ./build/cli/strata server --scheduler "$addr" --shard $s 2>"$dir/server$s.log" & pids+=($!)
-done
+start_cluster "$dir" --lease_ms "$LEASE_MS"
 
 # start_worker N: a toy worker logging every step to $dir/workerN.log.
 workers=()

@@ -254,17 +254,9 @@ absl::Status Shard::CheckMember(const v1::PushRequest& req) {
         "member ", req.member_id(), " is not a live worker in view epoch ",
         view_.epoch, " (its lease ran out or it left: register again)"));
   }
-  if (options_.consistency.mode == Consistency::kBsp) {
-    // The step's shares were cut for an older set of workers.
-    if (req.epoch() < view_.workers_epoch) {
-      counters_.aborted_stale_epoch++;
-      return absl::AbortedError(absl::StrCat(
-          "step ", req.step(), " was computed in view epoch ", req.epoch(),
-          " but the live workers changed at epoch ", view_.workers_epoch,
-          "; redo the step with the new view's shares"));
-    }
-    return absl::OkStatus();
-  }
+  // BSP: PushBsp checks the epoch against the live workers, under the
+  // chunk's lock.
+  if (options_.consistency.mode == Consistency::kBsp) return absl::OkStatus();
   // SSP/ASP: a gradient computed under an older view is still a valid
   // gradient, so only an epoch from before this member joined is stale: it
   // cannot be this member's current work.

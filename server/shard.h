@@ -13,7 +13,7 @@
 //    so when that set changes (a worker joins, leaves or dies) every open
 //    step is redone: its pushes computed for the old set are dropped (each
 //    push keeps the epoch it was computed in), pushes stamped with an older
-//    epoch than the view's workers_epoch are ABORTED (checked again under
+//    epoch than the view's workers_epoch are ABORTED (checked under
 //    the chunk's lock), and so are pulls still waiting for a step computed
 //    under an older epoch. The workers
 //    then recompute the step with the shares of the new set, so every

@@ -24,9 +24,9 @@ absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
     return absl::FailedPreconditionError(absl::StrCat(
         "member ", req.member_id(), " left the view (epoch ", now.epoch, ")"));
   }
-  // Checked again under the chunk's lock (CheckMember ran before the
-  // payload was read): a view change in between must not let a push cut
-  // for the old workers into a step the new ones redo.
+  // The step's shares were cut for an older set of workers. Checked under
+  // the chunk's lock, so a view change's sweep of this chunk comes either
+  // before (refused here) or after (dropped by the sweep).
   if (req.epoch() < now.workers_epoch) {
     GiveBuffer(std::move(grad));
     counters_.aborted_stale_epoch++;

@@ -39,20 +39,12 @@ struct Result {
 Result RunCluster(const ClusterRun& run, const std::string& name) {
   const std::string dir = testing::FreshDir(name);
   Result result;
-  Child scheduler({STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0",
-                   "--num_shards", "2", "--consistency", run.consistency,
-                   "--lease_ms", "5000", "--address_file", dir + "/addr"},
-                  dir + "/scheduler.log");
-  const std::string address = testing::WaitForLine(dir + "/addr");
-  EXPECT_FALSE(address.empty()) << scheduler.Output();
+  testing::TestCluster cluster(
+      STRATA_BINARY, dir,
+      {"--consistency", run.consistency, "--lease_ms", "5000"});
+  const std::string address = cluster.address();
+  EXPECT_FALSE(address.empty()) << cluster.scheduler().Output();
   if (address.empty()) return result;
-  std::vector<std::unique_ptr<Child>> servers;
-  for (int s = 0; s < 2; ++s) {
-    servers.push_back(std::make_unique<Child>(
-        std::vector<std::string>{STRATA_BINARY, "server", "--scheduler",
-                                 address, "--shard", std::to_string(s)},
-        absl::StrCat(dir, "/server", s, ".log")));
-  }
   std::vector<std::unique_ptr<Child>> workers;
   for (int w = 0; w < kWorkers; ++w) {
     std::vector<std::string> args = {
@@ -78,8 +70,7 @@ Result RunCluster(const ClusterRun& run, const std::string& name) {
     EXPECT_EQ(rc, 0) << w->Output();
     result.outputs.push_back(w->Output());
   }
-  for (auto& s : servers) EXPECT_EQ(s->Stop(), 0) << s->Output();
-  EXPECT_EQ(scheduler.Stop(), 0) << scheduler.Output();
+  cluster.Stop();
   std::ifstream f(dir + "/weights.f32", std::ios::binary);
   result.weights.resize(run.dim + 1);
   f.read(reinterpret_cast<char*>(result.weights.data()), (run.dim + 1) * 4);
@@ -204,19 +195,10 @@ namespace {
 // counts every step's whole batch on every chunk.
 TEST(Cluster, BspStepsUseEverySampleOnceAsWorkersDieAndJoin) {
   const std::string dir = testing::FreshDir("kill");
-  Child scheduler(
-      {STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0", "--num_shards",
-       "2", "--lease_ms", "800", "--address_file", dir + "/addr"},
-      dir + "/scheduler.log");
-  const std::string address = testing::WaitForLine(dir + "/addr");
+  testing::TestCluster cluster(STRATA_BINARY, dir, {"--lease_ms", "800"});
+  const std::string address = cluster.address();
   ASSERT_FALSE(address.empty());
-  std::vector<std::unique_ptr<Child>> servers, workers;
-  for (int s = 0; s < 2; ++s) {
-    servers.push_back(std::make_unique<Child>(
-        std::vector<std::string>{STRATA_BINARY, "server", "--scheduler",
-                                 address, "--shard", std::to_string(s)},
-        absl::StrCat(dir, "/server", s, ".log")));
-  }
+  std::vector<std::unique_ptr<Child>> workers;
   constexpr int kSteps = 150, kBatch = 48;
   auto worker = [&](int w, int wait_for) {
     return std::make_unique<Child>(
@@ -275,8 +257,7 @@ TEST(Cluster, BspStepsUseEverySampleOnceAsWorkersDieAndJoin) {
   EXPECT_EQ(audit.samples, uint64_t{kSteps} * kBatch * audit.chunks) << out;
   EXPECT_EQ(audit.tiling_errors, 0u) << out;
   EXPECT_GT(audit.redone, 0u) << out;  // the changes did make steps be redone
-  for (auto& s : servers) EXPECT_EQ(s->Stop(), 0) << s->Output();
-  EXPECT_EQ(scheduler.Stop(), 0);
+  cluster.Stop();
 }
 
 }  // namespace

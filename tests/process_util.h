@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -17,6 +18,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "gtest/gtest.h"
 
 namespace strata::testing {
 
@@ -104,6 +106,41 @@ inline std::string FreshDir(const std::string& name) {
   std::filesystem::create_directories(dir);
   return dir;
 }
+
+// A scheduler (`--num_shards 2` plus `scheduler_flags`) and two servers of
+// `binary` on 127.0.0.1, logging into `dir`.
+class TestCluster {
+ public:
+  TestCluster(const std::string& binary, const std::string& dir,
+              const std::vector<std::string>& scheduler_flags = {}) {
+    std::vector<std::string> args = {
+        binary,         "scheduler", "--listen",       "127.0.0.1:0",
+        "--num_shards", "2",         "--address_file", dir + "/addr"};
+    args.insert(args.end(), scheduler_flags.begin(), scheduler_flags.end());
+    scheduler_ = std::make_unique<Child>(args, dir + "/scheduler.log");
+    address_ = WaitForLine(dir + "/addr");
+    if (address_.empty()) return;
+    for (int s = 0; s < 2; ++s) {
+      servers_.push_back(std::make_unique<Child>(
+          std::vector<std::string>{binary, "server", "--scheduler", address_,
+                                   "--shard", std::to_string(s)},
+          dir + "/server" + std::to_string(s) + ".log"));
+    }
+  }
+  // The scheduler's address; empty if it did not start.
+  const std::string& address() const { return address_; }
+  Child& scheduler() { return *scheduler_; }
+  // Stops the servers, then the scheduler; each must exit with 0.
+  void Stop() {
+    for (auto& s : servers_) EXPECT_EQ(s->Stop(), 0) << s->Output();
+    EXPECT_EQ(scheduler_->Stop(), 0) << scheduler_->Output();
+  }
+
+ private:
+  std::unique_ptr<Child> scheduler_;
+  std::vector<std::unique_ptr<Child>> servers_;
+  std::string address_;
+};
 
 // The BSP audit of every server, summed, from `strata status` output.
 struct BspAudit {

@@ -48,18 +48,10 @@ BspRun TrainBsp(const std::vector<std::string>& devices,
   const int workers = static_cast<int>(devices.size());
   const std::string dir = testing::FreshDir(name);
   const std::string corpus = WriteCorpus(dir);
-  Child scheduler({STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0",
-                   "--num_shards", "2", "--address_file", dir + "/addr"},
-                  dir + "/scheduler.log");
-  const std::string address = testing::WaitForLine(dir + "/addr");
+  testing::TestCluster cluster(STRATA_BINARY, dir);
+  const std::string address = cluster.address();
   EXPECT_FALSE(address.empty());
-  std::vector<std::unique_ptr<Child>> servers, trainers;
-  for (int s = 0; s < 2; ++s) {
-    servers.push_back(std::make_unique<Child>(
-        std::vector<std::string>{STRATA_BINARY, "server", "--scheduler",
-                                 address, "--shard", std::to_string(s)},
-        absl::StrCat(dir, "/server", s, ".log")));
-  }
+  std::vector<std::unique_ptr<Child>> trainers;
   for (int w = 0; w < workers; ++w) {
 #ifdef STRATA_VGPU_BINARY
     const char* binary =
@@ -83,8 +75,7 @@ BspRun TrainBsp(const std::vector<std::string>& devices,
         std::make_unique<Child>(args, absl::StrCat(dir, "/worker", w, ".log")));
   }
   for (auto& t : trainers) EXPECT_EQ(t->Wait(), 0) << t->Output();
-  for (auto& s : servers) EXPECT_EQ(s->Stop(), 0) << s->Output();
-  EXPECT_EQ(scheduler.Stop(), 0);
+  cluster.Stop();
   std::ifstream f(dir + "/weights.f32", std::ios::binary);
   std::stringstream ss;
   ss << f.rdbuf();
@@ -106,19 +97,10 @@ BspRun TrainBsp(const std::vector<std::string>& devices,
 TEST(Train, BspWorkersRedoTheStepAWorkerDiedInAndAJoinerTakesAShare) {
   const std::string dir = testing::FreshDir("train_elastic");
   const std::string corpus = WriteCorpus(dir);
-  Child scheduler(
-      {STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0", "--num_shards",
-       "2", "--lease_ms", "800", "--address_file", dir + "/addr"},
-      dir + "/scheduler.log");
-  const std::string address = testing::WaitForLine(dir + "/addr");
+  testing::TestCluster cluster(STRATA_BINARY, dir, {"--lease_ms", "800"});
+  const std::string address = cluster.address();
   ASSERT_FALSE(address.empty());
-  std::vector<std::unique_ptr<Child>> servers, trainers;
-  for (int s = 0; s < 2; ++s) {
-    servers.push_back(std::make_unique<Child>(
-        std::vector<std::string>{STRATA_BINARY, "server", "--scheduler",
-                                 address, "--shard", std::to_string(s)},
-        absl::StrCat(dir, "/server", s, ".log")));
-  }
+  std::vector<std::unique_ptr<Child>> trainers;
   constexpr int kSteps = 300, kBatch = 6;
   auto trainer = [&](int w, int wait_for) {
     std::vector<std::string> args = {
@@ -161,8 +143,7 @@ TEST(Train, BspWorkersRedoTheStepAWorkerDiedInAndAJoinerTakesAShare) {
       << status.Output();
   EXPECT_EQ(audit.tiling_errors, 0u) << status.Output();
   EXPECT_GT(audit.redone, 0u) << status.Output();
-  for (auto& s : servers) EXPECT_EQ(s->Stop(), 0) << s->Output();
-  EXPECT_EQ(scheduler.Stop(), 0);
+  cluster.Stop();
 }
 
 TEST(Train, TwoBspWorkersWithHalfTheBatchMatchOneWorkerWithAllOfIt) {
