@@ -85,6 +85,13 @@ absl::Status SchedulerClient::Register() {
   req.set_devices(options_.devices);
   req.set_capacity(options_.capacity);
   req.set_shard(options_.shard);
+  {
+    absl::MutexLock lock(&mu_);
+    if (first_id_ != 0) {  // again, after a lost lease
+      req.set_worker(first_id_);
+      req.set_incarnation(incarnation_ + 1);
+    }
+  }
   auto ctx = NewContext(options_.connect_timeout);
   ctx->set_wait_for_ready(true);
   v1::RegisterResponse resp;
@@ -95,6 +102,8 @@ absl::Status SchedulerClient::Register() {
     absl::MutexLock lock(&mu_);
     old_id = member_id_;
     member_id_ = resp.member_id();
+    if (first_id_ == 0) first_id_ = resp.member_id();
+    ++incarnation_;
     lease_ = absl::Milliseconds(resp.lease_ms());
     last_renewed_ = options_.clock->Now();
     // The watch stream knows an epoch from before; start it afresh.

@@ -148,6 +148,8 @@ class SchedulerClient {
 
   mutable absl::Mutex mu_;
   uint64_t member_id_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t first_id_ ABSL_GUARDED_BY(mu_) = 0;  // of the first registration
+  uint64_t incarnation_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration lease_ ABSL_GUARDED_BY(mu_);
   absl::Time last_renewed_ ABSL_GUARDED_BY(mu_);  // options_.clock time
   v1::View view_ ABSL_GUARDED_BY(mu_);

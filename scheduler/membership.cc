@@ -63,6 +63,14 @@ absl::Status Membership::ValidateRegister(
         absl::StrCat("register: capacity must be a finite number >= 0, got ",
                      req.capacity()));
   }
+  const bool first = req.worker() == 0 && req.incarnation() == 0;
+  if (!first && (req.worker() == 0 || req.worker() >= next_member_id_ ||
+                 req.incarnation() < 2)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "register: worker ", req.worker(), " incarnation ", req.incarnation(),
+        " is not a member registering again (want an earlier member id and "
+        "an incarnation >= 2, or both 0)"));
+  }
   if (req.role() != v1::ROLE_SERVER) return absl::OkStatus();
   if (req.shard() < 0 || req.shard() >= options_.num_shards) {
     return absl::InvalidArgumentError(
@@ -102,6 +110,8 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
   m.set_capacity(req.capacity() == 0 ? 1.0 : req.capacity());
   m.set_shard(req.role() == v1::ROLE_SERVER ? req.shard() : -1);
   m.set_joined_epoch(c.epoch);
+  m.set_worker(req.worker() == 0 ? m.id() : req.worker());
+  m.set_incarnation(req.incarnation() == 0 ? 1 : req.incarnation());
 
   // Store first, so a storage error leaves the table as it was.
   StateBatch batch;

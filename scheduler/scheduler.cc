@@ -8,6 +8,7 @@
 #include "common/consistency.h"
 #include "common/status.h"
 #include "scheduler/kv_store.h"
+#include "scheduler/ledger.h"
 #include "scheduler/membership.h"
 #include "scheduler/scheduler_service.h"
 #include "scheduler/state_store.h"
@@ -17,6 +18,7 @@ namespace strata {
 namespace {
 
 using scheduler_internal::KvStore;
+using scheduler_internal::Ledger;
 using scheduler_internal::Membership;
 using scheduler_internal::MembershipOptions;
 using scheduler_internal::PersistedState;
@@ -73,7 +75,13 @@ absl::Status Scheduler::Init(SchedulerOptions options) {
                         options.clock, store_.get()},
       state);
   kv_ = std::make_unique<KvStore>(store_.get(), std::move(state.kv));
-  service_ = std::make_unique<SchedulerService>(membership_.get(), kv_.get());
+  STRATA_ASSIGN_OR_RETURN(const Consistency mode,
+                          ParseConsistency(options.consistency));
+  ledger_ =
+      std::make_unique<Ledger>(mode, store_.get(), std::move(state.ledger),
+                               std::move(state.ledger_applied));
+  service_ = std::make_unique<SchedulerService>(membership_.get(), kv_.get(),
+                                                ledger_.get());
 
   grpc::ServerBuilder builder;
   // Two schedulers must never share a port (SO_REUSEPORT would allow it).
@@ -101,14 +109,20 @@ Scheduler::~Scheduler() { Shutdown(); }
 
 v1::View Scheduler::CurrentView() const { return membership_->View(); }
 
-void Scheduler::CheckLeasesNow() { membership_->ExpireLeases(); }
+void Scheduler::CheckLeasesNow() {
+  membership_->ExpireLeases();
+  // Work leased to members that left goes back to the queue.
+  if (absl::Status s = ledger_->Sweep(membership_->View()); !s.ok()) {
+    spdlog::error("scheduler: ledger sweep failed: {}", s.ToString());
+  }
+}
 
 void Scheduler::LeaseLoop() {
   absl::MutexLock lock(&mu_);
   while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_),
                                lease_check_interval_)) {
     mu_.Unlock();
-    membership_->ExpireLeases();
+    CheckLeasesNow();
     mu_.Lock();
   }
 }

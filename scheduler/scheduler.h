@@ -1,5 +1,6 @@
 // The Strata scheduler: membership with leases, the cluster
-// view and its epoch, the shard map, and a rendezvous key-value store, served
+// view and its epoch, the shard map, the data ledger (scheduler/ledger.h)
+// and a rendezvous key-value store, served
 // over gRPC as strata.v1.Scheduler and kept in RocksDB so a restarted
 // scheduler carries on where it stopped.
 //
@@ -35,6 +36,7 @@ namespace scheduler_internal {
 class StateStore;
 class Membership;
 class KvStore;
+class Ledger;
 class SchedulerService;
 }  // namespace scheduler_internal
 
@@ -89,8 +91,9 @@ class Scheduler {
   // The current view.
   v1::View CurrentView() const;
 
-  // Expires leases against clock->Now() at once (for tests driving a
-  // SimulatedClock; the scheduler also does it every lease_check_interval).
+  // Expires leases against clock->Now() at once and hands the ledger's
+  // work of departed workers back (for tests driving a SimulatedClock; the
+  // scheduler also does it every lease_check_interval).
   void CheckLeasesNow();
 
   // Stops serving: ends WatchView streams and waiting KV gets, then the gRPC
@@ -112,6 +115,7 @@ class Scheduler {
   std::unique_ptr<scheduler_internal::StateStore> store_;
   std::unique_ptr<scheduler_internal::Membership> membership_;
   std::unique_ptr<scheduler_internal::KvStore> kv_;
+  std::unique_ptr<scheduler_internal::Ledger> ledger_;
   std::unique_ptr<scheduler_internal::SchedulerService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::thread lease_thread_;

@@ -102,4 +102,33 @@ grpc::Status SchedulerService::KvGet(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerService::LeaseWork(grpc::ServerContext* ctx,
+                                         const v1::LeaseWorkRequest* req,
+                                         v1::LeaseWorkResponse* resp) {
+  absl::StatusOr<v1::LeaseWorkResponse> r =
+      ledger_->Lease(*req, membership_->View());
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *resp = *std::move(r);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::ReportApplied(
+    grpc::ServerContext* ctx, const v1::ReportAppliedRequest* req,
+    v1::ReportAppliedResponse* resp) {
+  absl::StatusOr<v1::ReportAppliedResponse> r =
+      ledger_->Report(*req, membership_->View());
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *resp = *std::move(r);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::ExportLedger(
+    grpc::ServerContext* ctx, const v1::ExportLedgerRequest* req,
+    grpc::ServerWriter<v1::LedgerRecord>* writer) {
+  for (const v1::LedgerRecord& r : ledger_->Applied()) {
+    if (!writer->Write(r)) break;  // the reader went away
+  }
+  return grpc::Status::OK;
+}
+
 }  // namespace strata::scheduler_internal

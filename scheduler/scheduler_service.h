@@ -1,10 +1,11 @@
 // The gRPC face of the scheduler: strata.v1.Scheduler handlers over a
-// Membership and a KvStore. The only place in scheduler/ that sees
+// Membership, a KvStore and a Ledger. The only place in scheduler/ that sees
 // grpc::Status. Private to scheduler/.
 #ifndef STRATA_SCHEDULER_SCHEDULER_SERVICE_H_
 #define STRATA_SCHEDULER_SCHEDULER_SERVICE_H_
 
 #include "scheduler/kv_store.h"
+#include "scheduler/ledger.h"
 #include "scheduler/membership.h"
 #include "strata/v1/scheduler.grpc.pb.h"
 
@@ -15,8 +16,8 @@ namespace strata::scheduler_internal {
 // KvStore ends them promptly. Thread-safe; does not own its parts.
 class SchedulerService final : public v1::Scheduler::Service {
  public:
-  SchedulerService(Membership* membership, KvStore* kv)
-      : membership_(membership), kv_(kv) {}
+  SchedulerService(Membership* membership, KvStore* kv, Ledger* ledger)
+      : membership_(membership), kv_(kv), ledger_(ledger) {}
 
   grpc::Status Register(grpc::ServerContext* ctx,
                         const v1::RegisterRequest* req,
@@ -35,10 +36,20 @@ class SchedulerService final : public v1::Scheduler::Service {
                      v1::KvPutResponse* resp) override;
   grpc::Status KvGet(grpc::ServerContext* ctx, const v1::KvGetRequest* req,
                      v1::KvGetResponse* resp) override;
+  grpc::Status LeaseWork(grpc::ServerContext* ctx,
+                         const v1::LeaseWorkRequest* req,
+                         v1::LeaseWorkResponse* resp) override;
+  grpc::Status ReportApplied(grpc::ServerContext* ctx,
+                             const v1::ReportAppliedRequest* req,
+                             v1::ReportAppliedResponse* resp) override;
+  grpc::Status ExportLedger(
+      grpc::ServerContext* ctx, const v1::ExportLedgerRequest* req,
+      grpc::ServerWriter<v1::LedgerRecord>* writer) override;
 
  private:
   Membership* const membership_;
   KvStore* const kv_;
+  Ledger* const ledger_;
 };
 
 }  // namespace strata::scheduler_internal

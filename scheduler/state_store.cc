@@ -19,9 +19,15 @@ namespace fs = std::filesystem;
 constexpr char kMetaPrefix[] = "meta/";
 constexpr char kMemberPrefix[] = "member/";
 constexpr char kKvPrefix[] = "kv/";
+constexpr char kLedgerStateKey[] = "ledger/state";
+constexpr char kLedgerAppliedPrefix[] = "ledger/applied/";
 
 std::string MemberKey(uint64_t id) {
   return absl::StrFormat("%s%020d", kMemberPrefix, id);
+}
+
+std::string LedgerRecordKey(uint64_t seq) {
+  return absl::StrFormat("%s%020d", kLedgerAppliedPrefix, seq);
 }
 
 absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
@@ -58,6 +64,23 @@ absl::Status LoadRecord(absl::string_view key, absl::string_view value,
     state.kv[std::string(key)] = std::move(e);
     return absl::OkStatus();
   }
+  if (key == kLedgerStateKey) {
+    if (!state.ledger.ParseFromArray(value.data(),
+                                     static_cast<int>(value.size()))) {
+      return absl::DataLossError("bad ledger state record");
+    }
+    return absl::OkStatus();
+  }
+  if (absl::ConsumePrefix(&key, kLedgerAppliedPrefix)) {
+    uint64_t seq = 0;
+    v1::LedgerRecord r;
+    if (!absl::SimpleAtoi(key, &seq) ||
+        !r.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+      return absl::DataLossError(absl::StrCat("bad ledger record ", key));
+    }
+    state.ledger_applied.emplace_back(seq, std::move(r));  // keys sort by seq
+    return absl::OkStatus();
+  }
   return absl::OkStatus();  // unknown records: from a newer version; ignore
 }
 
@@ -75,6 +98,18 @@ void StateBatch::DeleteMember(uint64_t id) { batch_.Delete(MemberKey(id)); }
 
 void StateBatch::PutKv(const std::string& key, const v1::KvGetResponse& entry) {
   batch_.Put(absl::StrCat(kKvPrefix, key), entry.SerializeAsString());
+}
+
+void StateBatch::PutLedgerState(const v1::LedgerState& state) {
+  batch_.Put(kLedgerStateKey, state.SerializeAsString());
+}
+
+void StateBatch::PutLedgerRecord(uint64_t seq, const v1::LedgerRecord& record) {
+  batch_.Put(LedgerRecordKey(seq), record.SerializeAsString());
+}
+
+void StateBatch::DeleteLedgerRecord(uint64_t seq) {
+  batch_.Delete(LedgerRecordKey(seq));
 }
 
 absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(

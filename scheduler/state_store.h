@@ -8,6 +8,8 @@
 //                    shard_map_version)
 //   member/<id>   -> serialized v1::Member (id as 20 zero-padded digits)
 //   kv/<key>      -> serialized v1::KvGetResponse (value and revision)
+//   ledger/state  -> serialized v1::LedgerState (scheduler/ledger.h)
+//   ledger/applied/<seq> -> serialized v1::LedgerRecord (seq: 20 digits)
 // Leases are not stored: a restarted scheduler grants every member a full
 // lease, since absolute times from before the restart mean nothing.
 #ifndef STRATA_SCHEDULER_STATE_STORE_H_
@@ -17,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -25,6 +28,7 @@
 #include "rocksdb/write_batch.h"
 #include "storage/dir_claim.h"
 #include "strata/v1/common.pb.h"
+#include "strata/v1/ledger.pb.h"
 #include "strata/v1/scheduler.pb.h"
 
 namespace strata::scheduler_internal {
@@ -44,6 +48,9 @@ struct PersistedState {
   uint64_t shard_map_version = 0;
   std::vector<v1::Member> members;              // by rising id
   std::map<std::string, v1::KvGetResponse> kv;  // value and revision
+  v1::LedgerState ledger;
+  // Applied ledger records by rising sequence number.
+  std::vector<std::pair<uint64_t, v1::LedgerRecord>> ledger_applied;
 };
 
 // A set of writes applied atomically by StateStore::Write.
@@ -53,6 +60,9 @@ class StateBatch {
   void PutMember(const v1::Member& member);
   void DeleteMember(uint64_t id);
   void PutKv(const std::string& key, const v1::KvGetResponse& entry);
+  void PutLedgerState(const v1::LedgerState& state);
+  void PutLedgerRecord(uint64_t seq, const v1::LedgerRecord& record);
+  void DeleteLedgerRecord(uint64_t seq);
 
  private:
   friend class StateStore;

@@ -1,0 +1,125 @@
+// The data ledger: the scheduler's record of which samples each worker
+// computes and which were applied, so that every sample of the job is
+// applied exactly once while workers come, go and die. Private to
+// scheduler/; the gRPC handlers call it. DESIGN.md §3.
+//
+// Samples are numbered globally (ledger.proto); a work unit is a run of them
+// inside one data epoch, with an id.
+//
+// BSP: step t's samples are [t*B, (t+1)*B), B the global batch. The first
+// worker to ask for step t in a workers epoch splits them among that epoch's
+// live workers, in member-id order, each share in proportion to the worker's
+// reported samples/s (equal shares while any speed is unknown), at least one
+// sample each; every worker of the epoch gets the same split. A worker that
+// dies or joins mid-step changes the workers epoch, the servers drop the
+// step's pushes and the survivors ask again: the same samples, split anew.
+// A step counts as applied when every slot of the job has reported it
+// closed; its records are the split of the workers epoch it closed in.
+//
+// SSP/ASP: a worker asking for its clock t gets units totalling its share
+// of B (as above, over the live workers): units handed back first, then new
+// ones from the cursor. The lease counts as applied when every slot has
+// reported that worker's push of clock t. Leases of a worker that leaves the
+// view go back to the front of the queue (Sweep); if such a worker's push
+// is then reported applied everywhere before its units were handed out
+// again, they are recorded as applied by it and taken off the queue; if they
+// were handed out already, the application is counted as `late` (the push
+// raced the lease running out on the servers).
+//
+// Every change is written to the StateStore before it is visible, so a
+// restarted scheduler continues at the same cursor.
+#ifndef STRATA_SCHEDULER_LEDGER_H_
+#define STRATA_SCHEDULER_LEDGER_H_
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/consistency.h"
+#include "scheduler/state_store.h"
+#include "strata/v1/common.pb.h"
+#include "strata/v1/ledger.pb.h"
+
+namespace strata::scheduler_internal {
+
+// Splits `total` into one count per weight, each >= 1, summing to `total`,
+// in proportion to the weights (largest remainder; ties to the lower index).
+// Weights that are not all finite and > 0 give equal shares. REQUIRES:
+// total >= weights.size() > 0.
+std::vector<int64_t> Apportion(int64_t total,
+                               const std::vector<double>& weights);
+
+class Ledger {
+ public:
+  // Restores `state` and the applied records (by rising sequence number).
+  // REQUIRES: `store` outlives the ledger.
+  Ledger(Consistency mode, StateStore* store, v1::LedgerState state,
+         std::vector<std::pair<uint64_t, v1::LedgerRecord>> applied);
+
+  // A worker's samples for a step, as ledger.proto says, given the current
+  // view. Errors: INVALID_ARGUMENT (a malformed job or step),
+  // FAILED_PRECONDITION (not a live worker; another job's ledger; more live
+  // workers than samples per step), OUT_OF_RANGE (a BSP step already
+  // applied), storage errors (nothing changed).
+  absl::StatusOr<v1::LeaseWorkResponse> Lease(const v1::LeaseWorkRequest& req,
+                                              const v1::View& view);
+
+  // Records servers' reports. PERMISSION_DENIED unless req.member_id() is
+  // the live server of every report's slot; INVALID_ARGUMENT for a slot
+  // outside the job's; FAILED_PRECONDITION before any lease fixed the job.
+  absl::StatusOr<v1::ReportAppliedResponse> Report(
+      const v1::ReportAppliedRequest& req, const v1::View& view);
+
+  // SSP/ASP: hands the leases of workers not in `view` back (see above).
+  absl::Status Sweep(const v1::View& view);
+
+  // BSP: forgets that steps >= `step` were applied (their records, splits
+  // and reports), as when the servers roll back to a snapshot of `step`.
+  absl::Status RollBack(int64_t step);
+
+  // The applied records, in the order they were applied.
+  std::vector<v1::LedgerRecord> Applied() const;
+  // A copy of the state (tests, status).
+  v1::LedgerState State() const;
+
+ private:
+  // The pieces of [first, first + count) cut at data epoch ends, each with
+  // a new id from `s`.
+  static std::vector<v1::WorkUnit> CutUnits(v1::LedgerState& s, int64_t first,
+                                            int64_t count);
+  absl::Status CheckJob(const v1::LedgerJob& job, v1::LedgerState& s) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::LeaseWorkResponse> LeaseBsp(
+      const v1::LeaseWorkRequest& req, const v1::View& view, v1::LedgerState& s)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::LeaseWorkResponse> LeaseAsync(
+      const v1::LeaseWorkRequest& req, const v1::View& view, v1::LedgerState& s)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Applies one report to `s`, appending completed records to `out`.
+  // Returns whether it recorded anything.
+  bool ApplyReport(const v1::AppliedReport& r, v1::LedgerState& s,
+                   std::vector<v1::LedgerRecord>& out) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Writes `s` and `records` (numbered from s.next_record on) and adopts
+  // them.
+  absl::Status Commit(v1::LedgerState s, std::vector<v1::LedgerRecord> records)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::LedgerRecord Record(const v1::WorkUnit& u, int64_t step, uint64_t worker,
+                          uint64_t incarnation, uint64_t member) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  const Consistency mode_;
+  StateStore* const store_;
+  mutable absl::Mutex mu_;
+  v1::LedgerState state_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<uint64_t, v1::LedgerRecord>> applied_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace strata::scheduler_internal
+
+#endif  // STRATA_SCHEDULER_LEDGER_H_

@@ -1,0 +1,372 @@
+#include "scheduler/ledger.h"
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace strata::scheduler_internal {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr uint64_t kServer0 = 100, kServer1 = 101;
+
+// A view with live workers `ids` (speeds in samples/s, 0: unknown) and
+// servers kServer0/kServer1 in slots 0 and 1.
+v1::View MakeView(uint64_t workers_epoch, const std::vector<uint64_t>& ids,
+                  const std::vector<double>& speeds = {}) {
+  v1::View v;
+  v.set_epoch(workers_epoch + 1);
+  v.set_workers_epoch(workers_epoch);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    v1::Member* m = v.add_workers();
+    m->set_id(ids[i]);
+    m->set_role(v1::ROLE_WORKER);
+    m->set_worker(ids[i]);
+    m->set_incarnation(1);
+    if (i < speeds.size()) m->set_samples_per_sec(speeds[i]);
+  }
+  for (auto [slot, id] : {std::pair{0, kServer0}, {1, kServer1}}) {
+    v1::ShardSlot* s = v.mutable_shard_map()->add_slots();
+    s->set_shard(slot);
+    s->set_member_id(id);
+  }
+  return v;
+}
+
+v1::LedgerJob Job(int64_t batch = 10, int64_t per_epoch = 25) {
+  v1::LedgerJob j;
+  j.set_batch(batch);
+  j.set_samples_per_epoch(per_epoch);
+  j.set_seed(7);
+  j.add_slots(0);
+  j.add_slots(1);
+  return j;
+}
+
+v1::LeaseWorkRequest LeaseReq(uint64_t member, int64_t step,
+                              v1::LedgerJob job = Job()) {
+  v1::LeaseWorkRequest r;
+  r.set_member_id(member);
+  r.set_step(step);
+  *r.mutable_job() = job;
+  return r;
+}
+
+v1::ReportAppliedRequest ReportReq(uint64_t server, int slot, int64_t step,
+                                   uint64_t epoch, uint64_t worker = 0) {
+  v1::ReportAppliedRequest r;
+  r.set_member_id(server);
+  v1::AppliedReport* a = r.add_reports();
+  a->set_slot(slot);
+  a->set_step(step);
+  a->set_epoch(epoch);
+  a->set_worker_member_id(worker);
+  return r;
+}
+
+// Both slots report.
+void ReportBoth(Ledger& l, const v1::View& v, int64_t step, uint64_t epoch,
+                uint64_t worker = 0) {
+  ASSERT_TRUE(l.Report(ReportReq(kServer0, 0, step, epoch, worker), v).ok());
+  ASSERT_TRUE(l.Report(ReportReq(kServer1, 1, step, epoch, worker), v).ok());
+}
+
+// (first, count) of each unit.
+std::vector<std::pair<int64_t, int64_t>> Runs(
+    const google::protobuf::RepeatedPtrField<v1::WorkUnit>& units) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const auto& u : units) out.emplace_back(u.first(), u.count());
+  return out;
+}
+
+// Every sample number each record covers, counted (global numbering).
+std::map<int64_t, int> Coverage(const std::vector<v1::LedgerRecord>& records,
+                                int64_t per_epoch) {
+  std::map<int64_t, int> seen;
+  for (const auto& r : records) {
+    for (int64_t i = 0; i < r.count(); ++i)
+      ++seen[static_cast<int64_t>(r.data_epoch()) * per_epoch + r.first() + i];
+  }
+  return seen;
+}
+
+TEST(Apportion, FollowsWeightsGivesEachOneAndSumsToTotal) {
+  EXPECT_THAT(Apportion(10, {1, 1, 1}), ElementsAre(4, 3, 3));
+  EXPECT_THAT(Apportion(48, {100, 50}), ElementsAre(32, 16));
+  EXPECT_THAT(Apportion(5, {1000, 1}), ElementsAre(4, 1));
+  // Unknown (0), negative or NaN speeds: equal shares.
+  EXPECT_THAT(Apportion(6, {3, 0}), ElementsAre(3, 3));
+  EXPECT_THAT(Apportion(6, {3, std::nan("")}), ElementsAre(3, 3));
+  EXPECT_THAT(Apportion(3, {1, 1, 1}), ElementsAre(1, 1, 1));
+}
+
+class LedgerTest : public ::testing::Test {
+ protected:
+  void Open(const std::string& mode = "bsp", bool on_disk = false) {
+    ledger_.reset();
+    store_.reset();
+    std::string dir;
+    if (on_disk) {
+      dir = (fs::path(testing::TempDir()) / absl::StrCat("ledger_", getpid()))
+                .string();
+    }
+    auto store = StateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    auto state = store_->Load();
+    ASSERT_TRUE(state.ok()) << state.status();
+    ledger_ = std::make_unique<Ledger>(*ParseConsistency(mode), store_.get(),
+                                       state->ledger, state->ledger_applied);
+  }
+  void TearDown() override {
+    ledger_.reset();
+    store_.reset();
+    fs::remove_all(fs::path(testing::TempDir()) /
+                   absl::StrCat("ledger_", getpid()));
+  }
+
+  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<Ledger> ledger_;
+};
+
+TEST_F(LedgerTest, BspSplitsAStepsSamplesOnceForEveryWorkerOfTheEpoch) {
+  Open();
+  const v1::View v = MakeView(3, {5, 9});
+  auto a = ledger_->Lease(LeaseReq(9, 3), v);
+  auto b = ledger_->Lease(LeaseReq(5, 3), v);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  EXPECT_EQ(b->rank(), 0);
+  EXPECT_EQ(a->rank(), 1);
+  EXPECT_EQ(a->workers(), 2);
+  EXPECT_EQ(a->epoch(), 3u);
+  EXPECT_THAT(Runs(b->units()), ElementsAre(std::pair{30, 5}));
+  EXPECT_THAT(Runs(a->units()), ElementsAre(std::pair{35, 5}));
+  // Asking again gives the same units.
+  auto again = ledger_->Lease(LeaseReq(9, 3), v);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->units(0).id(), a->units(0).id());
+  // Step 2 covers [20, 30), which the data epoch ends inside (25 per epoch).
+  auto c = ledger_->Lease(LeaseReq(9, 2), v);
+  ASSERT_TRUE(c.ok());
+  EXPECT_THAT(Runs(c->units()), ElementsAre(std::pair{25, 5}));
+  auto d = ledger_->Lease(LeaseReq(5, 2), v);
+  ASSERT_TRUE(d.ok());
+  EXPECT_THAT(Runs(d->units()), ElementsAre(std::pair{20, 5}));
+  EXPECT_EQ(c->units(0).data_epoch(), 1u);
+  EXPECT_EQ(d->units(0).data_epoch(), 0u);
+}
+
+TEST_F(LedgerTest, BspSharesFollowSpeed) {
+  Open();
+  auto r = ledger_->Lease(LeaseReq(1, 0, Job(48, 1000)),
+                          MakeView(1, {1, 2}, {100.0, 50.0}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->units(0).count(), 32);
+}
+
+TEST_F(LedgerTest, BspStepRedoneInANewEpochIsRecordedOnceFromItsLastSplit) {
+  Open();
+  const v1::View old_view = MakeView(3, {5, 9});
+  ASSERT_TRUE(ledger_->Lease(LeaseReq(5, 0), old_view).ok());
+  ASSERT_TRUE(ledger_->Lease(LeaseReq(9, 0), old_view).ok());
+  // Worker 9 dies; 5 redoes step 0 alone in workers epoch 4.
+  const v1::View v = MakeView(4, {5});
+  auto redo = ledger_->Lease(LeaseReq(5, 0), v);
+  ASSERT_TRUE(redo.ok());
+  EXPECT_THAT(Runs(redo->units()), ElementsAre(std::pair{0, 10}));
+  ReportBoth(*ledger_, v, 0, 4);
+  const auto records = ledger_->Applied();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].worker(), 5u);
+  EXPECT_EQ(records[0].step(), 0);
+  EXPECT_EQ(records[0].count(), 10);
+  EXPECT_EQ(ledger_->State().applied_steps(), 1);
+  // The applied step is not leased again; its late duplicate is ignored.
+  auto late = ledger_->Lease(LeaseReq(5, 0), v);
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kOutOfRange);
+  auto dup = ledger_->Report(ReportReq(kServer0, 0, 0, 4), v);
+  ASSERT_TRUE(dup.ok());
+  EXPECT_EQ(dup->ignored(), 1u);
+  EXPECT_EQ(ledger_->Applied().size(), 1u);
+}
+
+TEST_F(LedgerTest, AStepIsAppliedOnlyWhenEverySlotReported) {
+  Open();
+  const v1::View v = MakeView(1, {1});
+  ASSERT_TRUE(ledger_->Lease(LeaseReq(1, 0), v).ok());
+  ASSERT_TRUE(ledger_->Report(ReportReq(kServer0, 0, 0, 1), v).ok());
+  // The same slot again changes nothing.
+  auto dup = ledger_->Report(ReportReq(kServer0, 0, 0, 1), v);
+  ASSERT_TRUE(dup.ok());
+  EXPECT_EQ(dup->ignored(), 1u);
+  EXPECT_TRUE(ledger_->Applied().empty());
+  ASSERT_TRUE(ledger_->Report(ReportReq(kServer1, 1, 0, 1), v).ok());
+  EXPECT_EQ(ledger_->Applied().size(), 1u);
+}
+
+TEST_F(LedgerTest, RefusesReportsFromNonOwnersAndForeignSlots) {
+  Open();
+  const v1::View v = MakeView(1, {1});
+  EXPECT_EQ(ledger_->Report(ReportReq(kServer0, 0, 0, 1), v).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // no job yet
+  ASSERT_TRUE(ledger_->Lease(LeaseReq(1, 0), v).ok());
+  auto wrong = ledger_->Report(ReportReq(kServer1, 0, 0, 1), v);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kPermissionDenied);
+  auto worker = ledger_->Report(ReportReq(1, 0, 0, 1), v);
+  EXPECT_EQ(worker.status().code(), absl::StatusCode::kPermissionDenied);
+  auto foreign = ledger_->Report(ReportReq(kServer0, 7, 0, 1), v);
+  EXPECT_EQ(foreign.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ledger_->State().pending().empty());
+}
+
+TEST_F(LedgerTest, RefusesNonMembersOtherJobsAndBadRequests) {
+  Open();
+  const v1::View v = MakeView(1, {1});
+  EXPECT_EQ(ledger_->Lease(LeaseReq(2, 0), v).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(ledger_->Lease(LeaseReq(1, 0), v).ok());
+  v1::LedgerJob other = Job();
+  other.set_seed(8);
+  auto r = ledger_->Lease(LeaseReq(1, 1, other), v);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("another job"));
+  EXPECT_EQ(ledger_->Lease(LeaseReq(1, -1), v).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ledger_->Lease(LeaseReq(1, int64_t{1} << 62), v).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  v1::LedgerJob unsorted = Job();
+  unsorted.clear_slots();
+  unsorted.add_slots(1);
+  unsorted.add_slots(0);
+  EXPECT_EQ(ledger_->Lease(LeaseReq(1, 1, unsorted), v).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // More live workers than samples per step.
+  EXPECT_EQ(ledger_
+                ->Lease(LeaseReq(1, 1, Job()),
+                        MakeView(2, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}))
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(LedgerTest, AsyncLeasesOfADeadWorkerGoBackToTheFrontOfTheQueue) {
+  Open("asp");
+  v1::View v = MakeView(1, {1, 2});
+  auto a = ledger_->Lease(LeaseReq(1, 0), v);  // [0, 5)
+  auto b = ledger_->Lease(LeaseReq(2, 0), v);  // [5, 10)
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_THAT(Runs(a->units()), ElementsAre(std::pair{0, 5}));
+  EXPECT_THAT(Runs(b->units()), ElementsAre(std::pair{5, 5}));
+  ReportBoth(*ledger_, v, 0, 0, 1);
+  // Worker 2 dies with [5, 10) leased; worker 3 joins.
+  v = MakeView(2, {1, 3});
+  ASSERT_TRUE(ledger_->Sweep(v).ok());
+  EXPECT_EQ(ledger_->State().requeued_size(), 1);
+  auto c = ledger_->Lease(LeaseReq(3, 0), v);
+  ASSERT_TRUE(c.ok());
+  EXPECT_THAT(Runs(c->units()), ElementsAre(std::pair{5, 5}));
+  EXPECT_EQ(c->units(0).id(), b->units(0).id());  // the same unit
+  auto d = ledger_->Lease(LeaseReq(1, 1), v);
+  ASSERT_TRUE(d.ok());
+  EXPECT_THAT(Runs(d->units()), ElementsAre(std::pair{10, 5}));
+  ReportBoth(*ledger_, v, 0, 0, 3);
+  ReportBoth(*ledger_, v, 1, 0, 1);
+  const auto seen = Coverage(ledger_->Applied(), 25);
+  EXPECT_EQ(seen.size(), 15u);
+  for (const auto& [sample, n] : seen) EXPECT_EQ(n, 1) << sample;
+}
+
+TEST_F(LedgerTest, AsyncRequeuedUnitsAreCutToTheAskersShare) {
+  Open("ssp:1");
+  v1::View v = MakeView(1, {1});
+  ASSERT_TRUE(ledger_->Lease(LeaseReq(1, 0), v).ok());  // [0, 10)
+  v = MakeView(2, {2, 3});
+  ASSERT_TRUE(ledger_->Sweep(v).ok());
+  auto a = ledger_->Lease(LeaseReq(2, 0), v);
+  auto b = ledger_->Lease(LeaseReq(3, 0), v);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_THAT(Runs(a->units()), ElementsAre(std::pair{0, 5}));
+  EXPECT_THAT(Runs(b->units()), ElementsAre(std::pair{5, 5}));
+  EXPECT_EQ(ledger_->State().requeued_size(), 0);
+  EXPECT_EQ(ledger_->State().cursor(), 10);
+}
+
+TEST_F(LedgerTest, AsyncPushAppliedAfterItsLeaseWasHandedBack) {
+  Open("asp");
+  v1::View v = MakeView(1, {1, 2});
+  ASSERT_TRUE(ledger_->Lease(LeaseReq(1, 0), v).ok());  // [0, 5)
+  ASSERT_TRUE(ledger_->Lease(LeaseReq(2, 0), v).ok());  // [5, 10)
+  v = MakeView(2, {2});
+  ASSERT_TRUE(ledger_->Sweep(v).ok());  // 1's units are queued again
+  // 1's push lands on both servers before anyone took them: recorded once,
+  // taken off the queue.
+  v1::View old_v = MakeView(1, {1, 2});
+  ReportBoth(*ledger_, old_v, 0, 0, 1);
+  EXPECT_EQ(ledger_->State().requeued_size(), 0);
+  EXPECT_EQ(ledger_->State().late(), 0u);
+  ASSERT_EQ(ledger_->Applied().size(), 1u);
+  EXPECT_EQ(ledger_->Applied()[0].member_id(), 1u);
+
+  // Worker 2 dies too; its units are handed to 3 before its push lands.
+  v = MakeView(3, {3});
+  ASSERT_TRUE(ledger_->Sweep(v).ok());
+  auto c = ledger_->Lease(LeaseReq(3, 0), v);
+  ASSERT_TRUE(c.ok());
+  EXPECT_THAT(Runs(c->units()), ElementsAre(std::pair{5, 5}, std::pair{10, 5}));
+  ReportBoth(*ledger_, old_v, 0, 0, 2);
+  EXPECT_EQ(ledger_->State().late(), 1u);
+  EXPECT_EQ(ledger_->Applied().size(), 1u);
+}
+
+TEST_F(LedgerTest, PersistsAndContinuesAtTheSameCursor) {
+  Open("asp", /*on_disk=*/true);
+  v1::View v = MakeView(1, {1, 2});
+  ASSERT_TRUE(ledger_->Lease(LeaseReq(1, 0), v).ok());
+  ASSERT_TRUE(ledger_->Lease(LeaseReq(2, 0), v).ok());
+  ReportBoth(*ledger_, v, 0, 0, 1);
+  const v1::LedgerState before = ledger_->State();
+  Open("asp", /*on_disk=*/true);  // a restarted scheduler
+  EXPECT_EQ(ledger_->State().SerializeAsString(), before.SerializeAsString());
+  ASSERT_EQ(ledger_->Applied().size(), 1u);
+  auto next = ledger_->Lease(LeaseReq(1, 1), v);
+  ASSERT_TRUE(next.ok());
+  EXPECT_THAT(Runs(next->units()), ElementsAre(std::pair{10, 5}));
+  // Worker 2's lease survived the restart and completes.
+  ReportBoth(*ledger_, v, 0, 0, 2);
+  EXPECT_EQ(ledger_->Applied().size(), 2u);
+}
+
+TEST_F(LedgerTest, RollBackForgetsLaterStepsAndSplitsThemAgain) {
+  Open("bsp", /*on_disk=*/true);
+  const v1::View v = MakeView(1, {1});
+  for (int64_t step = 0; step < 4; ++step) {
+    ASSERT_TRUE(ledger_->Lease(LeaseReq(1, step), v).ok());
+    ReportBoth(*ledger_, v, step, 1);
+  }
+  ASSERT_EQ(ledger_->Applied().size(), 5u);  // step 2 is cut at 25
+  ASSERT_TRUE(ledger_->RollBack(2).ok());
+  EXPECT_EQ(ledger_->Applied().size(), 2u);
+  EXPECT_EQ(ledger_->State().applied_steps(), 2);
+  Open("bsp", /*on_disk=*/true);
+  EXPECT_EQ(ledger_->Applied().size(), 2u);  // the deletion was stored
+  for (int64_t step = 2; step < 4; ++step) {
+    ASSERT_TRUE(ledger_->Lease(LeaseReq(1, step), v).ok());
+    ReportBoth(*ledger_, v, step, 1);
+  }
+  const auto seen = Coverage(ledger_->Applied(), 25);
+  EXPECT_EQ(seen.size(), 40u);
+  for (const auto& [sample, n] : seen) EXPECT_EQ(n, 1) << sample;
+}
+
+}  // namespace
+}  // namespace strata::scheduler_internal
