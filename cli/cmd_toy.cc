@@ -46,6 +46,13 @@ CommandFn AddToyCommand(CLI::App& app) {
   cmd->add_option("--delay_ms", o->delay_ms,
                   "sleep rank*delay_ms per step (simulates slow workers)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--sample_cost_us", o->sample_cost_us,
+                  "emulated compute: sleep this long per sample")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--throttle", o->throttle,
+                  "multiply the emulated compute time (a slow worker)")
+      ->check(CLI::Range(1.0, 1000.0))
+      ->capture_default_str();
   cmd->add_option("--out", o->out, "rank 0 writes the final weights here");
   cmd->add_option("--log_every", o->log_every,
                   "print a progress line every N steps (0: never)")

@@ -327,6 +327,40 @@ absl::StatusOr<std::string> SchedulerClient::KvGet(const std::string& key,
   return std::move(*resp.mutable_value());
 }
 
+absl::StatusOr<v1::LeaseWorkResponse> SchedulerClient::LeaseWork(
+    int64_t step, const v1::LedgerJob& job) {
+  v1::LeaseWorkRequest req;
+  req.set_member_id(member_id());
+  req.set_step(step);
+  *req.mutable_job() = job;
+  v1::LeaseWorkResponse resp;
+  STRATA_RETURN_IF_ERROR(FromGrpcStatus(stub_->LeaseWork(
+      NewContext(options_.connect_timeout).get(), req, &resp)));
+  return resp;
+}
+
+absl::StatusOr<v1::ReportAppliedResponse> SchedulerClient::ReportApplied(
+    const std::vector<v1::AppliedReport>& reports) {
+  v1::ReportAppliedRequest req;
+  req.set_member_id(member_id());
+  for (const v1::AppliedReport& r : reports) *req.add_reports() = r;
+  v1::ReportAppliedResponse resp;
+  STRATA_RETURN_IF_ERROR(FromGrpcStatus(stub_->ReportApplied(
+      NewContext(options_.connect_timeout).get(), req, &resp)));
+  return resp;
+}
+
+absl::StatusOr<std::vector<v1::LedgerRecord>> SchedulerClient::ExportLedger() {
+  auto ctx = NewContext(absl::Minutes(5));
+  std::unique_ptr<grpc::ClientReader<v1::LedgerRecord>> reader =
+      stub_->ExportLedger(ctx.get(), v1::ExportLedgerRequest());
+  std::vector<v1::LedgerRecord> out;
+  v1::LedgerRecord r;
+  while (reader->Read(&r)) out.push_back(r);
+  STRATA_RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
+  return out;
+}
+
 absl::Status SchedulerClient::Leave() {
   v1::LeaveRequest req;
   {

@@ -120,6 +120,15 @@ class SchedulerClient {
   absl::StatusOr<std::string> KvGet(const std::string& key,
                                     absl::Duration wait);
 
+  // The data ledger (ledger.proto), as this member: its work for `step` of
+  // `job`, the servers' reports, and every applied record. Errors as the
+  // scheduler answers (scheduler.proto).
+  absl::StatusOr<v1::LeaseWorkResponse> LeaseWork(int64_t step,
+                                                  const v1::LedgerJob& job);
+  absl::StatusOr<v1::ReportAppliedResponse> ReportApplied(
+      const std::vector<v1::AppliedReport>& reports);
+  absl::StatusOr<std::vector<v1::LedgerRecord>> ExportLedger();
+
   // Leaves the cluster now and stops heartbeating (the view keeps being
   // watched). Errors: as the scheduler answers (NOT_FOUND if already gone).
   absl::Status Leave();

@@ -171,6 +171,12 @@ TEST(SchedulerClient, LostLeaseRegistersAgainUnderANewId) {
       [&](const v1::View& v) { return HasWorker(v, second); }, kWait);
   ASSERT_TRUE(view.ok()) << view.status();
   EXPECT_FALSE(HasWorker(*view, first));
+  // The new incarnation names the first, for the data ledger.
+  for (const v1::Member& m : view->workers()) {
+    if (m.id() != second) continue;
+    EXPECT_EQ(m.worker(), first);
+    EXPECT_EQ(m.incarnation(), 2u);
+  }
 }
 
 TEST(SchedulerClient, SchedulerRestartKeepsMemberIdAndView) {

@@ -1,5 +1,8 @@
 #include "cluster/worker_session.h"
 
+#include <algorithm>
+#include <set>
+
 #include "common/status.h"
 #include "common/work_share.h"
 
@@ -41,6 +44,55 @@ absl::StatusOr<StepView> CurrentStepView(SchedulerClient& scheduler,
   STRATA_ASSIGN_OR_RETURN(sv.rank, RankOf(view, sv.member));
   sv.workers = view.workers_size();
   return sv;
+}
+
+v1::LedgerJob LedgerJobFor(const ChunkPlan& plan, int64_t steps,
+                           int64_t batch, int64_t samples_per_epoch,
+                           uint64_t seed) {
+  v1::LedgerJob job;
+  job.set_batch(batch);
+  job.set_total_samples(steps * batch);
+  job.set_samples_per_epoch(samples_per_epoch);
+  job.set_seed(seed);
+  std::set<int> slots;
+  for (const ChunkInfo& c : plan.chunks) slots.insert(c.shard);
+  for (int slot : slots) job.add_slots(slot);
+  return job;
+}
+
+absl::StatusOr<StepWork> LeaseStepWork(SchedulerClient& scheduler,
+                                       int64_t step, const v1::LedgerJob& job,
+                                       absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    STRATA_ASSIGN_OR_RETURN(
+        const StepView sv,
+        CurrentStepView(scheduler, std::max(deadline - absl::Now(),
+                                            absl::ZeroDuration())));
+    absl::StatusOr<v1::LeaseWorkResponse> lease =
+        scheduler.LeaseWork(step, job);
+    if ((absl::IsNotFound(lease.status()) ||
+         absl::IsUnavailable(lease.status())) &&
+        absl::Now() < deadline) {
+      // NOT_FOUND: our lease ran out meanwhile (the client registers
+      // again), or the scheduler's view is ahead of ours. UNAVAILABLE: the
+      // scheduler is restarting, or (SSP/ASP) the last samples are out with
+      // other workers. Ask again shortly.
+      absl::SleepFor(absl::Milliseconds(50));
+      continue;
+    }
+    if (!lease.ok()) return lease.status();
+    StepWork w;
+    w.view = sv;
+    w.view.epoch = lease->epoch();
+    if (lease->workers() > 0) {  // BSP: the split's ranks
+      w.view.rank = lease->rank();
+      w.view.workers = lease->workers();
+    }
+    w.units.assign(lease->units().begin(), lease->units().end());
+    for (const v1::WorkUnit& u : w.units) w.samples += u.count();
+    return w;
+  }
 }
 
 bool RedoInNewerView(SchedulerClient& scheduler, const absl::Status& status,

@@ -3,13 +3,17 @@
 #ifndef STRATA_CLUSTER_WORKER_SESSION_H_
 #define STRATA_CLUSTER_WORKER_SESSION_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cluster/scheduler_client.h"
+#include "common/chunk_plan.h"
 #include "common/consistency.h"
+#include "strata/v1/ledger.pb.h"
 
 namespace strata {
 
@@ -45,6 +49,33 @@ struct StepView {
 // workers. DEADLINE_EXCEEDED after `timeout`.
 absl::StatusOr<StepView> CurrentStepView(
     SchedulerClient& scheduler, absl::Duration timeout = absl::Seconds(60));
+
+// The data ledger's job for a model placed by `plan` (the slots that hold
+// its chunks) trained for `steps` steps of `batch` samples from a training
+// split of `samples_per_epoch` windows in the order of `seed`.
+v1::LedgerJob LedgerJobFor(const ChunkPlan& plan, int64_t steps,
+                           int64_t batch, int64_t samples_per_epoch,
+                           uint64_t seed);
+
+// A worker's samples for one step, leased from the data ledger.
+struct StepWork {
+  // epoch: what this step's pushes and pulls are stamped with (BSP: the
+  // workers epoch of the split); member: the id the lease is for.
+  StepView view;
+  std::vector<v1::WorkUnit> units;  // BSP: one contiguous run
+  int64_t samples = 0;              // over all units
+};
+
+// Leases this worker's samples for `step` (BSP: the job's step; SSP/ASP:
+// this worker's clock), waiting first, up to `timeout`, for a view that
+// lists this worker (a fenced worker registers again); NOT_FOUND and
+// UNAVAILABLE answers are asked again until then. Errors: LeaseWork's
+// (OUT_OF_RANGE: a BSP step already applied, or every sample of an SSP/ASP
+// job; FAILED_PRECONDITION: another job's ledger, too many workers),
+// DEADLINE_EXCEEDED.
+absl::StatusOr<StepWork> LeaseStepWork(
+    SchedulerClient& scheduler, int64_t step, const v1::LedgerJob& job,
+    absl::Duration timeout = absl::Seconds(60));
 
 // Whether `status`, the outcome of a step computed in `computed`, means the
 // step is to be computed again in a newer view; waits for that view first.

@@ -1,7 +1,7 @@
-// How a step's global batch is split among workers: step t covers global
-// samples [t*G, (t+1)*G); the worker of rank r among W takes a contiguous
-// share, the first G % W workers one sample more. Ranks follow member ids, the
-// order servers sum BSP pushes in.
+// A run of samples, and a worker's rank among the view's live workers.
+// Which samples each worker computes is the data ledger's to say
+// (scheduler/ledger.h); ranks follow member ids, the order servers sum BSP
+// pushes in and the ledger splits a step in.
 #ifndef STRATA_COMMON_WORK_SHARE_H_
 #define STRATA_COMMON_WORK_SHARE_H_
 
@@ -18,15 +18,6 @@ struct Share {
   int64_t first = 0;  // global sample index
   int64_t count = 0;
 };
-
-// REQUIRES: 0 <= rank < workers, batch >= workers.
-inline Share ShareOf(int64_t step, int64_t batch, int rank, int workers) {
-  const int64_t base = batch / workers, extra = batch % workers;
-  Share s;
-  s.count = base + (rank < extra ? 1 : 0);
-  s.first = step * batch + rank * base + std::min<int64_t>(rank, extra);
-  return s;
-}
 
 // A worker's rank: its position among the view's live workers by member id
 // (the order servers sum BSP pushes in). FAILED_PRECONDITION if `member` is

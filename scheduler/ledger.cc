@@ -36,7 +36,7 @@ const v1::Member* FindWorker(const std::vector<const v1::Member*>& workers,
 }
 
 absl::Status NotALiveWorker(uint64_t id) {
-  return absl::FailedPreconditionError(absl::StrCat(
+  return absl::NotFoundError(absl::StrCat(
       "ledger: member ", id,
       " is not a live worker (its lease ran out or it never registered): "
       "register again"));
@@ -58,6 +58,7 @@ absl::StatusOr<std::vector<int64_t>> Shares(
 bool SameJob(const v1::LedgerJob& a, const v1::LedgerJob& b) {
   return a.batch() == b.batch() &&
          a.samples_per_epoch() == b.samples_per_epoch() &&
+         a.total_samples() == b.total_samples() &&
          a.seed() == b.seed() &&
          std::equal(a.slots().begin(), a.slots().end(), b.slots().begin(),
                     b.slots().end());
@@ -65,7 +66,8 @@ bool SameJob(const v1::LedgerJob& a, const v1::LedgerJob& b) {
 
 std::string JobText(const v1::LedgerJob& j) {
   return absl::StrCat("batch ", j.batch(), ", ", j.samples_per_epoch(),
-                      " samples per epoch, seed ", j.seed(), ", slots [",
+                      " samples per epoch, ", j.total_samples(),
+                      " in all, seed ", j.seed(), ", slots [",
                       absl::StrJoin(j.slots(), ","), "]");
 }
 
@@ -264,12 +266,25 @@ absl::StatusOr<v1::LeaseWorkResponse> Ledger::LeaseAsync(
     break;
   }
   requeued->DeleteSubrange(0, taken);
+  const int64_t total = s.job().total_samples();
+  if (total > 0) need = std::min(need, std::max<int64_t>(0, total - s.cursor()));
   if (need > 0) {
     if (s.cursor() > kMaxSample - need)
       return absl::OutOfRangeError("ledger: the sample numbers ran out");
     for (v1::WorkUnit& u : CutUnits(s, s.cursor(), need))
       *lease.add_units() = std::move(u);
     s.set_cursor(s.cursor() + need);
+  }
+  if (lease.units().empty()) {
+    // Every sample is handed out. Leases still out may come back (a worker
+    // that dies): until they are applied the job is not over.
+    if (s.leases_size() > 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "ledger: every sample is handed out; ", s.leases_size(),
+          " lease(s) are not applied yet"));
+    }
+    return absl::OutOfRangeError(
+        absl::StrCat("ledger: all ", total, " samples of the job are applied"));
   }
   *resp.mutable_units() = lease.units();
   *s.add_leases() = std::move(lease);
@@ -328,6 +343,7 @@ v1::LedgerRecord Ledger::Record(const v1::WorkUnit& u, int64_t step,
   r.set_worker(worker);
   r.set_incarnation(incarnation);
   r.set_member_id(member);
+  r.set_epoch_samples(state_.job().samples_per_epoch());
   return r;
 }
 

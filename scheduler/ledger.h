@@ -18,7 +18,8 @@
 //
 // SSP/ASP: a worker asking for its clock t gets units totalling its share
 // of B (as above, over the live workers): units handed back first, then new
-// ones from the cursor. The lease counts as applied when every slot has
+// ones from the cursor, until job.total_samples were handed out. The
+// lease counts as applied when every slot has
 // reported that worker's push of clock t. Leases of a worker that leaves the
 // view go back to the front of the queue (Sweep); if such a worker's push
 // is then reported applied everywhere before its units were handed out
@@ -61,10 +62,12 @@ class Ledger {
          std::vector<std::pair<uint64_t, v1::LedgerRecord>> applied);
 
   // A worker's samples for a step, as ledger.proto says, given the current
-  // view. Errors: INVALID_ARGUMENT (a malformed job or step),
-  // FAILED_PRECONDITION (not a live worker; another job's ledger; more live
-  // workers than samples per step), OUT_OF_RANGE (a BSP step already
-  // applied), storage errors (nothing changed).
+  // view. Errors: INVALID_ARGUMENT (a malformed job or step), NOT_FOUND (not
+  // a live worker: register again), FAILED_PRECONDITION (another job's
+  // ledger; more live workers than samples per step), OUT_OF_RANGE (a BSP
+  // step already applied; SSP/ASP: every sample of the job applied),
+  // UNAVAILABLE (SSP/ASP: every sample handed out, some not yet applied:
+  // ask again later), storage errors (nothing changed).
   absl::StatusOr<v1::LeaseWorkResponse> Lease(const v1::LeaseWorkRequest& req,
                                               const v1::View& view);
 

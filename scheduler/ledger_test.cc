@@ -1,4 +1,5 @@
 #include "scheduler/ledger.h"
+#include "scheduler/ledger_audit.h"
 
 #include <filesystem>
 #include <map>
@@ -233,7 +234,7 @@ TEST_F(LedgerTest, RefusesNonMembersOtherJobsAndBadRequests) {
   Open();
   const v1::View v = MakeView(1, {1});
   EXPECT_EQ(ledger_->Lease(LeaseReq(2, 0), v).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+            absl::StatusCode::kNotFound);
   ASSERT_TRUE(ledger_->Lease(LeaseReq(1, 0), v).ok());
   v1::LedgerJob other = Job();
   other.set_seed(8);
@@ -366,6 +367,70 @@ TEST_F(LedgerTest, RollBackForgetsLaterStepsAndSplitsThemAgain) {
   const auto seen = Coverage(ledger_->Applied(), 25);
   EXPECT_EQ(seen.size(), 40u);
   for (const auto& [sample, n] : seen) EXPECT_EQ(n, 1) << sample;
+}
+
+TEST_F(LedgerTest, AsyncJobEndsOnceEverySampleIsApplied) {
+  Open("asp");
+  v1::LedgerJob job = Job();
+  job.set_total_samples(15);
+  const v1::View v = MakeView(1, {1, 2});
+  auto a = ledger_->Lease(LeaseReq(1, 0, job), v);  // [0, 5)
+  auto b = ledger_->Lease(LeaseReq(2, 0, job), v);  // [5, 10)
+  auto c = ledger_->Lease(LeaseReq(1, 1, job), v);  // [10, 15)
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_THAT(Runs(c->units()), ElementsAre(std::pair{10, 5}));
+  // Everything is out, not all applied: ask again later.
+  EXPECT_EQ(ledger_->Lease(LeaseReq(1, 2, job), v).status().code(),
+            absl::StatusCode::kUnavailable);
+  ReportBoth(*ledger_, v, 0, 0, 1);
+  ReportBoth(*ledger_, v, 1, 0, 1);
+  // Worker 2 dies: its units come back, and worker 1 takes them.
+  const v1::View after = MakeView(2, {1});
+  ASSERT_TRUE(ledger_->Sweep(after).ok());
+  auto d = ledger_->Lease(LeaseReq(1, 2, job), after);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_THAT(Runs(d->units()), ElementsAre(std::pair{5, 5}));
+  ReportBoth(*ledger_, after, 2, 0, 1);
+  EXPECT_EQ(ledger_->Lease(LeaseReq(1, 3, job), after).status().code(),
+            absl::StatusCode::kOutOfRange);
+  auto audit = AuditLedger(ledger_->Applied());
+  ASSERT_TRUE(audit.ok());
+  EXPECT_EQ(audit->samples, 15);
+  EXPECT_TRUE(audit->exactly_once());
+}
+
+v1::LedgerRecord Rec(uint64_t epoch, int64_t first, int64_t count) {
+  v1::LedgerRecord r;
+  r.set_data_epoch(epoch);
+  r.set_first(first);
+  r.set_count(count);
+  r.set_epoch_samples(10);
+  return r;
+}
+
+TEST(AuditLedger, CountsDuplicatesAndGapsOfFinishedEpochs) {
+  auto ok = AuditLedger({Rec(0, 5, 5), Rec(0, 0, 5), Rec(1, 0, 3)});
+  ASSERT_TRUE(ok.ok());
+  EXPECT_TRUE(ok->exactly_once());
+  EXPECT_EQ(ok->epochs_finished, 1);
+  EXPECT_EQ(ok->last_epoch_covered, 3);
+  auto dup = AuditLedger({Rec(0, 0, 6), Rec(0, 4, 6), Rec(1, 0, 1)});
+  ASSERT_TRUE(dup.ok());
+  EXPECT_EQ(dup->duplicated, 2);
+  EXPECT_EQ(dup->missing, 0);
+  auto gap = AuditLedger({Rec(0, 0, 4), Rec(0, 6, 4), Rec(2, 0, 1)});
+  ASSERT_TRUE(gap.ok());
+  EXPECT_EQ(gap->missing, 2 + 10);  // epoch 1 has no record at all
+  EXPECT_FALSE(gap->exactly_once());
+  // A record outside its epoch, or disagreeing on the epoch size.
+  EXPECT_FALSE(AuditLedger({Rec(0, 8, 5)}).ok());
+  v1::LedgerRecord other = Rec(0, 0, 1);
+  other.set_epoch_samples(11);
+  EXPECT_FALSE(AuditLedger({Rec(0, 1, 1), other}).ok());
+  EXPECT_EQ(LedgerRecordJson(Rec(1, 2, 3)).rfind("{\"epoch\":1,\"unit\":0,"
+                                                "\"ranges\":[[2,5]],",
+                                                0),
+            0u);
 }
 
 }  // namespace

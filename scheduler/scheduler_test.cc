@@ -113,6 +113,20 @@ class SchedulerTest : public ::testing::Test {
     return resp;
   }
 
+  absl::StatusOr<v1::LeaseWorkResponse> LeaseWork(uint64_t id, int64_t step) {
+    v1::LeaseWorkRequest req;
+    req.set_member_id(id);
+    req.set_step(step);
+    req.mutable_job()->set_batch(8);
+    req.mutable_job()->set_samples_per_epoch(100);
+    req.mutable_job()->add_slots(0);
+    grpc::ClientContext ctx;
+    v1::LeaseWorkResponse resp;
+    absl::Status s = FromGrpcStatus(stub_->LeaseWork(&ctx, req, &resp));
+    if (!s.ok()) return s;
+    return resp;
+  }
+
   SimulatedClock clock_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<v1::Scheduler::Stub> stub_;
@@ -406,6 +420,66 @@ TEST(SchedulerStartTest, ConsistencyIsTheServersSetting) {
         Scheduler::Start({.consistency = bad}).status()))
         << bad;
   }
+}
+
+
+// A worker whose lease runs out (on the simulated clock) hands its units
+// back; the next worker to ask gets them first.
+TEST_F(SchedulerTest, ExpiredWorkersUnitsAreHandedOutAgain) {
+  Start({.consistency = "asp", .lease = absl::Seconds(10)});
+  auto a = Register(v1::ROLE_WORKER);
+  auto b = Register(v1::ROLE_WORKER);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto la = LeaseWork(a->member_id(), 0);
+  auto lb = LeaseWork(b->member_id(), 0);
+  ASSERT_TRUE(la.ok() && lb.ok()) << la.status() << lb.status();
+  ASSERT_EQ(lb->units_size(), 1);
+  EXPECT_EQ(lb->units(0).first(), 4);
+  clock_.Advance(absl::Seconds(6));
+  ASSERT_TRUE(Heartbeat(a->member_id()).ok());
+  clock_.Advance(absl::Seconds(6));  // b's lease ran out, a's did not
+  scheduler_->CheckLeasesNow();
+  auto again = LeaseWork(a->member_id(), 1);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_GE(again->units_size(), 1);
+  EXPECT_EQ(again->units(0).id(), lb->units(0).id());
+  EXPECT_EQ(again->units(0).first(), 4);
+  // b is gone: NOT_FOUND tells it to register again.
+  EXPECT_EQ(LeaseWork(b->member_id(), 1).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(SchedulerTest, RegisteringAgainNamesAnEarlierMemberAndANewIncarnation) {
+  Start();
+  auto first = Register(v1::ROLE_WORKER);
+  ASSERT_TRUE(first.ok());
+  v1::RegisterRequest req;
+  req.set_role(v1::ROLE_WORKER);
+  for (auto [worker, incarnation] :
+       {std::pair<uint64_t, uint64_t>{first->member_id(), 1},
+        {99, 2},
+        {0, 2}}) {
+    req.set_worker(worker);
+    req.set_incarnation(incarnation);
+    grpc::ClientContext ctx;
+    v1::RegisterResponse resp;
+    EXPECT_EQ(stub_->Register(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT)
+        << worker << " " << incarnation;
+  }
+  req.set_worker(first->member_id());
+  req.set_incarnation(2);
+  grpc::ClientContext ctx;
+  v1::RegisterResponse resp;
+  ASSERT_TRUE(stub_->Register(&ctx, req, &resp).ok());
+  bool seen = false;
+  for (const v1::Member& m : resp.view().workers()) {
+    if (m.id() != resp.member_id()) continue;
+    seen = true;
+    EXPECT_EQ(m.worker(), first->member_id());
+    EXPECT_EQ(m.incarnation(), 2u);
+  }
+  EXPECT_TRUE(seen);
 }
 
 }  // namespace

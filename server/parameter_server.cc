@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "common/thread_pool.h"
 #include "common/wire.h"
+#include "server/ledger_reporter.h"
 #include "server/shard.h"
 #include "spdlog/spdlog.h"
 #include "storage/data_dir.h"
@@ -147,6 +148,7 @@ struct ParameterServer::Impl {
   std::unique_ptr<Service> service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<SchedulerClient> scheduler;
+  std::unique_ptr<LedgerReporter> reporter;  // uses `scheduler`
   int port = 0;
   std::string address;
   int64_t restored_step = -1;
@@ -325,6 +327,10 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     me.scheduler->AddViewListener(
         [shard](const v1::View& v) { shard->UpdateView(v); });
     shard->UpdateView(me.scheduler->view());
+    me.reporter =
+        std::make_unique<LedgerReporter>(me.scheduler.get(), options.shard);
+    shard->set_applied_sink([r = me.reporter.get()](
+                                const v1::AppliedReport& a) { r->Add(a); });
   }
   return owner;
 }
@@ -356,6 +362,12 @@ void ParameterServer::Shutdown() {
   absl::MutexLock shutdown_lock(&me.shutdown_mu);
   if (me.shut_down) return;
   me.shut_down = true;
+  if (me.reporter) {
+    // What the shard applied reaches the ledger before we leave.
+    me.reporter->Flush(absl::Seconds(2));
+    me.shard->set_applied_sink(nullptr);
+    me.reporter.reset();
+  }
   me.scheduler.reset();  // leaves the cluster
   // Wake every gate and view waiter first: gRPC's Shutdown waits for every
   // call in flight to finish, and no push will come to release a pull.

@@ -219,6 +219,9 @@ void Shard::UpdateView(const v1::View& v) {
   auto live = [&now](uint64_t id) {
     return std::binary_search(now.workers.begin(), now.workers.end(), id);
   };
+  // SSP/ASP: a worker that left mid-push is not reported; the ledger hands
+  // its units out again.
+  applied_.Forget(live);
   for (Chunk* c : all) {
     absl::MutexLock lock(&c->mu);
     // BSP: pushes cut for the old set of workers may not count (the new set

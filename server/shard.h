@@ -42,6 +42,7 @@
 #include "common/clock.h"
 #include "common/consistency.h"
 #include "optim/optimizer.h"
+#include "server/applied_tracker.h"
 #include "storage/ram_tier.h"
 #include "strata/v1/common.pb.h"
 #include "strata/v1/ps.pb.h"
@@ -87,6 +88,11 @@ struct PullResult {
 // (BSP auto-snapshots). Runs on the thread that closed the last chunk.
 using SnapshotSink =
     std::function<void(int64_t step, std::unique_ptr<RamTier> capture)>;
+
+// Called with each update every chunk of the shard has applied (slot unset;
+// server/applied_tracker.h). Runs under a chunk's lock: it must be quick and
+// must not call back into the Shard.
+using AppliedSink = std::function<void(const v1::AppliedReport& report)>;
 
 // Thread-safe. Each chunk has its own lock, so pushes and pulls of different
 // chunks run in parallel; the view and the chunk table have one lock each.
@@ -142,6 +148,7 @@ class Shard {
   void Cancel();
 
   void set_snapshot_sink(SnapshotSink sink);
+  void set_applied_sink(AppliedSink sink);
   const ShardCounters& counters() const { return counters_; }
   void FillStats(v1::StatsResponse* out) const;
   size_t num_chunks() const;
@@ -201,6 +208,9 @@ class Shard {
   int64_t MinClock(const Chunk& c, const ViewState& view) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   void CaptureForSnapshot(const Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // Notes that chunk `c` applied (step, worker) for the ledger.
+  void NoteApplied(const Chunk& c, int64_t step, uint64_t worker,
+                   uint64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   ViewState view() const;
   static bool IsLive(const ViewState& view, uint64_t member);
   absl::Status CreateChunk(const v1::ChunkSpec& spec, const Group* group,
@@ -234,6 +244,10 @@ class Shard {
   std::map<int64_t, std::unique_ptr<RamTier>> pending_snapshots_
       ABSL_GUARDED_BY(snap_mu_);
   int64_t last_captured_step_ ABSL_GUARDED_BY(snap_mu_) = -1;
+
+  AppliedTracker applied_;
+  absl::Mutex applied_sink_mu_;
+  AppliedSink applied_sink_ ABSL_GUARDED_BY(applied_sink_mu_);
 };
 
 }  // namespace strata

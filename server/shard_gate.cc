@@ -87,8 +87,11 @@ void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
   }
   // Sample-weighted mean, summed in member-id order (std::map), so the
   // result does not depend on the order pushes arrived in.
-  uint64_t total = 0;
-  for (const auto& [id, contrib] : c.open) total += contrib.samples;
+  uint64_t total = 0, epoch = 0;
+  for (const auto& [id, contrib] : c.open) {
+    total += contrib.samples;
+    epoch = std::max(epoch, contrib.epoch);
+  }
   CheckTiling(c);
   counters_.bsp_samples_applied += total;
   const size_t n = c.spec.numel();
@@ -102,6 +105,7 @@ void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
   }
   const int64_t step = static_cast<int64_t>(c.rec.version);
   ApplyGradient(c, mean.data(), step);
+  NoteApplied(c, step, 0, epoch);
   GiveBuffer(std::move(mean));
   for (auto& [id, contrib] : c.open) GiveBuffer(std::move(contrib.grad));
   c.open.clear();
@@ -159,12 +163,27 @@ absl::StatusOr<v1::PushResponse> Shard::PushAsync(
     return resp;
   }
   ApplyGradient(c, grad.data(), req.step());
+  NoteApplied(c, req.step(), req.member_id(), req.epoch());
   int64_t& clock = c.clocks[req.member_id()];
   clock = std::max(clock, req.step() + 1);
   c.changed.SignalAll();
   resp.set_version(c.rec.version);
   resp.set_applied(true);
   return resp;
+}
+
+void Shard::NoteApplied(const Chunk& c, int64_t step, uint64_t worker,
+                        uint64_t epoch) {
+  std::optional<v1::AppliedReport> done =
+      applied_.Note(step, worker, epoch, num_chunks_.load());
+  if (!done.has_value()) return;
+  absl::MutexLock lock(&applied_sink_mu_);
+  if (applied_sink_) applied_sink_(*done);
+}
+
+void Shard::set_applied_sink(AppliedSink sink) {
+  absl::MutexLock lock(&applied_sink_mu_);
+  applied_sink_ = std::move(sink);
 }
 
 int64_t Shard::MinClock(const Chunk& c, const ViewState& view) const {

@@ -411,6 +411,42 @@ TEST(Shard, AsyncPushRetriedAfterALostReplyAppliesOnce) {
   EXPECT_FLOAT_EQ(PullNow(shard, 1, -1)[0], -2.0f);
 }
 
+// Two chunks ("w" and "v"): an update is reported once both applied it.
+TEST(Shard, ReportsAnUpdateToTheLedgerOnceEveryChunkAppliedIt) {
+  for (const char* mode : {"bsp", "asp"}) {
+    SCOPED_TRACE(mode);
+    Shard shard(Opts(mode));
+    ASSERT_TRUE(shard.Register(OneChunk("w")).ok());
+    ASSERT_TRUE(shard.Register(OneChunk("v")).ok());
+    shard.UpdateView(MakeView(3, {1, 2}, 3));
+    std::vector<v1::AppliedReport> reports;
+    shard.set_applied_sink(
+        [&](const v1::AppliedReport& r) { reports.push_back(r); });
+    std::vector<float> g(kN, 1.0f);
+    auto push = [&](uint64_t member, const char* tensor) {
+      v1::PushRequest r = PushReq(member, 0, 1, 3);
+      r.set_chunk_id(ChunkId(tensor, 0));
+      r.set_first_sample(member - 1);
+      ASSERT_TRUE(shard.Push(r, Bytes(g)).ok());
+    };
+    push(1, "w");
+    push(2, "w");
+    push(1, "v");
+    const bool bsp = std::string(mode) == "bsp";
+    // ASP: worker 1's push is applied on both chunks; BSP: the step is open
+    // on "v" until worker 2 pushes.
+    ASSERT_EQ(reports.size(), bsp ? 0u : 1u);
+    push(2, "v");
+    ASSERT_EQ(reports.size(), bsp ? 1u : 2u);
+    EXPECT_EQ(reports[0].step(), 0);
+    EXPECT_EQ(reports[0].worker_member_id(), bsp ? 0u : 1u);
+    EXPECT_EQ(reports[0].epoch(), 3u);
+    if (!bsp) {
+      EXPECT_EQ(reports[1].worker_member_id(), 2u);
+    }
+  }
+}
+
 TEST(Shard, RefusesChunkSpecsThatWouldExhaustMemoryOrOverflow) {
   ShardOptions o = Opts("bsp");
   o.max_chunk_bytes = 1 << 20;

@@ -169,6 +169,46 @@ inline BspAudit ParseBspAudit(const std::string& status_output) {
   return a;
 }
 
+// `strata ledger --check` of the scheduler at `address`, parsed.
+struct LedgerCheck {
+  int rc = -1;
+  std::string output;
+  int64_t samples = -1;
+  int64_t epochs_finished = -1;
+  int64_t duplicated = -1;
+  int64_t missing = -1;
+};
+
+// Runs `strata ledger --check --out <dir>/ledger.jsonl` until its audit
+// counts at least `samples` applied samples (the servers' last reports may
+// still be on their way) or `timeout` passes; returns the last run.
+inline LedgerCheck CheckLedger(const std::string& binary,
+                               const std::string& address,
+                               const std::string& dir, int64_t samples,
+                               absl::Duration timeout = absl::Seconds(20)) {
+  static const std::regex kAudit(
+      "samples (\\d+)  epochs_finished (\\d+)  duplicated (\\d+)  missing "
+      "(\\d+)");
+  const absl::Time deadline = absl::Now() + timeout;
+  LedgerCheck c;
+  for (;;) {
+    Child run({binary, "ledger", "--scheduler", address, "--check", "--out",
+               dir + "/ledger.jsonl"},
+              dir + "/ledger_check.log");
+    c.rc = run.Wait(absl::Seconds(30));
+    c.output = run.Output();
+    std::smatch m;
+    if (std::regex_search(c.output, m, kAudit)) {
+      c.samples = std::stoll(m[1]);
+      c.epochs_finished = std::stoll(m[2]);
+      c.duplicated = std::stoll(m[3]);
+      c.missing = std::stoll(m[4]);
+    }
+    if (c.samples >= samples || absl::Now() > deadline) return c;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
 }  // namespace strata::testing
 
 #endif  // STRATA_TESTS_PROCESS_UTIL_H_

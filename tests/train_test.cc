@@ -240,7 +240,15 @@ TEST_P(LocalRun, LearnsAndGenerateSamplesFromItsSnapshot) {
   Child local(args, dir + "/local.log");
   ASSERT_EQ(local.Wait(absl::Minutes(10)), 0) << local.Output();
   const std::vector<double> losses = Losses(dir + "/run/metrics-0.jsonl");
-  ASSERT_EQ(losses.size(), 80u);
+  if (GetParam().rfind("bsp", 0) == 0) {
+    ASSERT_EQ(losses.size(), 80u);
+  } else {
+    // SSP/ASP: the job is 80 * 8 samples, split by the ledger in
+    // proportion to each worker's speed; a worker runs clocks until all
+    // are applied, about 80.
+    ASSERT_GE(losses.size(), 70u);
+    ASSERT_LE(losses.size(), 90u);
+  }
   // Byte-level loss starts near ln(256) = 5.5; a model that learned the
   // sentence's letter statistics is far below that. The bound is loose
   // enough for any seed, tight enough that no learning fails it.

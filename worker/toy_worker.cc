@@ -12,6 +12,7 @@
 #include "common/consistency.h"
 #include "common/status.h"
 #include "common/work_share.h"
+#include "strata/v1/ledger.pb.h"
 
 namespace strata {
 namespace {
@@ -50,6 +51,28 @@ ModelSpec ToyModel(const ToyWorkerOptions& o, v1::OptimizerConfig::Kind kind) {
   return m;
 }
 
+// The sample-weighted mean gradient over `units` (ToyGradient's over each
+// run); returns the mean loss.
+double UnitsGradient(const ToyProblem& p, const float* w, float b,
+                     const std::vector<v1::WorkUnit>& units, float* gw,
+                     float* gb) {
+  std::vector<double> acc(p.dim, 0.0);
+  double acc_b = 0, loss = 0;
+  int64_t total = 0;
+  std::vector<float> part(p.dim);
+  for (const v1::WorkUnit& u : units) {
+    float part_b = 0;
+    loss += u.count() * ToyGradient(p, w, b, Share{u.first(), u.count()},
+                                    p.samples, part.data(), &part_b);
+    for (int j = 0; j < p.dim; ++j) acc[j] += u.count() * double{part[j]};
+    acc_b += u.count() * double{part_b};
+    total += u.count();
+  }
+  for (int j = 0; j < p.dim; ++j) gw[j] = static_cast<float>(acc[j] / total);
+  *gb = static_cast<float>(acc_b / total);
+  return loss / total;
+}
+
 }  // namespace
 
 absl::Status RunToyWorker(const ToyWorkerOptions& o) {
@@ -81,13 +104,21 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
   gprobe[rank] = -1.0f;  // the probe slot is the rank this worker joined at
   int64_t reads = 0, violations = 0, stale = 0;
   const bool bsp = mode.mode == Consistency::kBsp;
-  // The step loop of worker/trainer.cc's Run, on the toy problem: shares
-  // follow the view each step is computed in, and a step whose view is
-  // overtaken is computed again (cluster/worker_session.h).
+  const v1::LedgerJob job = LedgerJobFor(ps->plan(), o.steps, o.batch,
+                                         o.problem.samples, o.problem.seed);
+  // SSP/ASP: the job ends when the ledger has seen every sample applied,
+  // which may take this worker past --steps clocks (it took over the units
+  // of a worker that died).
+  bool finished = false;
+  double speed = 0;  // samples/s computing, smoothed
+  // The step loop of worker/trainer.cc's Run, on the toy problem: each
+  // step's samples are leased from the scheduler's data ledger, and a step
+  // whose view is overtaken is computed again (cluster/worker_session.h).
   StepView last;            // the view the previous step was computed in
   uint64_t prev_epoch = 0;  // its epoch; 0: unknown (no redo check)
   for (int64_t step = 0;;) {
-    const int64_t clock = step == o.steps && !bsp ? -1 : step;
+    const bool last_pull = bsp ? step == o.steps : finished;
+    const int64_t clock = last_pull && !bsp ? -1 : step;
     const uint64_t min_version = bsp ? step : 0;
     const StepStamp pull_stamp{.epoch = prev_epoch};
     std::vector<OpHandle> pulls =
@@ -96,7 +127,7 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
          ps->PullTensorAsync(1, &b, clock, min_version, 0, pull_stamp))
       pulls.push_back(op);
     const size_t model_pulls = pulls.size();
-    if (o.probe && step < o.steps) {
+    if (o.probe && !last_pull) {
       // Stamped as the others, so a redone step-1 aborts it too.
       for (const OpHandle& op :
            ps->PullTensorAsync(2, probe.data(), step, 0, 0, pull_stamp))
@@ -111,7 +142,7 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
       }
       return s;
     }
-    if (step == o.steps) break;
+    if (last_pull) break;
     uint64_t min_read = UINT64_MAX;
     for (size_t i = 0; i < model_pulls; ++i)
       min_read = std::min(min_read, pulls[i].version());
@@ -121,7 +152,10 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
       prev_epoch = 0;
       continue;
     }
-    if (o.probe) {
+    // The bound holds while every worker runs; past --steps clocks a
+    // worker finishing the job's last samples reads the final counts of
+    // workers that already left.
+    if (o.probe && step < o.steps) {
       reads++;
       for (int j = 0; j < workers; ++j) {
         // Worker j has pushed at least step - s times if the bound holds.
@@ -129,27 +163,41 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
         if (probe[j] < static_cast<float>(step)) stale++;
       }
     }
-    STRATA_ASSIGN_OR_RETURN(const StepView sv, CurrentStepView(*scheduler));
+    absl::StatusOr<StepWork> work = LeaseStepWork(*scheduler, step, job);
+    if (absl::IsOutOfRange(work.status())) {
+      // BSP: the job applied this step without us (we were fenced or
+      // joined late): go on from the next one. SSP/ASP: every sample is
+      // applied: read the final weights.
+      if (bsp) ++step;
+      finished = !bsp;
+      prev_epoch = 0;
+      continue;
+    }
+    if (!work.ok()) return work.status();
+    const StepView& sv = work->view;
     if (o.delay_ms > 0)
       absl::SleepFor(absl::Milliseconds(o.delay_ms * sv.rank));
-    if (sv.workers > o.batch) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(sv.workers, " live workers but --batch ", o.batch,
-                       ": every worker needs at least one sample per step"));
+    const absl::Time t0 = absl::Now();
+    const double loss = UnitsGradient(o.problem, w.data(), b, work->units,
+                                      gw.data(), &gb);
+    if (o.sample_cost_us > 0) {
+      absl::SleepFor(absl::Microseconds(o.sample_cost_us * o.throttle *
+                                        static_cast<double>(work->samples)));
     }
-    const Share share = ShareOf(step, o.batch, sv.rank, sv.workers);
-    const double loss = ToyGradient(o.problem, w.data(), b, share,
-                                    o.problem.samples, gw.data(), &gb);
-    const StepStamp stamp{.epoch = sv.epoch,
-                          .first_sample = static_cast<uint64_t>(share.first)};
+    const double rate =
+        work->samples / std::max(absl::ToDoubleSeconds(absl::Now() - t0), 1e-9);
+    speed = speed == 0 ? rate : 0.7 * speed + 0.3 * rate;
+    const uint64_t samples = static_cast<uint64_t>(work->samples);
+    const StepStamp stamp{
+        .epoch = sv.epoch,
+        .first_sample = static_cast<uint64_t>(work->units[0].first())};
     std::vector<OpHandle> pushes =
-        ps->PushTensorAsync(0, gw.data(), step, share.count, 0, stamp);
-    for (const OpHandle& op :
-         ps->PushTensorAsync(1, &gb, step, share.count, 0, stamp))
+        ps->PushTensorAsync(0, gw.data(), step, samples, 0, stamp);
+    for (const OpHandle& op : ps->PushTensorAsync(1, &gb, step, samples, 0, stamp))
       pushes.push_back(op);
     if (o.probe) {
       for (const OpHandle& op :
-           ps->PushTensorAsync(2, gprobe.data(), step, share.count, 0, stamp))
+           ps->PushTensorAsync(2, gprobe.data(), step, samples, 0, stamp))
         pushes.push_back(op);
     }
     if (absl::Status s = WaitAll(pushes); !s.ok()) {
@@ -158,7 +206,7 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
     }
     last = sv;
     prev_epoch = sv.epoch;
-    scheduler->SetProgress(step + 1, 0.0);
+    scheduler->SetProgress(step + 1, speed);
     if (o.log_every > 0 && (step % o.log_every == 0 || step + 1 == o.steps)) {
       std::printf("worker rank %d step %lld batch_loss %.6g\n", sv.rank,
                   static_cast<long long>(step), loss);

@@ -16,7 +16,7 @@ struct ToyWorkerOptions {
   std::string scheduler_address;
   int workers = 1;  // wait until this many workers are live, then start
   int64_t steps = 200;
-  int64_t batch = 64;  // global batch, split over workers by rank
+  int64_t batch = 64;  // global batch, split over workers by the ledger
   ToyProblem problem;
   std::string optimizer = "adam";  // sgd | adam | adamw
   float lr = 0.02f;
@@ -29,6 +29,11 @@ struct ToyWorkerOptions {
   // Sleep rank * delay_ms per step: workers of different speeds, so that
   // SSP and ASP runs really see stale reads.
   int delay_ms = 0;
+  // Emulated compute: sleep sample_cost_us * throttle per sample of a step.
+  // The worker reports its speed from this, so a throttled worker gets a
+  // smaller share of each BSP step (scheduler/ledger.h).
+  double sample_cost_us = 0;
+  double throttle = 1.0;
 };
 
 // Runs the worker to completion. Prints progress lines and, at the end,

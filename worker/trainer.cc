@@ -109,9 +109,9 @@ class Trainer {
   // The step to start at: where the servers are (0 for a new job; later
   // for a worker that joins a running one or restarts).
   absl::StatusOr<int64_t> FirstStep();
-  // Computes `share` of `step` and pushes the gradients stamped with
-  // stamp_.
-  absl::StatusOr<double> ComputeAndPush(int64_t step, const Share& share,
+  // Computes `work` of `step` and pushes the gradients stamped with
+  // stamp_. Sets compute_s_ to the forward and backward time.
+  absl::StatusOr<double> ComputeAndPush(int64_t step, const StepWork& work,
                                         float* grad_norm);
   absl::Status PushParam(int param, int64_t step, uint64_t samples,
                          std::vector<OpHandle>& ops);
@@ -127,6 +127,9 @@ class Trainer {
   int rank_;
   int workers_;
   StepStamp stamp_;  // of the step being computed
+  v1::LedgerJob job_;  // this job, as the data ledger knows it
+  double speed_ = 0;   // samples/s computing, smoothed
+  double compute_s_ = 0;
   std::vector<int32_t> tokens_, targets_;
 };
 
@@ -180,14 +183,20 @@ absl::Status Trainer::PushParam(int param, int64_t step, uint64_t samples,
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step, const Share& share,
+absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
+                                               const StepWork& work,
                                                float* grad_norm) {
   const int T = o_.model.context;
-  const int B = static_cast<int>(share.count);
+  const int B = static_cast<int>(work.samples);
   tokens_.resize(static_cast<size_t>(B) * T);
   targets_.resize(static_cast<size_t>(B) * T);
-  data_->Batch(Split::kTrain, o_.seed, share.first, B, tokens_.data(),
-               targets_.data());
+  size_t row = 0;
+  for (const v1::WorkUnit& u : work.units) {
+    data_->Batch(Split::kTrain, o_.seed, u.first(), static_cast<int>(u.count()),
+                 tokens_.data() + row * T, targets_.data() + row * T);
+    row += static_cast<size_t>(u.count());
+  }
+  const absl::Time t0 = absl::Now();
   std::vector<OpHandle> ops;
   const bool stream = o_.grad_clip <= 0;
   if (stream) {
@@ -200,6 +209,7 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step, const Share& share,
   absl::StatusOr<float> loss_or =
       gpt_->ForwardBackward(tokens_.data(), targets_.data(), B, T);
   gpt_->SetGradReadyCallback(nullptr);  // it captures this frame's locals
+  compute_s_ = absl::ToDoubleSeconds(absl::Now() - t0);
   if (!loss_or.ok()) {
     (void)WaitAll(ops);  // pushes in flight read grad_data
     return loss_or.status();
@@ -262,6 +272,8 @@ absl::Status Trainer::Run() {
         o_.model.vocab, gpt_->num_params(), gpt_->flops_per_token(),
         gpt_->device(), workers_, o_.batch, mode_.ToString());
   }
+  job_ = LedgerJobFor(ps_->plan(), o_.steps, o_.batch,
+                      data_->num_windows(Split::kTrain), o_.seed);
   const absl::Time start = absl::Now();
   double tokens_per_s = 0;
   STRATA_ASSIGN_OR_RETURN(const int64_t first_step, FirstStep());
@@ -277,11 +289,16 @@ absl::Status Trainer::Run() {
   StepView last;            // the view the previous step was computed in
   uint64_t prev_epoch = 0;  // its epoch; 0: unknown (no redo check)
   int64_t step = first_step;
+  // SSP/ASP: the job ends when the ledger has seen every sample applied,
+  // which may take this worker past --steps clocks (it took over the units
+  // of a worker that died).
+  bool finished = false;
   for (;;) {
     const absl::Time t0 = absl::Now();
     // BSP: the weights at version `step` (step-1 closed). After the last
     // step, the final weights; SSP/ASP read those without the gate.
-    const int64_t clock = step == o_.steps && !bsp ? -1 : step;
+    const bool last_pull = bsp ? step == o_.steps : finished;
+    const int64_t clock = last_pull && !bsp ? -1 : step;
     absl::StatusOr<uint64_t> pulled = PullWeights(clock, prev_epoch);
     if (absl::IsAborted(pulled.status()) && step > first_step) {
       // The live workers changed before step-1 closed: it is redone with
@@ -296,7 +313,7 @@ absl::Status Trainer::Run() {
       continue;
     }
     STRATA_RETURN_IF_ERROR(pulled.status());
-    if (step == o_.steps) break;
+    if (last_pull) break;
     if (bsp && *pulled > static_cast<uint64_t>(step)) {
       // Every chunk closed this step without us (we were fenced or
       // rejoined): go on from where the job is.
@@ -304,17 +321,23 @@ absl::Status Trainer::Run() {
       prev_epoch = 0;
       continue;
     }
-    STRATA_ASSIGN_OR_RETURN(const StepView sv, CurrentStepView(*scheduler_));
-    if (sv.workers > o_.batch) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(sv.workers, " live workers but --batch ", o_.batch,
-                       ": every worker needs at least one sequence per step"));
+    absl::StatusOr<StepWork> work = LeaseStepWork(*scheduler_, step, job_);
+    if (absl::IsOutOfRange(work.status())) {
+      // BSP: the job applied this step without us (we were fenced or
+      // joined late): go on from the next one. SSP/ASP: every sample is
+      // applied: read the final weights.
+      if (bsp) ++step;
+      finished = !bsp;
+      prev_epoch = 0;
+      continue;
     }
-    const Share share = ShareOf(step, o_.batch, sv.rank, sv.workers);
-    stamp_ = StepStamp{.epoch = sv.epoch,
-                       .first_sample = static_cast<uint64_t>(share.first)};
+    STRATA_RETURN_IF_ERROR(work.status());
+    const StepView& sv = work->view;
+    stamp_ = StepStamp{
+        .epoch = sv.epoch,
+        .first_sample = static_cast<uint64_t>(work->units[0].first())};
     float grad_norm = 0;
-    absl::StatusOr<double> loss_or = ComputeAndPush(step, share, &grad_norm);
+    absl::StatusOr<double> loss_or = ComputeAndPush(step, *work, &grad_norm);
     if (!loss_or.ok() && RedoInNewerView(*scheduler_, loss_or.status(), sv)) {
       spdlog::info("strata worker: redoing step {}: {}", step,
                    loss_or.status().ToString());
@@ -326,9 +349,14 @@ absl::Status Trainer::Run() {
     rank_ = sv.rank;
     workers_ = sv.workers;
     const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
-    const double rate = share.count * o_.model.context / std::max(secs, 1e-9);
+    const double rate =
+        work->samples * o_.model.context / std::max(secs, 1e-9);
     tokens_per_s = step == 0 ? rate : 0.8 * tokens_per_s + 0.2 * rate;
-    scheduler_->SetProgress(step + 1, share.count / std::max(secs, 1e-9));
+    // The ledger splits BSP steps by this: the speed of computing, not of
+    // the whole step (which waits for the slowest worker).
+    const double compute_rate = work->samples / std::max(compute_s_, 1e-9);
+    speed_ = speed_ == 0 ? compute_rate : 0.7 * speed_ + 0.3 * compute_rate;
+    scheduler_->SetProgress(step + 1, speed_);
     StepMetrics m;
     m.step = step;
     m.total_steps = o_.steps;

@@ -1,0 +1,70 @@
+// Which updates every chunk of a shard has applied, for the data ledger
+// (scheduler/ledger.h): a BSP step counts once each chunk closed it, an
+// SSP/ASP push once each chunk applied it.
+#ifndef STRATA_SERVER_APPLIED_TRACKER_H_
+#define STRATA_SERVER_APPLIED_TRACKER_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <utility>
+
+#include "absl/container/btree_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/synchronization/mutex.h"
+#include "strata/v1/ledger.pb.h"
+
+namespace strata {
+
+// Thread-safe.
+class AppliedTracker {
+ public:
+  // Notes that one chunk applied (step, worker) — worker 0 for a closed BSP
+  // step — computed in `epoch`. Returns the report (slot unset) when this
+  // was the last of `num_chunks` chunks; each chunk notes an update once.
+  std::optional<v1::AppliedReport> Note(int64_t step, uint64_t worker,
+                                        uint64_t epoch, size_t num_chunks) {
+    absl::MutexLock lock(&mu_);
+    Entry& e = entries_[{step, worker}];
+    ++e.chunks;
+    e.epoch = std::max(e.epoch, epoch);
+    if (e.chunks < num_chunks) return std::nullopt;
+    v1::AppliedReport r;
+    r.set_step(step);
+    r.set_worker_member_id(worker);
+    r.set_epoch(e.epoch);
+    entries_.erase({step, worker});
+    return r;
+  }
+
+  // Forgets the entries of workers for which `live` is false (a worker that
+  // left mid-push: its units are handed out again). Entry 0 stays.
+  void Forget(absl::FunctionRef<bool(uint64_t)> live) {
+    absl::MutexLock lock(&mu_);
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      if (it->first.second != 0 && !live(it->first.second)) {
+        it = entries_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  size_t pending() const {
+    absl::MutexLock lock(&mu_);
+    return entries_.size();
+  }
+
+ private:
+  struct Entry {
+    size_t chunks = 0;
+    uint64_t epoch = 0;
+  };
+  mutable absl::Mutex mu_;
+  absl::btree_map<std::pair<int64_t, uint64_t>, Entry> entries_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SERVER_APPLIED_TRACKER_H_

@@ -1,0 +1,149 @@
+// Chaos: a BSP job of toy workers on a real cluster (scheduler, two servers,
+// separate processes on 127.0.0.1) while workers are killed, started,
+// stopped past their lease, and the scheduler is killed and restarted on
+// its data directory. The job must finish with every sample applied exactly
+// once (from the ledger alone) and the loss of a fault-free run.
+//
+// Server kills are not part of it yet: a restarted server's rollback of the
+// whole job is not built (docs/ARCHITECTURE.md, "Not yet built").
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/process_util.h"
+#include "tests/toy_reference.h"
+
+namespace strata {
+namespace {
+
+using testing::Child;
+
+constexpr int64_t kSteps = 400, kBatch = 48, kSamples = 960;
+constexpr int kDim = 32;
+
+double FinalLoss(const std::string& output) {
+  std::smatch m;
+  if (std::regex_search(output, m, std::regex("final_loss ([0-9.eE+-]+)")))
+    return std::stod(m[1]);
+  return -1;
+}
+
+TEST(Chaos, BspJobSurvivesKillsJoinsStopsAndASchedulerRestart) {
+  const std::string dir = testing::FreshDir("chaos");
+  const std::string state = dir + "/scheduler_state";
+  auto start_scheduler = [&](const std::string& listen, int n) {
+    return std::make_unique<Child>(
+        std::vector<std::string>{STRATA_BINARY, "scheduler", "--listen",
+                                 listen, "--num_shards", "2", "--data_dir",
+                                 state, "--lease_ms", "800", "--address_file",
+                                 absl::StrCat(dir, "/addr", n)},
+        absl::StrCat(dir, "/scheduler", n, ".log"));
+  };
+  auto scheduler = start_scheduler("127.0.0.1:0", 0);
+  const std::string address = testing::WaitForLine(dir + "/addr0");
+  ASSERT_FALSE(address.empty()) << scheduler->Output();
+  std::vector<std::unique_ptr<Child>> servers;
+  for (int s = 0; s < 2; ++s) {
+    servers.push_back(std::make_unique<Child>(
+        std::vector<std::string>{STRATA_BINARY, "server", "--scheduler",
+                                 address, "--shard", std::to_string(s)},
+        absl::StrCat(dir, "/server", s, ".log")));
+  }
+  int next_worker = 0;
+  auto worker = [&](int wait_for) {
+    const int w = next_worker++;
+    return std::make_unique<Child>(
+        std::vector<std::string>{
+            STRATA_BINARY, "toy", "--scheduler", address, "--workers",
+            std::to_string(wait_for), "--steps", std::to_string(kSteps),
+            "--batch", std::to_string(kBatch), "--dim", std::to_string(kDim),
+            "--samples", std::to_string(kSamples), "--chunk_bytes", "64",
+            "--sample_cost_us", "300", "--log_every", "10"},
+        absl::StrCat(dir, "/worker", w, ".log"));
+  };
+  std::vector<std::unique_ptr<Child>> live;  // running, never signalled
+  std::vector<std::unique_ptr<Child>> killed;
+  for (int w = 0; w < 3; ++w) live.push_back(worker(3));
+
+  std::mt19937 rng(20261123);
+  // The events, in a shuffled order: 5 kills (each followed by a joiner),
+  // 1 extra join, 1 SIGSTOP past the lease, 1 scheduler kill and restart.
+  std::vector<std::string> events = {"kill", "kill", "kill", "kill", "kill",
+                                     "join", "stop", "scheduler"};
+  std::shuffle(events.begin(), events.end(), rng);
+  int kills = 0, joins = 0, stops = 0, restarts = 0;
+  for (const std::string& event : events) {
+    absl::SleepFor(absl::Milliseconds(
+        std::uniform_int_distribution<int>(900, 1600)(rng)));
+    if (event == "kill" && !live.empty()) {
+      const size_t victim =
+          std::uniform_int_distribution<size_t>(0, live.size() - 1)(rng);
+      EXPECT_EQ(live[victim]->Stop(SIGKILL), 128 + SIGKILL);
+      killed.push_back(std::move(live[victim]));
+      live.erase(live.begin() + static_cast<long>(victim));
+      ++kills;
+      live.push_back(worker(1));
+      ++joins;
+    } else if (event == "join") {
+      live.push_back(worker(1));
+      ++joins;
+    } else if (event == "stop") {
+      live.front()->Signal(SIGSTOP);
+      absl::SleepFor(absl::Milliseconds(2000));  // 2.5 leases
+      live.front()->Signal(SIGCONT);
+      ++stops;
+    } else if (event == "scheduler") {
+      EXPECT_EQ(scheduler->Stop(SIGKILL), 128 + SIGKILL);
+      absl::SleepFor(absl::Milliseconds(300));
+      scheduler = start_scheduler(address, 1);
+      ASSERT_FALSE(testing::WaitForLine(dir + "/addr1").empty())
+          << scheduler->Output();
+      ++restarts;
+    }
+  }
+  EXPECT_EQ(kills, 5);
+  EXPECT_GE(joins, 6);
+  EXPECT_EQ(stops, 1);
+  EXPECT_EQ(restarts, 1);
+
+  // Every worker never killed finishes; the last step was computed.
+  double final_loss = -1;
+  for (auto& w : live) {
+    ASSERT_EQ(w->Wait(absl::Minutes(4)), 0) << w->Output();
+    if (const double l = FinalLoss(w->Output()); l >= 0) final_loss = l;
+  }
+  const testing::LedgerCheck ledger =
+      testing::CheckLedger(STRATA_BINARY, address, dir, kSteps * kBatch);
+  EXPECT_EQ(ledger.rc, 0) << ledger.output;
+  EXPECT_EQ(ledger.samples, kSteps * kBatch) << ledger.output;
+  EXPECT_EQ(ledger.epochs_finished, kSteps * kBatch / kSamples)
+      << ledger.output;
+  EXPECT_EQ(ledger.duplicated, 0) << ledger.output;
+  EXPECT_EQ(ledger.missing, 0) << ledger.output;
+
+  // The loss of the same job without faults (the same batches, averaged in
+  // another order): float rounding apart, the same training.
+  ToyProblem p;
+  p.dim = kDim;
+  p.samples = kSamples;
+  const std::vector<float> ref =
+      testing::ToyReference(p, kSteps, kBatch, 0.02f, 1);
+  const double ref_loss = ToyLoss(p, ref.data(), ref[kDim]);
+  ASSERT_GE(final_loss, 0) << "no worker printed final_loss";
+  EXPECT_NEAR(final_loss, ref_loss, 1e-4 + 0.05 * ref_loss)
+      << "fault-free " << ref_loss;
+
+  // Nothing but the killed processes crashed.
+  for (auto& s : servers) EXPECT_EQ(s->Stop(), 0) << s->Output();
+  EXPECT_EQ(scheduler->Stop(), 0) << scheduler->Output();
+}
+
+}  // namespace
+}  // namespace strata
