@@ -6,14 +6,21 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/process.h"
 #include "cli/signals.h"
 #include "common/consistency.h"
+#include "common/status.h"
+#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
+#include "storage/files.h"
+#include "storage/server_dirs.h"
 
 namespace strata {
 namespace {
@@ -45,10 +52,104 @@ struct LocalOptions {
   }
 };
 
-int RunLocal(const LocalOptions& o) {
+struct LocalPlan;
+int Launch(const LocalPlan& o, std::string dir, int64_t resume_step);
+
+// What a run starts, saved as <dir>/local.json so `--resume` starts the
+// same job again.
+struct LocalPlan {
+  int servers = 2;
+  int workers = 2;
+  std::string consistency = "bsp";
+  int64_t snapshot_every = 100;
+  bool toy = false;
+  // The workers' flags, without --scheduler and the per-worker --metrics.
+  std::vector<std::string> worker_args;
+};
+
+LocalPlan PlanOf(const LocalOptions& o) {
+  LocalPlan p{o.servers, o.workers, o.consistency, o.snapshot_every, o.toy, {}};
+  if (o.toy) {
+    p.worker_args = {"toy", "--workers", std::to_string(o.workers), "--steps",
+                     std::to_string(o.train.steps)};
+  } else {
+    p.worker_args = {"worker", "--workers", std::to_string(o.workers)};
+    TrainerOptions t = o.train;
+    t.metrics_path.clear();
+    for (std::string& f : TrainerFlags(t))
+      p.worker_args.push_back(std::move(f));
+  }
+  return p;
+}
+
+absl::Status SavePlan(const LocalPlan& p, const std::string& path) {
+  const nlohmann::json j = {{"servers", p.servers},
+                            {"workers", p.workers},
+                            {"consistency", p.consistency},
+                            {"snapshot_every", p.snapshot_every},
+                            {"toy", p.toy},
+                            {"worker_args", p.worker_args}};
+  return WriteFileSynced(path, j.dump(1) + "\n");
+}
+
+absl::StatusOr<LocalPlan> LoadPlan(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) {
+    return absl::NotFoundError(absl::StrCat(
+        "cannot read ", path, ": not the directory of a `strata local` run"));
+  }
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  LocalPlan p;
+  try {
+    p.servers = j.at("servers").get<int>();
+    p.workers = j.at("workers").get<int>();
+    p.consistency = j.at("consistency").get<std::string>();
+    p.snapshot_every = j.at("snapshot_every").get<int64_t>();
+    p.toy = j.at("toy").get<bool>();
+    p.worker_args = j.at("worker_args").get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat(path, " is malformed: ", e.what()));
+  }
+  if (p.servers < 1 || p.workers < 1 || p.worker_args.empty())
+    return absl::DataLossError(absl::StrCat(path, " is malformed"));
+  return p;
+}
+
+// The step every server of the run in `dir` holds a snapshot of, newest.
+absl::StatusOr<int64_t> ResumeStep(const std::string& dir, int servers) {
+  STRATA_ASSIGN_OR_RETURN(auto dirs, OpenServerDirs(dir));
+  if (static_cast<int>(dirs.size()) != servers) {
+    return absl::DataLossError(absl::StrCat(dir, " has ", dirs.size(),
+                                            " server directories; the run had ",
+                                            servers));
+  }
+  absl::StatusOr<int64_t> step = NewestCommonSnapshot(dirs);
+  if (!step.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot resume ", dir, ": ", step.status().message(),
+        " (a run resumes from its servers' snapshots: --snapshot_every)"));
+  }
+  return step;
+}
+
+int RunLocal(const LocalOptions& o, const std::string& resume_dir) {
+  LocalPlan plan = PlanOf(o);
+  int64_t resume_step = -1;
+  if (!resume_dir.empty()) {
+    absl::StatusOr<LocalPlan> loaded = LoadPlan(resume_dir + "/local.json");
+    if (!loaded.ok()) return ReportStatus("local", loaded.status());
+    plan = *std::move(loaded);
+    absl::StatusOr<int64_t> step = ResumeStep(resume_dir, plan.servers);
+    if (!step.ok()) return ReportStatus("local", step.status());
+    resume_step = *step;
+  }
+  return Launch(plan, resume_dir.empty() ? o.work_dir : resume_dir,
+                resume_step);
+}
+
+int Launch(const LocalPlan& o, std::string dir, int64_t resume_step) {
   if (auto c = ParseConsistency(o.consistency); !c.ok())
     return ReportStatus("local", c.status());
-  std::string dir = o.work_dir;
   if (dir.empty()) {
     char tmpl[] = "/tmp/strata-local-XXXXXX";
     if (mkdtemp(tmpl) == nullptr)
@@ -57,8 +158,14 @@ int RunLocal(const LocalOptions& o) {
   }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  spdlog::info("strata local: {} servers, {} workers, {}, state in {}",
-               o.servers, o.workers, o.consistency, dir);
+  spdlog::info(
+      "strata local: {} servers, {} workers, {}, state in {}{}", o.servers,
+      o.workers, o.consistency, dir,
+      resume_step >= 0 ? absl::StrCat("; resuming at step ", resume_step) : "");
+  if (resume_step < 0) {
+    if (absl::Status s = SavePlan(o, dir + "/local.json"); !s.ok())
+      return ReportStatus("local", s);
+  }
   const std::string address_file = dir + "/scheduler.address";
   std::filesystem::remove(address_file, ec);
 
@@ -68,10 +175,22 @@ int RunLocal(const LocalOptions& o) {
       StopChild(*it, absl::Seconds(10));
     daemons.clear();
   };
-  auto scheduler = SpawnSelf(
-      {"scheduler", "--listen", "127.0.0.1:0", "--num_shards",
-       std::to_string(o.servers), "--consistency", o.consistency, "--data_dir",
-       dir + "/scheduler", "--address_file", address_file});
+  std::vector<std::string> scheduler_args = {"scheduler",
+                                             "--listen",
+                                             "127.0.0.1:0",
+                                             "--num_shards",
+                                             std::to_string(o.servers),
+                                             "--consistency",
+                                             o.consistency,
+                                             "--data_dir",
+                                             dir + "/scheduler",
+                                             "--address_file",
+                                             address_file};
+  if (resume_step >= 0) {
+    scheduler_args.insert(scheduler_args.end(),
+                          {"--resume_step", std::to_string(resume_step)});
+  }
+  auto scheduler = SpawnSelf(scheduler_args);
   if (!scheduler.ok()) return ReportStatus("local", scheduler.status());
   daemons.push_back(*scheduler);
   auto address = WaitForFile(address_file, absl::Seconds(30));
@@ -80,10 +199,19 @@ int RunLocal(const LocalOptions& o) {
     return ReportStatus("local", address.status());
   }
   for (int s = 0; s < o.servers; ++s) {
-    auto pid = SpawnSelf({"server", "--scheduler", *address, "--shard",
-                          std::to_string(s), "--data_dir",
-                          absl::StrCat(dir, "/server-", s), "--snapshot_every",
-                          std::to_string(o.snapshot_every)});
+    std::vector<std::string> args = {"server",
+                                     "--scheduler",
+                                     *address,
+                                     "--shard",
+                                     std::to_string(s),
+                                     "--data_dir",
+                                     absl::StrCat(dir, "/server-", s),
+                                     "--snapshot_every",
+                                     std::to_string(o.snapshot_every)};
+    if (resume_step >= 0) {
+      args.insert(args.end(), {"--restore_step", std::to_string(resume_step)});
+    }
+    auto pid = SpawnSelf(args);
     if (!pid.ok()) {
       stop_all();
       return ReportStatus("local", pid.status());
@@ -92,28 +220,13 @@ int RunLocal(const LocalOptions& o) {
   }
   std::vector<pid_t> workers;
   for (int w = 0; w < o.workers; ++w) {
-    std::vector<std::string> args;
+    std::vector<std::string> args = o.worker_args;
+    args.insert(args.begin() + 1, {"--scheduler", *address});
     if (o.toy) {
-      args = {"toy",
-              "--scheduler",
-              *address,
-              "--workers",
-              std::to_string(o.workers),
-              "--steps",
-              std::to_string(o.train.steps),
-              "--out",
-              dir + "/weights.f32"};
+      args.insert(args.end(), {"--out", dir + "/weights.f32"});
     } else {
-      args = {"worker",
-              "--scheduler",
-              *address,
-              "--workers",
-              std::to_string(o.workers),
-              "--model_json",
-              dir + "/model.json"};
-      TrainerOptions t = o.train;
-      t.metrics_path = absl::StrCat(dir, "/metrics-", w, ".jsonl");
-      for (std::string& f : TrainerFlags(t)) args.push_back(std::move(f));
+      args.insert(args.end(), {"--model_json", dir + "/model.json", "--metrics",
+                               absl::StrCat(dir, "/metrics-", w, ".jsonl")});
     }
     auto pid = SpawnSelf(args);
     if (!pid.ok()) {
@@ -134,7 +247,10 @@ int RunLocal(const LocalOptions& o) {
   for (pid_t w : workers) failed += WaitChild(w) != 0;
   stop_all();
   if (interrupted) {
-    spdlog::info("strata local: stopped; state in {}", dir);
+    spdlog::info(
+        "strata local: stopped; state in {} (go on with: strata local "
+        "--resume {})",
+        dir, dir);
     return 130;
   }
   if (failed > 0) {
@@ -175,7 +291,29 @@ CommandFn AddLocalCommand(CLI::App& app) {
                   "snapshot every N steps (0: never)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  return [o] { return RunLocal(*o); };
+  auto resume = std::make_shared<std::string>();
+  cmd->add_option("--resume", *resume,
+                  "go on with the stopped or crashed run in this directory, "
+                  "from the newest step all its servers hold a snapshot of, "
+                  "with the settings it was started with")
+      ->check(CLI::ExistingDirectory);
+  return [o, resume, cmd] {
+    if (!resume->empty()) {
+      // The run's own settings apply; another one given here would be
+      // silently ignored, so refuse it.
+      for (const CLI::Option* opt : cmd->get_options()) {
+        if (opt->count() > 0 && opt->get_name() != "--resume" &&
+            opt->get_name() != "--help") {
+          return ReportStatus(
+              "local", absl::InvalidArgumentError(absl::StrCat(
+                           opt->get_name(),
+                           " cannot be combined with --resume: a run resumes "
+                           "with the settings it was started with")));
+        }
+      }
+    }
+    return RunLocal(*o, *resume);
+  };
 }
 
 }  // namespace strata

@@ -83,6 +83,11 @@ CommandFn AddSchedulerCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--address_file", *address_file,
                   "write the bound address here once serving");
+  cmd->add_option("--resume_step", o->resume_step,
+                  "BSP: the job resumes at this step (its servers restored "
+                  "that snapshot): forget the old members and the ledger's "
+                  "later steps")
+      ->check(CLI::NonNegativeNumber);
   return [o, lease_ms, address_file] {
     if (auto c = ParseConsistency(o->consistency); !c.ok())
       return ReportStatus("scheduler", c.status());
@@ -116,6 +121,10 @@ CommandFn AddServerCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--data_dir", o->data_dir,
                   "directory for snapshots; the latest one is loaded at start");
+  cmd->add_option("--restore_step", o->restore_step,
+                  "load the snapshot of this step instead of the latest (a "
+                  "job resuming at a step every server holds)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option(
       "--consistency", o->consistency,
       "bsp | ssp:<s> | asp (default: the job's, from the scheduler)");

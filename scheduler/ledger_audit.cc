@@ -30,8 +30,8 @@ absl::StatusOr<LedgerAudit> AuditLedger(
         r.first() < 0 || r.count() <= 0 ||
         r.first() > r.epoch_samples() - r.count()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "ledger record of unit ", r.unit(), " (epoch ", r.data_epoch(),
-          ", [", r.first(), ", +", r.count(), ") of ", r.epoch_samples(),
+          "ledger record of unit ", r.unit(), " (epoch ", r.data_epoch(), ", [",
+          r.first(), ", +", r.count(), ") of ", r.epoch_samples(),
           ") is malformed or disagrees with the others"));
     }
     ++a.records;
@@ -57,6 +57,7 @@ absl::StatusOr<LedgerAudit> AuditLedger(
       a.missing += a.epoch_samples - covered;
     } else {
       a.last_epoch_covered = covered;
+      if (covered == a.epoch_samples) ++a.epochs_finished;
     }
   }
   return a;
@@ -64,12 +65,12 @@ absl::StatusOr<LedgerAudit> AuditLedger(
 
 std::string LedgerRecordJson(const v1::LedgerRecord& r) {
   nlohmann::ordered_json j = {{"epoch", r.data_epoch()},
-                      {"unit", r.unit()},
-                      {"ranges", {{r.first(), r.first() + r.count()}}},
-                      {"step", r.step()},
-                      {"worker", r.worker()},
-                      {"incarnation", r.incarnation()},
-                      {"member", r.member_id()}};
+                              {"unit", r.unit()},
+                              {"ranges", {{r.first(), r.first() + r.count()}}},
+                              {"step", r.step()},
+                              {"worker", r.worker()},
+                              {"incarnation", r.incarnation()},
+                              {"member", r.member_id()}};
   return j.dump();
 }
 

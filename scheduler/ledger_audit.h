@@ -15,11 +15,12 @@ namespace strata {
 
 struct LedgerAudit {
   int64_t records = 0;
-  int64_t samples = 0;         // applied, counting repeats
-  int64_t epochs_finished = 0; // data epochs before the last one seen
-  int64_t duplicated = 0;      // samples applied more than once (extra times)
-  int64_t missing = 0;         // samples of finished epochs never applied
-  int64_t last_epoch = -1;     // the last data epoch seen
+  int64_t samples = 0;  // applied, counting repeats
+  // Data epochs before the last one seen, and the last if it is covered.
+  int64_t epochs_finished = 0;
+  int64_t duplicated = 0;   // samples applied more than once (extra times)
+  int64_t missing = 0;      // samples of finished epochs never applied
+  int64_t last_epoch = -1;  // the last data epoch seen
   int64_t last_epoch_covered = 0;  // its distinct samples applied
   int64_t epoch_samples = 0;
 

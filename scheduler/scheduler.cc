@@ -68,18 +68,35 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(
 }
 
 absl::Status Scheduler::Init(SchedulerOptions options) {
+  STRATA_ASSIGN_OR_RETURN(const Consistency mode,
+                          ParseConsistency(options.consistency));
+  if (options.resume_step >= 0 && mode.mode != Consistency::kBsp) {
+    return absl::InvalidArgumentError(
+        "scheduler: resuming at a step needs a BSP job (only BSP servers "
+        "take consistent snapshots)");
+  }
   STRATA_ASSIGN_OR_RETURN(store_, StateStore::Open(options.data_dir));
   STRATA_ASSIGN_OR_RETURN(PersistedState state, store_->Load());
+  if (options.resume_step >= 0 && !state.members.empty()) {
+    // Everyone of the stopped job is gone; their slots are free at once.
+    scheduler_internal::StateBatch batch;
+    for (const v1::Member& m : state.members) batch.DeleteMember(m.id());
+    STRATA_RETURN_IF_ERROR(store_->Write(batch));
+    spdlog::info("scheduler: resuming at step {}: {} old member(s) dropped",
+                 options.resume_step, state.members.size());
+    state.members.clear();
+  }
   membership_ = std::make_unique<Membership>(
       MembershipOptions{options.num_shards, options.consistency, options.lease,
                         options.clock, store_.get()},
       state);
   kv_ = std::make_unique<KvStore>(store_.get(), std::move(state.kv));
-  STRATA_ASSIGN_OR_RETURN(const Consistency mode,
-                          ParseConsistency(options.consistency));
   ledger_ =
       std::make_unique<Ledger>(mode, store_.get(), std::move(state.ledger),
                                std::move(state.ledger_applied));
+  if (options.resume_step >= 0) {
+    STRATA_RETURN_IF_ERROR(ledger_->RollBack(options.resume_step));
+  }
   service_ = std::make_unique<SchedulerService>(membership_.get(), kv_.get(),
                                                 ledger_.get());
 

@@ -62,6 +62,11 @@ struct SchedulerOptions {
   absl::Duration lease_check_interval = absl::Milliseconds(100);
   // Time source for leases; not owned, must outlive the Scheduler.
   Clock* clock = Clock::Real();
+  // >= 0: the job resumes at this step after a stop or crash of everything
+  // (`strata local --resume`): members restored from data_dir are dropped
+  // (none of them lives), and the data ledger forgets steps from this one
+  // on (the servers restore their snapshots of it). BSP only.
+  int64_t resume_step = -1;
 };
 
 // A running scheduler: a small handle over the gRPC server, the member table

@@ -270,9 +270,24 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   shard_options.clock = options.clock;
   impl->shard = std::make_unique<Shard>(shard_options);
 
+  if (options.restore_step >= 0 && !impl->data_dir) {
+    return absl::InvalidArgumentError("--restore_step needs a --data_dir");
+  }
   if (impl->data_dir) {
-    STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> latest,
-                            impl->data_dir->LatestSnapshot());
+    std::optional<int64_t> latest;
+    if (options.restore_step >= 0) {
+      STRATA_ASSIGN_OR_RETURN(std::vector<int64_t> held,
+                              impl->data_dir->ListSnapshots());
+      if (std::find(held.begin(), held.end(), options.restore_step) ==
+          held.end()) {
+        return absl::NotFoundError(absl::StrCat(options.data_dir,
+                                                " holds no snapshot of step ",
+                                                options.restore_step));
+      }
+      latest = options.restore_step;
+    } else {
+      STRATA_ASSIGN_OR_RETURN(latest, impl->data_dir->LatestSnapshot());
+    }
     if (latest.has_value()) {
       RamTier records;
       STRATA_ASSIGN_OR_RETURN(std::string meta,
@@ -329,8 +344,8 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     shard->UpdateView(me.scheduler->view());
     me.reporter =
         std::make_unique<LedgerReporter>(me.scheduler.get(), options.shard);
-    shard->set_applied_sink([r = me.reporter.get()](
-                                const v1::AppliedReport& a) { r->Add(a); });
+    shard->set_applied_sink(
+        [r = me.reporter.get()](const v1::AppliedReport& a) { r->Add(a); });
   }
   return owner;
 }

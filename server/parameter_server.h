@@ -21,8 +21,12 @@ struct ServerOptions {
   // "" = standalone: no scheduler; the view is set by tests (SetWorkers).
   std::string scheduler_address;
   int shard = 0;  // the shard slot this server serves
-  // Where snapshots live; "" = none. A snapshot found here at start is loaded.
+  // Where snapshots live; "" = none. A snapshot found here at start is
+  // loaded: the newest, or the one of restore_step when that is >= 0 (the
+  // whole job resumes at a step every server holds; NOT_FOUND if this
+  // server does not hold it).
   std::string data_dir;
+  int64_t restore_step = -1;
   // bsp | ssp:<s> | asp. With a scheduler, "" means "the job's setting from
   // the view"; a setting that differs from the view's is an error.
   std::string consistency;

@@ -40,9 +40,9 @@ TEST(Chaos, BspJobSurvivesKillsJoinsStopsAndASchedulerRestart) {
   const std::string state = dir + "/scheduler_state";
   auto start_scheduler = [&](const std::string& listen, int n) {
     return std::make_unique<Child>(
-        std::vector<std::string>{STRATA_BINARY, "scheduler", "--listen",
-                                 listen, "--num_shards", "2", "--data_dir",
-                                 state, "--lease_ms", "800", "--address_file",
+        std::vector<std::string>{STRATA_BINARY, "scheduler", "--listen", listen,
+                                 "--num_shards", "2", "--data_dir", state,
+                                 "--lease_ms", "800", "--address_file",
                                  absl::StrCat(dir, "/addr", n)},
         absl::StrCat(dir, "/scheduler", n, ".log"));
   };
@@ -60,12 +60,28 @@ TEST(Chaos, BspJobSurvivesKillsJoinsStopsAndASchedulerRestart) {
   auto worker = [&](int wait_for) {
     const int w = next_worker++;
     return std::make_unique<Child>(
-        std::vector<std::string>{
-            STRATA_BINARY, "toy", "--scheduler", address, "--workers",
-            std::to_string(wait_for), "--steps", std::to_string(kSteps),
-            "--batch", std::to_string(kBatch), "--dim", std::to_string(kDim),
-            "--samples", std::to_string(kSamples), "--chunk_bytes", "64",
-            "--sample_cost_us", "300", "--log_every", "10"},
+        std::vector<std::string>{STRATA_BINARY,
+                                 "toy",
+                                 "--scheduler",
+                                 address,
+                                 "--workers",
+                                 std::to_string(wait_for),
+                                 "--steps",
+                                 std::to_string(kSteps),
+                                 "--batch",
+                                 std::to_string(kBatch),
+                                 "--dim",
+                                 std::to_string(kDim),
+                                 "--samples",
+                                 std::to_string(kSamples),
+                                 "--chunk_bytes",
+                                 "64",
+                                 "--sample_cost_us",
+                                 "2000",
+                                 "--lr",
+                                 "0.002",
+                                 "--log_every",
+                                 "10"},
         absl::StrCat(dir, "/worker", w, ".log"));
   };
   std::vector<std::unique_ptr<Child>> live;  // running, never signalled
@@ -75,13 +91,13 @@ TEST(Chaos, BspJobSurvivesKillsJoinsStopsAndASchedulerRestart) {
   std::mt19937 rng(20261123);
   // The events, in a shuffled order: 5 kills (each followed by a joiner),
   // 1 extra join, 1 SIGSTOP past the lease, 1 scheduler kill and restart.
-  std::vector<std::string> events = {"kill", "kill", "kill", "kill", "kill",
-                                     "join", "stop", "scheduler"};
+  std::vector<std::string> events = {"kill", "kill", "kill", "kill",
+                                     "kill", "join", "stop", "scheduler"};
   std::shuffle(events.begin(), events.end(), rng);
   int kills = 0, joins = 0, stops = 0, restarts = 0;
   for (const std::string& event : events) {
-    absl::SleepFor(absl::Milliseconds(
-        std::uniform_int_distribution<int>(900, 1600)(rng)));
+    absl::SleepFor(
+        absl::Milliseconds(std::uniform_int_distribution<int>(900, 1600)(rng)));
     if (event == "kill" && !live.empty()) {
       const size_t victim =
           std::uniform_int_distribution<size_t>(0, live.size() - 1)(rng);
@@ -129,15 +145,18 @@ TEST(Chaos, BspJobSurvivesKillsJoinsStopsAndASchedulerRestart) {
   EXPECT_EQ(ledger.missing, 0) << ledger.output;
 
   // The loss of the same job without faults (the same batches, averaged in
-  // another order): float rounding apart, the same training.
+  // another order): float rounding apart, the same training. The small
+  // learning rate keeps the loss far from 0 after kSteps, so the comparison
+  // means something.
   ToyProblem p;
   p.dim = kDim;
   p.samples = kSamples;
   const std::vector<float> ref =
-      testing::ToyReference(p, kSteps, kBatch, 0.02f, 1);
+      testing::ToyReference(p, kSteps, kBatch, 0.002f, 1);
   const double ref_loss = ToyLoss(p, ref.data(), ref[kDim]);
   ASSERT_GE(final_loss, 0) << "no worker printed final_loss";
-  EXPECT_NEAR(final_loss, ref_loss, 1e-4 + 0.05 * ref_loss)
+  ASSERT_GT(ref_loss, 1e-3);
+  EXPECT_NEAR(final_loss, ref_loss, 0.01 * ref_loss)
       << "fault-free " << ref_loss;
 
   // Nothing but the killed processes crashed.

@@ -308,5 +308,73 @@ TEST(Train, CtrlCStopsTheWholeLocalCluster) {
       << "a process of the cluster outlived Ctrl-C";
 }
 
+// A run stopped mid-way goes on from its servers' newest common snapshot
+// with `strata local --resume`, with every sample applied once in the end.
+TEST(Train, LocalResumesAStoppedRunFromItsServersSnapshots) {
+  const std::string dir = testing::FreshDir("resume");
+  const std::string corpus = WriteCorpus(dir);
+  const std::string run = dir + "/run";
+  constexpr int kSteps = 160, kBatch = 8;
+  std::vector<std::string> args = {STRATA_BINARY,
+                                   "local",
+                                   "--dir",
+                                   run,
+                                   "--steps",
+                                   std::to_string(kSteps),
+                                   "--batch",
+                                   std::to_string(kBatch),
+                                   "--snapshot_every",
+                                   "20",
+                                   "--eval_every",
+                                   "0"};
+  for (const auto& f : TinyModelFlags(corpus)) args.push_back(f);
+  {
+    Child first(args, dir + "/first.log");
+    const absl::Time deadline = absl::Now() + absl::Seconds(120);
+    while (Losses(run + "/metrics-0.jsonl").size() < 50 &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ASSERT_GE(Losses(run + "/metrics-0.jsonl").size(), 50u) << first.Output();
+    EXPECT_EQ(first.Stop(SIGINT), 130) << first.Output();
+    EXPECT_NE(first.Output().find("strata local --resume"), std::string::npos)
+        << first.Output();
+  }
+  const size_t stopped_at = Losses(run + "/metrics-0.jsonl").size();
+  ASSERT_LT(stopped_at, static_cast<size_t>(kSteps));
+
+  // Flags besides --resume are refused: the run's own apply.
+  Child both({STRATA_BINARY, "local", "--resume", run, "--steps", "5"},
+             dir + "/both.log");
+  EXPECT_EQ(both.Wait(), 1);
+  EXPECT_NE(both.Output().find("cannot be combined with --resume"),
+            std::string::npos)
+      << both.Output();
+
+  Child resumed({STRATA_BINARY, "local", "--resume", run},
+                dir + "/resumed.log");
+  ASSERT_EQ(resumed.Wait(absl::Minutes(5)), 0) << resumed.Output();
+  EXPECT_NE(resumed.Output().find("resuming at step"), std::string::npos)
+      << resumed.Output();
+  // The metrics go on: the steps after the snapshot are computed again.
+  EXPECT_GT(Losses(run + "/metrics-0.jsonl").size(), stopped_at);
+  // The ledger, read from the stopped scheduler's directory: every sample
+  // of the job applied exactly once across both runs.
+  Child ledger(
+      {STRATA_BINARY, "ledger", "--dir", run + "/scheduler", "--check"},
+      dir + "/ledger.log");
+  ASSERT_EQ(ledger.Wait(), 0) << ledger.Output();
+  EXPECT_NE(
+      ledger.Output().find(absl::StrCat("samples ", kSteps * kBatch, " ")),
+      std::string::npos)
+      << ledger.Output();
+  // A directory that is not a run's is refused clearly.
+  Child wrong({STRATA_BINARY, "local", "--resume", dir}, dir + "/wrong.log");
+  EXPECT_EQ(wrong.Wait(), 1);
+  EXPECT_NE(wrong.Output().find("not the directory of a `strata local` run"),
+            std::string::npos)
+      << wrong.Output();
+}
+
 }  // namespace
 }  // namespace strata

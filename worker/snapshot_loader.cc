@@ -1,7 +1,6 @@
 #include "worker/snapshot_loader.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -9,6 +8,7 @@
 #include "common/status.h"
 #include "storage/data_dir.h"
 #include "storage/ram_tier.h"
+#include "storage/server_dirs.h"
 #include "strata/v1/ps.pb.h"
 
 namespace strata {
@@ -40,41 +40,9 @@ absl::Status FillFrom(const RamTier& records, Model& model,
 
 absl::StatusOr<int64_t> LoadFromSnapshots(const std::string& dir,
                                           Model& model) {
-  std::vector<std::unique_ptr<DataDir>> servers;
-  for (int s = 0;; ++s) {
-    const std::string path = absl::StrCat(dir, "/server-", s);
-    if (!std::filesystem::exists(path)) break;
-    STRATA_ASSIGN_OR_RETURN(auto data_dir,
-                            DataDir::Open(path, ShardOwnerTag(s)));
-    servers.push_back(std::move(data_dir));
-  }
-  if (servers.empty()) {
-    return absl::NotFoundError(
-        absl::StrCat("no server-N directories under ", dir));
-  }
-  // The newest step of which every server holds a snapshot.
-  std::vector<int64_t> common;
-  for (size_t s = 0; s < servers.size(); ++s) {
-    STRATA_ASSIGN_OR_RETURN(std::vector<int64_t> steps,
-                            servers[s]->ListSnapshots());
-    if (steps.empty()) {
-      return absl::NotFoundError(
-          absl::StrCat(servers[s]->path(), " holds no snapshot"));
-    }
-    if (s == 0) {
-      common = steps;
-    } else {
-      std::vector<int64_t> both;
-      std::set_intersection(common.begin(), common.end(), steps.begin(),
-                            steps.end(), std::back_inserter(both));
-      common = std::move(both);
-    }
-  }
-  if (common.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the servers under ", dir, " hold no snapshot of one same step"));
-  }
-  const int64_t step = common.back();
+  STRATA_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<DataDir>> servers,
+                          OpenServerDirs(dir));
+  STRATA_ASSIGN_OR_RETURN(const int64_t step, NewestCommonSnapshot(servers));
   std::vector<uint64_t> filled(model.params().size(), 0);
   for (const auto& server : servers) {
     RamTier records;

@@ -1,0 +1,32 @@
+// The servers' data directories of one job side by side (`strata local`'s
+// layout: <dir>/server-0, <dir>/server-1, ...), and the newest snapshot step
+// they all hold: the consistent cut a whole job can resume from or be read
+// back at.
+#ifndef STRATA_STORAGE_SERVER_DIRS_H_
+#define STRATA_STORAGE_SERVER_DIRS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "storage/data_dir.h"
+
+namespace strata {
+
+// Opens (claims) <dir>/server-0, server-1, ... up to the first missing one.
+// NOT_FOUND if there is no server-0; DataDir::Open's errors (a directory in
+// use by a running server is refused).
+absl::StatusOr<std::vector<std::unique_ptr<DataDir>>> OpenServerDirs(
+    const std::string& dir);
+
+// The newest step of which every one of `servers` holds a snapshot.
+// NOT_FOUND if one holds none; FAILED_PRECONDITION if no step is held by
+// all.
+absl::StatusOr<int64_t> NewestCommonSnapshot(
+    const std::vector<std::unique_ptr<DataDir>>& servers);
+
+}  // namespace strata
+
+#endif  // STRATA_STORAGE_SERVER_DIRS_H_
