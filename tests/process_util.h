@@ -209,6 +209,15 @@ inline LedgerCheck CheckLedger(const std::string& binary,
   }
 }
 
+// Expects (gtest) that `check` passed and counted `samples` samples, none
+// lost and none applied twice.
+inline void ExpectAppliedOnce(const LedgerCheck& check, int64_t samples) {
+  EXPECT_EQ(check.rc, 0) << check.output;
+  EXPECT_EQ(check.samples, samples) << check.output;
+  EXPECT_EQ(check.duplicated, 0) << check.output;
+  EXPECT_EQ(check.missing, 0) << check.output;
+}
+
 }  // namespace strata::testing
 
 #endif  // STRATA_TESTS_PROCESS_UTIL_H_

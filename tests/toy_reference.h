@@ -32,15 +32,13 @@ inline std::vector<float> ToyReference(const ToyProblem& p, int64_t steps,
   config.set_kind(v1::OptimizerConfig::ADAM);
   config.set_lr(lr);
   OptimizerParams params = *OptimizerParamsFromProto(config);
-  std::vector<float> w(p.dim + 1, 0.0f), m(p.dim + 1, 0.0f),
-      v(p.dim + 1, 0.0f);
+  std::vector<float> w(p.dim + 1, 0.0f), m(p.dim + 1, 0.0f), v(p.dim + 1, 0.0f);
   std::vector<float> g(p.dim + 1), mean(p.dim + 1);
   for (int64_t step = 0; step < steps; ++step) {
     std::fill(mean.begin(), mean.end(), 0.0f);
     for (int rank = 0; rank < workers; ++rank) {
       const Share share = EvenShare(step, batch, rank, workers);
-      ToyGradient(p, w.data(), w[p.dim], share, p.samples, g.data(),
-                  &g[p.dim]);
+      ToyGradient(p, w.data(), w[p.dim], share, p.samples, g.data(), &g[p.dim]);
       const float weight =
           static_cast<float>(static_cast<double>(share.count) / batch);
       for (int i = 0; i <= p.dim; ++i) mean[i] += weight * g[i];
