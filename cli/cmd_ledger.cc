@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "cli/commands.h"
 #include "absl/strings/str_cat.h"
+#include "cli/commands.h"
 #include "cluster/scheduler_client.h"
 #include "common/status.h"
 #include "scheduler/ledger_audit.h"
@@ -38,11 +38,12 @@ int Run(const LedgerFlags& f) {
     std::ofstream file;
     if (!f.out.empty()) file.open(f.out, std::ios::trunc);
     std::ostream& os = f.out.empty() ? std::cout : file;
-    for (const v1::LedgerRecord& r : *records) os << LedgerRecordJson(r) << "\n";
+    for (const v1::LedgerRecord& r : *records)
+      os << LedgerRecordJson(r) << "\n";
     os.flush();
     if (!os) {
-      return ReportStatus("ledger", absl::InternalError(absl::StrCat(
-                                        "cannot write ", f.out)));
+      return ReportStatus(
+          "ledger", absl::InternalError(absl::StrCat("cannot write ", f.out)));
     }
   }
   absl::StatusOr<LedgerAudit> audit = AuditLedger(*records);
@@ -51,8 +52,8 @@ int Run(const LedgerFlags& f) {
   std::fprintf(f.check ? stdout : stderr, "ledger: %s\n",
                audit->ToString().c_str());
   if (f.check && !audit->exactly_once()) {
-    return ReportStatus("ledger", absl::DataLossError(
-                                      "samples were lost or applied twice"));
+    return ReportStatus(
+        "ledger", absl::DataLossError("samples were lost or applied twice"));
   }
   return 0;
 }
@@ -74,7 +75,8 @@ CommandFn AddLedgerCommand(CLI::App& app) {
                    "a stopped scheduler's --data_dir (read offline)")
       ->check(CLI::ExistingDirectory);
   from->require_option(0, 1);
-  cmd->add_option("--out", f->out, "write the JSON lines here (default: stdout)");
+  cmd->add_option("--out", f->out,
+                  "write the JSON lines here (default: stdout)");
   cmd->add_flag("--check", f->check,
                 "print the audit; exit 1 unless every sample of each finished "
                 "data epoch was applied exactly once");

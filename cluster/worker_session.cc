@@ -46,9 +46,8 @@ absl::StatusOr<StepView> CurrentStepView(SchedulerClient& scheduler,
   return sv;
 }
 
-v1::LedgerJob LedgerJobFor(const ChunkPlan& plan, int64_t steps,
-                           int64_t batch, int64_t samples_per_epoch,
-                           uint64_t seed) {
+v1::LedgerJob LedgerJobFor(const ChunkPlan& plan, int64_t steps, int64_t batch,
+                           int64_t samples_per_epoch, uint64_t seed) {
   v1::LedgerJob job;
   job.set_batch(batch);
   job.set_total_samples(steps * batch);
@@ -60,15 +59,15 @@ v1::LedgerJob LedgerJobFor(const ChunkPlan& plan, int64_t steps,
   return job;
 }
 
-absl::StatusOr<StepWork> LeaseStepWork(SchedulerClient& scheduler,
-                                       int64_t step, const v1::LedgerJob& job,
+absl::StatusOr<StepWork> LeaseStepWork(SchedulerClient& scheduler, int64_t step,
+                                       const v1::LedgerJob& job,
                                        absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
     STRATA_ASSIGN_OR_RETURN(
         const StepView sv,
-        CurrentStepView(scheduler, std::max(deadline - absl::Now(),
-                                            absl::ZeroDuration())));
+        CurrentStepView(
+            scheduler, std::max(deadline - absl::Now(), absl::ZeroDuration())));
     absl::StatusOr<v1::LeaseWorkResponse> lease =
         scheduler.LeaseWork(step, job);
     if ((absl::IsNotFound(lease.status()) ||

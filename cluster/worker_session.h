@@ -53,9 +53,8 @@ absl::StatusOr<StepView> CurrentStepView(
 // The data ledger's job for a model placed by `plan` (the slots that hold
 // its chunks) trained for `steps` steps of `batch` samples from a training
 // split of `samples_per_epoch` windows in the order of `seed`.
-v1::LedgerJob LedgerJobFor(const ChunkPlan& plan, int64_t steps,
-                           int64_t batch, int64_t samples_per_epoch,
-                           uint64_t seed);
+v1::LedgerJob LedgerJobFor(const ChunkPlan& plan, int64_t steps, int64_t batch,
+                           int64_t samples_per_epoch, uint64_t seed);
 
 // A worker's samples for one step, leased from the data ledger.
 struct StepWork {

@@ -58,8 +58,7 @@ absl::StatusOr<std::vector<int64_t>> Shares(
 bool SameJob(const v1::LedgerJob& a, const v1::LedgerJob& b) {
   return a.batch() == b.batch() &&
          a.samples_per_epoch() == b.samples_per_epoch() &&
-         a.total_samples() == b.total_samples() &&
-         a.seed() == b.seed() &&
+         a.total_samples() == b.total_samples() && a.seed() == b.seed() &&
          std::equal(a.slots().begin(), a.slots().end(), b.slots().begin(),
                     b.slots().end());
 }
@@ -267,7 +266,8 @@ absl::StatusOr<v1::LeaseWorkResponse> Ledger::LeaseAsync(
   }
   requeued->DeleteSubrange(0, taken);
   const int64_t total = s.job().total_samples();
-  if (total > 0) need = std::min(need, std::max<int64_t>(0, total - s.cursor()));
+  if (total > 0)
+    need = std::min(need, std::max<int64_t>(0, total - s.cursor()));
   if (need > 0) {
     if (s.cursor() > kMaxSample - need)
       return absl::OutOfRangeError("ledger: the sample numbers ran out");
@@ -279,9 +279,9 @@ absl::StatusOr<v1::LeaseWorkResponse> Ledger::LeaseAsync(
     // Every sample is handed out. Leases still out may come back (a worker
     // that dies): until they are applied the job is not over.
     if (s.leases_size() > 0) {
-      return absl::UnavailableError(absl::StrCat(
-          "ledger: every sample is handed out; ", s.leases_size(),
-          " lease(s) are not applied yet"));
+      return absl::UnavailableError(
+          absl::StrCat("ledger: every sample is handed out; ", s.leases_size(),
+                       " lease(s) are not applied yet"));
     }
     return absl::OutOfRangeError(
         absl::StrCat("ledger: all ", total, " samples of the job are applied"));

@@ -1,5 +1,4 @@
 #include "scheduler/ledger.h"
-#include "scheduler/ledger_audit.h"
 
 #include <filesystem>
 #include <map>
@@ -11,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "scheduler/ledger_audit.h"
 
 namespace strata::scheduler_internal {
 namespace {
@@ -427,9 +427,10 @@ TEST(AuditLedger, CountsDuplicatesAndGapsOfFinishedEpochs) {
   v1::LedgerRecord other = Rec(0, 0, 1);
   other.set_epoch_samples(11);
   EXPECT_FALSE(AuditLedger({Rec(0, 1, 1), other}).ok());
-  EXPECT_EQ(LedgerRecordJson(Rec(1, 2, 3)).rfind("{\"epoch\":1,\"unit\":0,"
-                                                "\"ranges\":[[2,5]],",
-                                                0),
+  EXPECT_EQ(LedgerRecordJson(Rec(1, 2, 3))
+                .rfind("{\"epoch\":1,\"unit\":0,"
+                       "\"ranges\":[[2,5]],",
+                       0),
             0u);
 }
 

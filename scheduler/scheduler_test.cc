@@ -422,7 +422,6 @@ TEST(SchedulerStartTest, ConsistencyIsTheServersSetting) {
   }
 }
 
-
 // A worker whose lease runs out (on the simulated clock) hands its units
 // back; the next worker to ask gets them first.
 TEST_F(SchedulerTest, ExpiredWorkersUnitsAreHandedOutAgain) {

@@ -178,8 +178,8 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
     if (o.delay_ms > 0)
       absl::SleepFor(absl::Milliseconds(o.delay_ms * sv.rank));
     const absl::Time t0 = absl::Now();
-    const double loss = UnitsGradient(o.problem, w.data(), b, work->units,
-                                      gw.data(), &gb);
+    const double loss =
+        UnitsGradient(o.problem, w.data(), b, work->units, gw.data(), &gb);
     if (o.sample_cost_us > 0) {
       absl::SleepFor(absl::Microseconds(o.sample_cost_us * o.throttle *
                                         static_cast<double>(work->samples)));
@@ -193,7 +193,8 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
         .first_sample = static_cast<uint64_t>(work->units[0].first())};
     std::vector<OpHandle> pushes =
         ps->PushTensorAsync(0, gw.data(), step, samples, 0, stamp);
-    for (const OpHandle& op : ps->PushTensorAsync(1, &gb, step, samples, 0, stamp))
+    for (const OpHandle& op :
+         ps->PushTensorAsync(1, &gb, step, samples, 0, stamp))
       pushes.push_back(op);
     if (o.probe) {
       for (const OpHandle& op :

@@ -126,7 +126,7 @@ class Trainer {
   Consistency mode_;
   int rank_;
   int workers_;
-  StepStamp stamp_;  // of the step being computed
+  StepStamp stamp_;    // of the step being computed
   v1::LedgerJob job_;  // this job, as the data ledger knows it
   double speed_ = 0;   // samples/s computing, smoothed
   double compute_s_ = 0;
@@ -349,8 +349,7 @@ absl::Status Trainer::Run() {
     rank_ = sv.rank;
     workers_ = sv.workers;
     const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
-    const double rate =
-        work->samples * o_.model.context / std::max(secs, 1e-9);
+    const double rate = work->samples * o_.model.context / std::max(secs, 1e-9);
     tokens_per_s = step == 0 ? rate : 0.8 * tokens_per_s + 0.2 * rate;
     // The ledger splits BSP steps by this: the speed of computing, not of
     // the whole step (which waits for the slowest worker).
