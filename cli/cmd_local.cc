@@ -18,6 +18,7 @@
 #include "common/consistency.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
+#include "scheduler/ledger_audit.h"
 #include "spdlog/spdlog.h"
 #include "storage/files.h"
 #include "storage/server_dirs.h"
@@ -115,15 +116,19 @@ absl::StatusOr<LocalPlan> LoadPlan(const std::string& path) {
   return p;
 }
 
-// The step every server of the run in `dir` holds a snapshot of, newest.
+// The step to resume the run in `dir` at: the newest every server holds a
+// snapshot of, and not past the steps the ledger saw applied (a crash can
+// lose the last reports; steps it never recorded must be computed again).
 absl::StatusOr<int64_t> ResumeStep(const std::string& dir, int servers) {
+  STRATA_ASSIGN_OR_RETURN(const int64_t applied,
+                          ReadLedgerAppliedSteps(dir + "/scheduler"));
   STRATA_ASSIGN_OR_RETURN(auto dirs, OpenServerDirs(dir));
   if (static_cast<int>(dirs.size()) != servers) {
     return absl::DataLossError(absl::StrCat(dir, " has ", dirs.size(),
                                             " server directories; the run had ",
                                             servers));
   }
-  absl::StatusOr<int64_t> step = NewestCommonSnapshot(dirs);
+  absl::StatusOr<int64_t> step = NewestCommonSnapshot(dirs, applied);
   if (!step.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot resume ", dir, ": ", step.status().message(),
@@ -139,9 +144,26 @@ int RunLocal(const LocalOptions& o, const std::string& resume_dir) {
     absl::StatusOr<LocalPlan> loaded = LoadPlan(resume_dir + "/local.json");
     if (!loaded.ok()) return ReportStatus("local", loaded.status());
     plan = *std::move(loaded);
+    if (absl::StatusOr<Consistency> c = ParseConsistency(plan.consistency);
+        !c.ok() || c->mode != Consistency::kBsp) {
+      return ReportStatus(
+          "local", absl::FailedPreconditionError(absl::StrCat(
+                       "cannot resume a '", plan.consistency,
+                       "' run: only BSP servers take consistent snapshots")));
+    }
     absl::StatusOr<int64_t> step = ResumeStep(resume_dir, plan.servers);
     if (!step.ok()) return ReportStatus("local", step.status());
     resume_step = *step;
+  }
+  if (resume_dir.empty() && !o.work_dir.empty() &&
+      std::filesystem::exists(o.work_dir + "/local.json")) {
+    // Its scheduler and servers would restore the old run's ledger and
+    // snapshots under a new one.
+    return ReportStatus(
+        "local",
+        absl::FailedPreconditionError(absl::StrCat(
+            o.work_dir, " holds a run already: go on with it with --resume ",
+            o.work_dir, ", or pick another --dir")));
   }
   return Launch(plan, resume_dir.empty() ? o.work_dir : resume_dir,
                 resume_step);

@@ -83,7 +83,7 @@ absl::StatusOr<StepWork> LeaseStepWork(SchedulerClient& scheduler, int64_t step,
     if (!lease.ok()) return lease.status();
     StepWork w;
     w.view = sv;
-    w.view.epoch = lease->epoch();
+    w.stamp_epoch = lease->epoch();
     if (lease->workers() > 0) {  // BSP: the split's ranks
       w.view.rank = lease->rank();
       w.view.workers = lease->workers();

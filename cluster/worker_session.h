@@ -58,9 +58,12 @@ v1::LedgerJob LedgerJobFor(const ChunkPlan& plan, int64_t steps, int64_t batch,
 
 // A worker's samples for one step, leased from the data ledger.
 struct StepWork {
-  // epoch: what this step's pushes and pulls are stamped with (BSP: the
-  // workers epoch of the split); member: the id the lease is for.
+  // The view the lease was asked in (RedoInNewerView waits for a newer one)
+  // and the place in the split (BSP: its rank and size).
   StepView view;
+  // What this step's pushes and pulls are stamped with: BSP, the workers
+  // epoch of the split (servers refuse stamps older than theirs).
+  uint64_t stamp_epoch = 0;
   std::vector<v1::WorkUnit> units;  // BSP: one contiguous run
   int64_t samples = 0;              // over all units
 };

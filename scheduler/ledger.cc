@@ -52,6 +52,14 @@ absl::StatusOr<std::vector<int64_t>> Shares(
   }
   std::vector<double> speeds;
   for (const v1::Member* m : workers) speeds.push_back(m->samples_per_sec());
+  // No worker is weighted above twice the median: a bigger share often runs
+  // at more samples/s (a GPU), which would feed back until one worker held
+  // the whole batch.
+  std::vector<double> sorted = speeds;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  const double median = (sorted[(n - 1) / 2] + sorted[n / 2]) / 2;
+  for (double& v : speeds) v = std::min(v, 2 * median);
   return Apportion(batch, speeds);
 }
 
@@ -425,26 +433,29 @@ bool Ledger::ApplyReport(const v1::AppliedReport& r, v1::LedgerState& s,
     leases->erase(l);
     return true;
   }
-  // An orphan: its units went back to the queue. Those still there are
-  // taken back and recorded; those handed out again will be applied twice.
+  // An orphan: its units went back to the queue. What is still queued of
+  // them (a unit keeps its id when another lease cut a part off its front)
+  // is taken back and recorded; what was handed out again will be applied
+  // twice.
   auto* orphans = s.mutable_orphans();
   auto o = std::find_if(orphans->begin(), orphans->end(), matches);
   if (o == orphans->end()) return false;  // evicted while pending
   auto* requeued = s.mutable_requeued();
   for (const v1::WorkUnit& u : o->units()) {
-    auto q = std::find_if(requeued->begin(), requeued->end(), [&](auto& x) {
-      return x.id() == u.id() && x.first() == u.first() &&
-             x.count() == u.count();
-    });
+    auto q = std::find_if(requeued->begin(), requeued->end(),
+                          [&](const auto& x) { return x.id() == u.id(); });
+    int64_t taken_back = 0;
     if (q != requeued->end()) {
+      taken_back = q->count();
+      out.push_back(Record(*q, o->step(), o->worker(), o->incarnation(), who));
       requeued->erase(q);
-      out.push_back(Record(u, o->step(), o->worker(), o->incarnation(), who));
-    } else {
+    }
+    if (taken_back < u.count()) {
       s.set_late(s.late() + 1);
       spdlog::warn(
           "ledger: member {}'s push of clock {} was applied after its lease "
-          "was handed back; unit {} was handed out again",
-          who, o->step(), u.id());
+          "was handed back; {} sample(s) of unit {} were handed out again",
+          who, o->step(), u.count() - taken_back, u.id());
     }
   }
   orphans->erase(o);

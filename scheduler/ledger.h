@@ -9,8 +9,9 @@
 // BSP: step t's samples are [t*B, (t+1)*B), B the global batch. The first
 // worker to ask for step t in a workers epoch splits them among that epoch's
 // live workers, in member-id order, each share in proportion to the worker's
-// reported samples/s (equal shares while any speed is unknown), at least one
-// sample each; every worker of the epoch gets the same split. A worker that
+// reported samples/s (equal shares while any speed is unknown; no speed
+// counted above twice the median), at least one sample each; every worker of
+// the epoch gets the same split. A worker that
 // dies or joins mid-step changes the workers epoch, the servers drop the
 // step's pushes and the survivors ask again: the same samples, split anew.
 // A step counts as applied when every slot of the job has reported it

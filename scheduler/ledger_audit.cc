@@ -56,7 +56,9 @@ absl::StatusOr<LedgerAudit> AuditLedger(
       ++a.epochs_finished;
       a.missing += a.epoch_samples - covered;
     } else {
+      // The last epoch may be cut short, but not have holes.
       a.last_epoch_covered = covered;
+      a.missing += end - covered;
       if (covered == a.epoch_samples) ++a.epochs_finished;
     }
   }
@@ -74,7 +76,9 @@ std::string LedgerRecordJson(const v1::LedgerRecord& r) {
   return j.dump();
 }
 
-absl::StatusOr<std::vector<v1::LedgerRecord>> ReadLedgerDir(
+namespace {
+
+absl::StatusOr<scheduler_internal::PersistedState> LoadSchedulerDir(
     const std::string& data_dir) {
   if (data_dir.empty())
     return absl::InvalidArgumentError("ledger: --dir is empty");
@@ -92,9 +96,24 @@ absl::StatusOr<std::vector<v1::LedgerRecord>> ReadLedgerDir(
     return absl::NotFoundError(
         absl::StrCat("ledger: ", data_dir, " holds no scheduler state"));
   }
+  return state;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<v1::LedgerRecord>> ReadLedgerDir(
+    const std::string& data_dir) {
+  STRATA_ASSIGN_OR_RETURN(scheduler_internal::PersistedState state,
+                          LoadSchedulerDir(data_dir));
   std::vector<v1::LedgerRecord> out;
   for (auto& [seq, r] : state.ledger_applied) out.push_back(std::move(r));
   return out;
+}
+
+absl::StatusOr<int64_t> ReadLedgerAppliedSteps(const std::string& data_dir) {
+  STRATA_ASSIGN_OR_RETURN(scheduler_internal::PersistedState state,
+                          LoadSchedulerDir(data_dir));
+  return state.ledger.applied_steps();
 }
 
 }  // namespace strata

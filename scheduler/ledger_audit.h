@@ -18,9 +18,11 @@ struct LedgerAudit {
   int64_t samples = 0;  // applied, counting repeats
   // Data epochs before the last one seen, and the last if it is covered.
   int64_t epochs_finished = 0;
-  int64_t duplicated = 0;   // samples applied more than once (extra times)
-  int64_t missing = 0;      // samples of finished epochs never applied
-  int64_t last_epoch = -1;  // the last data epoch seen
+  int64_t duplicated = 0;  // samples applied more than once (extra times)
+  // Samples never applied: of finished epochs, and holes in the last one
+  // (before its furthest applied sample).
+  int64_t missing = 0;
+  int64_t last_epoch = -1;         // the last data epoch seen
   int64_t last_epoch_covered = 0;  // its distinct samples applied
   int64_t epoch_samples = 0;
 
@@ -42,6 +44,10 @@ std::string LedgerRecordJson(const v1::LedgerRecord& r);
 // scheduler must not be running there: the directory is claimed).
 absl::StatusOr<std::vector<v1::LedgerRecord>> ReadLedgerDir(
     const std::string& data_dir);
+
+// BSP: the number of steps the ledger in the scheduler directory
+// `data_dir` has seen applied (every step below it), as ReadLedgerDir reads.
+absl::StatusOr<int64_t> ReadLedgerAppliedSteps(const std::string& data_dir);
 
 }  // namespace strata
 

@@ -173,6 +173,11 @@ TEST_F(LedgerTest, BspSharesFollowSpeed) {
                           MakeView(1, {1, 2}, {100.0, 50.0}));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->units(0).count(), 32);
+  // A worker 100x faster counts as twice the median: half the batch.
+  auto capped = ledger_->Lease(LeaseReq(1, 1, Job(48, 1000)),
+                               MakeView(2, {1, 2, 3}, {10000.0, 100.0, 100.0}));
+  ASSERT_TRUE(capped.ok()) << capped.status();
+  EXPECT_EQ(capped->units(0).count(), 24);
 }
 
 TEST_F(LedgerTest, BspStepRedoneInANewEpochIsRecordedOnceFromItsLastSplit) {
@@ -421,6 +426,9 @@ TEST(AuditLedger, CountsDuplicatesAndGapsOfFinishedEpochs) {
   auto gap = AuditLedger({Rec(0, 0, 4), Rec(0, 6, 4), Rec(2, 0, 1)});
   ASSERT_TRUE(gap.ok());
   EXPECT_EQ(gap->missing, 2 + 10);  // epoch 1 has no record at all
+  auto hole = AuditLedger({Rec(0, 0, 2), Rec(0, 5, 1)});  // the last epoch
+  ASSERT_TRUE(hole.ok());
+  EXPECT_EQ(hole->missing, 3);
   EXPECT_FALSE(gap->exactly_once());
   // A record outside its epoch, or disagreeing on the epoch size.
   EXPECT_FALSE(AuditLedger({Rec(0, 8, 5)}).ok());

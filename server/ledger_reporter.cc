@@ -11,8 +11,16 @@ namespace {
 constexpr size_t kMaxBatch = 1024;
 constexpr absl::Duration kMinBackoff = absl::Milliseconds(50);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
-// How long one batch is retried before it is dropped.
+// How long a batch the scheduler refuses (e.g. PERMISSION_DENIED while this
+// server registers again) is retried before it is dropped. An unreachable
+// scheduler is waited for without limit: a dropped report would leave its
+// step or lease unapplied in the ledger for good.
 constexpr absl::Duration kGiveUpAfter = absl::Seconds(30);
+
+bool Unreachable(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
+         absl::IsCancelled(s);
+}
 
 // Errors that retrying cannot cure.
 bool Final(const absl::Status& s) {
@@ -73,7 +81,8 @@ void LedgerReporter::Loop() {
       absl::StatusOr<v1::ReportAppliedResponse> r =
           scheduler_->ReportApplied(batch);
       if (r.ok()) break;
-      if (Final(r.status()) || absl::Now() > give_up) {
+      if (Final(r.status()) ||
+          (!Unreachable(r.status()) && absl::Now() > give_up)) {
         // FAILED_PRECONDITION before any worker leased work: a job driven
         // without the ledger (tests, benches); nothing to record.
         const auto level = absl::IsFailedPrecondition(r.status())

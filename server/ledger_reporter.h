@@ -1,7 +1,7 @@
 // Sends a shard's applied reports (server/applied_tracker.h) to the
 // scheduler's data ledger, in order, from one thread: what queued up while a
 // call was out goes in the next call; a scheduler that is unreachable or
-// restarting is retried with backoff.
+// restarting is retried with backoff until it answers.
 #ifndef STRATA_SERVER_LEDGER_REPORTER_H_
 #define STRATA_SERVER_LEDGER_REPORTER_H_
 

@@ -285,6 +285,8 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
                                                 options.restore_step));
       }
       latest = options.restore_step;
+      STRATA_RETURN_IF_ERROR(
+          impl->data_dir->DropSnapshotsAfter(options.restore_step));
     } else {
       STRATA_ASSIGN_OR_RETURN(latest, impl->data_dir->LatestSnapshot());
     }
@@ -339,13 +341,14 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
                        "' but the job runs '", view.consistency(), "'"));
     }
     Shard* shard = me.shard.get();
-    me.scheduler->AddViewListener(
-        [shard](const v1::View& v) { shard->UpdateView(v); });
-    shard->UpdateView(me.scheduler->view());
+    // The sink first: a step closed as soon as the view arrives is reported.
     me.reporter =
         std::make_unique<LedgerReporter>(me.scheduler.get(), options.shard);
     shard->set_applied_sink(
         [r = me.reporter.get()](const v1::AppliedReport& a) { r->Add(a); });
+    me.scheduler->AddViewListener(
+        [shard](const v1::View& v) { shard->UpdateView(v); });
+    shard->UpdateView(me.scheduler->view());
   }
   return owner;
 }

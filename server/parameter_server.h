@@ -24,7 +24,7 @@ struct ServerOptions {
   // Where snapshots live; "" = none. A snapshot found here at start is
   // loaded: the newest, or the one of restore_step when that is >= 0 (the
   // whole job resumes at a step every server holds; NOT_FOUND if this
-  // server does not hold it).
+  // server does not hold it; its snapshots of later steps are removed).
   std::string data_dir;
   int64_t restore_step = -1;
   // bsp | ssp:<s> | asp. With a scheduler, "" means "the job's setting from

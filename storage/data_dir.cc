@@ -173,6 +173,16 @@ absl::Status DataDir::PruneLocked(int keep) {
   return absl::OkStatus();
 }
 
+absl::Status DataDir::DropSnapshotsAfter(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  STRATA_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSnapshots());
+  for (int64_t s : steps) {
+    if (s <= step) continue;
+    STRATA_RETURN_IF_ERROR(RemoveDirLocked(SnapshotPath(s)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DataDir::RemoveDirLocked(const std::string& dir) {
   const std::string trash = NewTempPathLocked("trash");
   if (absl::Status s = RenameSynced(dir, trash); !s.ok()) return s;

@@ -59,6 +59,11 @@ class DataDir {
   // The steps of the complete snapshots, in increasing order.
   absl::StatusOr<std::vector<int64_t>> ListSnapshots() const;
 
+  // Removes every snapshot of a step after `step` (a job rolled back to
+  // `step` computes those steps again; left behind, they would be taken
+  // for newer than what follows).
+  absl::Status DropSnapshotsAfter(int64_t step);
+
   // The step of the newest complete snapshot, or nullopt if there is none.
   absl::StatusOr<std::optional<int64_t>> LatestSnapshot() const;
 

@@ -134,6 +134,19 @@ TEST(DataDir, KeepsOnlyTheNewestSnapshotsAndSurvivesReopen) {
             absl::StatusCode::kNotFound);
 }
 
+TEST(DataDir, DropsSnapshotsAfterAStep) {
+  testing::ScopedTempDir tmp;
+  auto dir = DataDir::Open(tmp.path(), "shard-0");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  for (int64_t step : {10, 20, 30}) {
+    ASSERT_TRUE((*dir)->WriteSnapshot(step, *MakeSource(1, step), "m", 5).ok());
+  }
+  ASSERT_TRUE((*dir)->DropSnapshotsAfter(10).ok());
+  EXPECT_EQ(*(*dir)->ListSnapshots(), (std::vector<int64_t>{10}));
+  ASSERT_TRUE((*dir)->DropSnapshotsAfter(10).ok());  // nothing left to drop
+  EXPECT_EQ(*(*dir)->ListSnapshots(), (std::vector<int64_t>{10}));
+}
+
 TEST(DataDir, DirectoryWithForeignFilesIsRefused) {
   testing::ScopedTempDir tmp;
   fs::create_directories(tmp.path());

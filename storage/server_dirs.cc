@@ -27,7 +27,7 @@ absl::StatusOr<std::vector<std::unique_ptr<DataDir>>> OpenServerDirs(
 }
 
 absl::StatusOr<int64_t> NewestCommonSnapshot(
-    const std::vector<std::unique_ptr<DataDir>>& servers) {
+    const std::vector<std::unique_ptr<DataDir>>& servers, int64_t max_step) {
   std::vector<int64_t> common;
   for (size_t s = 0; s < servers.size(); ++s) {
     STRATA_ASSIGN_OR_RETURN(std::vector<int64_t> steps,
@@ -45,9 +45,11 @@ absl::StatusOr<int64_t> NewestCommonSnapshot(
                           steps.end(), std::back_inserter(both));
     common = std::move(both);
   }
+  while (!common.empty() && common.back() > max_step) common.pop_back();
   if (common.empty()) {
-    return absl::FailedPreconditionError(
-        "the servers hold no snapshot of one same step");
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the servers hold no snapshot of one same step at or before step ",
+        max_step));
   }
   return common.back();
 }

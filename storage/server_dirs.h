@@ -21,11 +21,12 @@ namespace strata {
 absl::StatusOr<std::vector<std::unique_ptr<DataDir>>> OpenServerDirs(
     const std::string& dir);
 
-// The newest step of which every one of `servers` holds a snapshot.
-// NOT_FOUND if one holds none; FAILED_PRECONDITION if no step is held by
-// all.
+// The newest step <= max_step of which every one of `servers` holds a
+// snapshot. NOT_FOUND if one holds none; FAILED_PRECONDITION if no such
+// step is held by all.
 absl::StatusOr<int64_t> NewestCommonSnapshot(
-    const std::vector<std::unique_ptr<DataDir>>& servers);
+    const std::vector<std::unique_ptr<DataDir>>& servers,
+    int64_t max_step = INT64_MAX);
 
 }  // namespace strata
 

@@ -368,6 +368,11 @@ TEST(Train, LocalResumesAStoppedRunFromItsServersSnapshots) {
       ledger.Output().find(absl::StrCat("samples ", kSteps * kBatch, " ")),
       std::string::npos)
       << ledger.Output();
+  // Starting a new run in it instead is refused: it holds this one.
+  Child again(args, dir + "/again.log");
+  EXPECT_EQ(again.Wait(), 1);
+  EXPECT_NE(again.Output().find("holds a run already"), std::string::npos)
+      << again.Output();
   // A directory that is not a run's is refused clearly.
   Child wrong({STRATA_BINARY, "local", "--resume", dir}, dir + "/wrong.log");
   EXPECT_EQ(wrong.Wait(), 1);

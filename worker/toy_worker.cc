@@ -115,7 +115,7 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
   // step's samples are leased from the scheduler's data ledger, and a step
   // whose view is overtaken is computed again (cluster/worker_session.h).
   StepView last;            // the view the previous step was computed in
-  uint64_t prev_epoch = 0;  // its epoch; 0: unknown (no redo check)
+  uint64_t prev_epoch = 0;  // its stamp epoch; 0: unknown (no redo check)
   for (int64_t step = 0;;) {
     const bool last_pull = bsp ? step == o.steps : finished;
     const int64_t clock = last_pull && !bsp ? -1 : step;
@@ -189,7 +189,7 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
     speed = speed == 0 ? rate : 0.7 * speed + 0.3 * rate;
     const uint64_t samples = static_cast<uint64_t>(work->samples);
     const StepStamp stamp{
-        .epoch = sv.epoch,
+        .epoch = work->stamp_epoch,
         .first_sample = static_cast<uint64_t>(work->units[0].first())};
     std::vector<OpHandle> pushes =
         ps->PushTensorAsync(0, gw.data(), step, samples, 0, stamp);
@@ -206,7 +206,7 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
       return s;
     }
     last = sv;
-    prev_epoch = sv.epoch;
+    prev_epoch = work->stamp_epoch;
     scheduler->SetProgress(step + 1, speed);
     if (o.log_every > 0 && (step % o.log_every == 0 || step + 1 == o.steps)) {
       std::printf("worker rank %d step %lld batch_loss %.6g\n", sv.rank,

@@ -287,7 +287,7 @@ absl::Status Trainer::Run() {
   }
   const bool bsp = mode_.mode == Consistency::kBsp;
   StepView last;            // the view the previous step was computed in
-  uint64_t prev_epoch = 0;  // its epoch; 0: unknown (no redo check)
+  uint64_t prev_epoch = 0;  // its stamp epoch; 0: unknown (no redo check)
   int64_t step = first_step;
   // SSP/ASP: the job ends when the ledger has seen every sample applied,
   // which may take this worker past --steps clocks (it took over the units
@@ -334,7 +334,7 @@ absl::Status Trainer::Run() {
     STRATA_RETURN_IF_ERROR(work.status());
     const StepView& sv = work->view;
     stamp_ = StepStamp{
-        .epoch = sv.epoch,
+        .epoch = work->stamp_epoch,
         .first_sample = static_cast<uint64_t>(work->units[0].first())};
     float grad_norm = 0;
     absl::StatusOr<double> loss_or = ComputeAndPush(step, *work, &grad_norm);
@@ -345,7 +345,7 @@ absl::Status Trainer::Run() {
     }
     STRATA_ASSIGN_OR_RETURN(const double loss, loss_or);
     last = sv;
-    prev_epoch = sv.epoch;
+    prev_epoch = work->stamp_epoch;
     rank_ = sv.rank;
     workers_ = sv.workers;
     const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
