@@ -58,32 +58,12 @@ TEST(Chaos, BspJobSurvivesKillsJoinsStopsAndASchedulerRestart) {
   }
   int next_worker = 0;
   auto worker = [&](int wait_for) {
-    const int w = next_worker++;
-    return std::make_unique<Child>(
-        std::vector<std::string>{STRATA_BINARY,
-                                 "toy",
-                                 "--scheduler",
-                                 address,
-                                 "--workers",
-                                 std::to_string(wait_for),
-                                 "--steps",
-                                 std::to_string(kSteps),
-                                 "--batch",
-                                 std::to_string(kBatch),
-                                 "--dim",
-                                 std::to_string(kDim),
-                                 "--samples",
-                                 std::to_string(kSamples),
-                                 "--chunk_bytes",
-                                 "64",
-                                 "--sample_cost_us",
-                                 "2000",
-                                 "--lr",
-                                 "0.002",
-                                 "--log_every",
-                                 "10"},
-        absl::StrCat(dir, "/worker", w, ".log"));
+    return testing::ToyWorker(
+        STRATA_BINARY, address, dir, next_worker++, wait_for, kSteps, kBatch,
+        {"--dim", std::to_string(kDim), "--chunk_bytes", "64",
+         "--sample_cost_us", "2000", "--lr", "0.002"});
   };
+
   std::vector<std::unique_ptr<Child>> live;  // running, never signalled
   std::vector<std::unique_ptr<Child>> killed;
   for (int w = 0; w < 3; ++w) live.push_back(worker(3));

@@ -260,29 +260,11 @@ TEST(Cluster, AspHandsADeadWorkersUnitsOutAgain) {
   ASSERT_FALSE(address.empty());
   constexpr int kSteps = 80, kBatch = 48;
   auto worker = [&](int w) {
-    return std::make_unique<Child>(
-        std::vector<std::string>{STRATA_BINARY,
-                                 "toy",
-                                 "--scheduler",
-                                 address,
-                                 "--workers",
-                                 "2",
-                                 "--steps",
-                                 std::to_string(kSteps),
-                                 "--batch",
-                                 std::to_string(kBatch),
-                                 "--dim",
-                                 "64",
-                                 "--samples",
-                                 "960",
-                                 "--chunk_bytes",
-                                 "64",
-                                 "--sample_cost_us",
-                                 "100",
-                                 "--log_every",
-                                 "10"},
-        absl::StrCat(dir, "/worker", w, ".log"));
+    return testing::ToyWorker(
+        STRATA_BINARY, address, dir, w, 2, kSteps, kBatch,
+        {"--dim", "64", "--chunk_bytes", "64", "--sample_cost_us", "100"});
   };
+
   std::vector<std::unique_ptr<Child>> workers;
   for (int w = 0; w < 2; ++w) workers.push_back(worker(w));
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
@@ -309,29 +291,11 @@ TEST(Cluster, BspSharesFollowEachWorkersSpeed) {
   ASSERT_FALSE(address.empty());
   constexpr int kSteps = 60, kBatch = 48;
   auto worker = [&](int w, const char* throttle) {
-    return std::make_unique<Child>(
-        std::vector<std::string>{STRATA_BINARY,
-                                 "toy",
-                                 "--scheduler",
-                                 address,
-                                 "--workers",
-                                 "2",
-                                 "--steps",
-                                 std::to_string(kSteps),
-                                 "--batch",
-                                 std::to_string(kBatch),
-                                 "--dim",
-                                 "16",
-                                 "--samples",
-                                 "960",
-                                 "--sample_cost_us",
-                                 "400",
-                                 "--throttle",
-                                 throttle,
-                                 "--log_every",
-                                 "10"},
-        absl::StrCat(dir, "/worker", w, ".log"));
+    return testing::ToyWorker(
+        STRATA_BINARY, address, dir, w, 2, kSteps, kBatch,
+        {"--dim", "16", "--sample_cost_us", "400", "--throttle", throttle});
   };
+
   // The slow worker registers first: it has the lower member id.
   std::vector<std::unique_ptr<Child>> workers;
   workers.push_back(worker(0, "2"));

@@ -142,6 +142,28 @@ class TestCluster {
   std::string address_;
 };
 
+// A `strata toy` worker of the scheduler at `address`: it waits for
+// `wait_for` live workers, then trains `steps` steps of `batch` samples of a
+// 960-sample problem, logging every 10 steps to <dir>/worker<n>.log; `extra`
+// flags follow.
+inline std::unique_ptr<Child> ToyWorker(const std::string& binary,
+                                        const std::string& address,
+                                        const std::string& dir, int n,
+                                        int wait_for, int64_t steps,
+                                        int64_t batch,
+                                        std::vector<std::string> extra) {
+  std::vector<std::string> args = {binary,        "toy",
+                                   "--scheduler", address,
+                                   "--workers",   std::to_string(wait_for),
+                                   "--steps",     std::to_string(steps),
+                                   "--batch",     std::to_string(batch),
+                                   "--samples",   "960",
+                                   "--log_every", "10"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return std::make_unique<Child>(args,
+                                 dir + "/worker" + std::to_string(n) + ".log");
+}
+
 // The BSP audit of every server, summed, from `strata status` output.
 struct BspAudit {
   int servers = 0;
