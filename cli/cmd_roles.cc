@@ -154,7 +154,7 @@ CommandFn AddServerCommand(CLI::App& app) {
                               WriteAddressFile(*address_file, s->address())))
       return rc;
     s->Wait();
-    return 0;
+    return ReportStatus("server", s->fatal());
   };
 }
 

@@ -271,6 +271,7 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     header.set_member_id(scheduler_->member_id());
     header.set_epoch(op->stamp.epoch != 0 ? op->stamp.epoch : view.epoch());
     header.set_first_sample(op->stamp.first_sample);
+    header.set_generation(op->stamp.generation.value_or(view.generation()));
     header.set_chunk_id(chunk.id);
     header.set_step(op->step);
     header.set_num_samples(op->samples);
@@ -300,6 +301,7 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     req.set_clock(op->step);
     req.set_min_version(op->min_version);
     req.set_epoch(op->stamp.epoch);
+    req.set_generation(op->stamp.generation.value_or(view.generation()));
     req.set_dtype(options_.pull_dtype);
     grpc::Slice slice(req.SerializeAsString());
     attempt->request = grpc::ByteBuffer(&slice, 1);
@@ -426,11 +428,13 @@ absl::Status PsClient::Impl::RegisterModel(const ModelSpec& model) {
                                 return true;
                               },
                               options_.servers_timeout));
-  STRATA_ASSIGN_OR_RETURN(plan_,
-                          MakeChunkPlan(model.tensors, model.chunk_bytes));
-  num_slots_ = view.shard_map().slots_size();
-  PlaceChunks(plan_, num_slots_);
-  {
+  if (plan_.chunks.empty()) {
+    // Once: registering again (after a rollback, for a restarted server
+    // that lacks the chunks) declares the same plan.
+    STRATA_ASSIGN_OR_RETURN(plan_,
+                            MakeChunkPlan(model.tensors, model.chunk_bytes));
+    num_slots_ = view.shard_map().slots_size();
+    PlaceChunks(plan_, num_slots_);
     absl::MutexLock lock(&mu_);
     queues_.resize(num_slots_);
     in_flight_.assign(num_slots_, 0);

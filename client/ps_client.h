@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,10 @@ struct StepStamp {
   // Pushes: the global index of the first of the samples behind the
   // gradient (a contiguous run).
   uint64_t first_sample = 0;
+  // The rollback generation (View.generation) the step was computed in;
+  // unset: the client's current view's when the request is sent. A worker
+  // sets it, so nothing it computed before a rollback is applied after.
+  std::optional<uint64_t> generation;
 };
 
 // Waits for every op; the first error among them, or OK.
@@ -98,7 +103,8 @@ class PsClient {
 
   // Cuts the model into chunks, places them on the shard slots of the view
   // (waiting up to servers_timeout for every slot to have a server) and
-  // declares each server's chunks to it. Idempotent across workers.
+  // declares each server's chunks to it. Idempotent across workers; a
+  // second call declares the first call's plan again.
   absl::Status RegisterModel(const ModelSpec& model);
   // REQUIRES: RegisterModel succeeded.
   const ChunkPlan& plan() const;

@@ -34,7 +34,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
 
 SchedulerClient::SchedulerClient(SchedulerClientOptions options)
     : options_(std::move(options)),
-      stub_(v1::Scheduler::NewStub(MakeChannel(options_.scheduler_address))) {}
+      stub_(v1::Scheduler::NewStub(MakeChannel(options_.scheduler_address))),
+      snapshots_(options_.snapshots) {}
 
 absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Connect(
     SchedulerClientOptions options) {
@@ -85,8 +86,10 @@ absl::Status SchedulerClient::Register() {
   req.set_devices(options_.devices);
   req.set_capacity(options_.capacity);
   req.set_shard(options_.shard);
+  req.set_data_dir_id(options_.data_dir_id);
   {
     absl::MutexLock lock(&mu_);
+    for (int64_t step : snapshots_) req.add_snapshots(step);
     if (first_id_ != 0) {  // again, after a lost lease
       req.set_worker(first_id_);
       req.set_incarnation(incarnation_ + 1);
@@ -157,6 +160,11 @@ void SchedulerClient::SetProgress(int64_t clock, double samples_per_sec) {
   samples_per_sec_ = samples_per_sec;
 }
 
+void SchedulerClient::SetSnapshots(std::vector<int64_t> steps) {
+  absl::MutexLock lock(&mu_);
+  snapshots_ = std::move(steps);
+}
+
 void SchedulerClient::AddViewListener(std::function<void(const v1::View&)> cb) {
   absl::MutexLock lock(&listeners_mu_);
   listeners_.push_back(std::move(cb));
@@ -191,7 +199,15 @@ void SchedulerClient::HeartbeatLoop() {
       if (left_) return;
     }
     absl::Status s = HeartbeatOnce();
-    if (absl::IsNotFound(s)) s = Register();
+    if (absl::IsNotFound(s)) {
+      s = Register();
+      if (absl::IsFailedPrecondition(s) || absl::IsInvalidArgument(s)) {
+        spdlog::error("scheduler client: cannot register again: {}",
+                      s.ToString());
+        if (options_.on_refused) options_.on_refused(s);
+        return;
+      }
+    }
     if (s.ok()) {
       if (failing) spdlog::info("scheduler client: heartbeats resumed");
       failing = false;
@@ -231,6 +247,7 @@ absl::Status SchedulerClient::HeartbeatOnce() {
     req.set_member_id(member_id_);
     req.set_clock(progress_clock_);
     req.set_samples_per_sec(samples_per_sec_);
+    for (int64_t step : snapshots_) req.add_snapshots(step);
   }
   v1::HeartbeatResponse resp;
   auto ctx =

@@ -52,6 +52,16 @@ struct SchedulerClientOptions {
   // Called (from the heartbeat thread) when the lease was lost and the
   // client registered again under a new member id: (old id, new id).
   std::function<void(uint64_t, uint64_t)> on_reregistered;
+  // Called (from the heartbeat thread) when the lease was lost and the
+  // scheduler refused to register this member again with an answer that
+  // retrying cannot change (e.g. FAILED_PRECONDITION: a server restarted
+  // on the same data directory took the slot). The client stops
+  // heartbeating; the member should stop.
+  std::function<void(const absl::Status&)> on_refused;
+  // Servers: their data directory's id (DataDir::id) and the snapshot
+  // steps held at registration (SetSnapshots updates them).
+  std::string data_dir_id;
+  std::vector<int64_t> snapshots;
   // Test-only: when false the destructor does not send Leave, so the
   // scheduler sees the member vanish by lease expiry (as after a crash).
   bool leave_on_destroy = true;
@@ -97,6 +107,8 @@ class SchedulerClient {
 
   // Records the member's step and speed; sent with the next heartbeat.
   void SetProgress(int64_t clock, double samples_per_sec);
+  // Servers: the snapshot steps held now; sent with the next heartbeat.
+  void SetSnapshots(std::vector<int64_t> steps);
 
   // Adds `cb`, called with each newer view (rising epochs) from the client's
   // threads, never under its lock. Callbacks must not block for long, and
@@ -164,6 +176,7 @@ class SchedulerClient {
   v1::View view_ ABSL_GUARDED_BY(mu_);
   int64_t progress_clock_ ABSL_GUARDED_BY(mu_) = 0;
   double samples_per_sec_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int64_t> snapshots_ ABSL_GUARDED_BY(mu_);
   bool left_ ABSL_GUARDED_BY(mu_) = false;     // Leave() was called
   bool closing_ ABSL_GUARDED_BY(mu_) = false;  // the destructor runs
   grpc::ClientContext* watch_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;

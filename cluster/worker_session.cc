@@ -5,6 +5,7 @@
 
 #include "common/status.h"
 #include "common/work_share.h"
+#include "spdlog/spdlog.h"
 
 namespace strata {
 
@@ -43,6 +44,7 @@ absl::StatusOr<StepView> CurrentStepView(SchedulerClient& scheduler,
   sv.member = scheduler.member_id();
   STRATA_ASSIGN_OR_RETURN(sv.rank, RankOf(view, sv.member));
   sv.workers = view.workers_size();
+  sv.generation = view.generation();
   return sv;
 }
 
@@ -110,6 +112,29 @@ bool RedoInNewerView(SchedulerClient& scheduler, const absl::Status& status,
   // request that can never succeed).
   return scheduler.member_id() != computed.member ||
          !RankOf(*newer, computed.member).ok();
+}
+
+std::optional<int64_t> AdoptRollback(SchedulerClient& scheduler,
+                                     uint64_t* generation) {
+  const v1::View view = scheduler.view();
+  if (view.generation() <= *generation) return std::nullopt;
+  spdlog::warn(
+      "strata worker: the job rolled back to step {} (generation {}): going "
+      "on from there",
+      view.rollback_step(), view.generation());
+  *generation = view.generation();
+  return view.rollback_step();
+}
+
+bool AwaitRollback(SchedulerClient& scheduler, uint64_t generation,
+                   absl::Duration timeout) {
+  return scheduler
+      .WaitForView(
+          [generation](const v1::View& v) {
+            return v.generation() > generation;
+          },
+          timeout)
+      .ok();
 }
 
 }  // namespace strata

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@ struct StepView {
   uint64_t member = 0;  // this worker's member id in that view
   int rank = 0;         // common/work_share.h
   int workers = 1;
+  uint64_t generation = 0;  // the view's rollback generation
 };
 
 // The latest view, once this worker (under its current member id: a client
@@ -87,6 +89,20 @@ absl::StatusOr<StepWork> LeaseStepWork(
 bool RedoInNewerView(SchedulerClient& scheduler, const absl::Status& status,
                      const StepView& computed,
                      absl::Duration timeout = absl::Seconds(60));
+
+// BSP rollbacks (View.generation: a server restarted from its snapshot and
+// the whole job went back to a step). A worker's step loop keeps the
+// generation its steps are computed in and stamps it on every push and
+// pull (StepStamp::generation); at the top of each step it calls
+// AdoptRollback, which, when the view is in a newer generation, adopts it
+// and returns the step to go on from (the servers hold its weights).
+std::optional<int64_t> AdoptRollback(SchedulerClient& scheduler,
+                                     uint64_t* generation);
+// After an ABORTED pull with no step of this worker's to redo (the job
+// rolled back under it): waits up to `timeout` for the view of the newer
+// generation. False if it does not come.
+bool AwaitRollback(SchedulerClient& scheduler, uint64_t generation,
+                   absl::Duration timeout = absl::Seconds(60));
 
 }  // namespace strata
 

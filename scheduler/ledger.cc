@@ -328,7 +328,9 @@ absl::StatusOr<v1::ReportAppliedResponse> Ledger::Report(
   std::vector<v1::LedgerRecord> records;
   v1::ReportAppliedResponse resp;
   for (const v1::AppliedReport& r : req.reports()) {
-    if (ApplyReport(r, s, records)) {
+    // An update of another rollback generation: the job rolled back past
+    // it (or the server has not rolled back yet); it does not count.
+    if (r.generation() == view.generation() && ApplyReport(r, s, records)) {
       resp.set_recorded(resp.recorded() + 1);
     } else {
       resp.set_ignored(resp.ignored() + 1);

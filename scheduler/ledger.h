@@ -72,7 +72,8 @@ class Ledger {
   absl::StatusOr<v1::LeaseWorkResponse> Lease(const v1::LeaseWorkRequest& req,
                                               const v1::View& view);
 
-  // Records servers' reports. PERMISSION_DENIED unless req.member_id() is
+  // Records servers' reports; those of another rollback generation than
+  // the view's are ignored. PERMISSION_DENIED unless req.member_id() is
   // the live server of every report's slot; INVALID_ARGUMENT for a slot
   // outside the job's; FAILED_PRECONDITION before any lease fixed the job.
   absl::StatusOr<v1::ReportAppliedResponse> Report(
@@ -89,6 +90,7 @@ class Ledger {
   std::vector<v1::LedgerRecord> Applied() const;
   // A copy of the state (tests, status).
   v1::LedgerState State() const;
+  const Consistency& mode() const { return mode_; }
 
  private:
   // The pieces of [first, first + count) cut at data epoch ends, each with

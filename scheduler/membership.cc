@@ -18,6 +18,8 @@ struct Counters {
   uint64_t workers_epoch;
   uint64_t next_member_id;
   uint64_t shard_map_version;
+  uint64_t generation;
+  uint64_t rollback_step;
 };
 
 void PutCounters(const Counters& c, StateBatch& batch) {
@@ -25,6 +27,25 @@ void PutCounters(const Counters& c, StateBatch& batch) {
   batch.PutMeta("workers_epoch", c.workers_epoch);
   batch.PutMeta("next_member_id", c.next_member_id);
   batch.PutMeta("shard_map_version", c.shard_map_version);
+  batch.PutMeta("generation", c.generation);
+  batch.PutMeta("rollback_step", c.rollback_step);
+}
+
+// A server's snapshot steps as sent: each >= 0, at most kMaxSnapshots.
+absl::Status ValidateSnapshots(
+    const google::protobuf::RepeatedField<int64_t>& steps) {
+  constexpr int kMaxSnapshots = 1024;
+  if (steps.size() > kMaxSnapshots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "more than ", kMaxSnapshots, " snapshot steps (", steps.size(), ")"));
+  }
+  for (int64_t s : steps) {
+    if (s < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("negative snapshot step ", s));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -35,7 +56,9 @@ Membership::Membership(MembershipOptions options, const PersistedState& state)
       epoch_(std::max<uint64_t>(state.epoch, 1)),
       workers_epoch_(state.workers_epoch),
       next_member_id_(std::max<uint64_t>(state.next_member_id, 1)),
-      shard_map_version_(state.shard_map_version) {
+      shard_map_version_(state.shard_map_version),
+      generation_(state.generation),
+      rollback_step_(static_cast<int64_t>(state.rollback_step)) {
   STRATA_CHECK(options_.clock != nullptr && options_.store != nullptr);
   STRATA_CHECK(options_.num_shards > 0);
   const absl::Time lease_end = options_.clock->Now() + options_.lease;
@@ -50,7 +73,7 @@ int64_t Membership::LeaseMs() const {
   return absl::ToInt64Milliseconds(options_.lease);
 }
 
-absl::Status Membership::ValidateRegister(
+absl::StatusOr<uint64_t> Membership::ValidateRegister(
     const v1::RegisterRequest& req) const {
   if (req.role() != v1::ROLE_SERVER && req.role() != v1::ROLE_WORKER &&
       req.role() != v1::ROLE_CLIENT) {
@@ -71,7 +94,14 @@ absl::Status Membership::ValidateRegister(
         " is not a member registering again (want an earlier member id and "
         "an incarnation >= 2, or both 0)"));
   }
-  if (req.role() != v1::ROLE_SERVER) return absl::OkStatus();
+  if (req.role() != v1::ROLE_SERVER) return 0;
+  if (req.data_dir_id().size() > 256) {
+    return absl::InvalidArgumentError(
+        "register: data_dir_id is longer than 256 bytes");
+  }
+  if (absl::Status s = ValidateSnapshots(req.snapshots()); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("register: ", s.message()));
+  }
   if (req.shard() < 0 || req.shard() >= options_.num_shards) {
     return absl::InvalidArgumentError(
         absl::StrCat("register: server shard ", req.shard(), " is outside [0, ",
@@ -82,25 +112,55 @@ absl::Status Membership::ValidateRegister(
         "register: a server must give the address it serves on");
   }
   for (const auto& [id, e] : members_) {
-    if (e.member.role() == v1::ROLE_SERVER && e.member.shard() == req.shard()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "register: shard slot ", req.shard(), " is already served by member ",
-          id, " at ", e.member.address()));
+    if (e.member.role() != v1::ROLE_SERVER || e.member.shard() != req.shard()) {
+      continue;
     }
+    // The same data directory, opened by a new process: the old one is
+    // dead (a live server holds the directory's lock), so its lease is
+    // void. A server registering again after a lost lease never
+    // supersedes: it is the old process, and the new one took its place.
+    if (first && !req.data_dir_id().empty() &&
+        req.data_dir_id() == e.member.data_dir_id()) {
+      return id;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "register: shard slot ", req.shard(), " is already served by member ",
+        id, " at ", e.member.address(),
+        !first && !req.data_dir_id().empty() &&
+                req.data_dir_id() == e.member.data_dir_id()
+            ? " (this server was superseded: stop it)"
+            : ""));
   }
-  return absl::OkStatus();
+  return 0;
 }
 
 absl::StatusOr<v1::RegisterResponse> Membership::Register(
-    const v1::RegisterRequest& req) {
+    const v1::RegisterRequest& req, const RollbackRule& rollback) {
   const absl::Time now = options_.clock->Now();
   absl::MutexLock lock(&mu_);
   ExpireLocked(now);  // a slot whose server ran out may be taken again
-  STRATA_RETURN_IF_ERROR(ValidateRegister(req));
-  Counters c{epoch_, workers_epoch_, next_member_id_ + 1, shard_map_version_};
+  STRATA_ASSIGN_OR_RETURN(const uint64_t superseded, ValidateRegister(req));
+  Counters c{epoch_,
+             workers_epoch_,
+             next_member_id_ + 1,
+             shard_map_version_,
+             generation_,
+             static_cast<uint64_t>(rollback_step_)};
   if (InView(req.role())) ++c.epoch;
   if (req.role() == v1::ROLE_WORKER) c.workers_epoch = c.epoch;
   if (req.role() == v1::ROLE_SERVER) ++c.shard_map_version;
+  if (rollback) {
+    v1::View after = view_;  // the other servers as they will be
+    after.clear_servers();
+    for (const v1::Member& m : view_.servers()) {
+      if (m.id() != superseded) *after.add_servers() = m;
+    }
+    STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> step, rollback(req, after));
+    if (step.has_value()) {
+      ++c.generation;
+      c.rollback_step = static_cast<uint64_t>(*step);
+    }
+  }
 
   v1::Member m;
   m.set_id(next_member_id_);
@@ -112,17 +172,34 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
   m.set_joined_epoch(c.epoch);
   m.set_worker(req.worker() == 0 ? m.id() : req.worker());
   m.set_incarnation(req.incarnation() == 0 ? 1 : req.incarnation());
+  if (req.role() == v1::ROLE_SERVER) {
+    m.set_data_dir_id(req.data_dir_id());
+    *m.mutable_snapshots() = req.snapshots();
+  }
 
   // Store first, so a storage error leaves the table as it was.
   StateBatch batch;
   batch.PutMember(m);
+  if (superseded != 0) batch.DeleteMember(superseded);
   PutCounters(c, batch);
   STRATA_RETURN_IF_ERROR(options_.store->Write(batch));
 
+  if (superseded != 0) {
+    members_.erase(superseded);
+    spdlog::warn(
+        "scheduler: member {} superseded by a restarted server of slot {}",
+        superseded, req.shard());
+  }
   epoch_ = c.epoch;
   workers_epoch_ = c.workers_epoch;
   next_member_id_ = c.next_member_id;
   shard_map_version_ = c.shard_map_version;
+  if (c.generation != generation_) {
+    spdlog::warn("scheduler: the job rolls back to step {} (generation {})",
+                 c.rollback_step, c.generation);
+  }
+  generation_ = c.generation;
+  rollback_step_ = static_cast<int64_t>(c.rollback_step);
   members_[m.id()] = Entry{m, now + options_.lease};
   RebuildViewLocked();
   spdlog::info("scheduler: member {} joined (role {}, address '{}'), epoch {}",
@@ -149,10 +226,16 @@ absl::StatusOr<v1::HeartbeatResponse> Membership::Heartbeat(
         absl::StrCat("heartbeat: member ", req.member_id(),
                      " is unknown or its lease ran out; register again"));
   }
+  if (absl::Status s = ValidateSnapshots(req.snapshots()); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("heartbeat: ", s.message()));
+  }
   Entry& e = it->second;
   e.lease_end = now + options_.lease;
   e.member.set_clock(req.clock());
   e.member.set_samples_per_sec(req.samples_per_sec());
+  if (e.member.role() == v1::ROLE_SERVER) {
+    *e.member.mutable_snapshots() = req.snapshots();
+  }
   if (InView(e.member.role())) RebuildViewLocked();  // progress; same epoch
 
   v1::HeartbeatResponse resp;
@@ -189,7 +272,9 @@ void Membership::ExpireLocked(absl::Time now) {
 }
 
 void Membership::RemoveLocked(const std::vector<uint64_t>& ids) {
-  Counters c{epoch_, workers_epoch_, next_member_id_, shard_map_version_};
+  Counters c{epoch_,          workers_epoch_,
+             next_member_id_, shard_map_version_,
+             generation_,     static_cast<uint64_t>(rollback_step_)};
   bool view_changed = false, workers_changed = false, slots_changed = false;
   StateBatch batch;
   for (uint64_t id : ids) {
@@ -221,6 +306,8 @@ void Membership::RebuildViewLocked() {
   v.set_epoch(epoch_);
   v.set_workers_epoch(workers_epoch_);
   v.set_consistency(options_.consistency);
+  v.set_generation(generation_);
+  v.set_rollback_step(rollback_step_);
   v1::ShardMap* map = v.mutable_shard_map();
   map->set_version(shard_map_version_);
   for (int s = 0; s < options_.num_shards; ++s) map->add_slots()->set_shard(s);

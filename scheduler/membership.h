@@ -6,7 +6,11 @@
 //    and a lease; Heartbeat renews it; Leave or a lease that runs out removes
 //    the member. Each of these changes of membership raises the epoch once.
 //  - Servers occupy one shard slot each; a slot holds at most one live
-//    server. Taking or freeing a slot raises the shard map version.
+//    server. Taking or freeing a slot raises the shard map version. A
+//    server's first registration with the data directory of the slot's
+//    live server supersedes it (one change: one epoch step).
+//  - A registration may roll the job back (RollbackRule): the same change
+//    raises the view's generation and sets its rollback step.
 //  - ROLE_CLIENT members hold a lease but are not in the view, so their
 //    joins and exits do not change the epoch.
 //  - Heartbeats update a member's clock and speed in the view without
@@ -15,6 +19,8 @@
 #define STRATA_SCHEDULER_MEMBERSHIP_H_
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +35,12 @@
 #include "strata/v1/scheduler.pb.h"
 
 namespace strata::scheduler_internal {
+
+// Decides, for a registration about to be admitted, whether the job rolls
+// back and to which step; `after` is the current view less a server it
+// supersedes. An error refuses the registration.
+using RollbackRule = std::function<absl::StatusOr<std::optional<int64_t>>(
+    const v1::RegisterRequest& req, const v1::View& after)>;
 
 struct MembershipOptions {
   int num_shards = 1;
@@ -45,10 +57,14 @@ class Membership {
   // options' clock and store are set and num_shards > 0.
   Membership(MembershipOptions options, const PersistedState& state);
 
-  // Adds a member. Errors: INVALID_ARGUMENT (bad role, shard, capacity or
-  // address), FAILED_PRECONDITION (the server's slot is taken by a live
-  // server), or a storage error (then nothing changed).
-  absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req);
+  // Adds a member (superseding a server, see above), rolling the job back
+  // if `rollback` (may be empty) says so. Errors: INVALID_ARGUMENT (bad
+  // role, shard, capacity, address or snapshot list), FAILED_PRECONDITION
+  // (the server's slot is taken by a live server of another directory, or
+  // this one is a superseded server registering again), the rule's error,
+  // or a storage error (then nothing changed).
+  absl::StatusOr<v1::RegisterResponse> Register(
+      const v1::RegisterRequest& req, const RollbackRule& rollback = nullptr);
 
   // Renews a lease and records progress. Errors: NOT_FOUND if the member is
   // unknown or its lease ran out (it must register again).
@@ -78,8 +94,9 @@ class Membership {
     absl::Time lease_end;
   };
 
-  absl::Status ValidateRegister(const v1::RegisterRequest& req) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The member id `req` supersedes (0: none), or why it is refused.
+  absl::StatusOr<uint64_t> ValidateRegister(
+      const v1::RegisterRequest& req) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Removes every member whose lease ended by `now`.
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes `ids` (all live) as one change: one epoch step.
@@ -95,6 +112,8 @@ class Membership {
   uint64_t workers_epoch_ ABSL_GUARDED_BY(mu_);
   uint64_t next_member_id_ ABSL_GUARDED_BY(mu_);
   uint64_t shard_map_version_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_);
+  int64_t rollback_step_ ABSL_GUARDED_BY(mu_);
   v1::View view_ ABSL_GUARDED_BY(mu_);  // derived from the fields above
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };

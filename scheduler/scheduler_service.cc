@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "scheduler/rollback.h"
+#include "spdlog/spdlog.h"
 
 namespace strata::scheduler_internal {
 namespace {
@@ -17,8 +19,30 @@ constexpr absl::Duration kPollSlice = absl::Milliseconds(200);
 grpc::Status SchedulerService::Register(grpc::ServerContext* ctx,
                                         const v1::RegisterRequest* req,
                                         v1::RegisterResponse* resp) {
-  absl::StatusOr<v1::RegisterResponse> r = membership_->Register(*req);
+  if (req->role() != v1::ROLE_SERVER) {
+    absl::StatusOr<v1::RegisterResponse> r = membership_->Register(*req);
+    if (!r.ok()) return ToGrpcStatus(r.status());
+    *resp = *std::move(r);
+    return grpc::Status::OK;
+  }
+  absl::MutexLock lock(&rollback_mu_);
+  std::optional<int64_t> rolled;
+  absl::StatusOr<v1::RegisterResponse> r = membership_->Register(
+      *req,
+      [&](const v1::RegisterRequest& q,
+          const v1::View& after) -> absl::StatusOr<std::optional<int64_t>> {
+        rolled = RollbackStep(q, after, ledger_->State(), ledger_->mode());
+        return rolled;
+      });
   if (!r.ok()) return ToGrpcStatus(r.status());
+  if (rolled.has_value()) {
+    // The view already says so; a ledger that cannot follow must not stay
+    // quiet (its steps after the rollback would count twice).
+    if (absl::Status s = ledger_->RollBack(*rolled); !s.ok()) {
+      spdlog::error("scheduler: the ledger cannot roll back to step {}: {}",
+                    *rolled, s.ToString());
+    }
+  }
   *resp = *std::move(r);
   return grpc::Status::OK;
 }
@@ -115,6 +139,7 @@ grpc::Status SchedulerService::LeaseWork(grpc::ServerContext* ctx,
 grpc::Status SchedulerService::ReportApplied(
     grpc::ServerContext* ctx, const v1::ReportAppliedRequest* req,
     v1::ReportAppliedResponse* resp) {
+  absl::ReaderMutexLock lock(&rollback_mu_);
   absl::StatusOr<v1::ReportAppliedResponse> r =
       ledger_->Report(*req, membership_->View());
   if (!r.ok()) return ToGrpcStatus(r.status());

@@ -4,6 +4,7 @@
 #ifndef STRATA_SCHEDULER_SCHEDULER_SERVICE_H_
 #define STRATA_SCHEDULER_SCHEDULER_SERVICE_H_
 
+#include "absl/synchronization/mutex.h"
 #include "scheduler/kv_store.h"
 #include "scheduler/ledger.h"
 #include "scheduler/membership.h"
@@ -50,6 +51,9 @@ class SchedulerService final : public v1::Scheduler::Service {
   Membership* const membership_;
   KvStore* const kv_;
   Ledger* const ledger_;
+  // A registration that rolls the job back changes the view and then the
+  // ledger: reports (which check the view's generation) wait for both.
+  absl::Mutex rollback_mu_;
 };
 
 }  // namespace strata::scheduler_internal

@@ -46,6 +46,8 @@ absl::Status LoadRecord(absl::string_view key, absl::string_view value,
     if (key == "workers_epoch") state.workers_epoch = v;
     if (key == "next_member_id") state.next_member_id = v;
     if (key == "shard_map_version") state.shard_map_version = v;
+    if (key == "generation") state.generation = v;
+    if (key == "rollback_step") state.rollback_step = v;
     return absl::OkStatus();
   }
   if (absl::ConsumePrefix(&key, kMemberPrefix)) {

@@ -5,7 +5,7 @@
 // Layout in data_dir: the claim (storage/dir_claim.h: marker and lock, owner
 // "scheduler") and the RocksDB database in "state/". Keys:
 //   meta/<name>   -> decimal uint64 (epoch, workers_epoch, next_member_id,
-//                    shard_map_version)
+//                    shard_map_version, generation, rollback_step)
 //   member/<id>   -> serialized v1::Member (id as 20 zero-padded digits)
 //   kv/<key>      -> serialized v1::KvGetResponse (value and revision)
 //   ledger/state  -> serialized v1::LedgerState (scheduler/ledger.h)
@@ -46,6 +46,8 @@ struct PersistedState {
   uint64_t workers_epoch = 0;
   uint64_t next_member_id = 1;
   uint64_t shard_map_version = 0;
+  uint64_t generation = 0;                      // View.generation
+  uint64_t rollback_step = 0;                   // View.rollback_step
   std::vector<v1::Member> members;              // by rising id
   std::map<std::string, v1::KvGetResponse> kv;  // value and revision
   v1::LedgerState ledger;

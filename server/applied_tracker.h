@@ -50,6 +50,12 @@ class AppliedTracker {
     }
   }
 
+  // Forgets every entry (the shard rolled back).
+  void Clear() {
+    absl::MutexLock lock(&mu_);
+    entries_.clear();
+  }
+
   size_t pending() const {
     absl::MutexLock lock(&mu_);
     return entries_.size();

@@ -15,6 +15,7 @@
 #include "common/wire.h"
 #include "server/ledger_reporter.h"
 #include "server/shard.h"
+#include "server/snapshot_keeper.h"
 #include "spdlog/spdlog.h"
 #include "storage/data_dir.h"
 #include "storage/ram_tier.h"
@@ -143,6 +144,7 @@ struct ParameterServer::Impl {
   ServerOptions options;
   std::unique_ptr<Shard> shard;
   std::unique_ptr<DataDir> data_dir;
+  std::unique_ptr<SnapshotKeeper> snapshots;  // uses `data_dir` and `shard`
   std::unique_ptr<ThreadPool> push_handlers;
   std::unique_ptr<ThreadPool> pull_handlers;
   std::unique_ptr<Service> service;
@@ -152,66 +154,57 @@ struct ParameterServer::Impl {
   int port = 0;
   std::string address;
   int64_t restored_step = -1;
-
-  // Automatic snapshots are written on one background thread, so the push
-  // that closes a step does not wait for the disk. A newer consistent cut
-  // replaces one not yet started: a slow disk costs snapshots, never
-  // unbounded memory.
-  absl::Mutex snap_mu;
-  std::optional<std::pair<int64_t, std::unique_ptr<RamTier>>> snap_next
-      ABSL_GUARDED_BY(snap_mu);
-  bool snap_draining ABSL_GUARDED_BY(snap_mu) = false;  // a drain is queued
-  std::unique_ptr<ThreadPool> snap_writer;              // one thread
-  absl::Mutex write_mu;  // one snapshot write at a time
   absl::Mutex shutdown_mu;
   bool shut_down ABSL_GUARDED_BY(shutdown_mu) = false;
+  absl::Mutex view_mu;  // one view handled at a time
+  absl::Mutex fatal_mu;
+  absl::Status fatal ABSL_GUARDED_BY(fatal_mu);
+  std::thread fatal_thread ABSL_GUARDED_BY(fatal_mu);
 
-  absl::StatusOr<std::string> Write(int64_t step, const ChunkTier& capture) {
-    if (!data_dir)
-      return absl::FailedPreconditionError("this server has no --data_dir");
-    absl::MutexLock lock(&write_mu);
-    STRATA_RETURN_IF_ERROR(data_dir->WriteSnapshot(
-        step, capture, shard->GroupsMetadata(), options.keep_snapshots));
-    return data_dir->SnapshotPath(step);
-  }
-
-  // Queues the cut of `step` for the writer thread.
-  void QueueSnapshot(int64_t step, std::unique_ptr<RamTier> capture) {
-    {
-      absl::MutexLock lock(&snap_mu);
-      snap_next.emplace(step, std::move(capture));
-      if (snap_draining) return;
-      snap_draining = true;
-    }
-    snap_writer->Schedule([this] { DrainSnapshots(); });
-  }
-
-  // On the writer thread: writes queued cuts until none is left.
-  void DrainSnapshots() {
-    for (;;) {
-      std::pair<int64_t, std::unique_ptr<RamTier>> job;
-      {
-        absl::MutexLock lock(&snap_mu);
-        if (!snap_next.has_value()) {
-          snap_draining = false;
-          return;
-        }
-        job = std::move(*snap_next);
-        snap_next.reset();
-      }
-      auto written = Write(job.first, *job.second);
-      if (!written.ok()) {
-        spdlog::error("strata server: snapshot of step {} failed: {}",
-                      job.first, written.status().ToString());
+  // A new view: first the job's rollback, if it is newer than ours, then
+  // the live workers.
+  void OnView(ParameterServer* owner, const v1::View& view) {
+    absl::MutexLock lock(&view_mu);
+    if (view.generation() > shard->generation()) {
+      absl::Status s =
+          snapshots->RollBack(view.generation(), view.rollback_step());
+      if (!s.ok()) {
+        // Serving another step than the job's would lose it: stop.
+        Fail(owner, s);
+        return;
       }
     }
+    shard->UpdateView(view);
+  }
+
+  // Stops the server (on a thread of its own: callers may be threads the
+  // shutdown joins) with `why` as ParameterServer::fatal().
+  void Fail(ParameterServer* owner, const absl::Status& why) {
+    absl::MutexLock lock(&fatal_mu);
+    if (!fatal.ok()) return;
+    spdlog::error("strata server: stopping: {}", why.ToString());
+    fatal = why;
+    fatal_thread = std::thread([owner] { owner->Shutdown(); });
   }
 };
 
 ParameterServer::ParameterServer(std::unique_ptr<Impl> impl)
     : impl_(std::move(impl)) {}
 
-ParameterServer::~ParameterServer() { Shutdown(); }
+ParameterServer::~ParameterServer() {
+  std::thread fatal_thread;
+  {
+    absl::MutexLock lock(&impl_->fatal_mu);
+    fatal_thread = std::move(impl_->fatal_thread);
+  }
+  if (fatal_thread.joinable()) fatal_thread.join();
+  Shutdown();
+}
+
+absl::Status ParameterServer::fatal() const {
+  absl::MutexLock lock(&impl_->fatal_mu);
+  return impl_->fatal;
+}
 
 absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     ServerOptions options) {
@@ -319,11 +312,12 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   me.address = options.advertise_address.empty()
                    ? absl::StrCat("127.0.0.1:", me.port)
                    : options.advertise_address;
-  me.snap_writer = std::make_unique<ThreadPool>(1);
-  me.shard->set_snapshot_sink(
-      [&me](int64_t step, std::unique_ptr<RamTier> capture) {
-        me.QueueSnapshot(step, std::move(capture));
-      });
+  me.snapshots = std::make_unique<SnapshotKeeper>(
+      me.data_dir.get(), me.shard.get(), options.keep_snapshots);
+  me.shard->set_snapshot_sink([&me](uint64_t generation, int64_t step,
+                                    std::unique_ptr<RamTier> capture) {
+    me.snapshots->Queue(generation, step, std::move(capture));
+  });
 
   if (!options.scheduler_address.empty()) {
     SchedulerClientOptions so;
@@ -332,7 +326,15 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     so.address = me.address;
     so.shard = options.shard;
     so.clock = options.clock;
+    if (me.data_dir) so.data_dir_id = me.data_dir->id();
+    so.snapshots = me.snapshots->Held();
+    ParameterServer* self = owner.get();
+    so.on_refused = [&me, self](const absl::Status& s) { me.Fail(self, s); };
     STRATA_ASSIGN_OR_RETURN(me.scheduler, SchedulerClient::Connect(so));
+    me.snapshots->set_on_change(
+        [sc = me.scheduler.get()](std::vector<int64_t> held) {
+          sc->SetSnapshots(std::move(held));
+        });
     const v1::View view = me.scheduler->view();
     if (!view.consistency().empty() &&
         view.consistency() != consistency.ToString()) {
@@ -347,8 +349,9 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     shard->set_applied_sink(
         [r = me.reporter.get()](const v1::AppliedReport& a) { r->Add(a); });
     me.scheduler->AddViewListener(
-        [shard](const v1::View& v) { shard->UpdateView(v); });
-    shard->UpdateView(me.scheduler->view());
+        [&me, self](const v1::View& v) { me.OnView(self, v); });
+    me.OnView(self, me.scheduler->view());
+    STRATA_RETURN_IF_ERROR(owner->fatal());
   }
   return owner;
 }
@@ -360,18 +363,10 @@ int64_t ParameterServer::restored_step() const { return impl_->restored_step; }
 
 absl::StatusOr<std::string> ParameterServer::SnapshotNow(int64_t step) {
   std::unique_ptr<RamTier> capture = impl_->shard->CaptureAll();
-  return impl_->Write(step, *capture);
+  return impl_->snapshots->Write(step, *capture);
 }
 
-void ParameterServer::FlushSnapshots() {
-  Impl& me = *impl_;
-  absl::MutexLock lock(&me.snap_mu);
-  me.snap_mu.Await(absl::Condition(
-      +[](Impl* i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i->snap_mu) {
-        return !i->snap_draining;
-      },
-      &me));
-}
+void ParameterServer::FlushSnapshots() { impl_->snapshots->Flush(); }
 
 void ParameterServer::Shutdown() {
   Impl& me = *impl_;
@@ -396,7 +391,6 @@ void ParameterServer::Shutdown() {
   me.pull_handlers.reset();
   me.push_handlers.reset();
   FlushSnapshots();
-  me.snap_writer.reset();
 }
 
 void ParameterServer::Wait() {

@@ -25,6 +25,9 @@ struct ServerOptions {
   // loaded: the newest, or the one of restore_step when that is >= 0 (the
   // whole job resumes at a step every server holds; NOT_FOUND if this
   // server does not hold it; its snapshots of later steps are removed).
+  // With a scheduler, the directory's id and snapshot steps are sent at
+  // registration (a restart on it supersedes the old server at once, and
+  // may roll the job back: scheduler/rollback.h) and with heartbeats.
   std::string data_dir;
   int64_t restore_step = -1;
   // bsp | ssp:<s> | asp. With a scheduler, "" means "the job's setting from
@@ -59,6 +62,10 @@ class ParameterServer {
   int64_t restored_step() const;
   // Blocks until automatic snapshots queued so far are written.
   void FlushSnapshots();
+  // Why the server stopped itself, or OK: it could not roll back to the
+  // job's step (View.generation), or a server restarted on its data
+  // directory superseded it. Wait() returns once it has stopped.
+  absl::Status fatal() const;
   void Shutdown();  // idempotent
   void Wait();      // until Shutdown
 

@@ -233,6 +233,22 @@ void Shard::UpdateView(const v1::View& v) {
   }
 }
 
+absl::Status Shard::AwaitGeneration(uint64_t generation) {
+  absl::MutexLock lock(&view_mu_);
+  const absl::Time deadline = absl::Now() + options_.view_wait;
+  while (view_.generation < generation && !cancelled_) {
+    if (view_changed_.WaitWithDeadline(&view_mu_, deadline)) break;
+  }
+  if (cancelled_) return absl::UnavailableError("the server is shutting down");
+  if (view_.generation < generation) {
+    return absl::UnavailableError(
+        absl::StrCat("request of rollback generation ", generation,
+                     " but this server is in generation ", view_.generation,
+                     "; retry once it has rolled back"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Shard::CheckMember(const v1::PushRequest& req) {
   absl::MutexLock lock(&view_mu_);
   auto is_member = [this, &req]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(view_mu_) {
@@ -343,6 +359,7 @@ absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req,
       return absl::InvalidArgumentError("push with num_samples == 0");
     if (req.step() < 0)
       return absl::InvalidArgumentError("push with a negative step");
+    STRATA_RETURN_IF_ERROR(AwaitGeneration(req.generation()));
     STRATA_RETURN_IF_ERROR(CheckMember(req));
     std::vector<float> grad;
     STRATA_RETURN_IF_ERROR(DecodeGradient(req, payload_bytes, read,
@@ -374,6 +391,7 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
         absl::StrCat("unknown pull dtype ", req.dtype()));
   }
   counters_.pulls++;
+  STRATA_RETURN_IF_ERROR(AwaitGeneration(req.generation()));
   const Consistency& mode = options_.consistency;
   const uint64_t member = req.member_id();
   auto is_worker = [this, member] {
@@ -412,7 +430,11 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
            c->rec.version < need_version && view().workers_epoch > req.epoch();
   };
   const absl::Time deadline = absl::Now() + options_.max_wait;
-  while (!ready()) {
+  for (;;) {
+    // Before `ready`: a rolled-back chunk may be at the version wanted, but
+    // not with the weights this requester's step came from.
+    STRATA_RETURN_IF_ERROR(CheckGeneration(*c, req.generation()));
+    if (ready()) break;
     if (cancelled_)
       return absl::UnavailableError("the server is shutting down");
     if (redone()) {
@@ -462,27 +484,36 @@ size_t Shard::num_chunks() const { return num_chunks_.load(); }
 
 absl::Status Shard::Restore(const std::string& metadata,
                             const ChunkTier& records) {
+  STRATA_RETURN_IF_ERROR(RegisterGroups(metadata));
+  return records.ForEach(
+      [this](const ChunkRecord& rec) { return RestoreChunk(rec); });
+}
+
+absl::Status Shard::RegisterGroups(const std::string& metadata) {
   v1::RegisterChunksRequest meta;
   if (!meta.ParseFromString(metadata))
     return absl::DataLossError("snapshot metadata is corrupt");
-  STRATA_RETURN_IF_ERROR(Register(meta).status());  // the groups
-  return records.ForEach([this](const ChunkRecord& rec) -> absl::Status {
-    v1::ChunkSpec spec;
-    if (!spec.ParseFromString(rec.spec)) {
-      return absl::DataLossError(
-          absl::StrCat("snapshot chunk ", rec.id, " has a corrupt spec"));
-    }
-    STRATA_RETURN_IF_ERROR(ValidateChunkSpec(spec, options_.max_chunk_bytes));
-    absl::MutexLock lock(&table_mu_);
-    auto g = groups_.find(spec.group());
-    if (g == groups_.end()) {
-      return absl::DataLossError(absl::StrCat(
-          "snapshot chunk ", rec.id, " names unknown group ", spec.group()));
-    }
-    tensor_shapes_[spec.tensor()] = {spec.tensor_shape().begin(),
-                                     spec.tensor_shape().end()};
-    return CreateChunk(spec, g->second.get(), &rec);
-  });
+  return Register(meta).status();
+}
+
+absl::Status Shard::RestoreChunk(const ChunkRecord& rec) {
+  v1::ChunkSpec spec;
+  if (!spec.ParseFromString(rec.spec)) {
+    return absl::DataLossError(
+        absl::StrCat("snapshot chunk ", rec.id, " has a corrupt spec"));
+  }
+  STRATA_RETURN_IF_ERROR(ValidateChunkSpec(spec, options_.max_chunk_bytes));
+  absl::MutexLock lock(&table_mu_);
+  // Held already (a rollback of a running shard): RollBack sets its state.
+  if (chunks_.contains(rec.id)) return absl::OkStatus();
+  auto g = groups_.find(spec.group());
+  if (g == groups_.end()) {
+    return absl::DataLossError(absl::StrCat(
+        "snapshot chunk ", rec.id, " names unknown group ", spec.group()));
+  }
+  tensor_shapes_[spec.tensor()] = {spec.tensor_shape().begin(),
+                                   spec.tensor_shape().end()};
+  return CreateChunk(spec, g->second.get(), &rec);
 }
 
 void Shard::FillStats(v1::StatsResponse* out) const {
@@ -495,6 +526,8 @@ void Shard::FillStats(v1::StatsResponse* out) const {
   out->set_bsp_samples_applied(counters_.bsp_samples_applied);
   out->set_bsp_tiling_errors(counters_.bsp_tiling_errors);
   out->set_aborted_stale_epoch(counters_.aborted_stale_epoch);
+  out->set_aborted_rolled_back(counters_.aborted_rolled_back);
+  out->set_generation(generation());
   absl::MutexLock lock(&table_mu_);
   out->set_chunks(chunks_.size());
   for (const auto& [id, c] : chunks_) {

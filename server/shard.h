@@ -23,6 +23,13 @@
 //  - ssp:s: pushes apply at once; a pull at clock c waits until every live
 //    worker's clock on that chunk is >= c - s.
 //  - asp: pushes apply at once; pulls wait only for an explicit min_version.
+//
+// Rollbacks (BSP; View.generation): RollBack puts every chunk back to a
+// snapshot's state (or the initial weights for step 0) in a new generation.
+// Pushes and pulls carry the generation they were computed in: an older
+// one than the chunk's is ABORTED (checked under the chunk's lock, so
+// nothing computed before the rollback is applied after it), a newer one
+// waits up to view_wait for this shard to roll back (then UNAVAILABLE).
 #ifndef STRATA_SERVER_SHARD_H_
 #define STRATA_SERVER_SHARD_H_
 
@@ -76,6 +83,7 @@ struct ShardCounters {
   std::atomic<uint64_t> bsp_samples_applied{0};
   std::atomic<uint64_t> bsp_tiling_errors{0};
   std::atomic<uint64_t> aborted_stale_epoch{0};
+  std::atomic<uint64_t> aborted_rolled_back{0};
 };
 
 // What a pull returns besides the data.
@@ -86,8 +94,8 @@ struct PullResult {
 
 // Called with a complete, consistent capture of every chunk at `step`
 // (BSP auto-snapshots). Runs on the thread that closed the last chunk.
-using SnapshotSink =
-    std::function<void(int64_t step, std::unique_ptr<RamTier> capture)>;
+using SnapshotSink = std::function<void(uint64_t generation, int64_t step,
+                                        std::unique_ptr<RamTier> capture)>;
 
 // Called with each update every chunk of the shard has applied (slot unset;
 // server/applied_tracker.h). Runs under a chunk's lock: it must be quick and
@@ -143,6 +151,18 @@ class Shard {
   std::string GroupsMetadata() const;
   absl::Status Restore(const std::string& metadata, const ChunkTier& records);
 
+  // Rolls every chunk back to `records` (a snapshot of `step` with its
+  // `metadata`; both null for step 0: every chunk to its initial weights
+  // and empty optimizer state) in rollback generation `generation`, which
+  // must be newer than the shard's. Open BSP steps, SSP clocks, pending
+  // snapshot cuts and applied-but-unreported updates are dropped; requests
+  // of older generations get ABORTED. Errors (nothing changed):
+  // FAILED_PRECONDITION for a generation not newer, DATA_LOSS for a
+  // snapshot that lacks a chunk this shard holds or does not match it.
+  absl::Status RollBack(uint64_t generation, int64_t step,
+                        const std::string* metadata, const ChunkTier* records);
+  uint64_t generation() const;
+
   // Wakes every pull waiting at a gate with UNAVAILABLE, now and later
   // (the server is shutting down).
   void Cancel();
@@ -174,16 +194,26 @@ class Shard {
     std::map<uint64_t, Contribution> open ABSL_GUARDED_BY(mu);
     // SSP: each worker's clock on this chunk (steps pushed).
     absl::flat_hash_map<uint64_t, int64_t> clocks ABSL_GUARDED_BY(mu);
+    // The rollback generation and the step it started from.
+    uint64_t generation ABSL_GUARDED_BY(mu) = 0;
+    int64_t generation_step ABSL_GUARDED_BY(mu) = 0;
   };
   struct ViewState {
     uint64_t epoch = 0;
     uint64_t workers_epoch = 0;     // when the set of live workers last changed
     std::vector<uint64_t> workers;  // sorted
     absl::flat_hash_map<uint64_t, uint64_t>
-        joined_epoch;  // worker -> epoch it joined at
+        joined_epoch;         // worker -> epoch it joined at
+    uint64_t generation = 0;  // of the last RollBack, once every chunk is in it
   };
 
   absl::StatusOr<Chunk*> FindChunk(uint64_t id) const;
+  // ABORTED unless `generation` is the chunk's.
+  absl::Status CheckGeneration(const Chunk& c, uint64_t generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // Waits up to view_wait for the shard to reach `generation`; UNAVAILABLE
+  // if it does not (or the shard is cancelled).
+  absl::Status AwaitGeneration(uint64_t generation);
   absl::Status CheckMember(const v1::PushRequest& req);
   absl::Status DecodeGradient(const v1::PushRequest& req, size_t payload_bytes,
                               PayloadReader read, uint64_t numel,
@@ -215,6 +245,10 @@ class Shard {
   static bool IsLive(const ViewState& view, uint64_t member);
   absl::Status CreateChunk(const v1::ChunkSpec& spec, const Group* group,
                            const ChunkRecord* restored);
+  // Restore's parts: the optimizer groups of snapshot metadata, and one
+  // snapshot record as a new chunk (nothing for a chunk already held).
+  absl::Status RegisterGroups(const std::string& metadata);
+  absl::Status RestoreChunk(const ChunkRecord& rec);
 
   const ShardOptions options_;
   ShardCounters counters_;

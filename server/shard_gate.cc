@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "server/shard.h"
 #include "spdlog/spdlog.h"
 
@@ -15,6 +16,10 @@ absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
                                                 const v1::PushRequest& req,
                                                 std::vector<float> grad) {
   absl::MutexLock lock(&c.mu);
+  if (absl::Status s = CheckGeneration(c, req.generation()); !s.ok()) {
+    GiveBuffer(std::move(grad));
+    return s;
+  }
   // The view read under the chunk's lock: a view change sweeps each chunk
   // under its lock after publishing, so a push from a worker that has left
   // is either refused here or dropped by the sweep, never counted.
@@ -148,6 +153,7 @@ void Shard::ApplyGradient(Chunk& c, const float* grad, int64_t step) {
 absl::StatusOr<v1::PushResponse> Shard::PushAsync(
     Chunk& c, const v1::PushRequest& req, const std::vector<float>& grad) {
   absl::MutexLock lock(&c.mu);
+  STRATA_RETURN_IF_ERROR(CheckGeneration(c, req.generation()));
   const ViewState now = view();
   if (!IsLive(now, req.member_id())) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -177,6 +183,7 @@ void Shard::NoteApplied(const Chunk& c, int64_t step, uint64_t worker,
   std::optional<v1::AppliedReport> done =
       applied_.Note(step, worker, epoch, num_chunks_.load());
   if (!done.has_value()) return;
+  done->set_generation(c.generation);
   absl::MutexLock lock(&applied_sink_mu_);
   if (applied_sink_) applied_sink_(*done);
 }
@@ -194,6 +201,20 @@ int64_t Shard::MinClock(const Chunk& c, const ViewState& view) const {
     min_clock = std::min(min_clock, it == c.clocks.end() ? 0 : it->second);
   }
   return min_clock == INT64_MAX ? 0 : min_clock;
+}
+
+}  // namespace strata
+
+namespace strata {
+
+absl::Status Shard::CheckGeneration(const Chunk& c, uint64_t generation) {
+  if (generation == c.generation) return absl::OkStatus();
+  counters_.aborted_rolled_back++;
+  return absl::AbortedError(
+      absl::StrCat("computed in rollback generation ", generation,
+                   " but chunk ", c.spec.chunk_id(), " is in generation ",
+                   c.generation, " (the job rolled back to step ",
+                   c.generation_step, "): go on from that step"));
 }
 
 }  // namespace strata

@@ -2,12 +2,16 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "server/init.h"
 #include "server/shard.h"
 
 // Capturing a shard's chunks for snapshots: the consistent cut BSP
 // auto-snapshots assemble as each chunk closes the step, a capture of
-// everything now, and the group configs saved beside them. Restoring is
-// Shard::Restore (shard.cc), through the registration checks.
+// everything now, and the group configs saved beside them; and rolling a
+// running shard back to a snapshot. Restoring at start is Shard::Restore
+// (shard.cc), through the registration checks.
 namespace strata {
 
 void Shard::CaptureForSnapshot(const Chunk& c) {
@@ -32,7 +36,7 @@ void Shard::CaptureForSnapshot(const Chunk& c) {
     absl::MutexLock lock(&snap_mu_);
     sink = snapshot_sink_;
   }
-  if (sink) sink(step, std::move(done));
+  if (sink) sink(c.generation, step, std::move(done));
 }
 
 void Shard::set_snapshot_sink(SnapshotSink sink) {
@@ -61,6 +65,81 @@ std::string Shard::GroupsMetadata() const {
   std::sort(meta.mutable_groups()->begin(), meta.mutable_groups()->end(),
             [](const auto& a, const auto& b) { return a.name() < b.name(); });
   return meta.SerializeAsString();
+}
+
+absl::Status Shard::RollBack(uint64_t generation, int64_t step,
+                             const std::string* metadata,
+                             const ChunkTier* records) {
+  absl::MutexLock update_lock(&update_mu_);  // no view sweep meanwhile
+  if (generation <= this->generation()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rollback to generation ", generation,
+                     " is not newer than this shard's ", this->generation()));
+  }
+  // Copied out first: no shard lock is taken under the tier's.
+  absl::flat_hash_map<uint64_t, ChunkRecord> restored;
+  if (records != nullptr) {
+    STRATA_RETURN_IF_ERROR(records->ForEach([&](const ChunkRecord& rec) {
+      restored[rec.id] = rec;
+      return absl::OkStatus();
+    }));
+    // A chunk the snapshot holds that this shard lacks (a restarted server
+    // that restored an older snapshot, or none) is created first.
+    STRATA_RETURN_IF_ERROR(RegisterGroups(*metadata));
+    for (const auto& [id, rec] : restored) {
+      STRATA_RETURN_IF_ERROR(RestoreChunk(rec));
+    }
+  }
+  std::vector<Chunk*> all;
+  {
+    absl::MutexLock lock(&table_mu_);
+    for (auto& [id, c] : chunks_) all.push_back(c.get());
+  }
+  // Check everything first, so a bad snapshot changes nothing.
+  for (Chunk* c : all) {
+    if (records == nullptr) continue;
+    auto it = restored.find(c->spec.chunk_id());
+    absl::MutexLock lock(&c->mu);
+    if (it == restored.end() ||
+        it->second.weights.size() != c->rec.weights.size() ||
+        it->second.slots.size() != c->rec.slots.size()) {
+      return absl::DataLossError(absl::StrCat(
+          "the snapshot of step ", step, " lacks chunk ", c->spec.tensor(), "#",
+          c->spec.index(), " or does not match it"));
+    }
+  }
+  for (Chunk* c : all) {
+    absl::MutexLock lock(&c->mu);
+    if (records != nullptr) {
+      c->rec = std::move(restored[c->spec.chunk_id()]);
+    } else {
+      const size_t n = c->spec.numel();
+      FillInit(c->spec.init(), c->spec.chunk_id(), c->rec.weights.data(), n);
+      for (auto& slot : c->rec.slots) std::fill(slot.begin(), slot.end(), 0.0f);
+      c->rec.version = 0;
+    }
+    for (auto& [id, contrib] : c->open) GiveBuffer(std::move(contrib.grad));
+    c->open.clear();
+    c->clocks.clear();
+    c->generation = generation;
+    c->generation_step = step;
+    c->changed.SignalAll();  // pulls of the old generation are ABORTED
+  }
+  applied_.Clear();
+  {
+    absl::MutexLock lock(&snap_mu_);
+    pending_snapshots_.clear();
+    last_captured_step_ = step;
+  }
+  absl::MutexLock lock(&view_mu_);
+  view_.generation = generation;
+  view_changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+uint64_t Shard::generation() const {
+  absl::MutexLock lock(&view_mu_);
+  return view_.generation;
 }
 
 }  // namespace strata

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <utility>
 
@@ -27,6 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kSnapshotPrefix[] = "step-";
+constexpr char kIdFile[] = "DIR_ID";
 constexpr char kMetaMagic[] = "strata-snapshot-meta";
 
 // META: magic line, then step, record count and metadata size in decimal,
@@ -101,7 +103,31 @@ absl::StatusOr<std::unique_ptr<DataDir>> DataDir::Open(
   fs::create_directories(path + "/tmp", ec);
   if (!ec) fs::create_directories(path + "/snapshots", ec);
   if (ec) return FsError("create", path + "/{tmp,snapshots}", ec);
+  STRATA_ASSIGN_OR_RETURN(dir->id_, LoadOrMakeId(path));
   return dir;
+}
+
+absl::StatusOr<std::string> DataDir::LoadOrMakeId(const std::string& path) {
+  const std::string file = path + "/" + kIdFile;
+  absl::StatusOr<std::string> id = ReadFile(file, 64);
+  if (id.ok()) {
+    if (id->size() != 32 ||
+        id->find_first_not_of("0123456789abcdef") != std::string::npos) {
+      return absl::DataLossError(
+          absl::StrCat(file, " does not hold a directory id"));
+    }
+    return *id;
+  }
+  if (!absl::IsNotFound(id.status())) return id.status();
+  std::random_device random;
+  std::string made;
+  for (int i = 0; i < 4; ++i) {
+    made += absl::StrFormat("%08x", static_cast<uint32_t>(random()));
+  }
+  const std::string temp = file + ".new";
+  STRATA_RETURN_IF_ERROR(WriteFileSynced(temp, made));
+  STRATA_RETURN_IF_ERROR(RenameSynced(temp, file));
+  return made;
 }
 
 std::string DataDir::SnapshotPath(int64_t step) const {

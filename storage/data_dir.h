@@ -77,6 +77,9 @@ class DataDir {
   std::string SnapshotPath(int64_t step) const;
 
   const std::string& path() const { return path_; }
+  // A random id made when the directory was first opened (file DIR_ID):
+  // the scheduler knows a restarted server by it.
+  const std::string& id() const { return id_; }
   const std::string& owner_tag() const { return claim_->owner_tag(); }
 
  private:
@@ -94,8 +97,12 @@ class DataDir {
   std::string NewTempPathLocked(absl::string_view name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // The id in `path`'s DIR_ID, made and stored if absent.
+  static absl::StatusOr<std::string> LoadOrMakeId(const std::string& path);
+
   const std::string path_;
   const std::unique_ptr<DirClaim> claim_;
+  std::string id_;  // set by Open
   mutable absl::Mutex mu_;
   uint64_t temp_counter_ ABSL_GUARDED_BY(mu_) = 0;
 };

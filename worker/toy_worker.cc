@@ -95,7 +95,10 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
 
   STRATA_ASSIGN_OR_RETURN(auto ps,
                           PsClient::Create(PsClientOptions(), scheduler));
-  STRATA_RETURN_IF_ERROR(ps->RegisterModel(ToyModel(o, kind)));
+  const ModelSpec model = ToyModel(o, kind);
+  // The generation the model's state is in, read before the first pulls.
+  uint64_t generation = scheduler->view().generation();
+  STRATA_RETURN_IF_ERROR(ps->RegisterModel(model));
 
   const int dim = o.problem.dim;
   std::vector<float> w(dim), gw(dim), probe(kProbeSlots),
@@ -117,10 +120,17 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
   StepView last;            // the view the previous step was computed in
   uint64_t prev_epoch = 0;  // its stamp epoch; 0: unknown (no redo check)
   for (int64_t step = 0;;) {
+    if (std::optional<int64_t> back = AdoptRollback(*scheduler, &generation)) {
+      step = *back;
+      prev_epoch = 0;
+      // A restarted server that held no snapshot lacks the chunks.
+      STRATA_RETURN_IF_ERROR(ps->RegisterModel(model));
+      continue;
+    }
     const bool last_pull = bsp ? step == o.steps : finished;
     const int64_t clock = last_pull && !bsp ? -1 : step;
     const uint64_t min_version = bsp ? step : 0;
-    const StepStamp pull_stamp{.epoch = prev_epoch};
+    const StepStamp pull_stamp{.epoch = prev_epoch, .generation = generation};
     std::vector<OpHandle> pulls =
         ps->PullTensorAsync(0, w.data(), clock, min_version, 0, pull_stamp);
     for (const OpHandle& op :
@@ -134,9 +144,14 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
         pulls.push_back(op);
     }
     if (absl::Status s = WaitAll(pulls); !s.ok()) {
+      // Without a previous step to redo, ABORTED means the job rolled back.
+      if (absl::IsAborted(s) && prev_epoch == 0 &&
+          AwaitRollback(*scheduler, generation)) {
+        continue;
+      }
       if (step > 0 && absl::IsAborted(s) &&
           RedoInNewerView(*scheduler, s, last)) {
-        --step;  // step-1 is redone in the new view
+        --step;  // step-1 is redone in the new view (or the job rolled back)
         prev_epoch = 0;
         continue;
       }
@@ -175,6 +190,7 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
     }
     if (!work.ok()) return work.status();
     const StepView& sv = work->view;
+    if (sv.generation != generation) continue;  // adopt the rollback first
     if (o.delay_ms > 0)
       absl::SleepFor(absl::Milliseconds(o.delay_ms * sv.rank));
     const absl::Time t0 = absl::Now();
@@ -190,7 +206,8 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
     const uint64_t samples = static_cast<uint64_t>(work->samples);
     const StepStamp stamp{
         .epoch = work->stamp_epoch,
-        .first_sample = static_cast<uint64_t>(work->units[0].first())};
+        .first_sample = static_cast<uint64_t>(work->units[0].first()),
+        .generation = generation};
     std::vector<OpHandle> pushes =
         ps->PushTensorAsync(0, gw.data(), step, samples, 0, stamp);
     for (const OpHandle& op :

@@ -126,9 +126,10 @@ class Trainer {
   Consistency mode_;
   int rank_;
   int workers_;
-  StepStamp stamp_;    // of the step being computed
-  v1::LedgerJob job_;  // this job, as the data ledger knows it
-  double speed_ = 0;   // samples/s computing, smoothed
+  StepStamp stamp_;          // of the step being computed
+  uint64_t generation_ = 0;  // the rollback generation steps are computed in
+  v1::LedgerJob job_;        // this job, as the data ledger knows it
+  double speed_ = 0;         // samples/s computing, smoothed
   double compute_s_ = 0;
   std::vector<int32_t> tokens_, targets_;
 };
@@ -140,9 +141,10 @@ absl::StatusOr<uint64_t> Trainer::PullWeights(int64_t step,
   const int n = static_cast<int>(gpt_->params().size());
   std::vector<OpHandle> ops;
   for (int i = 0; i < n; ++i) {
-    Append(ops, ps_->PullTensorAsync(i, gpt_->param_data(i), step,
-                                     bsp ? step : 0, /*priority=*/n - i,
-                                     StepStamp{.epoch = prev_epoch}));
+    Append(ops,
+           ps_->PullTensorAsync(
+               i, gpt_->param_data(i), step, bsp ? step : 0, /*priority=*/n - i,
+               StepStamp{.epoch = prev_epoch, .generation = generation_}));
   }
   // Every pull finishes before this returns, failed or not: one still in
   // flight would write into param_data while a redone step computes.
@@ -160,7 +162,8 @@ absl::StatusOr<int64_t> Trainer::FirstStep() {
   const int n = static_cast<int>(gpt_->params().size());
   std::vector<OpHandle> ops;
   for (int i = 0; i < n; ++i) {
-    Append(ops, ps_->PullTensorAsync(i, gpt_->param_data(i), -1, 0));
+    Append(ops, ps_->PullTensorAsync(i, gpt_->param_data(i), -1, 0, 0,
+                                     StepStamp{.generation = generation_}));
   }
   uint64_t min_version = UINT64_MAX;
   int64_t min_clock = INT64_MAX;
@@ -276,6 +279,7 @@ absl::Status Trainer::Run() {
                       data_->num_windows(Split::kTrain), o_.seed);
   const absl::Time start = absl::Now();
   double tokens_per_s = 0;
+  generation_ = scheduler_->view().generation();
   STRATA_ASSIGN_OR_RETURN(const int64_t first_step, FirstStep());
   if (first_step >= o_.steps) {
     return absl::FailedPreconditionError(
@@ -294,12 +298,25 @@ absl::Status Trainer::Run() {
   // of a worker that died).
   bool finished = false;
   for (;;) {
+    if (std::optional<int64_t> back =
+            AdoptRollback(*scheduler_, &generation_)) {
+      step = *back;
+      prev_epoch = 0;
+      // A restarted server that held no snapshot lacks the chunks.
+      STRATA_RETURN_IF_ERROR(ps_->RegisterModel(ServerModel(*gpt_, o_)));
+      continue;
+    }
     const absl::Time t0 = absl::Now();
     // BSP: the weights at version `step` (step-1 closed). After the last
     // step, the final weights; SSP/ASP read those without the gate.
     const bool last_pull = bsp ? step == o_.steps : finished;
     const int64_t clock = last_pull && !bsp ? -1 : step;
     absl::StatusOr<uint64_t> pulled = PullWeights(clock, prev_epoch);
+    // Without a previous step to redo, ABORTED means the job rolled back.
+    if (absl::IsAborted(pulled.status()) && prev_epoch == 0 &&
+        AwaitRollback(*scheduler_, generation_)) {
+      continue;
+    }
     if (absl::IsAborted(pulled.status()) && step > first_step) {
       // The live workers changed before step-1 closed: it is redone with
       // the new view's shares.
@@ -333,9 +350,11 @@ absl::Status Trainer::Run() {
     }
     STRATA_RETURN_IF_ERROR(work.status());
     const StepView& sv = work->view;
-    stamp_ = StepStamp{
-        .epoch = work->stamp_epoch,
-        .first_sample = static_cast<uint64_t>(work->units[0].first())};
+    if (sv.generation != generation_) continue;  // adopt the rollback first
+    stamp_ =
+        StepStamp{.epoch = work->stamp_epoch,
+                  .first_sample = static_cast<uint64_t>(work->units[0].first()),
+                  .generation = generation_};
     float grad_norm = 0;
     absl::StatusOr<double> loss_or = ComputeAndPush(step, *work, &grad_norm);
     if (!loss_or.ok() && RedoInNewerView(*scheduler_, loss_or.status(), sv)) {
