@@ -34,14 +34,27 @@ join_figures() {
 
 # start_cluster DIR [SCHEDULER FLAGS...]: starts a scheduler (2 shard slots,
 # plus the flags) and two servers from build/, logging into DIR; appends
-# their pids to the array `pids` and sets `addr` to the scheduler's address.
+# their pids to the array `pids`, sets `addr` to the scheduler's address and
+# `server_pids` to the servers' pids. With SNAPSHOT_EVERY set, server s keeps
+# snapshots every that many steps in DIR/server<s> (start_server starts it
+# again on it).
 start_cluster() {
   local dir=$1; shift
   ./build/cli/strata scheduler --listen 127.0.0.1:0 --num_shards 2 "$@" \
     --address_file "$dir/addr" 2>"$dir/scheduler.log" & pids+=($!)
   for _ in $(seq 100); do [ -s "$dir/addr" ] && break; sleep 0.1; done
   addr=$(cat "$dir/addr")
-  for s in 0 1; do
-    ./build/cli/strata server --scheduler "$addr" --shard $s 2>"$dir/server$s.log" & pids+=($!)
-  done
+  server_pids=()
+  for s in 0 1; do start_server "$dir" $s; done
+}
+
+# start_server DIR S: (re)starts server S of start_cluster's cluster.
+start_server() {
+  local dir=$1 s=$2 flags=()
+  if [ -n "${SNAPSHOT_EVERY:-}" ]; then
+    flags=(--data_dir "$dir/server$s" --snapshot_every "$SNAPSHOT_EVERY")
+  fi
+  ./build/cli/strata server --scheduler "$addr" --shard "$s" "${flags[@]}" \
+    2>>"$dir/server$s.log" & pids+=($!)
+  server_pids[s]=$!
 }

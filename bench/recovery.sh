@@ -6,17 +6,25 @@
 # complete after stalling on it, and prints the median as
 # `worker_recovery_s <x>` with its ratio to the lease (the bound the design
 # gives: the lease, plus the lease check, plus one redone step).
+# Then recovery from a server killed with SIGKILL and started again at once
+# on its data directory (snapshots every SNAPSHOT_EVERY steps), SERVER_KILLS
+# times: the seconds from the kill to the first step the workers complete
+# after the job rolled back, median as `server_recovery_s <y>`, with its
+# ratio to the lease (which the restart does not wait for: it supersedes
+# the old server's lease).
 # Run from the repository root: bash bench/recovery.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
 bench_build strata
 KILLS=${KILLS:-5}
+SERVER_KILLS=${SERVER_KILLS:-3}
 LEASE_MS=${LEASE_MS:-2500}
+export SNAPSHOT_EVERY=${SNAPSHOT_EVERY:-20}
 
 dir=$(mktemp -d /tmp/strata-recovery-XXXXXX)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; if [ -n "${KEEP:-}" ]; then rm -rf "$KEEP"; cp -r "$dir" "$KEEP"; fi; rm -rf "$dir"; }
 trap cleanup EXIT
 
 start_cluster "$dir" --lease_ms "$LEASE_MS"
@@ -72,3 +80,48 @@ done
 median=$(printf "%s\n" "${times[@]}" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}')
 echo "worker_recovery_s $median"
 python3 -c "print('worker_recovery_ratio_to_lease %.3f' % ($median / ($LEASE_MS / 1000)))"
+
+# Server kills: kill -9 server 1 and start it again at once; watch the
+# newest worker's log as above (it stalls, then steps again from the
+# snapshot the job rolled back to).
+measure_server='
+import os, signal, subprocess, sys, time
+pid, log = int(sys.argv[1]), sys.argv[2]
+size = lambda: os.path.getsize(log)
+s0 = size(); t = time.time()
+while size() == s0:
+    if time.time() - t > 60: sys.exit("the workers are not stepping")
+    time.sleep(0.01)
+time.sleep(0.5)
+os.kill(pid, signal.SIGKILL)
+t_kill = time.time()
+restart = subprocess.Popen(sys.argv[3:], stdout=subprocess.DEVNULL,
+                           stderr=open(os.environ["SERVER_LOG"], "a"))
+last, last_t, stalled = size(), t_kill, False
+while time.time() - t_kill < 120:
+    now = size()
+    if now != last:
+        if stalled or time.time() - t_kill > 0.3:
+            print("%.3f %d" % (time.time() - t_kill, restart.pid)); sys.exit(0)
+        last, last_t = now, time.time()
+    elif time.time() - last_t >= 0.3:
+        stalled = True
+    time.sleep(0.005)
+sys.exit("the workers did not recover within 120 s")
+'
+server_times=()
+watch=$((KILLS + 1))  # a worker that is still alive
+for k in $(seq "$SERVER_KILLS"); do
+  out=$(SERVER_LOG="$dir/server1.log" python3 -c "$measure_server" "${server_pids[1]}" "$dir/worker$watch.log" \
+    ./build/cli/strata server --scheduler "$addr" --shard 1 \
+    --data_dir "$dir/server1" --snapshot_every "$SNAPSHOT_EVERY")
+  t=${out% *}
+  server_pids[1]=${out#* }
+  pids+=("${server_pids[1]}")
+  echo "server kill $k: ${t} s"
+  server_times+=("$t")
+  sleep 2
+done
+median=$(printf "%s\n" "${server_times[@]}" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}')
+echo "server_recovery_s $median"
+python3 -c "print('server_recovery_ratio_to_lease %.3f' % ($median / ($LEASE_MS / 1000)))"

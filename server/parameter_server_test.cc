@@ -10,6 +10,7 @@
 
 #include "client/ps_client.h"
 #include "cluster/scheduler_client.h"
+#include "common/clock.h"
 #include "scheduler/scheduler.h"
 #include "server/shard.h"
 
@@ -295,6 +296,48 @@ TEST(PsClient, HigherPriorityOperationsGoFirst) {
   // Order was: push w (5), pull b (4), pull w (3), push b (1).
   EXPECT_EQ(high_pull_b.version(), 0u);  // before the low-priority push of b
   EXPECT_EQ(mid_pull_w.version(), 2u);   // after both pushes of w
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST(ParameterServer, StopsWhenARestartOnItsDataDirectorySupersedesIt) {
+  SimulatedClock clock;
+  SchedulerOptions so;
+  so.num_shards = 1;
+  so.lease = absl::Seconds(10);
+  so.clock = &clock;
+  auto scheduler = Scheduler::Start(so);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  const std::string dir = TempDir("superseded");
+  auto server = StartServer(**scheduler, dir);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::string id;
+  std::getline(std::ifstream(dir + "/DIR_ID"), id);
+  ASSERT_EQ(id.size(), 32u);
+  // Its lease runs out (as for a process paused past it), and a new process
+  // on the same directory takes the slot.
+  clock.Advance(absl::Seconds(11));
+  (*scheduler)->CheckLeasesNow();
+  SchedulerClientOptions restarted;
+  restarted.scheduler_address = (*scheduler)->address();
+  restarted.role = v1::ROLE_SERVER;
+  restarted.address = "127.0.0.1:1";
+  restarted.shard = 0;
+  restarted.data_dir_id = id;
+  auto other = SchedulerClient::Connect(restarted);
+  ASSERT_TRUE(other.ok()) << other.status();
+  // The old server's next heartbeat finds its lease gone; registering again
+  // is refused, and it stops with the reason.
+  (*server)->Wait();
+  const absl::Status why = (*server)->fatal();
+  EXPECT_EQ(why.code(), absl::StatusCode::kFailedPrecondition) << why;
+  EXPECT_NE(why.message().find("superseded"), absl::string_view::npos) << why;
+  EXPECT_EQ((*scheduler)->CurrentView().shard_map().slots(0).member_id(),
+            (*other)->member_id());
 }
 
 }  // namespace
