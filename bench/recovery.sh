@@ -40,38 +40,44 @@ start_worker() {
 }
 for w in 0 1 2; do start_worker $w; done
 
-# Measures one kill: waits until the survivor's log (a file) grows steadily,
-# kills the pid, then watches the log: the recovery is the time from the kill
-# to the first line written after a stall of at least 0.3 s (or to the first
-# line, if the survivors never stalled).
+# Measures one kill: waits until a survivor's log (a file) grows steadily,
+# kills the pid, starts the command given after the log (if any: a
+# restart; its stderr goes to $RESTART_LOG), then watches the log: the
+# recovery is the time from the kill to the first line written after a
+# stall of at least 0.3 s (or to the first line, if the survivors never
+# stalled). Prints the seconds, and the restarted pid if any.
 measure='
-import os, signal, sys, time
-pid, log = int(sys.argv[1]), sys.argv[2]
+import os, signal, subprocess, sys, time
+pid, log, restart = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 size = lambda: os.path.getsize(log)
 s0 = size(); t = time.time()
 while size() == s0:
-    if time.time() - t > 60: sys.exit("the workers never started")
+    if time.time() - t > 60: sys.exit("the workers are not stepping")
     time.sleep(0.01)
 time.sleep(0.5)
 os.kill(pid, signal.SIGKILL)
 t_kill = time.time()
+if restart:
+    restart = subprocess.Popen(restart, stdout=subprocess.DEVNULL,
+                               stderr=open(os.environ["RESTART_LOG"], "a")).pid
 last, last_t, stalled = size(), t_kill, False
-while time.time() - t_kill < 60:
+while time.time() - t_kill < 120:
     now = size()
     if now != last:
         if stalled or time.time() - t_kill > 0.3:
-            print("%.3f" % (time.time() - t_kill)); sys.exit(0)
+            print("%.3f" % (time.time() - t_kill), restart or ""); sys.exit(0)
         last, last_t = now, time.time()
     elif time.time() - last_t >= 0.3:
         stalled = True
     time.sleep(0.005)
-sys.exit("the survivors did not recover within 60 s")
+sys.exit("the survivors did not recover within 120 s")
 '
 times=()
 # Before kill k (from 1) the live workers are k-1, k and k+1: kill k-1,
 # watch k, then start k+2.
 for k in $(seq "$KILLS"); do
   t=$(python3 -c "$measure" "${workers[$((k - 1))]}" "$dir/worker$k.log")
+  t=${t% }
   echo "kill $k: ${t} s"
   times+=("$t")
   start_worker $((k + 2))
@@ -84,35 +90,10 @@ python3 -c "print('worker_recovery_ratio_to_lease %.3f' % ($median / ($LEASE_MS 
 # Server kills: kill -9 server 1 and start it again at once; watch the
 # newest worker's log as above (it stalls, then steps again from the
 # snapshot the job rolled back to).
-measure_server='
-import os, signal, subprocess, sys, time
-pid, log = int(sys.argv[1]), sys.argv[2]
-size = lambda: os.path.getsize(log)
-s0 = size(); t = time.time()
-while size() == s0:
-    if time.time() - t > 60: sys.exit("the workers are not stepping")
-    time.sleep(0.01)
-time.sleep(0.5)
-os.kill(pid, signal.SIGKILL)
-t_kill = time.time()
-restart = subprocess.Popen(sys.argv[3:], stdout=subprocess.DEVNULL,
-                           stderr=open(os.environ["SERVER_LOG"], "a"))
-last, last_t, stalled = size(), t_kill, False
-while time.time() - t_kill < 120:
-    now = size()
-    if now != last:
-        if stalled or time.time() - t_kill > 0.3:
-            print("%.3f %d" % (time.time() - t_kill, restart.pid)); sys.exit(0)
-        last, last_t = now, time.time()
-    elif time.time() - last_t >= 0.3:
-        stalled = True
-    time.sleep(0.005)
-sys.exit("the workers did not recover within 120 s")
-'
 server_times=()
 watch=$((KILLS + 1))  # a worker that is still alive
 for k in $(seq "$SERVER_KILLS"); do
-  out=$(SERVER_LOG="$dir/server1.log" python3 -c "$measure_server" "${server_pids[1]}" "$dir/worker$watch.log" \
+  out=$(RESTART_LOG="$dir/server1.log" python3 -c "$measure" "${server_pids[1]}" "$dir/worker$watch.log" \
     ./build/cli/strata server --scheduler "$addr" --shard 1 \
     --data_dir "$dir/server1" --snapshot_every "$SNAPSHOT_EVERY")
   t=${out% *}

@@ -34,6 +34,23 @@ double FinalLoss(const std::string& output) {
   return -1;
 }
 
+// Expects `final_loss` (-1: none printed) to be the loss of the same job of
+// `steps` steps without faults (the same batches, averaged in another
+// order): float rounding apart, the same training. The small learning rate
+// keeps the loss far from 0, so the comparison means something.
+void ExpectFaultFreeLoss(double final_loss, int64_t steps) {
+  ToyProblem p;
+  p.dim = kDim;
+  p.samples = kSamples;
+  const std::vector<float> ref =
+      testing::ToyReference(p, steps, kBatch, 0.002f, 1);
+  const double ref_loss = ToyLoss(p, ref.data(), ref[kDim]);
+  ASSERT_GE(final_loss, 0) << "no worker printed final_loss";
+  ASSERT_GT(ref_loss, 1e-3);
+  EXPECT_NEAR(final_loss, ref_loss, 0.01 * ref_loss)
+      << "fault-free " << ref_loss;
+}
+
 TEST(Chaos, BspJobSurvivesKillsJoinsStopsAndServerAndSchedulerRestarts) {
   const std::string dir = testing::FreshDir("chaos");
   const std::string state = dir + "/scheduler_state";
@@ -131,20 +148,7 @@ TEST(Chaos, BspJobSurvivesKillsJoinsStopsAndServerAndSchedulerRestarts) {
   EXPECT_EQ(ledger.epochs_finished, kSteps * kBatch / kSamples)
       << ledger.output;
 
-  // The loss of the same job without faults (the same batches, averaged in
-  // another order): float rounding apart, the same training. The small
-  // learning rate keeps the loss far from 0 after kSteps, so the comparison
-  // means something.
-  ToyProblem p;
-  p.dim = kDim;
-  p.samples = kSamples;
-  const std::vector<float> ref =
-      testing::ToyReference(p, kSteps, kBatch, 0.002f, 1);
-  const double ref_loss = ToyLoss(p, ref.data(), ref[kDim]);
-  ASSERT_GE(final_loss, 0) << "no worker printed final_loss";
-  ASSERT_GT(ref_loss, 1e-3);
-  EXPECT_NEAR(final_loss, ref_loss, 0.01 * ref_loss)
-      << "fault-free " << ref_loss;
+  ExpectFaultFreeLoss(final_loss, kSteps);
 
   // Nothing but the killed processes crashed.
   for (auto& s : servers) EXPECT_EQ(s->Stop(), 0) << s->Output();
@@ -203,15 +207,7 @@ TEST(Chaos, BspJobRollsBackWhenAServerIsKilledAndRestarted) {
       testing::CheckLedger(STRATA_BINARY, address, dir, kJobSteps * kBatch);
   testing::ExpectAppliedOnce(ledger, kJobSteps * kBatch);
 
-  ToyProblem p;
-  p.dim = kDim;
-  p.samples = kSamples;
-  const std::vector<float> ref =
-      testing::ToyReference(p, kJobSteps, kBatch, 0.002f, 1);
-  const double ref_loss = ToyLoss(p, ref.data(), ref[kDim]);
-  ASSERT_GE(final_loss, 0) << "no worker printed final_loss";
-  EXPECT_NEAR(final_loss, ref_loss, 0.01 * ref_loss)
-      << "fault-free " << ref_loss;
+  ExpectFaultFreeLoss(final_loss, kJobSteps);
   EXPECT_EQ(servers[0]->Stop(), 0) << servers[0]->Output();
   EXPECT_EQ(restarted->Stop(), 0) << restarted->Output();
   EXPECT_EQ(scheduler->Stop(), 0) << scheduler->Output();
