@@ -19,6 +19,12 @@ std::optional<int64_t> RollbackStep(const v1::RegisterRequest& req,
     return std::find(slots.begin(), slots.end(), slot) != slots.end();
   };
   if (!in_job(req.shard())) return std::nullopt;
+  // A finished job keeps its final weights: its workers are gone.
+  if (ledger.job().total_samples() > 0 &&
+      ledger.applied_steps() * ledger.job().batch() >=
+          ledger.job().total_samples()) {
+    return std::nullopt;
+  }
   auto holds = [](const google::protobuf::RepeatedField<int64_t>& held,
                   int64_t step) {
     return step == 0 || std::find(held.begin(), held.end(), step) != held.end();

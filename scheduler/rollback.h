@@ -13,7 +13,8 @@
 // step 0, the initial weights, which every server can make from the chunk
 // specs, is held by all. A server registering again after a lost lease kept
 // its state and never rolls the job back; neither do SSP/ASP jobs (their
-// servers snapshot no consistent cut).
+// servers snapshot no consistent cut), nor a job whose every step was
+// applied (its workers are gone).
 #ifndef STRATA_SCHEDULER_ROLLBACK_H_
 #define STRATA_SCHEDULER_ROLLBACK_H_
 

@@ -159,6 +159,7 @@ struct ParameterServer::Impl {
   absl::Mutex view_mu;  // one view handled at a time
   absl::Mutex fatal_mu;
   absl::Status fatal ABSL_GUARDED_BY(fatal_mu);
+  bool stopping ABSL_GUARDED_BY(fatal_mu) = false;  // Shutdown has begun
   std::thread fatal_thread ABSL_GUARDED_BY(fatal_mu);
 
   // A new view: first the job's rollback, if it is newer than ours, then
@@ -181,7 +182,7 @@ struct ParameterServer::Impl {
   // shutdown joins) with `why` as ParameterServer::fatal().
   void Fail(ParameterServer* owner, const absl::Status& why) {
     absl::MutexLock lock(&fatal_mu);
-    if (!fatal.ok()) return;
+    if (!fatal.ok() || stopping) return;
     spdlog::error("strata server: stopping: {}", why.ToString());
     fatal = why;
     fatal_thread = std::thread([owner] { owner->Shutdown(); });
@@ -192,13 +193,15 @@ ParameterServer::ParameterServer(std::unique_ptr<Impl> impl)
     : impl_(std::move(impl)) {}
 
 ParameterServer::~ParameterServer() {
+  // Shutdown first: after it begins, Fail starts no thread; one it started
+  // before runs Shutdown too, which returns once this one has finished.
+  Shutdown();
   std::thread fatal_thread;
   {
     absl::MutexLock lock(&impl_->fatal_mu);
     fatal_thread = std::move(impl_->fatal_thread);
   }
   if (fatal_thread.joinable()) fatal_thread.join();
-  Shutdown();
 }
 
 absl::Status ParameterServer::fatal() const {
@@ -362,11 +365,14 @@ Shard& ParameterServer::shard() { return *impl_->shard; }
 int64_t ParameterServer::restored_step() const { return impl_->restored_step; }
 
 absl::StatusOr<std::string> ParameterServer::SnapshotNow(int64_t step) {
+  const uint64_t generation = impl_->shard->generation();
   std::unique_ptr<RamTier> capture = impl_->shard->CaptureAll();
-  return impl_->snapshots->Write(step, *capture);
+  return impl_->snapshots->Write(step, *capture, generation);
 }
 
-void ParameterServer::FlushSnapshots() { impl_->snapshots->Flush(); }
+void ParameterServer::FlushSnapshots() {
+  if (impl_->snapshots) impl_->snapshots->Flush();
+}
 
 void ParameterServer::Shutdown() {
   Impl& me = *impl_;
@@ -375,6 +381,12 @@ void ParameterServer::Shutdown() {
   absl::MutexLock shutdown_lock(&me.shutdown_mu);
   if (me.shut_down) return;
   me.shut_down = true;
+  {
+    absl::MutexLock lock(&me.fatal_mu);
+    me.stopping = true;
+  }
+  // No snapshot news for a scheduler client about to go.
+  if (me.snapshots) me.snapshots->set_on_change(nullptr);
   if (me.reporter) {
     // What the shard applied reaches the ledger before we leave.
     me.reporter->Flush(absl::Seconds(2));

@@ -22,8 +22,10 @@ bool SameMessage(const google::protobuf::Message& a,
 
 size_t ElementBytes(v1::DType dtype) { return dtype == v1::DTYPE_BF16 ? 2 : 4; }
 
-absl::Status ValidateChunkSpec(const v1::ChunkSpec& s,
-                               uint64_t max_chunk_bytes) {
+}  // namespace
+
+absl::Status Shard::ValidateChunkSpec(const v1::ChunkSpec& s,
+                                      uint64_t max_chunk_bytes) {
   if (s.tensor().empty())
     return absl::InvalidArgumentError("chunk spec without a tensor name");
   if (s.numel() == 0) {
@@ -61,8 +63,6 @@ absl::Status ValidateChunkSpec(const v1::ChunkSpec& s,
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 Shard::Shard(ShardOptions options) : options_(std::move(options)) {}
 Shard::~Shard() = default;
@@ -169,6 +169,10 @@ absl::Status Shard::CreateChunk(const v1::ChunkSpec& spec, const Group* group,
     FillInit(spec.init(), spec.chunk_id(), c->rec.weights.data(), n);
     c->rec.slots.assign(slots, std::vector<float>(n, 0.0f));
   }
+  // Created after a rollback (a restarted server that held no snapshot):
+  // in its generation, or no request could reach it.
+  c->generation = rolled_generation_.load();
+  c->generation_step = rolled_step_.load();
   chunks_[spec.chunk_id()] = std::move(c);
   num_chunks_++;
   return absl::OkStatus();
@@ -481,40 +485,6 @@ void Shard::Cancel() {
 }
 
 size_t Shard::num_chunks() const { return num_chunks_.load(); }
-
-absl::Status Shard::Restore(const std::string& metadata,
-                            const ChunkTier& records) {
-  STRATA_RETURN_IF_ERROR(RegisterGroups(metadata));
-  return records.ForEach(
-      [this](const ChunkRecord& rec) { return RestoreChunk(rec); });
-}
-
-absl::Status Shard::RegisterGroups(const std::string& metadata) {
-  v1::RegisterChunksRequest meta;
-  if (!meta.ParseFromString(metadata))
-    return absl::DataLossError("snapshot metadata is corrupt");
-  return Register(meta).status();
-}
-
-absl::Status Shard::RestoreChunk(const ChunkRecord& rec) {
-  v1::ChunkSpec spec;
-  if (!spec.ParseFromString(rec.spec)) {
-    return absl::DataLossError(
-        absl::StrCat("snapshot chunk ", rec.id, " has a corrupt spec"));
-  }
-  STRATA_RETURN_IF_ERROR(ValidateChunkSpec(spec, options_.max_chunk_bytes));
-  absl::MutexLock lock(&table_mu_);
-  // Held already (a rollback of a running shard): RollBack sets its state.
-  if (chunks_.contains(rec.id)) return absl::OkStatus();
-  auto g = groups_.find(spec.group());
-  if (g == groups_.end()) {
-    return absl::DataLossError(absl::StrCat(
-        "snapshot chunk ", rec.id, " names unknown group ", spec.group()));
-  }
-  tensor_shapes_[spec.tensor()] = {spec.tensor_shape().begin(),
-                                   spec.tensor_shape().end()};
-  return CreateChunk(spec, g->second.get(), &rec);
-}
 
 void Shard::FillStats(v1::StatsResponse* out) const {
   out->set_pushes_applied(counters_.pushes_applied);

@@ -2,7 +2,8 @@
 // state, version), the job's consistency gate, and the update rule. It knows
 // nothing of gRPC; server/parameter_server.cc adapts it to the wire.
 // Implemented in shard.cc (chunk table, view, push and pull entry points),
-// shard_gate.cc (the update rules below) and shard_snapshot.cc (captures).
+// shard_gate.cc (the update rules below) and shard_snapshot.cc (captures,
+// restores and rollbacks).
 //
 // Consistency:
 //  - bsp: a chunk's open step t closes once every live worker of the view has
@@ -156,7 +157,9 @@ class Shard {
   // and empty optimizer state) in rollback generation `generation`, which
   // must be newer than the shard's. Open BSP steps, SSP clocks, pending
   // snapshot cuts and applied-but-unreported updates are dropped; requests
-  // of older generations get ABORTED. Errors (nothing changed):
+  // of older generations get ABORTED; chunks created later are in the new
+  // generation. Errors (no chunk's state changed, though chunks the
+  // snapshot holds and the shard lacked are created first):
   // FAILED_PRECONDITION for a generation not newer, DATA_LOSS for a
   // snapshot that lacks a chunk this shard holds or does not match it.
   absl::Status RollBack(uint64_t generation, int64_t step,
@@ -245,6 +248,9 @@ class Shard {
   static bool IsLive(const ViewState& view, uint64_t member);
   absl::Status CreateChunk(const v1::ChunkSpec& spec, const Group* group,
                            const ChunkRecord* restored);
+  // A chunk spec's own checks (name, id, size, shape, overflow).
+  static absl::Status ValidateChunkSpec(const v1::ChunkSpec& s,
+                                        uint64_t max_chunk_bytes);
   // Restore's parts: the optimizer groups of snapshot metadata, and one
   // snapshot record as a new chunk (nothing for a chunk already held).
   absl::Status RegisterGroups(const std::string& metadata);
@@ -253,6 +259,10 @@ class Shard {
   const ShardOptions options_;
   ShardCounters counters_;
   std::atomic<size_t> num_chunks_{0};
+  // The generation of the latest RollBack and its step, set before it
+  // moves the chunks (CreateChunk gives new chunks these).
+  std::atomic<uint64_t> rolled_generation_{0};
+  std::atomic<int64_t> rolled_step_{0};
   std::atomic<bool> cancelled_{false};
 
   mutable absl::Mutex table_mu_;

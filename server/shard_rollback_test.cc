@@ -127,5 +127,21 @@ TEST(ShardRollBack, ASnapshotThatLacksAChunkChangesNothing) {
   EXPECT_EQ(PullIn(shard, 2, 0, &out)->version, 2u);
 }
 
+TEST(ShardRollBack, ChunksRegisteredAfterARollbackAreInItsGeneration) {
+  // A restarted server that held no snapshot: empty when the job rolls back
+  // to step 0, its chunks declared by the workers afterwards.
+  Shard shard(Opts("bsp"));
+  ASSERT_TRUE(shard.RollBack(3, 0, nullptr, nullptr).ok());
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(1, {1}, 1));
+  Steps(shard, 0, 2, 3);
+  std::string out;
+  absl::StatusOr<PullResult> pulled = PullIn(shard, 2, 3, &out);
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  EXPECT_EQ(pulled->version, 2u);
+  EXPECT_EQ(PullIn(shard, 2, 2, &out).status().code(),
+            absl::StatusCode::kAborted);
+}
+
 }  // namespace
 }  // namespace strata

@@ -10,8 +10,8 @@
 // Capturing a shard's chunks for snapshots: the consistent cut BSP
 // auto-snapshots assemble as each chunk closes the step, a capture of
 // everything now, and the group configs saved beside them; and rolling a
-// running shard back to a snapshot. Restoring at start is Shard::Restore
-// (shard.cc), through the registration checks.
+// running shard back to a snapshot; restoring one at start, through the
+// registration checks.
 namespace strata {
 
 void Shard::CaptureForSnapshot(const Chunk& c) {
@@ -95,7 +95,7 @@ absl::Status Shard::RollBack(uint64_t generation, int64_t step,
     absl::MutexLock lock(&table_mu_);
     for (auto& [id, c] : chunks_) all.push_back(c.get());
   }
-  // Check everything first, so a bad snapshot changes nothing.
+  // Check everything first, so a bad snapshot changes no chunk's state.
   for (Chunk* c : all) {
     if (records == nullptr) continue;
     auto it = restored.find(c->spec.chunk_id());
@@ -108,10 +108,23 @@ absl::Status Shard::RollBack(uint64_t generation, int64_t step,
           c->spec.index(), " or does not match it"));
     }
   }
+  {
+    // Under the table's lock: a chunk created from now on (CreateChunk runs
+    // under it) is in the new generation; one created before is in `all`.
+    absl::MutexLock lock(&table_mu_);
+    rolled_step_ = step;
+    rolled_generation_ = generation;
+    all.clear();
+    for (auto& [id, c] : chunks_) all.push_back(c.get());
+  }
   for (Chunk* c : all) {
     absl::MutexLock lock(&c->mu);
-    if (records != nullptr) {
-      c->rec = std::move(restored[c->spec.chunk_id()]);
+    auto it = restored.find(c->spec.chunk_id());
+    if (records != nullptr && it != restored.end()) {
+      c->rec = std::move(it->second);
+    } else if (records != nullptr) {
+      // Registered since the check above: its state is not in the
+      // snapshot; it keeps what it was created with.
     } else {
       const size_t n = c->spec.numel();
       FillInit(c->spec.init(), c->spec.chunk_id(), c->rec.weights.data(), n);
@@ -140,6 +153,40 @@ absl::Status Shard::RollBack(uint64_t generation, int64_t step,
 uint64_t Shard::generation() const {
   absl::MutexLock lock(&view_mu_);
   return view_.generation;
+}
+
+absl::Status Shard::Restore(const std::string& metadata,
+                            const ChunkTier& records) {
+  STRATA_RETURN_IF_ERROR(RegisterGroups(metadata));
+  return records.ForEach(
+      [this](const ChunkRecord& rec) { return RestoreChunk(rec); });
+}
+
+absl::Status Shard::RegisterGroups(const std::string& metadata) {
+  v1::RegisterChunksRequest meta;
+  if (!meta.ParseFromString(metadata))
+    return absl::DataLossError("snapshot metadata is corrupt");
+  return Register(meta).status();
+}
+
+absl::Status Shard::RestoreChunk(const ChunkRecord& rec) {
+  v1::ChunkSpec spec;
+  if (!spec.ParseFromString(rec.spec)) {
+    return absl::DataLossError(
+        absl::StrCat("snapshot chunk ", rec.id, " has a corrupt spec"));
+  }
+  STRATA_RETURN_IF_ERROR(ValidateChunkSpec(spec, options_.max_chunk_bytes));
+  absl::MutexLock lock(&table_mu_);
+  // Held already (a rollback of a running shard): RollBack sets its state.
+  if (chunks_.contains(rec.id)) return absl::OkStatus();
+  auto g = groups_.find(spec.group());
+  if (g == groups_.end()) {
+    return absl::DataLossError(absl::StrCat(
+        "snapshot chunk ", rec.id, " names unknown group ", spec.group()));
+  }
+  tensor_shapes_[spec.tensor()] = {spec.tensor_shape().begin(),
+                                   spec.tensor_shape().end()};
+  return CreateChunk(spec, g->second.get(), &rec);
 }
 
 }  // namespace strata

@@ -1,5 +1,7 @@
 #include "server/snapshot_keeper.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"
@@ -50,10 +52,15 @@ void SnapshotKeeper::Drain() {
 }
 
 absl::StatusOr<std::string> SnapshotKeeper::Write(int64_t step,
-                                                  const ChunkTier& capture) {
+                                                  const ChunkTier& capture,
+                                                  uint64_t generation) {
   if (dir_ == nullptr)
     return absl::FailedPreconditionError("this server has no --data_dir");
   absl::MutexLock lock(&write_mu_);
+  if (generation != shard_->generation()) {
+    return absl::AbortedError(
+        "the job rolled back while the snapshot was taken; take it again");
+  }
   STRATA_RETURN_IF_ERROR(
       dir_->WriteSnapshot(step, capture, shard_->GroupsMetadata(), keep_));
   Changed();
@@ -98,7 +105,11 @@ absl::Status SnapshotKeeper::RollBack(uint64_t generation, int64_t step) {
     next_.reset();
   }
   absl::MutexLock write_lock(&write_mu_);
-  if (step == 0) {
+  const std::vector<int64_t> all = Held();
+  const bool held = std::find(all.begin(), all.end(), step) != all.end();
+  if (step == 0 || (!held && shard_->num_chunks() == 0)) {
+    // Step 0; or a server without chunks (a slot that holds none of the
+    // job's, which the rollback did not consider): only the generation.
     STRATA_RETURN_IF_ERROR(shard_->RollBack(generation, 0, nullptr, nullptr));
   } else {
     if (dir_ == nullptr) {

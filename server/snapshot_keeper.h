@@ -37,9 +37,11 @@ class SnapshotKeeper {
   // than the shard's is dropped.
   void Queue(uint64_t generation, int64_t step,
              std::unique_ptr<RamTier> capture);
-  // Writes `capture` as the snapshot of `step` now; returns its path.
-  // FAILED_PRECONDITION without a data dir.
-  absl::StatusOr<std::string> Write(int64_t step, const ChunkTier& capture);
+  // Writes `capture`, taken in rollback generation `generation`, as the
+  // snapshot of `step` now; returns its path. FAILED_PRECONDITION without a
+  // data dir; ABORTED if the shard has rolled back since.
+  absl::StatusOr<std::string> Write(int64_t step, const ChunkTier& capture,
+                                    uint64_t generation);
   // Blocks until the cuts queued so far are written.
   void Flush();
 
@@ -51,8 +53,10 @@ class SnapshotKeeper {
   // Rolls the shard back to `step` in `generation` (Shard::RollBack): to the
   // snapshot of `step`, or the initial weights for step 0. Queued cuts are
   // dropped, a write in progress is waited for, and snapshots after `step`
-  // are removed (the job computes those steps again). NOT_FOUND when this
-  // server holds no snapshot of `step`; the shard's and the disk's errors.
+  // are removed (the job computes those steps again). A server holding no
+  // chunks and no snapshot of `step` (a slot without chunks of the job)
+  // only takes the generation. NOT_FOUND when this server holds chunks but
+  // no snapshot of `step`; the shard's and the disk's errors.
   absl::Status RollBack(uint64_t generation, int64_t step);
 
  private:

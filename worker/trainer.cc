@@ -280,7 +280,15 @@ absl::Status Trainer::Run() {
   const absl::Time start = absl::Now();
   double tokens_per_s = 0;
   generation_ = scheduler_->view().generation();
-  STRATA_ASSIGN_OR_RETURN(const int64_t first_step, FirstStep());
+  absl::StatusOr<int64_t> first = FirstStep();
+  // Joined while the job rolled back: read the weights of the new
+  // generation.
+  while (absl::IsAborted(first.status()) &&
+         AwaitRollback(*scheduler_, generation_)) {
+    generation_ = scheduler_->view().generation();
+    first = FirstStep();
+  }
+  STRATA_ASSIGN_OR_RETURN(const int64_t first_step, first);
   if (first_step >= o_.steps) {
     return absl::FailedPreconditionError(
         absl::StrCat("the servers are already at step ", first_step, " of ",
