@@ -19,25 +19,23 @@ constexpr absl::Duration kPollSlice = absl::Milliseconds(200);
 grpc::Status SchedulerService::Register(grpc::ServerContext* ctx,
                                         const v1::RegisterRequest* req,
                                         v1::RegisterResponse* resp) {
-  if (req->role() != v1::ROLE_SERVER) {
-    absl::StatusOr<v1::RegisterResponse> r = membership_->Register(*req);
-    if (!r.ok()) return ToGrpcStatus(r.status());
-    *resp = *std::move(r);
-    return grpc::Status::OK;
-  }
+  // Every registration takes the lock (they are rare); only a server's first
+  // one into a BSP job under way rolls back (RollbackStep).
   absl::MutexLock lock(&rollback_mu_);
   std::optional<int64_t> rolled;
   absl::StatusOr<v1::RegisterResponse> r = membership_->Register(
       *req,
       [&](const v1::RegisterRequest& q,
           const v1::View& after) -> absl::StatusOr<std::optional<int64_t>> {
+        if (q.role() != v1::ROLE_SERVER) return rolled;  // no ledger copy
         rolled = RollbackStep(q, after, ledger_->State(), ledger_->mode());
         return rolled;
       });
   if (!r.ok()) return ToGrpcStatus(r.status());
   if (rolled.has_value()) {
-    // The view already says so; a ledger that cannot follow must not stay
-    // quiet (its steps after the rollback would count twice).
+    // The view already says so. A ledger that cannot follow is logged as an
+    // error: its steps after the rollback would count twice (the two writes
+    // are a known limit, docs/ARCHITECTURE.md).
     if (absl::Status s = ledger_->RollBack(*rolled); !s.ok()) {
       spdlog::error("scheduler: the ledger cannot roll back to step {}: {}",
                     *rolled, s.ToString());

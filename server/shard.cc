@@ -238,16 +238,17 @@ void Shard::UpdateView(const v1::View& v) {
 }
 
 absl::Status Shard::AwaitGeneration(uint64_t generation) {
+  if (generation_.load() >= generation) return absl::OkStatus();  // as a rule
   absl::MutexLock lock(&view_mu_);
   const absl::Time deadline = absl::Now() + options_.view_wait;
-  while (view_.generation < generation && !cancelled_) {
+  while (generation_.load() < generation && !cancelled_) {
     if (view_changed_.WaitWithDeadline(&view_mu_, deadline)) break;
   }
   if (cancelled_) return absl::UnavailableError("the server is shutting down");
-  if (view_.generation < generation) {
+  if (generation_.load() < generation) {
     return absl::UnavailableError(
         absl::StrCat("request of rollback generation ", generation,
-                     " but this server is in generation ", view_.generation,
+                     " but this server is in generation ", generation_.load(),
                      "; retry once it has rolled back"));
   }
   return absl::OkStatus();

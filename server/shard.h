@@ -206,8 +206,7 @@ class Shard {
     uint64_t workers_epoch = 0;     // when the set of live workers last changed
     std::vector<uint64_t> workers;  // sorted
     absl::flat_hash_map<uint64_t, uint64_t>
-        joined_epoch;         // worker -> epoch it joined at
-    uint64_t generation = 0;  // of the last RollBack, once every chunk is in it
+        joined_epoch;  // worker -> epoch it joined at
   };
 
   absl::StatusOr<Chunk*> FindChunk(uint64_t id) const;
@@ -263,6 +262,10 @@ class Shard {
   // moves the chunks (CreateChunk gives new chunks these).
   std::atomic<uint64_t> rolled_generation_{0};
   std::atomic<int64_t> rolled_step_{0};
+  // The generation of the last RollBack once every chunk is in it: read
+  // without a lock by every push and pull, written under view_mu_ (whose
+  // view_changed_ wakes the requests waiting for it).
+  std::atomic<uint64_t> generation_{0};
   std::atomic<bool> cancelled_{false};
 
   mutable absl::Mutex table_mu_;

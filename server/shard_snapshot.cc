@@ -145,15 +145,12 @@ absl::Status Shard::RollBack(uint64_t generation, int64_t step,
     last_captured_step_ = step;
   }
   absl::MutexLock lock(&view_mu_);
-  view_.generation = generation;
+  generation_ = generation;
   view_changed_.SignalAll();
   return absl::OkStatus();
 }
 
-uint64_t Shard::generation() const {
-  absl::MutexLock lock(&view_mu_);
-  return view_.generation;
-}
+uint64_t Shard::generation() const { return generation_.load(); }
 
 absl::Status Shard::Restore(const std::string& metadata,
                             const ChunkTier& records) {
