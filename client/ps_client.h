@@ -38,10 +38,15 @@ struct PsClientOptions {
   absl::Duration servers_timeout = absl::Seconds(60);
   v1::DType push_dtype = v1::DTYPE_F32;
   v1::DType pull_dtype = v1::DTYPE_F32;
+  // Carry payloads through shared memory to each server on this host that
+  // can map it (client/shm_link.h), up to this many bytes per server; the
+  // others get them in messages. Same requests, same answers.
+  bool shared_memory = true;
+  uint64_t shm_bytes_per_server = 1ull << 30;
 };
 
 namespace ps_client_internal {
-struct OpState;  // one op's state, shared by its handles (ps_client.cc)
+struct OpState;  // one op's state, shared by its handles (ps_client_impl.h)
 }  // namespace ps_client_internal
 
 // The outcome of one asynchronous push or pull. Copyable; all copies share

@@ -3,6 +3,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -15,6 +17,7 @@
 #include "common/wire.h"
 #include "server/ledger_reporter.h"
 #include "server/shard.h"
+#include "server/shm_sessions.h"
 #include "server/snapshot_keeper.h"
 #include "spdlog/spdlog.h"
 #include "storage/data_dir.h"
@@ -40,9 +43,10 @@ class Service final : public ServiceBase {
  public:
   // Pushes and pulls have separate pools: pulls waiting at a BSP gate must
   // never hold the threads the pushes that close the step need.
-  Service(Shard* shard, ParameterServer* owner, ThreadPool* push_pool,
-          ThreadPool* pull_pool)
+  Service(Shard* shard, ShmSessions* shm, ParameterServer* owner,
+          ThreadPool* push_pool, ThreadPool* pull_pool)
       : shard_(shard),
+        shm_(shm),
         owner_(owner),
         push_pool_(push_pool),
         pull_pool_(pull_pool) {}
@@ -90,7 +94,15 @@ class Service final : public ServiceBase {
   grpc::Status Stats(grpc::ServerContext*, const v1::StatsRequest*,
                      v1::StatsResponse* resp) override {
     shard_->FillStats(resp);
+    resp->set_shm_payloads(shm_payloads_.load(std::memory_order_relaxed));
     return grpc::Status::OK;
+  }
+
+  grpc::Status AttachShm(grpc::ServerContext*, const v1::AttachShmRequest* req,
+                         v1::AttachShmResponse* resp) override {
+    absl::StatusOr<uint64_t> session = shm_->Attach(*req);
+    if (session.ok()) resp->set_session(*session);
+    return ToGrpcStatus(session.status());
   }
 
  private:
@@ -99,11 +111,25 @@ class Service final : public ServiceBase {
     PayloadMessage message;
     v1::PushRequest req;
     STRATA_RETURN_IF_ERROR(message.Parse(request, kPushDataField, &req));
-    STRATA_ASSIGN_OR_RETURN(
-        v1::PushResponse resp,
-        shard_->Push(req, message.payload_size(),
-                     [&message](char* dst) { message.CopyPayload(dst); }));
-    return SerializeMessage(resp, response);
+    absl::StatusOr<v1::PushResponse> resp;
+    if (req.has_shm()) {
+      if (message.has_payload()) {
+        return absl::InvalidArgumentError(
+            "a push carries its gradient in data or in shm, not both");
+      }
+      STRATA_ASSIGN_OR_RETURN(ShmSpan span, shm_->Resolve(req.shm()));
+      // One copy out of the shared bytes before anything checks them: the
+      // caller could change them meanwhile.
+      resp = shard_->Push(req, span.size, [&span](char* dst) {
+        std::memcpy(dst, span.data, span.size);
+      });
+      if (resp.ok()) shm_payloads_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      resp = shard_->Push(req, message.payload_size(),
+                          [&message](char* dst) { message.CopyPayload(dst); });
+    }
+    STRATA_RETURN_IF_ERROR(resp.status());
+    return SerializeMessage(*resp, response);
   }
 
   absl::Status HandlePull(const grpc::ByteBuffer& request,
@@ -111,6 +137,18 @@ class Service final : public ServiceBase {
     PayloadMessage message;
     v1::PullRequest req;
     STRATA_RETURN_IF_ERROR(message.Parse(request, /*field=*/0, &req));
+    if (req.has_shm()) {
+      STRATA_ASSIGN_OR_RETURN(ShmSpan span, shm_->Resolve(req.shm()));
+      STRATA_ASSIGN_OR_RETURN(PullResult r,
+                              shard_->Pull(req, [&span](size_t n) {
+                                return n <= span.size ? span.data : nullptr;
+                              }));
+      shm_payloads_.fetch_add(1, std::memory_order_relaxed);
+      v1::PullResponse header;
+      header.set_version(r.version);
+      header.set_min_clock(r.min_clock);
+      return SerializeMessage(header, response);
+    }
     grpc::Slice payload;
     STRATA_ASSIGN_OR_RETURN(
         PullResult r, shard_->Pull(req, [&payload](size_t n) {
@@ -133,9 +171,11 @@ class Service final : public ServiceBase {
   }
 
   Shard* shard_;
+  ShmSessions* shm_;
   ParameterServer* owner_;
   ThreadPool* push_pool_;
   ThreadPool* pull_pool_;
+  std::atomic<uint64_t> shm_payloads_{0};
 };
 
 }  // namespace
@@ -143,6 +183,7 @@ class Service final : public ServiceBase {
 struct ParameterServer::Impl {
   ServerOptions options;
   std::unique_ptr<Shard> shard;
+  ShmSessions shm;
   std::unique_ptr<DataDir> data_dir;
   std::unique_ptr<SnapshotKeeper> snapshots;  // uses `data_dir` and `shard`
   std::unique_ptr<ThreadPool> push_handlers;
@@ -176,6 +217,10 @@ struct ParameterServer::Impl {
       }
     }
     shard->UpdateView(view);
+    std::vector<uint64_t> workers;
+    for (const v1::Member& w : view.workers()) workers.push_back(w.id());
+    std::sort(workers.begin(), workers.end());
+    shm.RetainOnly(workers);
   }
 
   // Stops the server (on a thread of its own: callers may be threads the
@@ -304,7 +349,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
       std::max(16, 2 * static_cast<int>(std::thread::hardware_concurrency())));
   me.pull_handlers = std::make_unique<ThreadPool>(options.max_threads);
   me.service =
-      std::make_unique<Service>(me.shard.get(), owner.get(),
+      std::make_unique<Service>(me.shard.get(), &me.shm, owner.get(),
                                 me.push_handlers.get(), me.pull_handlers.get());
   builder.RegisterService(me.service.get());
   me.server = builder.BuildAndStart();

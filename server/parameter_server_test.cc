@@ -13,90 +13,18 @@
 #include "common/clock.h"
 #include "scheduler/scheduler.h"
 #include "server/shard.h"
+#include "testing/server/ps_cluster.h"
 
 namespace strata {
 namespace {
 
-std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(base ? base : "/tmp") + "/strata_ps_test_" +
-                    name + "_" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  return dir;
-}
-
-struct Cluster {
-  std::unique_ptr<Scheduler> scheduler;
-  std::unique_ptr<ParameterServer> server;
-  std::unique_ptr<SchedulerClient> worker;
-  std::unique_ptr<PsClient> ps;
-};
-
-std::unique_ptr<Scheduler> StartScheduler(
-    const std::string& consistency = "bsp") {
-  SchedulerOptions so;
-  so.num_shards = 1;
-  so.consistency = consistency;
-  auto s = Scheduler::Start(so);
-  EXPECT_TRUE(s.ok()) << s.status();
-  return std::move(*s);
-}
-
-absl::StatusOr<std::unique_ptr<ParameterServer>> StartServer(
-    const Scheduler& s, const std::string& data_dir) {
-  ServerOptions o;
-  o.scheduler_address = s.address();
-  o.data_dir = data_dir;
-  o.max_wait = absl::Seconds(10);
-  return ParameterServer::Start(o);
-}
-
-ModelSpec Model() {
-  ModelSpec m;
-  m.chunk_bytes = 4 * 100;
-  m.tensors.push_back({"w", {250}, "adam"});
-  m.tensors.push_back({"b", {3}, "adam"});
-  v1::InitSpec normal;
-  normal.set_kind(v1::InitSpec::NORMAL);
-  normal.set_scale(0.1f);
-  normal.set_seed(7);
-  m.inits = {normal, v1::InitSpec()};
-  v1::GroupSpec g;
-  g.set_name("adam");
-  g.mutable_optimizer()->set_kind(v1::OptimizerConfig::ADAM);
-  g.mutable_optimizer()->set_lr(0.01f);
-  m.groups.push_back(g);
-  return m;
-}
-
-void Connect(Cluster& c) {
-  SchedulerClientOptions wo;
-  wo.scheduler_address = c.scheduler->address();
-  auto worker = SchedulerClient::Connect(wo);
-  ASSERT_TRUE(worker.ok()) << worker.status();
-  c.worker = std::move(*worker);
-  auto ps = PsClient::Create(PsClientOptions(), c.worker.get());
-  ASSERT_TRUE(ps.ok());
-  c.ps = std::move(*ps);
-  ASSERT_TRUE(c.ps->RegisterModel(Model()).ok());
-  // The server must see this worker before it accepts its pushes.
-  ASSERT_TRUE(
-      c.worker
-          ->WaitForView([](const v1::View& v) { return v.workers_size() == 1; },
-                        absl::Seconds(10))
-          .ok());
-}
-
-void TrainSteps(PsClient& ps, int64_t first, int64_t steps) {
-  std::vector<float> w(250), b(3);
-  for (int64_t t = first; t < first + steps; ++t) {
-    ASSERT_TRUE(ps.PullTensor(0, w.data(), t, t).ok());
-    for (size_t i = 0; i < w.size(); ++i)
-      w[i] = w[i] - 0.5f + 0.01f * i;  // some gradient
-    ASSERT_TRUE(ps.PushTensor(0, w.data(), t, 4).ok());
-    ASSERT_TRUE(ps.PushTensor(1, b.data(), t, 4).ok());
-  }
-}
+using ::strata::testing::Cluster;
+using ::strata::testing::Connect;
+using ::strata::testing::Model;
+using ::strata::testing::StartScheduler;
+using ::strata::testing::StartServer;
+using ::strata::testing::TempDir;
+using ::strata::testing::TrainSteps;
 
 TEST(ParameterServer, TrainsThroughTheClientAndCountsVersions) {
   Cluster c;

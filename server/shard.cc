@@ -463,6 +463,11 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
   const size_t n = c->rec.weights.size();
   const size_t bytes = n * ElementBytes(req.dtype());
   char* out = alloc(bytes);
+  if (out == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the pull's destination cannot hold chunk ",
+                     req.chunk_id(), "'s ", bytes, " bytes"));
+  }
   if (req.dtype() == v1::DTYPE_BF16) {
     FloatToBf16(c->rec.weights.data(), reinterpret_cast<uint16_t*>(out), n);
   } else {

@@ -122,7 +122,8 @@ class Shard {
 
   // Copies a push's payload (payload_bytes long) to `dst`.
   using PayloadReader = absl::FunctionRef<void(char* dst)>;
-  // Gives `n` bytes of output space for a pull's payload.
+  // Gives `n` bytes of output space for a pull's payload; nullptr when it
+  // has not that much (the pull fails with INVALID_ARGUMENT).
   using PayloadAllocator = absl::FunctionRef<char*(size_t n)>;
 
   // Handles one gradient push whose payload (numel values in req.dtype();

@@ -1,0 +1,466 @@
+#include "client/ps_client_impl.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "cluster/scheduler_client.h"
+#include "common/bf16.h"
+#include "common/status.h"
+#include "common/wire.h"
+
+namespace strata {
+
+using ps_client_internal::OpPtr;
+using ps_client_internal::OpState;
+
+namespace {
+
+size_t ElementBytes(v1::DType d) { return d == v1::DTYPE_BF16 ? 2 : 4; }
+
+// Whether the server's handler produced `status`, so it no longer touches
+// the call's shared-memory slot. Codes gRPC itself gives (a lost
+// connection, a deadline, a cancel) leave that open.
+bool ServerAnswered(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kDataLoss:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+PsClient::Impl::Impl(PsClientOptions options, SchedulerClient* scheduler)
+    : options_(std::move(options)), scheduler_(scheduler) {
+  timer_ = std::thread([this] { TimerLoop(); });
+}
+
+PsClient::Impl::~Impl() {
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](Impl* i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i->mu_) {
+          return i->outstanding_ == 0;
+        },
+        this));
+    stopping_ = true;
+  }
+  timer_.join();
+  // Every op is complete, but the callbacks that completed them may still
+  // be returning through this object: wait until each has made its last
+  // access. Polled, not signalled, because a signal would itself touch
+  // this object after the count reached zero.
+  while (live_attempts_.load(std::memory_order_acquire) > 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+absl::StatusOr<PsClient::Impl::Stubs*> PsClient::Impl::StubsForSlot(int slot) {
+  const v1::View view = scheduler_->view();
+  std::string address;
+  for (const v1::ShardSlot& s : view.shard_map().slots()) {
+    if (s.shard() == slot) address = s.address();
+  }
+  if (address.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("shard slot ", slot, " has no live server"));
+  }
+  absl::MutexLock lock(&stub_mu_);
+  auto& stubs = stubs_[address];
+  if (!stubs) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    auto channel = grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), args);
+    stubs = std::make_unique<Stubs>();
+    stubs->typed = v1::ParameterServer::NewStub(channel);
+    stubs->generic = std::make_unique<grpc::GenericStub>(channel);
+  }
+  return stubs.get();
+}
+
+OpHandle PsClient::Impl::Submit(OpPtr op) {
+  {
+    absl::MutexLock lock(&mu_);
+    op->seq = next_seq_++;
+    outstanding_++;
+    queues_[op->slot].push(op);
+  }
+  Dispatch(op->slot);
+  return PsClient::Handle(op);
+}
+
+void PsClient::Impl::Dispatch(int slot) {
+  std::vector<OpPtr> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    auto& q = queues_[slot];
+    while (!q.empty() && in_flight_[slot] < options_.max_in_flight_per_server) {
+      ready.push_back(q.top());
+      q.pop();
+      in_flight_[slot]++;
+    }
+  }
+  for (const OpPtr& op : ready) Issue(op);
+}
+
+void PsClient::Impl::Issue(const OpPtr& op) {
+  op->attempts++;
+  auto stubs = StubsForSlot(op->slot);
+  if (!stubs.ok()) {
+    OnDone(op, ToGrpcStatus(stubs.status()), grpc::ByteBuffer());
+    return;
+  }
+  live_attempts_.fetch_add(1, std::memory_order_relaxed);
+  auto* attempt = new Attempt(this, op);  // deletes itself in OnDone
+  attempt->ctx.set_deadline(
+      absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  const v1::View view = scheduler_->view();
+  const ChunkInfo& chunk = plan_.chunks[op->chunk];
+  static const std::string kPush = "/strata.v1.ParameterServer/Push";
+  static const std::string kPull = "/strata.v1.ParameterServer/Pull";
+  if (op->kind == OpState::kPush) {
+    v1::PushRequest header;
+    header.set_member_id(scheduler_->member_id());
+    header.set_epoch(op->stamp.epoch != 0 ? op->stamp.epoch : view.epoch());
+    header.set_first_sample(op->stamp.first_sample);
+    header.set_generation(op->stamp.generation.value_or(view.generation()));
+    header.set_chunk_id(chunk.id);
+    header.set_step(op->step);
+    header.set_num_samples(op->samples);
+    header.set_dtype(options_.push_dtype);
+    const size_t bytes = chunk.numel * ElementBytes(options_.push_dtype);
+    if (TakeShmSlot(op, *stubs, bytes)) {
+      // One copy (or conversion) into the shared slot; the server copies
+      // it out. The message carries only the slot's place.
+      char* slot = op->shm_slot.data;
+      if (options_.push_dtype == v1::DTYPE_BF16) {
+        FloatToBf16(op->grad, reinterpret_cast<uint16_t*>(slot), chunk.numel);
+      } else {
+        std::memcpy(slot, op->grad, bytes);
+      }
+      *header.mutable_shm() = op->shm_slot.ref;
+      header.mutable_shm()->set_size(bytes);
+      grpc::Slice slice(header.SerializeAsString());
+      attempt->request = grpc::ByteBuffer(&slice, 1);
+    } else {
+      // The payload slice points at the caller's buffer (no copy); the
+      // caller keeps it alive until the handle is done.
+      const void* payload = op->grad;
+      if (options_.push_dtype == v1::DTYPE_BF16) {
+        if (op->bf16.empty()) {
+          op->bf16.resize(bytes);
+          FloatToBf16(op->grad, reinterpret_cast<uint16_t*>(op->bf16.data()),
+                      chunk.numel);
+        }
+        payload = op->bf16.data();
+      }
+      attempt->request = SerializeWithPayload(
+          header, v1::PushRequest::kDataFieldNumber, payload, bytes);
+    }
+    (*stubs)->generic->PrepareUnaryCall(&attempt->ctx, kPush,
+                                        grpc::StubOptions(), &attempt->request,
+                                        &attempt->response, attempt);
+  } else {
+    v1::PullRequest req;
+    req.set_member_id(scheduler_->member_id());
+    req.set_chunk_id(chunk.id);
+    req.set_clock(op->step);
+    req.set_min_version(op->min_version);
+    req.set_epoch(op->stamp.epoch);
+    req.set_generation(op->stamp.generation.value_or(view.generation()));
+    req.set_dtype(options_.pull_dtype);
+    const size_t bytes = chunk.numel * ElementBytes(options_.pull_dtype);
+    if (TakeShmSlot(op, *stubs, bytes)) {
+      *req.mutable_shm() = op->shm_slot.ref;
+      req.mutable_shm()->set_size(bytes);
+    }
+    grpc::Slice slice(req.SerializeAsString());
+    attempt->request = grpc::ByteBuffer(&slice, 1);
+    (*stubs)->generic->PrepareUnaryCall(&attempt->ctx, kPull,
+                                        grpc::StubOptions(), &attempt->request,
+                                        &attempt->response, attempt);
+  }
+  attempt->StartCall();
+}
+
+void PsClient::Attempt::OnDone(const grpc::Status& status) {
+  PsClient::Impl* client = client_;
+  client->OnDone(op_, status, response);
+  delete this;  // the call's context and buffers, while the client lives
+  // The last touch of the client: its destructor waits for this count to
+  // reach zero before it tears down channels and its mutex, so no callback
+  // thread is still inside them (they would be freed under it: a gRPC
+  // reference-count assertion at exit, about one run in 40 under load).
+  client->AttemptFinished();
+}
+
+void PsClient::Impl::OnDone(const OpPtr& op, const grpc::Status& grpc_status,
+                            const grpc::ByteBuffer& response) {
+  absl::Status status = FromGrpcStatus(grpc_status);
+  {
+    absl::MutexLock lock(&mu_);
+    in_flight_[op->slot]--;
+  }
+  const bool retry =
+      IsRetryable(status) && op->attempts < options_.max_attempts;
+  if (retry) {
+    EndShmAttempt(op, status);
+    RetryLater(op, status);
+  }
+  Dispatch(op->slot);
+  // Last: once the op completes, the destructor may start (it then waits
+  // for the calling attempt's AttemptFinished).
+  if (!retry) Complete(op, status, &response);
+}
+
+void PsClient::Impl::Complete(const OpPtr& op, absl::Status status,
+                              const grpc::ByteBuffer* response) {
+  uint64_t version = 0;
+  int64_t min_clock = 0;
+  if (status.ok()) status = ReadResponse(*op, *response, &version, &min_clock);
+  EndShmAttempt(op, status);  // after ReadResponse read the pulled weights
+  // Free the buffers now: the handle may outlive the op by a long time.
+  op->bf16.clear();
+  op->bf16.shrink_to_fit();
+  op->Finish(std::move(status), version, min_clock);
+  absl::MutexLock lock(&mu_);
+  outstanding_--;
+}
+
+absl::Status PsClient::Impl::ReadResponse(const OpState& op,
+                                          const grpc::ByteBuffer& response,
+                                          uint64_t* version,
+                                          int64_t* min_clock) {
+  PayloadMessage message;
+  if (op.kind == OpState::kPush) {
+    v1::PushResponse resp;
+    STRATA_RETURN_IF_ERROR(message.Parse(response, /*field=*/0, &resp));
+    *version = resp.version();
+    return absl::OkStatus();
+  }
+  v1::PullResponse resp;
+  STRATA_RETURN_IF_ERROR(
+      message.Parse(response, v1::PullResponse::kDataFieldNumber, &resp));
+  const ChunkInfo& chunk = plan_.chunks[op.chunk];
+  const size_t want = chunk.numel * ElementBytes(options_.pull_dtype);
+  const char* shm = op.shm ? op.shm_slot.data : nullptr;
+  if (shm == nullptr && message.payload_size() != want) {
+    return absl::DataLossError(absl::StrCat(
+        "pull of chunk ", chunk.id, " returned ", message.payload_size(),
+        " bytes for ", chunk.numel, " elements"));
+  }
+  if (shm != nullptr && message.has_payload()) {
+    return absl::DataLossError(absl::StrCat(
+        "pull of chunk ", chunk.id,
+        " returned its weights in the message, not in shared memory"));
+  }
+  if (options_.pull_dtype == v1::DTYPE_BF16) {
+    std::vector<uint16_t> raw;
+    if (shm == nullptr) {
+      raw.resize(chunk.numel);
+      message.CopyPayload(raw.data());
+    }
+    Bf16ToFloat(shm ? reinterpret_cast<const uint16_t*>(shm) : raw.data(),
+                op.dst, chunk.numel);
+  } else if (shm != nullptr) {
+    std::memcpy(op.dst, shm, want);  // the one copy: slot -> caller's buffer
+  } else {
+    message.CopyPayload(op.dst);  // the one copy: slices -> caller's buffer
+  }
+  *version = resp.version();
+  *min_clock = resp.min_clock();
+  return absl::OkStatus();
+}
+
+void PsClient::Impl::RetryLater(const OpPtr& op, absl::Status why) {
+  absl::Duration backoff = options_.initial_backoff;
+  for (int i = 1; i < op->attempts && backoff < options_.max_backoff; ++i)
+    backoff *= 2;
+  backoff = std::min(backoff, options_.max_backoff);
+  absl::MutexLock lock(&mu_);
+  retries_.emplace(absl::Now() + backoff, op);
+}
+
+void PsClient::Impl::TimerLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    const absl::Time next = retries_.empty()
+                                ? absl::Now() + absl::Milliseconds(100)
+                                : retries_.begin()->first;
+    // Wake early for a stop, or for a retry due sooner than `next`.
+    auto wake = [this, next]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || attach_wanted_ ||
+             (!retries_.empty() && retries_.begin()->first < next);
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&wake), next);
+    if (attach_wanted_ && !stopping_) {
+      attach_wanted_ = false;
+      mu_.Unlock();
+      AttachShm();
+      mu_.Lock();
+    }
+    while (!retries_.empty() && retries_.begin()->first <= absl::Now()) {
+      OpPtr op = retries_.begin()->second;
+      retries_.erase(retries_.begin());
+      queues_[op->slot].push(op);
+      mu_.Unlock();
+      Dispatch(op->slot);
+      mu_.Lock();
+    }
+  }
+}
+
+absl::Status PsClient::Impl::RegisterModel(const ModelSpec& model) {
+  STRATA_ASSIGN_OR_RETURN(v1::View view,
+                          scheduler_->WaitForView(
+                              [](const v1::View& v) {
+                                if (v.shard_map().slots_size() == 0)
+                                  return false;
+                                for (const auto& s : v.shard_map().slots()) {
+                                  if (s.address().empty()) return false;
+                                }
+                                return true;
+                              },
+                              options_.servers_timeout));
+  if (plan_.chunks.empty()) {
+    // Once: registering again (after a rollback, for a restarted server
+    // that lacks the chunks) declares the same plan.
+    STRATA_ASSIGN_OR_RETURN(plan_,
+                            MakeChunkPlan(model.tensors, model.chunk_bytes));
+    num_slots_ = view.shard_map().slots_size();
+    PlaceChunks(plan_, num_slots_);
+    absl::MutexLock lock(&mu_);
+    queues_.resize(num_slots_);
+    in_flight_.assign(num_slots_, 0);
+  }
+  std::vector<v1::RegisterChunksRequest> reqs(num_slots_);
+  for (auto& r : reqs) {
+    r.set_member_id(scheduler_->member_id());
+    for (const auto& g : model.groups) *r.add_groups() = g;
+  }
+  for (const ChunkInfo& c : plan_.chunks) {
+    const TensorSpec& t = plan_.tensors[c.tensor];
+    v1::ChunkSpec* s = reqs[c.shard].add_chunks();
+    s->set_chunk_id(c.id);
+    s->set_tensor(t.name);
+    s->set_index(c.index);
+    s->set_offset(c.offset);
+    s->set_numel(c.numel);
+    s->set_group(t.group);
+    if (c.tensor < static_cast<int>(model.inits.size()))
+      *s->mutable_init() = model.inits[c.tensor];
+    for (int64_t d : t.shape) s->add_tensor_shape(d);
+  }
+  for (int slot = 0; slot < num_slots_; ++slot) {
+    absl::Status last;
+    for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
+      STRATA_ASSIGN_OR_RETURN(auto* stub, StubForSlot(slot));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+      v1::RegisterChunksResponse resp;
+      last = FromGrpcStatus(stub->RegisterChunks(&ctx, reqs[slot], &resp));
+      if (!IsRetryable(last)) break;
+      absl::SleepFor(options_.initial_backoff * (attempt + 1));
+    }
+    if (!last.ok()) {
+      return absl::Status(last.code(),
+                          absl::StrCat("registering the model on shard ", slot,
+                                       ": ", last.message()));
+    }
+  }
+  AttachShm();
+  return absl::OkStatus();
+}
+
+void PsClient::Impl::AttachShm() {
+  if (!options_.shared_memory || plan_.chunks.empty()) return;
+  absl::MutexLock attach_lock(&attach_mu_);  // one region per server
+  uint64_t largest = 0;                      // fp32 bytes of the largest chunk
+  for (const ChunkInfo& c : plan_.chunks)
+    largest = std::max<uint64_t>(largest, c.numel * 4);
+  // A slot per call on the wire, and a few spare for slots a lost call
+  // retired.
+  const int slots = static_cast<int>(
+      std::min<uint64_t>(options_.max_in_flight_per_server + 2,
+                         options_.shm_bytes_per_server / largest));
+  for (int slot = 0; slot < num_slots_; ++slot) {
+    absl::StatusOr<Stubs*> stubs = StubsForSlot(slot);
+    if (!stubs.ok()) continue;
+    {
+      absl::MutexLock lock(&stub_mu_);
+      if ((*stubs)->shm || (*stubs)->shm_refused) continue;
+    }
+    absl::StatusOr<std::shared_ptr<ShmLink>> link =
+        slots < 1 ? absl::ResourceExhaustedError("chunks over the budget")
+                  : ShmLink::Attach((*stubs)->typed.get(),
+                                    scheduler_->member_id(), largest, slots);
+    absl::MutexLock lock(&stub_mu_);
+    if (link.ok()) {
+      (*stubs)->shm = *std::move(link);
+    } else if (!IsRetryable(link.status())) {
+      // Another host, another PID namespace, or no memfd: plain messages.
+      (*stubs)->shm_refused = true;
+    }
+  }
+}
+
+bool PsClient::Impl::TakeShmSlot(const OpPtr& op, Stubs* stubs, size_t bytes) {
+  if (!options_.shared_memory) return false;
+  std::shared_ptr<ShmLink> link;
+  bool refused;
+  {
+    absl::MutexLock lock(&stub_mu_);
+    link = stubs->shm;
+    refused = stubs->shm_refused;
+  }
+  if (!link && !refused) {
+    // An attach failed while the server was unreachable: try again, at
+    // most once a second.
+    absl::MutexLock lock(&mu_);
+    if (absl::Now() >= next_attach_) {
+      attach_wanted_ = true;
+      next_attach_ = absl::Now() + absl::Seconds(1);
+    }
+  }
+  if (!link || bytes > link->slot_bytes()) return false;
+  std::optional<ShmLink::Slot> slot = link->Acquire();
+  if (!slot) return false;  // all busy: this call goes in the message
+  op->shm = std::move(link);
+  op->shm_slot = *slot;
+  return true;
+}
+
+void PsClient::Impl::EndShmAttempt(const OpPtr& op,
+                                   const absl::Status& status) {
+  if (!op->shm) return;
+  if (ServerAnswered(status)) op->shm->Release(op->shm_slot.index);
+  if (absl::IsUnavailable(status)) {
+    // The server restarted (it no longer knows the session) or cannot be
+    // reached: make a new region once it answers again.
+    {
+      absl::MutexLock lock(&stub_mu_);
+      for (auto& [address, stubs] : stubs_) {
+        if (stubs->shm == op->shm) stubs->shm.reset();
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    attach_wanted_ = true;
+  }
+  op->shm.reset();
+  op->shm_slot = ShmLink::Slot();
+}
+
+}  // namespace strata

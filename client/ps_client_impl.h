@@ -1,0 +1,169 @@
+// PsClient's machinery (ps_client_impl.cc): one op's state, the per-server
+// queues, the attempts on the wire and their retries. Private to client/.
+#ifndef STRATA_CLIENT_PS_CLIENT_IMPL_H_
+#define STRATA_CLIENT_PS_CLIENT_IMPL_H_
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <queue>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "client/ps_client.h"
+#include "client/shm_link.h"
+#include "common/status.h"
+#include "strata/v1/ps.grpc.pb.h"
+
+namespace strata {
+namespace ps_client_internal {
+
+// One push or pull, across its attempts (one at a time).
+struct OpState {
+  enum Kind { kPush, kPull } kind;
+  int chunk = 0;
+  int slot = 0;
+  int priority = 0;
+  uint64_t seq = 0;  // submission order, ties broken first-come first-served
+  int attempts = 0;
+  const float* grad = nullptr;
+  float* dst = nullptr;
+  int64_t step = 0;  // push: step; pull: clock
+  uint64_t samples = 0;
+  uint64_t min_version = 0;
+  StepStamp stamp;
+  std::string bf16;  // a push's payload converted to bf16, when configured
+  // The shared-memory slot the current attempt's payload is in, if any.
+  std::shared_ptr<ShmLink> shm;
+  ShmLink::Slot shm_slot;
+
+  mutable absl::Mutex mu;
+  bool finished ABSL_GUARDED_BY(mu) = false;
+  absl::Status status ABSL_GUARDED_BY(mu);
+  uint64_t version ABSL_GUARDED_BY(mu) = 0;
+  int64_t min_clock ABSL_GUARDED_BY(mu) = 0;
+
+  void Finish(absl::Status s, uint64_t v, int64_t mc) {
+    absl::MutexLock lock(&mu);
+    status = std::move(s);
+    version = v;
+    min_clock = mc;
+    finished = true;
+  }
+};
+
+using OpPtr = std::shared_ptr<OpState>;
+
+struct ByPriority {
+  bool operator()(const OpPtr& a, const OpPtr& b) const {
+    if (a->priority != b->priority) return a->priority < b->priority;
+    return a->seq > b->seq;
+  }
+};
+
+}  // namespace ps_client_internal
+
+// One attempt of an op on the wire. A gRPC context serves one call, and
+// must outlive everything gRPC does with the call; the reactor API allows
+// freeing it in OnDone, so each attempt owns its context and buffers and
+// deletes itself there, whoever else still holds the op.
+class PsClient::Attempt : public grpc::ClientUnaryReactor {
+ public:
+  Attempt(Impl* client, ps_client_internal::OpPtr op)
+      : client_(client), op_(std::move(op)) {}
+  void OnDone(const grpc::Status& status) override;
+
+  grpc::ClientContext ctx;
+  grpc::ByteBuffer request;
+  grpc::ByteBuffer response;
+
+ private:
+  Impl* client_;
+  ps_client_internal::OpPtr op_;
+};
+
+class PsClient::Impl {
+ public:
+  using OpPtr = ps_client_internal::OpPtr;
+  using OpState = ps_client_internal::OpState;
+  Impl(PsClientOptions options, SchedulerClient* scheduler);
+  ~Impl();  // waits for every op and every callback's last access
+
+  absl::Status RegisterModel(const ModelSpec& model);
+  OpHandle Submit(OpPtr op);
+  // The typed stub (control calls) and the generic one (push and pull,
+  // whose payloads bypass protobuf's copies) of one server, and the
+  // shared-memory link to it when it is on this host.
+  struct Stubs {
+    std::unique_ptr<v1::ParameterServer::Stub> typed;
+    std::unique_ptr<grpc::GenericStub> generic;
+    std::shared_ptr<ShmLink> shm;  // guarded by stub_mu_
+    bool shm_refused = false;      // the server could not map our region
+  };
+  absl::StatusOr<Stubs*> StubsForSlot(int slot);
+  absl::StatusOr<v1::ParameterServer::Stub*> StubForSlot(int slot) {
+    STRATA_ASSIGN_OR_RETURN(Stubs * stubs, StubsForSlot(slot));
+    return stubs->typed.get();
+  }
+  // Called by an attempt when its call ended, then (its very last access to
+  // this object) AttemptFinished.
+  void OnDone(const OpPtr& op, const grpc::Status& status,
+              const grpc::ByteBuffer& response);
+  void AttemptFinished() {
+    live_attempts_.fetch_sub(1, std::memory_order_release);
+  }
+
+  PsClientOptions options_;
+  SchedulerClient* scheduler_;
+  ChunkPlan plan_;
+  int num_slots_ = 0;
+
+ private:
+  void Dispatch(int slot);
+  void Issue(const OpPtr& op);
+  // Attaches a shared-memory link to every slot's server that is on this
+  // host and has none yet (blocking RPCs: never on a gRPC callback thread).
+  void AttachShm();
+  // Puts the current attempt's payload in a shared-memory slot, if the
+  // server has a link with a free one; returns whether it did.
+  bool TakeShmSlot(const OpPtr& op, Stubs* stubs, size_t bytes);
+  // Gives the attempt's slot back once the server is done with it.
+  void EndShmAttempt(const OpPtr& op, const absl::Status& status);
+  void Complete(const OpPtr& op, absl::Status status,
+                const grpc::ByteBuffer* response);
+  absl::Status ReadResponse(const OpState& op, const grpc::ByteBuffer& response,
+                            uint64_t* version, int64_t* min_clock);
+  void RetryLater(const OpPtr& op, absl::Status why);
+  void TimerLoop();
+
+  absl::Mutex mu_;
+  std::vector<std::priority_queue<OpPtr, std::vector<OpPtr>,
+                                  ps_client_internal::ByPriority>>
+      queues_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> in_flight_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  // Attempts created and not yet past their last access (AttemptFinished).
+  std::atomic<int> live_attempts_{0};
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool attach_wanted_ ABSL_GUARDED_BY(mu_) = false;  // for TimerLoop
+  absl::Time next_attach_ ABSL_GUARDED_BY(mu_);      // the earliest retry
+  std::multimap<absl::Time, OpPtr> retries_ ABSL_GUARDED_BY(mu_);
+  std::thread timer_;
+
+  absl::Mutex attach_mu_;  // one AttachShm at a time
+  absl::Mutex stub_mu_;
+  // address -> stub; a restarted server at a new address gets a new one.
+  absl::flat_hash_map<std::string, std::unique_ptr<Stubs>> stubs_
+      ABSL_GUARDED_BY(stub_mu_);
+};
+
+}  // namespace strata
+
+#endif  // STRATA_CLIENT_PS_CLIENT_IMPL_H_

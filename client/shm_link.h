@@ -1,0 +1,57 @@
+// A client's shared-memory payload path to one server on its host: a sealed
+// region (common/shm_region.h) attached at the server, cut into slots of one
+// chunk's payload each. A push's gradient is written into a slot and the
+// request names it (PushRequest.shm); a pull names a slot the server writes
+// the weights into. gRPC still carries every request and response.
+#ifndef STRATA_CLIENT_SHM_LINK_H_
+#define STRATA_CLIENT_SHM_LINK_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/shm_region.h"
+#include "strata/v1/ps.grpc.pb.h"
+
+namespace strata {
+
+// Thread-safe.
+class ShmLink {
+ public:
+  // Makes a region of `slots` slots of `slot_bytes` and attaches it at the
+  // server behind `stub` (AttachShm): NOT_FOUND or PERMISSION_DENIED when
+  // the server is on another host or cannot open it.
+  static absl::StatusOr<std::shared_ptr<ShmLink>> Attach(
+      v1::ParameterServer::Stub* stub, uint64_t member_id, size_t slot_bytes,
+      int slots);
+
+  struct Slot {
+    int index = -1;
+    char* data = nullptr;
+    v1::ShmRef ref;  // the slot's bytes, as requests name them
+  };
+  // A free slot, or nullopt when every slot is busy or retired.
+  std::optional<Slot> Acquire();
+  // The server has finished with the slot: it may be reused. A slot whose
+  // call ended without an answer from the server (which may still touch
+  // it) is never released, so a late access cannot meet another payload.
+  void Release(int index);
+  size_t slot_bytes() const { return slot_bytes_; }
+
+ private:
+  ShmLink(std::unique_ptr<ShmRegion> region, uint64_t session,
+          size_t slot_bytes, int slots);
+  std::unique_ptr<ShmRegion> region_;
+  const uint64_t session_;
+  const size_t slot_bytes_;
+  absl::Mutex mu_;
+  std::vector<int> free_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace strata
+
+#endif  // STRATA_CLIENT_SHM_LINK_H_

@@ -1,0 +1,264 @@
+// The shared-memory payload path: the sealed region's checks, and pushes
+// and pulls through it against a real server over real gRPC, compared with
+// the same run in plain messages.
+#include "client/shm_link.h"
+
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "client/ps_client.h"
+#include "common/shm_region.h"
+#include "testing/server/ps_cluster.h"
+
+namespace strata {
+namespace {
+
+using ::strata::testing::Cluster;
+using ::strata::testing::Connect;
+using ::strata::testing::StartScheduler;
+using ::strata::testing::StartServer;
+using ::strata::testing::TrainSteps;
+
+TEST(ShmRegion, OpensOnlyTheSealedRegionItWasToldOf) {
+  auto region = ShmRegion::Create(ShmRegion::kHeaderBytes + 8192);
+  ASSERT_TRUE(region.ok()) << region.status();
+  const ShmRegion& r = **region;
+  std::memset(r.data() + ShmRegion::kHeaderBytes, 0x5a, 8192);
+  auto opened = ShmRegion::Open(getpid(), r.fd(), r.size(), r.nonce());
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ((*opened)->data()[ShmRegion::kHeaderBytes + 100], 0x5a);
+  // Writes through one mapping show in the other: it is one region.
+  (*opened)->data()[ShmRegion::kHeaderBytes] = 7;
+  EXPECT_EQ(r.data()[ShmRegion::kHeaderBytes], 7);
+  // The seals hold for anyone who opens it: no shrinking under a mapping.
+  EXPECT_NE(ftruncate(r.fd(), 4096), 0);
+
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ShmRegion::Open(getpid(), r.fd(), r.size(), r.nonce() + 1).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ShmRegion::Open(getpid(), r.fd(), r.size() + 4096, r.nonce()).status()));
+  EXPECT_TRUE(absl::IsNotFound(
+      ShmRegion::Open(getpid(), 1 << 20, r.size(), r.nonce()).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ShmRegion::Open(getpid(), r.fd(), ShmRegion::kMaxBytes + 1, r.nonce())
+          .status()));
+  // A memfd without seals could be truncated under the server's mapping.
+  const int unsealed = memfd_create("unsealed", MFD_CLOEXEC);
+  ASSERT_GE(unsealed, 0);
+  ASSERT_EQ(ftruncate(unsealed, r.size()), 0);
+  auto refused = ShmRegion::Open(getpid(), unsealed, r.size(), 0);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+  close(unsealed);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ShmRegion::Create(ShmRegion::kHeaderBytes).status()));
+}
+
+// Final weights of a 5-step run and the server's count of payloads that
+// went through shared memory.
+struct RunResult {
+  std::vector<float> w, b;
+  uint64_t shm_payloads = 0;
+};
+
+RunResult TrainRun(PsClientOptions options) {
+  RunResult run;
+  Cluster c;
+  c.scheduler = StartScheduler();
+  auto server = StartServer(*c.scheduler, "");
+  EXPECT_TRUE(server.ok()) << server.status();
+  if (!server.ok()) return run;
+  c.server = std::move(*server);
+  Connect(c, options);
+  TrainSteps(*c.ps, 0, 5);
+  run.w.resize(250);
+  run.b.resize(3);
+  EXPECT_TRUE(c.ps->PullTensor(0, run.w.data(), 5, 5).ok());
+  EXPECT_TRUE(c.ps->PullTensor(1, run.b.data(), 5, 5).ok());
+  auto stats = c.ps->Stats();
+  EXPECT_TRUE(stats.ok());
+  if (stats.ok()) run.shm_payloads = (*stats)[0].shm_payloads();
+  return run;
+}
+
+TEST(ShmLink, TrainsToTheSameWeightsAsPlainMessages) {
+  PsClientOptions plain;
+  plain.shared_memory = false;
+  const RunResult messages = TrainRun(plain);
+  const RunResult shm = TrainRun(PsClientOptions());
+  EXPECT_EQ(messages.shm_payloads, 0u);
+  // 5 steps of 4 chunk pushes and 3 pulls, and the final pulls.
+  EXPECT_GE(shm.shm_payloads, 5u * 7);
+  EXPECT_EQ(shm.w, messages.w);  // bit-identical: the same bytes arrive
+  EXPECT_EQ(shm.b, messages.b);
+  ASSERT_EQ(shm.w.size(), 250u);
+
+  // bf16 both ways converts into and out of the slots: the same bits as
+  // the converted message payloads.
+  plain.push_dtype = plain.pull_dtype = v1::DTYPE_BF16;
+  PsClientOptions bf16 = plain;
+  bf16.shared_memory = true;
+  const RunResult bf16_messages = TrainRun(plain);
+  const RunResult bf16_shm = TrainRun(bf16);
+  EXPECT_GT(bf16_shm.shm_payloads, 0u);
+  EXPECT_EQ(bf16_shm.w, bf16_messages.w);
+  EXPECT_NE(bf16_shm.w, shm.w);  // bf16 did round something
+}
+
+// A request naming shared memory wrongly is refused, and the chunk keeps
+// its weights.
+TEST(ShmLink, ServerRefusesBadRegionsAndRanges) {
+  Cluster c;
+  c.scheduler = StartScheduler();
+  auto server = StartServer(*c.scheduler, "");
+  ASSERT_TRUE(server.ok()) << server.status();
+  c.server = std::move(*server);
+  Connect(c);
+  auto channel = grpc::CreateChannel(c.server->address(),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::ParameterServer::NewStub(channel);
+  auto call = [](auto method) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    return method(&ctx);
+  };
+  // A region in no process, and one that is not what the caller claims.
+  auto region = ShmRegion::Create(ShmRegion::kHeaderBytes + 4096);
+  ASSERT_TRUE(region.ok());
+  v1::AttachShmRequest attach;
+  // Another member's id: a member's new session replaces its old one, and
+  // the worker's client keeps its own.
+  attach.set_member_id(c.worker->member_id() + 1000);
+  attach.set_pid(getpid());
+  attach.set_fd((*region)->fd());
+  attach.set_size((*region)->size());
+  attach.set_nonce((*region)->nonce() ^ 1);
+  v1::AttachShmResponse attached;
+  grpc::Status s = call([&](grpc::ClientContext* ctx) {
+    return stub->AttachShm(ctx, attach, &attached);
+  });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << s.error_message();
+  attach.set_fd(1 << 20);
+  s = call([&](grpc::ClientContext* ctx) {
+    return stub->AttachShm(ctx, attach, &attached);
+  });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  attach.set_fd((*region)->fd());
+  attach.set_nonce((*region)->nonce());
+  s = call([&](grpc::ClientContext* ctx) {
+    return stub->AttachShm(ctx, attach, &attached);
+  });
+  ASSERT_TRUE(s.ok()) << s.error_message();
+
+  std::vector<float> before(250), after(250);
+  ASSERT_TRUE(c.ps->PullTensor(0, before.data(), -1, 0).ok());
+  const ChunkInfo& chunk = c.ps->plan().chunks[0];
+  v1::PushRequest push;
+  push.set_member_id(c.worker->member_id());
+  push.set_chunk_id(chunk.id);
+  push.set_num_samples(1);
+  push.set_epoch(c.worker->view().epoch());
+  v1::PushResponse pushed;
+  auto push_with = [&](uint64_t session, uint64_t offset, uint64_t size) {
+    push.mutable_shm()->set_session(session);
+    push.mutable_shm()->set_offset(offset);
+    push.mutable_shm()->set_size(size);
+    return call([&](grpc::ClientContext* ctx) {
+      return stub->Push(ctx, push, &pushed);
+    });
+  };
+  const uint64_t payload = chunk.numel * 4;
+  // Past the end, wrapping around, over the nonce, in no session.
+  EXPECT_EQ(push_with(attached.session(), (*region)->size() - 8, payload)
+                .error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(push_with(attached.session(), UINT64_MAX - 8, payload).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(push_with(attached.session(), 0, payload).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(
+      push_with(attached.session() + 100, ShmRegion::kHeaderBytes, payload)
+          .error_code(),
+      grpc::StatusCode::UNAVAILABLE);
+  // A size that is not the chunk's, and a NaN in the shared bytes.
+  EXPECT_EQ(
+      push_with(attached.session(), ShmRegion::kHeaderBytes, 8).error_code(),
+      grpc::StatusCode::INVALID_ARGUMENT);
+  float* shared =
+      reinterpret_cast<float*>((*region)->data() + ShmRegion::kHeaderBytes);
+  for (uint64_t i = 0; i < chunk.numel; ++i) shared[i] = 0.5f;
+  shared[3] = std::nanf("");
+  EXPECT_EQ(push_with(attached.session(), ShmRegion::kHeaderBytes, payload)
+                .error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  // Both a payload and a region.
+  push.set_data(std::string(payload, '\0'));
+  EXPECT_EQ(push_with(attached.session(), ShmRegion::kHeaderBytes, payload)
+                .error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  // A pull into a range too small for the chunk.
+  v1::PullRequest pull;
+  pull.set_member_id(c.worker->member_id());
+  pull.set_chunk_id(chunk.id);
+  pull.set_clock(-1);
+  pull.mutable_shm()->set_session(attached.session());
+  pull.mutable_shm()->set_offset(ShmRegion::kHeaderBytes);
+  pull.mutable_shm()->set_size(payload - 4);
+  v1::PullResponse pulled;
+  s = call(
+      [&](grpc::ClientContext* ctx) { return stub->Pull(ctx, pull, &pulled); });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << s.error_message();
+
+  ASSERT_TRUE(c.ps->PullTensor(0, after.data(), -1, 0).ok());
+  EXPECT_EQ(before, after);
+  auto stats = c.ps->Stats();
+  ASSERT_TRUE(stats.ok());
+  for (const auto& [id, version] : (*stats)[0].chunk_versions())
+    EXPECT_EQ(version, 0u);
+}
+
+// The server restarts on the same port: it no longer knows the session, the
+// client's calls get UNAVAILABLE, and it attaches a new region and goes on
+// through shared memory.
+TEST(ShmLink, AttachesAgainAfterTheServerRestarts) {
+  Cluster c;
+  c.scheduler = StartScheduler();
+  auto server = StartServer(*c.scheduler, "");
+  ASSERT_TRUE(server.ok()) << server.status();
+  c.server = std::move(*server);
+  Connect(c);
+  TrainSteps(*c.ps, 0, 1);
+  const std::string address = c.server->address();
+  c.server.reset();
+  ServerOptions o;
+  o.scheduler_address = c.scheduler->address();
+  o.listen_address = address;
+  o.max_wait = absl::Seconds(10);
+  auto again = ParameterServer::Start(o);
+  ASSERT_TRUE(again.ok()) << again.status();
+  c.server = std::move(*again);
+  // The new server holds no chunks: register again, as a worker does after
+  // a rollback, then train through it.
+  ASSERT_TRUE(c.ps->RegisterModel(testing::Model()).ok());
+  ASSERT_TRUE(c.worker
+                  ->WaitForView(
+                      [](const v1::View& v) {
+                        return v.shard_map().slots(0).address().size() > 0 &&
+                               v.workers_size() == 1;
+                      },
+                      absl::Seconds(10))
+                  .ok());
+  TrainSteps(*c.ps, 0, 3);
+  auto stats = c.ps->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GE((*stats)[0].shm_payloads(), 3u * 7);
+}
+
+}  // namespace
+}  // namespace strata

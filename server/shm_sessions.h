@@ -1,0 +1,59 @@
+// The shared-memory regions co-located callers attached to this server
+// (AttachShm in ps.proto): one session per member, found again by the id in
+// each push's or pull's ShmRef.
+#ifndef STRATA_SERVER_SHM_SESSIONS_H_
+#define STRATA_SERVER_SHM_SESSIONS_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/shm_region.h"
+#include "strata/v1/ps.pb.h"
+
+namespace strata {
+
+// Bytes a ShmRef names. `region` keeps them mapped while the caller uses
+// them, even if the session is replaced meanwhile.
+struct ShmSpan {
+  std::shared_ptr<ShmRegion> region;
+  char* data = nullptr;
+  size_t size = 0;
+};
+
+// Thread-safe.
+class ShmSessions {
+ public:
+  explicit ShmSessions(size_t max_sessions = 256)
+      : max_sessions_(max_sessions) {}
+
+  // Maps the caller's region (ShmRegion::Open's errors) and returns its
+  // session id. A member's new session replaces its old one;
+  // RESOURCE_EXHAUSTED when max_sessions other members hold one.
+  absl::StatusOr<uint64_t> Attach(const v1::AttachShmRequest& req);
+  // UNAVAILABLE for a session not attached here (the server restarted, or
+  // the member attached again: attach again and retry), INVALID_ARGUMENT for
+  // a range outside the region.
+  absl::StatusOr<ShmSpan> Resolve(const v1::ShmRef& ref) const;
+  // Drops the sessions of members not in `members` (sorted): they left.
+  void RetainOnly(const std::vector<uint64_t>& members);
+  size_t size() const;
+
+ private:
+  struct Session {
+    uint64_t member = 0;
+    std::shared_ptr<ShmRegion> region;
+  };
+  const size_t max_sessions_;
+  mutable absl::Mutex mu_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, uint64_t> by_member_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SERVER_SHM_SESSIONS_H_
