@@ -66,7 +66,25 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "clip gradients to this global norm (0: off)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--micro_batches", o->micro_batches,
+                  "compute each worker's share of a step in this many "
+                  "micro-batches, accumulated and pushed once (the global "
+                  "--batch stays as set)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--overlap_clip", o->overlap_clip,
+                  "with --grad_clip, push gradients while backward runs and "
+                  "send the clipping factor after it (the servers hold them "
+                  "until then; the same update); false: clip, then push")
+      ->capture_default_str();
   cmd->add_flag("--push_bf16", o->push_bf16, "push gradients as bf16");
+  cmd->add_flag("--pull_bf16", o->pull_bf16,
+                "pull weights as bf16 (the servers keep fp32; the worker "
+                "computes with the rounded weights)");
+  cmd->add_option("--shm", o->shared_memory,
+                  "carry payloads through shared memory to servers on this "
+                  "host (false: in gRPC messages)")
+      ->capture_default_str();
   cmd->add_option("--eval_every", o->eval_every,
                   "evaluate held-out loss every N steps (0: never)")
       ->check(CLI::NonNegativeNumber)
@@ -99,6 +117,11 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
   if (o.model.recompute) f.push_back("--recompute");
   f.insert(f.end(), {"--device", o.device});
   if (o.push_bf16) f.push_back("--push_bf16");
+  if (o.pull_bf16) f.push_back("--pull_bf16");
+  if (o.micro_batches != 1)
+    f.insert(f.end(), {"--micro_batches", std::to_string(o.micro_batches)});
+  if (!o.overlap_clip) f.insert(f.end(), {"--overlap_clip", "false"});
+  if (!o.shared_memory) f.insert(f.end(), {"--shm", "false"});
   if (!o.metrics_path.empty()) f.insert(f.end(), {"--metrics", o.metrics_path});
   return f;
 }

@@ -2,8 +2,12 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "client/ps_client_impl.h"
+#include "cluster/scheduler_client.h"
 #include "common/status.h"
 
 namespace strata {
@@ -100,6 +104,7 @@ OpHandle PsClient::Push(int chunk, const float* grad, int64_t step,
                         uint64_t samples, int priority, StepStamp stamp) {
   absl::StatusOr<OpPtr> op = NewOp(OpState::kPush, chunk, priority);
   if (!op.ok()) return FailedOp(op.status());
+  if (stamp.deferred) impl_->CountDeferred(step, (*op)->slot);
   (*op)->stamp = stamp;
   (*op)->grad = grad;
   (*op)->step = step;
@@ -158,6 +163,44 @@ absl::Status PsClient::PushTensor(int tensor, const float* grad, int64_t step,
 absl::Status PsClient::PullTensor(int tensor, float* dst, int64_t clock,
                                   uint64_t min_version, int priority) {
   return WaitAll(PullTensorAsync(tensor, dst, clock, min_version, priority));
+}
+
+absl::Status PsClient::Commit(int64_t step, float scale) {
+  const std::vector<uint32_t> pushes = impl_->TakeDeferred(step);
+  std::vector<absl::Status> results(pushes.size());
+  std::vector<std::thread> calls;
+  for (int slot = 0; slot < static_cast<int>(pushes.size()); ++slot) {
+    if (pushes[slot] == 0) continue;
+    calls.emplace_back([&, slot] {
+      v1::CommitRequest req;
+      req.set_member_id(impl_->scheduler_->member_id());
+      req.set_step(step);
+      req.set_scale(scale);
+      req.set_pushes(pushes[slot]);
+      absl::Status last;
+      for (int attempt = 0; attempt < impl_->options_.max_attempts; ++attempt) {
+        auto stub = impl_->StubForSlot(slot);
+        if (stub.ok()) {
+          grpc::ClientContext ctx;
+          ctx.set_deadline(
+              absl::ToChronoTime(absl::Now() + impl_->options_.rpc_timeout));
+          v1::CommitResponse resp;
+          last = FromGrpcStatus((*stub)->Commit(&ctx, req, &resp));
+        } else {
+          last = stub.status();
+        }
+        if (!IsRetryable(last)) break;
+        absl::SleepFor(
+            std::min(impl_->options_.initial_backoff * (1 << attempt),
+                     impl_->options_.max_backoff));
+      }
+      results[slot] = last;
+    });
+  }
+  for (std::thread& t : calls) t.join();
+  absl::Status first;
+  for (const absl::Status& s : results) first.Update(s);
+  return first;
 }
 
 absl::StatusOr<std::vector<v1::StatsResponse>> PsClient::Stats() {

@@ -83,6 +83,9 @@ struct StepStamp {
   // unset: the client's current view's when the request is sent. A worker
   // sets it, so nothing it computed before a rollback is applied after.
   std::optional<uint64_t> generation;
+  // Pushes: the server holds the gradient until Commit(step, scale) (ps.proto
+  // PushRequest.deferred).
+  bool deferred = false;
 };
 
 // Waits for every op; the first error among them, or OK.
@@ -141,6 +144,13 @@ class PsClient {
                           uint64_t samples, int priority = 0);
   absl::Status PullTensor(int tensor, float* dst, int64_t clock,
                           uint64_t min_version, int priority = 0);
+
+  // Applies this client's deferred pushes of `step` on every server that
+  // got some, each scaled by `scale` in (0, 1] first (ps.proto Commit), in
+  // parallel across servers. REQUIRES: those pushes have completed. The
+  // first error; ABORTED when a server lost some (it restarted, or this
+  // worker left the view): the step is redone.
+  absl::Status Commit(int64_t step, float scale);
 
   // Server-side stats of every slot.
   absl::StatusOr<std::vector<v1::StatsResponse>> Stats();

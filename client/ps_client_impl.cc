@@ -141,6 +141,7 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     header.set_step(op->step);
     header.set_num_samples(op->samples);
     header.set_dtype(options_.push_dtype);
+    header.set_deferred(op->stamp.deferred);
     const size_t bytes = chunk.numel * ElementBytes(options_.push_dtype);
     if (TakeShmSlot(op, *stubs, bytes)) {
       // One copy (or conversion) into the shared slot; the server copies
@@ -383,6 +384,22 @@ absl::Status PsClient::Impl::RegisterModel(const ModelSpec& model) {
   }
   AttachShm();
   return absl::OkStatus();
+}
+
+void PsClient::Impl::CountDeferred(int64_t step, int slot) {
+  absl::MutexLock lock(&deferred_mu_);
+  std::vector<uint32_t>& counts = deferred_[step];
+  counts.resize(num_slots_);
+  counts[slot]++;
+}
+
+std::vector<uint32_t> PsClient::Impl::TakeDeferred(int64_t step) {
+  absl::MutexLock lock(&deferred_mu_);
+  std::vector<uint32_t> counts(num_slots_);
+  if (auto it = deferred_.find(step); it != deferred_.end())
+    counts = std::move(it->second);
+  deferred_.erase(deferred_.begin(), deferred_.upper_bound(step));
+  return counts;
 }
 
 void PsClient::Impl::AttachShm() {

@@ -119,6 +119,11 @@ class PsClient::Impl {
     live_attempts_.fetch_sub(1, std::memory_order_release);
   }
 
+  // Deferred pushes submitted per step and server slot, for Commit.
+  void CountDeferred(int64_t step, int slot);
+  // The counts of `step` (one per slot), forgetting it and older steps.
+  std::vector<uint32_t> TakeDeferred(int64_t step);
+
   PsClientOptions options_;
   SchedulerClient* scheduler_;
   ChunkPlan plan_;
@@ -157,6 +162,9 @@ class PsClient::Impl {
   std::multimap<absl::Time, OpPtr> retries_ ABSL_GUARDED_BY(mu_);
   std::thread timer_;
 
+  absl::Mutex deferred_mu_;
+  std::map<int64_t, std::vector<uint32_t>> deferred_
+      ABSL_GUARDED_BY(deferred_mu_);
   absl::Mutex attach_mu_;  // one AttachShm at a time
   absl::Mutex stub_mu_;
   // address -> stub; a restarted server at a new address gets a new one.

@@ -98,6 +98,13 @@ class Service final : public ServiceBase {
     return grpc::Status::OK;
   }
 
+  grpc::Status Commit(grpc::ServerContext*, const v1::CommitRequest* req,
+                      v1::CommitResponse* resp) override {
+    auto r = shard_->Commit(*req);
+    if (r.ok()) *resp = *r;
+    return ToGrpcStatus(r.status());
+  }
+
   grpc::Status AttachShm(grpc::ServerContext*, const v1::AttachShmRequest* req,
                          v1::AttachShmResponse* resp) override {
     absl::StatusOr<uint64_t> session = shm_->Attach(*req);

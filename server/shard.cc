@@ -226,6 +226,7 @@ void Shard::UpdateView(const v1::View& v) {
   // SSP/ASP: a worker that left mid-push is not reported; the ledger hands
   // its units out again.
   applied_.Forget(live);
+  DropDeferred(live);
   for (Chunk* c : all) {
     absl::MutexLock lock(&c->mu);
     // BSP: pushes cut for the old set of workers may not count (the new set
@@ -369,14 +370,21 @@ absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req,
     std::vector<float> grad;
     STRATA_RETURN_IF_ERROR(DecodeGradient(req, payload_bytes, read,
                                           c->spec.numel(), &grad, &nonfinite));
-    if (options_.consistency.mode == Consistency::kBsp)
-      return PushBsp(*c, req, std::move(grad));
-    auto r = PushAsync(*c, req, grad);
-    GiveBuffer(std::move(grad));
-    return r;
+    if (req.deferred()) return Hold(*c, req, std::move(grad));
+    return Apply(*c, req, std::move(grad));
   }();
   if (!result.ok() && !nonfinite) counters_.rejected_other++;
   return result;
+}
+
+absl::StatusOr<v1::PushResponse> Shard::Apply(Chunk& c,
+                                              const v1::PushRequest& req,
+                                              std::vector<float> grad) {
+  if (options_.consistency.mode == Consistency::kBsp)
+    return PushBsp(c, req, std::move(grad));
+  auto r = PushAsync(c, req, grad);
+  GiveBuffer(std::move(grad));
+  return r;
 }
 
 absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,

@@ -137,6 +137,11 @@ class Shard {
   absl::StatusOr<v1::PushResponse> Push(const v1::PushRequest& req,
                                         absl::string_view data);
 
+  // Applies member req.member_id()'s deferred pushes of req.step(), each
+  // scaled by req.scale() first (ps.proto Commit). Their errors as Push's;
+  // ABORTED when the shard holds another number of them than req.pushes().
+  absl::StatusOr<v1::CommitResponse> Commit(const v1::CommitRequest& req);
+
   // Serves a pull: waits at the gate, then writes the chunk's weights in
   // req.dtype() to space from `alloc` (called once, under the chunk's lock).
   absl::StatusOr<PullResult> Pull(const v1::PullRequest& req,
@@ -218,6 +223,13 @@ class Shard {
   // if it does not (or the shard is cancelled).
   absl::Status AwaitGeneration(uint64_t generation);
   absl::Status CheckMember(const v1::PushRequest& req);
+  // A checked push: held (deferred) or handled by the consistency gate.
+  absl::StatusOr<v1::PushResponse> Hold(Chunk& c, const v1::PushRequest& req,
+                                        std::vector<float> grad);
+  absl::StatusOr<v1::PushResponse> Apply(Chunk& c, const v1::PushRequest& req,
+                                         std::vector<float> grad);
+  // Drops the deferred pushes of members `live` says have left.
+  void DropDeferred(absl::FunctionRef<bool(uint64_t member)> live);
   absl::Status DecodeGradient(const v1::PushRequest& req, size_t payload_bytes,
                               PayloadReader read, uint64_t numel,
                               std::vector<float>* out, bool* nonfinite);
@@ -258,6 +270,15 @@ class Shard {
 
   const ShardOptions options_;
   ShardCounters counters_;
+  // Deferred pushes waiting for their Commit (shard_deferred.cc): by member,
+  // then chunk id.
+  struct Deferred {
+    v1::PushRequest req;  // without payload
+    std::vector<float> grad;
+  };
+  absl::Mutex deferred_mu_;
+  absl::flat_hash_map<uint64_t, absl::flat_hash_map<uint64_t, Deferred>>
+      deferred_ ABSL_GUARDED_BY(deferred_mu_);
   std::atomic<size_t> num_chunks_{0};
   // The generation of the latest RollBack and its step, set before it
   // moves the chunks (CreateChunk gives new chunks these).

@@ -44,7 +44,8 @@ std::vector<double> Losses(const std::string& metrics);
 // Trains with one worker process per entry of `devices` ("cpu", or "cuda"
 // on the virtual GPU binary).
 BspRun TrainBsp(const std::vector<std::string>& devices,
-                const std::string& name) {
+                const std::string& name,
+                const std::vector<std::string>& flags = {"--grad_clip", "0"}) {
   const int workers = static_cast<int>(devices.size());
   const std::string dir = testing::FreshDir(name);
   const std::string corpus = WriteCorpus(dir);
@@ -67,10 +68,10 @@ BspRun TrainBsp(const std::vector<std::string>& devices,
         "--workers",     std::to_string(workers),
         "--batch",       "4",
         "--steps",       "6",
-        "--grad_clip",   "0",
         "--eval_every",  "0",
         "--weights_out", dir + "/weights.f32"};
     for (const auto& f : TinyModelFlags(corpus)) args.push_back(f);
+    args.insert(args.end(), flags.begin(), flags.end());
     trainers.push_back(
         std::make_unique<Child>(args, absl::StrCat(dir, "/worker", w, ".log")));
   }
@@ -146,24 +147,81 @@ TEST(Train, BspWorkersRedoTheStepAWorkerDiedInAndAJoinerTakesAShare) {
   cluster.Stop();
 }
 
-TEST(Train, TwoBspWorkersWithHalfTheBatchMatchOneWorkerWithAllOfIt) {
-  const std::vector<float> one = TrainBsp({"cpu"}, "bsp1").weights;
-  const std::vector<float> two = TrainBsp({"cpu", "cpu"}, "bsp2").weights;
-  ASSERT_FALSE(one.empty());
-  ASSERT_EQ(one.size(), two.size());
-  // The servers average the two half-batch mean gradients weighted by
-  // samples: the full-batch mean, up to float rounding in the sums, which
-  // AdamW's normalized step can amplify a little over 6 steps.
+// Two runs' final weights agree up to float rounding: the largest
+// difference is below 1e-4 of the largest weight (AdamW's normalized step
+// can amplify rounding in the gradient sums a little over 6 steps).
+void ExpectCloseWeights(const BspRun& a, const BspRun& b) {
+  ASSERT_FALSE(a.weights.empty());
+  ASSERT_EQ(a.weights.size(), b.weights.size());
   double max_diff = 0, max_abs = 0;
-  for (size_t i = 0; i < one.size(); ++i) {
-    max_diff =
-        std::max(max_diff, static_cast<double>(std::fabs(one[i] - two[i])));
-    max_abs = std::max(max_abs, static_cast<double>(std::fabs(one[i])));
+  for (size_t i = 0; i < a.weights.size(); ++i) {
+    max_diff = std::max(
+        max_diff, static_cast<double>(std::fabs(a.weights[i] - b.weights[i])));
+    max_abs = std::max(max_abs, static_cast<double>(std::fabs(a.weights[i])));
   }
   EXPECT_LT(max_diff, 1e-4 * max_abs)
       << "max |diff| " << max_diff << " of max |w| " << max_abs;
   // And training moved the weights (the comparison is not vacuous).
   EXPECT_GT(max_abs, 0.0);
+}
+
+TEST(Train, TwoBspWorkersWithHalfTheBatchMatchOneWorkerWithAllOfIt) {
+  const BspRun one = TrainBsp({"cpu"}, "bsp1");
+  const BspRun two = TrainBsp({"cpu", "cpu"}, "bsp2");
+  // The servers average the two half-batch mean gradients weighted by
+  // samples: the full-batch mean, up to float rounding in the sums.
+  ExpectCloseWeights(one, two);
+}
+
+// The ways a worker's gradients reach the servers train to the same
+// weights: clipping with the pushes overlapping backward (the servers hold
+// them until the worker sends the factor) or after it; payloads through
+// shared memory or in gRPC messages. One worker: bit-identical (the same
+// float operations in the same order).
+TEST(Train, SyncPathsTrainToTheSameWeights) {
+  const std::vector<std::string> clip = {"--grad_clip", "0.05"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), clip.begin(), clip.end());
+    return more;
+  };
+  const BspRun overlapped = TrainBsp({"cpu"}, "clip-overlap", clip);
+  const BspRun after =
+      TrainBsp({"cpu"}, "clip-after", with({"--overlap_clip", "false"}));
+  const BspRun messages =
+      TrainBsp({"cpu"}, "clip-grpc", with({"--shm", "false"}));
+  const BspRun unclipped = TrainBsp({"cpu"}, "no-clip");
+  ASSERT_FALSE(overlapped.weights.empty());
+  EXPECT_EQ(overlapped.weights, after.weights);
+  EXPECT_EQ(overlapped.losses, after.losses);
+  EXPECT_EQ(overlapped.weights, messages.weights);
+  // The clip did bite (else the comparison proves little about it).
+  EXPECT_NE(overlapped.weights, unclipped.weights);
+  // Two BSP workers: each clips its own gradient either way. Their shares
+  // follow measured speeds, so the two runs may split batches differently:
+  // equal up to float rounding, as in the test above.
+  const BspRun two_overlapped = TrainBsp({"cpu", "cpu"}, "clip-overlap2", clip);
+  const BspRun two_after = TrainBsp({"cpu", "cpu"}, "clip-after2",
+                                    with({"--overlap_clip", "false"}));
+  ExpectCloseWeights(two_overlapped, two_after);
+}
+
+// --micro_batches: each worker computes its share of a step in pieces,
+// accumulates their gradients weighted by samples and pushes once. Batch 4
+// in 3 micro-batches (2, 1, 1 samples), alone and as two BSP workers (2
+// samples each: 1, 1), trains like one batch up to float rounding.
+TEST(Train, MicroBatchesTrainLikeOneBatch) {
+  const BspRun whole = TrainBsp({"cpu"}, "mb-whole");
+  const std::vector<std::string> three = {"--grad_clip", "0", "--micro_batches",
+                                          "3"};
+  const BspRun pieces = TrainBsp({"cpu"}, "mb-pieces", three);
+  const BspRun two = TrainBsp({"cpu", "cpu"}, "mb-two", three);
+  ExpectCloseWeights(whole, pieces);
+  ExpectCloseWeights(whole, two);
+  // The loss a worker reports is over its own share: alone, the whole
+  // batch's, the sample-weighted mean of its pieces' losses.
+  ASSERT_EQ(pieces.losses.size(), whole.losses.size());
+  for (size_t i = 0; i < whole.losses.size(); ++i)
+    EXPECT_NEAR(pieces.losses[i], whole.losses[i], 1e-4) << "step " << i;
 }
 
 // The mean |difference| between two runs' final weights.

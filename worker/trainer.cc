@@ -19,6 +19,7 @@
 #include "optim/optimizer.h"
 #include "spdlog/spdlog.h"
 #include "worker/data.h"
+#include "worker/grad_accumulator.h"
 #include "worker/progress.h"
 
 namespace strata {
@@ -81,6 +82,8 @@ absl::Status Validate(const TrainerOptions& o) {
     return absl::InvalidArgumentError("--lr must be > 0");
   if (o.grad_clip < 0)
     return absl::InvalidArgumentError("--grad_clip must be >= 0");
+  if (o.micro_batches < 1)
+    return absl::InvalidArgumentError("--micro_batches must be >= 1");
   return absl::OkStatus();
 }
 
@@ -132,6 +135,7 @@ class Trainer {
   double speed_ = 0;         // samples/s computing, smoothed
   double compute_s_ = 0;
   std::vector<int32_t> tokens_, targets_;
+  GradAccumulator accumulator_;
 };
 
 absl::StatusOr<uint64_t> Trainer::PullWeights(int64_t step,
@@ -201,23 +205,55 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
   }
   const absl::Time t0 = absl::Now();
   std::vector<OpHandle> ops;
-  const bool stream = o_.grad_clip <= 0;
-  if (stream) {
-    // Push each gradient as soon as backward has finished it.
-    gpt_->SetGradReadyCallback(
-        [&](int param) { (void)PushParam(param, step, B, ops); });
-  } else {
-    gpt_->SetGradReadyCallback(nullptr);
+  // Clipping needs the whole gradient's norm. Overlapped, the servers hold
+  // each pushed gradient until Commit brings the factor (the same float
+  // multiply the worker would do, so the same update); else the worker
+  // scales and pushes after backward.
+  const bool clip = o_.grad_clip > 0;
+  const bool stream = !clip || o_.overlap_clip;
+  stamp_.deferred = clip && o_.overlap_clip;
+  // Micro-batches: all but the last are kept, weighted by their share of
+  // the samples; the last one's gradients complete the step's as backward
+  // finishes each, and go out from there.
+  const std::vector<int> pieces = GradAccumulator::Split(B, o_.micro_batches);
+  const int last = static_cast<int>(pieces.size()) - 1;
+  const float last_weight = static_cast<float>(pieces[last]) / B;
+  auto finish = [&](int param) {
+    if (last > 0) accumulator_.Finish(*gpt_, param, last_weight);
+  };
+  double loss_sum = 0;
+  absl::Status failed;
+  int first_row = 0;
+  for (int k = 0; k <= last && failed.ok(); ++k) {
+    if (k == last && stream) {
+      // Push each gradient as soon as backward has finished it.
+      gpt_->SetGradReadyCallback([&](int param) {
+        finish(param);
+        (void)PushParam(param, step, B, ops);
+      });
+    }
+    absl::StatusOr<float> piece_loss = gpt_->ForwardBackward(
+        tokens_.data() + static_cast<size_t>(first_row) * T,
+        targets_.data() + static_cast<size_t>(first_row) * T, pieces[k], T);
+    gpt_->SetGradReadyCallback(nullptr);  // it captures this frame's locals
+    if (!piece_loss.ok()) {
+      failed = piece_loss.status();
+      break;
+    }
+    const float weight = static_cast<float>(pieces[k]) / B;
+    loss_sum += static_cast<double>(weight) * *piece_loss;
+    if (k < last) accumulator_.Add(*gpt_, weight, /*first=*/k == 0);
+    first_row += pieces[k];
   }
-  absl::StatusOr<float> loss_or =
-      gpt_->ForwardBackward(tokens_.data(), targets_.data(), B, T);
-  gpt_->SetGradReadyCallback(nullptr);  // it captures this frame's locals
   compute_s_ = absl::ToDoubleSeconds(absl::Now() - t0);
-  if (!loss_or.ok()) {
+  if (!failed.ok()) {
     (void)WaitAll(ops);  // pushes in flight read grad_data
-    return loss_or.status();
+    return failed;
   }
-  const float loss = *loss_or;
+  if (!stream) {
+    for (int i = 0; i < static_cast<int>(gpt_->params().size()); ++i) finish(i);
+  }
+  const double loss = loss_sum;
   const int n = static_cast<int>(gpt_->params().size());
   double sq = 0;
   for (int i = 0; i < n; ++i) {
@@ -226,9 +262,9 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
     for (int64_t k = 0; k < numel; ++k) sq += static_cast<double>(g[k]) * g[k];
   }
   *grad_norm = static_cast<float>(std::sqrt(sq));
+  const float scale =
+      clip && *grad_norm > o_.grad_clip ? o_.grad_clip / *grad_norm : 1.0f;
   if (!stream) {
-    const float scale =
-        *grad_norm > o_.grad_clip ? o_.grad_clip / *grad_norm : 1.0f;
     for (int i = n - 1; i >= 0; --i) {
       if (scale != 1.0f) {
         float* g = gpt_->grad_data(i);
@@ -240,6 +276,7 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
     }
   }
   STRATA_RETURN_IF_ERROR(WaitAll(ops));
+  if (stamp_.deferred) STRATA_RETURN_IF_ERROR(ps_->Commit(step, scale));
   return loss;
 }
 
@@ -500,6 +537,8 @@ absl::Status RunTrainer(const TrainerOptions& options) {
   const int rank = session.rank;
   PsClientOptions po;
   po.push_dtype = o.push_bf16 ? v1::DTYPE_BF16 : v1::DTYPE_F32;
+  po.pull_dtype = o.pull_bf16 ? v1::DTYPE_BF16 : v1::DTYPE_F32;
+  po.shared_memory = o.shared_memory;
   STRATA_ASSIGN_OR_RETURN(auto ps,
                           PsClient::Create(po, session.scheduler.get()));
   STRATA_RETURN_IF_ERROR(ps->RegisterModel(ServerModel(*gpt, o)));

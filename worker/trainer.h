@@ -21,18 +21,28 @@ struct TrainerOptions {
   std::string data_path = "/usr/share/common-licenses";
   int workers = 1;    // wait until this many workers are live, then start
   int64_t batch = 8;  // global batch in sequences, split over workers
+  // Each worker computes its share of a step in this many micro-batches
+  // (gradients accumulated, one push per step): less activation memory for
+  // the same global batch, one push per micro_batches micro-batches.
+  int micro_batches = 1;
   int64_t steps = 100;
   uint64_t seed = 1;          // data order and weight init
   float lr = 1e-3f;           // AdamW peak learning rate
   float weight_decay = 0.1f;  // matrices only
   int64_t warmup_steps = 10;
   float min_lr_ratio = 0.1f;  // cosine decay floor, relative to lr
-  // Clip the worker's gradient to this global L2 norm (0: off). Clipping
-  // needs the whole gradient's norm, so with it on, pushes start after
-  // backward; with it off they stream out as backward produces them.
+  // Clip the worker's gradient to this global L2 norm (0: off). Pushes
+  // stream out as backward produces them either way: with clipping, the
+  // servers hold them until the worker sends the factor (overlap_clip);
+  // with overlap_clip false, the worker scales them and pushes after
+  // backward. Both give the same update.
   float grad_clip = 1.0f;
+  bool overlap_clip = true;
   bool push_bf16 =
       false;  // push gradients as bf16 (weights stay fp32 on servers)
+  bool pull_bf16 = false;  // pull weights as bf16 (computes with them)
+  // Payloads through shared memory to servers on this host.
+  bool shared_memory = true;
   int64_t eval_every = 50;  // 0: never
   int eval_batches = 4;
   int64_t log_every = 10;

@@ -1,0 +1,107 @@
+// Deferred pushes (ps.proto PushRequest.deferred) and their Commit: a
+// worker's gradients held, checked, until it knows the factor its clipping
+// scales them by. The rest of Shard is in shard.cc.
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/parallel.h"
+#include "common/status.h"
+#include "server/shard.h"
+
+namespace strata {
+
+absl::StatusOr<v1::PushResponse> Shard::Hold(Chunk& c,
+                                             const v1::PushRequest& req,
+                                             std::vector<float> grad) {
+  v1::PushResponse resp;
+  {
+    absl::MutexLock lock(&c.mu);
+    STRATA_RETURN_IF_ERROR(CheckGeneration(c, req.generation()));
+    resp.set_version(c.rec.version);
+  }
+  absl::MutexLock lock(&deferred_mu_);
+  // A retry, or a step that was never committed (redone): the newest wins.
+  Deferred& d = deferred_[req.member_id()][req.chunk_id()];
+  if (!d.grad.empty()) GiveBuffer(std::move(d.grad));
+  d.req = req;
+  d.grad = std::move(grad);
+  return resp;
+}
+
+void Shard::DropDeferred(absl::FunctionRef<bool(uint64_t member)> live) {
+  absl::MutexLock lock(&deferred_mu_);
+  for (auto it = deferred_.begin(); it != deferred_.end();) {
+    if (live(it->first)) {
+      ++it;
+      continue;
+    }
+    for (auto& [chunk, d] : it->second) GiveBuffer(std::move(d.grad));
+    deferred_.erase(it++);
+  }
+}
+
+absl::StatusOr<v1::CommitResponse> Shard::Commit(const v1::CommitRequest& req) {
+  if (!(req.scale() > 0.0f && req.scale() <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("commit scale ", req.scale(),
+                     " is not in (0, 1]: clipping only "
+                     "shrinks a gradient"));
+  }
+  std::vector<Deferred> held;
+  {
+    absl::MutexLock lock(&deferred_mu_);
+    auto it = deferred_.find(req.member_id());
+    if (it != deferred_.end()) {
+      for (auto& [chunk, d] : it->second) {
+        if (d.req.step() == req.step()) {
+          held.push_back(std::move(d));
+        } else {
+          GiveBuffer(std::move(d.grad));  // a step that was never committed
+        }
+      }
+      deferred_.erase(it);
+    }
+  }
+  if (held.size() != req.pushes()) {
+    for (Deferred& d : held) GiveBuffer(std::move(d.grad));
+    counters_.rejected_other++;
+    return absl::AbortedError(absl::StrCat(
+        "this server holds ", held.size(), " of the ", req.pushes(),
+        " deferred pushes of step ", req.step(), " by member ", req.member_id(),
+        " (it restarted, or the member left the view, since): redo the step"));
+  }
+  std::vector<absl::Status> results(held.size());
+  std::vector<char> applied(held.size(), 0);
+  // Chunks have their own locks: their updates run in parallel.
+  ParallelFor(static_cast<int64_t>(held.size()), 1,
+              [&](int, int64_t begin, int64_t end) {
+                for (int64_t i = begin; i < end; ++i) {
+                  Deferred& d = held[i];
+                  if (req.scale() != 1.0f) {
+                    for (float& g : d.grad) g *= req.scale();
+                  }
+                  auto r = [&]() -> absl::StatusOr<v1::PushResponse> {
+                    STRATA_ASSIGN_OR_RETURN(Chunk * c,
+                                            FindChunk(d.req.chunk_id()));
+                    STRATA_RETURN_IF_ERROR(CheckMember(d.req));
+                    return Apply(*c, d.req, std::move(d.grad));
+                  }();
+                  if (!d.grad.empty()) GiveBuffer(std::move(d.grad));
+                  results[i] = r.status();
+                  applied[i] = r.ok() && r->applied();
+                }
+              });
+  v1::CommitResponse resp;
+  absl::Status first;
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (!results[i].ok()) counters_.rejected_other++;
+    first.Update(results[i]);
+    resp.set_applied(resp.applied() + applied[i]);
+  }
+  if (!first.ok()) return first;
+  return resp;
+}
+
+}  // namespace strata

@@ -1,0 +1,123 @@
+// Deferred pushes and Commit (Shard::Commit): gradients held until the
+// worker's clipping factor arrives, then applied as plain pushes would be.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "server/shard.h"
+#include "server/shard_test_util.h"
+
+namespace strata {
+namespace {
+
+using namespace shard_test;  // NOLINT: the helpers of every Shard test
+
+v1::PushRequest Deferred(uint64_t member, int64_t step, uint64_t samples) {
+  v1::PushRequest r = PushReq(member, step, samples);
+  r.set_deferred(true);
+  return r;
+}
+
+v1::CommitRequest CommitReq(uint64_t member, int64_t step, float scale,
+                            uint32_t pushes) {
+  v1::CommitRequest r;
+  r.set_member_id(member);
+  r.set_step(step);
+  r.set_scale(scale);
+  r.set_pushes(pushes);
+  return r;
+}
+
+std::vector<float> Grad(float base) {
+  std::vector<float> g(kN);
+  for (int i = 0; i < kN; ++i) g[i] = base + 0.37f * i;
+  return g;
+}
+
+TEST(ShardDeferred, CommitAppliesTheScaledGradientAsAPlainPushWould) {
+  for (const char* mode : {"bsp", "asp"}) {
+    SCOPED_TRACE(mode);
+    const float scale = 0.3f;
+    // The reference: the worker scales, then pushes.
+    Shard plain(Opts(mode));
+    ASSERT_TRUE(plain.Register(OneChunk()).ok());
+    plain.UpdateView(MakeView(1, {1}, 1));
+    std::vector<float> scaled = Grad(1.5f);
+    for (float& g : scaled) g *= scale;
+    ASSERT_TRUE(plain.Push(PushReq(1, 0, 4), Bytes(scaled)).ok());
+
+    Shard shard(Opts(mode));
+    ASSERT_TRUE(shard.Register(OneChunk()).ok());
+    shard.UpdateView(MakeView(1, {1}, 1));
+    const std::vector<float> before = PullNow(shard, 1, -1);
+    auto held = shard.Push(Deferred(1, 0, 4), Bytes(Grad(1.5f)));
+    ASSERT_TRUE(held.ok()) << held.status();
+    EXPECT_FALSE(held->applied());
+    EXPECT_EQ(PullNow(shard, 1, -1), before);  // held, not applied
+    // A retry of the same push replaces it: still one push to commit.
+    ASSERT_TRUE(shard.Push(Deferred(1, 0, 4), Bytes(Grad(1.5f))).ok());
+    auto commit = shard.Commit(CommitReq(1, 0, scale, 1));
+    ASSERT_TRUE(commit.ok()) << commit.status();
+    EXPECT_EQ(commit->applied(), 1u);
+    EXPECT_EQ(PullNow(shard, 1, -1), PullNow(plain, 1, -1));  // bit-identical
+    EXPECT_NE(PullNow(shard, 1, -1), before);
+  }
+}
+
+TEST(ShardDeferred, BspStepClosesOnTheLastCommit) {
+  Shard shard(Opts("bsp"));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(1, {1, 2}, 1));
+  ASSERT_TRUE(shard.Push(Deferred(1, 0, 1), Bytes(Grad(1.0f))).ok());
+  v1::PushRequest second_half = Deferred(2, 0, 1);
+  second_half.set_first_sample(1);  // the step's samples tile [0, 2)
+  ASSERT_TRUE(shard.Push(second_half, Bytes(Grad(3.0f))).ok());
+  auto first = shard.Commit(CommitReq(1, 0, 0.5f, 1));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->applied(), 0u);  // worker 2 has not committed yet
+  uint64_t version = 0;
+  PullNow(shard, 1, -1, &version);
+  EXPECT_EQ(version, 0u);
+  auto second = shard.Commit(CommitReq(2, 0, 1.0f, 1));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->applied(), 1u);
+  const std::vector<float> w = PullNow(shard, 1, -1, &version);
+  EXPECT_EQ(version, 1u);
+  // SGD lr 1 from zeros: minus the sample-weighted mean of 0.5*g1 and g2.
+  const std::vector<float> g1 = Grad(1.0f), g2 = Grad(3.0f);
+  for (int i = 0; i < kN; ++i)
+    EXPECT_FLOAT_EQ(w[i], -(0.5f * g1[i] + g2[i]) / 2) << i;
+}
+
+TEST(ShardDeferred, BadCommitsChangeNothing) {
+  Shard shard(Opts("asp"));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(1, {1, 2}, 1));
+  const std::vector<float> before = PullNow(shard, 1, -1);
+  for (float scale : {0.0f, -1.0f, 1.5f, std::nanf(""), INFINITY}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(
+        shard.Commit(CommitReq(1, 0, scale, 0)).status()))
+        << scale;
+  }
+  // A NaN gradient is refused when pushed, not held.
+  std::vector<float> nan = Grad(1.0f);
+  nan[2] = std::nanf("");
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      shard.Push(Deferred(1, 0, 1), Bytes(nan)).status()));
+  // The server holds one push where the worker sent two: nothing applied.
+  ASSERT_TRUE(shard.Push(Deferred(1, 0, 1), Bytes(Grad(1.0f))).ok());
+  EXPECT_TRUE(absl::IsAborted(shard.Commit(CommitReq(1, 0, 1.0f, 2)).status()));
+  // The held push went with the failed commit; a commit of another step
+  // finds nothing either.
+  EXPECT_TRUE(absl::IsAborted(shard.Commit(CommitReq(1, 0, 1.0f, 1)).status()));
+  ASSERT_TRUE(shard.Push(Deferred(1, 1, 1), Bytes(Grad(1.0f))).ok());
+  EXPECT_TRUE(absl::IsAborted(shard.Commit(CommitReq(1, 2, 1.0f, 1)).status()));
+  // A member that left the view loses what it held.
+  ASSERT_TRUE(shard.Push(Deferred(2, 0, 1), Bytes(Grad(1.0f))).ok());
+  shard.UpdateView(MakeView(2, {1}, 1));
+  EXPECT_TRUE(absl::IsAborted(shard.Commit(CommitReq(2, 0, 1.0f, 1)).status()));
+  EXPECT_EQ(PullNow(shard, 1, -1), before);
+}
+
+}  // namespace
+}  // namespace strata
