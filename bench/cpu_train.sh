@@ -11,7 +11,8 @@
 # and, with torch,
 #   torch_tokens_per_s <config> <y>
 #   ratio_to_torch <config> <x/y>
-# Set WITH_SERVERS=0 to skip the cluster runs.
+# Set WITH_SERVERS=0 to skip the cluster runs; WORKER_FLAGS adds flags to
+# the workers there (e.g. "--shm false" for payloads in gRPC messages).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${BUILD_DIR:-build}"
@@ -38,7 +39,9 @@ else
   echo "${py} cannot import torch (Debian: apt-get install python3-torch): skipping the PyTorch reference" >&2
 fi
 # The same shapes trained by one `strata worker` through two servers on
-# loopback (BSP, AdamW on the servers, pushes streamed during backward).
+# loopback (BSP, AdamW on the servers, the default settings: gradients
+# clipped to norm 1 with pushes streamed during backward, payloads through
+# shared memory).
 with_servers() {  # name layers heads width context batch
   local name=$1 dir pids=()
   dir=$(mktemp -d /tmp/strata-cpu-train-XXXXXX)
@@ -50,7 +53,7 @@ with_servers() {  # name layers heads width context batch
     "${build}/cli/strata" server --scheduler "${addr}" --shard $s 2>"${dir}/server$s.log" & pids+=($!)
   done
   "${build}/cli/strata" worker --scheduler "${addr}" --layers "$2" --heads "$3" --width "$4" \
-    --context "$5" --batch "$6" --vocab 50257 --steps 6 --grad_clip 0 --eval_every 0 \
+    --context "$5" --batch "$6" --vocab 50257 --steps 6 --eval_every 0 ${WORKER_FLAGS:-} \
     --data /usr/share/common-licenses --metrics "${dir}/metrics.jsonl" 2>"${dir}/worker.log"
   # Steps 2..5 (after warm-up), from the elapsed time in the metrics.
   python3 - "${dir}/metrics.jsonl" "$name" "$(( $5 * $6 ))" <<'PY'

@@ -46,3 +46,7 @@ for c in "${configs[@]}"; do
     --config "${c%%:*}" --batch "${c##*:}" 2>>"${out}/bench.err" |
     tee -a "${out}/bench.txt"
 done
+# A GPU worker through two local servers against its resident speed
+# (issue: >= 0.7 for 124M at batch 16, context 1024).
+THROUGH_SERVERS=1 GPU_TRAIN_BENCH="${run} gpu_train_bench" bash bench/gpu_train.sh \
+  --config gpt2_124M --batch 16 2>>"${out}/bench.err" | tee -a "${out}/bench.txt"

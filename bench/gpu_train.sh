@@ -46,3 +46,53 @@ if [[ "${config}" != all ]] && python3 -c 'import torch; assert torch.cuda.is_av
 else
   echo "no CUDA-enabled torch (or --config all): skipping the PyTorch reference" >&2
 fi
+
+# THROUGH_SERVERS=1: the same model and batches trained by one
+# `strata worker --device cuda` through two local `strata server`s (BSP,
+# AdamW on the servers, the default sync settings), against the resident
+# figures above:
+#   gpu_tokens_per_s_through_servers <config> <z>
+#   ratio_to_resident <config> <z/x>
+# STRATA names the strata command (default: build-gpu's, or the bundle's
+# runner with GPU_TRAIN_BENCH); WORKER_FLAGS adds worker flags (DEVICE=cpu
+# tries the script without a GPU).
+[[ "${THROUGH_SERVERS:-0}" == 1 ]] || exit 0
+if [[ -z "${STRATA:-}" ]]; then
+  if [[ "${bench_cmd[0]}" == */run ]]; then STRATA="${bench_cmd[0]} strata"
+  else STRATA="${build:-build-gpu}/cli/strata"; ninja -C "${build:-build-gpu}" strata >&2; fi
+fi
+read -r -a strata <<<"${STRATA}"
+declare -A shapes=([gpt2_124M]="12 12 768" [gpt2_350M]="24 16 1024"
+  [gpt2_774M]="36 20 1280" [gpt2_1558M]="48 25 1600")
+read -r layers heads width <<<"${shapes[${config}]}"
+through=""
+for b in ${batch//,/ }; do
+  dir=$(mktemp -d /tmp/strata-gpu-servers-XXXXXX)
+  pids=()
+  "${strata[@]}" scheduler --listen 127.0.0.1:0 --num_shards 2 \
+    --address_file "${dir}/addr" 2>"${dir}/scheduler.log" & pids+=($!)
+  for _ in $(seq 100); do [[ -s "${dir}/addr" ]] && break; sleep 0.1; done
+  addr=$(cat "${dir}/addr")
+  for s in 0 1; do
+    "${strata[@]}" server --scheduler "${addr}" --shard $s 2>"${dir}/server$s.log" & pids+=($!)
+  done
+  # Any text makes byte-level tokens; the repository's docs are at hand.
+  "${strata[@]}" worker --scheduler "${addr}" --device "${DEVICE:-cuda}" --layers "${layers}" \
+    --heads "${heads}" --width "${width}" --context "${context}" --batch "${b}" \
+    --vocab 50257 --steps 8 --eval_every 0 --data docs ${WORKER_FLAGS:-} \
+    --metrics "${dir}/metrics.jsonl" 2>"${dir}/worker.log" ||
+    { tail -5 "${dir}/worker.log" >&2; }
+  if [[ -s "${dir}/metrics.jsonl" ]]; then
+    through+="$(python3 - "${dir}/metrics.jsonl" "${config}_B${b}_T${context}" "$((b * context))" <<'PY'
+import json, sys
+t = [json.loads(l)["elapsed_s"] for l in open(sys.argv[1])]
+print("gpu_tokens_per_s_through_servers %s %.0f" % (sys.argv[2], int(sys.argv[3]) * (len(t) - 3) / (t[-1] - t[2])))
+PY
+)"$'\n'
+  fi
+  kill "${pids[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "${dir}"
+done
+echo -n "${through}"
+join_figures gpu_tokens_per_s "${ours}" "${through}" ratio_to_resident "y / x"

@@ -19,26 +19,6 @@ namespace {
 
 size_t ElementBytes(v1::DType d) { return d == v1::DTYPE_BF16 ? 2 : 4; }
 
-// Whether the server's handler produced `status`, so it no longer touches
-// the call's shared-memory slot. Codes gRPC itself gives (a lost
-// connection, a deadline, a cancel) leave that open.
-bool ServerAnswered(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kOk:
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kPermissionDenied:
-    case absl::StatusCode::kDataLoss:
-      return true;
-    default:
-      return false;
-  }
-}
-
 }  // namespace
 
 PsClient::Impl::Impl(PsClientOptions options, SchedulerClient* scheduler)
@@ -118,6 +98,7 @@ void PsClient::Impl::Dispatch(int slot) {
 
 void PsClient::Impl::Issue(const OpPtr& op) {
   op->attempts++;
+  op->answered = op->shm_lost = false;
   auto stubs = StubsForSlot(op->slot);
   if (!stubs.ok()) {
     OnDone(op, ToGrpcStatus(stubs.status()), grpc::ByteBuffer());
@@ -199,6 +180,9 @@ void PsClient::Impl::Issue(const OpPtr& op) {
 
 void PsClient::Attempt::OnDone(const grpc::Status& status) {
   PsClient::Impl* client = client_;
+  const auto& trailers = ctx.GetServerTrailingMetadata();
+  op_->answered = trailers.count(kHandledKey) > 0;
+  op_->shm_lost = trailers.count(kShmLostKey) > 0;
   client->OnDone(op_, status, response);
   delete this;  // the call's context and buffers, while the client lives
   // The last touch of the client: its destructor waits for this count to
@@ -211,6 +195,11 @@ void PsClient::Attempt::OnDone(const grpc::Status& status) {
 void PsClient::Impl::OnDone(const OpPtr& op, const grpc::Status& grpc_status,
                             const grpc::ByteBuffer& response) {
   absl::Status status = FromGrpcStatus(grpc_status);
+  if (op->shm_lost) {
+    // The server no longer holds our region: retried, in a message or
+    // through the region attached meanwhile.
+    status = absl::UnavailableError(status.message());
+  }
   {
     absl::MutexLock lock(&mu_);
     in_flight_[op->slot]--;
@@ -408,8 +397,7 @@ void PsClient::Impl::AttachShm() {
   uint64_t largest = 0;                      // fp32 bytes of the largest chunk
   for (const ChunkInfo& c : plan_.chunks)
     largest = std::max<uint64_t>(largest, c.numel * 4);
-  // A slot per call on the wire, and a few spare for slots a lost call
-  // retired.
+  // A slot per call on the wire, and spares for slots lost calls retired.
   const int slots = static_cast<int>(
       std::min<uint64_t>(options_.max_in_flight_per_server + 2,
                          options_.shm_bytes_per_server / largest));
@@ -421,9 +409,10 @@ void PsClient::Impl::AttachShm() {
       if ((*stubs)->shm || (*stubs)->shm_refused) continue;
     }
     absl::StatusOr<std::shared_ptr<ShmLink>> link =
-        slots < 1 ? absl::ResourceExhaustedError("chunks over the budget")
-                  : ShmLink::Attach((*stubs)->typed.get(),
-                                    scheduler_->member_id(), largest, slots);
+        slots < 1
+            ? absl::ResourceExhaustedError("chunks over the budget")
+            : ShmLink::Attach((*stubs)->typed.get(), scheduler_->member_id(),
+                              scheduler_->view().epoch(), largest, slots);
     absl::MutexLock lock(&stub_mu_);
     if (link.ok()) {
       (*stubs)->shm = *std::move(link);
@@ -463,10 +452,17 @@ bool PsClient::Impl::TakeShmSlot(const OpPtr& op, Stubs* stubs, size_t bytes) {
 void PsClient::Impl::EndShmAttempt(const OpPtr& op,
                                    const absl::Status& status) {
   if (!op->shm) return;
-  if (ServerAnswered(status)) op->shm->Release(op->shm_slot.index);
-  if (absl::IsUnavailable(status)) {
-    // The server restarted (it no longer knows the session) or cannot be
-    // reached: make a new region once it answers again.
+  bool replace = op->shm_lost;
+  if (op->answered) {
+    op->shm->Release(op->shm_slot.index);
+  } else {
+    // A late access may still come: the slot is retired. A lost connection
+    // may mean a restarted server, which will not know the region.
+    replace |=
+        op->shm->Retire() > ShmLink::kSpareSlots || absl::IsUnavailable(status);
+  }
+  if (replace) {
+    // A new region, once the server answers again.
     {
       absl::MutexLock lock(&stub_mu_);
       for (auto& [address, stubs] : stubs_) {

@@ -42,6 +42,10 @@ struct OpState {
   // The shared-memory slot the current attempt's payload is in, if any.
   std::shared_ptr<ShmLink> shm;
   ShmLink::Slot shm_slot;
+  // How the current attempt ended (its trailing metadata): the server's
+  // handler answered it; the server did not know its shared-memory session.
+  bool answered = false;
+  bool shm_lost = false;
 
   mutable absl::Mutex mu;
   bool finished ABSL_GUARDED_BY(mu) = false;

@@ -8,8 +8,8 @@
 namespace strata {
 
 absl::StatusOr<std::shared_ptr<ShmLink>> ShmLink::Attach(
-    v1::ParameterServer::Stub* stub, uint64_t member_id, size_t slot_bytes,
-    int slots) {
+    v1::ParameterServer::Stub* stub, uint64_t member_id, uint64_t epoch,
+    size_t slot_bytes, int slots) {
   if (slots < 1 || slot_bytes == 0)
     return absl::InvalidArgumentError("a shared-memory link needs slots");
   // Slots on page boundaries: each payload starts aligned.
@@ -23,8 +23,10 @@ absl::StatusOr<std::shared_ptr<ShmLink>> ShmLink::Attach(
   req.set_fd(region->fd());
   req.set_size(region->size());
   req.set_nonce(region->nonce());
+  req.set_epoch(epoch);
   grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  // Short: the client's timer thread waits for it.
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   v1::AttachShmResponse resp;
   STRATA_RETURN_IF_ERROR(FromGrpcStatus(stub->AttachShm(&ctx, req, &resp)));
   return std::shared_ptr<ShmLink>(
@@ -58,6 +60,11 @@ std::optional<ShmLink::Slot> ShmLink::Acquire() {
 void ShmLink::Release(int index) {
   absl::MutexLock lock(&mu_);
   free_.push_back(index);
+}
+
+int ShmLink::Retire() {
+  absl::MutexLock lock(&mu_);
+  return ++retired_;
 }
 
 }  // namespace strata

@@ -23,11 +23,12 @@ namespace strata {
 class ShmLink {
  public:
   // Makes a region of `slots` slots of `slot_bytes` and attaches it at the
-  // server behind `stub` (AttachShm): NOT_FOUND or PERMISSION_DENIED when
-  // the server is on another host or cannot open it.
+  // server behind `stub` (AttachShm, as member `member_id` of view `epoch`):
+  // AttachShm's errors (ps.proto) when the server is on another host or
+  // cannot open it.
   static absl::StatusOr<std::shared_ptr<ShmLink>> Attach(
-      v1::ParameterServer::Stub* stub, uint64_t member_id, size_t slot_bytes,
-      int slots);
+      v1::ParameterServer::Stub* stub, uint64_t member_id, uint64_t epoch,
+      size_t slot_bytes, int slots);
 
   struct Slot {
     int index = -1;
@@ -36,10 +37,15 @@ class ShmLink {
   };
   // A free slot, or nullopt when every slot is busy or retired.
   std::optional<Slot> Acquire();
-  // The server has finished with the slot: it may be reused. A slot whose
-  // call ended without an answer from the server (which may still touch
-  // it) is never released, so a late access cannot meet another payload.
+  // The server has finished with the slot: it may be reused.
   void Release(int index);
+  // The slot's call ended without an answer from the server, which may
+  // still touch it: it is never reused, so a late access cannot meet
+  // another payload. Returns how many slots are retired.
+  int Retire();
+  // Slots beyond one per call on the wire: a link with more retired slots
+  // than spares is replaced.
+  static constexpr int kSpareSlots = 2;
   size_t slot_bytes() const { return slot_bytes_; }
 
  private:
@@ -50,6 +56,7 @@ class ShmLink {
   const size_t slot_bytes_;
   absl::Mutex mu_;
   std::vector<int> free_ ABSL_GUARDED_BY(mu_);
+  int retired_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace strata

@@ -56,6 +56,17 @@ TEST(ShmRegion, OpensOnlyTheSealedRegionItWasToldOf) {
   close(unsealed);
   EXPECT_TRUE(absl::IsInvalidArgument(
       ShmRegion::Create(ShmRegion::kHeaderBytes).status()));
+  // Not a memfd at all: a pipe, a device, a directory. Refused without
+  // being opened for reading or writing.
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const int dir_fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  for (int fd : {pipe_fds[0], null_fd, dir_fd}) {
+    auto other = ShmRegion::Open(getpid(), fd, r.size(), r.nonce());
+    EXPECT_TRUE(absl::IsInvalidArgument(other.status())) << other.status();
+  }
+  for (int fd : {pipe_fds[0], pipe_fds[1], null_fd, dir_fd}) close(fd);
 }
 
 // Final weights of a 5-step run and the server's count of payloads that
@@ -129,16 +140,29 @@ TEST(ShmLink, ServerRefusesBadRegionsAndRanges) {
   // A region in no process, and one that is not what the caller claims.
   auto region = ShmRegion::Create(ShmRegion::kHeaderBytes + 4096);
   ASSERT_TRUE(region.ok());
+  // A second worker (a member's new session would replace its old one, and
+  // the first worker's client keeps its own).
+  SchedulerClientOptions wo;
+  wo.scheduler_address = c.scheduler->address();
+  auto second = SchedulerClient::Connect(wo);
+  ASSERT_TRUE(second.ok()) << second.status();
+  const uint64_t member = (*second)->member_id();
   v1::AttachShmRequest attach;
-  // Another member's id: a member's new session replaces its old one, and
-  // the worker's client keeps its own.
-  attach.set_member_id(c.worker->member_id() + 1000);
+  attach.set_member_id(member + 1000);  // no such member: refused
+  attach.set_epoch((*second)->view().epoch());
   attach.set_pid(getpid());
   attach.set_fd((*region)->fd());
   attach.set_size((*region)->size());
-  attach.set_nonce((*region)->nonce() ^ 1);
+  attach.set_nonce((*region)->nonce());
   v1::AttachShmResponse attached;
   grpc::Status s = call([&](grpc::ClientContext* ctx) {
+    return stub->AttachShm(ctx, attach, &attached);
+  });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << s.error_message();
+  attach.set_member_id(member);
+  attach.set_nonce((*region)->nonce() ^ 1);
+  s = call([&](grpc::ClientContext* ctx) {
     return stub->AttachShm(ctx, attach, &attached);
   });
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
@@ -159,10 +183,10 @@ TEST(ShmLink, ServerRefusesBadRegionsAndRanges) {
   ASSERT_TRUE(c.ps->PullTensor(0, before.data(), -1, 0).ok());
   const ChunkInfo& chunk = c.ps->plan().chunks[0];
   v1::PushRequest push;
-  push.set_member_id(c.worker->member_id());
+  push.set_member_id(member);
   push.set_chunk_id(chunk.id);
   push.set_num_samples(1);
-  push.set_epoch(c.worker->view().epoch());
+  push.set_epoch((*second)->view().epoch());
   v1::PushResponse pushed;
   auto push_with = [&](uint64_t session, uint64_t offset, uint64_t size) {
     push.mutable_shm()->set_session(session);
@@ -184,7 +208,13 @@ TEST(ShmLink, ServerRefusesBadRegionsAndRanges) {
   EXPECT_EQ(
       push_with(attached.session() + 100, ShmRegion::kHeaderBytes, payload)
           .error_code(),
-      grpc::StatusCode::UNAVAILABLE);
+      grpc::StatusCode::NOT_FOUND);
+  // The session is good only for the member that attached it.
+  push.set_member_id(c.worker->member_id());
+  EXPECT_EQ(push_with(attached.session(), ShmRegion::kHeaderBytes, payload)
+                .error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  push.set_member_id(member);
   // A size that is not the chunk's, and a NaN in the shared bytes.
   EXPECT_EQ(
       push_with(attached.session(), ShmRegion::kHeaderBytes, 8).error_code(),
@@ -203,7 +233,7 @@ TEST(ShmLink, ServerRefusesBadRegionsAndRanges) {
             grpc::StatusCode::INVALID_ARGUMENT);
   // A pull into a range too small for the chunk.
   v1::PullRequest pull;
-  pull.set_member_id(c.worker->member_id());
+  pull.set_member_id(member);
   pull.set_chunk_id(chunk.id);
   pull.set_clock(-1);
   pull.mutable_shm()->set_session(attached.session());

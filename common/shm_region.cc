@@ -1,9 +1,11 @@
 #include "common/shm_region.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,7 +23,9 @@ absl::Status Errno(absl::string_view what) {
   std::string msg = absl::StrCat(what, ": ", std::strerror(e));
   if (e == ENOENT) return absl::NotFoundError(msg);
   if (e == EACCES || e == EPERM) return absl::PermissionDeniedError(msg);
-  return absl::UnavailableError(msg);
+  // Nothing here gets better by trying again (no memfd, no memory, too
+  // many files): the caller goes on without shared memory.
+  return absl::FailedPreconditionError(msg);
 }
 
 }  // namespace
@@ -68,14 +72,28 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Open(int64_t pid, int fd,
         " to ", kMaxBytes, ")"));
   }
   const std::string path = absl::StrCat("/proc/", pid, "/fd/", fd);
-  const int own = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (own < 0) return Errno(absl::StrCat("opening ", path));
+  // Look before opening: opening a device or a terminal has effects of its
+  // own. O_PATH opens nothing but the name.
+  const int look = open(path.c_str(), O_PATH | O_CLOEXEC);
+  if (look < 0) return Errno(absl::StrCat("opening ", path));
   struct stat st;
+  struct statfs fs;
+  const bool shmem = fstat(look, &st) == 0 && S_ISREG(st.st_mode) &&
+                     fstatfs(look, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+  int own = -1;
+  if (shmem) {
+    own = open(absl::StrCat("/proc/self/fd/", look).c_str(),
+               O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  }
+  close(look);
+  if (!shmem) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a memfd on tmpfs"));
+  }
+  if (own < 0) return Errno(absl::StrCat("opening ", path));
   const int seals = fcntl(own, F_GET_SEALS);
   absl::Status bad;
-  if (fstat(own, &st) != 0 || !S_ISREG(st.st_mode)) {
-    bad = absl::InvalidArgumentError(absl::StrCat(path, " is not a memfd"));
-  } else if (seals < 0 || (seals & kSeals) != kSeals) {
+  if (seals < 0 || (seals & kSeals) != kSeals) {
     bad = absl::InvalidArgumentError(
         absl::StrCat(path, " is not sealed against shrinking and growing"));
   } else if (static_cast<uint64_t>(st.st_size) != size) {

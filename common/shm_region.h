@@ -18,18 +18,28 @@
 
 namespace strata {
 
+// Trailing metadata of every Push and Pull a server's handler answered (the
+// call's shared-memory slot is free again), and of those whose session the
+// server does not hold (the client attaches again and retries).
+inline constexpr char kHandledKey[] = "strata-handled";
+inline constexpr char kShmLostKey[] = "strata-shm-lost";
+// How Resolve's NOT_FOUND for an unknown session begins.
+inline constexpr char kNoSessionPrefix[] = "no shared-memory session";
+
 class ShmRegion {
  public:
   // Bytes at the start that hold the nonce; payloads go after them.
   static constexpr size_t kHeaderBytes = 4096;
   // The largest region a server maps for one caller.
-  static constexpr uint64_t kMaxBytes = 16ull << 30;
+  static constexpr uint64_t kMaxBytes = 4ull << 30;
 
   // A new sealed region of `size` bytes (> kHeaderBytes) with a fresh nonce.
   static absl::StatusOr<std::unique_ptr<ShmRegion>> Create(size_t size);
   // Maps the region `fd` of process `pid` (see above). NOT_FOUND or
-  // PERMISSION_DENIED where the path cannot be opened, INVALID_ARGUMENT for a
-  // region that is not sealed, has another size or another nonce.
+  // PERMISSION_DENIED where the path cannot be opened; INVALID_ARGUMENT for
+  // anything but a memfd on tmpfs (a device, a socket, a hugetlb memfd whose
+  // pages could fail), or one not sealed, of another size or another nonce;
+  // FAILED_PRECONDITION for other system errors.
   static absl::StatusOr<std::unique_ptr<ShmRegion>> Open(int64_t pid, int fd,
                                                          uint64_t size,
                                                          uint64_t nonce);

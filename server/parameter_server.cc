@@ -9,6 +9,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cluster/scheduler_client.h"
 #include "common/consistency.h"
@@ -55,8 +56,8 @@ class Service final : public ServiceBase {
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    push_pool_->Schedule([this, reactor, request, response] {
-      reactor->Finish(ToGrpcStatus(HandlePush(*request, response)));
+    push_pool_->Schedule([this, ctx, reactor, request, response] {
+      Finish(ctx, reactor, HandlePush(*request, response));
     });
     return reactor;
   }
@@ -65,8 +66,8 @@ class Service final : public ServiceBase {
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    pull_pool_->Schedule([this, reactor, request, response] {
-      reactor->Finish(ToGrpcStatus(HandlePull(*request, response)));
+    pull_pool_->Schedule([this, ctx, reactor, request, response] {
+      Finish(ctx, reactor, HandlePull(*request, response));
     });
     return reactor;
   }
@@ -107,12 +108,31 @@ class Service final : public ServiceBase {
 
   grpc::Status AttachShm(grpc::ServerContext*, const v1::AttachShmRequest* req,
                          v1::AttachShmResponse* resp) override {
+    // Only members map memory here (each at most one region).
+    if (absl::Status s = shard_->AwaitWorker(req->member_id(), req->epoch());
+        !s.ok()) {
+      return ToGrpcStatus(s);
+    }
     absl::StatusOr<uint64_t> session = shm_->Attach(*req);
     if (session.ok()) resp->set_session(*session);
     return ToGrpcStatus(session.status());
   }
 
  private:
+  // Ends a push or pull. Its trailing metadata tells the client this
+  // handler answered (so a shared-memory slot it named is free again), and
+  // whether the slot's session is unknown here (attach again).
+  static void Finish(grpc::CallbackServerContext* ctx,
+                     grpc::ServerUnaryReactor* reactor,
+                     const absl::Status& status) {
+    ctx->AddTrailingMetadata(kHandledKey, "1");
+    if (absl::IsNotFound(status) &&
+        absl::StartsWith(status.message(), kNoSessionPrefix)) {
+      ctx->AddTrailingMetadata(kShmLostKey, "1");
+    }
+    reactor->Finish(ToGrpcStatus(status));
+  }
+
   absl::Status HandlePush(const grpc::ByteBuffer& request,
                           grpc::ByteBuffer* response) {
     PayloadMessage message;
@@ -124,7 +144,8 @@ class Service final : public ServiceBase {
         return absl::InvalidArgumentError(
             "a push carries its gradient in data or in shm, not both");
       }
-      STRATA_ASSIGN_OR_RETURN(ShmSpan span, shm_->Resolve(req.shm()));
+      STRATA_ASSIGN_OR_RETURN(ShmSpan span,
+                              shm_->Resolve(req.shm(), req.member_id()));
       // One copy out of the shared bytes before anything checks them: the
       // caller could change them meanwhile.
       resp = shard_->Push(req, span.size, [&span](char* dst) {
@@ -145,7 +166,8 @@ class Service final : public ServiceBase {
     v1::PullRequest req;
     STRATA_RETURN_IF_ERROR(message.Parse(request, /*field=*/0, &req));
     if (req.has_shm()) {
-      STRATA_ASSIGN_OR_RETURN(ShmSpan span, shm_->Resolve(req.shm()));
+      STRATA_ASSIGN_OR_RETURN(ShmSpan span,
+                              shm_->Resolve(req.shm(), req.member_id()));
       STRATA_ASSIGN_OR_RETURN(PullResult r,
                               shard_->Pull(req, [&span](size_t n) {
                                 return n <= span.size ? span.data : nullptr;

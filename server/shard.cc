@@ -255,30 +255,36 @@ absl::Status Shard::AwaitGeneration(uint64_t generation) {
   return absl::OkStatus();
 }
 
-absl::Status Shard::CheckMember(const v1::PushRequest& req) {
+absl::Status Shard::AwaitWorker(uint64_t member, uint64_t epoch) {
   absl::MutexLock lock(&view_mu_);
-  auto is_member = [this, &req]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(view_mu_) {
-    return std::binary_search(view_.workers.begin(), view_.workers.end(),
-                              req.member_id());
-  };
+  return AwaitWorkerLocked(member, epoch);
+}
+
+absl::Status Shard::AwaitWorkerLocked(uint64_t member, uint64_t epoch) {
   // A worker can know a newer view than this server: give ours a moment.
   const absl::Time deadline = absl::Now() + options_.view_wait;
-  while (view_.epoch < req.epoch() && !cancelled_) {
+  while (view_.epoch < epoch && !cancelled_) {
     if (view_changed_.WaitWithDeadline(&view_mu_, deadline)) break;
   }
   if (cancelled_) return absl::UnavailableError("the server is shutting down");
-  if (view_.epoch < req.epoch()) {
+  if (view_.epoch < epoch) {
     // Nothing from a view this server has not seen is applied.
     return absl::UnavailableError(
-        absl::StrCat("push stamped with view epoch ", req.epoch(),
+        absl::StrCat("request stamped with view epoch ", epoch,
                      " but this server knows epoch ", view_.epoch,
                      " at most; retry once it has caught up"));
   }
-  if (!is_member()) {
+  if (!std::binary_search(view_.workers.begin(), view_.workers.end(), member)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "member ", req.member_id(), " is not a live worker in view epoch ",
-        view_.epoch, " (its lease ran out or it left: register again)"));
+        "member ", member, " is not a live worker in view epoch ", view_.epoch,
+        " (its lease ran out or it left: register again)"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Shard::CheckMember(const v1::PushRequest& req) {
+  absl::MutexLock lock(&view_mu_);
+  STRATA_RETURN_IF_ERROR(AwaitWorkerLocked(req.member_id(), req.epoch()));
   // BSP: PushBsp checks the epoch against the live workers, under the
   // chunk's lock.
   if (options_.consistency.mode == Consistency::kBsp) return absl::OkStatus();

@@ -137,6 +137,11 @@ class Shard {
   absl::StatusOr<v1::PushResponse> Push(const v1::PushRequest& req,
                                         absl::string_view data);
 
+  // OK when `member` is a live worker in this shard's view, once the view
+  // has reached `epoch` (waiting up to view_wait): UNAVAILABLE if it has
+  // not, FAILED_PRECONDITION for a member that is not a live worker.
+  absl::Status AwaitWorker(uint64_t member, uint64_t epoch);
+
   // Applies member req.member_id()'s deferred pushes of req.step(), each
   // scaled by req.scale() first (ps.proto Commit). Their errors as Push's;
   // ABORTED when the shard holds another number of them than req.pushes().
@@ -223,6 +228,8 @@ class Shard {
   // if it does not (or the shard is cancelled).
   absl::Status AwaitGeneration(uint64_t generation);
   absl::Status CheckMember(const v1::PushRequest& req);
+  absl::Status AwaitWorkerLocked(uint64_t member, uint64_t epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(view_mu_);
   // A checked push: held (deferred) or handled by the consistency gate.
   absl::StatusOr<v1::PushResponse> Hold(Chunk& c, const v1::PushRequest& req,
                                         std::vector<float> grad);

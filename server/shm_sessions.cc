@@ -1,5 +1,7 @@
 #include "server/shm_sessions.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -21,19 +23,26 @@ absl::StatusOr<uint64_t> ShmSessions::Attach(const v1::AttachShmRequest& req) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "this server already maps ", max_sessions_, " shared-memory regions"));
   }
-  const uint64_t id = next_id_++;
+  // Random: an id is no use to another member, nor after a restart.
+  uint64_t id = 0;
+  while (id == 0 || sessions_.contains(id)) {
+    if (getrandom(&id, sizeof id, 0) != sizeof id) {
+      return absl::UnavailableError("getrandom failed");
+    }
+  }
   sessions_[id] = Session{req.member_id(), std::move(*region)};
   by_member_[req.member_id()] = id;
   return id;
 }
 
-absl::StatusOr<ShmSpan> ShmSessions::Resolve(const v1::ShmRef& ref) const {
+absl::StatusOr<ShmSpan> ShmSessions::Resolve(const v1::ShmRef& ref,
+                                             uint64_t member) const {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(ref.session());
-  if (it == sessions_.end()) {
-    return absl::UnavailableError(
-        absl::StrCat("shared-memory session ", ref.session(),
-                     " is not attached to this server; attach again"));
+  if (it == sessions_.end() || it->second.member != member) {
+    return absl::NotFoundError(
+        absl::StrCat(kNoSessionPrefix, " ", ref.session(), " of member ",
+                     member, " on this server; attach again"));
   }
   const ShmRegion& r = *it->second.region;
   if (ref.offset() < ShmRegion::kHeaderBytes ||

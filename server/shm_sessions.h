@@ -27,17 +27,19 @@ struct ShmSpan {
 // Thread-safe.
 class ShmSessions {
  public:
-  explicit ShmSessions(size_t max_sessions = 256)
+  explicit ShmSessions(size_t max_sessions = 64)
       : max_sessions_(max_sessions) {}
 
   // Maps the caller's region (ShmRegion::Open's errors) and returns its
-  // session id. A member's new session replaces its old one;
-  // RESOURCE_EXHAUSTED when max_sessions other members hold one.
+  // session id, a random number. The caller must have checked that
+  // req.member_id() is a live worker. A member's new session replaces its
+  // old one; RESOURCE_EXHAUSTED when max_sessions other members hold one.
   absl::StatusOr<uint64_t> Attach(const v1::AttachShmRequest& req);
-  // UNAVAILABLE for a session not attached here (the server restarted, or
-  // the member attached again: attach again and retry), INVALID_ARGUMENT for
-  // a range outside the region.
-  absl::StatusOr<ShmSpan> Resolve(const v1::ShmRef& ref) const;
+  // The bytes `ref` names in a request of `member`. NOT_FOUND for a session
+  // this server does not hold for that member (it restarted, the member
+  // attached again or left: attach again and retry); INVALID_ARGUMENT for a
+  // range outside the region's payload bytes.
+  absl::StatusOr<ShmSpan> Resolve(const v1::ShmRef& ref, uint64_t member) const;
   // Drops the sessions of members not in `members` (sorted): they left.
   void RetainOnly(const std::vector<uint64_t>& members);
   size_t size() const;
@@ -49,7 +51,6 @@ class ShmSessions {
   };
   const size_t max_sessions_;
   mutable absl::Mutex mu_;
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, uint64_t> by_member_ ABSL_GUARDED_BY(mu_);
 };

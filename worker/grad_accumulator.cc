@@ -2,7 +2,22 @@
 
 #include <algorithm>
 
+#include "common/parallel.h"
+
 namespace strata {
+
+double SumOfSquares(const float* g, int64_t n) {
+  constexpr int64_t kGrain = 1 << 16;
+  std::vector<double> parts(NumChunks(n, kGrain), 0.0);
+  ParallelFor(n, kGrain, [&](int chunk, int64_t begin, int64_t end) {
+    double s = 0;
+    for (int64_t k = begin; k < end; ++k) s += static_cast<double>(g[k]) * g[k];
+    parts[chunk] = s;
+  });
+  double sum = 0;
+  for (double p : parts) sum += p;
+  return sum;
+}
 
 std::vector<int> GradAccumulator::Split(int rows, int pieces) {
   pieces = std::max(1, std::min(pieces, rows));

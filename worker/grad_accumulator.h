@@ -5,11 +5,17 @@
 #ifndef STRATA_WORKER_GRAD_ACCUMULATOR_H_
 #define STRATA_WORKER_GRAD_ACCUMULATOR_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "worker/model.h"
 
 namespace strata {
+
+// The sum of squares of g[0..n), in double, split over the process's
+// parallel loop (common/parallel.h) the same way every time, so the result
+// is reproducible.
+double SumOfSquares(const float* g, int64_t n);
 
 class GradAccumulator {
  public:

@@ -257,9 +257,8 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
   const int n = static_cast<int>(gpt_->params().size());
   double sq = 0;
   for (int i = 0; i < n; ++i) {
-    const float* g = gpt_->grad_data(i);
-    const int64_t numel = static_cast<int64_t>(gpt_->params()[i].spec.numel());
-    for (int64_t k = 0; k < numel; ++k) sq += static_cast<double>(g[k]) * g[k];
+    sq += SumOfSquares(gpt_->grad_data(i),
+                       static_cast<int64_t>(gpt_->params()[i].spec.numel()));
   }
   *grad_norm = static_cast<float>(std::sqrt(sq));
   const float scale =
