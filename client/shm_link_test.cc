@@ -19,9 +19,7 @@ namespace strata {
 namespace {
 
 using ::strata::testing::Cluster;
-using ::strata::testing::Connect;
-using ::strata::testing::StartScheduler;
-using ::strata::testing::StartServer;
+using ::strata::testing::StartCluster;
 using ::strata::testing::TrainSteps;
 
 TEST(ShmRegion, OpensOnlyTheSealedRegionItWasToldOf) {
@@ -79,12 +77,8 @@ struct RunResult {
 RunResult TrainRun(PsClientOptions options) {
   RunResult run;
   Cluster c;
-  c.scheduler = StartScheduler();
-  auto server = StartServer(*c.scheduler, "");
-  EXPECT_TRUE(server.ok()) << server.status();
-  if (!server.ok()) return run;
-  c.server = std::move(*server);
-  Connect(c, options);
+  StartCluster(c, options);
+  if (::testing::Test::HasFatalFailure()) return run;
   TrainSteps(*c.ps, 0, 5);
   run.w.resize(250);
   run.b.resize(3);
@@ -124,11 +118,8 @@ TEST(ShmLink, TrainsToTheSameWeightsAsPlainMessages) {
 // its weights.
 TEST(ShmLink, ServerRefusesBadRegionsAndRanges) {
   Cluster c;
-  c.scheduler = StartScheduler();
-  auto server = StartServer(*c.scheduler, "");
-  ASSERT_TRUE(server.ok()) << server.status();
-  c.server = std::move(*server);
-  Connect(c);
+  StartCluster(c);
+  if (::testing::Test::HasFatalFailure()) return;
   auto channel = grpc::CreateChannel(c.server->address(),
                                      grpc::InsecureChannelCredentials());
   auto stub = v1::ParameterServer::NewStub(channel);
@@ -253,16 +244,13 @@ TEST(ShmLink, ServerRefusesBadRegionsAndRanges) {
     EXPECT_EQ(version, 0u);
 }
 
-// The server restarts on the same port: it no longer knows the session, the
-// client's calls get UNAVAILABLE, and it attaches a new region and goes on
-// through shared memory.
+// The server restarts on the same port: it no longer knows the session, so
+// it answers the client's calls with the shm-lost trailer; the client
+// retries them, attaches a new region and goes on through shared memory.
 TEST(ShmLink, AttachesAgainAfterTheServerRestarts) {
   Cluster c;
-  c.scheduler = StartScheduler();
-  auto server = StartServer(*c.scheduler, "");
-  ASSERT_TRUE(server.ok()) << server.status();
-  c.server = std::move(*server);
-  Connect(c);
+  StartCluster(c);
+  if (::testing::Test::HasFatalFailure()) return;
   TrainSteps(*c.ps, 0, 1);
   const std::string address = c.server->address();
   c.server.reset();

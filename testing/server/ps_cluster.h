@@ -101,6 +101,16 @@ inline void TrainSteps(PsClient& ps, int64_t first, int64_t steps) {
   }
 }
 
+// A scheduler, one server without a data directory, and a connected worker
+// client with `options`.
+inline void StartCluster(Cluster& c, PsClientOptions options = {}) {
+  c.scheduler = StartScheduler();
+  auto server = StartServer(*c.scheduler, "");
+  ASSERT_TRUE(server.ok()) << server.status();
+  c.server = std::move(*server);
+  Connect(c, options);
+}
+
 }  // namespace strata::testing
 
 #endif  // STRATA_TESTING_SERVER_PS_CLUSTER_H_
