@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "worker/data.h"
 #include "worker/gpt.h"
+#include "worker/gpt_config_json.h"
 #include "worker/snapshot_loader.h"
 #include "worker/trainer.h"
 
@@ -75,7 +76,8 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
   cmd->add_option("--overlap_clip", o->overlap_clip,
                   "with --grad_clip, push gradients while backward runs and "
                   "send the clipping factor after it (the servers hold them "
-                  "until then; the same update); false: clip, then push")
+                  "until then; the same update, up to rounding with "
+                  "--push_bf16); false: clip, then push")
       ->capture_default_str();
   cmd->add_flag("--push_bf16", o->push_bf16, "push gradients as bf16");
   cmd->add_flag("--pull_bf16", o->pull_bf16,

@@ -147,10 +147,14 @@ class PsClient {
 
   // Applies this client's deferred pushes of `step` on every server that
   // got some, each scaled by `scale` in (0, 1] first (ps.proto Commit), in
-  // parallel across servers. REQUIRES: those pushes have completed. The
-  // first error; ABORTED when a server lost some (it restarted, or this
-  // worker left the view): the step is redone.
+  // parallel across servers; retried on UNAVAILABLE (a repeat gets the
+  // first answer). REQUIRES: those pushes have completed. The first error;
+  // ABORTED when a server lost some (it restarted, or this worker left the
+  // view).
   absl::Status Commit(int64_t step, float scale);
+  // Forgets the deferred pushes counted so far (an attempt at a step that
+  // failed before its Commit): a redo counts its own.
+  void ForgetDeferred();
 
   // Server-side stats of every slot.
   absl::StatusOr<std::vector<v1::StatsResponse>> Stats();

@@ -15,12 +15,6 @@ namespace strata {
 using ps_client_internal::OpPtr;
 using ps_client_internal::OpState;
 
-namespace {
-
-size_t ElementBytes(v1::DType d) { return d == v1::DTYPE_BF16 ? 2 : 4; }
-
-}  // namespace
-
 PsClient::Impl::Impl(PsClientOptions options, SchedulerClient* scheduler)
     : options_(std::move(options)), scheduler_(scheduler) {
   timer_ = std::thread([this] { TimerLoop(); });
@@ -389,6 +383,11 @@ std::vector<uint32_t> PsClient::Impl::TakeDeferred(int64_t step) {
     counts = std::move(it->second);
   deferred_.erase(deferred_.begin(), deferred_.upper_bound(step));
   return counts;
+}
+
+void PsClient::Impl::ForgetDeferred() {
+  absl::MutexLock lock(&deferred_mu_);
+  deferred_.clear();
 }
 
 void PsClient::Impl::AttachShm() {

@@ -127,6 +127,7 @@ class PsClient::Impl {
   void CountDeferred(int64_t step, int slot);
   // The counts of `step` (one per slot), forgetting it and older steps.
   std::vector<uint32_t> TakeDeferred(int64_t step);
+  void ForgetDeferred();
 
   PsClientOptions options_;
   SchedulerClient* scheduler_;

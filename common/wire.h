@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "strata/v1/ps.pb.h"
 
 namespace strata {
 
@@ -51,6 +52,11 @@ class PayloadMessage {
   size_t size_ = 0;
   bool present_ = false;
 };
+
+// Bytes per element of a payload in `dtype` (unspecified: fp32).
+inline size_t ElementBytes(v1::DType dtype) {
+  return dtype == v1::DTYPE_BF16 ? 2 : 4;
+}
 
 // A fresh gRPC-owned slice of n bytes, for responses built in place.
 grpc::Slice AllocateSlice(size_t n);

@@ -145,6 +145,8 @@ class Shard {
   // Applies member req.member_id()'s deferred pushes of req.step(), each
   // scaled by req.scale() first (ps.proto Commit). Their errors as Push's;
   // ABORTED when the shard holds another number of them than req.pushes().
+  // A repeat of the member's last commit (its answer was lost) gets the
+  // same answer again.
   absl::StatusOr<v1::CommitResponse> Commit(const v1::CommitRequest& req);
 
   // Serves a pull: waits at the gate, then writes the chunk's weights in
@@ -286,6 +288,14 @@ class Shard {
   absl::Mutex deferred_mu_;
   absl::flat_hash_map<uint64_t, absl::flat_hash_map<uint64_t, Deferred>>
       deferred_ ABSL_GUARDED_BY(deferred_mu_);
+  // Each member's last commit and its answer, given again to a retry.
+  struct LastCommit {
+    int64_t step = -1;
+    uint32_t pushes = 0;
+    absl::StatusOr<v1::CommitResponse> result;
+  };
+  absl::flat_hash_map<uint64_t, LastCommit> last_commit_
+      ABSL_GUARDED_BY(deferred_mu_);
   std::atomic<size_t> num_chunks_{0};
   // The generation of the latest RollBack and its step, set before it
   // moves the chunks (CreateChunk gives new chunks these).

@@ -2,6 +2,7 @@
 // worker's gradients held, checked, until it knows the factor its clipping
 // scales them by. The rest of Shard is in shard.cc.
 #include <cmath>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -22,8 +23,17 @@ absl::StatusOr<v1::PushResponse> Shard::Hold(Chunk& c,
     resp.set_version(c.rec.version);
   }
   absl::MutexLock lock(&deferred_mu_);
-  // A retry, or a step that was never committed (redone): the newest wins.
+  // A retry, or a step that was never committed (redone after a rollback or
+  // a view change): the newest (generation, step, epoch) wins, so a late
+  // handler of an abandoned attempt cannot replace a newer push.
   Deferred& d = deferred_[req.member_id()][req.chunk_id()];
+  auto order = [](const v1::PushRequest& r) {
+    return std::tuple(r.generation(), r.step(), r.epoch());
+  };
+  if (!d.grad.empty() && order(req) < order(d.req)) {
+    GiveBuffer(std::move(grad));
+    return resp;
+  }
   if (!d.grad.empty()) GiveBuffer(std::move(d.grad));
   d.req = req;
   d.grad = std::move(grad);
@@ -40,6 +50,7 @@ void Shard::DropDeferred(absl::FunctionRef<bool(uint64_t member)> live) {
     for (auto& [chunk, d] : it->second) GiveBuffer(std::move(d.grad));
     deferred_.erase(it++);
   }
+  absl::erase_if(last_commit_, [&](const auto& kv) { return !live(kv.first); });
 }
 
 absl::StatusOr<v1::CommitResponse> Shard::Commit(const v1::CommitRequest& req) {
@@ -62,6 +73,15 @@ absl::StatusOr<v1::CommitResponse> Shard::Commit(const v1::CommitRequest& req) {
         }
       }
       deferred_.erase(it);
+    }
+  }
+  if (held.empty()) {
+    // A retry of a commit whose answer was lost: the same answer.
+    absl::MutexLock lock(&deferred_mu_);
+    auto last = last_commit_.find(req.member_id());
+    if (last != last_commit_.end() && last->second.step == req.step() &&
+        last->second.pushes == req.pushes()) {
+      return last->second.result;
     }
   }
   if (held.size() != req.pushes()) {
@@ -100,8 +120,11 @@ absl::StatusOr<v1::CommitResponse> Shard::Commit(const v1::CommitRequest& req) {
     first.Update(results[i]);
     resp.set_applied(resp.applied() + applied[i]);
   }
-  if (!first.ok()) return first;
-  return resp;
+  absl::StatusOr<v1::CommitResponse> result = resp;
+  if (!first.ok()) result = first;
+  absl::MutexLock lock(&deferred_mu_);
+  last_commit_[req.member_id()] = {req.step(), req.pushes(), result};
+  return result;
 }
 
 }  // namespace strata

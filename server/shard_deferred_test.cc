@@ -119,5 +119,40 @@ TEST(ShardDeferred, BadCommitsChangeNothing) {
   EXPECT_EQ(PullNow(shard, 1, -1), before);
 }
 
+// A commit whose answer was lost is sent again: it gets the same answer,
+// and the update is applied once.
+TEST(ShardDeferred, ARepeatedCommitGetsTheSameAnswer) {
+  Shard shard(Opts("asp"));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(1, {1}, 1));
+  ASSERT_TRUE(shard.Push(Deferred(1, 0, 1), Bytes(Grad(1.0f))).ok());
+  auto first = shard.Commit(CommitReq(1, 0, 0.5f, 1));
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::vector<float> after = PullNow(shard, 1, -1);
+  auto again = shard.Commit(CommitReq(1, 0, 0.5f, 1));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->applied(), first->applied());
+  EXPECT_EQ(PullNow(shard, 1, -1), after);  // applied once
+  // Another step with nothing held is no repeat.
+  EXPECT_TRUE(absl::IsAborted(shard.Commit(CommitReq(1, 1, 0.5f, 1)).status()));
+}
+
+// A late handler of an abandoned attempt (an older step or generation)
+// does not replace what a newer attempt holds.
+TEST(ShardDeferred, AnOlderPushDoesNotReplaceANewerOne) {
+  Shard shard(Opts("asp"));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(1, {1}, 1));
+  ASSERT_TRUE(shard.Push(Deferred(1, 3, 1), Bytes(Grad(1.0f))).ok());
+  ASSERT_TRUE(shard.Push(Deferred(1, 2, 1), Bytes(Grad(9.0f))).ok());
+  Shard reference(Opts("asp"));
+  ASSERT_TRUE(reference.Register(OneChunk()).ok());
+  reference.UpdateView(MakeView(1, {1}, 1));
+  ASSERT_TRUE(reference.Push(PushReq(1, 3, 1), Bytes(Grad(1.0f))).ok());
+  auto commit = shard.Commit(CommitReq(1, 3, 1.0f, 1));
+  ASSERT_TRUE(commit.ok()) << commit.status();
+  EXPECT_EQ(PullNow(shard, 1, -1), PullNow(reference, 1, -1));
+}
+
 }  // namespace
 }  // namespace strata

@@ -1,15 +1,19 @@
 #include <algorithm>
+#include <cstring>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/bf16.h"
 #include "common/status.h"
+#include "common/wire.h"
 #include "server/shard.h"
 #include "spdlog/spdlog.h"
 
-// The consistency gate's update rules: BSP steps (collect, check, close),
-// SSP/ASP pushes applied at once, and the clocks SSP pulls wait on. The
-// rest of Shard is in shard.cc; capture for snapshots in shard_snapshot.cc.
+// The consistency gate: its update rules (BSP steps collected, checked and
+// closed; SSP/ASP pushes applied at once) and the pulls that wait at it
+// (versions, SSP clocks). The rest of Shard is in shard.cc; capture for
+// snapshots in shard_snapshot.cc, deferred pushes in shard_deferred.cc.
 namespace strata {
 
 absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
@@ -215,6 +219,104 @@ absl::Status Shard::CheckGeneration(const Chunk& c, uint64_t generation) {
                    " but chunk ", c.spec.chunk_id(), " is in generation ",
                    c.generation, " (the job rolled back to step ",
                    c.generation_step, "): go on from that step"));
+}
+
+absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
+                                       std::string* out) {
+  return Pull(req, [out](size_t n) {
+    out->resize(n);
+    return out->data();
+  });
+}
+
+absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
+                                       PayloadAllocator alloc) {
+  STRATA_ASSIGN_OR_RETURN(Chunk * c, FindChunk(req.chunk_id()));
+  if (req.dtype() != v1::DTYPE_F32 && req.dtype() != v1::DTYPE_BF16 &&
+      req.dtype() != v1::DTYPE_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown pull dtype ", req.dtype()));
+  }
+  counters_.pulls++;
+  STRATA_RETURN_IF_ERROR(AwaitGeneration(req.generation()));
+  const Consistency& mode = options_.consistency;
+  const uint64_t member = req.member_id();
+  auto is_worker = [this, member] {
+    const ViewState now = view();
+    return std::binary_search(now.workers.begin(), now.workers.end(), member);
+  };
+  const bool worker = is_worker();
+  uint64_t need_version = req.min_version();
+  absl::MutexLock lock(&c->mu);
+  if (mode.mode == Consistency::kBsp && worker && req.clock() >= 0) {
+    // Step `clock` cannot close before this worker pushes it, so a version
+    // beyond its clock can never come.
+    if (req.min_version() > static_cast<uint64_t>(req.clock())) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "pull of chunk ", req.chunk_id(), " for version ", req.min_version(),
+          " can never be served: the requester at clock ", req.clock(),
+          " must push step ", req.clock(), " first"));
+    }
+    need_version = std::max<uint64_t>(need_version, req.clock());
+  }
+  if (mode.mode == Consistency::kSsp && worker && req.clock() >= 0) {
+    c->clocks.try_emplace(member, req.clock());
+  }
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) {
+    if (c->rec.version < need_version) return false;
+    if (mode.mode != Consistency::kSsp || !worker || req.clock() < 0)
+      return true;
+    return MinClock(*c, view()) >= req.clock() - mode.staleness;
+  };
+  // BSP: a pull still waiting for a step its requester computed under an
+  // older set of workers waits for a step that is being redone.
+  auto redone = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) {
+    // (Also for a requester no longer in the view: a fenced worker's pull
+    // under its old id redoes its step under its new one.)
+    return mode.mode == Consistency::kBsp && req.epoch() > 0 &&
+           c->rec.version < need_version && view().workers_epoch > req.epoch();
+  };
+  const absl::Time deadline = absl::Now() + options_.max_wait;
+  for (;;) {
+    // Before `ready`: a rolled-back chunk may be at the version wanted, but
+    // not with the weights this requester's step came from.
+    STRATA_RETURN_IF_ERROR(CheckGeneration(*c, req.generation()));
+    if (ready()) break;
+    if (cancelled_)
+      return absl::UnavailableError("the server is shutting down");
+    if (redone()) {
+      counters_.aborted_stale_epoch++;
+      return absl::AbortedError(absl::StrCat(
+          "step ", c->rec.version, " of chunk ", req.chunk_id(),
+          " was computed in view epoch ", req.epoch(),
+          " but the live workers changed since; redo it with the new view's "
+          "shares"));
+    }
+    if (c->changed.WaitWithDeadline(&c->mu, deadline) && !ready()) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "pull of chunk ", req.chunk_id(), " waited ",
+          absl::FormatDuration(options_.max_wait), " at the gate (version ",
+          c->rec.version, ", wanted ", need_version, ")"));
+    }
+  }
+  PullResult result;
+  result.version = c->rec.version;
+  result.min_clock = MinClock(*c, view());
+  const size_t n = c->rec.weights.size();
+  const size_t bytes = n * ElementBytes(req.dtype());
+  char* out = alloc(bytes);
+  if (out == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the pull's destination cannot hold chunk ",
+                     req.chunk_id(), "'s ", bytes, " bytes"));
+  }
+  if (req.dtype() == v1::DTYPE_BF16) {
+    FloatToBf16(c->rec.weights.data(), reinterpret_cast<uint16_t*>(out), n);
+  } else {
+    std::memcpy(out, c->rec.weights.data(), bytes);
+  }
+  counters_.bytes_out += bytes;
+  return result;
 }
 
 }  // namespace strata

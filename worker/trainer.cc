@@ -15,10 +15,10 @@
 #include "common/consistency.h"
 #include "common/status.h"
 #include "common/work_share.h"
-#include "nlohmann/json.hpp"
 #include "optim/optimizer.h"
 #include "spdlog/spdlog.h"
 #include "worker/data.h"
+#include "worker/gpt_config_json.h"
 #include "worker/grad_accumulator.h"
 #include "worker/progress.h"
 
@@ -212,6 +212,7 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
   const bool clip = o_.grad_clip > 0;
   const bool stream = !clip || o_.overlap_clip;
   stamp_.deferred = clip && o_.overlap_clip;
+  ps_->ForgetDeferred();  // counts of an earlier attempt that failed
   // Micro-batches: all but the last are kept, weighted by their share of
   // the samples; the last one's gradients complete the step's as backward
   // finishes each, and go out from there.
@@ -260,9 +261,12 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
     sq += SumOfSquares(gpt_->grad_data(i),
                        static_cast<int64_t>(gpt_->params()[i].spec.numel()));
   }
-  *grad_norm = static_cast<float>(std::sqrt(sq));
-  const float scale =
-      clip && *grad_norm > o_.grad_clip ? o_.grad_clip / *grad_norm : 1.0f;
+  const double norm = std::sqrt(sq);
+  *grad_norm = static_cast<float>(norm);
+  // In double: a norm past float's range still gives a positive factor.
+  const float scale = clip && norm > o_.grad_clip
+                          ? static_cast<float>(o_.grad_clip / norm)
+                          : 1.0f;
   if (!stream) {
     for (int i = n - 1; i >= 0; --i) {
       if (scale != 1.0f) {
@@ -480,36 +484,6 @@ absl::Status Trainer::WriteOutputs() {
 }
 
 }  // namespace
-
-std::string GptConfigToJson(const GptConfig& c) {
-  nlohmann::json j = {{"vocab", c.vocab},
-                      {"context", c.context},
-                      {"layers", c.layers},
-                      {"heads", c.heads},
-                      {"width", c.width}};
-  return j.dump();
-}
-
-absl::StatusOr<GptConfig> GptConfigFromJson(const std::string& text) {
-  nlohmann::json j =
-      nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
-    return absl::InvalidArgumentError("model config is not a JSON object");
-  GptConfig c;
-  for (auto [key, field] : {std::pair{"vocab", &c.vocab},
-                            {"context", &c.context},
-                            {"layers", &c.layers},
-                            {"heads", &c.heads},
-                            {"width", &c.width}}) {
-    if (!j.contains(key) || !j[key].is_number_integer()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model config lacks integer '", key, "'"));
-    }
-    *field = j[key].get<int>();
-  }
-  STRATA_RETURN_IF_ERROR(c.Validate());
-  return c;
-}
 
 absl::Status RunTrainer(const TrainerOptions& options) {
   STRATA_RETURN_IF_ERROR(Validate(options));

@@ -35,7 +35,8 @@ struct TrainerOptions {
   // stream out as backward produces them either way: with clipping, the
   // servers hold them until the worker sends the factor (overlap_clip);
   // with overlap_clip false, the worker scales them and pushes after
-  // backward. Both give the same update.
+  // backward. Both give the same update (with push_bf16, up to rounding:
+  // the servers scale after the rounding, the worker before it).
   float grad_clip = 1.0f;
   bool overlap_clip = true;
   bool push_bf16 =
@@ -60,10 +61,6 @@ struct TrainerOptions {
 // leaves. Errors: INVALID_ARGUMENT for bad options; the first failing
 // push/pull/scheduler status otherwise.
 absl::Status RunTrainer(const TrainerOptions& options);
-
-// Model config as JSON (the file `strata generate` reads), and back.
-std::string GptConfigToJson(const GptConfig& config);
-absl::StatusOr<GptConfig> GptConfigFromJson(const std::string& json);
 
 }  // namespace strata
 
