@@ -165,6 +165,70 @@ void ExpectCloseWeights(const BspRun& a, const BspRun& b) {
   EXPECT_GT(max_abs, 0.0);
 }
 
+// A server killed with SIGKILL and restarted on its data directory while
+// two GPT workers train with the default clipping (pushes held on the
+// servers until each worker's Commit): the job rolls back to a snapshot
+// both servers hold, the workers drop what the lost server held and redo
+// the steps since, and every sample is applied exactly once.
+TEST(Train, GptWorkersGoOnAfterAServerRestartsWithOverlappedClipping) {
+  const std::string dir = testing::FreshDir("train_server_kill");
+  const std::string corpus = WriteCorpus(dir);
+  Child scheduler(
+      {STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0", "--num_shards",
+       "2", "--lease_ms", "800", "--address_file", dir + "/addr"},
+      dir + "/scheduler.log");
+  const std::string address = testing::WaitForLine(dir + "/addr");
+  ASSERT_FALSE(address.empty()) << scheduler.Output();
+  auto server = [&](int s, int n) {
+    return std::make_unique<Child>(
+        std::vector<std::string>{STRATA_BINARY, "server", "--scheduler",
+                                 address, "--shard", std::to_string(s),
+                                 "--data_dir", absl::StrCat(dir, "/server", s),
+                                 "--snapshot_every", "5"},
+        absl::StrCat(dir, "/server", s, "_", n, ".log"));
+  };
+  std::vector<std::unique_ptr<Child>> servers;
+  for (int s = 0; s < 2; ++s) servers.push_back(server(s, 0));
+  constexpr int kSteps = 60, kBatch = 4;
+  std::vector<std::unique_ptr<Child>> trainers;
+  for (int w = 0; w < 2; ++w) {
+    std::vector<std::string> args = {
+        STRATA_BINARY,  "worker",
+        "--scheduler",  address,
+        "--workers",    "2",
+        "--batch",      std::to_string(kBatch),
+        "--steps",      std::to_string(kSteps),
+        "--eval_every", "0",
+        "--metrics",    absl::StrCat(dir, "/metrics-", w, ".jsonl")};
+    for (const auto& f : TinyModelFlags(corpus)) args.push_back(f);
+    trainers.push_back(
+        std::make_unique<Child>(args, absl::StrCat(dir, "/worker", w, ".log")));
+  }
+  auto lines = [](const std::string& path) {
+    std::ifstream f(path);
+    return std::count(std::istreambuf_iterator<char>(f),
+                      std::istreambuf_iterator<char>(), '\n');
+  };
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  while (lines(dir + "/metrics-0.jsonl") < 17 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_GE(lines(dir + "/metrics-0.jsonl"), 17) << trainers[0]->Output();
+  EXPECT_EQ(servers[1]->Stop(SIGKILL), 128 + SIGKILL);
+  auto restarted = server(1, 1);
+  for (auto& t : trainers) {
+    EXPECT_EQ(t->Wait(absl::Minutes(3)), 0) << t->Output();
+  }
+  EXPECT_NE(restarted->Output().find("rolled back to step"), std::string::npos)
+      << restarted->Output();
+  const testing::LedgerCheck ledger =
+      testing::CheckLedger(STRATA_BINARY, address, dir, kSteps * kBatch);
+  testing::ExpectAppliedOnce(ledger, kSteps * kBatch);
+  EXPECT_EQ(servers[0]->Stop(), 0) << servers[0]->Output();
+  EXPECT_EQ(restarted->Stop(), 0) << restarted->Output();
+  EXPECT_EQ(scheduler.Stop(), 0) << scheduler.Output();
+}
+
 TEST(Train, TwoBspWorkersWithHalfTheBatchMatchOneWorkerWithAllOfIt) {
   const BspRun one = TrainBsp({"cpu"}, "bsp1");
   const BspRun two = TrainBsp({"cpu", "cpu"}, "bsp2");
