@@ -2,7 +2,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -192,9 +191,7 @@ absl::Status PsClient::Commit(int64_t step, float scale) {
           last = stub.status();
         }
         if (!IsRetryable(last)) break;
-        absl::SleepFor(
-            std::min(impl_->options_.initial_backoff * (1 << attempt),
-                     impl_->options_.max_backoff));
+        absl::SleepFor(impl_->Backoff(attempt + 1));
       }
       results[slot] = last;
     });

@@ -269,11 +269,15 @@ absl::Status PsClient::Impl::ReadResponse(const OpState& op,
   return absl::OkStatus();
 }
 
-void PsClient::Impl::RetryLater(const OpPtr& op, absl::Status why) {
+absl::Duration PsClient::Impl::Backoff(int attempts) const {
   absl::Duration backoff = options_.initial_backoff;
-  for (int i = 1; i < op->attempts && backoff < options_.max_backoff; ++i)
+  for (int i = 1; i < attempts && backoff < options_.max_backoff; ++i)
     backoff *= 2;
-  backoff = std::min(backoff, options_.max_backoff);
+  return std::min(backoff, options_.max_backoff);
+}
+
+void PsClient::Impl::RetryLater(const OpPtr& op, absl::Status why) {
+  const absl::Duration backoff = Backoff(op->attempts);
   absl::MutexLock lock(&mu_);
   retries_.emplace(absl::Now() + backoff, op);
 }

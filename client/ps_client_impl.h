@@ -123,6 +123,9 @@ class PsClient::Impl {
     live_attempts_.fetch_sub(1, std::memory_order_release);
   }
 
+  // How long to wait before the next attempt, after `attempts` attempts:
+  // initial_backoff doubling per attempt, up to max_backoff.
+  absl::Duration Backoff(int attempts) const;
   // Deferred pushes submitted per step and server slot, for Commit.
   void CountDeferred(int64_t step, int slot);
   // The counts of `step` (one per slot), forgetting it and older steps.

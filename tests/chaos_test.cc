@@ -169,12 +169,7 @@ TEST(Chaos, BspJobRollsBackWhenAServerIsKilledAndRestarted) {
   const std::string address = testing::WaitForLine(dir + "/addr");
   ASSERT_FALSE(address.empty()) << scheduler->Output();
   auto server = [&](int s, int n) {
-    return std::make_unique<Child>(
-        std::vector<std::string>{STRATA_BINARY, "server", "--scheduler",
-                                 address, "--shard", std::to_string(s),
-                                 "--data_dir", absl::StrCat(dir, "/server", s),
-                                 "--snapshot_every", "20"},
-        absl::StrCat(dir, "/server", s, "_", n, ".log"));
+    return testing::SnapshottingServer(STRATA_BINARY, address, dir, s, n, 20);
   };
   std::vector<std::unique_ptr<Child>> servers;
   for (int s = 0; s < 2; ++s) servers.push_back(server(s, 0));

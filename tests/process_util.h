@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -141,6 +142,25 @@ class TestCluster {
   std::vector<std::unique_ptr<Child>> servers_;
   std::string address_;
 };
+
+// A `strata server` of shard slot `shard` of the scheduler at `address`,
+// keeping snapshots every `snapshot_every` steps in <dir>/server<shard>, so
+// that a restart on that directory restores them; its log is
+// <dir>/server<shard>_<start>.log (`start` counts the starts, so a
+// restart's log does not overwrite the first one's).
+inline std::unique_ptr<Child> SnapshottingServer(const std::string& binary,
+                                                 const std::string& address,
+                                                 const std::string& dir,
+                                                 int shard, int start,
+                                                 int snapshot_every) {
+  return std::make_unique<Child>(
+      std::vector<std::string>{binary, "server", "--scheduler", address,
+                               "--shard", std::to_string(shard), "--data_dir",
+                               absl::StrCat(dir, "/server", shard),
+                               "--snapshot_every",
+                               std::to_string(snapshot_every)},
+      absl::StrCat(dir, "/server", shard, "_", start, ".log"));
+}
 
 // A `strata toy` worker of the scheduler at `address`: it waits for
 // `wait_for` live workers, then trains `steps` steps of `batch` samples of a
