@@ -1,0 +1,47 @@
+#include "worker/server_model.h"
+
+#include <string>
+
+namespace strata {
+
+ModelSpec ServerModel(const Model& gpt, const TrainerOptions& o) {
+  ModelSpec m;
+  m.chunk_bytes = o.chunk_bytes;
+  for (const ParamInfo& p : gpt.params()) {
+    m.tensors.push_back(p.spec);
+    v1::InitSpec init;
+    switch (p.init) {
+      case ParamInfo::kNormal:
+        init.set_kind(v1::InitSpec::NORMAL);
+        init.set_scale(p.init_scale);
+        break;
+      case ParamInfo::kOnes:
+        init.set_kind(v1::InitSpec::ONES);
+        break;
+      case ParamInfo::kZeros:
+        init.set_kind(v1::InitSpec::ZEROS);
+        break;
+    }
+    init.set_seed(o.seed);
+    m.inits.push_back(init);
+  }
+  for (const char* group : {"decay", "no_decay"}) {
+    v1::GroupSpec g;
+    g.set_name(group);
+    v1::OptimizerConfig* opt = g.mutable_optimizer();
+    opt->set_kind(v1::OptimizerConfig::ADAMW);
+    opt->set_lr(o.lr);
+    opt->set_beta1(0.9f);
+    opt->set_beta2(0.95f);
+    opt->set_eps(1e-8f);
+    opt->set_weight_decay(std::string(group) == "decay" ? o.weight_decay
+                                                        : 0.0f);
+    opt->set_warmup_steps(o.warmup_steps);
+    opt->set_total_steps(o.steps);
+    opt->set_min_lr_ratio(o.min_lr_ratio);
+    m.groups.push_back(g);
+  }
+  return m;
+}
+
+}  // namespace strata
