@@ -207,7 +207,9 @@ int Launch(const LocalPlan& o, std::string dir, int64_t resume_step) {
                                              "--data_dir",
                                              dir + "/scheduler",
                                              "--address_file",
-                                             address_file};
+                                             address_file,
+                                             "--metrics_port",
+                                             "0"};
   if (resume_step >= 0) {
     scheduler_args.insert(scheduler_args.end(),
                           {"--resume_step", std::to_string(resume_step)});
@@ -229,7 +231,9 @@ int Launch(const LocalPlan& o, std::string dir, int64_t resume_step) {
                                      "--data_dir",
                                      absl::StrCat(dir, "/server-", s),
                                      "--snapshot_every",
-                                     std::to_string(o.snapshot_every)};
+                                     std::to_string(o.snapshot_every),
+                                     "--metrics_port",
+                                     "0"};
     if (resume_step >= 0) {
       args.insert(args.end(), {"--restore_step", std::to_string(resume_step)});
     }
@@ -247,8 +251,12 @@ int Launch(const LocalPlan& o, std::string dir, int64_t resume_step) {
     if (o.toy) {
       args.insert(args.end(), {"--out", dir + "/weights.f32"});
     } else {
-      args.insert(args.end(), {"--model_json", dir + "/model.json", "--metrics",
-                               absl::StrCat(dir, "/metrics-", w, ".jsonl")});
+      // Health and metrics on free ports: `strata status` finds them in
+      // the view.
+      args.insert(args.end(),
+                  {"--model_json", dir + "/model.json", "--metrics",
+                   absl::StrCat(dir, "/metrics-", w, ".jsonl"), "--listen",
+                   "127.0.0.1:0", "--metrics_port", "0"});
     }
     auto pid = SpawnSelf(args);
     if (!pid.ok()) {

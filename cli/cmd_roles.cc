@@ -1,20 +1,20 @@
-// `strata version`, `strata scheduler`, `strata server`, `strata status`.
+// `strata version`, `strata scheduler`, `strata server`.
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
 #include <fstream>
 #include <memory>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "cli/ops.h"
 #include "cli/signals.h"
 #include "common/consistency.h"
 #include "common/status.h"
 #include "scheduler/scheduler.h"
 #include "server/parameter_server.h"
 #include "spdlog/spdlog.h"
-#include "strata/v1/ps.grpc.pb.h"
-#include "strata/v1/scheduler.grpc.pb.h"
 
 #ifndef STRATA_VERSION
 #define STRATA_VERSION "dev"
@@ -64,6 +64,7 @@ CommandFn AddSchedulerCommand(CLI::App& app) {
   auto o = std::make_shared<SchedulerOptions>();
   auto lease_ms = std::make_shared<int64_t>(2500);
   auto address_file = std::make_shared<std::string>();
+  auto metrics = std::make_shared<MetricsFlags>();
   o->listen_address = "127.0.0.1:7070";
   cmd->add_option("--listen", o->listen_address,
                   "host:port to serve on (port 0: any free port)")
@@ -88,13 +89,19 @@ CommandFn AddSchedulerCommand(CLI::App& app) {
                   "that snapshot): forget the old members and the ledger's "
                   "later steps")
       ->check(CLI::NonNegativeNumber);
-  return [o, lease_ms, address_file] {
+  AddMetricsFlags(cmd, metrics.get());
+  return [o, lease_ms, address_file, metrics] {
     if (auto c = ParseConsistency(o->consistency); !c.ok())
       return ReportStatus("scheduler", c.status());
     o->lease = absl::Milliseconds(*lease_ms);
     auto scheduler = Scheduler::Start(*o);
     if (!scheduler.ok()) return ReportStatus("scheduler", scheduler.status());
     Scheduler* s = scheduler->get();
+    // Declared after the scheduler: stops serving before it goes.
+    auto endpoint = BindMetrics(*metrics, "scheduler");
+    if (!endpoint.ok()) return ReportStatus("scheduler", endpoint.status());
+    AddProcessMetrics(s->metrics(), o->data_dir);
+    if (*endpoint) (*endpoint)->Serve(&s->metrics());
     OnShutdownSignal([s] { s->Shutdown(); });
     if (int rc = ReportStatus("scheduler",
                               WriteAddressFile(*address_file, s->address())))
@@ -109,6 +116,7 @@ CommandFn AddServerCommand(CLI::App& app) {
   auto o = std::make_shared<ServerOptions>();
   auto max_wait_s = std::make_shared<double>(120);
   auto address_file = std::make_shared<std::string>();
+  auto metrics = std::make_shared<MetricsFlags>();
   cmd->add_option("--scheduler", o->scheduler_address, "scheduler host:port")
       ->required();
   cmd->add_option("--listen", o->listen_address,
@@ -139,11 +147,22 @@ CommandFn AddServerCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--address_file", *address_file,
                   "write the advertised address here once serving");
-  return [o, max_wait_s, address_file] {
+  AddMetricsFlags(cmd, metrics.get());
+  return [o, max_wait_s, address_file, metrics] {
     o->max_wait = absl::Seconds(*max_wait_s);
+    // Bound first: the server registers the endpoint's address as it
+    // starts. It serves once the server's metrics exist.
+    auto endpoint = BindMetrics(*metrics, "server");
+    if (!endpoint.ok()) return ReportStatus("server", endpoint.status());
+    o->metrics_address =
+        MetricsAddress(endpoint->get(), *metrics, o->advertise_address);
     auto server = ParameterServer::Start(*o);
     if (!server.ok()) return ReportStatus("server", server.status());
     ParameterServer* s = server->get();
+    AddProcessMetrics(s->metrics(), o->data_dir);
+    if (*endpoint) (*endpoint)->Serve(&s->metrics());
+    // The endpoint stops before the server it reads goes.
+    auto stop_metrics = absl::MakeCleanup([&endpoint] { endpoint->reset(); });
     OnShutdownSignal([s] { s->Shutdown(); });
     spdlog::info(
         "strata server: shard {} serving on {}{}", o->shard, s->address(),
@@ -155,59 +174,6 @@ CommandFn AddServerCommand(CLI::App& app) {
       return rc;
     s->Wait();
     return ReportStatus("server", s->fatal());
-  };
-}
-
-CommandFn AddStatusCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand(
-      "status", "Show the cluster: view, members, shard map, server counters");
-  auto address = std::make_shared<std::string>("127.0.0.1:7070");
-  cmd->add_option("--scheduler", *address, "scheduler host:port")
-      ->capture_default_str();
-  return [address] {
-    auto stub = v1::Scheduler::NewStub(
-        grpc::CreateChannel(*address, grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-    v1::View view;
-    absl::Status s =
-        FromGrpcStatus(stub->GetView(&ctx, v1::GetViewRequest(), &view));
-    if (!s.ok()) return ReportStatus("status", s);
-    std::printf("epoch %llu  consistency %s  shard map v%llu\n",
-                static_cast<unsigned long long>(view.epoch()),
-                view.consistency().c_str(),
-                static_cast<unsigned long long>(view.shard_map().version()));
-    for (const auto& slot : view.shard_map().slots()) {
-      std::printf(
-          "  shard %d  %s", slot.shard(),
-          slot.address().empty() ? "(no server)" : slot.address().c_str());
-      if (!slot.address().empty()) {
-        auto ps = v1::ParameterServer::NewStub(grpc::CreateChannel(
-            slot.address(), grpc::InsecureChannelCredentials()));
-        grpc::ClientContext sctx;
-        sctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-        v1::StatsResponse st;
-        if (ps->Stats(&sctx, v1::StatsRequest(), &st).ok()) {
-          std::printf(
-              "  chunks %llu  applied %llu  rejected(nonfinite) %llu  pulls "
-              "%llu  bsp_samples %llu  bsp_tiling_errors %llu  redone %llu",
-              static_cast<unsigned long long>(st.chunks()),
-              static_cast<unsigned long long>(st.pushes_applied()),
-              static_cast<unsigned long long>(st.pushes_rejected_nonfinite()),
-              static_cast<unsigned long long>(st.pulls()),
-              static_cast<unsigned long long>(st.bsp_samples_applied()),
-              static_cast<unsigned long long>(st.bsp_tiling_errors()),
-              static_cast<unsigned long long>(st.aborted_stale_epoch()));
-        }
-      }
-      std::printf("\n");
-    }
-    for (const auto& w : view.workers()) {
-      std::printf("  worker %llu  clock %lld  %.1f samples/s\n",
-                  static_cast<unsigned long long>(w.id()),
-                  static_cast<long long>(w.clock()), w.samples_per_sec());
-    }
-    return 0;
   };
 }
 

@@ -1,4 +1,5 @@
 // `strata worker`, `strata generate`, `strata data`.
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -6,7 +7,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "cli/ops.h"
+#include "cli/signals.h"
+#include "common/health.h"
+#include "common/metrics.h"
 #include "common/status.h"
+#include "spdlog/spdlog.h"
 #include "worker/data.h"
 #include "worker/gpt.h"
 #include "worker/gpt_config_json.h"
@@ -14,6 +20,45 @@
 #include "worker/trainer.h"
 
 namespace strata {
+namespace {
+
+// `strata worker`: the trainer with its health server and metrics endpoint.
+// SIGTERM or Ctrl-C makes it leave the job after the step under way (a
+// second signal exits at once).
+absl::Status RunWorker(TrainerOptions o, const std::string& listen,
+                       const MetricsFlags& metrics_flags) {
+  // Shared with the signal thread, which may outlive this call.
+  std::shared_ptr<HealthServer> health;
+  if (!listen.empty()) {
+    STRATA_ASSIGN_OR_RETURN(health, HealthServer::Start(listen));
+    if (o.advertise_address.empty()) {
+      o.advertise_address =
+          DialableAddress(listen.substr(0, listen.rfind(':')), health->port());
+    }
+  }
+  Metrics metrics;
+  AddProcessMetrics(metrics, "");
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<MetricsEndpoint> endpoint,
+                          BindMetrics(metrics_flags, "worker"));
+  if (endpoint) endpoint->Serve(&metrics);
+  o.metrics = &metrics;
+  o.metrics_address =
+      MetricsAddress(endpoint.get(), metrics_flags, o.advertise_address);
+  HealthServer* h = health.get();
+  o.on_joined = [h] {
+    if (h != nullptr) h->SetServing(true);
+  };
+  auto stop = std::make_shared<std::atomic<bool>>(false);
+  o.stop = stop.get();
+  OnShutdownSignal([stop, health] {
+    spdlog::info("strata worker: stopping after this step (again: at once)");
+    if (health) health->SetServing(false);
+    stop->store(true);
+  });
+  return RunTrainer(o);
+}
+
+}  // namespace
 
 void AddModelFlags(CLI::App* cmd, GptConfig* m) {
   cmd->add_option("--layers", m->layers, "transformer blocks")
@@ -144,7 +189,17 @@ CommandFn AddWorkerCommand(CLI::App& app) {
       "rank 0 writes the model config here (for `strata generate`)");
   cmd->add_option("--weights_out", o->weights_out,
                   "rank 0 writes the final weights here (raw fp32)");
-  return [o] { return ReportStatus("worker", RunTrainer(*o)); };
+  auto listen = std::make_shared<std::string>();
+  auto metrics = std::make_shared<MetricsFlags>();
+  cmd->add_option("--listen", *listen,
+                  "host:port to serve gRPC health on (SERVING once joined; "
+                  "unset: none)");
+  cmd->add_option("--advertise", o->advertise_address,
+                  "health address others dial (default: 127.0.0.1:<port>)");
+  AddMetricsFlags(cmd, metrics.get());
+  return [o, listen, metrics] {
+    return ReportStatus("worker", RunWorker(*o, *listen, *metrics));
+  };
 }
 
 namespace {

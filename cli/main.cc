@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   add(strata::AddGenerateCommand);
   add(strata::AddDataCommand);
   add(strata::AddStatusCommand);
+  add(strata::AddHealthCommand);
   add(strata::AddLedgerCommand);
   CLI11_PARSE(app, argc, argv);
   InitLogging(log_level);

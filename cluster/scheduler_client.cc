@@ -83,6 +83,7 @@ absl::Status SchedulerClient::Register() {
   v1::RegisterRequest req;
   req.set_role(options_.role);
   req.set_address(options_.address);
+  req.set_metrics_address(options_.metrics_address);
   req.set_devices(options_.devices);
   req.set_capacity(options_.capacity);
   req.set_shard(options_.shard);

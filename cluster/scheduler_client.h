@@ -36,8 +36,11 @@ struct SchedulerClientOptions {
   std::string scheduler_address;
   // What this member is. Servers must give `address` and `shard`.
   v1::Role role = v1::ROLE_WORKER;
-  std::string address;  // host:port this member serves on ("" for workers)
-  int shard = -1;       // servers: the shard slot to serve
+  // host:port this member serves on: servers' ParameterServer; workers'
+  // gRPC health, or "" when they serve none.
+  std::string address;
+  std::string metrics_address;  // its Prometheus endpoint; "" = none
+  int shard = -1;               // servers: the shard slot to serve
   uint32_t devices = 0;
   double capacity = 1.0;
   // Time between heartbeats; 0 means a fifth of the lease the scheduler

@@ -9,12 +9,10 @@
 
 namespace strata {
 
-absl::StatusOr<WorkerSession> JoinAsWorker(const std::string& scheduler_address,
+absl::StatusOr<WorkerSession> JoinAsWorker(SchedulerClientOptions options,
                                            int min_workers,
                                            absl::Duration timeout) {
   WorkerSession s;
-  SchedulerClientOptions options;
-  options.scheduler_address = scheduler_address;
   options.role = v1::ROLE_WORKER;
   STRATA_ASSIGN_OR_RETURN(s.scheduler, SchedulerClient::Connect(options));
   STRATA_ASSIGN_OR_RETURN(s.view, s.scheduler->WaitForView(

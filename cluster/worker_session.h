@@ -27,11 +27,12 @@ struct WorkerSession {
   int workers = 0;  // live workers in `view`
 };
 
-// Registers with the scheduler at `scheduler_address` as a worker and waits
-// up to `timeout` until at least `min_workers` workers are live. Errors:
+// Registers with the scheduler at `options.scheduler_address` as a worker
+// (options.role is set to ROLE_WORKER) and waits up to `timeout` until at
+// least `min_workers` workers are live. Errors:
 // those of SchedulerClient::Connect; DEADLINE_EXCEEDED when the workers do
 // not come; INVALID_ARGUMENT for a view with a malformed consistency.
-absl::StatusOr<WorkerSession> JoinAsWorker(const std::string& scheduler_address,
+absl::StatusOr<WorkerSession> JoinAsWorker(SchedulerClientOptions options,
                                            int min_workers,
                                            absl::Duration timeout);
 

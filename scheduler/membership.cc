@@ -86,6 +86,13 @@ absl::StatusOr<uint64_t> Membership::ValidateRegister(
         absl::StrCat("register: capacity must be a finite number >= 0, got ",
                      req.capacity()));
   }
+  // Addresses are host:port; a long one only bloats every view.
+  constexpr size_t kMaxAddress = 256;
+  if (req.address().size() > kMaxAddress ||
+      req.metrics_address().size() > kMaxAddress) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "register: an address is longer than ", kMaxAddress, " bytes"));
+  }
   const bool first = req.worker() == 0 && req.incarnation() == 0;
   if (!first && (req.worker() == 0 || req.worker() >= next_member_id_ ||
                  req.incarnation() < 2)) {
@@ -166,6 +173,7 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
   m.set_id(next_member_id_);
   m.set_role(req.role());
   m.set_address(req.address());
+  m.set_metrics_address(req.metrics_address());
   m.set_devices(req.devices());
   m.set_capacity(req.capacity() == 0 ? 1.0 : req.capacity());
   m.set_shard(req.role() == v1::ROLE_SERVER ? req.shard() : -1);
@@ -268,6 +276,7 @@ void Membership::ExpireLocked(absl::Time now) {
   if (expired.empty()) return;
   spdlog::warn("scheduler: {} lease(s) ran out, first member {}",
                expired.size(), expired.front());
+  lease_expiries_ += expired.size();
   RemoveLocked(expired);
 }
 

@@ -18,6 +18,7 @@
 #ifndef STRATA_SCHEDULER_MEMBERSHIP_H_
 #define STRATA_SCHEDULER_MEMBERSHIP_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -88,6 +89,11 @@ class Membership {
   // Wakes every AwaitView caller for good.
   void Close();
 
+  // Members removed because their lease ran out, since this process began.
+  uint64_t lease_expiries() const {
+    return lease_expiries_.load(std::memory_order_relaxed);
+  }
+
  private:
   struct Entry {
     v1::Member member;
@@ -116,6 +122,7 @@ class Membership {
   int64_t rollback_step_ ABSL_GUARDED_BY(mu_);
   v1::View view_ ABSL_GUARDED_BY(mu_);  // derived from the fields above
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<uint64_t> lease_expiries_{0};
 };
 
 }  // namespace strata::scheduler_internal

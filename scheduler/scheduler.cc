@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/consistency.h"
+#include "common/health.h"
 #include "common/status.h"
 #include "scheduler/kv_store.h"
 #include "scheduler/ledger.h"
@@ -100,6 +101,7 @@ absl::Status Scheduler::Init(SchedulerOptions options) {
   service_ = std::make_unique<SchedulerService>(membership_.get(), kv_.get(),
                                                 ledger_.get());
 
+  EnableHealthService();
   grpc::ServerBuilder builder;
   // Two schedulers must never share a port (SO_REUSEPORT would allow it).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -114,6 +116,8 @@ absl::Status Scheduler::Init(SchedulerOptions options) {
   address_ = DialAddress(options.listen_address, port_);
   lease_check_interval_ = options.lease_check_interval;
   lease_thread_ = std::thread([this] { LeaseLoop(); });
+  AddMetrics();
+  SetServing(server_.get(), true);
   spdlog::info(
       "scheduler: serving on {} ({} shard slots, {}, data_dir '{}', {} "
       "member(s), epoch {})",
@@ -123,6 +127,27 @@ absl::Status Scheduler::Init(SchedulerOptions options) {
 }
 
 Scheduler::~Scheduler() { Shutdown(); }
+
+void Scheduler::AddMetrics() {
+  Membership* m = membership_.get();
+  metrics_.AddGaugeFn("strata_view_epoch", "The cluster view's epoch",
+                      [m] { return static_cast<double>(m->View().epoch()); });
+  metrics_.AddGaugeFn(
+      "strata_members", "Live members in the view",
+      [m] { return static_cast<double>(m->View().workers_size()); },
+      {{"role", "worker"}});
+  metrics_.AddGaugeFn(
+      "strata_members", "Live members in the view",
+      [m] { return static_cast<double>(m->View().servers_size()); },
+      {{"role", "server"}});
+  metrics_.AddGaugeFn(
+      "strata_job_generation", "Whole-job rollbacks so far",
+      [m] { return static_cast<double>(m->View().generation()); });
+  metrics_.AddCounterFn("strata_lease_expiries_total",
+                        "Members removed because their lease ran out", [m] {
+                          return static_cast<double>(m->lease_expiries());
+                        });
+}
 
 v1::View Scheduler::CurrentView() const { return membership_->View(); }
 

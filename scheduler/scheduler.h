@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "strata/v1/common.pb.h"
 
 namespace grpc {
@@ -109,10 +110,15 @@ class Scheduler {
   // Blocks until Shutdown has completed.
   void Wait();
 
+  // The scheduler's Prometheus series (members, epoch, lease expiries), for
+  // a metrics endpoint (common/metrics_http.h) that must not outlive it.
+  Metrics& metrics() { return metrics_; }
+
  private:
   Scheduler() = default;
   absl::Status Init(SchedulerOptions options);
   void LeaseLoop();
+  void AddMetrics();
 
   int port_ = 0;
   std::string address_;
@@ -124,6 +130,7 @@ class Scheduler {
   std::unique_ptr<scheduler_internal::SchedulerService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::thread lease_thread_;
+  Metrics metrics_;
 
   absl::Mutex shutdown_call_mu_;  // serializes Shutdown calls
   mutable absl::Mutex mu_;

@@ -13,10 +13,12 @@
 #include "absl/strings/str_cat.h"
 #include "cluster/scheduler_client.h"
 #include "common/consistency.h"
+#include "common/health.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
 #include "common/wire.h"
 #include "server/ledger_reporter.h"
+#include "server/server_metrics.h"
 #include "server/shard.h"
 #include "server/shm_sessions.h"
 #include "server/snapshot_keeper.h"
@@ -45,20 +47,25 @@ class Service final : public ServiceBase {
   // Pushes and pulls have separate pools: pulls waiting at a BSP gate must
   // never hold the threads the pushes that close the step need.
   Service(Shard* shard, ShmSessions* shm, ParameterServer* owner,
-          ThreadPool* push_pool, ThreadPool* pull_pool)
+          ThreadPool* push_pool, ThreadPool* pull_pool, Metrics* metrics)
       : shard_(shard),
         shm_(shm),
         owner_(owner),
         push_pool_(push_pool),
-        pull_pool_(pull_pool) {}
+        pull_pool_(pull_pool),
+        metrics_(metrics, shard, [this] {
+          return shm_payloads_.load(std::memory_order_relaxed);
+        }) {}
 
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    push_pool_->Schedule([this, ctx, reactor, request, response] {
-      Finish(ctx, reactor, HandlePush(*request, response));
-    });
+    push_pool_->Schedule(
+        [this, ctx, reactor, request, response, start = absl::Now()] {
+          Finish(ServerMetrics::kPush, start, ctx, reactor,
+                 HandlePush(*request, response));
+        });
     return reactor;
   }
 
@@ -66,9 +73,11 @@ class Service final : public ServiceBase {
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    pull_pool_->Schedule([this, ctx, reactor, request, response] {
-      Finish(ctx, reactor, HandlePull(*request, response));
-    });
+    pull_pool_->Schedule(
+        [this, ctx, reactor, request, response, start = absl::Now()] {
+          Finish(ServerMetrics::kPull, start, ctx, reactor,
+                 HandlePull(*request, response));
+        });
     return reactor;
   }
 
@@ -101,8 +110,10 @@ class Service final : public ServiceBase {
 
   grpc::Status Commit(grpc::ServerContext*, const v1::CommitRequest* req,
                       v1::CommitResponse* resp) override {
+    const absl::Time start = absl::Now();
     auto r = shard_->Commit(*req);
     if (r.ok()) *resp = *r;
+    metrics_.Answered(ServerMetrics::kCommit, r.status(), absl::Now() - start);
     return ToGrpcStatus(r.status());
   }
 
@@ -122,9 +133,10 @@ class Service final : public ServiceBase {
   // Ends a push or pull. Its trailing metadata tells the client this
   // handler answered (so a shared-memory slot it named is free again), and
   // whether the slot's session is unknown here (attach again).
-  static void Finish(grpc::CallbackServerContext* ctx,
-                     grpc::ServerUnaryReactor* reactor,
-                     const absl::Status& status) {
+  void Finish(ServerMetrics::Method method, absl::Time start,
+              grpc::CallbackServerContext* ctx,
+              grpc::ServerUnaryReactor* reactor, const absl::Status& status) {
+    metrics_.Answered(method, status, absl::Now() - start);
     ctx->AddTrailingMetadata(kHandledKey, "1");
     if (absl::IsNotFound(status) &&
         absl::StartsWith(status.message(), kNoSessionPrefix)) {
@@ -205,12 +217,14 @@ class Service final : public ServiceBase {
   ThreadPool* push_pool_;
   ThreadPool* pull_pool_;
   std::atomic<uint64_t> shm_payloads_{0};
+  ServerMetrics metrics_;
 };
 
 }  // namespace
 
 struct ParameterServer::Impl {
   ServerOptions options;
+  Metrics metrics;  // read by the service's series: outlives it
   std::unique_ptr<Shard> shard;
   ShmSessions shm;
   std::unique_ptr<DataDir> data_dir;
@@ -377,10 +391,11 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   me.push_handlers = std::make_unique<ThreadPool>(
       std::max(16, 2 * static_cast<int>(std::thread::hardware_concurrency())));
   me.pull_handlers = std::make_unique<ThreadPool>(options.max_threads);
-  me.service =
-      std::make_unique<Service>(me.shard.get(), &me.shm, owner.get(),
-                                me.push_handlers.get(), me.pull_handlers.get());
+  me.service = std::make_unique<Service>(me.shard.get(), &me.shm, owner.get(),
+                                         me.push_handlers.get(),
+                                         me.pull_handlers.get(), &me.metrics);
   builder.RegisterService(me.service.get());
+  EnableHealthService();
   me.server = builder.BuildAndStart();
   if (!me.server || me.port == 0) {
     return absl::UnavailableError(
@@ -401,6 +416,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     so.scheduler_address = options.scheduler_address;
     so.role = v1::ROLE_SERVER;
     so.address = me.address;
+    so.metrics_address = options.metrics_address;
     so.shard = options.shard;
     so.clock = options.clock;
     if (me.data_dir) so.data_dir_id = me.data_dir->id();
@@ -430,10 +446,13 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     me.OnView(self, me.scheduler->view());
     STRATA_RETURN_IF_ERROR(owner->fatal());
   }
+  // Ready: registered (when there is a scheduler) and restored.
+  SetServing(me.server.get(), true);
   return owner;
 }
 
 int ParameterServer::port() const { return impl_->port; }
+Metrics& ParameterServer::metrics() { return impl_->metrics; }
 std::string ParameterServer::address() const { return impl_->address; }
 Shard& ParameterServer::shard() { return *impl_->shard; }
 int64_t ParameterServer::restored_step() const { return impl_->restored_step; }

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 
 namespace strata {
 
@@ -40,6 +41,9 @@ struct ServerOptions {
   int max_threads =
       256;  // pull handler threads (a pull waiting at the gate holds one)
   Clock* clock = Clock::Real();
+  // host:port of this server's Prometheus endpoint, registered with the
+  // scheduler (`strata status` reads it); "" = none.
+  std::string metrics_address;
 };
 
 // Thread-safe handle to a running server. Destruction shuts it down.
@@ -55,6 +59,9 @@ class ParameterServer {
 
   int port() const;
   std::string address() const;  // the advertised address
+  // The server's Prometheus series (server/server_metrics.h), for a metrics
+  // endpoint that must not outlive the server.
+  Metrics& metrics();
   Shard& shard();
   // Writes a snapshot of the current state tagged `step`; returns its path.
   absl::StatusOr<std::string> SnapshotNow(int64_t step);

@@ -85,6 +85,9 @@ struct ShardCounters {
   std::atomic<uint64_t> bsp_tiling_errors{0};
   std::atomic<uint64_t> aborted_stale_epoch{0};
   std::atomic<uint64_t> aborted_rolled_back{0};
+  // Pulls that had to wait at the consistency gate, and their wait in total.
+  std::atomic<uint64_t> gate_waits{0};
+  std::atomic<uint64_t> gate_wait_ns{0};
 };
 
 // What a pull returns besides the data.

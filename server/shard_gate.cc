@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/bf16.h"
 #include "common/status.h"
@@ -276,7 +277,15 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
     return mode.mode == Consistency::kBsp && req.epoch() > 0 &&
            c->rec.version < need_version && view().workers_epoch > req.epoch();
   };
-  const absl::Time deadline = absl::Now() + options_.max_wait;
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + options_.max_wait;
+  bool waited = false;
+  // Counts the wait however the loop ends (served, refused or timed out).
+  auto count_wait = absl::MakeCleanup([&] {
+    if (!waited) return;
+    counters_.gate_waits++;
+    counters_.gate_wait_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
+  });
   for (;;) {
     // Before `ready`: a rolled-back chunk may be at the version wanted, but
     // not with the weights this requester's step came from.
@@ -292,6 +301,7 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
           " but the live workers changed since; redo it with the new view's "
           "shares"));
     }
+    waited = true;
     if (c->changed.WaitWithDeadline(&c->mu, deadline) && !ready()) {
       return absl::DeadlineExceededError(absl::StrCat(
           "pull of chunk ", req.chunk_id(), " waited ",

@@ -116,7 +116,7 @@ TEST(Cli, StatusShowsTheViewShardMapAndServerCounters) {
   const std::string out = status.Output();
   EXPECT_NE(out.find("consistency ssp:3"), std::string::npos) << out;
   EXPECT_NE(out.find("shard 0  (no server)"), std::string::npos) << out;
-  EXPECT_NE(out.find("shard 1  " + server_address + "  chunks 0"),
+  EXPECT_NE(out.find("shard 1  " + server_address + "  SERVING  chunks 0"),
             std::string::npos)
       << out;
   EXPECT_EQ(server.Stop(), 0);

@@ -87,7 +87,9 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
 
   STRATA_ASSIGN_OR_RETURN(
       WorkerSession session,
-      JoinAsWorker(o.scheduler_address, o.workers, absl::Seconds(60)));
+      JoinAsWorker(
+          SchedulerClientOptions{.scheduler_address = o.scheduler_address},
+          o.workers, absl::Seconds(60)));
   SchedulerClient* scheduler = session.scheduler.get();
   const Consistency mode = session.consistency;
   const int rank = session.rank;

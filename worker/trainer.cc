@@ -22,6 +22,7 @@
 #include "worker/grad_accumulator.h"
 #include "worker/progress.h"
 #include "worker/server_model.h"
+#include "worker/worker_metrics.h"
 
 namespace strata {
 namespace {
@@ -60,7 +61,10 @@ class Trainer {
         ps_(std::move(ps)),
         mode_(mode),
         rank_(rank),
-        workers_(workers) {}
+        workers_(workers) {
+    if (o.metrics != nullptr)
+      metrics_ = std::make_unique<WorkerMetrics>(*o.metrics);
+  }
 
   absl::Status Run();
 
@@ -79,6 +83,9 @@ class Trainer {
                          std::vector<OpHandle>& ops);
   absl::StatusOr<double> EvalLoss();
   absl::Status WriteOutputs();
+  // Counts a finished step of `samples` in the metrics, if any.
+  void RecordStep(int64_t step, int64_t samples, double loss,
+                  double tokens_per_s);
 
   const TrainerOptions& o_;
   std::unique_ptr<Model> gpt_;
@@ -93,6 +100,8 @@ class Trainer {
   v1::LedgerJob job_;        // this job, as the data ledger knows it
   double speed_ = 0;         // samples/s computing, smoothed
   double compute_s_ = 0;
+  double sync_s_ = 0;  // after backward, until the step is pushed
+  std::unique_ptr<WorkerMetrics> metrics_;  // null: no metrics
   std::vector<int32_t> tokens_, targets_;
   GradAccumulator accumulator_;
 };
@@ -205,7 +214,8 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
     if (k < last) accumulator_.Add(*gpt_, weight, /*first=*/k == 0);
     first_row += pieces[k];
   }
-  compute_s_ = absl::ToDoubleSeconds(absl::Now() - t0);
+  const absl::Time computed = absl::Now();
+  compute_s_ = absl::ToDoubleSeconds(computed - t0);
   if (!failed.ok()) {
     (void)WaitAll(ops);  // pushes in flight read grad_data
     return failed;
@@ -239,6 +249,7 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
   }
   STRATA_RETURN_IF_ERROR(WaitAll(ops));
   if (stamp_.deferred) STRATA_RETURN_IF_ERROR(ps_->Commit(step, scale));
+  sync_s_ = absl::ToDoubleSeconds(absl::Now() - computed);
   return loss;
 }
 
@@ -305,6 +316,11 @@ absl::Status Trainer::Run() {
   // of a worker that died).
   bool finished = false;
   for (;;) {
+    if (o_.stop != nullptr && o_.stop->load()) {
+      progress->Finish();
+      spdlog::info("strata worker: left the job before step {}", step);
+      return absl::OkStatus();
+    }
     if (std::optional<int64_t> back =
             AdoptRollback(*scheduler_, &generation_)) {
       step = *back;
@@ -319,6 +335,9 @@ absl::Status Trainer::Run() {
     const bool last_pull = bsp ? step == o_.steps : finished;
     const int64_t clock = last_pull && !bsp ? -1 : step;
     absl::StatusOr<uint64_t> pulled = PullWeights(clock, prev_epoch);
+    if (metrics_) {
+      metrics_->pull_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+    }
     // Without a previous step to redo, ABORTED means the job rolled back.
     if (absl::IsAborted(pulled.status()) && prev_epoch == 0 &&
         AwaitRollback(*scheduler_, generation_)) {
@@ -329,6 +348,7 @@ absl::Status Trainer::Run() {
       // the new view's shares.
       spdlog::info("strata worker: redoing step {}: {}", step - 1,
                    pulled.status().ToString());
+      if (metrics_) metrics_->redone.Add();
       if (!RedoInNewerView(*scheduler_, pulled.status(), last)) {
         return pulled.status();
       }
@@ -367,6 +387,7 @@ absl::Status Trainer::Run() {
     if (!loss_or.ok() && RedoInNewerView(*scheduler_, loss_or.status(), sv)) {
       spdlog::info("strata worker: redoing step {}: {}", step,
                    loss_or.status().ToString());
+      if (metrics_) metrics_->redone.Add();
       continue;
     }
     STRATA_ASSIGN_OR_RETURN(const double loss, loss_or);
@@ -382,6 +403,7 @@ absl::Status Trainer::Run() {
     const double compute_rate = work->samples / std::max(compute_s_, 1e-9);
     speed_ = speed_ == 0 ? compute_rate : 0.7 * speed_ + 0.3 * compute_rate;
     scheduler_->SetProgress(step + 1, speed_);
+    RecordStep(step, work->samples, loss, tokens_per_s);
     StepMetrics m;
     m.step = step;
     m.total_steps = o_.steps;
@@ -409,6 +431,19 @@ absl::Status Trainer::Run() {
   }
   progress->Finish();
   return WriteOutputs();
+}
+
+void Trainer::RecordStep(int64_t step, int64_t samples, double loss,
+                         double tokens_per_s) {
+  if (!metrics_) return;
+  metrics_->steps.Add();
+  metrics_->samples.Add(static_cast<double>(samples));
+  metrics_->tokens.Add(static_cast<double>(samples) * o_.model.context);
+  metrics_->step.Set(static_cast<double>(step + 1));
+  metrics_->loss.Set(loss);
+  metrics_->tokens_per_s.Set(tokens_per_s);
+  metrics_->compute_seconds.Observe(compute_s_);
+  metrics_->sync_seconds.Observe(sync_s_);
 }
 
 absl::Status Trainer::WriteOutputs() {
@@ -465,7 +500,12 @@ absl::Status RunTrainer(const TrainerOptions& options) {
 
   STRATA_ASSIGN_OR_RETURN(
       WorkerSession session,
-      JoinAsWorker(o.scheduler_address, o.workers, absl::Seconds(120)));
+      JoinAsWorker(
+          SchedulerClientOptions{.scheduler_address = o.scheduler_address,
+                                 .address = o.advertise_address,
+                                 .metrics_address = o.metrics_address},
+          o.workers, absl::Seconds(120)));
+  if (o.on_joined) o.on_joined();
   const int rank = session.rank;
   PsClientOptions po;
   po.push_dtype = o.push_bf16 ? v1::DTYPE_BF16 : v1::DTYPE_F32;

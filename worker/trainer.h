@@ -3,10 +3,13 @@
 #ifndef STRATA_WORKER_TRAINER_H_
 #define STRATA_WORKER_TRAINER_H_
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/metrics.h"
 #include "worker/model.h"
 
 namespace strata {
@@ -55,6 +58,17 @@ struct TrainerOptions {
   // Rank 0 writes the final weights (every tensor, fp32, in params() order).
   std::string weights_out;
   uint64_t chunk_bytes = 4ull << 20;
+  // Operations (set by `strata worker`; none by default): the address this
+  // worker serves gRPC health on and its Prometheus endpoint, registered
+  // with the scheduler for `strata status`; where its series go (not
+  // owned; worker/worker_metrics.h); and a call once it has joined the job.
+  std::string advertise_address;
+  std::string metrics_address;
+  Metrics* metrics = nullptr;
+  std::function<void()> on_joined;
+  // Set (from another thread) to leave the job after the step under way:
+  // RunTrainer then returns OK without the final pull and outputs.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // Runs one worker to completion: registers, pulls, trains `steps` steps,

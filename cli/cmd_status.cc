@@ -1,0 +1,164 @@
+// `strata status` (the cluster, read from the scheduler's view and every
+// member's health and metrics) and `strata health` (one address's gRPC
+// health, for container health checks).
+#include <grpcpp/grpcpp.h>
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cli/commands.h"
+#include "common/health.h"
+#include "common/metrics_http.h"
+#include "common/status.h"
+#include "strata/v1/ps.grpc.pb.h"
+#include "strata/v1/scheduler.grpc.pb.h"
+
+namespace strata {
+namespace {
+
+constexpr absl::Duration kAskTimeout = absl::Seconds(3);
+
+// "SERVING", "NOT_SERVING", or why the address did not answer; "-" for a
+// member that serves no health.
+std::string HealthText(const std::string& address) {
+  if (address.empty()) return "-";
+  absl::StatusOr<bool> h = CheckHealth(address, kAskTimeout);
+  if (!h.ok()) return absl::StrCat("unreachable (", h.status().code(), ")");
+  return *h ? "SERVING" : "NOT_SERVING";
+}
+
+// A sample from a member's metrics endpoint, or nullopt.
+std::optional<double> Scraped(const absl::StatusOr<std::string>& text,
+                              const std::string& series) {
+  if (!text.ok()) return std::nullopt;
+  absl::StatusOr<double> v = SampleValue(*text, series);
+  if (!v.ok()) return std::nullopt;
+  return *v;
+}
+
+std::string Fmt(std::optional<double> v, int decimals) {
+  return v ? absl::StrFormat("%.*f", decimals, *v) : "-";
+}
+
+void PrintServer(const v1::ShardSlot& slot, const v1::Member* member) {
+  std::printf("  shard %d  %s", slot.shard(),
+              slot.address().empty() ? "(no server)" : slot.address().c_str());
+  if (slot.address().empty()) {
+    std::printf("\n");
+    return;
+  }
+  std::printf("  %s", HealthText(slot.address()).c_str());
+  auto ps = v1::ParameterServer::NewStub(
+      grpc::CreateChannel(slot.address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + kAskTimeout));
+  v1::StatsResponse st;
+  if (ps->Stats(&ctx, v1::StatsRequest(), &st).ok()) {
+    std::printf(
+        "  chunks %llu  applied %llu  pulls %llu  rejected(nonfinite) %llu  "
+        "bsp_samples %llu  bsp_tiling_errors %llu  redone %llu",
+        static_cast<unsigned long long>(st.chunks()),
+        static_cast<unsigned long long>(st.pushes_applied()),
+        static_cast<unsigned long long>(st.pulls()),
+        static_cast<unsigned long long>(st.pushes_rejected_nonfinite()),
+        static_cast<unsigned long long>(st.bsp_samples_applied()),
+        static_cast<unsigned long long>(st.bsp_tiling_errors()),
+        static_cast<unsigned long long>(st.aborted_stale_epoch()));
+  }
+  if (member != nullptr && !member->metrics_address().empty()) {
+    std::printf("  metrics %s", member->metrics_address().c_str());
+  }
+  std::printf("\n");
+}
+
+// Each worker: its health, step, speed, and its share of the job's
+// samples (the ledger splits BSP steps by the speeds in the view).
+void PrintWorkers(const v1::View& view) {
+  double total_speed = 0;
+  for (const auto& w : view.workers()) total_speed += w.samples_per_sec();
+  for (const auto& w : view.workers()) {
+    absl::StatusOr<std::string> text =
+        w.metrics_address().empty()
+            ? absl::StatusOr<std::string>(absl::NotFoundError("none"))
+            : ScrapeMetrics(w.metrics_address(),
+                            absl::ToDoubleSeconds(kAskTimeout));
+    const double share = total_speed > 0 ? w.samples_per_sec() / total_speed
+                                         : 1.0 / view.workers_size();
+    std::printf(
+        "  worker %llu  %s  step %lld  %.1f samples/s  share %.2f  tokens/s "
+        "%s  loss %s\n",
+        static_cast<unsigned long long>(w.id()),
+        HealthText(w.address()).c_str(), static_cast<long long>(w.clock()),
+        w.samples_per_sec(), share,
+        Fmt(Scraped(text, "strata_worker_tokens_per_second"), 0).c_str(),
+        Fmt(Scraped(text, "strata_worker_loss"), 4).c_str());
+  }
+}
+
+}  // namespace
+
+CommandFn AddStatusCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "status",
+      "Show the cluster: view, members, their health, shard map, server "
+      "counters, each worker's step, speed and share");
+  auto address = std::make_shared<std::string>("127.0.0.1:7070");
+  cmd->add_option("--scheduler", *address, "scheduler host:port")
+      ->capture_default_str();
+  return [address] {
+    auto stub = v1::Scheduler::NewStub(
+        grpc::CreateChannel(*address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    v1::View view;
+    absl::Status s =
+        FromGrpcStatus(stub->GetView(&ctx, v1::GetViewRequest(), &view));
+    if (!s.ok()) {
+      return ReportStatus(
+          "status", absl::Status(s.code(), absl::StrCat("scheduler ", *address,
+                                                        ": ", s.message())));
+    }
+    std::printf(
+        "scheduler %s  %s\nepoch %llu  consistency %s  shard map v%llu  "
+        "generation %llu\n",
+        address->c_str(), HealthText(*address).c_str(),
+        static_cast<unsigned long long>(view.epoch()),
+        view.consistency().c_str(),
+        static_cast<unsigned long long>(view.shard_map().version()),
+        static_cast<unsigned long long>(view.generation()));
+    for (const auto& slot : view.shard_map().slots()) {
+      const v1::Member* member = nullptr;
+      for (const auto& m : view.servers()) {
+        if (m.id() == slot.member_id()) member = &m;
+      }
+      PrintServer(slot, member);
+    }
+    PrintWorkers(view);
+    return 0;
+  };
+}
+
+CommandFn AddHealthCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "health",
+      "Ask a role's gRPC health service; exit 0 when SERVING (for container "
+      "health checks)");
+  auto address = std::make_shared<std::string>();
+  cmd->add_option("--address", *address, "host:port of the role")->required();
+  auto timeout_s = std::make_shared<double>(5);
+  cmd->add_option("--timeout_s", *timeout_s, "how long to wait for an answer")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  return [address, timeout_s] {
+    absl::StatusOr<bool> h = CheckHealth(*address, absl::Seconds(*timeout_s));
+    if (!h.ok()) return ReportStatus("health", h.status());
+    std::printf("%s %s\n", address->c_str(), *h ? "SERVING" : "NOT_SERVING");
+    return *h ? 0 : 1;
+  };
+}
+
+}  // namespace strata

@@ -1,0 +1,47 @@
+#include "cli/ops.h"
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace strata {
+
+void AddMetricsFlags(CLI::App* cmd, MetricsFlags* flags) {
+  cmd->add_option("--metrics_port", flags->port,
+                  "serve Prometheus metrics over HTTP on this port at "
+                  "/metrics (0: any free port; unset: none)")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--metrics_host", flags->host,
+                  "address the metrics endpoint listens on (0.0.0.0: every "
+                  "interface)")
+      ->capture_default_str();
+}
+
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> BindMetrics(
+    const MetricsFlags& flags, const char* role) {
+  if (flags.port < 0) return nullptr;
+  auto endpoint = MetricsEndpoint::Bind(flags.host, flags.port);
+  if (endpoint.ok()) {
+    spdlog::info("strata {}: metrics on http://{}/metrics", role,
+                 (*endpoint)->address());
+  }
+  return endpoint;
+}
+
+std::string DialableAddress(const std::string& host, int port) {
+  const bool wildcard =
+      host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]";
+  return absl::StrCat(wildcard ? "127.0.0.1" : host, ":", port);
+}
+
+std::string MetricsAddress(const MetricsEndpoint* endpoint,
+                           const MetricsFlags& flags,
+                           const std::string& advertise) {
+  if (endpoint == nullptr) return "";
+  if (!advertise.empty()) {
+    const size_t colon = advertise.rfind(':');
+    return absl::StrCat(advertise.substr(0, colon), ":", endpoint->port());
+  }
+  return DialableAddress(flags.host, endpoint->port());
+}
+
+}  // namespace strata

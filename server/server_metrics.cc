@@ -1,0 +1,91 @@
+#include "server/server_metrics.h"
+
+#include <string>
+
+namespace strata {
+namespace {
+
+constexpr const char* kMethodNames[] = {"push", "pull", "commit"};
+
+}  // namespace
+
+ServerMetrics::ServerMetrics(Metrics* metrics, const Shard* shard,
+                             std::function<uint64_t()> shm_payloads)
+    : metrics_(metrics) {
+  for (int m = 0; m < kMethods; ++m) {
+    seconds_[m] = &metrics->AddHistogram(
+        "strata_server_request_seconds",
+        "Time from a request's arrival to its answer",
+        Histogram::LatencyBounds(), {{"method", kMethodNames[m]}});
+  }
+  const ShardCounters* c = &shard->counters();
+  auto read = [](const std::atomic<uint64_t>& v) {
+    return [&v] { return static_cast<double>(v.load()); };
+  };
+  metrics->AddCounterFn("strata_server_pushes_applied_total",
+                        "Pushes applied to a chunk", read(c->pushes_applied));
+  metrics->AddCounterFn("strata_server_pulls_total", "Pulls asked for",
+                        read(c->pulls));
+  metrics->AddCounterFn("strata_server_bytes_total",
+                        "Payload bytes received (in) and sent (out)",
+                        read(c->bytes_in), {{"direction", "in"}});
+  metrics->AddCounterFn("strata_server_bytes_total",
+                        "Payload bytes received (in) and sent (out)",
+                        read(c->bytes_out), {{"direction", "out"}});
+  const char* kRejected = "Pushes and pulls refused, by reason";
+  metrics->AddCounterFn("strata_server_rejected_total", kRejected,
+                        read(c->rejected_nonfinite), {{"reason", "nonfinite"}});
+  metrics->AddCounterFn("strata_server_rejected_total", kRejected,
+                        read(c->rejected_other), {{"reason", "invalid"}});
+  metrics->AddCounterFn("strata_server_rejected_total", kRejected,
+                        read(c->aborted_stale_epoch),
+                        {{"reason", "stale_epoch"}});
+  metrics->AddCounterFn("strata_server_rejected_total", kRejected,
+                        read(c->aborted_rolled_back),
+                        {{"reason", "rolled_back"}});
+  metrics->AddCounterFn("strata_server_gate_waits_total",
+                        "Pulls that waited at the consistency gate",
+                        read(c->gate_waits));
+  metrics->AddCounterFn(
+      "strata_server_gate_wait_seconds_total",
+      "Time pulls spent waiting at the consistency gate (BSP: for the "
+      "slowest worker's push)",
+      [c] { return static_cast<double>(c->gate_wait_ns.load()) * 1e-9; });
+  metrics->AddCounterFn("strata_server_bsp_samples_applied_total",
+                        "Samples behind every closed BSP step",
+                        read(c->bsp_samples_applied));
+  metrics->AddCounterFn(
+      "strata_server_bsp_tiling_errors_total",
+      "Closed BSP steps whose pushes did not tile one run of samples",
+      read(c->bsp_tiling_errors));
+  metrics->AddCounterFn(
+      "strata_server_shm_payloads_total",
+      "Pushes and pulls whose payload went through shared memory",
+      [shm_payloads] { return static_cast<double>(shm_payloads()); });
+  metrics->AddGaugeFn(
+      "strata_server_chunks", "Chunks this server holds",
+      [shard] { return static_cast<double>(shard->num_chunks()); });
+  metrics->AddGaugeFn(
+      "strata_server_generation", "The shard's rollback generation",
+      [shard] { return static_cast<double>(shard->generation()); });
+}
+
+void ServerMetrics::Answered(Method method, const absl::Status& status,
+                             absl::Duration took) {
+  seconds_[method]->Observe(absl::ToDoubleSeconds(took));
+  const int code = static_cast<int>(status.code());
+  if (code < 0 || code >= kCodes) return;
+  std::atomic<Counter*>& slot = requests_[method][code];
+  Counter* counter = slot.load(std::memory_order_acquire);
+  if (counter == nullptr) {
+    // Two first answers may race here; CounterFor gives both the same one.
+    counter = &metrics_->CounterFor(
+        "strata_server_requests_total", "Requests answered, by answer code",
+        {{"method", kMethodNames[method]},
+         {"code", absl::StatusCodeToString(status.code())}});
+    slot.store(counter, std::memory_order_release);
+  }
+  counter->Add();
+}
+
+}  // namespace strata
