@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "cli/plot.h"
 #include "cli/process.h"
 #include "cli/signals.h"
 #include "common/consistency.h"
@@ -289,6 +290,12 @@ int Launch(const LocalPlan& o, std::string dir, int64_t resume_step) {
   }
   spdlog::info("strata local: done; snapshots and metrics in {}", dir);
   if (!o.toy) {
+    absl::StatusOr<std::string> plot = PlotRun(dir, "");
+    if (plot.ok()) {
+      spdlog::info("strata local: curves in {}", *plot);
+    } else {
+      spdlog::warn("strata local: no plot: {}", plot.status().ToString());
+    }
     spdlog::info(
         "strata local: sample from the model with: strata generate --dir {}",
         dir);

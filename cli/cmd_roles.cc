@@ -28,27 +28,6 @@ int ReportStatus(const char* command, const absl::Status& status) {
   return 1;
 }
 
-namespace {
-
-// Writes "address\n" atomically (rename), for parents waiting on it.
-absl::Status WriteAddressFile(const std::string& path,
-                              const std::string& address) {
-  if (path.empty()) return absl::OkStatus();
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << address << "\n";
-    if (!f) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 CommandFn AddVersionCommand(CLI::App& app) {
   app.add_subcommand("version", "Print the version of this binary");
   return [] {

@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -148,12 +149,32 @@ CommandFn AddHealthCommand(CLI::App& app) {
       "Ask a role's gRPC health service; exit 0 when SERVING (for container "
       "health checks)");
   auto address = std::make_shared<std::string>();
-  cmd->add_option("--address", *address, "host:port of the role")->required();
+  auto address_file = std::make_shared<std::string>();
+  auto* by_address =
+      cmd->add_option("--address", *address, "host:port of the role");
+  auto* by_file = cmd->add_option(
+      "--address_file", *address_file,
+      "read host:port from this file (a role's --address_file)");
+  by_address->excludes(by_file);
   auto timeout_s = std::make_shared<double>(5);
   cmd->add_option("--timeout_s", *timeout_s, "how long to wait for an answer")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  return [address, timeout_s] {
+  return [address, address_file, timeout_s] {
+    if (!address_file->empty()) {
+      std::ifstream f(*address_file);
+      std::getline(f, *address);
+      if (address->empty()) {
+        return ReportStatus(
+            "health", absl::NotFoundError(absl::StrCat(
+                          "no address in ", *address_file,
+                          " (has the role started with --address_file?)")));
+      }
+    }
+    if (address->empty()) {
+      return ReportStatus("health", absl::InvalidArgumentError(
+                                        "give --address or --address_file"));
+    }
     absl::StatusOr<bool> h = CheckHealth(*address, absl::Seconds(*timeout_s));
     if (!h.ok()) return ReportStatus("health", h.status());
     std::printf("%s %s\n", address->c_str(), *h ? "SERVING" : "NOT_SERVING");

@@ -26,6 +26,7 @@ namespace {
 // SIGTERM or Ctrl-C makes it leave the job after the step under way (a
 // second signal exits at once).
 absl::Status RunWorker(TrainerOptions o, const std::string& listen,
+                       const std::string& address_file,
                        const MetricsFlags& metrics_flags) {
   // Shared with the signal thread, which may outlive this call.
   std::shared_ptr<HealthServer> health;
@@ -35,6 +36,11 @@ absl::Status RunWorker(TrainerOptions o, const std::string& listen,
       o.advertise_address =
           DialableAddress(listen.substr(0, listen.rfind(':')), health->port());
     }
+    STRATA_RETURN_IF_ERROR(WriteAddressFile(address_file, o.advertise_address));
+  } else if (!address_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--address_file names where the health address goes: it needs "
+        "--listen");
   }
   Metrics metrics;
   AddProcessMetrics(metrics, "");
@@ -190,15 +196,19 @@ CommandFn AddWorkerCommand(CLI::App& app) {
   cmd->add_option("--weights_out", o->weights_out,
                   "rank 0 writes the final weights here (raw fp32)");
   auto listen = std::make_shared<std::string>();
+  auto address_file = std::make_shared<std::string>();
   auto metrics = std::make_shared<MetricsFlags>();
   cmd->add_option("--listen", *listen,
                   "host:port to serve gRPC health on (SERVING once joined; "
                   "unset: none)");
   cmd->add_option("--advertise", o->advertise_address,
                   "health address others dial (default: 127.0.0.1:<port>)");
+  cmd->add_option("--address_file", *address_file,
+                  "write the health address here once serving (with --listen)");
   AddMetricsFlags(cmd, metrics.get());
-  return [o, listen, metrics] {
-    return ReportStatus("worker", RunWorker(*o, *listen, *metrics));
+  return [o, listen, address_file, metrics] {
+    return ReportStatus("worker",
+                        RunWorker(*o, *listen, *address_file, *metrics));
   };
 }
 

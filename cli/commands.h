@@ -21,6 +21,7 @@ CommandFn AddToyCommand(CLI::App& app);
 CommandFn AddLocalCommand(CLI::App& app);
 CommandFn AddStatusCommand(CLI::App& app);
 CommandFn AddHealthCommand(CLI::App& app);
+CommandFn AddPlotCommand(CLI::App& app);
 CommandFn AddLedgerCommand(CLI::App& app);
 CommandFn AddWorkerCommand(CLI::App& app);
 CommandFn AddGenerateCommand(CLI::App& app);

@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   add(strata::AddDataCommand);
   add(strata::AddStatusCommand);
   add(strata::AddHealthCommand);
+  add(strata::AddPlotCommand);
   add(strata::AddLedgerCommand);
   CLI11_PARSE(app, argc, argv);
   InitLogging(log_level);

@@ -1,5 +1,8 @@
 #include "cli/ops.h"
 
+#include <cstdio>
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
@@ -25,6 +28,23 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> BindMetrics(
                  (*endpoint)->address());
   }
   return endpoint;
+}
+
+// Writes "address\n" atomically (rename), for parents waiting on it.
+absl::Status WriteAddressFile(const std::string& path,
+                              const std::string& address) {
+  if (path.empty()) return absl::OkStatus();
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << address << "\n";
+    if (!f) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
 }
 
 std::string DialableAddress(const std::string& host, int port) {

@@ -26,6 +26,11 @@ void AddMetricsFlags(CLI::App* cmd, MetricsFlags* flags);
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> BindMetrics(
     const MetricsFlags& flags, const char* role);
 
+// Writes "address\n" to `path` atomically (rename), for a parent process
+// or a container health check waiting on it; nothing for "" path.
+absl::Status WriteAddressFile(const std::string& path,
+                              const std::string& address);
+
 // host:port others dial for something bound at `host`: 127.0.0.1 for a
 // wildcard host.
 std::string DialableAddress(const std::string& host, int port);
