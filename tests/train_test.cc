@@ -371,6 +371,15 @@ TEST_P(LocalRun, LearnsAndGenerateSamplesFromItsSnapshot) {
   // enough for any seed, tight enough that no learning fails it.
   EXPECT_GT(losses.front(), 4.5);
   EXPECT_LT(losses.back(), 2.5);
+  // `strata local` draws the curves at the end and names the page.
+  EXPECT_NE(local.Output().find("curves in " + dir + "/run/plot.html"),
+            std::string::npos)
+      << local.Output();
+  std::ifstream plot(dir + "/run/plot.html");
+  const std::string page((std::istreambuf_iterator<char>(plot)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_NE(page.find("data-name=\"worker 0\""), std::string::npos);
+  EXPECT_NE(page.find("data-name=\"worker 1\""), std::string::npos);
 
   Child generate({binary, "generate", "--dir", dir + "/run", "--prompt",
                   "the quick", "--tokens", "40", "--temperature", "0"},
