@@ -156,6 +156,12 @@ int RunLocal(const LocalOptions& o, const std::string& resume_dir) {
     if (!step.ok()) return ReportStatus("local", step.status());
     resume_step = *step;
   }
+  if (resume_dir.empty() && !o.toy) {
+    // Bad data or model flags are found here, not once every process of
+    // the cluster has started.
+    if (absl::Status s = CheckTrainerOptions(o.train); !s.ok())
+      return ReportStatus("local", s);
+  }
   if (resume_dir.empty() && !o.work_dir.empty() &&
       std::filesystem::exists(o.work_dir + "/local.json")) {
     // Its scheduler and servers would restore the old run's ledger and
@@ -181,6 +187,12 @@ int Launch(const LocalPlan& o, std::string dir, int64_t resume_step) {
   }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return ReportStatus("local",
+                        absl::FailedPreconditionError(absl::StrCat(
+                            "cannot create the run's directory ", dir, ": ",
+                            ec.message(), " (pick another --dir)")));
+  }
   spdlog::info(
       "strata local: {} servers, {} workers, {}, state in {}{}", o.servers,
       o.workers, o.consistency, dir,

@@ -45,8 +45,21 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Connect(
   if (options.clock == nullptr) {
     return absl::InvalidArgumentError("scheduler client: clock must be set");
   }
+  const std::string address = options.scheduler_address;
+  const absl::Duration timeout = options.connect_timeout;
   std::unique_ptr<SchedulerClient> c(new SchedulerClient(std::move(options)));
-  STRATA_RETURN_IF_ERROR(c->Register());
+  if (absl::Status s = c->Register(); !s.ok()) {
+    if (absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s)) {
+      return absl::Status(
+          s.code(),
+          absl::StrCat("no scheduler answered at ", address, " within ",
+                       absl::FormatDuration(timeout),
+                       " (is it running, and is that its --listen address?): ",
+                       s.message()));
+    }
+    return absl::Status(s.code(),
+                        absl::StrCat("scheduler ", address, ": ", s.message()));
+  }
   c->heartbeat_thread_ = std::thread([p = c.get()] { p->HeartbeatLoop(); });
   c->watch_thread_ = std::thread([p = c.get()] { p->WatchLoop(); });
   return c;

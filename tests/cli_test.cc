@@ -53,6 +53,13 @@ INSTANTIATE_TEST_SUITE_P(
                  "/nonexistent/strata"},
                 "/nonexistent/strata"},
         Refusal{{"local", "--workers", "0"}, "--workers"},
+        // Checked before any process starts.
+        Refusal{{"local", "--data", "/nonexistent/strata"},
+                "/nonexistent/strata"},
+        Refusal{{"local", "--dir", "/proc/strata-run"},
+                "cannot create the run's directory /proc/strata-run"},
+        Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--steps", "1"},
+                "no scheduler answered at 127.0.0.1:1"},
         Refusal{{"local", "--consistency", "sometimes"}, "bad consistency"},
         Refusal{{"generate", "--dir", "/nonexistent/strata"}, "model.json"},
         Refusal{{"--log_level", "loud", "version"}, "--log_level"},

@@ -479,6 +479,13 @@ absl::Status Trainer::WriteOutputs() {
 
 }  // namespace
 
+absl::Status CheckTrainerOptions(const TrainerOptions& o) {
+  STRATA_RETURN_IF_ERROR(Validate(o));
+  DatasetOptions dopts;
+  dopts.context = o.model.context;
+  return TokenDataset::Open(o.data_path, o.model.vocab, dopts).status();
+}
+
 absl::Status RunTrainer(const TrainerOptions& options) {
   STRATA_RETURN_IF_ERROR(Validate(options));
   TrainerOptions o = options;

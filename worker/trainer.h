@@ -76,6 +76,11 @@ struct TrainerOptions {
 // push/pull/scheduler status otherwise.
 absl::Status RunTrainer(const TrainerOptions& options);
 
+// Checks `options` and opens its data as RunTrainer does first, without
+// joining anything: a launcher (`strata local`) refuses bad input before it
+// starts a process. Errors as RunTrainer's.
+absl::Status CheckTrainerOptions(const TrainerOptions& options);
+
 }  // namespace strata
 
 #endif  // STRATA_WORKER_TRAINER_H_
