@@ -15,16 +15,23 @@ absl::StatusOr<WorkerSession> JoinAsWorker(SchedulerClientOptions options,
   WorkerSession s;
   options.role = v1::ROLE_WORKER;
   STRATA_ASSIGN_OR_RETURN(s.scheduler, SchedulerClient::Connect(options));
-  STRATA_ASSIGN_OR_RETURN(s.view, s.scheduler->WaitForView(
-                                      [min_workers](const v1::View& v) {
-                                        return v.workers_size() >= min_workers;
-                                      },
-                                      timeout));
+  // The view must hold this member as it is when the view is taken: a
+  // lease lost while waiting (a loaded machine) registers it again under a
+  // new id, which only a later view holds.
+  uint64_t member = 0;
+  STRATA_ASSIGN_OR_RETURN(
+      s.view, s.scheduler->WaitForMemberView(
+                  [min_workers, &member](const v1::View& v, uint64_t id) {
+                    member = id;
+                    return v.workers_size() >= min_workers &&
+                           RankOf(v, id).ok();
+                  },
+                  timeout));
   STRATA_ASSIGN_OR_RETURN(
       s.consistency,
       ParseConsistency(s.view.consistency().empty() ? "bsp"
                                                     : s.view.consistency()));
-  STRATA_ASSIGN_OR_RETURN(s.rank, RankOf(s.view, s.scheduler->member_id()));
+  STRATA_ASSIGN_OR_RETURN(s.rank, RankOf(s.view, member));
   s.workers = s.view.workers_size();
   return s;
 }

@@ -18,7 +18,7 @@
 #include "common/thread_pool.h"
 #include "common/wire.h"
 #include "server/ledger_reporter.h"
-#include "server/server_metrics.h"
+#include "server/ps_service.h"
 #include "server/shard.h"
 #include "server/shm_sessions.h"
 #include "server/snapshot_keeper.h"
@@ -28,200 +28,6 @@
 #include "strata/v1/ps.grpc.pb.h"
 
 namespace strata {
-namespace {
-
-// gRPC edge. Push and Pull are raw callback methods: their payloads skip
-// protobuf's copies (common/wire.h), and they run on pools of our own
-// because a pull may wait at the consistency gate, which must not hold
-// gRPC's own threads.
-// The other methods are ordinary synchronous handlers.
-using ServiceBase = v1::ParameterServer::WithRawCallbackMethod_Push<
-    v1::ParameterServer::WithRawCallbackMethod_Pull<
-        v1::ParameterServer::Service>>;
-
-constexpr int kPushDataField = v1::PushRequest::kDataFieldNumber;
-constexpr int kPullDataField = v1::PullResponse::kDataFieldNumber;
-
-class Service final : public ServiceBase {
- public:
-  // Pushes and pulls have separate pools: pulls waiting at a BSP gate must
-  // never hold the threads the pushes that close the step need.
-  Service(Shard* shard, ShmSessions* shm, ParameterServer* owner,
-          ThreadPool* push_pool, ThreadPool* pull_pool, Metrics* metrics)
-      : shard_(shard),
-        shm_(shm),
-        owner_(owner),
-        push_pool_(push_pool),
-        pull_pool_(pull_pool),
-        metrics_(metrics, shard, [this] {
-          return shm_payloads_.load(std::memory_order_relaxed);
-        }) {}
-
-  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
-                                 const grpc::ByteBuffer* request,
-                                 grpc::ByteBuffer* response) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    push_pool_->Schedule(
-        [this, ctx, reactor, request, response, start = absl::Now()] {
-          Finish(ServerMetrics::kPush, start, ctx, reactor,
-                 HandlePush(*request, response));
-        });
-    return reactor;
-  }
-
-  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
-                                 const grpc::ByteBuffer* request,
-                                 grpc::ByteBuffer* response) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    pull_pool_->Schedule(
-        [this, ctx, reactor, request, response, start = absl::Now()] {
-          Finish(ServerMetrics::kPull, start, ctx, reactor,
-                 HandlePull(*request, response));
-        });
-    return reactor;
-  }
-
-  grpc::Status RegisterChunks(grpc::ServerContext*,
-                              const v1::RegisterChunksRequest* req,
-                              v1::RegisterChunksResponse* resp) override {
-    auto r = shard_->Register(*req);
-    if (r.ok()) *resp = *r;
-    return ToGrpcStatus(r.status());
-  }
-
-  grpc::Status Snapshot(grpc::ServerContext*, const v1::SnapshotRequest* req,
-                        v1::SnapshotResponse* resp) override {
-    if (req->step() < 0)
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "negative step");
-    auto path = owner_->SnapshotNow(req->step());
-    if (!path.ok()) return ToGrpcStatus(path.status());
-    resp->set_step(req->step());
-    resp->set_path(*path);
-    resp->set_chunks(shard_->num_chunks());
-    return grpc::Status::OK;
-  }
-
-  grpc::Status Stats(grpc::ServerContext*, const v1::StatsRequest*,
-                     v1::StatsResponse* resp) override {
-    shard_->FillStats(resp);
-    resp->set_shm_payloads(shm_payloads_.load(std::memory_order_relaxed));
-    return grpc::Status::OK;
-  }
-
-  grpc::Status Commit(grpc::ServerContext*, const v1::CommitRequest* req,
-                      v1::CommitResponse* resp) override {
-    const absl::Time start = absl::Now();
-    auto r = shard_->Commit(*req);
-    if (r.ok()) *resp = *r;
-    metrics_.Answered(ServerMetrics::kCommit, r.status(), absl::Now() - start);
-    return ToGrpcStatus(r.status());
-  }
-
-  grpc::Status AttachShm(grpc::ServerContext*, const v1::AttachShmRequest* req,
-                         v1::AttachShmResponse* resp) override {
-    // Only members map memory here (each at most one region).
-    if (absl::Status s = shard_->AwaitWorker(req->member_id(), req->epoch());
-        !s.ok()) {
-      return ToGrpcStatus(s);
-    }
-    absl::StatusOr<uint64_t> session = shm_->Attach(*req);
-    if (session.ok()) resp->set_session(*session);
-    return ToGrpcStatus(session.status());
-  }
-
- private:
-  // Ends a push or pull. Its trailing metadata tells the client this
-  // handler answered (so a shared-memory slot it named is free again), and
-  // whether the slot's session is unknown here (attach again).
-  void Finish(ServerMetrics::Method method, absl::Time start,
-              grpc::CallbackServerContext* ctx,
-              grpc::ServerUnaryReactor* reactor, const absl::Status& status) {
-    metrics_.Answered(method, status, absl::Now() - start);
-    ctx->AddTrailingMetadata(kHandledKey, "1");
-    if (absl::IsNotFound(status) &&
-        absl::StartsWith(status.message(), kNoSessionPrefix)) {
-      ctx->AddTrailingMetadata(kShmLostKey, "1");
-    }
-    reactor->Finish(ToGrpcStatus(status));
-  }
-
-  absl::Status HandlePush(const grpc::ByteBuffer& request,
-                          grpc::ByteBuffer* response) {
-    PayloadMessage message;
-    v1::PushRequest req;
-    STRATA_RETURN_IF_ERROR(message.Parse(request, kPushDataField, &req));
-    absl::StatusOr<v1::PushResponse> resp;
-    if (req.has_shm()) {
-      if (message.has_payload()) {
-        return absl::InvalidArgumentError(
-            "a push carries its gradient in data or in shm, not both");
-      }
-      STRATA_ASSIGN_OR_RETURN(ShmSpan span,
-                              shm_->Resolve(req.shm(), req.member_id()));
-      // One copy out of the shared bytes before anything checks them: the
-      // caller could change them meanwhile.
-      resp = shard_->Push(req, span.size, [&span](char* dst) {
-        std::memcpy(dst, span.data, span.size);
-      });
-      if (resp.ok()) shm_payloads_.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      resp = shard_->Push(req, message.payload_size(),
-                          [&message](char* dst) { message.CopyPayload(dst); });
-    }
-    STRATA_RETURN_IF_ERROR(resp.status());
-    return SerializeMessage(*resp, response);
-  }
-
-  absl::Status HandlePull(const grpc::ByteBuffer& request,
-                          grpc::ByteBuffer* response) {
-    PayloadMessage message;
-    v1::PullRequest req;
-    STRATA_RETURN_IF_ERROR(message.Parse(request, /*field=*/0, &req));
-    if (req.has_shm()) {
-      STRATA_ASSIGN_OR_RETURN(ShmSpan span,
-                              shm_->Resolve(req.shm(), req.member_id()));
-      STRATA_ASSIGN_OR_RETURN(PullResult r,
-                              shard_->Pull(req, [&span](size_t n) {
-                                return n <= span.size ? span.data : nullptr;
-                              }));
-      shm_payloads_.fetch_add(1, std::memory_order_relaxed);
-      v1::PullResponse header;
-      header.set_version(r.version);
-      header.set_min_clock(r.min_clock);
-      return SerializeMessage(header, response);
-    }
-    grpc::Slice payload;
-    STRATA_ASSIGN_OR_RETURN(
-        PullResult r, shard_->Pull(req, [&payload](size_t n) {
-          payload = AllocateSlice(n);
-          return reinterpret_cast<char*>(const_cast<uint8_t*>(payload.begin()));
-        }));
-    v1::PullResponse header;
-    header.set_version(r.version);
-    header.set_min_clock(r.min_clock);
-    *response =
-        SerializeWithPayload(header, kPullDataField, std::move(payload));
-    return absl::OkStatus();
-  }
-
-  static absl::Status SerializeMessage(const google::protobuf::Message& msg,
-                                       grpc::ByteBuffer* out) {
-    grpc::Slice slice(msg.SerializeAsString());
-    *out = grpc::ByteBuffer(&slice, 1);
-    return absl::OkStatus();
-  }
-
-  Shard* shard_;
-  ShmSessions* shm_;
-  ParameterServer* owner_;
-  ThreadPool* push_pool_;
-  ThreadPool* pull_pool_;
-  std::atomic<uint64_t> shm_payloads_{0};
-  ServerMetrics metrics_;
-};
-
-}  // namespace
-
 struct ParameterServer::Impl {
   ServerOptions options;
   Metrics metrics;  // read by the service's series: outlives it
@@ -231,7 +37,7 @@ struct ParameterServer::Impl {
   std::unique_ptr<SnapshotKeeper> snapshots;  // uses `data_dir` and `shard`
   std::unique_ptr<ThreadPool> push_handlers;
   std::unique_ptr<ThreadPool> pull_handlers;
-  std::unique_ptr<Service> service;
+  std::unique_ptr<grpc::Service> service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<SchedulerClient> scheduler;
   std::unique_ptr<LedgerReporter> reporter;  // uses `scheduler`
@@ -391,7 +197,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   me.push_handlers = std::make_unique<ThreadPool>(
       std::max(16, 2 * static_cast<int>(std::thread::hardware_concurrency())));
   me.pull_handlers = std::make_unique<ThreadPool>(options.max_threads);
-  me.service = std::make_unique<Service>(me.shard.get(), &me.shm, owner.get(),
+  me.service = NewParameterServerService(me.shard.get(), &me.shm, owner.get(),
                                          me.push_handlers.get(),
                                          me.pull_handlers.get(), &me.metrics);
   builder.RegisterService(me.service.get());

@@ -1,0 +1,32 @@
+// The parameter server's gRPC edge (strata.v1.ParameterServer): requests
+// parsed and checked, handed to the shard, answered; pushes and pulls on
+// the given pools, their payloads through shared memory or gRPC byte
+// buffers without protobuf's copies; each answer counted in the server's
+// metrics. Private to server/.
+#ifndef STRATA_SERVER_PS_SERVICE_H_
+#define STRATA_SERVER_PS_SERVICE_H_
+
+#include <memory>
+
+#include "common/metrics.h"
+#include "common/thread_pool.h"
+#include "server/shard.h"
+#include "server/shm_sessions.h"
+
+namespace grpc {
+class Service;
+}  // namespace grpc
+
+namespace strata {
+
+class ParameterServer;
+
+// None of the pointers is owned; each must outlive the service. `owner`
+// takes snapshots (the Snapshot RPC); the series go to `metrics`.
+std::unique_ptr<grpc::Service> NewParameterServerService(
+    Shard* shard, ShmSessions* shm, ParameterServer* owner,
+    ThreadPool* push_pool, ThreadPool* pull_pool, Metrics* metrics);
+
+}  // namespace strata
+
+#endif  // STRATA_SERVER_PS_SERVICE_H_

@@ -1,0 +1,89 @@
+// RunTrainer's setup: checks the options, builds the model and opens the
+// data (before joining anything), joins the job and declares the model to
+// the servers; then worker/trainer.cc's step loop runs.
+#include <cmath>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "client/ps_client.h"
+#include "cluster/worker_session.h"
+#include "common/status.h"
+#include "spdlog/spdlog.h"
+#include "worker/data.h"
+#include "worker/server_model.h"
+#include "worker/trainer.h"
+#include "worker/trainer_loop.h"
+
+namespace strata {
+namespace {
+
+absl::Status Validate(const TrainerOptions& o) {
+  STRATA_RETURN_IF_ERROR(o.model.Validate());
+  if (o.workers < 1)
+    return absl::InvalidArgumentError("--workers must be >= 1");
+  if (o.batch < o.workers)
+    return absl::InvalidArgumentError("--batch must be >= --workers");
+  if (o.steps < 1) return absl::InvalidArgumentError("--steps must be >= 1");
+  if (!(o.lr > 0) || !std::isfinite(o.lr))
+    return absl::InvalidArgumentError("--lr must be > 0");
+  if (o.grad_clip < 0)
+    return absl::InvalidArgumentError("--grad_clip must be >= 0");
+  if (o.micro_batches < 1)
+    return absl::InvalidArgumentError("--micro_batches must be >= 1");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckTrainerOptions(const TrainerOptions& o) {
+  STRATA_RETURN_IF_ERROR(Validate(o));
+  DatasetOptions dopts;
+  dopts.context = o.model.context;
+  return TokenDataset::Open(o.data_path, o.model.vocab, dopts).status();
+}
+
+absl::Status RunTrainer(const TrainerOptions& options) {
+  STRATA_RETURN_IF_ERROR(Validate(options));
+  TrainerOptions o = options;
+  if (o.warmup_steps >= o.steps) {
+    // The schedule needs warm-up < total; a short run with the default
+    // warm-up is still a sensible request.
+    o.warmup_steps = o.steps / 2;
+    spdlog::info(
+        "strata worker: warm-up shortened to {} steps (half of --steps)",
+        o.warmup_steps);
+  }
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Model> gpt,
+                          CreateModel(o.model, o.device));
+  DatasetOptions dopts;
+  dopts.context = o.model.context;
+  STRATA_ASSIGN_OR_RETURN(
+      std::unique_ptr<TokenDataset> data,
+      TokenDataset::Open(o.data_path, o.model.vocab, dopts));
+
+  STRATA_ASSIGN_OR_RETURN(
+      WorkerSession session,
+      JoinAsWorker(
+          SchedulerClientOptions{.scheduler_address = o.scheduler_address,
+                                 .address = o.advertise_address,
+                                 .metrics_address = o.metrics_address},
+          o.workers, absl::Seconds(120)));
+  if (o.on_joined) o.on_joined();
+  PsClientOptions po;
+  po.push_dtype = o.push_bf16 ? v1::DTYPE_BF16 : v1::DTYPE_F32;
+  po.pull_dtype = o.pull_bf16 ? v1::DTYPE_BF16 : v1::DTYPE_F32;
+  po.shared_memory = o.shared_memory;
+  STRATA_ASSIGN_OR_RETURN(auto ps,
+                          PsClient::Create(po, session.scheduler.get()));
+  STRATA_RETURN_IF_ERROR(ps->RegisterModel(ServerModel(*gpt, o)));
+  const int workers = session.workers;
+  if (o.batch < workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--batch ", o.batch, " is smaller than the ", workers,
+        " live workers: every worker needs at least one sequence per step"));
+  }
+  return RunTrainerLoop(o, std::move(gpt), std::move(data), std::move(session),
+                        std::move(ps));
+}
+
+}  // namespace strata
