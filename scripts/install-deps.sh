@@ -7,7 +7,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   librocksdb-dev libabsl-dev libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
-  libopenblas-dev libcpp-httplib-dev iperf3 python3 yamllint
+  libopenblas-dev libcpp-httplib-dev libssl-dev iperf3 python3 yamllint
 )
 missing=()
 for p in "${packages[@]}"; do
