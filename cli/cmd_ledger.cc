@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "cli/ops.h"
 #include "cluster/scheduler_client.h"
 #include "common/status.h"
 #include "scheduler/ledger_audit.h"
@@ -20,6 +21,7 @@ struct LedgerFlags {
   std::string dir;
   std::string out;
   bool check = false;
+  TlsFlags tls;
 };
 
 absl::StatusOr<std::vector<v1::LedgerRecord>> Fetch(const LedgerFlags& f) {
@@ -27,6 +29,7 @@ absl::StatusOr<std::vector<v1::LedgerRecord>> Fetch(const LedgerFlags& f) {
   SchedulerClientOptions o;
   o.scheduler_address = f.scheduler;
   o.role = v1::ROLE_CLIENT;
+  STRATA_ASSIGN_OR_RETURN(o.security, LoadSecurity(f.tls, std::nullopt));
   STRATA_ASSIGN_OR_RETURN(auto client, SchedulerClient::Connect(o));
   return client->ExportLedger();
 }
@@ -80,6 +83,7 @@ CommandFn AddLedgerCommand(CLI::App& app) {
   cmd->add_flag("--check", f->check,
                 "print the audit; exit 1 unless every sample of each finished "
                 "data epoch was applied exactly once");
+  AddTlsFlags(cmd, &f->tls, /*listens=*/false);
   return [f] { return Run(*f); };
 }
 

@@ -20,6 +20,8 @@
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/ledger_audit.h"
+#include "security/certs.h"
+#include "security/tls.h"
 #include "spdlog/spdlog.h"
 #include "storage/files.h"
 #include "storage/server_dirs.h"
@@ -34,6 +36,7 @@ struct LocalOptions {
   std::string work_dir;  // "" = a fresh /tmp/strata-local-XXXXXX
   int64_t snapshot_every = 100;
   bool toy = false;  // least-squares demo instead of a GPT
+  bool tls = false;  // mutual TLS on every channel, certificates in dir
   TrainerOptions train = DefaultTraining();
 
   // A small byte-level GPT that learns visible structure from Debian's
@@ -65,12 +68,14 @@ struct LocalPlan {
   std::string consistency = "bsp";
   int64_t snapshot_every = 100;
   bool toy = false;
+  bool tls = false;
   // The workers' flags, without --scheduler and the per-worker --metrics.
   std::vector<std::string> worker_args;
 };
 
 LocalPlan PlanOf(const LocalOptions& o) {
-  LocalPlan p{o.servers, o.workers, o.consistency, o.snapshot_every, o.toy, {}};
+  LocalPlan p{o.servers, o.workers, o.consistency, o.snapshot_every, o.toy,
+              o.tls,     {}};
   if (o.toy) {
     p.worker_args = {"toy", "--workers", std::to_string(o.workers), "--steps",
                      std::to_string(o.train.steps)};
@@ -90,6 +95,7 @@ absl::Status SavePlan(const LocalPlan& p, const std::string& path) {
                             {"consistency", p.consistency},
                             {"snapshot_every", p.snapshot_every},
                             {"toy", p.toy},
+                            {"tls", p.tls},
                             {"worker_args", p.worker_args}};
   return WriteFileSynced(path, j.dump(1) + "\n");
 }
@@ -108,6 +114,7 @@ absl::StatusOr<LocalPlan> LoadPlan(const std::string& path) {
     p.consistency = j.at("consistency").get<std::string>();
     p.snapshot_every = j.at("snapshot_every").get<int64_t>();
     p.toy = j.at("toy").get<bool>();
+    p.tls = j.value("tls", false);  // absent in runs before TLS
     p.worker_args = j.at("worker_args").get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(path, " is malformed: ", e.what()));
@@ -176,6 +183,23 @@ int RunLocal(const LocalOptions& o, const std::string& resume_dir) {
                 resume_step);
 }
 
+// The TLS flags of a process of `role`, with the certificates in
+// <dir>/certs (made on the first launch, kept on --resume); none without
+// TLS.
+absl::StatusOr<std::vector<std::string>> TlsArgs(const LocalPlan& o,
+                                                 const std::string& dir,
+                                                 Role role) {
+  if (!o.tls) return std::vector<std::string>();
+  const std::string certs = dir + "/certs";
+  if (!std::filesystem::exists(certs + "/ca.pem")) {
+    STRATA_RETURN_IF_ERROR(WriteClusterCerts({.out_dir = certs}));
+  }
+  const std::string base = absl::StrCat(certs, "/", RoleName(role));
+  return std::vector<std::string>{"--tls_cert", base + ".pem",
+                                  "--tls_key",  base + ".key",
+                                  "--tls_ca",   certs + "/ca.pem"};
+}
+
 int Launch(const LocalPlan& o, std::string dir, int64_t resume_step) {
   if (auto c = ParseConsistency(o.consistency); !c.ok())
     return ReportStatus("local", c.status());
@@ -227,6 +251,17 @@ int Launch(const LocalPlan& o, std::string dir, int64_t resume_step) {
     scheduler_args.insert(scheduler_args.end(),
                           {"--resume_step", std::to_string(resume_step)});
   }
+  absl::StatusOr<std::vector<std::string>> tls[3];
+  for (Role r : {Role::kScheduler, Role::kServer, Role::kWorker}) {
+    tls[static_cast<int>(r)] = TlsArgs(o, dir, r);
+    if (!tls[static_cast<int>(r)].ok())
+      return ReportStatus("local", tls[static_cast<int>(r)].status());
+  }
+  auto with_tls = [&tls](std::vector<std::string>& args, Role r) {
+    const std::vector<std::string>& t = *tls[static_cast<int>(r)];
+    args.insert(args.end(), t.begin(), t.end());
+  };
+  with_tls(scheduler_args, Role::kScheduler);
   auto scheduler = SpawnSelf(scheduler_args);
   if (!scheduler.ok()) return ReportStatus("local", scheduler.status());
   daemons.push_back(*scheduler);
@@ -250,6 +285,7 @@ int Launch(const LocalPlan& o, std::string dir, int64_t resume_step) {
     if (resume_step >= 0) {
       args.insert(args.end(), {"--restore_step", std::to_string(resume_step)});
     }
+    with_tls(args, Role::kServer);
     auto pid = SpawnSelf(args);
     if (!pid.ok()) {
       stop_all();
@@ -271,6 +307,7 @@ int Launch(const LocalPlan& o, std::string dir, int64_t resume_step) {
                    absl::StrCat(dir, "/metrics-", w, ".jsonl"), "--listen",
                    "127.0.0.1:0", "--metrics_port", "0"});
     }
+    with_tls(args, Role::kWorker);
     auto pid = SpawnSelf(args);
     if (!pid.ok()) {
       stop_all();
@@ -335,6 +372,9 @@ CommandFn AddLocalCommand(CLI::App& app) {
       "working directory for state and snapshots (default: a new temp dir)");
   cmd->add_flag("--toy", o->toy,
                 "train the least-squares push/pull demo instead of a GPT");
+  cmd->add_flag("--tls", o->tls,
+                "mutual TLS on every channel, as a cluster runs, with a CA "
+                "and per-role certificates made in <dir>/certs");
   AddTrainerFlags(cmd, &o->train);
   cmd->add_option("--snapshot_every", o->snapshot_every,
                   "snapshot every N steps (0: never)")

@@ -44,6 +44,7 @@ CommandFn AddSchedulerCommand(CLI::App& app) {
   auto lease_ms = std::make_shared<int64_t>(2500);
   auto address_file = std::make_shared<std::string>();
   auto metrics = std::make_shared<MetricsFlags>();
+  auto tls = std::make_shared<TlsFlags>();
   o->listen_address = "127.0.0.1:7070";
   cmd->add_option("--listen", o->listen_address,
                   "host:port to serve on (port 0: any free port)")
@@ -69,9 +70,13 @@ CommandFn AddSchedulerCommand(CLI::App& app) {
                   "later steps")
       ->check(CLI::NonNegativeNumber);
   AddMetricsFlags(cmd, metrics.get());
-  return [o, lease_ms, address_file, metrics] {
+  AddTlsFlags(cmd, tls.get(), /*listens=*/true);
+  return [o, lease_ms, address_file, metrics, tls] {
     if (auto c = ParseConsistency(o->consistency); !c.ok())
       return ReportStatus("scheduler", c.status());
+    auto security = LoadSecurity(*tls, Role::kScheduler, {o->listen_address});
+    if (!security.ok()) return ReportStatus("scheduler", security.status());
+    o->security = *security;
     o->lease = absl::Milliseconds(*lease_ms);
     auto scheduler = Scheduler::Start(*o);
     if (!scheduler.ok()) return ReportStatus("scheduler", scheduler.status());
@@ -96,6 +101,7 @@ CommandFn AddServerCommand(CLI::App& app) {
   auto max_wait_s = std::make_shared<double>(120);
   auto address_file = std::make_shared<std::string>();
   auto metrics = std::make_shared<MetricsFlags>();
+  auto tls = std::make_shared<TlsFlags>();
   cmd->add_option("--scheduler", o->scheduler_address, "scheduler host:port")
       ->required();
   cmd->add_option("--listen", o->listen_address,
@@ -127,8 +133,12 @@ CommandFn AddServerCommand(CLI::App& app) {
   cmd->add_option("--address_file", *address_file,
                   "write the advertised address here once serving");
   AddMetricsFlags(cmd, metrics.get());
-  return [o, max_wait_s, address_file, metrics] {
+  AddTlsFlags(cmd, tls.get(), /*listens=*/true);
+  return [o, max_wait_s, address_file, metrics, tls] {
     o->max_wait = absl::Seconds(*max_wait_s);
+    auto security = LoadSecurity(*tls, Role::kServer, {o->listen_address});
+    if (!security.ok()) return ReportStatus("server", security.status());
+    o->security = *security;
     // Bound first: the server registers the endpoint's address as it
     // starts. It serves once the server's metrics exist.
     auto endpoint = BindMetrics(*metrics, "server");
@@ -143,11 +153,12 @@ CommandFn AddServerCommand(CLI::App& app) {
     // The endpoint stops before the server it reads goes.
     auto stop_metrics = absl::MakeCleanup([&endpoint] { endpoint->reset(); });
     OnShutdownSignal([s] { s->Shutdown(); });
-    spdlog::info(
-        "strata server: shard {} serving on {}{}", o->shard, s->address(),
-        s->restored_step() >= 0 ? absl::StrCat(" (restored snapshot of step ",
-                                               s->restored_step(), ")")
-                                : "");
+    spdlog::info("strata server: shard {} serving on {} ({}){}", o->shard,
+                 s->address(), o->security->tls() ? "mutual TLS" : "plaintext",
+                 s->restored_step() >= 0
+                     ? absl::StrCat(" (restored snapshot of step ",
+                                    s->restored_step(), ")")
+                     : "");
     if (int rc = ReportStatus("server",
                               WriteAddressFile(*address_file, s->address())))
       return rc;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/commands.h"
+#include "cli/ops.h"
 #include "common/health.h"
 #include "common/metrics_http.h"
 #include "common/status.h"
@@ -25,9 +26,10 @@ constexpr absl::Duration kAskTimeout = absl::Seconds(3);
 
 // "SERVING", "NOT_SERVING", or why the address did not answer; "-" for a
 // member that serves no health.
-std::string HealthText(const std::string& address) {
+std::string HealthText(const std::string& address, const Security& security,
+                       Role role) {
   if (address.empty()) return "-";
-  absl::StatusOr<bool> h = CheckHealth(address, kAskTimeout);
+  absl::StatusOr<bool> h = CheckHealth(address, kAskTimeout, security, role);
   if (!h.ok()) return absl::StrCat("unreachable (", h.status().code(), ")");
   return *h ? "SERVING" : "NOT_SERVING";
 }
@@ -45,16 +47,18 @@ std::string Fmt(std::optional<double> v, int decimals) {
   return v ? absl::StrFormat("%.*f", decimals, *v) : "-";
 }
 
-void PrintServer(const v1::ShardSlot& slot, const v1::Member* member) {
+void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
+                 const Security& security) {
   std::printf("  shard %d  %s", slot.shard(),
               slot.address().empty() ? "(no server)" : slot.address().c_str());
   if (slot.address().empty()) {
     std::printf("\n");
     return;
   }
-  std::printf("  %s", HealthText(slot.address()).c_str());
+  std::printf("  %s",
+              HealthText(slot.address(), security, Role::kServer).c_str());
   auto ps = v1::ParameterServer::NewStub(
-      grpc::CreateChannel(slot.address(), grpc::InsecureChannelCredentials()));
+      security.Dial(slot.address(), Role::kServer));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + kAskTimeout));
   v1::StatsResponse st;
@@ -78,7 +82,7 @@ void PrintServer(const v1::ShardSlot& slot, const v1::Member* member) {
 
 // Each worker: its health, step, speed, and its share of the job's
 // samples (the ledger splits BSP steps by the speeds in the view).
-void PrintWorkers(const v1::View& view) {
+void PrintWorkers(const v1::View& view, const Security& security) {
   double total_speed = 0;
   for (const auto& w : view.workers()) total_speed += w.samples_per_sec();
   for (const auto& w : view.workers()) {
@@ -93,8 +97,8 @@ void PrintWorkers(const v1::View& view) {
         "  worker %llu  %s  step %lld  %.1f samples/s  share %.2f  tokens/s "
         "%s  loss %s\n",
         static_cast<unsigned long long>(w.id()),
-        HealthText(w.address()).c_str(), static_cast<long long>(w.clock()),
-        w.samples_per_sec(), share,
+        HealthText(w.address(), security, Role::kWorker).c_str(),
+        static_cast<long long>(w.clock()), w.samples_per_sec(), share,
         Fmt(Scraped(text, "strata_worker_tokens_per_second"), 0).c_str(),
         Fmt(Scraped(text, "strata_worker_loss"), 4).c_str());
   }
@@ -110,9 +114,14 @@ CommandFn AddStatusCommand(CLI::App& app) {
   auto address = std::make_shared<std::string>("127.0.0.1:7070");
   cmd->add_option("--scheduler", *address, "scheduler host:port")
       ->capture_default_str();
-  return [address] {
-    auto stub = v1::Scheduler::NewStub(
-        grpc::CreateChannel(*address, grpc::InsecureChannelCredentials()));
+  auto tls = std::make_shared<TlsFlags>();
+  AddTlsFlags(cmd, tls.get(), /*listens=*/false);
+  return [address, tls] {
+    auto loaded = LoadSecurity(*tls, std::nullopt);
+    if (!loaded.ok()) return ReportStatus("status", loaded.status());
+    const Security& security = **loaded;
+    auto stub =
+        v1::Scheduler::NewStub(security.Dial(*address, Role::kScheduler));
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
     v1::View view;
@@ -126,7 +135,8 @@ CommandFn AddStatusCommand(CLI::App& app) {
     std::printf(
         "scheduler %s  %s\nepoch %llu  consistency %s  shard map v%llu  "
         "generation %llu\n",
-        address->c_str(), HealthText(*address).c_str(),
+        address->c_str(),
+        HealthText(*address, security, Role::kScheduler).c_str(),
         static_cast<unsigned long long>(view.epoch()),
         view.consistency().c_str(),
         static_cast<unsigned long long>(view.shard_map().version()),
@@ -136,9 +146,9 @@ CommandFn AddStatusCommand(CLI::App& app) {
       for (const auto& m : view.servers()) {
         if (m.id() == slot.member_id()) member = &m;
       }
-      PrintServer(slot, member);
+      PrintServer(slot, member, security);
     }
-    PrintWorkers(view);
+    PrintWorkers(view, security);
     return 0;
   };
 }
@@ -160,7 +170,29 @@ CommandFn AddHealthCommand(CLI::App& app) {
   cmd->add_option("--timeout_s", *timeout_s, "how long to wait for an answer")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  return [address, address_file, timeout_s] {
+  auto role = std::make_shared<std::string>();
+  cmd->add_option("--role", *role,
+                  "under TLS, the role whose certificate the address must "
+                  "hold: scheduler, server or worker (default: the role of "
+                  "--tls_cert, as when a container checks itself)");
+  auto tls = std::make_shared<TlsFlags>();
+  AddTlsFlags(cmd, tls.get(), /*listens=*/false);
+  return [address, address_file, timeout_s, role, tls] {
+    auto security = LoadSecurity(*tls, std::nullopt);
+    if (!security.ok()) return ReportStatus("health", security.status());
+    std::optional<Role> peer = (*security)->role();
+    if (!role->empty()) peer = ParseRole(*role);
+    if (!peer || *peer == Role::kClient) {
+      if (!role->empty() || (*security)->tls()) {
+        return ReportStatus(
+            "health",
+            absl::InvalidArgumentError(absl::StrCat(
+                "--role '", *role,
+                "': name the role whose certificate the address holds "
+                "(scheduler, server or worker)")));
+      }
+      peer = Role::kServer;  // plaintext: not checked
+    }
     if (!address_file->empty()) {
       std::ifstream f(*address_file);
       std::getline(f, *address);
@@ -175,7 +207,8 @@ CommandFn AddHealthCommand(CLI::App& app) {
       return ReportStatus("health", absl::InvalidArgumentError(
                                         "give --address or --address_file"));
     }
-    absl::StatusOr<bool> h = CheckHealth(*address, absl::Seconds(*timeout_s));
+    absl::StatusOr<bool> h =
+        CheckHealth(*address, absl::Seconds(*timeout_s), **security, *peer);
     if (!h.ok()) return ReportStatus("health", h.status());
     std::printf("%s %s\n", address->c_str(), *h ? "SERVING" : "NOT_SERVING");
     return *h ? 0 : 1;

@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/ops.h"
 #include "worker/toy_worker.h"
 
 namespace strata {
@@ -58,7 +59,14 @@ CommandFn AddToyCommand(CLI::App& app) {
                   "print a progress line every N steps (0: never)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  return [o] { return ReportStatus("toy", RunToyWorker(*o)); };
+  auto tls = std::make_shared<TlsFlags>();
+  AddTlsFlags(cmd, tls.get(), /*listens=*/false);
+  return [o, tls] {
+    auto security = LoadSecurity(*tls, Role::kWorker);
+    if (!security.ok()) return ReportStatus("toy", security.status());
+    o->security = *security;
+    return ReportStatus("toy", RunToyWorker(*o));
+  };
 }
 
 }  // namespace strata

@@ -27,11 +27,15 @@ namespace {
 // second signal exits at once).
 absl::Status RunWorker(TrainerOptions o, const std::string& listen,
                        const std::string& address_file,
-                       const MetricsFlags& metrics_flags) {
+                       const MetricsFlags& metrics_flags, const TlsFlags& tls) {
+  std::vector<std::string> listens;
+  if (!listen.empty()) listens.push_back(listen);
+  STRATA_ASSIGN_OR_RETURN(o.security,
+                          LoadSecurity(tls, Role::kWorker, listens));
   // Shared with the signal thread, which may outlive this call.
   std::shared_ptr<HealthServer> health;
   if (!listen.empty()) {
-    STRATA_ASSIGN_OR_RETURN(health, HealthServer::Start(listen));
+    STRATA_ASSIGN_OR_RETURN(health, HealthServer::Start(listen, *o.security));
     if (o.advertise_address.empty()) {
       o.advertise_address =
           DialableAddress(listen.substr(0, listen.rfind(':')), health->port());
@@ -205,10 +209,12 @@ CommandFn AddWorkerCommand(CLI::App& app) {
                   "health address others dial (default: 127.0.0.1:<port>)");
   cmd->add_option("--address_file", *address_file,
                   "write the health address here once serving (with --listen)");
+  auto tls = std::make_shared<TlsFlags>();
   AddMetricsFlags(cmd, metrics.get());
-  return [o, listen, address_file, metrics] {
+  AddTlsFlags(cmd, tls.get(), /*listens=*/true);
+  return [o, listen, address_file, metrics, tls] {
     return ReportStatus("worker",
-                        RunWorker(*o, *listen, *address_file, *metrics));
+                        RunWorker(*o, *listen, *address_file, *metrics, *tls));
   };
 }
 

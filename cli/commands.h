@@ -23,6 +23,7 @@ CommandFn AddStatusCommand(CLI::App& app);
 CommandFn AddHealthCommand(CLI::App& app);
 CommandFn AddPlotCommand(CLI::App& app);
 CommandFn AddLedgerCommand(CLI::App& app);
+CommandFn AddCertsCommand(CLI::App& app);
 CommandFn AddWorkerCommand(CLI::App& app);
 CommandFn AddGenerateCommand(CLI::App& app);
 CommandFn AddDataCommand(CLI::App& app);

@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   add(strata::AddHealthCommand);
   add(strata::AddPlotCommand);
   add(strata::AddLedgerCommand);
+  add(strata::AddCertsCommand);
   CLI11_PARSE(app, argc, argv);
   InitLogging(log_level);
   for (auto& [sub, fn] : commands) {

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "spdlog/spdlog.h"
 
 namespace strata {
@@ -17,6 +18,40 @@ void AddMetricsFlags(CLI::App* cmd, MetricsFlags* flags) {
                   "address the metrics endpoint listens on (0.0.0.0: every "
                   "interface)")
       ->capture_default_str();
+}
+
+void AddTlsFlags(CLI::App* cmd, TlsFlags* flags, bool listens) {
+  cmd->add_option("--tls_cert", flags->files.cert,
+                  "this member's certificate (PEM; `strata certs` makes "
+                  "them); with --tls_key and --tls_ca every channel is "
+                  "mutual TLS");
+  cmd->add_option("--tls_key", flags->files.key, "its private key (PEM)");
+  cmd->add_option("--tls_ca", flags->files.ca,
+                  "the CA certificate every member's certificate is "
+                  "signed by (PEM)");
+  if (listens) {
+    cmd->add_flag("--insecure", flags->insecure,
+                  "allow listening without TLS on an address other than "
+                  "loopback (anyone who reaches it can act as a member)");
+  }
+}
+
+absl::StatusOr<std::shared_ptr<const Security>> LoadSecurity(
+    const TlsFlags& flags, std::optional<Role> role,
+    const std::vector<std::string>& listens) {
+  STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const Security> security,
+                          Security::Load(flags.files));
+  if (role && security->tls() && security->role() != role) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls_cert ", flags.files.cert, " is a ", RoleName(*security->role()),
+        "'s certificate; a ", RoleName(*role), " needs its own (",
+        RoleName(*role), ".pem from `strata certs`)"));
+  }
+  for (const std::string& address : listens) {
+    STRATA_RETURN_IF_ERROR(CheckListen(role ? RoleName(*role) : "strata",
+                                       address, *security, flags.insecure));
+  }
+  return security;
 }
 
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> BindMetrics(

@@ -1,5 +1,5 @@
-// Operations flags every long-running role shares: where it serves its
-// Prometheus metrics (common/metrics_http.h).
+// Operations flags every role shares: where it serves its Prometheus
+// metrics (common/metrics_http.h), and its TLS files (security/tls.h).
 #ifndef STRATA_CLI_OPS_H_
 #define STRATA_CLI_OPS_H_
 
@@ -9,6 +9,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "common/metrics_http.h"
+#include "security/tls.h"
 
 namespace strata {
 
@@ -25,6 +26,23 @@ void AddMetricsFlags(CLI::App* cmd, MetricsFlags* flags);
 // caller Serves its Metrics on it once they exist.
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> BindMetrics(
     const MetricsFlags& flags, const char* role);
+
+struct TlsFlags {
+  TlsFiles files;
+  bool insecure = false;  // roles that listen: plaintext beyond loopback
+};
+
+// --tls_cert, --tls_key, --tls_ca on `cmd`; and --insecure when the command
+// `listens`.
+void AddTlsFlags(CLI::App* cmd, TlsFlags* flags, bool listens);
+
+// The Security the flags give (plaintext when none is set). For a role
+// (`role` set) the certificate must be that role's; a tool (nullopt)
+// accepts any member's certificate. Each address in `listens` must pass
+// CheckListen. Errors name the flag and the file.
+absl::StatusOr<std::shared_ptr<const Security>> LoadSecurity(
+    const TlsFlags& flags, std::optional<Role> role,
+    const std::vector<std::string>& listens = {});
 
 // Writes "address\n" to `path` atomically (rename), for a parent process
 // or a container health check waiting on it; nothing for "" path.

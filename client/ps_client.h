@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/chunk_plan.h"
+#include "security/tls.h"
 #include "strata/v1/ps.pb.h"
 
 namespace strata {
@@ -43,6 +44,8 @@ struct PsClientOptions {
   // others get them in messages. Same requests, same answers.
   bool shared_memory = true;
   uint64_t shm_bytes_per_server = 1ull << 30;
+  // TLS credentials for the channels to servers (security/tls.h).
+  std::shared_ptr<const Security> security = Security::Plaintext();
 };
 
 namespace ps_client_internal {

@@ -56,8 +56,7 @@ absl::StatusOr<PsClient::Impl::Stubs*> PsClient::Impl::StubsForSlot(int slot) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
-    auto channel = grpc::CreateCustomChannel(
-        address, grpc::InsecureChannelCredentials(), args);
+    auto channel = options_.security->Dial(address, Role::kServer, args);
     stubs = std::make_unique<Stubs>();
     stubs->typed = v1::ParameterServer::NewStub(channel);
     stubs->generic = std::make_unique<grpc::GenericStub>(channel);

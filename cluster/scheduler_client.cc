@@ -19,22 +19,23 @@ constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
 // How long the destructor's best-effort Leave may take.
 constexpr absl::Duration kLeaveTimeout = absl::Seconds(1);
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const Security& security) {
   grpc::ChannelArguments args;
   // Reconnect quickly after a scheduler restart (gRPC's default backoff
   // grows to two minutes).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                   args);
+  return security.Dial(address, Role::kScheduler, args);
 }
 
 }  // namespace
 
 SchedulerClient::SchedulerClient(SchedulerClientOptions options)
     : options_(std::move(options)),
-      stub_(v1::Scheduler::NewStub(MakeChannel(options_.scheduler_address))),
+      stub_(v1::Scheduler::NewStub(
+          MakeChannel(options_.scheduler_address, *options_.security))),
       snapshots_(options_.snapshots) {}
 
 absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Connect(
@@ -47,6 +48,7 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Connect(
   }
   const std::string address = options.scheduler_address;
   const absl::Duration timeout = options.connect_timeout;
+  const bool tls = options.security->tls();
   std::unique_ptr<SchedulerClient> c(new SchedulerClient(std::move(options)));
   if (absl::Status s = c->Register(); !s.ok()) {
     if (absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s)) {
@@ -54,8 +56,11 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Connect(
           s.code(),
           absl::StrCat("no scheduler answered at ", address, " within ",
                        absl::FormatDuration(timeout),
-                       " (is it running, and is that its --listen address?): ",
-                       s.message()));
+                       " (is it running, and is that its --listen address?",
+                       tls ? " Under TLS: do its certificate and ours come "
+                             "from the same --tls_ca, and are both valid?"
+                           : "",
+                       "): ", s.message()));
     }
     return absl::Status(s.code(),
                         absl::StrCat("scheduler ", address, ": ", s.message()));

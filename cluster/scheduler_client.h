@@ -26,6 +26,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/kv_revision.h"  // KvCurrentRevision, for callers
+#include "security/tls.h"
 #include "strata/v1/common.pb.h"
 #include "strata/v1/scheduler.grpc.pb.h"
 
@@ -68,6 +69,8 @@ struct SchedulerClientOptions {
   // Test-only: when false the destructor does not send Leave, so the
   // scheduler sees the member vanish by lease expiry (as after a crash).
   bool leave_on_destroy = true;
+  // TLS credentials for the channel (security/tls.h); plaintext by default.
+  std::shared_ptr<const Security> security = Security::Plaintext();
 };
 
 // A registered member of the cluster. Two background threads run until

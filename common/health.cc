@@ -92,11 +92,11 @@ class HealthServer::Service final : public grpc::health::v1::Health::Service {
 HealthServer::HealthServer() : service_(std::make_unique<Service>()) {}
 
 absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(
-    const std::string& listen) {
+    const std::string& listen, const Security& security) {
   std::unique_ptr<HealthServer> h(new HealthServer());
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(listen, security.ServerCredentials(),
                            &h->port_);
   builder.RegisterService(h->service_.get());
   h->server_ = builder.BuildAndStart();
@@ -115,9 +115,10 @@ HealthServer::~HealthServer() {
 void HealthServer::SetServing(bool serving) { service_->Set(serving); }
 
 absl::StatusOr<bool> CheckHealth(const std::string& address,
-                                 absl::Duration timeout) {
-  auto stub = grpc::health::v1::Health::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+                                 absl::Duration timeout,
+                                 const Security& security, Role peer) {
+  auto stub =
+      grpc::health::v1::Health::NewStub(security.Dial(address, peer));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   grpc::health::v1::HealthCheckResponse resp;

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "security/tls.h"
 
 namespace grpc {
 class Server;
@@ -30,10 +31,12 @@ void SetServing(grpc::Server* server, bool serving);
 // beside it; this one answers Check and Watch itself.
 class HealthServer {
  public:
-  // Listens on `listen` (host:port, port 0: any free one), NOT_SERVING
-  // until SetServing. UNAVAILABLE if it cannot bind.
+  // Listens on `listen` (host:port, port 0: any free one) with
+  // `security`'s credentials, NOT_SERVING until SetServing. UNAVAILABLE if
+  // it cannot bind.
   static absl::StatusOr<std::unique_ptr<HealthServer>> Start(
-      const std::string& listen);
+      const std::string& listen,
+      const Security& security = *Security::Plaintext());
   ~HealthServer();  // stops serving; Watch streams end
   void SetServing(bool serving);
   int port() const { return port_; }
@@ -46,12 +49,15 @@ class HealthServer {
   int port_ = 0;
 };
 
-// Asks the server at `address` (host:port) whether it is SERVING. Returns
+// Asks the server at `address` (host:port) whether it is SERVING, dialling
+// it with `security` as a member of role `peer` (security/tls.h). Returns
 // true/false for SERVING/anything else; a Status (UNAVAILABLE,
 // DEADLINE_EXCEEDED, UNIMPLEMENTED where no health service runs) naming
 // the address when it does not answer within `timeout`.
-absl::StatusOr<bool> CheckHealth(const std::string& address,
-                                 absl::Duration timeout = absl::Seconds(5));
+absl::StatusOr<bool> CheckHealth(
+    const std::string& address, absl::Duration timeout = absl::Seconds(5),
+    const Security& security = *Security::Plaintext(),
+    Role peer = Role::kServer);
 
 }  // namespace strata
 

@@ -19,6 +19,14 @@
     if (!strata_status_.ok()) return strata_status_; \
   } while (0)
 
+// In a gRPC handler: returns `expr` (an absl::Status) as a grpc::Status if
+// it is not OK.
+#define STRATA_RETURN_GRPC_IF_ERROR(expr)                          \
+  do {                                                             \
+    ::absl::Status strata_status_ = (expr);                        \
+    if (!strata_status_.ok()) return ToGrpcStatus(strata_status_); \
+  } while (0)
+
 // `lhs = value of expr` (an absl::StatusOr<T>), or returns its error.
 #define STRATA_ASSIGN_OR_RETURN(lhs, expr) \
   STRATA_ASSIGN_OR_RETURN_IMPL_(STRATA_CONCAT_(strata_or_, __LINE__), lhs, expr)

@@ -98,15 +98,16 @@ absl::Status Scheduler::Init(SchedulerOptions options) {
   if (options.resume_step >= 0) {
     STRATA_RETURN_IF_ERROR(ledger_->RollBack(options.resume_step));
   }
-  service_ = std::make_unique<SchedulerService>(membership_.get(), kv_.get(),
-                                                ledger_.get());
+  service_ = std::make_unique<SchedulerService>(
+      membership_.get(), kv_.get(), ledger_.get(), options.security.get());
+  security_ = options.security;
 
   EnableHealthService();
   grpc::ServerBuilder builder;
   // Two schedulers must never share a port (SO_REUSEPORT would allow it).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options.listen_address,
-                           grpc::InsecureServerCredentials(), &port_);
+                           options.security->ServerCredentials(), &port_);
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
@@ -119,9 +120,10 @@ absl::Status Scheduler::Init(SchedulerOptions options) {
   AddMetrics();
   SetServing(server_.get(), true);
   spdlog::info(
-      "scheduler: serving on {} ({} shard slots, {}, data_dir '{}', {} "
+      "scheduler: serving on {} ({}; {} shard slots, {}, data_dir '{}', {} "
       "member(s), epoch {})",
-      address_, options.num_shards, options.consistency, options.data_dir,
+      address_, options.security->tls() ? "mutual TLS" : "plaintext",
+      options.num_shards, options.consistency, options.data_dir,
       state.members.size(), membership_->View().epoch());
   return absl::OkStatus();
 }

@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/metrics.h"
+#include "security/tls.h"
 #include "strata/v1/common.pb.h"
 
 namespace grpc {
@@ -68,6 +69,8 @@ struct SchedulerOptions {
   // (none of them lives), and the data ledger forgets steps from this one
   // on (the servers restore their snapshots of it). BSP only.
   int64_t resume_step = -1;
+  // TLS and who may call what (security/tls.h); plaintext by default.
+  std::shared_ptr<const Security> security = Security::Plaintext();
 };
 
 // A running scheduler: a small handle over the gRPC server, the member table
@@ -123,6 +126,7 @@ class Scheduler {
   int port_ = 0;
   std::string address_;
   absl::Duration lease_check_interval_;
+  std::shared_ptr<const Security> security_;
   std::unique_ptr<scheduler_internal::StateStore> store_;
   std::unique_ptr<scheduler_internal::Membership> membership_;
   std::unique_ptr<scheduler_internal::KvStore> kv_;

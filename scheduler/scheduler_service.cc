@@ -14,11 +14,61 @@ namespace {
 // How often a blocked call looks whether its client went away.
 constexpr absl::Duration kPollSlice = absl::Milliseconds(200);
 
+// The certificate role that acts as a member of role `r`.
+std::optional<Role> CertRole(v1::Role r) {
+  switch (r) {
+    case v1::ROLE_SERVER:
+      return Role::kServer;
+    case v1::ROLE_WORKER:
+      return Role::kWorker;
+    case v1::ROLE_CLIENT:
+      return Role::kClient;
+    default:
+      return std::nullopt;
+  }
+}
+
+constexpr std::initializer_list<Role> kReaders = {Role::kWorker, Role::kServer,
+                                                  Role::kClient};
+
 }  // namespace
+
+absl::Status SchedulerService::AllowRegister(const grpc::ServerContext& ctx,
+                                             v1::Role req_role) const {
+  STRATA_ASSIGN_OR_RETURN(std::optional<Role> caller,
+                          security_->CallerRole(ctx));
+  // A client registration only reads the view: any member may make one.
+  if (!caller || req_role == v1::ROLE_CLIENT) return absl::OkStatus();
+  if (CertRole(req_role) == caller) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "a ", RoleName(*caller), "'s certificate may not register as ",
+      v1::Role_Name(req_role)));
+}
+
+absl::Status SchedulerService::AllowFor(const grpc::ServerContext& ctx,
+                                        absl::string_view method,
+                                        uint64_t member_id) const {
+  STRATA_ASSIGN_OR_RETURN(std::optional<Role> caller,
+                          security_->CallerRole(ctx));
+  if (!caller) return absl::OkStatus();
+  const v1::View view = membership_->View();
+  for (const auto* members : {&view.servers(), &view.workers()}) {
+    for (const v1::Member& m : *members) {
+      if (m.id() != member_id) continue;
+      if (CertRole(m.role()) == caller) return absl::OkStatus();
+      return absl::PermissionDeniedError(absl::StrCat(
+          "a ", RoleName(*caller), " may not call ", method, " for member ",
+          member_id, ", a ", v1::Role_Name(m.role())));
+    }
+  }
+  // A client (not in the view) or an unknown id: Membership answers.
+  return absl::OkStatus();
+}
 
 grpc::Status SchedulerService::Register(grpc::ServerContext* ctx,
                                         const v1::RegisterRequest* req,
                                         v1::RegisterResponse* resp) {
+  STRATA_RETURN_GRPC_IF_ERROR(AllowRegister(*ctx, req->role()));
   // Every registration takes the lock (they are rare); only a server's first
   // one into a BSP job under way rolls back (RollbackStep).
   absl::MutexLock lock(&rollback_mu_);
@@ -48,6 +98,8 @@ grpc::Status SchedulerService::Register(grpc::ServerContext* ctx,
 grpc::Status SchedulerService::Heartbeat(grpc::ServerContext* ctx,
                                          const v1::HeartbeatRequest* req,
                                          v1::HeartbeatResponse* resp) {
+  STRATA_RETURN_GRPC_IF_ERROR(
+      AllowFor(*ctx, "Scheduler.Heartbeat", req->member_id()));
   absl::StatusOr<v1::HeartbeatResponse> r = membership_->Heartbeat(*req);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = *std::move(r);
@@ -57,12 +109,16 @@ grpc::Status SchedulerService::Heartbeat(grpc::ServerContext* ctx,
 grpc::Status SchedulerService::Leave(grpc::ServerContext* ctx,
                                      const v1::LeaveRequest* req,
                                      v1::LeaveResponse* resp) {
+  STRATA_RETURN_GRPC_IF_ERROR(
+      AllowFor(*ctx, "Scheduler.Leave", req->member_id()));
   return ToGrpcStatus(membership_->Leave(req->member_id()));
 }
 
 grpc::Status SchedulerService::GetView(grpc::ServerContext* ctx,
                                        const v1::GetViewRequest* req,
                                        v1::View* resp) {
+  STRATA_RETURN_GRPC_IF_ERROR(
+      security_->Authorize(*ctx, "Scheduler.GetView", kReaders));
   *resp = membership_->View();
   return grpc::Status::OK;
 }
@@ -73,6 +129,8 @@ grpc::Status SchedulerService::GetView(grpc::ServerContext* ctx,
 grpc::Status SchedulerService::WatchView(grpc::ServerContext* ctx,
                                          const v1::WatchViewRequest* req,
                                          grpc::ServerWriter<v1::View>* writer) {
+  STRATA_RETURN_GRPC_IF_ERROR(
+      security_->Authorize(*ctx, "Scheduler.WatchView", kReaders));
   uint64_t known = req->known_epoch();
   while (!ctx->IsCancelled()) {
     absl::StatusOr<v1::View> view = membership_->AwaitView(known, kPollSlice);
@@ -87,6 +145,8 @@ grpc::Status SchedulerService::WatchView(grpc::ServerContext* ctx,
 grpc::Status SchedulerService::KvPut(grpc::ServerContext* ctx,
                                      const v1::KvPutRequest* req,
                                      v1::KvPutResponse* resp) {
+  STRATA_RETURN_GRPC_IF_ERROR(security_->Authorize(
+      *ctx, "Scheduler.KvPut", {Role::kWorker, Role::kServer}));
   absl::StatusOr<uint64_t> r =
       kv_->Put(req->key(), req->value(), req->cas(), req->expected_revision());
   if (!r.ok()) {
@@ -103,6 +163,8 @@ grpc::Status SchedulerService::KvPut(grpc::ServerContext* ctx,
 grpc::Status SchedulerService::KvGet(grpc::ServerContext* ctx,
                                      const v1::KvGetRequest* req,
                                      v1::KvGetResponse* resp) {
+  STRATA_RETURN_GRPC_IF_ERROR(security_->Authorize(
+      *ctx, "Scheduler.KvGet", {Role::kWorker, Role::kServer}));
   if (req->wait_ms() < 0) {
     return ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("kv get: wait_ms must be >= 0, got ", req->wait_ms())));
@@ -127,6 +189,8 @@ grpc::Status SchedulerService::KvGet(grpc::ServerContext* ctx,
 grpc::Status SchedulerService::LeaseWork(grpc::ServerContext* ctx,
                                          const v1::LeaseWorkRequest* req,
                                          v1::LeaseWorkResponse* resp) {
+  STRATA_RETURN_GRPC_IF_ERROR(
+      security_->Authorize(*ctx, "Scheduler.LeaseWork", {Role::kWorker}));
   absl::StatusOr<v1::LeaseWorkResponse> r =
       ledger_->Lease(*req, membership_->View());
   if (!r.ok()) return ToGrpcStatus(r.status());
@@ -137,6 +201,8 @@ grpc::Status SchedulerService::LeaseWork(grpc::ServerContext* ctx,
 grpc::Status SchedulerService::ReportApplied(
     grpc::ServerContext* ctx, const v1::ReportAppliedRequest* req,
     v1::ReportAppliedResponse* resp) {
+  STRATA_RETURN_GRPC_IF_ERROR(
+      security_->Authorize(*ctx, "Scheduler.ReportApplied", {Role::kServer}));
   absl::ReaderMutexLock lock(&rollback_mu_);
   absl::StatusOr<v1::ReportAppliedResponse> r =
       ledger_->Report(*req, membership_->View());
@@ -148,6 +214,8 @@ grpc::Status SchedulerService::ReportApplied(
 grpc::Status SchedulerService::ExportLedger(
     grpc::ServerContext* ctx, const v1::ExportLedgerRequest* req,
     grpc::ServerWriter<v1::LedgerRecord>* writer) {
+  STRATA_RETURN_GRPC_IF_ERROR(
+      security_->Authorize(*ctx, "Scheduler.ExportLedger", kReaders));
   for (const v1::LedgerRecord& r : ledger_->Applied()) {
     if (!writer->Write(r)) break;  // the reader went away
   }

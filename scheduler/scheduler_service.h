@@ -8,6 +8,7 @@
 #include "scheduler/kv_store.h"
 #include "scheduler/ledger.h"
 #include "scheduler/membership.h"
+#include "security/tls.h"
 #include "strata/v1/scheduler.grpc.pb.h"
 
 namespace strata::scheduler_internal {
@@ -15,10 +16,24 @@ namespace strata::scheduler_internal {
 // Sync-API service. Blocking calls (WatchView, KvGet with a wait) poll their
 // wait in short slices so that a cancelled call or a closed Membership /
 // KvStore ends them promptly. Thread-safe; does not own its parts.
+//
+// Who may call what, under TLS (security/tls.h; everyone under plaintext):
+//   Register                      worker, server (as themselves), or any
+//                                 role as a client (reads the view)
+//   Heartbeat, Leave              a member of the same role as the member
+//                                 named (a worker cannot remove a server)
+//   GetView, WatchView, ExportLedger   worker, server, client
+//   KvPut, KvGet                  worker, server (rendezvous)
+//   LeaseWork                     worker
+//   ReportApplied                 server
 class SchedulerService final : public v1::Scheduler::Service {
  public:
-  SchedulerService(Membership* membership, KvStore* kv, Ledger* ledger)
-      : membership_(membership), kv_(kv), ledger_(ledger) {}
+  SchedulerService(Membership* membership, KvStore* kv, Ledger* ledger,
+                   const Security* security)
+      : membership_(membership),
+        kv_(kv),
+        ledger_(ledger),
+        security_(security) {}
 
   grpc::Status Register(grpc::ServerContext* ctx,
                         const v1::RegisterRequest* req,
@@ -48,9 +63,17 @@ class SchedulerService final : public v1::Scheduler::Service {
       grpc::ServerWriter<v1::LedgerRecord>* writer) override;
 
  private:
+  // PERMISSION_DENIED unless the caller's certificate may act for a member
+  // of the role `req_role` (Register) or for member `member_id`.
+  absl::Status AllowRegister(const grpc::ServerContext& ctx,
+                             v1::Role req_role) const;
+  absl::Status AllowFor(const grpc::ServerContext& ctx,
+                        absl::string_view method, uint64_t member_id) const;
+
   Membership* const membership_;
   KvStore* const kv_;
   Ledger* const ledger_;
+  const Security* const security_;
   // A registration that rolls the job back changes the view and then the
   // ledger: reports (which check the view's generation) wait for both.
   absl::Mutex rollback_mu_;

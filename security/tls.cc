@@ -33,10 +33,6 @@ using StoreCtxPtr =
                     Deleter<X509_STORE_CTX, X509_STORE_CTX_free>>;
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
-  if (path.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        flag, " is missing: TLS needs --tls_cert, --tls_key and --tls_ca"));
-  }
   std::ifstream f(path, std::ios::binary);
   if (!f) {
     return absl::NotFoundError(
@@ -146,6 +142,15 @@ std::shared_ptr<const Security> Security::Plaintext() {
 absl::StatusOr<std::shared_ptr<const Security>> Security::Load(
     const TlsFiles& files) {
   if (files.empty()) return Plaintext();
+  std::vector<absl::string_view> missing;
+  if (files.cert.empty()) missing.push_back("--tls_cert");
+  if (files.key.empty()) missing.push_back("--tls_key");
+  if (files.ca.empty()) missing.push_back("--tls_ca");
+  if (!missing.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(absl::StrJoin(missing, ", "),
+                     " missing: TLS needs --tls_cert, --tls_key and --tls_ca"));
+  }
   std::shared_ptr<Security> s(new Security());
   STRATA_ASSIGN_OR_RETURN(s->cert_pem_, ReadPem(files.cert, "--tls_cert"));
   STRATA_ASSIGN_OR_RETURN(s->key_pem_, ReadPem(files.key, "--tls_key"));

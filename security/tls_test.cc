@@ -168,7 +168,7 @@ TEST_F(Tls, AClientRefusesAPeerHoldingAnotherRolesCertificate) {
 TEST_F(Tls, LoadNamesWhatIsWrong) {
   TlsFiles f = Files("a", Role::kWorker);
   auto missing = Security::Load({f.cert, "", f.ca});
-  EXPECT_THAT(missing.status().message(), HasSubstr("--tls_key is missing"));
+  EXPECT_THAT(missing.status().message(), HasSubstr("--tls_key missing"));
   auto absent = Security::Load({f.cert, dir_ + "/nope.key", f.ca});
   EXPECT_THAT(absent.status().message(), HasSubstr("nope.key"));
   auto wrong_key =

@@ -132,7 +132,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   // Start gRPC first: the address we register must already answer.
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address,
-                           grpc::InsecureServerCredentials(), &impl->port);
+                           options.security->ServerCredentials(), &impl->port);
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);
   grpc::ResourceQuota quota("strata-server");
@@ -146,6 +146,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     SchedulerClientOptions peek;
     peek.scheduler_address = options.scheduler_address;
     peek.role = v1::ROLE_CLIENT;
+    peek.security = options.security;
     STRATA_ASSIGN_OR_RETURN(auto probe, SchedulerClient::Connect(peek));
     consistency_text = probe->view().consistency();
     if (consistency_text.empty()) consistency_text = "bsp";
@@ -197,9 +198,9 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   me.push_handlers = std::make_unique<ThreadPool>(
       std::max(16, 2 * static_cast<int>(std::thread::hardware_concurrency())));
   me.pull_handlers = std::make_unique<ThreadPool>(options.max_threads);
-  me.service = NewParameterServerService(me.shard.get(), &me.shm, owner.get(),
-                                         me.push_handlers.get(),
-                                         me.pull_handlers.get(), &me.metrics);
+  me.service = NewParameterServerService(
+      me.shard.get(), &me.shm, owner.get(), me.push_handlers.get(),
+      me.pull_handlers.get(), &me.metrics, me.options.security.get());
   builder.RegisterService(me.service.get());
   EnableHealthService();
   me.server = builder.BuildAndStart();
@@ -221,6 +222,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     SchedulerClientOptions so;
     so.scheduler_address = options.scheduler_address;
     so.role = v1::ROLE_SERVER;
+    so.security = options.security;
     so.address = me.address;
     so.metrics_address = options.metrics_address;
     so.shard = options.shard;

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/metrics.h"
+#include "security/tls.h"
 
 namespace strata {
 
@@ -44,6 +45,9 @@ struct ServerOptions {
   // host:port of this server's Prometheus endpoint, registered with the
   // scheduler (`strata status` reads it); "" = none.
   std::string metrics_address;
+  // TLS and who may call what (security/tls.h), for the server's own port
+  // and its channel to the scheduler; plaintext by default.
+  std::shared_ptr<const Security> security = Security::Plaintext();
 };
 
 // Thread-safe handle to a running server. Destruction shuts it down.

@@ -33,8 +33,10 @@ class Service final : public ServiceBase {
   // Pushes and pulls have separate pools: pulls waiting at a BSP gate must
   // never hold the threads the pushes that close the step need.
   Service(Shard* shard, ShmSessions* shm, ParameterServer* owner,
-          ThreadPool* push_pool, ThreadPool* pull_pool, Metrics* metrics)
-      : shard_(shard),
+          ThreadPool* push_pool, ThreadPool* pull_pool, Metrics* metrics,
+          const Security* security)
+      : security_(security),
+        shard_(shard),
         shm_(shm),
         owner_(owner),
         push_pool_(push_pool),
@@ -47,6 +49,11 @@ class Service final : public ServiceBase {
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    if (absl::Status s = security_->Authorize(*ctx, "Push", kWorkers);
+        !s.ok()) {
+      Finish(ServerMetrics::kPush, absl::Now(), ctx, reactor, s);
+      return reactor;
+    }
     push_pool_->Schedule(
         [this, ctx, reactor, request, response, start = absl::Now()] {
           Finish(ServerMetrics::kPush, start, ctx, reactor,
@@ -59,6 +66,11 @@ class Service final : public ServiceBase {
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    if (absl::Status s = security_->Authorize(*ctx, "Pull", kWorkers);
+        !s.ok()) {
+      Finish(ServerMetrics::kPull, absl::Now(), ctx, reactor, s);
+      return reactor;
+    }
     pull_pool_->Schedule(
         [this, ctx, reactor, request, response, start = absl::Now()] {
           Finish(ServerMetrics::kPull, start, ctx, reactor,
@@ -67,16 +79,21 @@ class Service final : public ServiceBase {
     return reactor;
   }
 
-  grpc::Status RegisterChunks(grpc::ServerContext*,
+  grpc::Status RegisterChunks(grpc::ServerContext* ctx,
                               const v1::RegisterChunksRequest* req,
                               v1::RegisterChunksResponse* resp) override {
+    STRATA_RETURN_GRPC_IF_ERROR(
+        security_->Authorize(*ctx, "RegisterChunks", kWorkers));
     auto r = shard_->Register(*req);
     if (r.ok()) *resp = *r;
     return ToGrpcStatus(r.status());
   }
 
-  grpc::Status Snapshot(grpc::ServerContext*, const v1::SnapshotRequest* req,
+  grpc::Status Snapshot(grpc::ServerContext* ctx,
+                        const v1::SnapshotRequest* req,
                         v1::SnapshotResponse* resp) override {
+    STRATA_RETURN_GRPC_IF_ERROR(
+        security_->Authorize(*ctx, "Snapshot", kWorkersAndClients));
     if (req->step() < 0)
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "negative step");
     auto path = owner_->SnapshotNow(req->step());
@@ -87,15 +104,18 @@ class Service final : public ServiceBase {
     return grpc::Status::OK;
   }
 
-  grpc::Status Stats(grpc::ServerContext*, const v1::StatsRequest*,
+  grpc::Status Stats(grpc::ServerContext* ctx, const v1::StatsRequest*,
                      v1::StatsResponse* resp) override {
+    STRATA_RETURN_GRPC_IF_ERROR(
+        security_->Authorize(*ctx, "Stats", kWorkersAndClients));
     shard_->FillStats(resp);
     resp->set_shm_payloads(shm_payloads_.load(std::memory_order_relaxed));
     return grpc::Status::OK;
   }
 
-  grpc::Status Commit(grpc::ServerContext*, const v1::CommitRequest* req,
+  grpc::Status Commit(grpc::ServerContext* ctx, const v1::CommitRequest* req,
                       v1::CommitResponse* resp) override {
+    STRATA_RETURN_GRPC_IF_ERROR(security_->Authorize(*ctx, "Commit", kWorkers));
     const absl::Time start = absl::Now();
     auto r = shard_->Commit(*req);
     if (r.ok()) *resp = *r;
@@ -103,8 +123,11 @@ class Service final : public ServiceBase {
     return ToGrpcStatus(r.status());
   }
 
-  grpc::Status AttachShm(grpc::ServerContext*, const v1::AttachShmRequest* req,
+  grpc::Status AttachShm(grpc::ServerContext* ctx,
+                         const v1::AttachShmRequest* req,
                          v1::AttachShmResponse* resp) override {
+    STRATA_RETURN_GRPC_IF_ERROR(
+        security_->Authorize(*ctx, "AttachShm", kWorkers));
     // Only members map memory here (each at most one region).
     if (absl::Status s = shard_->AwaitWorker(req->member_id(), req->epoch());
         !s.ok()) {
@@ -197,6 +220,11 @@ class Service final : public ServiceBase {
     return absl::OkStatus();
   }
 
+  static constexpr std::initializer_list<Role> kWorkers = {Role::kWorker};
+  static constexpr std::initializer_list<Role> kWorkersAndClients = {
+      Role::kWorker, Role::kClient};
+
+  const Security* security_;
   Shard* shard_;
   ShmSessions* shm_;
   ParameterServer* owner_;
@@ -210,9 +238,10 @@ class Service final : public ServiceBase {
 
 std::unique_ptr<grpc::Service> NewParameterServerService(
     Shard* shard, ShmSessions* shm, ParameterServer* owner,
-    ThreadPool* push_pool, ThreadPool* pull_pool, Metrics* metrics) {
+    ThreadPool* push_pool, ThreadPool* pull_pool, Metrics* metrics,
+    const Security* security) {
   return std::make_unique<Service>(shard, shm, owner, push_pool, pull_pool,
-                                   metrics);
+                                   metrics, security);
 }
 
 }  // namespace strata

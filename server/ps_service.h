@@ -10,6 +10,7 @@
 
 #include "common/metrics.h"
 #include "common/thread_pool.h"
+#include "security/tls.h"
 #include "server/shard.h"
 #include "server/shm_sessions.h"
 
@@ -22,10 +23,14 @@ namespace strata {
 class ParameterServer;
 
 // None of the pointers is owned; each must outlive the service. `owner`
-// takes snapshots (the Snapshot RPC); the series go to `metrics`.
+// takes snapshots (the Snapshot RPC); the series go to `metrics`;
+// `security` says who may call what:
+//   Push, Pull, RegisterChunks, AttachShm, Commit   workers
+//   Snapshot, Stats                                 workers, clients
 std::unique_ptr<grpc::Service> NewParameterServerService(
     Shard* shard, ShmSessions* shm, ParameterServer* owner,
-    ThreadPool* push_pool, ThreadPool* pull_pool, Metrics* metrics);
+    ThreadPool* push_pool, ThreadPool* pull_pool, Metrics* metrics,
+    const Security* security);
 
 }  // namespace strata
 

@@ -63,7 +63,22 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{{"local", "--consistency", "sometimes"}, "bad consistency"},
         Refusal{{"generate", "--dir", "/nonexistent/strata"}, "model.json"},
         Refusal{{"--log_level", "loud", "version"}, "--log_level"},
-        Refusal{{"version", "--log_level", "loud"}, "--log_level"}),
+        Refusal{{"version", "--log_level", "loud"}, "--log_level"},
+        // Plaintext only on loopback; TLS files checked before serving.
+        Refusal{{"scheduler", "--listen", "0.0.0.0:0"},
+                "refusing to listen on 0.0.0.0:0 without TLS"},
+        Refusal{
+            {"server", "--scheduler", "127.0.0.1:1", "--listen", "10.1.2.3:0"},
+            "--insecure"},
+        Refusal{
+            {"worker", "--scheduler", "127.0.0.1:1", "--listen", "0.0.0.0:0"},
+            "refusing to listen"},
+        Refusal{{"scheduler", "--tls_cert", "/nonexistent/s.pem"},
+                "--tls_key, --tls_ca missing"},
+        Refusal{{"scheduler", "--tls_cert", "/nonexistent/s.pem", "--tls_key",
+                 "/nonexistent/s.key", "--tls_ca", "/nonexistent/ca.pem"},
+                "--tls_cert /nonexistent/s.pem: cannot be read"},
+        Refusal{{"certs"}, "--out is required"}),
     [](const ::testing::TestParamInfo<Refusal>& info) {
       // e.g. "3_scheduler_num_shards_0": the index keeps names unique.
       std::string name = std::to_string(info.index);
@@ -137,6 +152,86 @@ TEST(Cli, StatusShowsTheViewShardMapAndServerCounters) {
                     dir + "/none.log");
   EXPECT_EQ(unreachable.Wait(absl::Seconds(30)), 1);
   EXPECT_NE(unreachable.Output().find("strata status:"), std::string::npos);
+}
+
+// The same cluster under mutual TLS with `strata certs`' files: status
+// and health answer a client certificate, and refuse a caller without one.
+TEST(Cli, UnderTlsStatusAndHealthNeedACertificateFromTheCa) {
+  const std::string dir = testing::FreshDir("cli_tls");
+  Child certs({STRATA_BINARY, "certs", "--out", dir + "/certs"},
+              dir + "/certs.log");
+  ASSERT_EQ(certs.Wait(absl::Seconds(30)), 0) << certs.Output();
+  auto tls = [&dir](const std::string& role) {
+    return std::vector<std::string>{
+        "--tls_cert", dir + "/certs/" + role + ".pem",
+        "--tls_key",  dir + "/certs/" + role + ".key",
+        "--tls_ca",   dir + "/certs/ca.pem"};
+  };
+  auto with = [](std::vector<std::string> a, std::vector<std::string> b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  Child scheduler(with({STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0",
+                        "--address_file", dir + "/addr"},
+                       tls("scheduler")),
+                  dir + "/scheduler.log");
+  const std::string address = testing::WaitForLine(dir + "/addr");
+  ASSERT_FALSE(address.empty()) << scheduler.Output();
+  Child server(with({STRATA_BINARY, "server", "--scheduler", address,
+                     "--address_file", dir + "/server.addr"},
+                    tls("server")),
+               dir + "/server.log");
+  const std::string server_address = testing::WaitForLine(dir + "/server.addr");
+  ASSERT_FALSE(server_address.empty()) << server.Output();
+
+  Child status(
+      with({STRATA_BINARY, "status", "--scheduler", address}, tls("client")),
+      dir + "/status.log");
+  ASSERT_EQ(status.Wait(absl::Seconds(30)), 0) << status.Output();
+  EXPECT_NE(status.Output().find("shard 0  " + server_address +
+                                 "  SERVING  chunks 0"),
+            std::string::npos)
+      << status.Output();
+  Child health(with({STRATA_BINARY, "health", "--address", server_address,
+                     "--role", "server"},
+                    tls("client")),
+               dir + "/health.log");
+  EXPECT_EQ(health.Wait(absl::Seconds(30)), 0) << health.Output();
+  // The server's own certificate checks itself, as a container does.
+  Child self(
+      with({STRATA_BINARY, "health", "--address_file", dir + "/server.addr"},
+           tls("server")),
+      dir + "/self.log");
+  EXPECT_EQ(self.Wait(absl::Seconds(30)), 0) << self.Output();
+
+  Child plain({STRATA_BINARY, "status", "--scheduler", address},
+              dir + "/plain.log");
+  EXPECT_EQ(plain.Wait(absl::Seconds(30)), 1) << plain.Output();
+  Child posing(
+      with({STRATA_BINARY, "server", "--scheduler", address, "--shard", "0"},
+           tls("worker")),
+      dir + "/posing.log");
+  EXPECT_EQ(posing.Wait(absl::Seconds(30)), 1);
+  EXPECT_NE(posing.Output().find("is a worker's certificate"),
+            std::string::npos)
+      << posing.Output();
+  EXPECT_EQ(server.Stop(), 0);
+  EXPECT_EQ(scheduler.Stop(), 0);
+}
+
+// `strata local --tls` runs every role with certificates it makes.
+TEST(Cli, LocalWithTlsTrainsOverMutualTls) {
+  const std::string dir = testing::FreshDir("cli_local_tls");
+  Child local({STRATA_BINARY, "local", "--toy", "--tls", "--steps", "20",
+               "--dir", dir + "/run"},
+              dir + "/local.log");
+  ASSERT_EQ(local.Wait(absl::Minutes(2)), 0) << local.Output();
+  EXPECT_TRUE(std::filesystem::exists(dir + "/run/certs/worker.pem"));
+  std::ifstream plan(dir + "/run/local.json");
+  std::string text((std::istreambuf_iterator<char>(plan)), {});
+  EXPECT_NE(text.find("\"tls\": true"), std::string::npos) << text;
+  EXPECT_NE(local.Output().find("(mutual TLS;"), std::string::npos)
+      << local.Output();
 }
 
 }  // namespace

@@ -66,13 +66,15 @@ absl::Status RunTrainer(const TrainerOptions& options) {
       JoinAsWorker(
           SchedulerClientOptions{.scheduler_address = o.scheduler_address,
                                  .address = o.advertise_address,
-                                 .metrics_address = o.metrics_address},
+                                 .metrics_address = o.metrics_address,
+                                 .security = o.security},
           o.workers, absl::Seconds(120)));
   if (o.on_joined) o.on_joined();
   PsClientOptions po;
   po.push_dtype = o.push_bf16 ? v1::DTYPE_BF16 : v1::DTYPE_F32;
   po.pull_dtype = o.pull_bf16 ? v1::DTYPE_BF16 : v1::DTYPE_F32;
   po.shared_memory = o.shared_memory;
+  po.security = o.security;
   STRATA_ASSIGN_OR_RETURN(auto ps,
                           PsClient::Create(po, session.scheduler.get()));
   STRATA_RETURN_IF_ERROR(ps->RegisterModel(ServerModel(*gpt, o)));

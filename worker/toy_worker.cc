@@ -88,15 +88,17 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
   STRATA_ASSIGN_OR_RETURN(
       WorkerSession session,
       JoinAsWorker(
-          SchedulerClientOptions{.scheduler_address = o.scheduler_address},
+          SchedulerClientOptions{.scheduler_address = o.scheduler_address,
+                                 .security = o.security},
           o.workers, absl::Seconds(60)));
   SchedulerClient* scheduler = session.scheduler.get();
   const Consistency mode = session.consistency;
   const int rank = session.rank;
   const int workers = session.workers;
 
-  STRATA_ASSIGN_OR_RETURN(auto ps,
-                          PsClient::Create(PsClientOptions(), scheduler));
+  PsClientOptions po;
+  po.security = o.security;
+  STRATA_ASSIGN_OR_RETURN(auto ps, PsClient::Create(po, scheduler));
   const ModelSpec model = ToyModel(o, kind);
   // The generation the model's state is in, read before the first pulls.
   uint64_t generation = scheduler->view().generation();

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "security/tls.h"
 #include "worker/toy_problem.h"
 
 namespace strata {
@@ -34,6 +35,8 @@ struct ToyWorkerOptions {
   // smaller share of each BSP step (scheduler/ledger.h).
   double sample_cost_us = 0;
   double throttle = 1.0;
+  // TLS for the channels to the scheduler and servers (security/tls.h).
+  std::shared_ptr<const Security> security = Security::Plaintext();
 };
 
 // Runs the worker to completion. Prints progress lines and, at the end,

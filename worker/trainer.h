@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "common/metrics.h"
+#include "security/tls.h"
 #include "worker/model.h"
 
 namespace strata {
@@ -69,6 +70,8 @@ struct TrainerOptions {
   // Set (from another thread) to leave the job after the step under way:
   // RunTrainer then returns OK without the final pull and outputs.
   const std::atomic<bool>* stop = nullptr;
+  // TLS for the channels to the scheduler and servers (security/tls.h).
+  std::shared_ptr<const Security> security = Security::Plaintext();
 };
 
 // Runs one worker to completion: registers, pulls, trains `steps` steps,
