@@ -21,14 +21,19 @@ void AddMetricsFlags(CLI::App* cmd, MetricsFlags* flags) {
 }
 
 void AddTlsFlags(CLI::App* cmd, TlsFlags* flags, bool listens) {
+  // From the environment too, so a container's health check (the same
+  // image for every role) finds its role's files.
   cmd->add_option("--tls_cert", flags->files.cert,
                   "this member's certificate (PEM; `strata certs` makes "
                   "them); with --tls_key and --tls_ca every channel is "
-                  "mutual TLS");
-  cmd->add_option("--tls_key", flags->files.key, "its private key (PEM)");
+                  "mutual TLS")
+      ->envname("STRATA_TLS_CERT");
+  cmd->add_option("--tls_key", flags->files.key, "its private key (PEM)")
+      ->envname("STRATA_TLS_KEY");
   cmd->add_option("--tls_ca", flags->files.ca,
                   "the CA certificate every member's certificate is "
-                  "signed by (PEM)");
+                  "signed by (PEM)")
+      ->envname("STRATA_TLS_CA");
   if (listens) {
     cmd->add_flag("--insecure", flags->insecure,
                   "allow listening without TLS on an address other than "

@@ -63,17 +63,34 @@ def check_k8s(k8s_dir, problems):
         pod = w["spec"]["template"]["spec"]
         c = pod["containers"][0]
         args = container_args(c)
-        if "strata-certs" not in str(pod.get("volumes")):
-            problems.append("%s does not mount the certificates Secret" % name)
+        component = w["spec"]["template"]["metadata"]["labels"][
+            "app.kubernetes.io/component"]
+        secrets = [v["secret"]["secretName"] for v in pod.get("volumes", [])
+                   if "secret" in v]
+        if secrets != ["strata-tls-%s" % component]:
+            problems.append("%s mounts Secrets %s, not only strata-tls-%s" %
+                            (name, secrets, component))
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        for var in ("STRATA_TLS_CERT", "STRATA_TLS_KEY", "STRATA_TLS_CA"):
+            if not (env.get(var) or "").startswith("/etc/strata/tls/"):
+                problems.append("%s does not set %s" % (name, var))
         if not pod.get("securityContext", {}).get("runAsNonRoot"):
             problems.append("%s may run as root" % name)
+        # Kubernetes' own gRPC probes cannot present a client certificate:
+        # the probes run `strata health` with the role's own.
         for probe in ("readinessProbe", "livenessProbe"):
-            port = c.get(probe, {}).get("grpc", {}).get("port")
-            listen = flag(args, "listen")
-            if port is None or listen is None or not listen.endswith(":%d" %
-                                                                    port):
-                problems.append("%s: %s is not a gRPC probe on its --listen "
-                                "port (%s)" % (name, probe, listen))
+            command = c.get(probe, {}).get("exec", {}).get("command", [])
+            if command[:4] != ["strata", "health", "--address_file",
+                               "/tmp/strata.address"]:
+                problems.append("%s: %s is not `strata health` on the "
+                                "role's --address_file" % (name, probe))
+            if "--address_file=/tmp/strata.address" not in " ".join(args):
+                problems.append("%s writes no /tmp/strata.address" % name)
+            timeout = c.get(probe, {}).get("timeoutSeconds", 1)
+            if "--timeout_s" in command and float(
+                    command[command.index("--timeout_s") + 1]) >= timeout:
+                problems.append("%s: %s gives up (timeoutSeconds %s) before "
+                                "strata health does" % (name, probe, timeout))
         if flag(args, "scheduler") not in (None, "strata-scheduler:7070"):
             problems.append("%s dials %s, not the scheduler's Service" %
                             (name, flag(args, "scheduler")))
@@ -107,8 +124,13 @@ def check_compose(path, problems):
         if "--address_file=/tmp/strata.address" not in text:
             problems.append("compose: %s writes no address for the image's "
                             "HEALTHCHECK" % n)
-        if not any("/etc/strata/certs" in v for v in s.get("volumes", [])):
-            problems.append("compose: %s does not mount the certificates" % n)
+        role = "server" if n.startswith("server-") else n
+        mounted = sorted(v.split(":/etc/strata/tls/")[0].rsplit("/", 1)[-1]
+                         for v in s.get("volumes", [])
+                         if ":/etc/strata/tls/" in v)
+        if mounted != sorted(["ca.pem", role + ".pem", role + ".key"]):
+            problems.append("compose: %s mounts %s, not ca.pem and only its "
+                            "own role's certificate and key" % (n, mounted))
 
 
 def main():

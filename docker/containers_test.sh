@@ -58,6 +58,14 @@ export STRATA_SERVER1_METRICS_PORT=$((base_port + 5))
 export STRATA_WORKER_LISTEN=127.0.0.1:0 STRATA_WORKER_METRICS_PORT=0
 project="strata-ct-$$"
 work="$(mktemp -d)"
+# Mutual TLS with certificates made by the image itself. Test only: the
+# keys are made readable by the image's user (uid 10001, another uid on
+# the host); they live in this run's temporary folder.
+mkdir "${work}/certs"
+podman run --rm --user 0 --network none -v "${work}/certs:/out" \
+  --entrypoint strata "${image}" certs --out /out >&2
+chmod a+r "${work}"/certs/*.key
+export STRATA_CERTS="${work}/certs"
 podman system service --time=0 "unix://${work}/podman.sock" 2> "${work}/service.log" &
 service=$!
 export DOCKER_HOST="unix://${work}/podman.sock"

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numbers>
 
 #include "absl/strings/str_cat.h"
@@ -106,14 +107,17 @@ STRATA_CLONES void AdamKernel(const UpdateScalars& s, float* __restrict w,
   }
 }
 
-// The largest |g[i]| bit pattern is below that of +inf iff all are finite.
-STRATA_CLONES bool AllFiniteBlock(const float* __restrict g, size_t n) {
+// Non-negative floats order as their bit patterns, and NaN's patterns lie
+// above every finite one's: all |g[i]| <= the limit whose pattern is
+// `limit_bits` iff the largest |g[i]| pattern is at most it.
+STRATA_CLONES bool AllWithinBlock(const float* __restrict g, size_t n,
+                                  uint32_t limit_bits) {
   uint32_t max_bits = 0;
   for (size_t i = 0; i < n; ++i) {
     const uint32_t bits = std::bit_cast<uint32_t>(g[i]) & 0x7fffffffu;
     max_bits = bits > max_bits ? bits : max_bits;
   }
-  return max_bits < 0x7f800000u;
+  return max_bits <= limit_bits;
 }
 
 // Runs the update of `p` on elements [begin, end).
@@ -252,14 +256,20 @@ void ApplyUpdate(const OptimizerParams& params, float lr, int64_t t, float* w,
   RunRange(params, MakeScalars(params, lr, t), w, m, v, g, 0, n);
 }
 
-bool AllFinite(const float* g, size_t n) {
+bool AllWithin(const float* g, size_t n, float limit) {
+  const uint32_t limit_bits = std::bit_cast<uint32_t>(std::fabs(limit));
   // Blocks let a bad value end the scan early without slowing the loop.
   for (size_t begin = 0; begin < n; begin += kBlockElems) {
-    if (!AllFiniteBlock(g + begin, std::min(kBlockElems, n - begin))) {
+    if (!AllWithinBlock(g + begin, std::min(kBlockElems, n - begin),
+                        limit_bits)) {
       return false;
     }
   }
   return true;
+}
+
+bool AllFinite(const float* g, size_t n) {
+  return AllWithin(g, n, std::numeric_limits<float>::max());
 }
 
 void ApplyUpdateParallel(const OptimizerParams& params, float lr, int64_t t,

@@ -86,6 +86,16 @@ AdamStep MakeAdamStep(const OptimizerParams& params, float lr, int64_t t);
 // True iff none of the n values is NaN or infinite. Vectorized.
 bool AllFinite(const float* g, size_t n);
 
+// True iff every |g[i]| <= limit (so none is NaN). Vectorized.
+// REQUIRES: limit is not NaN.
+bool AllWithin(const float* g, size_t n, float limit);
+
+// The largest gradient magnitude a server applies. Adam's second moment
+// holds a running mean of g^2: with |g| <= 1e19 it stays below 1e38, under
+// fp32's largest value (3.4e38), so the optimizer state cannot overflow to
+// Inf. A finite gradient beyond it is refused like a NaN.
+inline constexpr float kMaxGradientMagnitude = 1e19f;
+
 // As ApplyUpdate, but splits the arrays into cache-sized blocks run on the
 // process's thread pool (common/parallel.h; NumThreads() threads, the caller
 // included). Results are bit-identical to ApplyUpdate. Small arrays run on

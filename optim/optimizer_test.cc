@@ -182,6 +182,41 @@ TEST(Optimizer, ScheduleWithoutTotalStepsIsConstantAfterWarmUp) {
   EXPECT_FLOAT_EQ(ScheduledLr(p, 1 << 30), 0.5f);
 }
 
+TEST(Optimizer, AllWithinFindsAValueBeyondTheLimitAnywhere) {
+  constexpr size_t kN = 40000;
+  std::vector<float> g(kN, -kMaxGradientMagnitude);
+  EXPECT_TRUE(AllWithin(g.data(), kN, kMaxGradientMagnitude));
+  for (float x : {2e19f, -3e38f, std::numeric_limits<float>::quiet_NaN()}) {
+    for (size_t pos : {size_t{0}, size_t{16384}, kN - 1}) {
+      std::vector<float> h = g;
+      h[pos] = x;
+      EXPECT_FALSE(AllWithin(h.data(), kN, kMaxGradientMagnitude))
+          << x << " at " << pos;
+    }
+  }
+}
+
+// At the bound, Adam's state and the weight stay finite.
+TEST(Optimizer, AdamStaysFiniteAtTheLargestGradientAServerApplies) {
+  OptimizerParams p;
+  p.kind = OptimizerParams::kAdam;
+  p.lr = 1e-3f;
+  std::vector<float> w(4, 0.5f), m(4, 0.0f), v(4, 0.0f);
+  std::vector<float> g = {kMaxGradientMagnitude, -kMaxGradientMagnitude,
+                          kMaxGradientMagnitude, 1.0f};
+  for (int64_t t = 1; t <= 100; ++t) {
+    ApplyUpdate(p, p.lr, t, w.data(), m.data(), v.data(), g.data(), 4);
+  }
+  EXPECT_TRUE(AllFinite(v.data(), 4));
+  EXPECT_TRUE(AllFinite(m.data(), 4));
+  EXPECT_TRUE(AllFinite(w.data(), 4));
+  // An ordinary gradient still moves it afterwards.
+  const float before = w[0];  // the element whose v is near 1e38
+  std::vector<float> ordinary = {1.0f, 1.0f, 1.0f, 1.0f};
+  ApplyUpdate(p, p.lr, 101, w.data(), m.data(), v.data(), ordinary.data(), 4);
+  EXPECT_NE(w[0], before);
+}
+
 TEST(Optimizer, AllFiniteFindsNaNAndInfinityAnywhere) {
   constexpr size_t kN = 40000;  // spans several scan blocks
   std::vector<float> g(kN, 1.0f);

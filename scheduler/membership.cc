@@ -13,6 +13,12 @@ namespace {
 
 bool InView(v1::Role role) { return role != v1::ROLE_CLIENT; }
 
+// Bounds on what a heartbeat reports: 2^48 steps and 1e12 samples/s are
+// beyond any job, and keep the view's arithmetic (speed shares, clock
+// differences) finite.
+constexpr int64_t kMaxReportedClock = int64_t{1} << 48;
+constexpr double kMaxSamplesPerSec = 1e12;
+
 struct Counters {
   uint64_t epoch;
   uint64_t workers_epoch;
@@ -236,6 +242,18 @@ absl::StatusOr<v1::HeartbeatResponse> Membership::Heartbeat(
   }
   if (absl::Status s = ValidateSnapshots(req.snapshots()); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("heartbeat: ", s.message()));
+  }
+  // What a member reports shows in every view: only values it could have.
+  if (req.clock() < -1 || req.clock() > kMaxReportedClock) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("heartbeat: clock ", req.clock(), " is no step (-1 to ",
+                     kMaxReportedClock, ")"));
+  }
+  if (!std::isfinite(req.samples_per_sec()) || req.samples_per_sec() < 0 ||
+      req.samples_per_sec() > kMaxSamplesPerSec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("heartbeat: samples_per_sec must be finite, in [0, ",
+                     kMaxSamplesPerSec, "], got ", req.samples_per_sec()));
   }
   Entry& e = it->second;
   e.lease_end = now + options_.lease;

@@ -28,8 +28,8 @@ std::optional<Role> CertRole(v1::Role r) {
   }
 }
 
-constexpr std::initializer_list<Role> kReaders = {Role::kWorker, Role::kServer,
-                                                  Role::kClient};
+constexpr std::initializer_list<Role> kReaders = {
+    Role::kWorker, Role::kServer, Role::kClient, Role::kScheduler};
 
 }  // namespace
 

@@ -22,7 +22,9 @@ namespace strata::scheduler_internal {
 //                                 role as a client (reads the view)
 //   Heartbeat, Leave              a member of the same role as the member
 //                                 named (a worker cannot remove a server)
-//   GetView, WatchView, ExportLedger   worker, server, client
+//   GetView, WatchView, ExportLedger   any role (the scheduler's own
+//                                 certificate: `strata status` run in its
+//                                 container)
 //   KvPut, KvGet                  worker, server (rendezvous)
 //   LeaseWork                     worker
 //   ReportApplied                 server

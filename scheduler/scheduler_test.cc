@@ -2,11 +2,15 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
@@ -152,6 +156,27 @@ TEST_F(SchedulerTest, RegisterHeartbeatLeave) {
   EXPECT_EQ(hb->epoch(), epoch0 + 1);
   v1::View view = scheduler_->CurrentView();
   EXPECT_EQ(view.epoch(), epoch0 + 1);
+  EXPECT_EQ(view.workers(0).clock(), 7);
+  EXPECT_EQ(view.workers(0).samples_per_sec(), 100.0);
+
+  // What no member could report is refused and leaves the view as it was.
+  for (auto [clock, speed] : std::vector<std::pair<int64_t, double>>{
+           {-5, 1.0},
+           {std::numeric_limits<int64_t>::max(), 1.0},
+           {8, std::nan("")},
+           {8, -1.0},
+           {8, std::numeric_limits<double>::infinity()}}) {
+    v1::HeartbeatRequest bad;
+    bad.set_member_id(1);
+    bad.set_clock(clock);
+    bad.set_samples_per_sec(speed);
+    grpc::ClientContext ctx;
+    v1::HeartbeatResponse resp;
+    EXPECT_EQ(stub_->Heartbeat(&ctx, bad, &resp).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT)
+        << clock << " " << speed;
+  }
+  view = scheduler_->CurrentView();
   EXPECT_EQ(view.workers(0).clock(), 7);
   EXPECT_EQ(view.workers(0).samples_per_sec(), 100.0);
 

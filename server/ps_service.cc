@@ -106,8 +106,7 @@ class Service final : public ServiceBase {
 
   grpc::Status Stats(grpc::ServerContext* ctx, const v1::StatsRequest*,
                      v1::StatsResponse* resp) override {
-    STRATA_RETURN_GRPC_IF_ERROR(
-        security_->Authorize(*ctx, "Stats", kWorkersAndClients));
+    STRATA_RETURN_GRPC_IF_ERROR(security_->Authorize(*ctx, "Stats", kReaders));
     shard_->FillStats(resp);
     resp->set_shm_payloads(shm_payloads_.load(std::memory_order_relaxed));
     return grpc::Status::OK;
@@ -223,6 +222,8 @@ class Service final : public ServiceBase {
   static constexpr std::initializer_list<Role> kWorkers = {Role::kWorker};
   static constexpr std::initializer_list<Role> kWorkersAndClients = {
       Role::kWorker, Role::kClient};
+  static constexpr std::initializer_list<Role> kReaders = {
+      Role::kWorker, Role::kClient, Role::kScheduler, Role::kServer};
 
   const Security* security_;
   Shard* shard_;

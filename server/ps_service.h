@@ -26,7 +26,8 @@ class ParameterServer;
 // takes snapshots (the Snapshot RPC); the series go to `metrics`;
 // `security` says who may call what:
 //   Push, Pull, RegisterChunks, AttachShm, Commit   workers
-//   Snapshot, Stats                                 workers, clients
+//   Snapshot                                        workers, clients
+//   Stats                                           any role
 std::unique_ptr<grpc::Service> NewParameterServerService(
     Shard* shard, ShmSessions* shm, ParameterServer* owner,
     ThreadPool* push_pool, ThreadPool* pull_pool, Metrics* metrics,

@@ -38,6 +38,8 @@ ServerMetrics::ServerMetrics(Metrics* metrics, const Shard* shard,
   metrics->AddCounterFn("strata_server_rejected_total", kRejected,
                         read(c->rejected_other), {{"reason", "invalid"}});
   metrics->AddCounterFn("strata_server_rejected_total", kRejected,
+                        read(c->rejected_busy), {{"reason", "busy"}});
+  metrics->AddCounterFn("strata_server_rejected_total", kRejected,
                         read(c->aborted_stale_epoch),
                         {{"reason", "stale_epoch"}});
   metrics->AddCounterFn("strata_server_rejected_total", kRejected,

@@ -341,13 +341,14 @@ absl::Status Shard::DecodeGradient(const v1::PushRequest& req,
   } else {
     read(reinterpret_cast<char*>(out->data()));
   }
-  if (!AllFinite(out->data(), numel)) {
+  if (!AllWithin(out->data(), numel, kMaxGradientMagnitude)) {
     counters_.rejected_nonfinite++;
     *nonfinite = true;
     GiveBuffer(std::move(*out));
-    return absl::InvalidArgumentError(
-        absl::StrCat("gradient for chunk ", req.chunk_id(), " step ",
-                     req.step(), " has NaN or Inf; rejected"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gradient for chunk ", req.chunk_id(), " step ", req.step(),
+        " has NaN, Inf or a value beyond +-1e19 (its square "
+        "would overflow the optimizer's fp32 state); rejected"));
   }
   return absl::OkStatus();
 }

@@ -70,6 +70,15 @@ struct ShardOptions {
   // Largest chunk a peer may register (each costs up to 3x in RAM with
   // Adam's state); a bigger one is INVALID_ARGUMENT.
   uint64_t max_chunk_bytes = 256ull << 20;
+  // Pulls waiting at the gate at once, per live worker and for all other
+  // requesters together; one more is RESOURCE_EXHAUSTED. A waiting pull
+  // holds a handler thread: these keep a few requesters from holding them
+  // all (a worker has at most PsClientOptions::max_in_flight_per_server).
+  int max_waiting_pulls_per_worker = 64;
+  int max_waiting_pulls_others = 16;
+  // A pull for a version (or, under SSP, a clock) this many steps beyond
+  // the chunk's can never be served before max_wait: OUT_OF_RANGE at once.
+  uint64_t max_steps_ahead = 1 << 16;
   Clock* clock = Clock::Real();
 };
 
@@ -88,6 +97,8 @@ struct ShardCounters {
   // Pulls that had to wait at the consistency gate, and their wait in total.
   std::atomic<uint64_t> gate_waits{0};
   std::atomic<uint64_t> gate_wait_ns{0};
+  // Pulls refused because their requester had too many waiting already.
+  std::atomic<uint64_t> rejected_busy{0};
 };
 
 // What a pull returns besides the data.
@@ -326,6 +337,10 @@ class Shard {
 
   absl::Mutex pool_mu_;
   std::vector<std::vector<float>> pool_ ABSL_GUARDED_BY(pool_mu_);
+
+  // Pulls waiting at the gate, by requester (0: every non-worker).
+  absl::Mutex waiting_mu_;
+  absl::flat_hash_map<uint64_t, int> waiting_ ABSL_GUARDED_BY(waiting_mu_);
 
   absl::Mutex snap_mu_;
   SnapshotSink snapshot_sink_ ABSL_GUARDED_BY(snap_mu_);

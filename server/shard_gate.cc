@@ -238,6 +238,10 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
     return absl::InvalidArgumentError(
         absl::StrCat("unknown pull dtype ", req.dtype()));
   }
+  if (req.clock() < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pull clock ", req.clock(), ": a step (>= 0), or -1 for none"));
+  }
   counters_.pulls++;
   STRATA_RETURN_IF_ERROR(AwaitGeneration(req.generation()));
   const Consistency& mode = options_.consistency;
@@ -260,6 +264,20 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
     }
     need_version = std::max<uint64_t>(need_version, req.clock());
   }
+  // Steps close one at a time: a wait for one this far off is an error
+  // (or hostile), not a wait.
+  const uint64_t ahead = options_.max_steps_ahead;
+  if (need_version > c->rec.version + ahead ||
+      (mode.mode == Consistency::kSsp && worker && req.clock() >= 0 &&
+       static_cast<uint64_t>(req.clock()) >
+           c->rec.version + ahead + mode.staleness)) {
+    return absl::OutOfRangeError(
+        absl::StrCat("pull of chunk ", req.chunk_id(), " for version ",
+                     need_version, " at clock ", req.clock(),
+                     " can never be served: the chunk is at "
+                     "version ",
+                     c->rec.version));
+  }
   if (mode.mode == Consistency::kSsp && worker && req.clock() >= 0) {
     c->clocks.try_emplace(member, req.clock());
   }
@@ -280,11 +298,14 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + options_.max_wait;
   bool waited = false;
+  const uint64_t waiter = worker ? member : 0;
   // Counts the wait however the loop ends (served, refused or timed out).
   auto count_wait = absl::MakeCleanup([&] {
     if (!waited) return;
     counters_.gate_waits++;
     counters_.gate_wait_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
+    absl::MutexLock w(&waiting_mu_);
+    if (--waiting_[waiter] == 0) waiting_.erase(waiter);
   });
   for (;;) {
     // Before `ready`: a rolled-back chunk may be at the version wanted, but
@@ -301,7 +322,21 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
           " but the live workers changed since; redo it with the new view's "
           "shares"));
     }
-    waited = true;
+    if (!waited) {
+      absl::MutexLock w(&waiting_mu_);
+      const int cap = worker ? options_.max_waiting_pulls_per_worker
+                             : options_.max_waiting_pulls_others;
+      if (waiting_[waiter] >= cap) {
+        if (waiting_[waiter] == 0) waiting_.erase(waiter);
+        counters_.rejected_busy++;
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "pull of chunk ", req.chunk_id(), ": ", cap, " pulls of ",
+            worker ? absl::StrCat("worker ", member) : "non-workers",
+            " wait at the gate already"));
+      }
+      ++waiting_[waiter];
+      waited = true;
+    }
     if (c->changed.WaitWithDeadline(&c->mu, deadline) && !ready()) {
       return absl::DeadlineExceededError(absl::StrCat(
           "pull of chunk ", req.chunk_id(), " waited ",

@@ -71,7 +71,14 @@ TEST(Shard, BadPushesAreRejectedAndLeaveWeightsUntouched) {
   std::vector<float> inf = g;
   inf[0] = std::numeric_limits<float>::infinity();
   EXPECT_FALSE(shard.Push(PushReq(7, 0, 1, 3), Bytes(inf)).ok());
-  EXPECT_EQ(shard.counters().rejected_nonfinite.load(), 2u);
+  // Finite, but its square overflows Adam's fp32 second moment.
+  std::vector<float> huge = g;
+  huge[5] = -3e38f;
+  auto huge_status = shard.Push(PushReq(7, 0, 1, 3), Bytes(huge)).status();
+  EXPECT_EQ(huge_status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(huge_status.message().find("beyond +-1e19"),
+            absl::string_view::npos);
+  EXPECT_EQ(shard.counters().rejected_nonfinite.load(), 3u);
 
   EXPECT_EQ(shard.Push(PushReq(8, 0, 1, 3), Bytes(g)).status().code(),
             absl::StatusCode::kFailedPrecondition);  // not a member
@@ -416,6 +423,67 @@ TEST(Shard, RefusesARequestThatContradictsItself) {
   EXPECT_EQ(shard.Register(groups).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(shard.num_chunks(), 0u);
+}
+
+TEST(Shard, RefusesAtOnceAPullThatCanNeverBeServed) {
+  Shard shard(Opts("bsp", absl::Seconds(60)));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(1, {1, 2}, 1));
+  v1::PullRequest r;
+  r.set_member_id(99);  // not a worker: no clock bound applies
+  r.set_chunk_id(ChunkId("w", 0));
+  r.set_min_version(std::numeric_limits<uint64_t>::max());
+  std::string out;
+  const absl::Time start = absl::Now();
+  absl::Status far = shard.Pull(r, &out).status();
+  EXPECT_EQ(far.code(), absl::StatusCode::kOutOfRange) << far;
+  EXPECT_NE(far.message().find("can never be served"), std::string::npos);
+  r.set_member_id(1);
+  r.set_min_version(0);
+  r.set_clock(std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(shard.Pull(r, &out).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));  // neither waited
+  r.set_clock(-7);
+  EXPECT_EQ(shard.Pull(r, &out).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Shard, APullBeyondItsRequestersQuotaOfWaitsIsRefused) {
+  ShardOptions o = Opts("bsp", absl::Seconds(60));
+  o.max_waiting_pulls_others = 2;
+  Shard shard(o);
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(1, {1, 2}, 1));
+  auto stranger_pull = [&shard] {
+    v1::PullRequest r;
+    r.set_member_id(99);
+    r.set_chunk_id(ChunkId("w", 0));
+    r.set_min_version(1);  // waits: no step has closed
+    std::string out;
+    return shard.Pull(r, &out).status();
+  };
+  absl::Status waited[2];
+  std::thread a([&] { waited[0] = stranger_pull(); });
+  std::thread b([&] { waited[1] = stranger_pull(); });
+  while (shard.counters().pulls.load() < 2)
+    absl::SleepFor(absl::Milliseconds(5));
+  absl::SleepFor(absl::Milliseconds(100));  // both at the gate
+  absl::Status third = stranger_pull();
+  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted) << third;
+  EXPECT_EQ(shard.counters().rejected_busy.load(), 1u);
+  // A worker's own pulls still get in, and are served.
+  ASSERT_TRUE(
+      shard.Push(PushReq(1, 0, 1), Bytes(std::vector<float>(kN, 1.0f))).ok());
+  ASSERT_TRUE(
+      shard.Push(PushReq(2, 0, 1), Bytes(std::vector<float>(kN, 1.0f))).ok());
+  uint64_t version = 0;
+  PullNow(shard, 1, 1, &version);
+  EXPECT_EQ(version, 1u);
+  a.join();
+  b.join();
+  EXPECT_TRUE(waited[0].ok()) << waited[0];  // served once the step closed
+  EXPECT_TRUE(waited[1].ok()) << waited[1];
+  EXPECT_TRUE(stranger_pull().ok());  // the quota is free again
 }
 
 TEST(Shard, CancelReleasesPullsWaitingAtTheGate) {
