@@ -8,6 +8,11 @@
 # second time built with AddressSanitizer, in build-vgpu-asan/: the
 # equivalent of compute-sanitizer's memcheck, since every device buffer is a
 # host allocation of its exact size there. STRATA_SKIP_ASAN=1 skips that.
+#
+# Last, each libFuzzer target (fuzz/: the parameter server's and the
+# scheduler's request handling, chunk records, token shards) runs for 10 s
+# from its corpus, built with clang in build-fuzz/ (scripts/fuzz.sh; a
+# longer hunt: bash scripts/fuzz.sh 3600). STRATA_SKIP_FUZZ=1 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
@@ -30,4 +35,8 @@ if [[ -x build/kernels/kernels_cuda_vgpu_test && -x /usr/local/cuda/bin/nvcc ]] 
     cuda_kernels_emu_test gpt_cuda_convert_emu_test kernels_cuda_vgpu_test \
     gpt_cuda_vgpu_test
   (cd build-vgpu-asan && ctest --output-on-failure -j"$(nproc)" --timeout 900 -L vgpu)
+fi
+
+if [[ "${STRATA_SKIP_FUZZ:-0}" != 1 && $# -eq 0 ]]; then
+  bash scripts/fuzz.sh 10
 fi

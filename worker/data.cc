@@ -45,9 +45,31 @@ bool IsShard(const std::string& bytes) {
          std::memcmp(bytes.data(), kShardMagic, sizeof(kShardMagic)) == 0;
 }
 
-absl::StatusOr<std::vector<uint16_t>> ParseShard(const std::string& bytes,
-                                                 const std::string& path,
-                                                 int vocab) {
+// Appends the tokens of one file (shard or bytes) to `out`.
+absl::Status AppendFile(const std::string& path, int vocab,
+                        std::vector<uint16_t>& out) {
+  absl::StatusOr<std::string> bytes = ReadFile(path);
+  if (!bytes.ok()) return bytes.status();
+  if (IsShard(*bytes)) {
+    absl::StatusOr<std::vector<uint16_t>> t =
+        ParseTokenShard(*bytes, path, vocab);
+    if (!t.ok()) return t.status();
+    out.insert(out.end(), t->begin(), t->end());
+    return absl::OkStatus();
+  }
+  if (vocab < kByteVocab) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " is read as bytes, which needs vocab >= 256, not ", vocab));
+  }
+  for (unsigned char c : *bytes) out.push_back(c);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<uint16_t>> ParseTokenShard(const std::string& bytes,
+                                                      const std::string& path,
+                                                      int vocab) {
   if (!IsShard(bytes)) {
     return absl::DataLossError(absl::StrCat(path, ": not a token shard"));
   }
@@ -67,7 +89,8 @@ absl::StatusOr<std::vector<uint16_t>> ParseShard(const std::string& bytes,
                                             " bytes"));
   }
   std::vector<uint16_t> tokens(count);
-  std::memcpy(tokens.data(), bytes.data() + kHeaderBytes, body);
+  // An empty shard's vector has no storage: memcpy must not see its null.
+  if (body > 0) std::memcpy(tokens.data(), bytes.data() + kHeaderBytes, body);
   for (uint64_t i = 0; i < count; ++i) {
     if (tokens[i] >= vocab) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -76,27 +99,6 @@ absl::StatusOr<std::vector<uint16_t>> ParseShard(const std::string& bytes,
   }
   return tokens;
 }
-
-// Appends the tokens of one file (shard or bytes) to `out`.
-absl::Status AppendFile(const std::string& path, int vocab,
-                        std::vector<uint16_t>& out) {
-  absl::StatusOr<std::string> bytes = ReadFile(path);
-  if (!bytes.ok()) return bytes.status();
-  if (IsShard(*bytes)) {
-    absl::StatusOr<std::vector<uint16_t>> t = ParseShard(*bytes, path, vocab);
-    if (!t.ok()) return t.status();
-    out.insert(out.end(), t->begin(), t->end());
-    return absl::OkStatus();
-  }
-  if (vocab < kByteVocab) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, " is read as bytes, which needs vocab >= 256, not ", vocab));
-  }
-  for (unsigned char c : *bytes) out.push_back(c);
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::Status WriteTokenShard(const std::string& path,
                              absl::Span<const uint16_t> tokens) {
@@ -117,7 +119,7 @@ absl::StatusOr<std::vector<uint16_t>> ReadTokenShard(const std::string& path,
                                                      int vocab) {
   absl::StatusOr<std::string> bytes = ReadFile(path);
   if (!bytes.ok()) return bytes.status();
-  return ParseShard(*bytes, path, vocab);
+  return ParseTokenShard(*bytes, path, vocab);
 }
 
 absl::StatusOr<std::vector<uint16_t>> LoadTokens(const std::string& path,

@@ -32,6 +32,12 @@ absl::Status WriteTokenShard(const std::string& path,
 absl::StatusOr<std::vector<uint16_t>> ReadTokenShard(const std::string& path,
                                                      int vocab);
 
+// Validates shard `bytes` as ReadTokenShard does (`path` names it in
+// errors).
+absl::StatusOr<std::vector<uint16_t>> ParseTokenShard(const std::string& bytes,
+                                                      const std::string& path,
+                                                      int vocab);
+
 // Loads tokens from `path`: a file that starts with the shard magic is read
 // as a shard, any other file as bytes (one token per byte); a folder
 // contributes all regular files under it, recursively, in sorted path order,

@@ -40,6 +40,16 @@ TEST(TokenShard, RoundTrips) {
   EXPECT_EQ(*read, tokens);
 }
 
+// Found by fuzz/token_shard_fuzz.cc (an empty body's null pointer went to
+// memcpy).
+TEST(TokenShard, AnEmptyShardRoundTrips) {
+  const std::string path = TempPath("empty.tok");
+  ASSERT_TRUE(WriteTokenShard(path, {}).ok());
+  auto read = ReadTokenShard(path, 256);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(read->empty());
+}
+
 TEST(TokenShard, RejectsBadMagicTruncationAndLargeTokens) {
   const std::string path = TempPath("bad.tok");
   ASSERT_TRUE(WriteTokenShard(path, {1, 2, 300}).ok());
