@@ -32,15 +32,24 @@ join_figures() {
   done <<<"${theirs}"
 }
 
+# tls_flags ROLE: the TLS flags of ROLE with the certificates in $TLS_DIR;
+# nothing when TLS_DIR is unset.
+tls_flags() {
+  [ -n "${TLS_DIR:-}" ] || return 0
+  echo "--tls_cert $TLS_DIR/$1.pem --tls_key $TLS_DIR/$1.key --tls_ca $TLS_DIR/ca.pem"
+}
+
 # start_cluster DIR [SCHEDULER FLAGS...]: starts a scheduler (2 shard slots,
 # plus the flags) and two servers from build/, logging into DIR; appends
 # their pids to the array `pids`, sets `addr` to the scheduler's address and
 # `server_pids` to the servers' pids. With SNAPSHOT_EVERY set, server s keeps
 # snapshots every that many steps in DIR/server<s> (start_server starts it
-# again on it).
+# again on it). With TLS_DIR set (`strata certs --out TLS_DIR`), every
+# channel is mutual TLS with its certificates.
 start_cluster() {
   local dir=$1; shift
   ./build/cli/strata scheduler --listen 127.0.0.1:0 --num_shards 2 "$@" \
+    $(tls_flags scheduler) \
     --address_file "$dir/addr" 2>"$dir/scheduler.log" & pids+=($!)
   for _ in $(seq 100); do [ -s "$dir/addr" ] && break; sleep 0.1; done
   addr=$(cat "$dir/addr")
@@ -55,6 +64,7 @@ start_server() {
     flags=(--data_dir "$dir/server$s" --snapshot_every "$SNAPSHOT_EVERY")
   fi
   ./build/cli/strata server --scheduler "$addr" --shard "$s" "${flags[@]}" \
+    $(tls_flags server) \
     2>>"$dir/server$s.log" & pids+=($!)
   server_pids[s]=$!
 }

@@ -5,6 +5,10 @@
 # messages; each against iperf3 on 127.0.0.1 measured in the same run.
 # Run from the repository root: bash bench/pushpull.sh
 # CONFIGS="4:1:1 64:2:0" picks configurations (chunk MiB:workers:shm).
+# Then the gRPC configurations (TLS_CONFIGS) again on a second cluster with
+# mutual TLS on every channel, each against its plaintext figure
+# (pushpull_tls_ratio_to_plaintext). Shared memory carries payloads
+# outside the channel, so TLS does not touch them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
@@ -22,16 +26,40 @@ sleep 0.5
 tcp=$(iperf3 -c 127.0.0.1 -p $port -l 1M -t 5 -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e9)')
 printf "loopback_tcp_GBps %.3f\n" "$tcp"
 
-start_cluster "$dir" --consistency asp
-
-for config in ${CONFIGS:-4:1:1 4:1:0 4:2:1 4:2:0 64:1:1 64:1:0 64:2:1 64:2:0}; do
-  IFS=: read -r chunk workers shm <<<"$config"
+# run_config CONFIG [BENCH FLAGS...]: one configuration against the
+# cluster at $addr; sets `name` and `pp`.
+run_config() {
+  local chunk workers shm
+  IFS=: read -r chunk workers shm <<<"$1"; shift
   name="chunk${chunk}MiB_workers${workers}_$([ "$shm" = 1 ] && echo shm || echo grpc)"
   ./build/bench/pushpull_bench --scheduler "$addr" --model_mib "${MODEL_MIB:-256}" \
     --chunk_mib "$chunk" --workers "$workers" --shm "$shm" \
-    --rounds "${ROUNDS:-4}" --repeats 3 >"$dir/pp.out" 2>"$dir/pp.err" ||
+    --rounds "${ROUNDS:-4}" --repeats 3 "$@" >"$dir/pp.out" 2>"$dir/pp.err" ||
     { cat "$dir/pp.err" >&2; exit 1; }
   pp=$(awk '/^pushpull_GBps/ {print $2}' "$dir/pp.out")
+}
+
+start_cluster "$dir" --consistency asp
+declare -A plain
+for config in ${CONFIGS:-4:1:1 4:1:0 4:2:1 4:2:0 64:1:1 64:1:0 64:2:1 64:2:0}; do
+  run_config "$config"
+  plain[$name]=$pp
   printf "pushpull_GBps %s %.3f\n" "$name" "$pp"
   python3 -c "print('pushpull_ratio_to_tcp $name %.3f' % ($pp / $tcp))"
+done
+
+# The same through mutual TLS: a second cluster with `strata certs` files.
+for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+wait 2>/dev/null || true
+pids=()
+export TLS_DIR="$dir/certs"
+./build/cli/strata certs --out "$TLS_DIR" >/dev/null
+mkdir -p "$dir/tls" && start_cluster "$dir/tls" --consistency asp
+for config in ${TLS_CONFIGS:-4:1:0 4:2:0 64:1:0 64:2:0}; do
+  run_config "$config" $(tls_flags worker)
+  printf "pushpull_GBps tls_%s %.3f\n" "$name" "$pp"
+  python3 -c "print('pushpull_ratio_to_tcp tls_$name %.3f' % ($pp / $tcp))"
+  if [ -n "${plain[$name]:-}" ]; then
+    python3 -c "print('pushpull_tls_ratio_to_plaintext $name %.3f' % ($pp / ${plain[$name]}))"
+  fi
 done

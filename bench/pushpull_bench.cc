@@ -5,7 +5,8 @@
 // pushes every chunk and pulls every chunk with all of them in flight.
 // Prints `pushpull_GBps <x>`: bytes pushed plus bytes pulled by all clients
 // per second, best of --repeats. --shm 0 keeps payloads in the gRPC
-// messages even where the servers could map shared memory.
+// messages even where the servers could map shared memory. With
+// --tls_cert/--tls_key/--tls_ca (a worker's) every channel is mutual TLS.
 #include <cstdio>
 #include <thread>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "client/ps_client.h"
 #include "cluster/scheduler_client.h"
 #include "common/malloc_tuning.h"
+#include "security/tls.h"
 
 namespace {
 
@@ -61,7 +63,16 @@ int main(int argc, char** argv) {
   app.add_option("--workers", workers, "clients pushing and pulling at once")
       ->check(CLI::PositiveNumber);
   app.add_option("--shm", shm, "payloads through shared memory where possible");
+  strata::TlsFiles tls;
+  app.add_option("--tls_cert", tls.cert);
+  app.add_option("--tls_key", tls.key);
+  app.add_option("--tls_ca", tls.ca);
   CLI11_PARSE(app, argc, argv);
+  auto security = strata::Security::Load(tls);
+  if (!security.ok()) {
+    return std::fprintf(stderr, "%s\n", security.status().ToString().c_str()),
+           1;
+  }
 
   strata::ModelSpec model;
   model.chunk_bytes = static_cast<uint64_t>(chunk_mib) << 20;
@@ -80,6 +91,7 @@ int main(int argc, char** argv) {
   for (Client& c : clients) {
     strata::SchedulerClientOptions so;
     so.scheduler_address = scheduler;
+    so.security = *security;
     auto sched = strata::SchedulerClient::Connect(so);
     if (!sched.ok())
       return std::fprintf(stderr, "%s\n", sched.status().ToString().c_str()), 1;
@@ -87,6 +99,7 @@ int main(int argc, char** argv) {
     strata::PsClientOptions po;
     po.max_in_flight_per_server = in_flight;
     po.shared_memory = shm;
+    po.security = *security;
     auto ps = strata::PsClient::Create(po, c.sched.get());
     if (!ps.ok()) return 1;
     c.ps = std::move(*ps);
