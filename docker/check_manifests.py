@@ -77,15 +77,16 @@ def check_k8s(k8s_dir, problems):
         if not pod.get("securityContext", {}).get("runAsNonRoot"):
             problems.append("%s may run as root" % name)
         # Kubernetes' own gRPC probes cannot present a client certificate:
-        # the probes run `strata health` with the role's own.
+        # the probes run `strata health` with the role's own, on the pod's
+        # loopback (its advertised name may not resolve before it is ready).
+        listen = flag(args, "listen") or ""
         for probe in ("readinessProbe", "livenessProbe"):
             command = c.get(probe, {}).get("exec", {}).get("command", [])
-            if command[:4] != ["strata", "health", "--address_file",
-                               "/tmp/strata.address"]:
-                problems.append("%s: %s is not `strata health` on the "
-                                "role's --address_file" % (name, probe))
-            if "--address_file=/tmp/strata.address" not in " ".join(args):
-                problems.append("%s writes no /tmp/strata.address" % name)
+            want = ["strata", "health", "--address",
+                    "127.0.0.1:" + listen.rsplit(":", 1)[-1]]
+            if command[:4] != want:
+                problems.append("%s: %s is not `strata health` on its "
+                                "--listen port (%s)" % (name, probe, listen))
             timeout = c.get(probe, {}).get("timeoutSeconds", 1)
             if "--timeout_s" in command and float(
                     command[command.index("--timeout_s") + 1]) >= timeout:

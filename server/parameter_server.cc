@@ -133,7 +133,11 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address,
                            options.security->ServerCredentials(), &impl->port);
-  builder.SetMaxReceiveMessageSize(-1);
+  // A request carries at most one chunk's payload (ShardOptions'
+  // max_chunk_bytes) and a small header: anything larger is refused by
+  // gRPC (RESOURCE_EXHAUSTED) before it is read into memory.
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(ShardOptions().max_chunk_bytes + (8 << 20)));
   builder.SetMaxSendMessageSize(-1);
   grpc::ResourceQuota quota("strata-server");
   quota.SetMaxThreads(options.max_threads);
