@@ -174,6 +174,11 @@ absl::StatusOr<v1::View> SchedulerClient::WaitForMemberView(
 }
 
 void SchedulerClient::SetProgress(int64_t clock, double samples_per_sec) {
+  // The scheduler refuses a heartbeat with a speed that is not finite or
+  // not in [0, 1e12] (scheduler/membership.cc): a step timed at zero
+  // seconds must not cost the member its lease.
+  if (!(samples_per_sec >= 0)) samples_per_sec = 0;  // NaN too
+  samples_per_sec = std::min(samples_per_sec, 1e12);
   absl::MutexLock lock(&mu_);
   progress_clock_ = clock;
   samples_per_sec_ = samples_per_sec;

@@ -1,6 +1,8 @@
 #include "cluster/scheduler_client.h"
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +78,27 @@ TEST(SchedulerClient, ProgressReachesTheScheduler) {
   }
   EXPECT_EQ(scheduler->CurrentView().workers(0).clock(), 42);
   EXPECT_EQ(scheduler->CurrentView().workers(0).samples_per_sec(), 12.5);
+}
+
+// A speed the scheduler would refuse (a step timed at zero seconds) is
+// sent within its bounds: the heartbeat, and so the lease, goes on.
+TEST(SchedulerClient, ProgressOutsideTheSchedulersBoundsIsClamped) {
+  auto scheduler = StartScheduler({});
+  auto a = ConnectWorker(*scheduler);
+  a->SetProgress(43, std::numeric_limits<double>::infinity());
+  const absl::Time deadline = absl::Now() + kWait;
+  while (absl::Now() < deadline &&
+         scheduler->CurrentView().workers(0).clock() != 43) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(scheduler->CurrentView().workers(0).clock(), 43);
+  EXPECT_EQ(scheduler->CurrentView().workers(0).samples_per_sec(), 1e12);
+  a->SetProgress(44, std::nan(""));
+  while (absl::Now() < deadline &&
+         scheduler->CurrentView().workers(0).clock() != 44) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(scheduler->CurrentView().workers(0).samples_per_sec(), 0.0);
 }
 
 TEST(SchedulerClient, SilentMemberExpiresAndOthersSeeTheEpochRise) {
