@@ -1,17 +1,19 @@
 // Mutual TLS and role authorization on a real scheduler and parameter
 // server (in this process, on 127.0.0.1): who may join, push, and act for
 // whom, and what a certificate from another CA or a rotated CA gets.
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <filesystem>
+#include <future>
 
 #include "common/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "security/certs.h"
 #include "security/tls.h"
-#include "strata/v1/scheduler.grpc.pb.h"
 #include "server/shard.h"
+#include "strata/v1/scheduler.grpc.pb.h"
 #include "testing/server/ps_cluster.h"
 
 namespace strata {
@@ -150,6 +152,51 @@ TEST_F(SecureCluster, APlaintextCallerIsRefused) {
   absl::Status s =
       FromGrpcStatus(stub->GetView(&ctx, v1::GetViewRequest(), &view));
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+}
+
+// Bytes that are no request: the payload handlers (Push, Pull) answer
+// INVALID_ARGUMENT; the others are refused by gRPC's own protobuf parsing
+// (INTERNAL, before a handler runs). Either way the server goes on.
+TEST_F(SecureCluster, RandomBytesAreRefusedAndTheServersGoOn) {
+  StartScheduler("a");
+  StartServer("a");
+  auto worker = Creds("a", Role::kWorker);
+  std::string junk(333, '\0');
+  uint64_t x = 88172645463325252ull;
+  for (char& c : junk) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift
+    c = static_cast<char>(x);
+  }
+  junk[0] = '\xff';  // field 31, wire type 7: invalid at once
+  auto call = [&junk](std::shared_ptr<grpc::Channel> channel,
+                      const std::string& method) {
+    grpc::GenericStub stub(channel);
+    grpc::Slice slice(junk);
+    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                   [&done](grpc::Status s) { done.set_value(s); });
+    return done.get_future().get();
+  };
+  auto ps = worker->Dial(server_->address(), Role::kServer);
+  EXPECT_EQ(call(ps, "/strata.v1.ParameterServer/Push").error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(call(ps, "/strata.v1.ParameterServer/Pull").error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  auto sched = worker->Dial(scheduler_->address(), Role::kScheduler);
+  EXPECT_FALSE(call(sched, "/strata.v1.Scheduler/Register").ok());
+  EXPECT_FALSE(call(sched, "/strata.v1.Scheduler/Heartbeat").ok());
+  // Both still serve members.
+  auto joined = Join(worker, v1::ROLE_WORKER);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  PsClientOptions po;
+  po.security = worker;
+  auto client = PsClient::Create(po, joined->get());
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->RegisterModel(testing::Model()).ok());
+  testing::TrainSteps(**client, 0, 2);
 }
 
 TEST_F(SecureCluster, ANewCaTakesEffectWhenTheSchedulerRestarts) {
