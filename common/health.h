@@ -1,7 +1,8 @@
 // gRPC health (grpc.health.v1) for Strata's roles: every gRPC server a role
 // runs answers Check and Watch through gRPC's built-in health service,
 // NOT_SERVING until the role is ready and after it starts to shut down.
-// Kubernetes' grpc probes, `strata health` and `strata status` ask it.
+// `strata health` and `strata status` ask it (and Kubernetes' grpc probes
+// where there is no TLS: they present no client certificate).
 #ifndef STRATA_COMMON_HEALTH_H_
 #define STRATA_COMMON_HEALTH_H_
 
