@@ -16,8 +16,17 @@ absl::StatusOr<uint64_t> KvStore::Put(const std::string& key,
                                       const std::string& value, bool cas,
                                       uint64_t expected_revision) {
   if (key.empty()) return absl::InvalidArgumentError("kv put: empty key");
+  if (key.size() > kMaxKvKeyBytes || value.size() > kMaxKvValueBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv put: a key holds at most ", kMaxKvKeyBytes, " bytes and a value ",
+        kMaxKvValueBytes, "; got ", key.size(), " and ", value.size()));
+  }
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(key);
+  if (it == entries_.end() && entries_.size() >= kMaxKvKeys) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("kv put: the store holds ", kMaxKvKeys, " keys already"));
+  }
   const uint64_t current = it == entries_.end() ? 0 : it->second.revision();
   if (cas && current != expected_revision) {
     return WithKvRevision(

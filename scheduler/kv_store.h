@@ -22,6 +22,13 @@
 
 namespace strata::scheduler_internal {
 
+// What the rendezvous KV holds at most (a rendezvous needs a few keys of a
+// few hundred bytes per member): every key is kept in the scheduler's
+// memory and its RocksDB state.
+inline constexpr size_t kMaxKvKeyBytes = 1024;
+inline constexpr size_t kMaxKvValueBytes = 64 << 10;
+inline constexpr size_t kMaxKvKeys = 65536;
+
 // Keys with values and per-key revisions (1 on the first put, +1 on each
 // later one). Thread-safe.
 class KvStore {
@@ -31,7 +38,9 @@ class KvStore {
 
   // Puts key=value, or with `cas` only if the key's revision equals
   // `expected_revision` (0: the key must not exist). Returns the new
-  // revision. Errors: INVALID_ARGUMENT (empty key), FAILED_PRECONDITION on a
+  // revision. Errors: INVALID_ARGUMENT (empty key, or a key or value over
+  // the limits above), RESOURCE_EXHAUSTED (a new key beyond kMaxKvKeys),
+  // FAILED_PRECONDITION on a
   // CAS mismatch (with the current revision as kKvRevisionPayload and in the
   // message), a storage error (then nothing changed).
   absl::StatusOr<uint64_t> Put(const std::string& key, const std::string& value,

@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "scheduler/kv_store.h"
 #include "strata/v1/scheduler.grpc.pb.h"
 
 namespace strata {
@@ -338,6 +339,20 @@ TEST_F(SchedulerTest, KvPutGetAndCompareAndSet) {
   EXPECT_EQ(Get("a")->value(), "3");
   EXPECT_EQ(*Put("b", "new", /*cas=*/true, 0), 1u);
   EXPECT_TRUE(absl::IsFailedPrecondition(Put("b", "y", true, 0).status()));
+}
+
+TEST_F(SchedulerTest, KvRefusesKeysAndValuesBeyondItsLimits) {
+  Start();
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      Put(std::string(scheduler_internal::kMaxKvKeyBytes + 1, 'k'), "v")
+          .status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      Put("k", std::string(scheduler_internal::kMaxKvValueBytes + 1, 'v'))
+          .status()));
+  EXPECT_TRUE(absl::IsNotFound(Get("k").status()));  // nothing stored
+  EXPECT_EQ(*Put(std::string(scheduler_internal::kMaxKvKeyBytes, 'k'),
+                 std::string(scheduler_internal::kMaxKvValueBytes, 'v')),
+            1u);
 }
 
 TEST_F(SchedulerTest, KvGetWaits) {
