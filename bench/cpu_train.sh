@@ -13,6 +13,12 @@
 #   ratio_to_torch <config> <x/y>
 # Set WITH_SERVERS=0 to skip the cluster runs; WORKER_FLAGS adds flags to
 # the workers there (e.g. "--shm false" for payloads in gRPC messages).
+# TIER=4 also runs each cluster shape with servers whose --ram_budget is a
+# quarter of their share of the state (weights and AdamW moments, 12 bytes
+# per parameter), the rest spilled to disk under TIER_DIR (default
+# /var/tmp), and prints
+#   cpu_tokens_per_s_with_tier <config> <t>
+#   tier_ratio_to_unbounded <config> <t/z>      (target >= 0.7 for 124M)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${BUILD_DIR:-build}"
@@ -42,27 +48,39 @@ fi
 # loopback (BSP, AdamW on the servers, the default settings: gradients
 # clipped to norm 1 with pushes streamed during backward, payloads through
 # shared memory).
-with_servers() {  # name layers heads width context batch
-  local name=$1 dir pids=()
-  dir=$(mktemp -d /tmp/strata-cpu-train-XXXXXX)
+with_servers() {  # name layers heads width context batch [state ratio]
+  local name=$1 dir pids=() server_flags=() figure=cpu_tokens_per_s_with_servers
+  dir=$(mktemp -d "${TIER_DIR:-/var/tmp}/strata-cpu-train-XXXXXX")
   "${build}/cli/strata" scheduler --listen 127.0.0.1:0 --num_shards 2 \
     --address_file "${dir}/addr" 2>"${dir}/scheduler.log" & pids+=($!)
   for _ in $(seq 100); do [[ -s "${dir}/addr" ]] && break; sleep 0.1; done
   local addr; addr=$(cat "${dir}/addr")
+  if [[ -n "${7:-}" ]]; then
+    # Each server's share of the state (12 bytes per parameter) / ratio.
+    local params budget
+    params=$(( 50257 * $4 + $5 * $4 + $2 * (12 * $4 * $4 + 13 * $4) + 2 * $4 ))
+    budget=$(( params * 12 / 2 / $7 ))
+    server_flags=(--ram_budget "${budget}")
+    figure=cpu_tokens_per_s_with_tier
+  fi
   for s in 0 1; do
-    "${build}/cli/strata" server --scheduler "${addr}" --shard $s 2>"${dir}/server$s.log" & pids+=($!)
+    "${build}/cli/strata" server --scheduler "${addr}" --shard $s \
+      --data_dir "${dir}/server$s" "${server_flags[@]}" 2>"${dir}/server$s.log" & pids+=($!)
   done
   "${build}/cli/strata" worker --scheduler "${addr}" --layers "$2" --heads "$3" --width "$4" \
     --context "$5" --batch "$6" --vocab 50257 --steps 6 --eval_every 0 ${WORKER_FLAGS:-} \
     --data /usr/share/common-licenses --metrics "${dir}/metrics.jsonl" 2>"${dir}/worker.log"
   # Steps 2..5 (after warm-up), from the elapsed time in the metrics.
-  python3 - "${dir}/metrics.jsonl" "$name" "$(( $5 * $6 ))" <<'PY'
+  python3 - "${dir}/metrics.jsonl" "$name" "$(( $5 * $6 ))" "$figure" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 t = [r["elapsed_s"] for r in rows]
 tokens = int(sys.argv[3])
-print("cpu_tokens_per_s_with_servers %s %.1f" % (sys.argv[2], tokens * (len(t) - 2) / (t[-1] - t[1])))
+print("%s %s %.1f" % (sys.argv[4], sys.argv[2], tokens * (len(t) - 2) / (t[-1] - t[1])))
 PY
+  if [[ -n "${7:-}" ]]; then
+    "${build}/cli/strata" status --scheduler "${addr}" 2>/dev/null | grep -o 'ram [^m]*MiB  spilled [^M]*MiB  hit rate [0-9.]*' >&2 || true
+  fi
   kill "${pids[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
   rm -rf "${dir}"
@@ -71,5 +89,10 @@ if [[ "${WITH_SERVERS:-1}" != 0 ]]; then
   servers="$(with_servers L4_C256_H4_B8_T256 4 4 256 256 8; with_servers L12_C768_H12_B4_T64 12 12 768 64 4)"
   echo "${servers}"
   join_figures cpu_tokens_per_s "${ours}" "${servers}" sync_overhead "1 - y / x"
+  if [[ -n "${TIER:-}" ]]; then
+    tiered="$(with_servers L4_C256_H4_B8_T256 4 4 256 256 8 "${TIER}"; with_servers L12_C768_H12_B4_T64 12 12 768 64 4 "${TIER}")"
+    echo "${tiered}"
+    join_figures cpu_tokens_per_s_with_tier "${tiered}" "${servers}" tier_ratio_to_unbounded "x / y"
+  fi
 fi
 echo "load after: $(uptime)" >&2

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "cli/ops.h"
 #include "cli/plot.h"
 #include "cli/process.h"
 #include "cli/signals.h"
@@ -35,8 +36,9 @@ struct LocalOptions {
   std::string consistency = "bsp";
   std::string work_dir;  // "" = a fresh /tmp/strata-local-XXXXXX
   int64_t snapshot_every = 100;
-  bool toy = false;  // least-squares demo instead of a GPT
-  bool tls = false;  // mutual TLS on every channel, certificates in dir
+  bool toy = false;         // least-squares demo instead of a GPT
+  bool tls = false;         // mutual TLS on every channel, certificates in dir
+  uint64_t ram_budget = 0;  // per server; 0 = everything in RAM
   TrainerOptions train = DefaultTraining();
 
   // A small byte-level GPT that learns visible structure from Debian's
@@ -69,13 +71,14 @@ struct LocalPlan {
   int64_t snapshot_every = 100;
   bool toy = false;
   bool tls = false;
+  uint64_t ram_budget = 0;
   // The workers' flags, without --scheduler and the per-worker --metrics.
   std::vector<std::string> worker_args;
 };
 
 LocalPlan PlanOf(const LocalOptions& o) {
-  LocalPlan p{o.servers, o.workers, o.consistency, o.snapshot_every, o.toy,
-              o.tls,     {}};
+  LocalPlan p{o.servers, o.workers, o.consistency, o.snapshot_every,
+              o.toy,     o.tls,     o.ram_budget,  {}};
   if (o.toy) {
     p.worker_args = {"toy", "--workers", std::to_string(o.workers), "--steps",
                      std::to_string(o.train.steps)};
@@ -96,6 +99,7 @@ absl::Status SavePlan(const LocalPlan& p, const std::string& path) {
                             {"snapshot_every", p.snapshot_every},
                             {"toy", p.toy},
                             {"tls", p.tls},
+                            {"ram_budget", p.ram_budget},
                             {"worker_args", p.worker_args}};
   return WriteFileSynced(path, j.dump(1) + "\n");
 }
@@ -115,6 +119,7 @@ absl::StatusOr<LocalPlan> LoadPlan(const std::string& path) {
     p.snapshot_every = j.at("snapshot_every").get<int64_t>();
     p.toy = j.at("toy").get<bool>();
     p.tls = j.value("tls", false);  // absent in runs before TLS
+    p.ram_budget = j.value("ram_budget", uint64_t{0});  // and before tiers
     p.worker_args = j.at("worker_args").get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(path, " is malformed: ", e.what()));
@@ -285,6 +290,9 @@ int Launch(const LocalPlan& o, std::string dir, int64_t resume_step) {
     if (resume_step >= 0) {
       args.insert(args.end(), {"--restore_step", std::to_string(resume_step)});
     }
+    if (o.ram_budget > 0) {
+      args.insert(args.end(), {"--ram_budget", std::to_string(o.ram_budget)});
+    }
     with_tls(args, Role::kServer);
     auto pid = SpawnSelf(args);
     if (!pid.ok()) {
@@ -376,6 +384,7 @@ CommandFn AddLocalCommand(CLI::App& app) {
                 "mutual TLS on every channel, as a cluster runs, with a CA "
                 "and per-role certificates made in <dir>/certs");
   AddTrainerFlags(cmd, &o->train);
+  AddRamBudgetFlag(cmd, &o->ram_budget);
   cmd->add_option("--snapshot_every", o->snapshot_every,
                   "snapshot every N steps (0: never)")
       ->check(CLI::NonNegativeNumber)

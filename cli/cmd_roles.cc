@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/ops.h"
+#include "common/malloc_tuning.h"
 #include "cli/signals.h"
 #include "common/consistency.h"
 #include "common/status.h"
@@ -118,6 +119,12 @@ CommandFn AddServerCommand(CLI::App& app) {
                   "load the snapshot of this step instead of the latest (a "
                   "job resuming at a step every server holds)")
       ->check(CLI::NonNegativeNumber);
+  AddRamBudgetFlag(cmd, &o->ram_budget);
+  cmd->add_option("--prefetch_depth", o->prefetch_depth,
+                  "with --ram_budget: tiles read from disk ahead of use, in "
+                  "the order the previous step used them")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   cmd->add_option(
       "--consistency", o->consistency,
       "bsp | ssp:<s> | asp (default: the job's, from the scheduler)");
@@ -145,6 +152,7 @@ CommandFn AddServerCommand(CLI::App& app) {
     if (!endpoint.ok()) return ReportStatus("server", endpoint.status());
     o->metrics_address =
         MetricsAddress(endpoint->get(), *metrics, o->advertise_address);
+    if (o->ram_budget > 0) TuneMallocForBudget();
     auto server = ParameterServer::Start(*o);
     if (!server.ok()) return ReportStatus("server", server.status());
     ParameterServer* s = server->get();

@@ -73,6 +73,21 @@ void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
         static_cast<unsigned long long>(st.bsp_samples_applied()),
         static_cast<unsigned long long>(st.bsp_tiling_errors()),
         static_cast<unsigned long long>(st.aborted_stale_epoch()));
+    if (st.has_tier()) {
+      const v1::TierStats& t = st.tier();
+      const uint64_t uses = t.hits() + t.misses();
+      std::printf(
+          "  ram %.1f/%.1f MiB  spilled %.1f MiB  hit rate %.3f  "
+          "read %.1f MiB  written %.1f MiB",
+          t.resident_bytes() / 1048576.0, t.ram_budget() / 1048576.0,
+          t.spilled_bytes() / 1048576.0,
+          uses == 0 ? 1.0 : static_cast<double>(t.hits()) / uses,
+          t.read_bytes() / 1048576.0, t.write_bytes() / 1048576.0);
+      if (t.write_errors() > 0) {
+        std::printf("  spill write errors %llu",
+                    static_cast<unsigned long long>(t.write_errors()));
+      }
+    }
   }
   if (member != nullptr && !member->metrics_address().empty()) {
     std::printf("  metrics %s", member->metrics_address().c_str());

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/ops.h"
 #include "cli/signals.h"
+#include "common/byte_size.h"
 #include "common/health.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -122,6 +123,21 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "clip gradients to this global norm (0: off)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--chunk_size",
+         [o](const std::string& text) {
+           o->chunk_bytes = *ParseByteSize(text);
+         },
+         "largest piece of a tensor the servers hold as one chunk, e.g. 4MiB "
+         "(each server's --ram_budget must hold one chunk's weights and "
+         "optimizer state)")
+      ->check([](const std::string& text) -> std::string {
+        absl::StatusOr<uint64_t> b = ParseByteSize(text);
+        if (!b.ok()) return std::string(b.status().message());
+        if (*b < 4 || *b > (256ull << 20))
+          return "a chunk size must be between 4 bytes and 256MiB";
+        return "";
+      });
   cmd->add_option("--micro_batches", o->micro_batches,
                   "compute each worker's share of a step in this many "
                   "micro-batches, accumulated and pushed once (the global "
@@ -177,6 +193,8 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
   if (o.pull_bf16) f.push_back("--pull_bf16");
   if (o.micro_batches != 1)
     f.insert(f.end(), {"--micro_batches", std::to_string(o.micro_batches)});
+  if (o.chunk_bytes != TrainerOptions().chunk_bytes)
+    f.insert(f.end(), {"--chunk_size", std::to_string(o.chunk_bytes)});
   if (!o.overlap_clip) f.insert(f.end(), {"--overlap_clip", "false"});
   if (!o.shared_memory) f.insert(f.end(), {"--shm", "false"});
   if (!o.metrics_path.empty()) f.insert(f.end(), {"--metrics", o.metrics_path});

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"
 
@@ -18,6 +19,21 @@ void AddMetricsFlags(CLI::App* cmd, MetricsFlags* flags) {
                   "address the metrics endpoint listens on (0.0.0.0: every "
                   "interface)")
       ->capture_default_str();
+}
+
+void AddRamBudgetFlag(CLI::App* cmd, uint64_t* bytes) {
+  cmd->add_option_function<std::string>(
+         "--ram_budget",
+         [bytes](const std::string& text) { *bytes = *ParseByteSize(text); },
+         "RAM for parameter tiles (weights and optimizer state) per server, "
+         "e.g. 2GiB; the rest spills to <data_dir>/spill on disk and is "
+         "read back ahead of use (unset: everything in RAM)")
+      ->check([](const std::string& text) -> std::string {
+        absl::StatusOr<uint64_t> b = ParseByteSize(text);
+        if (!b.ok()) return std::string(b.status().message());
+        if (*b == 0) return "a RAM budget must be more than 0 bytes";
+        return "";
+      });
 }
 
 void AddTlsFlags(CLI::App* cmd, TlsFlags* flags, bool listens) {

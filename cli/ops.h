@@ -44,6 +44,10 @@ absl::StatusOr<std::shared_ptr<const Security>> LoadSecurity(
     const TlsFlags& flags, std::optional<Role> role,
     const std::vector<std::string>& listens = {});
 
+// --ram_budget on a command that starts servers: a byte size ("2GiB";
+// common/byte_size.h) into `bytes`; unset leaves it 0.
+void AddRamBudgetFlag(CLI::App* cmd, uint64_t* bytes);
+
 // Writes "address\n" to `path` atomically (rename), for a parent process
 // or a container health check waiting on it; nothing for "" path.
 absl::Status WriteAddressFile(const std::string& path,

@@ -25,6 +25,7 @@
 #include "spdlog/spdlog.h"
 #include "storage/data_dir.h"
 #include "storage/ram_tier.h"
+#include "storage/spill_store.h"
 #include "strata/v1/ps.grpc.pb.h"
 
 namespace strata {
@@ -111,6 +112,11 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     return absl::InvalidArgumentError("--snapshot_every must be >= 0");
   if (options.keep_snapshots < 1)
     return absl::InvalidArgumentError("--keep_snapshots must be >= 1");
+  if (options.ram_budget > 0 && options.data_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--ram_budget needs a --data_dir (tiles that do not fit spill to "
+        "<data_dir>/spill)");
+  }
   if (options.scheduler_address.empty() && options.consistency.empty())
     options.consistency = "bsp";
   auto impl = std::make_unique<Impl>();
@@ -163,6 +169,19 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   shard_options.view_wait = options.view_wait;
   shard_options.snapshot_every = options.snapshot_every;
   shard_options.clock = options.clock;
+  if (options.ram_budget > 0) {
+    SpillOptions spill;
+    spill.ram_budget = options.ram_budget;
+    spill.dir = options.data_dir + "/spill";
+    spill.prefetch_depth = options.prefetch_depth;
+    absl::StatusOr<std::unique_ptr<SpillStore>> store = SpillStore::Open(spill);
+    if (!store.ok()) {
+      return absl::Status(store.status().code(),
+                          absl::StrCat("the spill tier in ", spill.dir, ": ",
+                                       store.status().message()));
+    }
+    shard_options.spill = *std::move(store);
+  }
   impl->shard = std::make_unique<Shard>(shard_options);
 
   if (options.restore_step >= 0 && !impl->data_dir) {
@@ -186,10 +205,13 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
       STRATA_ASSIGN_OR_RETURN(latest, impl->data_dir->LatestSnapshot());
     }
     if (latest.has_value()) {
-      RamTier records;
+      // On the spill disk for a shard with a budget: the snapshot may be
+      // larger than RAM.
+      STRATA_ASSIGN_OR_RETURN(std::unique_ptr<ChunkTier> records,
+                              impl->shard->NewScratchTier());
       STRATA_ASSIGN_OR_RETURN(std::string meta,
-                              impl->data_dir->LoadSnapshot(*latest, records));
-      STRATA_RETURN_IF_ERROR(impl->shard->Restore(meta, records));
+                              impl->data_dir->LoadSnapshot(*latest, *records));
+      STRATA_RETURN_IF_ERROR(impl->shard->Restore(meta, *records));
       impl->restored_step = *latest;
     }
   }
@@ -218,7 +240,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   me.snapshots = std::make_unique<SnapshotKeeper>(
       me.data_dir.get(), me.shard.get(), options.keep_snapshots);
   me.shard->set_snapshot_sink([&me](uint64_t generation, int64_t step,
-                                    std::unique_ptr<RamTier> capture) {
+                                    std::unique_ptr<ChunkTier> capture) {
     me.snapshots->Queue(generation, step, std::move(capture));
   });
 
@@ -271,7 +293,8 @@ int64_t ParameterServer::restored_step() const { return impl_->restored_step; }
 
 absl::StatusOr<std::string> ParameterServer::SnapshotNow(int64_t step) {
   const uint64_t generation = impl_->shard->generation();
-  std::unique_ptr<RamTier> capture = impl_->shard->CaptureAll();
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<ChunkTier> capture,
+                          impl_->shard->CaptureAll());
   return impl_->snapshots->Write(step, *capture, generation);
 }
 

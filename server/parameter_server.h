@@ -32,6 +32,11 @@ struct ServerOptions {
   // may roll the job back: scheduler/rollback.h) and with heartbeats.
   std::string data_dir;
   int64_t restore_step = -1;
+  // Bytes of chunk tiles (weights and optimizer state) held in RAM; the
+  // rest spill to <data_dir>/spill (storage/spill_store.h). 0 = no budget:
+  // everything in RAM. Needs a data_dir.
+  uint64_t ram_budget = 0;
+  int prefetch_depth = 4;  // tiles read ahead of use, with a budget
   // bsp | ssp:<s> | asp. With a scheduler, "" means "the job's setting from
   // the view"; a setting that differs from the view's is an error.
   std::string consistency;

@@ -70,6 +70,34 @@ ServerMetrics::ServerMetrics(Metrics* metrics, const Shard* shard,
   metrics->AddGaugeFn(
       "strata_server_generation", "The shard's rollback generation",
       [shard] { return static_cast<double>(shard->generation()); });
+  if (const SpillStore* spill = shard->spill(); spill != nullptr) {
+    const SpillCounters* t = &spill->counters();
+    metrics->AddGaugeFn(
+        "strata_server_tier_ram_budget_bytes",
+        "RAM budget for parameter tiles (--ram_budget)",
+        [spill] { return static_cast<double>(spill->budget()); });
+    const char* kTierBytes = "Parameter tile bytes in RAM and spilled to disk";
+    metrics->AddGaugeFn("strata_server_tier_bytes", kTierBytes,
+                        read(t->resident_bytes), {{"tier", "ram"}});
+    metrics->AddGaugeFn("strata_server_tier_bytes", kTierBytes,
+                        read(t->spilled_bytes), {{"tier", "disk"}});
+    const char* kUses = "Tile uses that found it in RAM (hit) or read it";
+    metrics->AddCounterFn("strata_server_tier_uses_total", kUses, read(t->hits),
+                          {{"result", "hit"}});
+    metrics->AddCounterFn("strata_server_tier_uses_total", kUses,
+                          read(t->misses), {{"result", "miss"}});
+    metrics->AddCounterFn("strata_server_tier_prefetched_total",
+                          "Tiles read from disk ahead of use",
+                          read(t->prefetched));
+    const char* kIo = "Bytes of tiles read from and written to the spill disk";
+    metrics->AddCounterFn("strata_server_tier_io_bytes_total", kIo,
+                          read(t->read_bytes), {{"direction", "read"}});
+    metrics->AddCounterFn("strata_server_tier_io_bytes_total", kIo,
+                          read(t->write_bytes), {{"direction", "write"}});
+    metrics->AddCounterFn("strata_server_tier_write_errors_total",
+                          "Tiles the spill disk refused (they stay in RAM)",
+                          read(t->write_errors));
+  }
 }
 
 void ServerMetrics::Answered(Method method, const absl::Status& status,

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/bf16.h"
@@ -63,7 +64,12 @@ absl::Status Shard::ValidateChunkSpec(const v1::ChunkSpec& s,
   return absl::OkStatus();
 }
 
-Shard::Shard(ShardOptions options) : options_(std::move(options)) {}
+Shard::Shard(ShardOptions options) : options_(std::move(options)) {
+  if (options_.spill != nullptr) {
+    tier_io_ =
+        std::make_unique<ThreadPool>(options_.spill->options().io_threads);
+  }
+}
 Shard::~Shard() = default;
 
 absl::StatusOr<v1::RegisterChunksResponse> Shard::Register(
@@ -105,6 +111,22 @@ absl::StatusOr<v1::RegisterChunksResponse> Shard::Register(
       return absl::InvalidArgumentError(
           absl::StrCat("chunk ", s.tensor(), "#", s.index(),
                        " names unknown optimizer group '", s.group(), "'"));
+    }
+    if (options_.spill != nullptr) {
+      const auto g = new_groups.find(s.group());
+      const OptimizerParams& params =
+          g != new_groups.end() ? g->second : groups_.at(s.group())->params;
+      const uint64_t tile = s.numel() * 4 * (1 + NumStateSlots(params));
+      if (tile > options_.spill->budget()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("chunk ", s.tensor(), "#", s.index(),
+                         "'s weights and optimizer "
+                         "state take ",
+                         tile,
+                         " bytes, more than this server's RAM budget "
+                         "of ",
+                         options_.spill->budget(), " bytes (--ram_budget)"));
+      }
     }
     std::vector<int64_t> shape(s.tensor_shape().begin(),
                                s.tensor_shape().end());
@@ -167,6 +189,27 @@ absl::Status Shard::CreateChunk(const v1::ChunkSpec& spec, const Group* group,
     c->rec.weights.resize(n);
     FillInit(spec.init(), spec.chunk_id(), c->rec.weights.data(), n);
     c->rec.slots.assign(slots, std::vector<float>(n, 0.0f));
+  }
+  c->tile_bytes = n * sizeof(float) * (1 + slots);
+  if (SpillStore* spill = options_.spill.get(); spill != nullptr) {
+    if (spill->OverBudget(c->tile_bytes)) {
+      // Over budget already: the new tile goes straight to disk. A disk
+      // that refuses it refuses the chunk (the request's earlier chunks
+      // stay registered; a retry registers the rest).
+      if (absl::Status s = spill->Write(c->rec); !s.ok()) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "cannot admit chunk ", spec.tensor(), "#", spec.index(),
+            ": the RAM budget is full and the spill disk refused it: ",
+            s.message()));
+      }
+      std::vector<float>().swap(c->rec.weights);
+      std::vector<std::vector<float>>().swap(c->rec.slots);
+      c->resident = false;
+      c->disk_current = true;
+      spill->NoteSpilled(c->tile_bytes);
+    } else {
+      spill->Admit(spec.chunk_id(), c->tile_bytes, /*was_spilled=*/false);
+    }
   }
   // Created after a rollback (a restarted server that held no snapshot):
   // in its generation, or no request could reach it.
@@ -386,6 +429,8 @@ absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req,
 absl::StatusOr<v1::PushResponse> Shard::Apply(Chunk& c,
                                               const v1::PushRequest& req,
                                               std::vector<float> grad) {
+  BeforeUse(c);
+  absl::Cleanup after = [&] { AfterUse(c); };
   if (options_.consistency.mode == Consistency::kBsp)
     return PushBsp(c, req, std::move(grad));
   auto r = PushAsync(c, req, grad);
@@ -420,6 +465,20 @@ void Shard::FillStats(v1::StatsResponse* out) const {
   out->set_aborted_stale_epoch(counters_.aborted_stale_epoch);
   out->set_aborted_rolled_back(counters_.aborted_rolled_back);
   out->set_generation(generation());
+  if (const SpillStore* spill = options_.spill.get(); spill != nullptr) {
+    const SpillCounters& t = spill->counters();
+    v1::TierStats* tier = out->mutable_tier();
+    tier->set_ram_budget(spill->budget());
+    const auto [resident, spilled] = spill->Bytes();
+    tier->set_resident_bytes(resident);
+    tier->set_spilled_bytes(spilled);
+    tier->set_hits(t.hits);
+    tier->set_misses(t.misses);
+    tier->set_prefetched(t.prefetched);
+    tier->set_read_bytes(t.read_bytes);
+    tier->set_write_bytes(t.write_bytes);
+    tier->set_write_errors(t.write_errors);
+  }
   absl::MutexLock lock(&table_mu_);
   out->set_chunks(chunks_.size());
   for (const auto& [id, c] : chunks_) {

@@ -49,9 +49,11 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/consistency.h"
+#include "common/thread_pool.h"
 #include "optim/optimizer.h"
 #include "server/applied_tracker.h"
 #include "storage/ram_tier.h"
+#include "storage/spill_store.h"
 #include "strata/v1/common.pb.h"
 #include "strata/v1/ps.pb.h"
 
@@ -80,6 +82,13 @@ struct ShardOptions {
   // the chunk's can never be served before max_wait: OUT_OF_RANGE at once.
   uint64_t max_steps_ahead = 1 << 16;
   Clock* clock = Clock::Real();
+  // A RAM budget for the chunks' tiles (weights, optimizer state) with the
+  // rest spilled to disk (storage/spill_store.h; server/shard_tier.cc);
+  // null: every tile stays in RAM. Outside the budget: tiles in use at the
+  // moment another is needed (at most one per handler thread and reader),
+  // open BSP steps' and deferred pushes' gradients, the gradient buffer
+  // pool, and the spill database's memtables (2 x 8 MiB).
+  std::shared_ptr<SpillStore> spill;
 };
 
 // Counters, for Stats and tests.
@@ -109,8 +118,9 @@ struct PullResult {
 
 // Called with a complete, consistent capture of every chunk at `step`
 // (BSP auto-snapshots). Runs on the thread that closed the last chunk.
+// The capture is in RAM, or on the spill disk for a shard with a budget.
 using SnapshotSink = std::function<void(uint64_t generation, int64_t step,
-                                        std::unique_ptr<RamTier> capture)>;
+                                        std::unique_ptr<ChunkTier> capture)>;
 
 // Called with each update every chunk of the shard has applied (slot unset;
 // server/applied_tracker.h). Runs under a chunk's lock: it must be quick and
@@ -170,10 +180,15 @@ class Shard {
   // Convenience: the weights into `out` (resized to fit).
   absl::StatusOr<PullResult> Pull(const v1::PullRequest& req, std::string* out);
 
-  // Copies every chunk's current state into a new RamTier (each chunk is
-  // copied under its own lock; callers wanting a cross-chunk consistent cut
-  // use auto-snapshots in BSP, or quiesce workers first).
-  std::unique_ptr<RamTier> CaptureAll() const;
+  // Copies every chunk's current state into a new tier: in RAM, or on the
+  // spill disk for a shard with a budget (each chunk is copied under its
+  // own lock; callers wanting a cross-chunk consistent cut use
+  // auto-snapshots in BSP, or quiesce workers first).
+  absl::StatusOr<std::unique_ptr<ChunkTier>> CaptureAll() const;
+
+  // An empty tier for captures and loaded snapshots: in RAM, or on the
+  // spill disk for a shard with a budget (whose state may not fit in RAM).
+  absl::StatusOr<std::unique_ptr<ChunkTier>> NewScratchTier() const;
 
   // Serialized GroupSpecs (snapshot metadata) and restoring from a snapshot.
   std::string GroupsMetadata() const;
@@ -200,6 +215,10 @@ class Shard {
   void set_snapshot_sink(SnapshotSink sink);
   void set_applied_sink(AppliedSink sink);
   const ShardCounters& counters() const { return counters_; }
+  // The RAM tier's books; null without a budget.
+  const SpillStore* spill() const { return options_.spill.get(); }
+  // Blocks until the tiles being read ahead have landed (tests, benches).
+  void WaitForReadAheads();
   void FillStats(v1::StatsResponse* out) const;
   size_t num_chunks() const;
 
@@ -227,6 +246,13 @@ class Shard {
     // The rollback generation and the step it started from.
     uint64_t generation ABSL_GUARDED_BY(mu) = 0;
     int64_t generation_step ABSL_GUARDED_BY(mu) = 0;
+    // The tier (shard_tier.cc): whether rec's weights and slots are in RAM
+    // (written under mu, read without it as a hint), whether the spilled
+    // copy equals them, and whether a read-ahead is queued.
+    std::atomic<bool> resident{true};
+    bool disk_current ABSL_GUARDED_BY(mu) = false;
+    std::atomic<bool> prefetching{false};
+    size_t tile_bytes = 0;  // immutable after creation
   };
   struct ViewState {
     uint64_t epoch = 0;
@@ -251,6 +277,9 @@ class Shard {
                                         std::vector<float> grad);
   absl::StatusOr<v1::PushResponse> Apply(Chunk& c, const v1::PushRequest& req,
                                          std::vector<float> grad);
+  // Pull's gate wait and copy, on a found chunk.
+  absl::StatusOr<PullResult> PullChunk(Chunk* c, const v1::PullRequest& req,
+                                       PayloadAllocator alloc);
   // Drops the deferred pushes of members `live` says have left.
   void DropDeferred(absl::FunctionRef<bool(uint64_t member)> live);
   absl::Status DecodeGradient(const v1::PushRequest& req, size_t payload_bytes,
@@ -283,6 +312,25 @@ class Shard {
   static bool IsLive(const ViewState& view, uint64_t member);
   absl::Status CreateChunk(const v1::ChunkSpec& spec, const Group* group,
                            const ChunkRecord* restored);
+  // The tier (shard_tier.cc). Resident makes c's tile resident (reading it
+  // back if spilled) and counts the use; DATA_LOSS if it cannot be read.
+  absl::Status Resident(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // Before locking c for a use: room for its tile if it is spilled.
+  void BeforeUse(const Chunk& c);
+  // After a use, no lock held: reads ahead the tiles expected next, and
+  // spills the coldest while the budget is passed.
+  void AfterUse(const Chunk& c);
+  // Spills least recently used tiles until `extra` more bytes fit.
+  void MakeRoom(size_t extra);
+  // Writes c's tile out (unless the spilled copy is current) and frees it.
+  absl::Status Spill(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // A spilled chunk's record as it would be resident (for captures).
+  absl::StatusOr<ChunkRecord> TileCopy(const Chunk& c) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // Marks c's resident tile changed since it was last written out.
+  static void Dirty(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+    c.disk_current = false;
+  }
   // A chunk spec's own checks (name, id, size, shape, overflow).
   static absl::Status ValidateChunkSpec(const v1::ChunkSpec& s,
                                         uint64_t max_chunk_bytes);
@@ -345,13 +393,19 @@ class Shard {
   absl::Mutex snap_mu_;
   SnapshotSink snapshot_sink_ ABSL_GUARDED_BY(snap_mu_);
   // step -> captured chunks so far (BSP auto-snapshots).
-  std::map<int64_t, std::unique_ptr<RamTier>> pending_snapshots_
+  std::map<int64_t, std::unique_ptr<ChunkTier>> pending_snapshots_
       ABSL_GUARDED_BY(snap_mu_);
   int64_t last_captured_step_ ABSL_GUARDED_BY(snap_mu_) = -1;
 
   AppliedTracker applied_;
   absl::Mutex applied_sink_mu_;
   AppliedSink applied_sink_ ABSL_GUARDED_BY(applied_sink_mu_);
+
+  absl::Mutex read_ahead_mu_;
+  int read_aheads_ ABSL_GUARDED_BY(read_ahead_mu_) = 0;  // queued or running
+  // Reads ahead for the tier; declared last, so it is joined first, while
+  // the chunks and counters its tasks use still exist. Null without a tier.
+  std::unique_ptr<ThreadPool> tier_io_;
 };
 
 }  // namespace strata

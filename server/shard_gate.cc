@@ -45,6 +45,10 @@ absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
         " but the live workers changed at epoch ", now.workers_epoch,
         "; redo the step with the new view's shares"));
   }
+  if (absl::Status s = Resident(c); !s.ok()) {
+    GiveBuffer(std::move(grad));
+    return s;
+  }
   v1::PushResponse resp;
   const int64_t open_step = static_cast<int64_t>(c.rec.version);
   if (req.step() < open_step) {
@@ -102,6 +106,13 @@ void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
     total += contrib.samples;
     epoch = std::max(epoch, contrib.epoch);
   }
+  // Resident already when a push closes the step; a view change's sweep
+  // may close it on a spilled tile.
+  if (absl::Status s = Resident(c); !s.ok()) {
+    spdlog::error("strata server: cannot close step {} of chunk {}: {}",
+                  c.rec.version, c.spec.chunk_id(), s.ToString());
+    return;  // the step stays open; a retried push closes it
+  }
   CheckTiling(c);
   counters_.bsp_samples_applied += total;
   const size_t n = c.spec.numel();
@@ -152,6 +163,7 @@ void Shard::ApplyGradient(Chunk& c, const float* grad, int64_t step) {
   float* v = c.rec.slots.size() > 1 ? c.rec.slots[1].data() : nullptr;
   ApplyUpdate(p, lr, t, c.rec.weights.data(), m, v, grad, c.rec.weights.size());
   c.rec.version++;
+  Dirty(c);
   counters_.pushes_applied++;
 }
 
@@ -159,6 +171,7 @@ absl::StatusOr<v1::PushResponse> Shard::PushAsync(
     Chunk& c, const v1::PushRequest& req, const std::vector<float>& grad) {
   absl::MutexLock lock(&c.mu);
   STRATA_RETURN_IF_ERROR(CheckGeneration(c, req.generation()));
+  STRATA_RETURN_IF_ERROR(Resident(c));
   const ViewState now = view();
   if (!IsLive(now, req.member_id())) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -233,6 +246,15 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
 absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
                                        PayloadAllocator alloc) {
   STRATA_ASSIGN_OR_RETURN(Chunk * c, FindChunk(req.chunk_id()));
+  BeforeUse(*c);
+  absl::StatusOr<PullResult> result = PullChunk(c, req, alloc);
+  AfterUse(*c);
+  return result;
+}
+
+absl::StatusOr<PullResult> Shard::PullChunk(Chunk* c,
+                                            const v1::PullRequest& req,
+                                            PayloadAllocator alloc) {
   if (req.dtype() != v1::DTYPE_F32 && req.dtype() != v1::DTYPE_BF16 &&
       req.dtype() != v1::DTYPE_UNSPECIFIED) {
     return absl::InvalidArgumentError(
@@ -344,10 +366,11 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
           c->rec.version, ", wanted ", need_version, ")"));
     }
   }
+  STRATA_RETURN_IF_ERROR(Resident(*c));
   PullResult result;
   result.version = c->rec.version;
   result.min_clock = MinClock(*c, view());
-  const size_t n = c->rec.weights.size();
+  const size_t n = c->spec.numel();
   const size_t bytes = n * ElementBytes(req.dtype());
   char* out = alloc(bytes);
   if (out == nullptr) {

@@ -38,7 +38,7 @@ TEST(ShardRollBack, RestoresTheSnapshotAndRefusesOlderGenerations) {
   ASSERT_TRUE(shard.Register(OneChunk()).ok());
   shard.UpdateView(MakeView(1, {1}, 1));
   Steps(shard, 0, 3, 0);
-  std::unique_ptr<RamTier> at3 = shard.CaptureAll();
+  std::unique_ptr<ChunkTier> at3 = shard.CaptureAll().value();
   const std::string meta = shard.GroupsMetadata();
   Steps(shard, 3, 7, 0);
   std::string out;
@@ -115,7 +115,7 @@ TEST(ShardRollBack, StepZeroIsTheInitialWeightsAndWakesWaitingPulls) {
 TEST(ShardRollBack, ASnapshotThatLacksAChunkChangesNothing) {
   Shard shard(Opts("bsp"));
   ASSERT_TRUE(shard.Register(OneChunk("w")).ok());
-  std::unique_ptr<RamTier> only_w = shard.CaptureAll();
+  std::unique_ptr<ChunkTier> only_w = shard.CaptureAll().value();
   const std::string meta = shard.GroupsMetadata();
   ASSERT_TRUE(shard.Register(OneChunk("v")).ok());
   shard.UpdateView(MakeView(1, {1}, 1));

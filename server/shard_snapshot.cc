@@ -6,6 +6,7 @@
 #include "common/status.h"
 #include "server/init.h"
 #include "server/shard.h"
+#include "spdlog/spdlog.h"
 
 // Capturing a shard's chunks for snapshots: the consistent cut BSP
 // auto-snapshots assemble as each chunk closes the step, a capture of
@@ -16,14 +17,32 @@ namespace strata {
 
 void Shard::CaptureForSnapshot(const Chunk& c) {
   const int64_t step = static_cast<int64_t>(c.rec.version);
-  ChunkRecord copy = c.rec;  // under the chunk's lock, not snap_mu_
-  std::unique_ptr<RamTier> done;
+  // Under the chunk's lock, not snap_mu_.
+  absl::StatusOr<ChunkRecord> copy = TileCopy(c);
+  std::unique_ptr<ChunkTier> done;
   {
     absl::MutexLock lock(&snap_mu_);
     if (step <= last_captured_step_) return;  // a newer cut is already complete
     auto& capture = pending_snapshots_[step];
-    if (!capture) capture = std::make_unique<RamTier>();
-    (void)capture->Put(std::move(copy));
+    if (!capture) {
+      absl::StatusOr<std::unique_ptr<ChunkTier>> fresh = NewScratchTier();
+      if (!fresh.ok())
+        copy = fresh.status();
+      else
+        capture = *std::move(fresh);
+    }
+    absl::Status put = copy.status();
+    if (put.ok()) {
+      auto* ram = dynamic_cast<RamTier*>(capture.get());
+      put = ram != nullptr ? ram->Put(*std::move(copy)) : capture->Put(*copy);
+    }
+    if (!put.ok()) {
+      // This step's cut cannot complete; a later one will.
+      spdlog::error("strata server: snapshot capture of step {}: {}", step,
+                    put.ToString());
+      pending_snapshots_.erase(step);
+      return;
+    }
     if (capture->size() < num_chunks_.load()) return;
     done = std::move(capture);
     last_captured_step_ = step;
@@ -44,16 +63,24 @@ void Shard::set_snapshot_sink(SnapshotSink sink) {
   snapshot_sink_ = std::move(sink);
 }
 
-std::unique_ptr<RamTier> Shard::CaptureAll() const {
+absl::StatusOr<std::unique_ptr<ChunkTier>> Shard::CaptureAll() const {
   std::vector<Chunk*> all;
   {
     absl::MutexLock lock(&table_mu_);
     for (auto& [id, c] : chunks_) all.push_back(c.get());
   }
-  auto capture = std::make_unique<RamTier>();
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<ChunkTier> capture, NewScratchTier());
   for (Chunk* c : all) {
-    absl::MutexLock lock(&c->mu);
-    (void)capture->Put(c->rec);
+    absl::StatusOr<ChunkRecord> copy;
+    {
+      absl::MutexLock lock(&c->mu);
+      copy = TileCopy(*c);
+    }
+    // Outside the chunk's lock: the capture's own lock is never taken
+    // under a shard lock (a capture may be rolled back to, whose records
+    // are read while shard locks are taken).
+    STRATA_RETURN_IF_ERROR(copy.status());
+    STRATA_RETURN_IF_ERROR(capture->Put(*copy));
   }
   return capture;
 }
@@ -76,36 +103,47 @@ absl::Status Shard::RollBack(uint64_t generation, int64_t step,
         absl::StrCat("rollback to generation ", generation,
                      " is not newer than this shard's ", this->generation()));
   }
-  // Copied out first: no shard lock is taken under the tier's.
-  absl::flat_hash_map<uint64_t, ChunkRecord> restored;
+  // Two passes over the snapshot's records, one at a time, so neither
+  // holds it all in RAM (a shard with a budget may hold many times its
+  // RAM): the first creates the chunks this shard lacks (a restarted
+  // server that restored an older snapshot, or none) and checks every
+  // record, the second moves every chunk to it. Records are fetched with
+  // Get, never inside the tier's ForEach: no shard lock is taken while the
+  // tier holds its own.
+  std::vector<uint64_t> ids;
   if (records != nullptr) {
+    STRATA_RETURN_IF_ERROR(RegisterGroups(*metadata));
     STRATA_RETURN_IF_ERROR(records->ForEach([&](const ChunkRecord& rec) {
-      restored[rec.id] = rec;
+      ids.push_back(rec.id);
       return absl::OkStatus();
     }));
-    // A chunk the snapshot holds that this shard lacks (a restarted server
-    // that restored an older snapshot, or none) is created first.
-    STRATA_RETURN_IF_ERROR(RegisterGroups(*metadata));
-    for (const auto& [id, rec] : restored) {
+    for (uint64_t id : ids) {
+      STRATA_ASSIGN_OR_RETURN(ChunkRecord rec, records->Get(id));
       STRATA_RETURN_IF_ERROR(RestoreChunk(rec));
+      STRATA_ASSIGN_OR_RETURN(Chunk * c, FindChunk(id));
+      if (rec.weights.size() != c->spec.numel() ||
+          static_cast<int>(rec.slots.size()) !=
+              NumStateSlots(c->group->params)) {
+        return absl::DataLossError(absl::StrCat(
+            "the snapshot of step ", step, "'s chunk ", c->spec.tensor(), "#",
+            c->spec.index(), " does not match it"));
+      }
     }
   }
+  const absl::flat_hash_set<uint64_t> in_snapshot(ids.begin(), ids.end());
   std::vector<Chunk*> all;
   {
     absl::MutexLock lock(&table_mu_);
     for (auto& [id, c] : chunks_) all.push_back(c.get());
   }
   // Check everything first, so a bad snapshot changes no chunk's state.
-  for (Chunk* c : all) {
-    if (records == nullptr) continue;
-    auto it = restored.find(c->spec.chunk_id());
-    absl::MutexLock lock(&c->mu);
-    if (it == restored.end() ||
-        it->second.weights.size() != c->rec.weights.size() ||
-        it->second.slots.size() != c->rec.slots.size()) {
-      return absl::DataLossError(absl::StrCat(
-          "the snapshot of step ", step, " lacks chunk ", c->spec.tensor(), "#",
-          c->spec.index(), " or does not match it"));
+  if (records != nullptr) {
+    for (Chunk* c : all) {
+      if (!in_snapshot.contains(c->spec.chunk_id())) {
+        return absl::DataLossError(
+            absl::StrCat("the snapshot of step ", step, " lacks chunk ",
+                         c->spec.tensor(), "#", c->spec.index()));
+      }
     }
   }
   {
@@ -117,19 +155,31 @@ absl::Status Shard::RollBack(uint64_t generation, int64_t step,
     all.clear();
     for (auto& [id, c] : chunks_) all.push_back(c.get());
   }
-  for (Chunk* c : all) {
+  // Moves one chunk into the new generation, under its lock: with `rec`
+  // from the snapshot, the initial weights (`init`), or its state as it is
+  // (neither: a chunk registered since the check, whose state the snapshot
+  // does not hold).
+  auto reset = [&](Chunk* c, ChunkRecord* rec, bool init) {
+    if (rec != nullptr || init) BeforeUse(*c);
     absl::MutexLock lock(&c->mu);
-    auto it = restored.find(c->spec.chunk_id());
-    if (records != nullptr && it != restored.end()) {
-      c->rec = std::move(it->second);
-    } else if (records != nullptr) {
-      // Registered since the check above: its state is not in the
-      // snapshot; it keeps what it was created with.
-    } else {
-      const size_t n = c->spec.numel();
-      FillInit(c->spec.init(), c->spec.chunk_id(), c->rec.weights.data(), n);
-      for (auto& slot : c->rec.slots) std::fill(slot.begin(), slot.end(), 0.0f);
-      c->rec.version = 0;
+    if (rec != nullptr || init) {
+      const bool was_resident = c->resident.load();
+      if (rec != nullptr) {
+        c->rec = std::move(*rec);
+      } else {
+        const size_t n = c->spec.numel();
+        c->rec.weights.resize(n);
+        FillInit(c->spec.init(), c->spec.chunk_id(), c->rec.weights.data(), n);
+        c->rec.slots.resize(NumStateSlots(c->group->params));
+        for (auto& slot : c->rec.slots) slot.assign(n, 0.0f);
+        c->rec.version = 0;
+      }
+      if (!was_resident) {
+        c->resident = true;
+        options_.spill->Admit(c->spec.chunk_id(), c->tile_bytes,
+                              /*was_spilled=*/true);
+      }
+      Dirty(*c);
     }
     for (auto& [id, contrib] : c->open) GiveBuffer(std::move(contrib.grad));
     c->open.clear();
@@ -137,6 +187,26 @@ absl::Status Shard::RollBack(uint64_t generation, int64_t step,
     c->generation = generation;
     c->generation_step = step;
     c->changed.SignalAll();  // pulls of the old generation are ABORTED
+  };
+  if (records != nullptr) {
+    absl::flat_hash_set<uint64_t> not_moved;
+    for (Chunk* c : all) not_moved.insert(c->spec.chunk_id());
+    for (uint64_t id : ids) {
+      // Read before: the check above read the same, unchanged records.
+      STRATA_ASSIGN_OR_RETURN(ChunkRecord rec, records->Get(id));
+      STRATA_ASSIGN_OR_RETURN(Chunk * c, FindChunk(id));
+      reset(c, &rec, false);
+      not_moved.erase(id);
+      MakeRoom(0);  // a budget holds through a rollback too
+    }
+    for (Chunk* c : all) {
+      if (not_moved.contains(c->spec.chunk_id())) reset(c, nullptr, false);
+    }
+  } else {
+    for (Chunk* c : all) {
+      reset(c, nullptr, true);
+      MakeRoom(0);
+    }
   }
   applied_.Clear();
   {
@@ -155,8 +225,17 @@ uint64_t Shard::generation() const { return generation_.load(); }
 absl::Status Shard::Restore(const std::string& metadata,
                             const ChunkTier& records) {
   STRATA_RETURN_IF_ERROR(RegisterGroups(metadata));
-  return records.ForEach(
-      [this](const ChunkRecord& rec) { return RestoreChunk(rec); });
+  // One record at a time, fetched outside the tier's ForEach (as RollBack).
+  std::vector<uint64_t> ids;
+  STRATA_RETURN_IF_ERROR(records.ForEach([&](const ChunkRecord& rec) {
+    ids.push_back(rec.id);
+    return absl::OkStatus();
+  }));
+  for (uint64_t id : ids) {
+    STRATA_ASSIGN_OR_RETURN(ChunkRecord rec, records.Get(id));
+    STRATA_RETURN_IF_ERROR(RestoreChunk(rec));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Shard::RegisterGroups(const std::string& metadata) {

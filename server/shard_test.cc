@@ -313,7 +313,7 @@ TEST(Shard, BspAutoSnapshotCapturesEveryChunkAtTheSameStep) {
   shard.UpdateView(MakeView(1, {1}, 1));
   std::vector<std::pair<int64_t, size_t>> got;
   shard.set_snapshot_sink(
-      [&](uint64_t, int64_t step, std::unique_ptr<RamTier> t) {
+      [&](uint64_t, int64_t step, std::unique_ptr<ChunkTier> t) {
         got.emplace_back(step, t->size());
       });
   for (int s = 0; s < 4; ++s) {

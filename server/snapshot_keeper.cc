@@ -14,7 +14,7 @@ SnapshotKeeper::SnapshotKeeper(DataDir* dir, Shard* shard, int keep)
 SnapshotKeeper::~SnapshotKeeper() { Flush(); }
 
 void SnapshotKeeper::Queue(uint64_t generation, int64_t step,
-                           std::unique_ptr<RamTier> capture) {
+                           std::unique_ptr<ChunkTier> capture) {
   {
     absl::MutexLock lock(&queue_mu_);
     next_.emplace(Cut{generation, step, std::move(capture)});
@@ -116,15 +116,16 @@ absl::Status SnapshotKeeper::RollBack(uint64_t generation, int64_t step) {
       return absl::NotFoundError(absl::StrCat(
           "rolling back to step ", step, ": this server has no --data_dir"));
     }
-    RamTier records;
-    absl::StatusOr<std::string> meta = dir_->LoadSnapshot(step, records);
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<ChunkTier> records,
+                            shard_->NewScratchTier());
+    absl::StatusOr<std::string> meta = dir_->LoadSnapshot(step, *records);
     if (!meta.ok()) {
       return absl::Status(meta.status().code(),
                           absl::StrCat("rolling back to step ", step, ": ",
                                        meta.status().message()));
     }
     STRATA_RETURN_IF_ERROR(
-        shard_->RollBack(generation, step, &*meta, &records));
+        shard_->RollBack(generation, step, &*meta, records.get()));
   }
   if (dir_ != nullptr) STRATA_RETURN_IF_ERROR(dir_->DropSnapshotsAfter(step));
   Changed();

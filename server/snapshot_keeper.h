@@ -36,7 +36,7 @@ class SnapshotKeeper {
   // costs snapshots, never unbounded memory); a cut of an older generation
   // than the shard's is dropped.
   void Queue(uint64_t generation, int64_t step,
-             std::unique_ptr<RamTier> capture);
+             std::unique_ptr<ChunkTier> capture);
   // Writes `capture`, taken in rollback generation `generation`, as the
   // snapshot of `step` now; returns its path. FAILED_PRECONDITION without a
   // data dir; ABORTED if the shard has rolled back since.
@@ -72,7 +72,7 @@ class SnapshotKeeper {
   struct Cut {
     uint64_t generation;
     int64_t step;
-    std::unique_ptr<RamTier> capture;
+    std::unique_ptr<ChunkTier> capture;
   };
   std::optional<Cut> next_ ABSL_GUARDED_BY(queue_mu_);
   bool draining_ ABSL_GUARDED_BY(queue_mu_) = false;  // a drain is queued

@@ -51,8 +51,23 @@ absl::StatusOr<ChunkRecord> DecodeStored(uint64_t id, absl::string_view value,
   return record;
 }
 
-rocksdb::Options DbOptions(bool create) {
+rocksdb::Options DbOptions(bool create, const RocksDbTierOptions& tier) {
   rocksdb::Options options;
+  if (tier.blob_files) {
+    options.enable_blob_files = true;
+    options.min_blob_size = 4096;
+    // Every value is rewritten often (a tile each step): compactions
+    // relocate the live values of the oldest blob files, so the dead ones
+    // are deleted instead of piling up.
+    options.enable_blob_garbage_collection = true;
+  }
+  if (tier.direct_io) {
+    options.use_direct_reads = true;
+    options.use_direct_io_for_flush_and_compaction = true;
+  }
+  if (tier.write_buffer_bytes > 0) {
+    options.write_buffer_size = tier.write_buffer_bytes;
+  }
   options.create_if_missing = create;
   options.paranoid_checks = true;
   // fp32 weights and optimizer state do not compress; don't spend CPU on it.
@@ -88,8 +103,8 @@ absl::StatusOr<std::unique_ptr<RocksDbTier>> RocksDbTier::Open(
   rocksdb::DB* raw = nullptr;
   const rocksdb::Status s =
       options.read_only
-          ? rocksdb::DB::OpenForReadOnly(DbOptions(false), path, &raw)
-          : rocksdb::DB::Open(DbOptions(create), path, &raw);
+          ? rocksdb::DB::OpenForReadOnly(DbOptions(false, options), path, &raw)
+          : rocksdb::DB::Open(DbOptions(create, options), path, &raw);
   if (!s.ok()) {
     const std::string context = absl::StrCat("opening RocksDB at ", path);
     if (s.IsIOError() && absl::StrContains(s.ToString(), "lock")) {

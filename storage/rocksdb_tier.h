@@ -25,6 +25,17 @@ struct RocksDbTierOptions {
   // Open without writing to the database (snapshots are opened so): Put,
   // Delete and Flush then fail with FAILED_PRECONDITION. No lock is taken.
   bool read_only = false;
+  // Store values of 4 KiB and more in blob files (RocksDB's integrated
+  // BlobDB): a large value is then written once instead of again at every
+  // compaction. For databases rewritten often (the spill tier).
+  bool blob_files = false;
+  // RocksDB's memtable size; 0 = its default (64 MiB). Values wait in up
+  // to two memtables before they are flushed: RAM outside any budget.
+  size_t write_buffer_bytes = 0;
+  // Read and flush with O_DIRECT, past the page cache (a spill tier whose
+  // reads should not take the machine's RAM a second time). File systems
+  // without O_DIRECT (tmpfs) fail at Open with INVALID_ARGUMENT.
+  bool direct_io = false;
 };
 
 // Records encoded with EncodeChunkRecord, keyed by their id as 8 big-endian

@@ -47,6 +47,7 @@ class Child {
     if (pid_ > 0 && !exited_) Stop(SIGKILL);
   }
   bool started() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   // Waits for exit; the exit code (128+signal if killed), -1 on timeout.
   int Wait(absl::Duration timeout = absl::Minutes(5)) {
     const absl::Time deadline = absl::Now() + timeout;
@@ -112,8 +113,11 @@ inline std::string FreshDir(const std::string& name) {
 // `binary` on 127.0.0.1, logging into `dir`.
 class TestCluster {
  public:
+  // `server_flags` go to both servers, with "@SHARD@" in one replaced by
+  // the server's shard slot and "@DIR@" by `dir`.
   TestCluster(const std::string& binary, const std::string& dir,
-              const std::vector<std::string>& scheduler_flags = {}) {
+              const std::vector<std::string>& scheduler_flags = {},
+              const std::vector<std::string>& server_flags = {}) {
     std::vector<std::string> args = {
         binary,         "scheduler", "--listen",       "127.0.0.1:0",
         "--num_shards", "2",         "--address_file", dir + "/addr"};
@@ -122,10 +126,19 @@ class TestCluster {
     address_ = WaitForLine(dir + "/addr");
     if (address_.empty()) return;
     for (int s = 0; s < 2; ++s) {
+      std::vector<std::string> args = {binary,   "server",  "--scheduler",
+                                       address_, "--shard", std::to_string(s)};
+      for (std::string f : server_flags) {
+        for (auto [from, to] :
+             {std::pair<std::string, std::string>{"@SHARD@", std::to_string(s)},
+              {"@DIR@", dir}}) {
+          for (size_t at; (at = f.find(from)) != std::string::npos;)
+            f.replace(at, from.size(), to);
+        }
+        args.push_back(f);
+      }
       servers_.push_back(std::make_unique<Child>(
-          std::vector<std::string>{binary, "server", "--scheduler", address_,
-                                   "--shard", std::to_string(s)},
-          dir + "/server" + std::to_string(s) + ".log"));
+          args, dir + "/server" + std::to_string(s) + ".log"));
     }
   }
   // The scheduler's address; empty if it did not start.

@@ -42,14 +42,17 @@ struct BspRun {
 std::vector<double> Losses(const std::string& metrics);
 
 // Trains with one worker process per entry of `devices` ("cpu", or "cuda"
-// on the virtual GPU binary).
+// on the virtual GPU binary); `server_flags` as TestCluster's. With
+// `status`, `strata status` at the end goes there.
 BspRun TrainBsp(const std::vector<std::string>& devices,
                 const std::string& name,
-                const std::vector<std::string>& flags = {"--grad_clip", "0"}) {
+                const std::vector<std::string>& flags = {"--grad_clip", "0"},
+                const std::vector<std::string>& server_flags = {},
+                std::string* status = nullptr) {
   const int workers = static_cast<int>(devices.size());
   const std::string dir = testing::FreshDir(name);
   const std::string corpus = WriteCorpus(dir);
-  testing::TestCluster cluster(STRATA_BINARY, dir);
+  testing::TestCluster cluster(STRATA_BINARY, dir, {}, server_flags);
   const std::string address = cluster.address();
   EXPECT_FALSE(address.empty());
   std::vector<std::unique_ptr<Child>> trainers;
@@ -76,6 +79,12 @@ BspRun TrainBsp(const std::vector<std::string>& devices,
         std::make_unique<Child>(args, absl::StrCat(dir, "/worker", w, ".log")));
   }
   for (auto& t : trainers) EXPECT_EQ(t->Wait(), 0) << t->Output();
+  if (status != nullptr) {
+    Child st({STRATA_BINARY, "status", "--scheduler", address},
+             dir + "/status.log");
+    EXPECT_EQ(st.Wait(absl::Seconds(30)), 0) << st.Output();
+    *status = st.Output();
+  }
   cluster.Stop();
   std::ifstream f(dir + "/weights.f32", std::ios::binary);
   std::stringstream ss;
@@ -262,6 +271,37 @@ TEST(Train, SyncPathsTrainToTheSameWeights) {
   const BspRun two_after = TrainBsp({"cpu", "cpu"}, "clip-after2",
                                     with({"--overlap_clip", "false"}));
   ExpectCloseWeights(two_overlapped, two_after);
+}
+
+// Servers with a RAM budget of two chunks' tiles (4 KiB chunks: 12 KiB of
+// weights and AdamW moments each), about a tenth of each server's state,
+// spill the rest to disk and read it back ahead of use: one worker trains
+// to the same weights bit for bit as with everything in RAM (the servers do
+// the same float operations in the same order); two workers agree up to
+// the rounding of their speed-dependent shares.
+TEST(Train, ServersWithARamBudgetTrainToTheSameWeights) {
+  const std::vector<std::string> flags = {"--grad_clip", "0", "--chunk_size",
+                                          "4KiB"};
+  const std::vector<std::string> budget = {"--data_dir", "@DIR@/server@SHARD@",
+                                           "--ram_budget", "24KiB"};
+  std::string status;
+  const BspRun plain = TrainBsp({"cpu"}, "tier-plain", flags);
+  const BspRun tiered =
+      TrainBsp({"cpu"}, "tier-budget", flags, budget, &status);
+  ASSERT_FALSE(plain.weights.empty());
+  EXPECT_EQ(plain.weights, tiered.weights);
+  EXPECT_EQ(plain.losses, tiered.losses);
+  // The tier was in use: both servers report spilled bytes.
+  int spilled = 0;
+  for (size_t at = 0; (at = status.find("spilled ", at)) != std::string::npos;
+       ++at) {
+    spilled += std::atof(status.c_str() + at + 8) > 0.05;  // MiB
+  }
+  EXPECT_EQ(spilled, 2) << status;
+  const BspRun two_plain = TrainBsp({"cpu", "cpu"}, "tier-plain2", flags);
+  const BspRun two_tiered =
+      TrainBsp({"cpu", "cpu"}, "tier-budget2", flags, budget);
+  ExpectCloseWeights(two_plain, two_tiered);
 }
 
 // --micro_batches: each worker computes its share of a step in pieces,

@@ -46,8 +46,9 @@ inline std::unique_ptr<Scheduler> StartScheduler(
 }
 
 inline absl::StatusOr<std::unique_ptr<ParameterServer>> StartServer(
-    const Scheduler& s, const std::string& data_dir) {
+    const Scheduler& s, const std::string& data_dir, uint64_t ram_budget = 0) {
   ServerOptions o;
+  o.ram_budget = ram_budget;
   o.scheduler_address = s.address();
   o.data_dir = data_dir;
   o.max_wait = absl::Seconds(10);

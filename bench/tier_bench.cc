@@ -1,0 +1,246 @@
+// The servers' RAM tier (storage/spill_store.h, server/shard_tier.cc): Adam
+// throughput of a shard whose state is --state_ratio times its RAM budget,
+// against the same shard with everything in RAM and against the disk's own
+// bandwidth, measured in the same run on the same directory.
+//
+// A step is what a server does for one worker each step (ASP, so every
+// push applies at once): every chunk pushed in backward order (Adam
+// applied), then every chunk pulled in forward order. The first step
+// teaches the shard the order and is not timed.
+//
+// The disk limit: a step must read back at least every tile that does not
+// fit in the budget and write each of them out again (state - budget
+// bytes each way; the bytes the tier actually moved are printed too).
+// Disk read and write bandwidth are measured with O_DIRECT (buffered plus
+// fdatasync where the file system lacks it) on a file as large as the
+// state, so the page cache does not answer for the disk.
+//   disk_limit_s = moved / read_GBps + moved / write_GBps
+//   tier_ratio_to_disk = disk_limit_s / step_s   (target >= 0.8)
+//
+// Usage: tier_bench --dir DIR [--budget_mib 256] [--state_ratio 4]
+//                   [--chunk_mib 4] [--steps 3]
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "common/chunk_plan.h"
+#include "common/consistency.h"
+#include "server/shard.h"
+#include "storage/spill_store.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+struct Disk {
+  double read_GBps = 0, write_GBps = 0;
+  bool direct = false;
+};
+
+// Writes then reads back `bytes` in 4 MiB blocks at `path`.
+Disk MeasureDisk(const std::string& path, size_t bytes) {
+  constexpr size_t kBlock = 4 << 20;
+  void* raw = nullptr;
+  if (posix_memalign(&raw, 4096, kBlock) != 0) std::abort();
+  std::unique_ptr<void, decltype(&std::free)> buf(raw, &std::free);
+  std::memset(raw, 0x5a, kBlock);
+  Disk d;
+  int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_DIRECT, 0600);
+  d.direct = fd >= 0;
+  if (fd < 0) fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+  if (fd < 0) {
+    std::perror(path.c_str());
+    std::exit(1);
+  }
+  auto t0 = Clock::now();
+  for (size_t done = 0; done < bytes; done += kBlock) {
+    if (write(fd, raw, kBlock) != static_cast<ssize_t>(kBlock)) {
+      std::perror("write");
+      std::exit(1);
+    }
+  }
+  fdatasync(fd);
+  d.write_GBps = bytes / Seconds(t0) / 1e9;
+  close(fd);
+  fd = open(path.c_str(), O_RDONLY | (d.direct ? O_DIRECT : 0));
+  if (!d.direct) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  t0 = Clock::now();
+  for (size_t done = 0; done < bytes; done += kBlock) {
+    if (read(fd, raw, kBlock) != static_cast<ssize_t>(kBlock)) {
+      std::perror("read");
+      std::exit(1);
+    }
+  }
+  d.read_GBps = bytes / Seconds(t0) / 1e9;
+  close(fd);
+  unlink(path.c_str());
+  return d;
+}
+
+v1::RegisterChunksRequest Model(int chunks, size_t numel) {
+  v1::RegisterChunksRequest req;
+  auto* g = req.add_groups();
+  g->set_name("g");
+  g->mutable_optimizer()->set_kind(v1::OptimizerConfig::ADAMW);
+  g->mutable_optimizer()->set_lr(1e-3f);
+  for (int i = 0; i < chunks; ++i) {
+    auto* c = req.add_chunks();
+    const std::string name = absl::StrCat("t", i);
+    c->set_chunk_id(ChunkId(name, 0));
+    c->set_tensor(name);
+    c->set_numel(numel);
+    c->set_group("g");
+    c->add_tensor_shape(numel);
+    c->mutable_init()->set_kind(v1::InitSpec::NORMAL);
+    c->mutable_init()->set_scale(0.02f);
+  }
+  return req;
+}
+
+// Seconds per timed step (the mean of `steps` after one untimed step).
+double RunSteps(Shard& shard, int chunks, size_t numel, int steps) {
+  const std::string grad(numel * 4, '\0');
+  std::string out;
+  Clock::time_point start;
+  for (int step = 0; step <= steps; ++step) {
+    if (step == 1) start = Clock::now();
+    for (int i = chunks - 1; i >= 0; --i) {
+      v1::PushRequest p;
+      p.set_member_id(1);
+      p.set_epoch(1);
+      p.set_chunk_id(ChunkId(absl::StrCat("t", i), 0));
+      p.set_step(step);
+      p.set_num_samples(1);
+      auto r = shard.Push(p, grad);
+      if (!r.ok()) {
+        std::fprintf(stderr, "push: %s\n", r.status().ToString().c_str());
+        std::exit(1);
+      }
+    }
+    for (int i = 0; i < chunks; ++i) {
+      v1::PullRequest r;
+      r.set_member_id(1);
+      r.set_chunk_id(ChunkId(absl::StrCat("t", i), 0));
+      r.set_clock(-1);
+      auto got = shard.Pull(r, &out);
+      if (!got.ok()) {
+        std::fprintf(stderr, "pull: %s\n", got.status().ToString().c_str());
+        std::exit(1);
+      }
+    }
+  }
+  return Seconds(start) / steps;
+}
+
+std::unique_ptr<Shard> NewShard(std::shared_ptr<SpillStore> spill, int chunks,
+                                size_t numel) {
+  ShardOptions o;
+  o.consistency = *ParseConsistency("asp");
+  o.spill = std::move(spill);
+  auto shard = std::make_unique<Shard>(o);
+  if (!shard->Register(Model(chunks, numel)).ok()) std::abort();
+  v1::View v;
+  v.set_epoch(1);
+  v.set_workers_epoch(1);
+  auto* m = v.add_workers();
+  m->set_id(1);
+  m->set_joined_epoch(1);
+  shard->UpdateView(v);
+  return shard;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app("RAM-tier Adam throughput against in-RAM and the disk");
+  std::string dir;
+  uint64_t budget_mib = 256, chunk_mib = 4;
+  double state_ratio = 4;
+  int steps = 3;
+  app.add_option("--dir", dir, "directory on the disk to spill to")->required();
+  app.add_option("--budget_mib", budget_mib, "RAM budget")
+      ->capture_default_str();
+  app.add_option("--state_ratio", state_ratio, "state / budget")
+      ->capture_default_str();
+  app.add_option("--chunk_mib", chunk_mib, "weights per chunk")
+      ->capture_default_str();
+  app.add_option("--steps", steps, "timed steps")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  const size_t numel = (chunk_mib << 20) / 4;
+  const size_t tile = numel * 4 * 3;  // weights, Adam's m and v
+  const uint64_t budget = budget_mib << 20;
+  const int chunks = static_cast<int>(state_ratio * budget / tile);
+  const double params = static_cast<double>(chunks) * numel;
+  const double state = static_cast<double>(chunks) * tile;
+  std::filesystem::create_directories(dir);
+
+  const Disk disk =
+      MeasureDisk(dir + "/disk-probe", static_cast<size_t>(state));
+  std::printf("disk_read_GBps %.3f\ndisk_write_GBps %.3f\ndisk_direct_io %d\n",
+              disk.read_GBps, disk.write_GBps, disk.direct ? 1 : 0);
+
+  double ram_s = 0;
+  {
+    auto shard = NewShard(nullptr, chunks, numel);
+    ram_s = RunSteps(*shard, chunks, numel, steps);
+  }
+  std::printf("inram_params_per_s %.4g\n", params / ram_s);
+
+  SpillOptions so;
+  so.ram_budget = budget;
+  so.dir = dir + "/spill";
+  auto spill = SpillStore::Open(so);
+  if (!spill.ok()) {
+    std::fprintf(stderr, "%s\n", spill.status().ToString().c_str());
+    return 1;
+  }
+  std::shared_ptr<SpillStore> store = *std::move(spill);
+  auto shard = NewShard(store, chunks, numel);
+  const uint64_t read0 = store->counters().read_bytes;
+  const uint64_t write0 = store->counters().write_bytes;
+  const double tier_s = RunSteps(*shard, chunks, numel, steps);
+  // (Includes the untimed step's I/O: per step it is the same.)
+  const double read_step =
+      (store->counters().read_bytes - read0) / static_cast<double>(steps + 1);
+  const double write_step =
+      (store->counters().write_bytes - write0) / static_cast<double>(steps + 1);
+  const double moved = state - budget;
+  const double limit_s =
+      moved / (disk.read_GBps * 1e9) + moved / (disk.write_GBps * 1e9);
+  std::printf("state_MiB %.0f\nbudget_MiB %llu\nchunks %d\n", state / 1048576.0,
+              static_cast<unsigned long long>(budget_mib), chunks);
+  std::printf("tier_direct_io %d\n", store->direct_io() ? 1 : 0);
+  std::printf("tier_read_MiB_per_step %.0f\ntier_write_MiB_per_step %.0f\n",
+              read_step / 1048576.0, write_step / 1048576.0);
+  std::printf("tier_params_per_s %.4g\n", params / tier_s);
+  std::printf("tier_ratio_to_inram %.3f\n", ram_s / tier_s);
+  std::printf("disk_limit_s %.3f\ntier_step_s %.3f\n", limit_s, tier_s);
+  std::printf("tier_ratio_to_disk %.3f\n", limit_s / tier_s);
+  uint64_t on_disk = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(so.dir))
+    if (e.is_regular_file()) on_disk += e.file_size();
+  std::printf("spill_dir_MiB %.0f\n", on_disk / 1048576.0);
+  shard.reset();
+  std::filesystem::remove_all(so.dir);
+  return 0;
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) { return strata::Main(argc, argv); }

@@ -1,0 +1,172 @@
+// The shard's side of the RAM tier (ShardOptions::spill): which tiles are
+// resident, reading them back on use, reading ahead in the learned order,
+// and spilling the least recently used ones while the budget is passed.
+//
+// A tile is a chunk's weights and optimizer state (rec.weights, rec.slots);
+// its version, spec and BSP state stay in RAM. It moves only under its
+// chunk's lock, so a push, pull or capture sees it whole. Spilling takes a
+// victim's lock with TryLock, holding no other chunk's, so two threads
+// making room can never wait on each other; a tile in use is skipped.
+// Pushes arrive in backward order and pulls in forward order, so after the
+// last push of a step the least recently used tiles are the ones the next
+// pulls need last: LRU keeps what is needed next.
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "server/shard.h"
+#include "spdlog/spdlog.h"
+
+namespace strata {
+namespace {
+
+// Moves `tile`'s arrays into `rec` if they fit the chunk; else DATA_LOSS.
+absl::Status Adopt(ChunkRecord tile, const v1::ChunkSpec& spec, int slots,
+                   ChunkRecord* rec) {
+  if (tile.version != rec->version || tile.weights.size() != spec.numel() ||
+      static_cast<int>(tile.slots.size()) != slots) {
+    return absl::DataLossError(
+        absl::StrCat("spilled tile of chunk ", spec.tensor(), "#", spec.index(),
+                     " is at version ", tile.version, " with ",
+                     tile.weights.size(), " elements; the chunk is at version ",
+                     rec->version, " with ", spec.numel()));
+  }
+  rec->weights = std::move(tile.weights);
+  rec->slots = std::move(tile.slots);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Shard::Resident(Chunk& c) {
+  SpillStore* spill = options_.spill.get();
+  if (spill == nullptr) return absl::OkStatus();
+  const uint64_t id = c.spec.chunk_id();
+  if (c.resident.load()) {
+    spill->counters().hits++;
+    spill->Touch(id);
+    return absl::OkStatus();
+  }
+  STRATA_ASSIGN_OR_RETURN(ChunkRecord tile, spill->Read(id));
+  STRATA_RETURN_IF_ERROR(
+      Adopt(std::move(tile), c.spec, NumStateSlots(c.group->params), &c.rec));
+  c.resident = true;
+  c.disk_current = true;
+  spill->Admit(id, c.tile_bytes, /*was_spilled=*/true);
+  spill->counters().misses++;
+  spill->Touch(id);
+  return absl::OkStatus();
+}
+
+absl::Status Shard::Spill(Chunk& c) {
+  SpillStore* spill = options_.spill.get();
+  if (spill == nullptr || !c.resident.load()) return absl::OkStatus();
+  if (!c.disk_current) STRATA_RETURN_IF_ERROR(spill->Write(c.rec));
+  // Swapped out, not cleared: the memory goes back now.
+  std::vector<float>().swap(c.rec.weights);
+  std::vector<std::vector<float>>().swap(c.rec.slots);
+  c.resident = false;
+  c.disk_current = true;
+  spill->Release(c.spec.chunk_id());
+  spill->counters().evictions++;
+  return absl::OkStatus();
+}
+
+void Shard::MakeRoom(size_t extra) {
+  SpillStore* spill = options_.spill.get();
+  if (spill == nullptr) return;
+  while (spill->OverBudget(extra)) {
+    const std::vector<uint64_t> victims = spill->Coldest(8);
+    bool progress = false;
+    for (uint64_t id : victims) {
+      if (!spill->OverBudget(extra)) return;
+      absl::StatusOr<Chunk*> v = FindChunk(id);
+      if (!v.ok() || !(*v)->mu.TryLock()) continue;  // in use: the next one
+      const absl::Status s = Spill(**v);
+      (*v)->mu.Unlock();
+      if (!s.ok()) {
+        // A full or failing disk: the tile stays in RAM, whole, and the
+        // shard runs over budget until the disk takes writes again.
+        spdlog::error("strata server: cannot spill chunk {}: {}", id,
+                      s.ToString());
+        return;
+      }
+      progress = true;
+    }
+    if (!progress) return;  // every candidate in use: over budget for now
+  }
+}
+
+void Shard::BeforeUse(const Chunk& c) {
+  if (options_.spill != nullptr && !c.resident.load()) MakeRoom(c.tile_bytes);
+}
+
+void Shard::AfterUse(const Chunk& c) {
+  SpillStore* spill = options_.spill.get();
+  if (spill == nullptr) return;
+  for (uint64_t id : spill->Next(c.spec.chunk_id(), spill->prefetch_depth())) {
+    absl::StatusOr<Chunk*> found = FindChunk(id);
+    if (!found.ok()) continue;
+    Chunk* next = *found;
+    if (next->resident.load() || next->prefetching.exchange(true)) continue;
+    {
+      absl::MutexLock lock(&read_ahead_mu_);
+      ++read_aheads_;
+    }
+    tier_io_->Schedule([this, next, spill] {
+      MakeRoom(next->tile_bytes);
+      {
+        absl::MutexLock lock(&next->mu);
+        if (!next->resident.load()) {
+          absl::StatusOr<ChunkRecord> tile = spill->Read(next->spec.chunk_id());
+          absl::Status s =
+              tile.ok() ? Adopt(*std::move(tile), next->spec,
+                                NumStateSlots(next->group->params), &next->rec)
+                        : tile.status();
+          if (s.ok()) {
+            next->resident = true;
+            next->disk_current = true;
+            spill->Admit(next->spec.chunk_id(), next->tile_bytes,
+                         /*was_spilled=*/true);
+            spill->counters().prefetched++;
+          } else {
+            // The use itself reads it again and answers the error.
+            spdlog::error("strata server: read-ahead of chunk {}: {}",
+                          next->spec.chunk_id(), s.ToString());
+          }
+        }
+      }
+      next->prefetching = false;
+      absl::MutexLock lock(&read_ahead_mu_);
+      --read_aheads_;
+    });
+  }
+  if (spill->OverBudget(0)) MakeRoom(0);
+}
+
+void Shard::WaitForReadAheads() {
+  absl::MutexLock lock(&read_ahead_mu_);
+  read_ahead_mu_.Await(absl::Condition(
+      +[](int* n) { return *n == 0; }, &read_aheads_));
+}
+
+absl::StatusOr<ChunkRecord> Shard::TileCopy(const Chunk& c) const {
+  if (c.resident.load()) return c.rec;
+  STRATA_ASSIGN_OR_RETURN(ChunkRecord tile,
+                          options_.spill->Read(c.spec.chunk_id()));
+  ChunkRecord copy;
+  copy.id = c.rec.id;
+  copy.version = c.rec.version;
+  copy.spec = c.rec.spec;
+  STRATA_RETURN_IF_ERROR(
+      Adopt(std::move(tile), c.spec, NumStateSlots(c.group->params), &copy));
+  return copy;
+}
+
+absl::StatusOr<std::unique_ptr<ChunkTier>> Shard::NewScratchTier() const {
+  if (options_.spill != nullptr) return options_.spill->NewScratch();
+  return std::unique_ptr<ChunkTier>(std::make_unique<RamTier>());
+}
+
+}  // namespace strata

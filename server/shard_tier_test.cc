@@ -1,0 +1,280 @@
+// A shard with a RAM budget (ShardOptions::spill, server/shard_tier.cc):
+// the same weights, bit for bit, as a shard holding everything in RAM,
+// with most tiles on disk; captures, snapshots and rollbacks of spilled
+// tiles; budgets that cannot hold a tile refused.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/chunk_plan.h"
+#include "common/splitmix.h"
+#include "server/shard.h"
+#include "server/shard_test_util.h"
+#include "storage/spill_store.h"
+
+namespace strata {
+namespace {
+
+using shard_test::MakeView;
+using shard_test::Opts;
+
+constexpr int kChunks = 40;
+constexpr int kNumel = 1024;
+// Adam: weights and two moments.
+constexpr size_t kTile = kNumel * 4 * 3;
+
+// A fresh directory, removed when it goes: declared before the stores in
+// it, so they close first.
+struct ScopedDir {
+  explicit ScopedDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path().string() +
+             "/strata-shard-tier-" + name + "-" + std::to_string(::getpid())) {
+    std::filesystem::remove_all(path);
+  }
+  ~ScopedDir() { std::filesystem::remove_all(path); }
+  const std::string path;
+};
+
+v1::RegisterChunksRequest Model() {
+  v1::RegisterChunksRequest req;
+  auto* g = req.add_groups();
+  g->set_name("g");
+  g->mutable_optimizer()->set_kind(v1::OptimizerConfig::ADAMW);
+  g->mutable_optimizer()->set_lr(1e-2f);
+  g->mutable_optimizer()->set_weight_decay(0.1f);
+  for (int i = 0; i < kChunks; ++i) {
+    auto* c = req.add_chunks();
+    const std::string name = absl::StrCat("t", i);
+    c->set_chunk_id(ChunkId(name, 0));
+    c->set_tensor(name);
+    c->set_numel(kNumel);
+    c->set_group("g");
+    c->add_tensor_shape(kNumel);
+    c->mutable_init()->set_kind(v1::InitSpec::NORMAL);
+    c->mutable_init()->set_scale(0.02f);
+    c->mutable_init()->set_seed(7);
+  }
+  return req;
+}
+
+std::shared_ptr<SpillStore> Spill(const std::string& dir, uint64_t budget) {
+  SpillOptions o;
+  o.ram_budget = budget;
+  o.dir = dir;
+  auto s = SpillStore::Open(o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::shared_ptr<SpillStore>(*std::move(s)) : nullptr;
+}
+
+std::string Gradient(int64_t step, uint64_t worker, int chunk) {
+  std::vector<float> g(kNumel);
+  uint64_t key = ((step * 131 + worker) * 1000003 + chunk) << 20;
+  for (float& x : g) x = (SplitMix(key++) >> 40) * 0x1p-24f * 0.1f - 0.05f;
+  return std::string(reinterpret_cast<const char*>(g.data()), g.size() * 4);
+}
+
+// BSP steps [from, to) with workers 1 and 2 (3 and 5 samples): each pushes
+// every chunk in backward order, then pulls them in forward order. With
+// `patient`, each use waits for the read-aheads it started (a worker whose
+// compute between uses is longer than a read).
+void Train(Shard& shard, int64_t from, int64_t to, uint64_t generation = 0,
+           bool patient = false) {
+  for (int64_t step = from; step < to; ++step) {
+    for (uint64_t w : {1u, 2u}) {
+      for (int i = kChunks - 1; i >= 0; --i) {
+        v1::PushRequest p = shard_test::PushReq(w, step, w == 1 ? 3 : 5);
+        p.set_first_sample(w == 1 ? 0 : 3);
+        p.set_chunk_id(ChunkId(absl::StrCat("t", i), 0));
+        p.set_generation(generation);
+        auto r = shard.Push(p, Gradient(step, w, i));
+        ASSERT_TRUE(r.ok()) << r.status();
+        if (patient) shard.WaitForReadAheads();
+      }
+    }
+    for (uint64_t w : {1u, 2u}) {
+      for (int i = 0; i < kChunks; ++i) {
+        v1::PullRequest r;
+        r.set_member_id(w);
+        r.set_chunk_id(ChunkId(absl::StrCat("t", i), 0));
+        r.set_clock(step + 1);
+        r.set_generation(generation);
+        std::string out;
+        auto got = shard.Pull(r, &out);
+        ASSERT_TRUE(got.ok()) << got.status();
+        ASSERT_EQ(got->version, static_cast<uint64_t>(step + 1));
+        if (patient) shard.WaitForReadAheads();
+      }
+    }
+  }
+}
+
+// Every record of `a` equals `b`'s, bit for bit, and they hold as many.
+void ExpectSameState(const ChunkTier& a, const ChunkTier& b) {
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_TRUE(a.ForEach([&](const ChunkRecord& ra) -> absl::Status {
+                 auto rb = b.Get(ra.id);
+                 EXPECT_TRUE(rb.ok()) << rb.status();
+                 if (!rb.ok()) return rb.status();
+                 EXPECT_EQ(ra.version, rb->version);
+                 EXPECT_EQ(0, std::memcmp(ra.weights.data(), rb->weights.data(),
+                                          ra.weights.size() * 4))
+                     << "chunk " << ra.id;
+                 EXPECT_EQ(ra.slots, rb->slots) << "chunk " << ra.id;
+                 return absl::OkStatus();
+               }).ok());
+}
+
+std::unique_ptr<Shard> NewShard(std::shared_ptr<SpillStore> spill) {
+  ShardOptions o = Opts("bsp");
+  o.spill = std::move(spill);
+  auto shard = std::make_unique<Shard>(o);
+  EXPECT_TRUE(shard->Register(Model()).ok());
+  shard->UpdateView(MakeView(1, {1, 2}, 1));
+  return shard;
+}
+
+TEST(ShardTier, BudgetOfATenthTrainsToTheSameWeightsBitForBit) {
+  const ScopedDir dir_scope("tenth");
+  const std::string& dir = dir_scope.path;
+  auto spill = Spill(dir, kChunks * kTile / 10);
+  auto tiered = NewShard(spill);
+  auto plain = NewShard(nullptr);
+  Train(*tiered, 0, 6);
+  Train(*plain, 0, 6);
+  auto a = tiered->CaptureAll();
+  auto b = plain->CaptureAll();
+  ASSERT_TRUE(a.ok() && b.ok());
+  ExpectSameState(**a, **b);
+
+  tiered->WaitForReadAheads();
+  v1::StatsResponse stats;
+  tiered->FillStats(&stats);
+  const v1::TierStats& t = stats.tier();
+  EXPECT_EQ(t.ram_budget(), kChunks * kTile / 10);
+  // Most of the state is on disk, and it was read and written every step.
+  EXPECT_GE(t.spilled_bytes(), kChunks * kTile * 8 / 10);
+  EXPECT_EQ(t.resident_bytes() + t.spilled_bytes(), kChunks * kTile);
+  EXPECT_GT(t.misses() + t.prefetched(), 0u);
+  EXPECT_GT(t.read_bytes(), 6 * kTile);
+  EXPECT_GT(t.write_bytes(), 6 * kTile);
+  EXPECT_EQ(t.write_errors(), 0u);
+  // The budget held (a tile in use may pass it by one).
+  EXPECT_LE(t.resident_bytes(), t.ram_budget() + kTile);
+  // The plain shard reports no tier.
+  v1::StatsResponse plain_stats;
+  plain->FillStats(&plain_stats);
+  EXPECT_FALSE(plain_stats.has_tier());
+}
+
+TEST(ShardTier, ReadsAheadInTheOrderLearnedFromThePreviousStep) {
+  const ScopedDir dir_scope("ahead");
+  const std::string& dir = dir_scope.path;
+  auto spill = Spill(dir, kChunks * kTile / 4);
+  auto shard = NewShard(spill);
+  // When compute between uses outlasts a read, the tiles are read ahead of
+  // use: after the first step, which teaches the order, nearly every use
+  // finds its tile in RAM.
+  Train(*shard, 0, 1, 0, /*patient=*/true);
+  v1::StatsResponse first;
+  shard->FillStats(&first);
+  Train(*shard, 1, 4, 0, /*patient=*/true);
+  v1::StatsResponse stats;
+  shard->FillStats(&stats);
+  const uint64_t misses = stats.tier().misses() - first.tier().misses();
+  const uint64_t hits = stats.tier().hits() - first.tier().hits();
+  EXPECT_GT(stats.tier().prefetched(), first.tier().prefetched());
+  EXPECT_LT(misses * 10, hits + misses) << hits << " hits, " << misses;
+}
+
+TEST(ShardTier, SpilledChunksSnapshotAndRollBackBitForBit) {
+  const ScopedDir dir_scope("rollback");
+  const std::string& dir = dir_scope.path;
+  auto spill = Spill(dir, kChunks * kTile / 10);
+  auto shard = NewShard(spill);
+  Train(*shard, 0, 3);
+  auto at3 = shard->CaptureAll();  // on the spill disk
+  ASSERT_TRUE(at3.ok()) << at3.status();
+  const std::string meta = shard->GroupsMetadata();
+  Train(*shard, 3, 5);
+  ASSERT_TRUE(shard->RollBack(1, 3, &meta, at3->get()).ok());
+  auto after = shard->CaptureAll();
+  ASSERT_TRUE(after.ok());
+  ExpectSameState(**at3, **after);
+  // And it trains on from there as a shard that never spilled.
+  auto plain = NewShard(nullptr);
+  Train(*plain, 0, 5);
+  Train(*shard, 3, 5, /*generation=*/1);
+  auto a = shard->CaptureAll();
+  auto b = plain->CaptureAll();
+  ASSERT_TRUE(a.ok() && b.ok());
+  ExpectSameState(**a, **b);
+}
+
+TEST(ShardTier, AutoSnapshotsOfASpilledShardAreComplete) {
+  const ScopedDir dir_scope("snap");
+  const std::string& dir = dir_scope.path;
+  ShardOptions o = Opts("bsp");
+  o.snapshot_every = 2;
+  o.spill = Spill(dir, kChunks * kTile / 10);
+  Shard shard(o);
+  ASSERT_TRUE(shard.Register(Model()).ok());
+  shard.UpdateView(MakeView(1, {1, 2}, 1));
+  std::unique_ptr<ChunkTier> got;
+  shard.set_snapshot_sink(
+      [&](uint64_t, int64_t step, std::unique_ptr<ChunkTier> capture) {
+        if (step == 4) got = std::move(capture);
+      });
+  Train(shard, 0, 4);
+  ASSERT_NE(got, nullptr);
+  auto plain = NewShard(nullptr);
+  Train(*plain, 0, 4);
+  auto b = plain->CaptureAll();
+  ASSERT_TRUE(b.ok());
+  ExpectSameState(*got, **b);
+  got.reset();
+}
+
+TEST(ShardTier, ABudgetSmallerThanOneTileRefusesTheChunk) {
+  const ScopedDir dir_scope("small");
+  const std::string& dir = dir_scope.path;
+  ShardOptions o = Opts("bsp");
+  o.spill = Spill(dir, kTile - 1);
+  Shard shard(o);
+  auto r = shard.Register(Model());
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("RAM budget"), std::string::npos)
+      << r.status();
+  EXPECT_EQ(shard.num_chunks(), 0u);
+}
+
+TEST(ShardTier, ASpillTileThatCannotBeReadIsDataLossNotGarbage) {
+  const ScopedDir dir_scope("lost");
+  const std::string& dir = dir_scope.path;
+  auto spill = Spill(dir, kChunks * kTile / 10);
+  auto shard = NewShard(spill);
+  Train(*shard, 0, 1);
+  // Replace a spilled tile with one of another version, as a corrupt or
+  // stale spill database would hold. t10 was pulled long before the last
+  // pulls (t30..t39) and read-aheads: it is on disk.
+  const uint64_t victim = ChunkId("t10", 0);
+  auto before = shard->CaptureAll();
+  ASSERT_TRUE(before.ok());
+  ChunkRecord stale = (*before)->Get(victim).value();
+  stale.version = 99;
+  ASSERT_TRUE(spill->Write(stale).ok());
+  v1::PullRequest r;
+  r.set_member_id(1);
+  r.set_chunk_id(victim);
+  r.set_clock(1);
+  std::string out;
+  auto got = shard->Pull(r, &out);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,232 @@
+#include "storage/spill_store.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "storage/files.h"
+
+namespace strata {
+namespace {
+
+// The spill database's own settings: no WAL (snapshots give durability),
+// blob files for the multi-MiB tiles, small memtables (they hold tiles
+// outside the budget until flushed).
+RocksDbTierOptions SpillDbOptions(bool direct_io) {
+  RocksDbTierOptions o;
+  o.direct_io = direct_io;
+  o.write_ahead_log = false;
+  o.blob_files = true;
+  o.write_buffer_bytes = 8 << 20;
+  return o;
+}
+
+// A RocksDbTier whose directory goes with it.
+class ScratchTier : public ChunkTier {
+ public:
+  explicit ScratchTier(std::unique_ptr<RocksDbTier> db) : db_(std::move(db)) {}
+  ~ScratchTier() override {
+    const std::string path = db_->path();
+    db_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);  // best effort: Open clears it
+  }
+  absl::Status Put(const ChunkRecord& record) override {
+    return db_->Put(record);
+  }
+  absl::StatusOr<ChunkRecord> Get(uint64_t id) const override {
+    return db_->Get(id);
+  }
+  absl::Status Delete(uint64_t id) override { return db_->Delete(id); }
+  absl::Status ForEach(const std::function<absl::Status(const ChunkRecord&)>&
+                           fn) const override {
+    return db_->ForEach(fn);
+  }
+  size_t size() const override { return db_->size(); }
+
+ private:
+  std::unique_ptr<RocksDbTier> db_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SpillStore>> SpillStore::Open(
+    const SpillOptions& options) {
+  if (options.ram_budget == 0)
+    return absl::InvalidArgumentError("a RAM budget of 0 bytes");
+  if (options.dir.empty())
+    return absl::InvalidArgumentError("the spill tier needs a directory");
+  if (options.prefetch_depth < 0 || options.io_threads < 1) {
+    return absl::InvalidArgumentError(
+        "the spill tier needs prefetch_depth >= 0 and io_threads >= 1");
+  }
+  // What a previous run spilled is stale: the shard restores from its
+  // snapshots.
+  std::error_code ec;
+  std::filesystem::remove_all(options.dir, ec);
+  if (ec) return FsError("cannot clear the spill directory", options.dir, ec);
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec) return FsError("cannot create the spill directory", options.dir, ec);
+  // Opened and tried once (a tile written, flushed to a file, read back
+  // and deleted), so a directory that cannot be written, or a file system
+  // without O_DIRECT, fails here and not mid-training.
+  auto open = [&](bool direct) -> absl::StatusOr<std::unique_ptr<RocksDbTier>> {
+    std::filesystem::remove_all(options.dir + "/tiles", ec);
+    auto db = RocksDbTier::Open(options.dir + "/tiles", /*create=*/true,
+                                SpillDbOptions(direct));
+    if (!db.ok()) return db.status();
+    ChunkRecord probe;
+    probe.id = UINT64_MAX;
+    probe.weights.assign(4096, 1.0f);
+    STRATA_RETURN_IF_ERROR((*db)->Put(probe));
+    STRATA_RETURN_IF_ERROR((*db)->Flush());
+    STRATA_RETURN_IF_ERROR((*db)->Get(probe.id).status());
+    STRATA_RETURN_IF_ERROR((*db)->Delete(probe.id));
+    return db;
+  };
+  bool direct = options.direct_io;
+  auto db = open(direct);
+  if (!db.ok() && direct) {
+    // No O_DIRECT here (tmpfs, some overlay file systems): buffered I/O.
+    direct = false;
+    db = open(direct);
+  }
+  if (!db.ok()) return db.status();
+  return std::unique_ptr<SpillStore>(
+      new SpillStore(options, *std::move(db), direct));
+}
+
+SpillStore::SpillStore(SpillOptions options, std::unique_ptr<RocksDbTier> db,
+                       bool direct_io)
+    : options_(std::move(options)), direct_io_(direct_io), db_(std::move(db)) {}
+
+SpillStore::~SpillStore() = default;
+
+void SpillStore::Admit(uint64_t id, size_t bytes, bool was_spilled) {
+  absl::MutexLock lock(&mu_);
+  if (was_spilled) counters_.spilled_bytes -= bytes;
+  auto [it, inserted] = resident_.try_emplace(id);
+  if (!inserted) {
+    counters_.resident_bytes -= it->second.bytes;
+    lru_.erase(it->second.pos);
+  }
+  lru_.push_front(id);
+  it->second.pos = lru_.begin();
+  it->second.bytes = bytes;
+  counters_.resident_bytes += bytes;
+}
+
+void SpillStore::Release(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = resident_.find(id);
+  if (it == resident_.end()) return;
+  counters_.resident_bytes -= it->second.bytes;
+  counters_.spilled_bytes += it->second.bytes;
+  lru_.erase(it->second.pos);
+  resident_.erase(it);
+}
+
+void SpillStore::Touch(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  if (seen_ == 0 || last_ != id) {
+    if (seen_ >= 1) {
+      next_[last_] = id;
+      before_[id] = last_;
+    }
+    if (seen_ >= 2) next2_[{last2_, last_}] = id;
+    last2_ = last_;
+    last_ = id;
+    seen_ = std::min(seen_ + 1, 2);
+  }
+  auto it = resident_.find(id);
+  if (it == resident_.end()) return;
+  lru_.splice(lru_.begin(), lru_, it->second.pos);
+}
+
+void SpillStore::NoteSpilled(size_t bytes) {
+  absl::MutexLock lock(&mu_);
+  counters_.spilled_bytes += bytes;
+}
+
+std::pair<uint64_t, uint64_t> SpillStore::Bytes() const {
+  absl::MutexLock lock(&mu_);
+  return {counters_.resident_bytes.load(), counters_.spilled_bytes.load()};
+}
+
+bool SpillStore::OverBudget(size_t extra) const {
+  return counters_.resident_bytes.load() + extra > options_.ram_budget;
+}
+
+std::vector<uint64_t> SpillStore::Coldest(size_t n) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> out;
+  for (auto it = lru_.rbegin(); it != lru_.rend() && out.size() < n; ++it)
+    out.push_back(*it);
+  return out;
+}
+
+std::vector<uint64_t> SpillStore::Next(uint64_t id, size_t n) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> out;
+  auto before = before_.find(id);
+  bool have_prev = before != before_.end();
+  uint64_t prev = have_prev ? before->second : 0, at = id;
+  while (out.size() < n) {
+    uint64_t next;
+    if (auto it = have_prev ? next2_.find({prev, at}) : next2_.end();
+        it != next2_.end()) {
+      next = it->second;
+    } else if (auto one = next_.find(at); one != next_.end()) {
+      next = one->second;
+    } else {
+      break;
+    }
+    // Back at the start, or a cycle shorter than n (a tiny model): done.
+    if (next == id || std::find(out.begin(), out.end(), next) != out.end())
+      break;
+    out.push_back(next);
+    prev = at;
+    at = next;
+    have_prev = true;
+  }
+  return out;
+}
+
+absl::Status SpillStore::Write(const ChunkRecord& tile) {
+  absl::Status s = db_->Put(tile);
+  if (!s.ok()) {
+    counters_.write_errors++;
+    return s;
+  }
+  counters_.write_bytes += ChunkRecordBytes(tile);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ChunkRecord> SpillStore::Read(uint64_t id) {
+  absl::StatusOr<ChunkRecord> tile = db_->Get(id);
+  if (!tile.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("spilled tile of chunk ", id, " cannot be read back from ",
+                     options_.dir, ": ", tile.status().ToString()));
+  }
+  counters_.read_bytes += ChunkRecordBytes(*tile);
+  return tile;
+}
+
+absl::StatusOr<std::unique_ptr<ChunkTier>> SpillStore::NewScratch() {
+  // Unique in the process: a scratch tier may outlive its store, and a
+  // new store on the same directory must not open the same database.
+  static std::atomic<uint64_t> serial{0};
+  const std::string path = absl::StrCat(options_.dir, "/scratch-", serial++);
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  auto db =
+      RocksDbTier::Open(path, /*create=*/true, SpillDbOptions(direct_io_));
+  if (!db.ok()) return db.status();
+  return std::unique_ptr<ChunkTier>(new ScratchTier(*std::move(db)));
+}
+
+}  // namespace strata

@@ -1,0 +1,154 @@
+// The servers' ZeRO-Infinity tier: a RAM budget for chunk tiles (a chunk's
+// weights, optimizer state and version, which move as one unit) with the
+// tiles that do not fit spilled to a RocksDB on the server's disk.
+//
+// SpillStore keeps the books and does the I/O; it does not own the tiles.
+// The shard (server/shard_tier.cc) owns each tile under the chunk's lock
+// and calls in here: Admit when a tile becomes resident, Touch on each use,
+// Release when it spills one, Coldest to choose what to spill, Write and
+// Read to move a tile. It also learns the order tiles are used in (pushes
+// arrive in backward order, pulls in forward order, the same every step)
+// so the shard can read the next ones before they are asked for (Next).
+//
+// The spill database needs no durability of its own: snapshots give that
+// (storage/data_dir.h). Its WAL is off, it is emptied at Open, and large
+// values go to RocksDB's blob files (BlobDB) rather than through
+// compactions.
+#ifndef STRATA_STORAGE_SPILL_STORE_H_
+#define STRATA_STORAGE_SPILL_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "storage/chunk_record.h"
+#include "storage/rocksdb_tier.h"
+
+namespace strata {
+
+struct SpillOptions {
+  // Bytes of tiles held in RAM at most (more only for tiles in use at the
+  // moment they are needed; server/shard.h states the overhead).
+  uint64_t ram_budget = 0;
+  // The spill database's directory (emptied and created at Open).
+  std::string dir;
+  // Tiles read ahead of use, following the learned order.
+  int prefetch_depth = 4;
+  // Threads the shard reads ahead and writes back on.
+  int io_threads = 2;
+  // Read and write the spill database past the page cache (O_DIRECT), so
+  // reads come from the disk and do not hold the tiles in RAM a second
+  // time; on a file system without it (tmpfs) the store falls back to
+  // buffered I/O (direct_io() says which it got).
+  bool direct_io = true;
+};
+
+// Running totals, for Stats and metrics.
+struct SpillCounters {
+  std::atomic<uint64_t> resident_bytes{0};
+  std::atomic<uint64_t> spilled_bytes{0};  // tiles not resident now
+  std::atomic<uint64_t> hits{0};           // uses that found the tile in RAM
+  std::atomic<uint64_t> misses{0};         // uses that had to read it
+  std::atomic<uint64_t> prefetched{0};     // tiles read ahead of use
+  std::atomic<uint64_t> read_bytes{0};
+  std::atomic<uint64_t> write_bytes{0};
+  std::atomic<uint64_t> evictions{0};
+  std::atomic<uint64_t> write_errors{0};
+};
+
+// Thread-safe.
+class SpillStore {
+ public:
+  // INVALID_ARGUMENT for a zero budget or an empty dir; the file system's
+  // and RocksDB's errors for a directory that cannot be made or written
+  // (checked by writing a probe record).
+  static absl::StatusOr<std::unique_ptr<SpillStore>> Open(
+      const SpillOptions& options);
+  ~SpillStore();
+  SpillStore(const SpillStore&) = delete;
+  SpillStore& operator=(const SpillStore&) = delete;
+
+  uint64_t budget() const { return options_.ram_budget; }
+  int prefetch_depth() const { return options_.prefetch_depth; }
+
+  // The tile `id` (`bytes` long) is now resident, most recently used;
+  // `was_spilled` when it came back from the spill database.
+  void Admit(uint64_t id, size_t bytes, bool was_spilled);
+  // The tile `id` is no longer resident (it was spilled or dropped).
+  void Release(uint64_t id);
+  // The tile `id` was used: most recently used, and the successor of the
+  // tile used before it in the learned order.
+  void Touch(uint64_t id);
+  // Whether holding `extra` more bytes would pass the budget.
+  bool OverBudget(size_t extra) const;
+  // Up to `n` resident tiles, least recently used first.
+  std::vector<uint64_t> Coldest(size_t n) const;
+  // Up to `n` tiles expected after `id`, following the learned order from
+  // the tile used before id's latest use.
+  std::vector<uint64_t> Next(uint64_t id, size_t n) const;
+  // Tile bytes in RAM and on disk, read together (the counters alone may
+  // be caught between a tile's move from one to the other).
+  std::pair<uint64_t, uint64_t> Bytes() const;
+  // A tile spilled, known not resident, of `bytes` (it was never admitted).
+  void NoteSpilled(size_t bytes);
+
+  // Stores a tile. Errors of the medium (a full disk: RESOURCE_EXHAUSTED
+  // or INTERNAL, with the path) leave the spilled copy as it was.
+  absl::Status Write(const ChunkRecord& tile);
+  // Reads tile `id` back. DATA_LOSS if it is missing or corrupt.
+  absl::StatusOr<ChunkRecord> Read(uint64_t id);
+
+  // A fresh, empty scratch ChunkTier on the spill disk (snapshot captures
+  // of a shard that does not fit in RAM); its files go with it. It must not
+  // outlive the store: a new store on the directory empties it.
+  absl::StatusOr<std::unique_ptr<ChunkTier>> NewScratch();
+
+  const SpillOptions& options() const { return options_; }
+  bool direct_io() const { return direct_io_; }
+  const SpillCounters& counters() const { return counters_; }
+  SpillCounters& counters() { return counters_; }
+
+ private:
+  SpillStore(SpillOptions options, std::unique_ptr<RocksDbTier> db,
+             bool direct_io);
+
+  const SpillOptions options_;
+  const bool direct_io_;
+  const std::unique_ptr<RocksDbTier> db_;
+  SpillCounters counters_;
+
+  mutable absl::Mutex mu_;
+  // Resident tiles, most recently used at the front, and their sizes.
+  std::list<uint64_t> lru_ ABSL_GUARDED_BY(mu_);
+  struct Entry {
+    std::list<uint64_t>::iterator pos;
+    size_t bytes = 0;
+  };
+  absl::flat_hash_map<uint64_t, Entry> resident_ ABSL_GUARDED_BY(mu_);
+  // Learned order, last time seen: the tile used after each pair of tiles
+  // used one after the other, and after each tile alone. The pair tells a
+  // backward pass (k+1, k -> k-1) from a forward one (k-1, k -> k+1), which
+  // the tile alone cannot: pushes and pulls touch the same tiles in
+  // opposite orders every step.
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, uint64_t> next2_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, uint64_t> next_ ABSL_GUARDED_BY(mu_);
+  // The tile used before each tile's latest use.
+  absl::flat_hash_map<uint64_t, uint64_t> before_ ABSL_GUARDED_BY(mu_);
+  // The last two tiles used (last_ the latest); how many of them are set.
+  uint64_t last_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last2_ ABSL_GUARDED_BY(mu_) = 0;
+  int seen_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_STORAGE_SPILL_STORE_H_

@@ -1,0 +1,153 @@
+// SpillStore: its books (LRU, learned order, budget), tile I/O and byte
+// sizes; the shard's use of it is tested in server/shard_tier_test.cc.
+#include "storage/spill_store.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace strata {
+namespace {
+
+// A fresh directory, removed when it goes: declared before the stores in
+// it, so they close first.
+struct ScopedDir {
+  explicit ScopedDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path().string() +
+             "/strata-spill-" + name + "-" + std::to_string(::getpid())) {
+    std::filesystem::remove_all(path);
+  }
+  ~ScopedDir() { std::filesystem::remove_all(path); }
+  const std::string path;
+};
+
+std::unique_ptr<SpillStore> Open(const std::string& dir, uint64_t budget) {
+  SpillOptions o;
+  o.dir = dir;
+  o.ram_budget = budget;
+  auto s = SpillStore::Open(o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *std::move(s) : nullptr;
+}
+
+TEST(SpillStore, KeepsLeastRecentlyUsedOrderAndTheBudget) {
+  const ScopedDir dir_scope("lru");
+  const std::string& dir = dir_scope.path;
+  auto s = Open(dir, 300);
+  s->Admit(1, 100, false);
+  s->Admit(2, 100, false);
+  s->Admit(3, 100, false);
+  EXPECT_FALSE(s->OverBudget(0));
+  EXPECT_TRUE(s->OverBudget(1));
+  s->Touch(1);  // 2 is now the coldest
+  EXPECT_EQ(s->Coldest(2), (std::vector<uint64_t>{2, 3}));
+  s->Release(2);
+  EXPECT_EQ(s->counters().resident_bytes, 200u);
+  EXPECT_EQ(s->counters().spilled_bytes, 100u);
+  s->Admit(2, 100, /*was_spilled=*/true);
+  EXPECT_EQ(s->counters().spilled_bytes, 0u);
+  EXPECT_EQ(s->Coldest(3), (std::vector<uint64_t>{3, 1, 2}));
+}
+
+TEST(SpillStore, LearnsTheOrderTilesAreUsedIn) {
+  const ScopedDir dir_scope("order");
+  const std::string& dir = dir_scope.path;
+  auto s = Open(dir, 1000);
+  // Two steps of a backward pass (pushes) then a forward one (pulls).
+  for (int step = 0; step < 2; ++step) {
+    for (uint64_t id : {5, 4, 3, 2, 1, 1, 2, 3, 4, 5}) s->Touch(id);
+  }
+  // The next step's pushes: after 5 then 4 come 3, 2, 1 (not 5 again, as
+  // the forward pass had it).
+  s->Touch(5);
+  s->Touch(4);
+  EXPECT_EQ(s->Next(4, 3), (std::vector<uint64_t>{3, 2, 1}));
+  // Its pulls: after 1 then 2 come 3, 4, 5.
+  for (uint64_t id : {3, 2, 1, 2}) s->Touch(id);
+  EXPECT_EQ(s->Next(2, 3), (std::vector<uint64_t>{3, 4, 5}));
+  // After 5 the order turns back to 4, which the walk has: it stops
+  // rather than repeat a tile.
+  EXPECT_EQ(s->Next(2, 10), (std::vector<uint64_t>{3, 4, 5}));
+  EXPECT_EQ(s->Next(9, 2), (std::vector<uint64_t>{}));  // never seen
+}
+
+TEST(SpillStore, WritesAndReadsTilesBitForBit) {
+  const ScopedDir dir_scope("io");
+  const std::string& dir = dir_scope.path;
+  auto s = Open(dir, 1000);
+  ChunkRecord t;
+  t.id = 42;
+  t.version = 7;
+  t.spec = "spec";
+  t.weights = {1.5f, -0.0f, 3e38f};
+  t.slots = {{1, 2, 3}, {4, 5, 6}};
+  ASSERT_TRUE(s->Write(t).ok());
+  auto back = s->Read(42);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, t);
+  EXPECT_EQ(s->Read(43).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(s->counters().write_bytes, ChunkRecordBytes(t));
+  EXPECT_EQ(s->counters().read_bytes, ChunkRecordBytes(t));
+}
+
+TEST(SpillStore, StartsEmptyEachTime) {
+  const ScopedDir dir_scope("fresh");
+  const std::string& dir = dir_scope.path;
+  {
+    auto s = Open(dir, 1000);
+    ChunkRecord t;
+    t.id = 1;
+    t.weights = {1};
+    ASSERT_TRUE(s->Write(t).ok());
+  }
+  auto s = Open(dir, 1000);
+  EXPECT_EQ(s->Read(1).status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(SpillStore, RefusesBadOptionsAndUnusableDirectories) {
+  SpillOptions o;
+  const ScopedDir bad("bad");
+  o.dir = bad.path;
+  o.ram_budget = 0;
+  EXPECT_EQ(SpillStore::Open(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.ram_budget = 100;
+  o.dir = "";
+  EXPECT_EQ(SpillStore::Open(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A path under a regular file cannot be a directory (whoever we run as).
+  const ScopedDir file_scope("file");
+  const std::string& file = file_scope.path;
+  std::ofstream(file) << "x";
+  o.dir = file + "/spill";
+  auto s = SpillStore::Open(o);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find(file), std::string::npos) << s.status();
+}
+
+TEST(SpillStore, ScratchTiersGoWithTheirFiles) {
+  const ScopedDir dir_scope("scratch");
+  const std::string& dir = dir_scope.path;
+  auto s = Open(dir, 1000);
+  std::string path;
+  {
+    auto scratch = s->NewScratch();
+    ASSERT_TRUE(scratch.ok()) << scratch.status();
+    ChunkRecord t;
+    t.id = 3;
+    t.weights = {1, 2};
+    ASSERT_TRUE((*scratch)->Put(t).ok());
+    EXPECT_EQ((*scratch)->Get(3)->weights, t.weights);
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      if (e.path().filename().string().rfind("scratch-", 0) == 0)
+        path = e.path().string();
+    EXPECT_FALSE(path.empty());
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+}  // namespace
+}  // namespace strata
