@@ -8,13 +8,16 @@
 // applied), then every chunk pulled in forward order. The first step
 // teaches the shard the order and is not timed.
 //
-// The disk limit: a step must read back at least every tile that does not
-// fit in the budget and write each of them out again (state - budget
-// bytes each way; the bytes the tier actually moved are printed too).
+// The disk limit: whole tiles move, so a step must read back every tile
+// that does not fit in the budget twice (the pushes of the backward pass
+// and the pulls of the forward one touch each tile far apart, except the
+// budget's worth around each turn) and write each once (the push changed
+// it; a pull does not): 2 x (state - budget) read and state - budget
+// written. The bytes the tier actually moved are printed too.
 // Disk read and write bandwidth are measured with O_DIRECT (buffered plus
 // fdatasync where the file system lacks it) on a file as large as the
 // state, so the page cache does not answer for the disk.
-//   disk_limit_s = moved / read_GBps + moved / write_GBps
+//   disk_limit_s = 2 x moved / read_GBps + moved / write_GBps
 //   tier_ratio_to_disk = disk_limit_s / step_s   (target >= 0.8)
 //
 // Usage: tier_bench --dir DIR [--budget_mib 256] [--state_ratio 4]
@@ -28,8 +31,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <utility>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -91,6 +97,19 @@ Disk MeasureDisk(const std::string& path, size_t bytes) {
   close(fd);
   unlink(path.c_str());
   return d;
+}
+
+// Bytes this process has had the kernel read from and write to storage
+// (/proc/self/io; O_DIRECT included): the tier's real disk traffic.
+std::pair<double, double> ProcessIo() {
+  std::ifstream f("/proc/self/io");
+  std::string key;
+  double value = 0, read = 0, write = 0;
+  while (f >> key >> value) {
+    if (key == "read_bytes:") read = value;
+    if (key == "write_bytes:") write = value;
+  }
+  return {read, write};
 }
 
 v1::RegisterChunksRequest Model(int chunks, size_t numel) {
@@ -171,6 +190,8 @@ int Main(int argc, char** argv) {
   uint64_t budget_mib = 256, chunk_mib = 4;
   double state_ratio = 4;
   int steps = 3;
+  SpillOptions so;
+  uint64_t write_buffer_mib = 0;
   app.add_option("--dir", dir, "directory on the disk to spill to")->required();
   app.add_option("--budget_mib", budget_mib, "RAM budget")
       ->capture_default_str();
@@ -179,6 +200,13 @@ int Main(int argc, char** argv) {
   app.add_option("--chunk_mib", chunk_mib, "weights per chunk")
       ->capture_default_str();
   app.add_option("--steps", steps, "timed steps")->capture_default_str();
+  app.add_option("--prefetch_depth", so.prefetch_depth, "tiles read ahead")
+      ->capture_default_str();
+  app.add_option("--io_threads", so.io_threads, "read-ahead threads")
+      ->capture_default_str();
+  app.add_option("--write_buffer_mib", write_buffer_mib,
+                 "spill database memtable (0: the store's default)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   const size_t numel = (chunk_mib << 20) / 4;
@@ -201,8 +229,8 @@ int Main(int argc, char** argv) {
   }
   std::printf("inram_params_per_s %.4g\n", params / ram_s);
 
-  SpillOptions so;
   so.ram_budget = budget;
+  so.write_buffer_bytes = write_buffer_mib << 20;
   so.dir = dir + "/spill";
   auto spill = SpillStore::Open(so);
   if (!spill.ok()) {
@@ -212,8 +240,12 @@ int Main(int argc, char** argv) {
   std::shared_ptr<SpillStore> store = *std::move(spill);
   auto shard = NewShard(store, chunks, numel);
   const uint64_t read0 = store->counters().read_bytes;
+  const uint64_t read_ns0 = store->counters().read_ns;
+  const auto io0 = ProcessIo();
+  const uint64_t write_ns0 = store->counters().write_ns;
   const uint64_t write0 = store->counters().write_bytes;
   const double tier_s = RunSteps(*shard, chunks, numel, steps);
+  const auto io1 = ProcessIo();
   // (Includes the untimed step's I/O: per step it is the same.)
   const double read_step =
       (store->counters().read_bytes - read0) / static_cast<double>(steps + 1);
@@ -221,22 +253,39 @@ int Main(int argc, char** argv) {
       (store->counters().write_bytes - write0) / static_cast<double>(steps + 1);
   const double moved = state - budget;
   const double limit_s =
-      moved / (disk.read_GBps * 1e9) + moved / (disk.write_GBps * 1e9);
+      2 * moved / (disk.read_GBps * 1e9) + moved / (disk.write_GBps * 1e9);
   std::printf("state_MiB %.0f\nbudget_MiB %llu\nchunks %d\n", state / 1048576.0,
               static_cast<unsigned long long>(budget_mib), chunks);
   std::printf("tier_direct_io %d\n", store->direct_io() ? 1 : 0);
   std::printf("tier_read_MiB_per_step %.0f\ntier_write_MiB_per_step %.0f\n",
               read_step / 1048576.0, write_step / 1048576.0);
+  // What reached the disk, RocksDB's flushes and compactions included.
+  std::printf("disk_read_MiB_per_step %.0f\ndisk_write_MiB_per_step %.0f\n",
+              (io1.first - io0.first) / 1048576.0 / (steps + 1),
+              (io1.second - io0.second) / 1048576.0 / (steps + 1));
   std::printf("tier_params_per_s %.4g\n", params / tier_s);
+  // Seconds per step in reads and writes (summed over threads; reads also
+  // run on the read-ahead threads, overlapping the updates).
+  std::printf("tier_read_s_per_step %.3f\ntier_write_s_per_step %.3f\n",
+              (store->counters().read_ns - read_ns0) * 1e-9 / (steps + 1),
+              (store->counters().write_ns - write_ns0) * 1e-9 / (steps + 1));
   std::printf("tier_ratio_to_inram %.3f\n", ram_s / tier_s);
   std::printf("disk_limit_s %.3f\ntier_step_s %.3f\n", limit_s, tier_s);
   std::printf("tier_ratio_to_disk %.3f\n", limit_s / tier_s);
   uint64_t on_disk = 0;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(so.dir))
-    if (e.is_regular_file()) on_disk += e.file_size();
+  std::error_code walk;
+  for (auto it = std::filesystem::recursive_directory_iterator(so.dir, walk);
+       !walk && it != std::filesystem::recursive_directory_iterator();
+       it.increment(walk)) {
+    std::error_code size;  // RocksDB may delete a file meanwhile
+    if (it->is_regular_file(size)) on_disk += it->file_size(size);
+  }
   std::printf("spill_dir_MiB %.0f\n", on_disk / 1048576.0);
+  std::fflush(stdout);
   shard.reset();
-  std::filesystem::remove_all(so.dir);
+  store.reset();  // closed before its files go
+  std::error_code ec;
+  std::filesystem::remove_all(so.dir, ec);
   return 0;
 }
 

@@ -56,14 +56,20 @@ rocksdb::Options DbOptions(bool create, const RocksDbTierOptions& tier) {
   if (tier.blob_files) {
     options.enable_blob_files = true;
     options.min_blob_size = 4096;
-    // Every value is rewritten often (a tile each step): compactions
-    // relocate the live values of the oldest blob files, so the dead ones
-    // are deleted instead of piling up.
-    options.enable_blob_garbage_collection = true;
+    // No blob garbage collection: the tier rewrites every tile each step,
+    // so a blob file's values all die together and the file goes once
+    // compaction drops their keys. Relocating live values instead doubled
+    // the disk writes and added half again to the reads (bench/tier.sh,
+    // 2026-11-24) for no smaller footprint: the spill directory stays near
+    // the spilled state's size either way.
+    options.enable_blob_garbage_collection = false;
   }
   if (tier.direct_io) {
     options.use_direct_reads = true;
     options.use_direct_io_for_flush_and_compaction = true;
+  }
+  if (tier.max_write_buffers > 0) {
+    options.max_write_buffer_number = tier.max_write_buffers;
   }
   if (tier.write_buffer_bytes > 0) {
     options.write_buffer_size = tier.write_buffer_bytes;

@@ -27,11 +27,16 @@ struct RocksDbTierOptions {
   bool read_only = false;
   // Store values of 4 KiB and more in blob files (RocksDB's integrated
   // BlobDB): a large value is then written once instead of again at every
-  // compaction. For databases rewritten often (the spill tier).
+  // compaction. For databases whose every value is rewritten often (the
+  // spill tier): blob files are not garbage-collected, they go when all
+  // their values are overwritten.
   bool blob_files = false;
   // RocksDB's memtable size; 0 = its default (64 MiB). Values wait in up
   // to two memtables before they are flushed: RAM outside any budget.
   size_t write_buffer_bytes = 0;
+  // Memtables that may be full at once, waiting for their flush; 0 = its
+  // default (2). More let writes go on while earlier ones flush.
+  int max_write_buffers = 0;
   // Read and flush with O_DIRECT, past the page cache (a spill tier whose
   // reads should not take the machine's RAM a second time). File systems
   // without O_DIRECT (tmpfs) fail at Open with INVALID_ARGUMENT.

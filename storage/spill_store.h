@@ -29,6 +29,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "storage/chunk_record.h"
 #include "storage/rocksdb_tier.h"
 
@@ -49,6 +50,9 @@ struct SpillOptions {
   // time; on a file system without it (tmpfs) the store falls back to
   // buffered I/O (direct_io() says which it got).
   bool direct_io = true;
+  // The spill database's memtable size (two may be full at once: RAM
+  // outside the budget); 0 = an eighth of the budget, 8 to 64 MiB.
+  size_t write_buffer_bytes = 0;
 };
 
 // Running totals, for Stats and metrics.
@@ -62,6 +66,9 @@ struct SpillCounters {
   std::atomic<uint64_t> write_bytes{0};
   std::atomic<uint64_t> evictions{0};
   std::atomic<uint64_t> write_errors{0};
+  // Time spent in reads and writes of the spill database, all threads.
+  std::atomic<uint64_t> read_ns{0};
+  std::atomic<uint64_t> write_ns{0};
 };
 
 // Thread-safe.
