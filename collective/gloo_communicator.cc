@@ -1,0 +1,392 @@
+#include "collective/gloo_communicator.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "gloo/common/error.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+#include "gloo/transport/unbound_buffer.h"
+
+namespace strata {
+namespace {
+
+// Point-to-point slots live above the prefixes Gloo's collectives use.
+constexpr uint64_t kPeerSlotBase = uint64_t{0x53} << 56;
+
+std::chrono::milliseconds Remaining(absl::Time deadline) {
+  const absl::Duration left = deadline - absl::Now();
+  return std::chrono::milliseconds(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(left)));
+}
+
+// Gloo reports errors by throwing; this is where they become Status.
+absl::Status FromException(const std::exception& e, absl::string_view what) {
+  const std::string message = absl::StrCat("gloo ", what, ": ", e.what());
+  if (absl::StrContains(e.what(), "Timed out") ||
+      absl::StrContains(e.what(), "timed out")) {
+    return absl::DeadlineExceededError(message);
+  }
+  return absl::UnavailableError(message);
+}
+
+template <typename Fn>
+absl::Status Guard(absl::string_view what, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return FromException(e, what);
+  }
+}
+
+void ReduceInto(ReduceOp op, float* acc, const float* in, size_t n) {
+  if (op == ReduceOp::kSum) {
+    for (size_t i = 0; i < n; ++i) acc[i] += in[i];
+  } else {
+    for (size_t i = 0; i < n; ++i) acc[i] = std::max(acc[i], in[i]);
+  }
+}
+
+// Element offsets of the blocks given by `counts`, with the total last.
+std::vector<size_t> Offsets(const std::vector<size_t>& counts) {
+  std::vector<size_t> offsets(counts.size() + 1, 0);
+  for (size_t q = 0; q < counts.size(); ++q) {
+    offsets[q + 1] = offsets[q] + counts[q];
+  }
+  return offsets;
+}
+
+// `n` elements split into `size` blocks as evenly as they go.
+std::vector<size_t> EvenCounts(size_t n, int size) {
+  std::vector<size_t> counts;
+  for (int q = 0; q < size; ++q) {
+    counts.push_back(n * (q + 1) / size - n * q / size);
+  }
+  return counts;
+}
+
+using gloo::transport::UnboundBuffer;
+
+// The collectives are rings written over Gloo's point-to-point buffers
+// rather than Gloo's own algorithms, so every wait is one Abort can end
+// (Gloo's collectives wait where nothing outside can wake them).
+class GlooCommunicator : public Communicator {
+ public:
+  GlooCommunicator(const GlooOptions& options,
+                   std::shared_ptr<gloo::transport::Device> device,
+                   std::shared_ptr<gloo::rendezvous::Context> context)
+      : Communicator(options.rank, options.size, options.comm),
+        device_(std::move(device)),
+        context_(std::move(context)) {}
+  ~GlooCommunicator() override { ShutDown(); }  // ShutDown closes
+
+ protected:
+  // Reduce-scatter ring, then all-gather ring, over even blocks of `data`.
+  absl::Status RunAllReduce(absl::Span<float> data, ReduceOp op,
+                            absl::Time deadline) override {
+    if (size() == 1 || data.empty()) return absl::OkStatus();
+    const std::vector<size_t> offsets =
+        Offsets(EvenCounts(data.size(), size()));
+    return Guard("all-reduce", [&]() -> absl::Status {
+      auto buffer = Buffer(data.data(), data.size());
+      STRATA_RETURN_IF_ERROR(
+          ReduceScatterRing(*buffer, data.data(), offsets, op, deadline));
+      return AllGatherRing(*buffer, offsets, deadline);
+    });
+  }
+
+  absl::Status RunReduceScatter(absl::Span<const float> in,
+                                const std::vector<size_t>& counts,
+                                absl::Span<float> out, ReduceOp op,
+                                absl::Time deadline) override {
+    const std::vector<size_t> offsets = Offsets(counts);
+    std::vector<float> sums(in.begin(), in.end());
+    if (size() > 1) {
+      STRATA_RETURN_IF_ERROR(Guard("reduce-scatter", [&] {
+        auto buffer = Buffer(sums.data(), sums.size());
+        return ReduceScatterRing(*buffer, sums.data(), offsets, op, deadline);
+      }));
+    }
+    std::copy(sums.begin() + offsets[rank()],
+              sums.begin() + offsets[rank() + 1], out.begin());
+    return absl::OkStatus();
+  }
+
+  absl::Status RunAllGather(absl::Span<const float> in,
+                            const std::vector<size_t>& counts,
+                            absl::Span<float> out,
+                            absl::Time deadline) override {
+    const std::vector<size_t> offsets = Offsets(counts);
+    std::copy(in.begin(), in.end(), out.begin() + offsets[rank()]);
+    if (size() == 1) return absl::OkStatus();
+    return Guard("all-gather", [&] {
+      auto buffer = Buffer(out.data(), out.size());
+      return AllGatherRing(*buffer, offsets, deadline);
+    });
+  }
+
+  // The root sends the whole buffer to every other rank.
+  absl::Status RunBroadcast(absl::Span<float> data, int root,
+                            absl::Time deadline) override {
+    if (size() == 1 || data.empty()) return absl::OkStatus();
+    return Guard("broadcast", [&]() -> absl::Status {
+      auto buffer = Buffer(data.data(), data.size());
+      const uint64_t slot = context_->nextSlot();
+      if (rank() != root) {
+        buffer->recv(root, slot);
+        return WaitFor(*buffer, /*send=*/false, deadline);
+      }
+      for (int q = 0; q < size(); ++q) {
+        if (q != root) buffer->send(q, slot);
+      }
+      for (int q = 0; q < size(); ++q) {
+        if (q != root) STRATA_RETURN_IF_ERROR(WaitFor(*buffer, true, deadline));
+      }
+      return absl::OkStatus();
+    });
+  }
+
+  // A one-element all-reduce: no rank finishes it before all have begun.
+  absl::Status RunBarrier(absl::Time deadline) override {
+    float token = 0;
+    return RunAllReduce(absl::MakeSpan(&token, 1), ReduceOp::kSum, deadline);
+  }
+
+  std::shared_ptr<Work> StartSend(absl::Span<const float> data, int peer,
+                                  uint32_t tag, absl::Time deadline) override {
+    return StartPeer(const_cast<float*>(data.data()), data.size(), peer, tag,
+                     deadline, /*send=*/true);
+  }
+
+  std::shared_ptr<Work> StartRecv(absl::Span<float> data, int peer,
+                                  uint32_t tag, absl::Time deadline) override {
+    return StartPeer(data.data(), data.size(), peer, tag, deadline,
+                     /*send=*/false);
+  }
+
+  void AbortTransport() override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (aborted_) return;
+      aborted_ = true;
+      for (UnboundBuffer* buffer : waiting_) {
+        buffer->abortWaitSend();
+        buffer->abortWaitRecv();
+      }
+    }
+    // Peers waiting on this rank see its connections close.
+    Guard("abort", [this] {
+      context_->closeConnections();
+      return absl::OkStatus();
+    }).IgnoreError();
+  }
+
+ private:
+  std::unique_ptr<UnboundBuffer> Buffer(float* data, size_t count) {
+    // Gloo wants a real pointer even for an empty buffer.
+    static float none = 0;
+    return context_->createUnboundBuffer(count > 0 ? data : &none,
+                                         count * sizeof(float));
+  }
+
+  // Waits for one send or recv on `buffer` to complete; Abort ends the
+  // wait. Gloo throws on a timeout or a closed peer (Guard catches it).
+  absl::Status WaitFor(UnboundBuffer& buffer, bool send, absl::Time deadline) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (aborted_) return absl::AbortedError("communicator aborted");
+      waiting_.insert(&buffer);
+    }
+    struct Unregister {
+      GlooCommunicator* self;
+      UnboundBuffer* buffer;
+      ~Unregister() {
+        absl::MutexLock lock(&self->mu_);
+        self->waiting_.erase(buffer);
+      }
+    } unregister{this, &buffer};
+    const bool done = send ? buffer.waitSend(Remaining(deadline))
+                           : buffer.waitRecv(Remaining(deadline));
+    if (!done) return absl::AbortedError("communicator aborted");
+    return absl::OkStatus();
+  }
+
+  // Sends elements [offsets[out], offsets[out+1]) of `buffer` to the next
+  // rank while receiving block `in` from the previous one into `into` (an
+  // unbound buffer at element 0), and waits for both.
+  absl::Status RingStep(UnboundBuffer& buffer, int out, UnboundBuffer& into,
+                        size_t into_offset, int in,
+                        const std::vector<size_t>& offsets, uint64_t slot,
+                        absl::Time deadline) {
+    const int next = (rank() + 1) % size(),
+              prev = (rank() + size() - 1) % size();
+    const size_t out_count = offsets[out + 1] - offsets[out];
+    const size_t in_count = offsets[in + 1] - offsets[in];
+    if (in_count > 0) {
+      into.recv(prev, slot, into_offset * sizeof(float),
+                in_count * sizeof(float));
+    }
+    if (out_count > 0) {
+      buffer.send(next, slot, offsets[out] * sizeof(float),
+                  out_count * sizeof(float));
+    }
+    if (in_count > 0) STRATA_RETURN_IF_ERROR(WaitFor(into, false, deadline));
+    if (out_count > 0) STRATA_RETURN_IF_ERROR(WaitFor(buffer, true, deadline));
+    return absl::OkStatus();
+  }
+
+  int Block(int b) const { return ((b % size()) + size()) % size(); }
+
+  // Step s (of size-1): send the running reduction of block r-1-s to rank
+  // r+1, receive block r-2-s from rank r-1 and reduce it into ours. After the
+  // last step this rank holds every rank's reduction of block r. `sums`
+  // is the memory `buffer` covers.
+  absl::Status ReduceScatterRing(UnboundBuffer& buffer, float* sums,
+                                 const std::vector<size_t>& offsets,
+                                 ReduceOp op, absl::Time deadline) {
+    size_t largest = 1;
+    for (int q = 0; q < size(); ++q) {
+      largest = std::max(largest, offsets[q + 1] - offsets[q]);
+    }
+    std::vector<float> incoming(largest);
+    auto into = Buffer(incoming.data(), incoming.size());
+    const uint64_t slot = context_->nextSlot();
+    for (int s = 0; s < size() - 1; ++s) {
+      const int out = Block(rank() - 1 - s), in = Block(rank() - 2 - s);
+      STRATA_RETURN_IF_ERROR(
+          RingStep(buffer, out, *into, 0, in, offsets, slot, deadline));
+      ReduceInto(op, sums + offsets[in], incoming.data(),
+                 offsets[in + 1] - offsets[in]);
+    }
+    return absl::OkStatus();
+  }
+
+  // Step s: send block r-s (ours, or the one that just arrived) to rank
+  // r+1 and receive block r-1-s from rank r-1 in place.
+  absl::Status AllGatherRing(UnboundBuffer& buffer,
+                             const std::vector<size_t>& offsets,
+                             absl::Time deadline) {
+    const uint64_t slot = context_->nextSlot();
+    for (int s = 0; s < size() - 1; ++s) {
+      const int out = Block(rank() - s), in = Block(rank() - 1 - s);
+      STRATA_RETURN_IF_ERROR(RingStep(buffer, out, buffer, offsets[in], in,
+                                      offsets, slot, deadline));
+    }
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<Work> StartPeer(float* data, size_t count, int peer,
+                                  uint32_t tag, absl::Time deadline,
+                                  bool send) {
+    const char* what = send ? "send" : "recv";
+    std::shared_ptr<UnboundBuffer> buffer;
+    absl::Status started = Guard(what, [&] {
+      buffer = Buffer(data, count);
+      if (send) {
+        buffer->send(peer, kPeerSlotBase | tag);
+      } else {
+        buffer->recv(peer, kPeerSlotBase | tag);
+      }
+      return absl::OkStatus();
+    });
+    if (!started.ok()) return Work::Finished(Fail(started));
+    return Work::CompletedBy([this, buffer, deadline, send, what] {
+      return Fail(
+          Guard(what, [&] { return WaitFor(*buffer, send, deadline); }));
+    });
+  }
+
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  absl::Mutex mu_;
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  // Buffers some thread waits on now: what Abort wakes.
+  absl::flat_hash_set<UnboundBuffer*> waiting_ ABSL_GUARDED_BY(mu_);
+};
+
+// The numeric address `hostname` resolves to that this host can listen on.
+// Checked here because Gloo's device crashes on a name that does not
+// resolve to a bindable address.
+absl::StatusOr<std::string> LocalAddress(const std::string& hostname) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int err = getaddrinfo(hostname.c_str(), nullptr, &hints, &found);
+  if (err != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve ", hostname, ": ", gai_strerror(err)));
+  }
+  std::string bindable;
+  for (addrinfo* a = found; a != nullptr && bindable.empty(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      char text[INET6_ADDRSTRLEN] = {};
+      const void* raw =
+          a->ai_family == AF_INET
+              ? static_cast<const void*>(
+                    &reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr)
+              : static_cast<const void*>(
+                    &reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
+      if (inet_ntop(a->ai_family, raw, text, sizeof(text)) != nullptr) {
+        bindable = text;
+      }
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  if (bindable.empty()) {
+    return absl::UnavailableError(absl::StrCat(
+        hostname, " is not an address of this host (cannot listen on it)"));
+  }
+  return bindable;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectGloo(
+    const GlooOptions& options, gloo::rendezvous::Store& store) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", options.rank, " is not in a group of ", options.size));
+  }
+  absl::StatusOr<std::string> address = LocalAddress(options.hostname);
+  if (!address.ok()) return address.status();
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  absl::Status status = Guard("connect", [&]() -> absl::Status {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = *address;
+    device = gloo::transport::tcp::CreateDevice(attr);
+    context =
+        std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+    context->setTimeout(std::chrono::milliseconds(
+        absl::ToInt64Milliseconds(options.connect_timeout)));
+    context->connectFullMesh(store, device);
+    context->setTimeout(std::chrono::milliseconds(
+        absl::ToInt64Milliseconds(options.comm.timeout)));
+    return absl::OkStatus();
+  });
+  if (!status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat("forming a group of ", options.size,
+                                     " as rank ", options.rank, " at ",
+                                     options.hostname, ": ", status.message()));
+  }
+  return std::unique_ptr<Communicator>(
+      new GlooCommunicator(options, std::move(device), std::move(context)));
+}
+
+}  // namespace strata
