@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -51,11 +52,13 @@ absl::Status Guard(absl::string_view what, Fn&& fn) {
   }
 }
 
-void ReduceInto(ReduceOp op, float* acc, const float* in, size_t n) {
+// out[i] = a[i] (op) b[i].
+void ReduceTo(ReduceOp op, float* out, const float* a, const float* b,
+              size_t n) {
   if (op == ReduceOp::kSum) {
-    for (size_t i = 0; i < n; ++i) acc[i] += in[i];
+    for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
   } else {
-    for (size_t i = 0; i < n; ++i) acc[i] = std::max(acc[i], in[i]);
+    for (size_t i = 0; i < n; ++i) out[i] = std::max(a[i], b[i]);
   }
 }
 
@@ -100,9 +103,11 @@ class GlooCommunicator : public Communicator {
     const std::vector<size_t> offsets =
         Offsets(EvenCounts(data.size(), size()));
     return Guard("all-reduce", [&]() -> absl::Status {
+      // The reduction of block r lands in place; the all-gather then
+      // fills the other blocks.
+      STRATA_RETURN_IF_ERROR(ReduceScatterRing(
+          data.data(), offsets, op, data.data() + offsets[rank()], deadline));
       auto buffer = Buffer(data.data(), data.size());
-      STRATA_RETURN_IF_ERROR(
-          ReduceScatterRing(*buffer, data.data(), offsets, op, deadline));
       return AllGatherRing(*buffer, offsets, deadline);
     });
   }
@@ -112,16 +117,13 @@ class GlooCommunicator : public Communicator {
                                 absl::Span<float> out, ReduceOp op,
                                 absl::Time deadline) override {
     const std::vector<size_t> offsets = Offsets(counts);
-    std::vector<float> sums(in.begin(), in.end());
-    if (size() > 1) {
-      STRATA_RETURN_IF_ERROR(Guard("reduce-scatter", [&] {
-        auto buffer = Buffer(sums.data(), sums.size());
-        return ReduceScatterRing(*buffer, sums.data(), offsets, op, deadline);
-      }));
+    if (size() == 1) {
+      std::copy(in.begin(), in.end(), out.begin());
+      return absl::OkStatus();
     }
-    std::copy(sums.begin() + offsets[rank()],
-              sums.begin() + offsets[rank() + 1], out.begin());
-    return absl::OkStatus();
+    return Guard("reduce-scatter", [&] {
+      return ReduceScatterRing(in.data(), offsets, op, out.data(), deadline);
+    });
   }
 
   absl::Status RunAllGather(absl::Span<const float> in,
@@ -223,52 +225,77 @@ class GlooCommunicator : public Communicator {
     return absl::OkStatus();
   }
 
-  // Sends elements [offsets[out], offsets[out+1]) of `buffer` to the next
-  // rank while receiving block `in` from the previous one into `into` (an
-  // unbound buffer at element 0), and waits for both.
-  absl::Status RingStep(UnboundBuffer& buffer, int out, UnboundBuffer& into,
-                        size_t into_offset, int in,
-                        const std::vector<size_t>& offsets, uint64_t slot,
-                        absl::Time deadline) {
+  // Sends `out_count` elements of `from` from element `from_offset` to the
+  // next rank while receiving `in_count` from the previous one into `into`
+  // from element `into_offset`, and waits for both. Both go in segments of
+  // kSegment elements, all posted at once, so the wire stays busy while
+  // `arrived(first, count)` handles each segment received (a reduction
+  // overlaps the transfer of the segments after it).
+  absl::Status RingStep(
+      UnboundBuffer& from, size_t from_offset, size_t out_count,
+      UnboundBuffer& into, size_t into_offset, size_t in_count, uint64_t slot,
+      absl::Time deadline,
+      const std::function<void(size_t, size_t)>& arrived = nullptr) {
+    constexpr size_t kSegment = 256 * 1024;  // 1 MiB: Gloo's own segment
     const int next = (rank() + 1) % size(),
               prev = (rank() + size() - 1) % size();
-    const size_t out_count = offsets[out + 1] - offsets[out];
-    const size_t in_count = offsets[in + 1] - offsets[in];
-    if (in_count > 0) {
-      into.recv(prev, slot, into_offset * sizeof(float),
-                in_count * sizeof(float));
+    for (size_t at = 0; at < in_count; at += kSegment) {
+      into.recv(prev, slot, (into_offset + at) * sizeof(float),
+                std::min(kSegment, in_count - at) * sizeof(float));
     }
-    if (out_count > 0) {
-      buffer.send(next, slot, offsets[out] * sizeof(float),
-                  out_count * sizeof(float));
+    size_t sends = 0;
+    for (size_t at = 0; at < out_count; at += kSegment, ++sends) {
+      from.send(next, slot, (from_offset + at) * sizeof(float),
+                std::min(kSegment, out_count - at) * sizeof(float));
     }
-    if (in_count > 0) STRATA_RETURN_IF_ERROR(WaitFor(into, false, deadline));
-    if (out_count > 0) STRATA_RETURN_IF_ERROR(WaitFor(buffer, true, deadline));
+    // Segments on one pair and slot complete in the order posted.
+    for (size_t at = 0; at < in_count; at += kSegment) {
+      STRATA_RETURN_IF_ERROR(WaitFor(into, false, deadline));
+      if (arrived) arrived(at, std::min(kSegment, in_count - at));
+    }
+    for (size_t i = 0; i < sends; ++i) {
+      STRATA_RETURN_IF_ERROR(WaitFor(from, true, deadline));
+    }
     return absl::OkStatus();
   }
 
   int Block(int b) const { return ((b % size()) + size()) % size(); }
 
   // Step s (of size-1): send the running reduction of block r-1-s to rank
-  // r+1, receive block r-2-s from rank r-1 and reduce it into ours. After the
-  // last step this rank holds every rank's reduction of block r. `sums`
-  // is the memory `buffer` covers.
-  absl::Status ReduceScatterRing(UnboundBuffer& buffer, float* sums,
+  // r+1 (at step 0, this rank's own values), receive block r-2-s from rank
+  // r-1 and reduce it with this rank's values of that block into the next
+  // running reduction. After the last step, `out` holds every rank's
+  // reduction of block r. Running reductions alternate between two
+  // block-sized halves of a scratch buffer, so `in` is never copied whole.
+  absl::Status ReduceScatterRing(const float* in,
                                  const std::vector<size_t>& offsets,
-                                 ReduceOp op, absl::Time deadline) {
+                                 ReduceOp op, float* out, absl::Time deadline) {
     size_t largest = 1;
     for (int q = 0; q < size(); ++q) {
       largest = std::max(largest, offsets[q + 1] - offsets[q]);
     }
-    std::vector<float> incoming(largest);
-    auto into = Buffer(incoming.data(), incoming.size());
+    if (incoming_.size() < largest) incoming_.resize(largest);
+    if (sums_.size() < 2 * largest) sums_.resize(2 * largest);
+    auto input = Buffer(const_cast<float*>(in), offsets[size()]);  // sent only
+    auto into = Buffer(incoming_.data(), largest);
+    auto sums = Buffer(sums_.data(), 2 * largest);
     const uint64_t slot = context_->nextSlot();
     for (int s = 0; s < size() - 1; ++s) {
-      const int out = Block(rank() - 1 - s), in = Block(rank() - 2 - s);
+      const int out_block = Block(rank() - 1 - s),
+                in_block = Block(rank() - 2 - s);
+      const size_t out_count = offsets[out_block + 1] - offsets[out_block];
+      const size_t in_count = offsets[in_block + 1] - offsets[in_block];
+      UnboundBuffer& from = s == 0 ? *input : *sums;
+      const size_t from_offset =
+          s == 0 ? offsets[out_block] : ((s - 1) % 2) * largest;
+      float* acc = s == size() - 2 ? out : sums_.data() + (s % 2) * largest;
+      const float* mine = in + offsets[in_block];
       STRATA_RETURN_IF_ERROR(
-          RingStep(buffer, out, *into, 0, in, offsets, slot, deadline));
-      ReduceInto(op, sums + offsets[in], incoming.data(),
-                 offsets[in + 1] - offsets[in]);
+          RingStep(from, from_offset, out_count, *into, 0, in_count, slot,
+                   deadline, [&](size_t first, size_t count) {
+                     ReduceTo(op, acc + first, mine + first,
+                              incoming_.data() + first, count);
+                   }));
     }
     return absl::OkStatus();
   }
@@ -281,8 +308,9 @@ class GlooCommunicator : public Communicator {
     const uint64_t slot = context_->nextSlot();
     for (int s = 0; s < size() - 1; ++s) {
       const int out = Block(rank() - s), in = Block(rank() - 1 - s);
-      STRATA_RETURN_IF_ERROR(RingStep(buffer, out, buffer, offsets[in], in,
-                                      offsets, slot, deadline));
+      STRATA_RETURN_IF_ERROR(RingStep(
+          buffer, offsets[out], offsets[out + 1] - offsets[out], buffer,
+          offsets[in], offsets[in + 1] - offsets[in], slot, deadline));
     }
     return absl::OkStatus();
   }
@@ -310,6 +338,9 @@ class GlooCommunicator : public Communicator {
 
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
+  // Scratch of the collectives (running reductions, segments received),
+  // reused between calls: the operation thread's only.
+  std::vector<float> sums_, incoming_;
   absl::Mutex mu_;
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
   // Buffers some thread waits on now: what Abort wakes.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -67,20 +68,45 @@ struct Job {
   std::string address;
 };
 
+// A `strata server` on <dir>/server; with `disk_mib` > 0, that directory
+// is a tmpfs of that size in the server's own user and mount namespaces
+// (a full disk without privileges).
 std::unique_ptr<Child> Server(const std::string& dir, const std::string& addr,
-                              bool budget, int start) {
+                              bool budget, int start, int disk_mib = 0) {
   std::vector<std::string> args = {STRATA_BINARY, "server",       "--scheduler",
                                    addr,          "--shard",      "0",
                                    "--data_dir",  dir + "/server"};
   if (budget) {
     args.insert(args.end(), {"--ram_budget", std::to_string(kBudget)});
   }
+  if (disk_mib > 0) {
+    std::filesystem::create_directories(dir + "/server");
+    std::string command = absl::StrCat("mount -t tmpfs -o size=", disk_mib,
+                                       "m tmpfs ", dir, "/server && exec");
+    for (const std::string& a : args) absl::StrAppend(&command, " ", a);
+    args = {"/usr/bin/unshare",
+            "--user",
+            "--map-root-user",
+            "--mount",
+            "/bin/sh",
+            "-c",
+            command};
+  }
   return std::make_unique<Child>(args,
                                  absl::StrCat(dir, "/server", start, ".log"));
 }
 
+// Whether this machine lets an unprivileged process mount a tmpfs in its
+// own namespaces.
+bool CanMountTmpfs() {
+  return std::system(
+             "/usr/bin/unshare --user --map-root-user --mount /bin/sh "
+             "-c 'mount -t tmpfs -o size=1m tmpfs /tmp' "
+             ">/dev/null 2>&1") == 0;
+}
+
 // A scheduler, one server and this process as the one worker.
-void StartJob(Job& job, const std::string& dir, bool budget) {
+void StartJob(Job& job, const std::string& dir, bool budget, int disk_mib = 0) {
   job.scheduler = std::make_unique<Child>(
       std::vector<std::string>{STRATA_BINARY, "scheduler", "--listen",
                                "127.0.0.1:0", "--num_shards", "1", "--lease_ms",
@@ -88,7 +114,7 @@ void StartJob(Job& job, const std::string& dir, bool budget) {
       dir + "/scheduler.log");
   job.address = testing::WaitForLine(dir + "/addr");
   ASSERT_FALSE(job.address.empty()) << job.scheduler->Output();
-  job.server = Server(dir, job.address, budget, 0);
+  job.server = Server(dir, job.address, budget, 0, disk_mib);
   SchedulerClientOptions so;
   so.scheduler_address = job.address;
   auto member = SchedulerClient::Connect(so);
@@ -141,12 +167,13 @@ TEST(Tier, AServersResidentMemoryStaysWithinItsBudget) {
   const uint64_t state = kParams * 12;
   const uint64_t with = PeakGrowth(true, "tier_rss_budget");
   const uint64_t without = PeakGrowth(false, "tier_rss_plain");
-  std::printf("peak RSS growth: %llu MiB with a %llu MiB budget, %llu MiB "
-              "without (state %llu MiB)\n",
-              static_cast<unsigned long long>(with >> 20),
-              static_cast<unsigned long long>(kBudget >> 20),
-              static_cast<unsigned long long>(without >> 20),
-              static_cast<unsigned long long>(state >> 20));
+  std::printf(
+      "peak RSS growth: %llu MiB with a %llu MiB budget, %llu MiB "
+      "without (state %llu MiB)\n",
+      static_cast<unsigned long long>(with >> 20),
+      static_cast<unsigned long long>(kBudget >> 20),
+      static_cast<unsigned long long>(without >> 20),
+      static_cast<unsigned long long>(state >> 20));
   EXPECT_LE(with, kBudget + kOverhead)
       << "peak RSS growth " << (with >> 20) << " MiB with a budget of "
       << (kBudget >> 20) << " MiB";
@@ -185,6 +212,29 @@ TEST(Tier, ASpilledServerKilledMidRunRestoresItsSnapshotBitForBit) {
   job.ps.reset();
   job.member.reset();
   EXPECT_EQ(restarted->Stop(), 0) << restarted->Output();
+  EXPECT_EQ(job.scheduler->Stop(), 0) << job.scheduler->Output();
+}
+
+TEST(Tier, AFullSpillDiskRefusesNewChunksAndTheServerStaysWhole) {
+  if (!CanMountTmpfs()) GTEST_SKIP() << "no unprivileged tmpfs mounts here";
+  const std::string dir = testing::FreshDir("tier_full_disk");
+  Job job;
+  // 48 MiB of disk for 192 MiB of state over a 32 MiB budget.
+  StartJob(job, dir, /*budget=*/true, /*disk_mib=*/48);
+  ASSERT_FALSE(HasFatalFailure());
+  absl::Status registered = job.ps->RegisterModel(BigModel());
+  EXPECT_EQ(registered.code(), absl::StatusCode::kResourceExhausted)
+      << registered;
+  EXPECT_NE(registered.message().find("spill disk refused"), std::string::npos)
+      << registered;
+  // A retry is refused the same way (the chunks admitted stay admitted).
+  registered = job.ps->RegisterModel(BigModel());
+  EXPECT_EQ(registered.code(), absl::StatusCode::kResourceExhausted)
+      << registered;
+  // Still running, and it stops cleanly (exit 0: no crash on the way).
+  job.ps.reset();
+  job.member.reset();
+  EXPECT_EQ(job.server->Stop(), 0) << job.server->Output();
   EXPECT_EQ(job.scheduler->Stop(), 0) << job.scheduler->Output();
 }
 
