@@ -17,6 +17,7 @@
 #define STRATA_MODEL_PARALLEL_TENSOR_PARALLEL_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,6 +35,21 @@ struct DimShard {
   int valid = 0;
 };
 DimShard SplitDim(int dim, int ranks, int rank);
+
+// A rank's share of a fused QKV projection split by attention heads: of a
+// (3C, cols) matrix (Q's C rows, then K's, then V's; head h in rows
+// [h*hs, (h+1)*hs) of each), the rows of the heads in `heads` (a SplitDim
+// of the head count), as (3 * heads.size * hs, cols): Q's rows, then K's,
+// then V's, zero rows for padded heads. cols = 1 gives the bias. A padded
+// head is exact: its q, k and v are zero, so its output is zero, and the
+// output projection's columns for it are zero too (ShardColumns).
+std::vector<float> ShardQkvRows(const float* qkv, int C, int hs, int cols,
+                                DimShard heads);
+
+// Columns [shard.begin, shard.begin + shard.size) of a (rows, cols) matrix,
+// zero past `cols`: a row-parallel layer's weight shard.
+std::vector<float> ShardColumns(const float* m, int rows, int cols,
+                                DimShard shard);
 
 // Column-parallel forward: out_local = inp @ w_local^T + b_local.
 // out_local is (N,OCs), inp is (N,C) (the same on every rank), w_local is

@@ -13,6 +13,7 @@
 
 #include "collective/inproc_communicator.h"
 #include "gtest/gtest.h"
+#include "kernels/attention.h"
 #include "kernels/crossentropy.h"
 #include "kernels/gelu.h"
 #include "kernels/matmul.h"
@@ -144,6 +145,72 @@ TEST(TensorParallel, MlpMatchesTheUnsplitLayers) {
       ExpectNear(ColShard(dw2l, kC, s.size, {0, s.valid, s.valid}),
                  ColShard(dw2, kC, kH, {s.begin, s.valid, s.valid}),
                  "W2 gradient");
+    });
+  }
+}
+
+// Attention split by heads: QKV column-parallel over the heads' rows,
+// each rank's heads attended locally, the output projection row-parallel.
+// 3 heads over up to 4 ranks: uneven shares and a rank of padding only.
+TEST(TensorParallel, AttentionSplitByHeadsMatchesTheUnsplitBlock) {
+  constexpr int B = 2, T = 4, NH = 3, hs = 2, C = NH * hs, N = B * T;
+  const std::vector<float> x = Fill(N * C, 11), wqkv = Fill(3 * C * C, 12),
+                           bqkv = Fill(3 * C, 13), wo = Fill(C * C, 14),
+                           bo = Fill(C, 15), dy = Fill(N * C, 16);
+  std::vector<float> qkv(N * 3 * C), att(B * NH * T * T), a(N * C), y(N * C);
+  kernels::MatmulForward(qkv.data(), x.data(), wqkv.data(), bqkv.data(), N, C,
+                         3 * C);
+  kernels::AttentionForward(a.data(), att.data(), qkv.data(), B, T, C, NH);
+  kernels::MatmulForward(y.data(), a.data(), wo.data(), bo.data(), N, C, C);
+  std::vector<float> da(N * C), dqkv(N * 3 * C), dx(N * C),
+      scratch(B * NH * T * T), dwqkv(3 * C * C, 0.0f), dbqkv(3 * C, 0.0f),
+      dwo(C * C, 0.0f), dbo(C, 0.0f);
+  kernels::MatmulBackward(da.data(), dwo.data(), dbo.data(), dy.data(),
+                          a.data(), wo.data(), N, C, C);
+  kernels::AttentionBackward(dqkv.data(), scratch.data(), da.data(), qkv.data(),
+                             att.data(), B, T, C, NH);
+  kernels::MatmulBackward(dx.data(), dwqkv.data(), dbqkv.data(), dqkv.data(),
+                          x.data(), wqkv.data(), N, C, 3 * C);
+
+  for (int ranks = 1; ranks <= 4; ++ranks) {
+    SCOPED_TRACE(testing::Message() << ranks << " ranks");
+    OnRanks(ranks, [&](Communicator& c) {
+      const DimShard heads = SplitDim(NH, c.size(), c.rank());
+      const DimShard cols{heads.begin * hs, heads.size * hs, heads.valid * hs};
+      const int Cl = cols.size;
+      const std::vector<float> wl = ShardQkvRows(wqkv.data(), C, hs, C, heads),
+                               bl = ShardQkvRows(bqkv.data(), C, hs, 1, heads),
+                               wol = ShardColumns(wo.data(), C, C, cols);
+      std::vector<float> qkvl(N * 3 * Cl), attl(B * heads.size * T * T),
+          al(N * Cl), yl(N * C);
+      ColumnParallelForward(qkvl.data(), x.data(), wl.data(), bl.data(), N, C,
+                            3 * Cl);
+      kernels::AttentionForward(al.data(), attl.data(), qkvl.data(), B, T, Cl,
+                                heads.size);
+      ASSERT_TRUE(RowParallelForward(c, yl.data(), al.data(), wol.data(),
+                                     bo.data(), N, Cl, C)
+                      .ok());
+      ExpectNear(yl, y, "output");
+      std::vector<float> dal(N * Cl), dqkvl(N * 3 * Cl), dxl(N * C),
+          scratchl(B * heads.size * T * T), dwl(3 * Cl * C, 0.0f),
+          dbl(3 * Cl, 0.0f), dwol(C * Cl, 0.0f), dbol(C, 0.0f);
+      RowParallelBackward(dal.data(), dwol.data(), dbol.data(), dy.data(),
+                          al.data(), wol.data(), N, Cl, C);
+      kernels::AttentionBackward(dqkvl.data(), scratchl.data(), dal.data(),
+                                 qkvl.data(), attl.data(), B, T, Cl,
+                                 heads.size);
+      ASSERT_TRUE(ColumnParallelBackward(c, dxl.data(), dwl.data(), dbl.data(),
+                                         dqkvl.data(), x.data(), wl.data(), N,
+                                         C, 3 * Cl)
+                      .ok());
+      ExpectNear(dxl, dx, "input gradient");
+      ExpectNear(dwl, ShardQkvRows(dwqkv.data(), C, hs, C, heads),
+                 "QKV weight gradient");
+      ExpectNear(dbl, ShardQkvRows(dbqkv.data(), C, hs, 1, heads),
+                 "QKV bias gradient");
+      ExpectNear(dwol, ShardColumns(dwo.data(), C, C, cols),
+                 "output projection gradient");
+      ExpectNear(dbol, dbo, "output bias gradient");
     });
   }
 }
