@@ -19,6 +19,11 @@
 # /var/tmp), and prints
 #   cpu_tokens_per_s_with_tier <config> <t>
 #   tier_ratio_to_unbounded <config> <t/z>      (target >= 0.7 for 124M)
+# ALLREDUCE=1 also runs each cluster shape with 2 workers, once with
+# --sync ps and once with --sync allreduce, and prints
+#   cpu_tokens_per_s_2workers_ps <config> <p>
+#   cpu_tokens_per_s_2workers_allreduce <config> <a>
+#   allreduce_ratio_to_ps <config> <a/p>
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${BUILD_DIR:-build}"
@@ -49,7 +54,8 @@ fi
 # clipped to norm 1 with pushes streamed during backward, payloads through
 # shared memory).
 with_servers() {  # name layers heads width context batch [state ratio]
-  local name=$1 dir pids=() server_flags=() figure=cpu_tokens_per_s_with_servers
+  local name=$1 dir pids=() server_flags=() figure=${FIGURE:-cpu_tokens_per_s_with_servers}
+  local workers=${WORKERS:-1}
   dir=$(mktemp -d "${TIER_DIR:-/var/tmp}/strata-cpu-train-XXXXXX")
   "${build}/cli/strata" scheduler --listen 127.0.0.1:0 --num_shards 2 \
     --address_file "${dir}/addr" 2>"${dir}/scheduler.log" & pids+=($!)
@@ -67,9 +73,15 @@ with_servers() {  # name layers heads width context batch [state ratio]
     "${build}/cli/strata" server --scheduler "${addr}" --shard $s \
       --data_dir "${dir}/server$s" "${server_flags[@]}" 2>"${dir}/server$s.log" & pids+=($!)
   done
-  "${build}/cli/strata" worker --scheduler "${addr}" --layers "$2" --heads "$3" --width "$4" \
-    --context "$5" --batch "$6" --vocab 50257 --steps 6 --eval_every 0 ${WORKER_FLAGS:-} \
-    --data /usr/share/common-licenses --metrics "${dir}/metrics.jsonl" 2>"${dir}/worker.log"
+  local worker_args=(--scheduler "${addr}" --workers "${workers}" --layers "$2" --heads "$3" \
+    --width "$4" --context "$5" --batch "$6" --vocab 50257 --steps 6 --eval_every 0 \
+    --data /usr/share/common-licenses)
+  for w in $(seq 2 "${workers}"); do
+    "${build}/cli/strata" worker "${worker_args[@]}" ${WORKER_FLAGS:-} \
+      --metrics "${dir}/metrics-$w.jsonl" 2>"${dir}/worker$w.log" & pids+=($!)
+  done
+  "${build}/cli/strata" worker "${worker_args[@]}" ${WORKER_FLAGS:-} \
+    --metrics "${dir}/metrics.jsonl" 2>"${dir}/worker.log"
   # Steps 2..5 (after warm-up), from the elapsed time in the metrics.
   python3 - "${dir}/metrics.jsonl" "$name" "$(( $5 * $6 ))" "$figure" <<'PY'
 import json, sys
@@ -93,6 +105,17 @@ if [[ "${WITH_SERVERS:-1}" != 0 ]]; then
     tiered="$(with_servers L4_C256_H4_B8_T256 4 4 256 256 8 "${TIER}"; with_servers L12_C768_H12_B4_T64 12 12 768 64 4 "${TIER}")"
     echo "${tiered}"
     join_figures cpu_tokens_per_s_with_tier "${tiered}" "${servers}" tier_ratio_to_unbounded "x / y"
+  fi
+  if [[ -n "${ALLREDUCE:-}" ]]; then
+    two() {  # sync
+      WORKERS=2 FIGURE="cpu_tokens_per_s_2workers_$1" WORKER_FLAGS="${WORKER_FLAGS:-} --sync $1" \
+        with_servers L4_C256_H4_B8_T256 4 4 256 256 8
+      WORKERS=2 FIGURE="cpu_tokens_per_s_2workers_$1" WORKER_FLAGS="${WORKER_FLAGS:-} --sync $1" \
+        with_servers L12_C768_H12_B4_T64 12 12 768 64 4
+    }
+    ps="$(two ps)"; echo "${ps}"
+    ar="$(two allreduce)"; echo "${ar}"
+    join_figures cpu_tokens_per_s_2workers_allreduce "${ar}" "${ps}" allreduce_ratio_to_ps "x / y"
   fi
 fi
 echo "load after: $(uptime)" >&2

@@ -150,6 +150,17 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "until then; the same update, up to rounding with "
                   "--push_bf16); false: clip, then push")
       ->capture_default_str();
+  cmd->add_option("--sync", o->sync,
+                  "how workers combine gradients: ps (each pushes its own; "
+                  "the servers average them) or allreduce (BSP only: the "
+                  "workers all-reduce them over Gloo, overlapped with "
+                  "backward, and each pushes its share of the chunks)")
+      ->check(CLI::IsMember({"ps", "allreduce"}))
+      ->capture_default_str();
+  cmd->add_option("--collective_host", o->collective_host,
+                  "with --sync allreduce: the address of this host the "
+                  "other workers reach this worker's Gloo connections at")
+      ->capture_default_str();
   cmd->add_flag("--push_bf16", o->push_bf16, "push gradients as bf16");
   cmd->add_flag("--pull_bf16", o->pull_bf16,
                 "pull weights as bf16 (the servers keep fp32; the worker "
@@ -196,6 +207,9 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
   if (o.chunk_bytes != TrainerOptions().chunk_bytes)
     f.insert(f.end(), {"--chunk_size", std::to_string(o.chunk_bytes)});
   if (!o.overlap_clip) f.insert(f.end(), {"--overlap_clip", "false"});
+  if (o.sync != "ps") f.insert(f.end(), {"--sync", o.sync});
+  if (o.collective_host != TrainerOptions().collective_host)
+    f.insert(f.end(), {"--collective_host", o.collective_host});
   if (!o.shared_memory) f.insert(f.end(), {"--shm", "false"});
   if (!o.metrics_path.empty()) f.insert(f.end(), {"--metrics", o.metrics_path});
   return f;

@@ -140,9 +140,17 @@ std::vector<OpHandle> PsClient::PerChunk(
 std::vector<OpHandle> PsClient::PushTensorAsync(int tensor, const float* grad,
                                                 int64_t step, uint64_t samples,
                                                 int priority, StepStamp stamp) {
-  return PerChunk(tensor, [&](int chunk, uint64_t offset) {
+  std::vector<OpHandle> ops = PerChunk(tensor, [&](int chunk, uint64_t offset) {
+    if (stamp.share_stride > 1 &&
+        chunk % stamp.share_stride != stamp.share_index) {
+      return OpHandle();  // another member's share
+    }
     return Push(chunk, grad + offset, step, samples, priority, stamp);
   });
+  if (stamp.share_stride > 1) {
+    std::erase_if(ops, [](const OpHandle& op) { return op.state_ == nullptr; });
+  }
+  return ops;
 }
 
 std::vector<OpHandle> PsClient::PullTensorAsync(int tensor, float* dst,

@@ -89,6 +89,14 @@ struct StepStamp {
   // Pushes: the server holds the gradient until Commit(step, scale) (ps.proto
   // PushRequest.deferred).
   bool deferred = false;
+  // Pushes (all-reduce sync): the gradient is the whole step's, reduced
+  // among the workers (ps.proto PushRequest.whole_step).
+  bool whole_step = false;
+  // PushTensorAsync: only the tensor's chunks whose global index is
+  // share_index modulo share_stride (each member of an all-reduce group
+  // pushes its share of the chunks).
+  int share_stride = 1;
+  int share_index = 0;
 };
 
 // Waits for every op; the first error among them, or OK.

@@ -116,6 +116,7 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     header.set_num_samples(op->samples);
     header.set_dtype(options_.push_dtype);
     header.set_deferred(op->stamp.deferred);
+    header.set_whole_step(op->stamp.whole_step);
     const size_t bytes = chunk.numel * ElementBytes(options_.push_dtype);
     if (TakeShmSlot(op, *stubs, bytes)) {
       // One copy (or conversion) into the shared slot; the server copies

@@ -272,10 +272,17 @@ TEST(ShmLink, AttachesAgainAfterTheServerRestarts) {
                       },
                       absl::Seconds(10))
                   .ok());
-  TrainSteps(*c.ps, 0, 3);
+  TrainSteps(*c.ps, 0, 1);  // its first calls find the session lost
+  auto before = c.ps->Stats();
+  ASSERT_TRUE(before.ok());
+  TrainSteps(*c.ps, 1, 2);
   auto stats = c.ps->Stats();
   ASSERT_TRUE(stats.ok());
-  EXPECT_GE((*stats)[0].shm_payloads(), 3u * 7);
+  // Attached again: the steps since go through shared memory. At least
+  // one step's 7 payloads of the two: the client attaches the new region
+  // on its background thread, and on a loaded machine calls made before it
+  // is in place go in messages (one in 21 did in a CI run).
+  EXPECT_GE((*stats)[0].shm_payloads() - (*before)[0].shm_payloads(), 7u);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "collective/kv_rendezvous.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,8 +10,40 @@
 namespace strata {
 
 KvRendezvousStore::KvRendezvousStore(SchedulerClient* client,
-                                     std::string prefix, absl::Duration timeout)
-    : client_(client), prefix_(std::move(prefix)), timeout_(timeout) {}
+                                     std::string prefix,
+                                     absl::Duration timeout,
+                                     std::function<bool()> cancelled)
+    : client_(client),
+      prefix_(std::move(prefix)),
+      timeout_(timeout),
+      cancelled_(std::move(cancelled)) {}
+
+std::string KvRendezvousStore::Await(const std::string& key,
+                                     absl::Time deadline) {
+  constexpr absl::Duration kPoll = absl::Milliseconds(200);
+  for (;;) {
+    const absl::Duration left =
+        std::max(absl::ZeroDuration(), deadline - absl::Now());
+    absl::StatusOr<std::string> value = client_->KvGet(
+        prefix_ + key, cancelled_ ? std::min(left, kPoll) : left);
+    if (value.ok()) return *std::move(value);
+    if (!absl::IsDeadlineExceeded(value.status())) {
+      throw gloo::IoException(absl::StrCat("rendezvous KV get ", prefix_, key,
+                                           ": ", value.status().ToString()));
+    }
+    if (absl::Now() >= deadline) {
+      // Gloo's own stores say "Timed out" for a key that never came; keep
+      // that word so the caller sees DEADLINE_EXCEEDED.
+      throw gloo::IoException(absl::StrCat("rendezvous KV wait for ", prefix_,
+                                           key, ": Timed out: ",
+                                           value.status().ToString()));
+    }
+    if (cancelled_ && cancelled_()) {
+      throw gloo::IoException(absl::StrCat(
+          "rendezvous for ", prefix_, key, " cancelled: the group changed"));
+    }
+  }
+}
 
 void KvRendezvousStore::set(const std::string& key,
                             const std::vector<char>& data) {
@@ -23,16 +56,8 @@ void KvRendezvousStore::set(const std::string& key,
 }
 
 std::vector<char> KvRendezvousStore::get(const std::string& key) {
-  absl::StatusOr<std::string> value = client_->KvGet(prefix_ + key, timeout_);
-  if (!value.ok()) {
-    // Gloo's own stores say "Timed out" for a key that never came; keep
-    // that word so the caller sees DEADLINE_EXCEEDED.
-    const bool late = absl::IsDeadlineExceeded(value.status());
-    throw gloo::IoException(absl::StrCat("rendezvous KV get ", prefix_, key,
-                                         late ? ": Timed out: " : ": ",
-                                         value.status().ToString()));
-  }
-  return std::vector<char>(value->begin(), value->end());
+  const std::string value = Await(key, absl::Now() + timeout_);
+  return std::vector<char>(value.begin(), value.end());
 }
 
 void KvRendezvousStore::wait(const std::vector<std::string>& keys) {
@@ -42,15 +67,7 @@ void KvRendezvousStore::wait(const std::vector<std::string>& keys) {
 void KvRendezvousStore::wait(const std::vector<std::string>& keys,
                              const std::chrono::milliseconds& timeout) {
   const absl::Time deadline = absl::Now() + absl::Milliseconds(timeout.count());
-  for (const std::string& key : keys) {
-    absl::StatusOr<std::string> value = client_->KvGet(
-        prefix_ + key, std::max(absl::ZeroDuration(), deadline - absl::Now()));
-    if (!value.ok()) {
-      throw gloo::IoException(
-          absl::StrCat("rendezvous KV wait for ", prefix_, key,
-                       ": Timed out: ", value.status().ToString()));
-    }
-  }
+  for (const std::string& key : keys) Await(key, deadline);
 }
 
 std::string GroupPrefix(absl::string_view name, uint64_t epoch) {
@@ -59,9 +76,9 @@ std::string GroupPrefix(absl::string_view name, uint64_t epoch) {
 
 absl::StatusOr<std::unique_ptr<Communicator>> JoinGlooGroup(
     SchedulerClient* client, absl::string_view name, uint64_t epoch,
-    const GlooOptions& options) {
+    const GlooOptions& options, std::function<bool()> cancelled) {
   KvRendezvousStore store(client, GroupPrefix(name, epoch),
-                          options.connect_timeout);
+                          options.connect_timeout, std::move(cancelled));
   return ConnectGloo(options, store);
 }
 

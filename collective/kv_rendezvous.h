@@ -6,6 +6,7 @@
 #define STRATA_COLLECTIVE_KV_RENDEZVOUS_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -21,13 +22,16 @@ namespace strata {
 class SchedulerClient;
 
 // A Gloo store whose keys live in the scheduler's KV under `prefix`. Gets
-// and waits block up to `timeout` for a key to appear. Gloo expects stores
-// to throw: failures come out as gloo::IoException, which ConnectGloo turns
-// back into a Status. `client` is not owned and must outlive the store.
+// and waits block up to `timeout` for a key to appear, asking `cancelled`
+// (when given) every 200 ms whether to give up (a rank that will never come:
+// the membership moved on). Gloo expects stores to throw: failures come out
+// as gloo::IoException, which ConnectGloo turns back into a Status.
+// `client` is not owned and must outlive the store.
 class KvRendezvousStore : public gloo::rendezvous::Store {
  public:
   KvRendezvousStore(SchedulerClient* client, std::string prefix,
-                    absl::Duration timeout);
+                    absl::Duration timeout,
+                    std::function<bool()> cancelled = nullptr);
 
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
@@ -36,23 +40,29 @@ class KvRendezvousStore : public gloo::rendezvous::Store {
             const std::chrono::milliseconds& timeout) override;
 
  private:
+  // The key's value, waiting until `deadline`; throws on a failure, a
+  // timeout or a cancellation.
+  std::string Await(const std::string& key, absl::Time deadline);
+
   SchedulerClient* client_;
   const std::string prefix_;
   const absl::Duration timeout_;
+  std::function<bool()> cancelled_;
 };
 
 // The KV prefix of group `name` at membership `epoch`.
 std::string GroupPrefix(absl::string_view name, uint64_t epoch);
 
 // Forms (or joins) Gloo group `name` at `epoch` as options.rank of
-// options.size, rendezvousing through `client`'s scheduler. Errors: as
-// ConnectGloo. Each (name, epoch) is used by one group only: re-forming
-// after a failure takes a new epoch. The group's address keys stay in the
-// scheduler's KV (it has no delete yet; each formation adds `size` keys of
-// at most 192 bytes per rank).
+// options.size, rendezvousing through `client`'s scheduler; `cancelled`
+// (optional) ends the wait for the other ranks early (UNAVAILABLE).
+// Errors: as ConnectGloo. Each (name, epoch) is used by one group only:
+// re-forming after a failure takes a new epoch. The group's address keys stay
+// in the scheduler's KV (it has no delete yet; each formation adds `size` keys
+// of at most 192 bytes per rank).
 absl::StatusOr<std::unique_ptr<Communicator>> JoinGlooGroup(
     SchedulerClient* client, absl::string_view name, uint64_t epoch,
-    const GlooOptions& options);
+    const GlooOptions& options, std::function<bool()> cancelled = nullptr);
 
 }  // namespace strata
 

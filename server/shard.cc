@@ -414,6 +414,11 @@ absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req,
       return absl::InvalidArgumentError("push with num_samples == 0");
     if (req.step() < 0)
       return absl::InvalidArgumentError("push with a negative step");
+    if (req.whole_step() &&
+        (req.deferred() || options_.consistency.mode != Consistency::kBsp)) {
+      return absl::InvalidArgumentError(
+          "a whole-step push (all-reduce sync) needs BSP and no deferral");
+    }
     STRATA_RETURN_IF_ERROR(AwaitGeneration(req.generation()));
     STRATA_RETURN_IF_ERROR(CheckMember(req));
     std::vector<float> grad;

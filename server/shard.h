@@ -232,6 +232,7 @@ class Shard {
     uint64_t first_sample = 0;
     uint64_t epoch = 0;  // the view epoch the step was computed in
     std::vector<float> grad;
+    bool whole_step = false;  // PushRequest.whole_step: closes the step
   };
   struct Chunk {
     mutable absl::Mutex mu;

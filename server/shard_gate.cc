@@ -66,13 +66,19 @@ absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
         " is at step ", open_step, ": pull version ", req.step(),
         " before computing that step"));
   }
+  if (req.whole_step()) {
+    // The workers reduced the step among themselves: this push is all of
+    // it, whatever else arrived for the step.
+    for (auto& [id, contrib] : c.open) GiveBuffer(std::move(contrib.grad));
+    c.open.clear();
+  }
   // A retry of a counted push changes nothing; a redo (a newer epoch)
   // replaces what the member pushed before.
   auto [it, inserted] = c.open.try_emplace(req.member_id());
   if (inserted || it->second.epoch < req.epoch()) {
     if (!inserted) GiveBuffer(std::move(it->second.grad));
     it->second = Contribution{req.num_samples(), req.first_sample(),
-                              req.epoch(), std::move(grad)};
+                              req.epoch(), std::move(grad), req.whole_step()};
   } else {
     GiveBuffer(std::move(grad));
   }
@@ -96,8 +102,9 @@ void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
     }
   }
   if (c.open.empty()) return;
+  const bool whole = c.open.size() == 1 && c.open.begin()->second.whole_step;
   for (uint64_t w : view.workers) {
-    if (!c.open.contains(w)) return;
+    if (!whole && !c.open.contains(w)) return;
   }
   // Sample-weighted mean, summed in member-id order (std::map), so the
   // result does not depend on the order pushes arrived in.

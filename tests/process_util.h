@@ -100,10 +100,23 @@ inline std::string WaitForLine(const std::string& path,
   return "";
 }
 
-inline std::string FreshDir(const std::string& name) {
+// Where FreshDir makes its directories: $TEST_TMPDIR, or /tmp.
+inline std::string TempBase() {
   const char* base = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(base ? base : "/tmp") + "/strata_" + name +
-                    "_" + std::to_string(::getpid());
+  return base ? base : "/tmp";
+}
+
+// A whole file's contents ("" when it cannot be read).
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+inline std::string FreshDir(const std::string& name) {
+  std::string dir = TempBase() + "/strata_" + name + "_" +
+                    std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

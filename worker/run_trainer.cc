@@ -30,6 +30,10 @@ absl::Status Validate(const TrainerOptions& o) {
     return absl::InvalidArgumentError("--grad_clip must be >= 0");
   if (o.micro_batches < 1)
     return absl::InvalidArgumentError("--micro_batches must be >= 1");
+  if (o.sync != "ps" && o.sync != "allreduce") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sync must be ps or allreduce, not '", o.sync, "'"));
+  }
   return absl::OkStatus();
 }
 

@@ -12,6 +12,7 @@
 #include "client/ps_client.h"
 #include "cluster/scheduler_client.h"
 #include "cluster/worker_session.h"
+#include "collective/kv_rendezvous.h"
 #include "common/consistency.h"
 #include "common/status.h"
 #include "common/work_share.h"
@@ -66,6 +67,13 @@ class Trainer {
                                         float* grad_norm);
   absl::Status PushParam(int param, int64_t step, uint64_t samples,
                          std::vector<OpHandle>& ops);
+  // All-reduce sync: the group of the workers `work` was split among
+  // (formed again when they change), and the step's sample count over all
+  // of them. Errors come back ABORTED, so the step is redone in a newer
+  // view (a worker that died leaves the group and the view).
+  absl::StatusOr<uint64_t> JoinGroupForStep(const StepWork& work);
+  // Waits for the all-reduces of a step; the first error as ABORTED.
+  absl::Status WaitReduced(std::vector<std::shared_ptr<Work>>& reduces);
   absl::StatusOr<double> EvalLoss();
   absl::Status WriteOutputs();
   // Counts a finished step of `samples` in the metrics, if any.
@@ -89,7 +97,59 @@ class Trainer {
   std::unique_ptr<WorkerMetrics> metrics_;  // null: no metrics
   std::vector<int32_t> tokens_, targets_;
   GradAccumulator accumulator_;
+  // All-reduce sync: the group and the (generation, workers epoch) it was
+  // formed for.
+  std::unique_ptr<Communicator> comm_;
+  std::string comm_key_;
 };
+
+absl::StatusOr<uint64_t> Trainer::JoinGroupForStep(const StepWork& work) {
+  const std::string key = absl::StrCat(generation_, "-", work.stamp_epoch);
+  if (comm_ == nullptr || comm_key_ != key || !comm_->health().ok()) {
+    comm_.reset();
+    GlooOptions options;
+    options.rank = work.view.rank;
+    options.size = work.view.workers;
+    options.hostname = o_.collective_host;
+    options.connect_timeout = o_.collective_timeout;
+    options.comm.timeout = o_.collective_timeout;
+    // A rank that died or a worker that joined since the split moves the
+    // workers epoch on: this group will never be whole, stop waiting.
+    const uint64_t epoch = work.stamp_epoch, generation = generation_;
+    auto superseded = [this, epoch, generation] {
+      const v1::View v = scheduler_->view();
+      return v.workers_epoch() > epoch || v.generation() != generation;
+    };
+    absl::StatusOr<std::unique_ptr<Communicator>> comm =
+        JoinGlooGroup(scheduler_.get(), absl::StrCat("dp-g", generation_),
+                      work.stamp_epoch, options, superseded);
+    if (!comm.ok()) {
+      return absl::AbortedError(
+          absl::StrCat("all-reduce group: ", comm.status().ToString()));
+    }
+    comm_ = *std::move(comm);
+    comm_key_ = key;
+    spdlog::info(
+        "strata worker: all-reduce group of {} formed (rank {}, generation "
+        "{}, workers epoch {})",
+        comm_->size(), comm_->rank(), generation_, work.stamp_epoch);
+  }
+  float total = static_cast<float>(work.samples);
+  if (absl::Status s =
+          comm_->AllReduce(absl::MakeSpan(&total, 1), ReduceOp::kSum);
+      !s.ok()) {
+    return absl::AbortedError(absl::StrCat("all-reduce: ", s.ToString()));
+  }
+  return static_cast<uint64_t>(total);
+}
+
+absl::Status Trainer::WaitReduced(std::vector<std::shared_ptr<Work>>& reduces) {
+  absl::Status first;
+  for (auto& w : reduces) first.Update(w->Wait());
+  reduces.clear();
+  if (first.ok()) return first;
+  return absl::AbortedError(absl::StrCat("all-reduce: ", first.ToString()));
+}
 
 absl::StatusOr<uint64_t> Trainer::PullWeights(int64_t step,
                                               uint64_t prev_epoch) {
@@ -158,13 +218,36 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
   }
   const absl::Time t0 = absl::Now();
   std::vector<OpHandle> ops;
+  // All-reduce sync: every worker's gradient is weighted by its share of
+  // the step's samples and summed among the workers as backward finishes
+  // each; every worker then holds the step's gradient, clips it and pushes
+  // its share of the chunks.
+  const bool reduce = o_.sync == "allreduce";
+  uint64_t total = static_cast<uint64_t>(B);
+  if (reduce) {
+    STRATA_ASSIGN_OR_RETURN(total, JoinGroupForStep(work));
+  }
+  const float share = static_cast<float>(static_cast<double>(B) / total);
+  std::vector<std::shared_ptr<Work>> reduces;
+  auto all_reduce = [&](int param) {
+    float* g = gpt_->grad_data(param);
+    const size_t numel = gpt_->params()[param].spec.numel();
+    if (share != 1.0f) {
+      for (size_t k = 0; k < numel; ++k) g[k] *= share;
+    }
+    reduces.push_back(
+        comm_->AllReduceAsync(absl::MakeSpan(g, numel), ReduceOp::kSum));
+  };
   // Clipping needs the whole gradient's norm. Overlapped, the servers hold
   // each pushed gradient until Commit brings the factor (the same float
   // multiply the worker would do, so the same update); else the worker
   // scales and pushes after backward.
   const bool clip = o_.grad_clip > 0;
-  const bool stream = !clip || o_.overlap_clip;
-  stamp_.deferred = clip && o_.overlap_clip;
+  const bool stream = !reduce && (!clip || o_.overlap_clip);
+  stamp_.deferred = !reduce && clip && o_.overlap_clip;
+  stamp_.whole_step = reduce;
+  stamp_.share_stride = reduce ? comm_->size() : 1;
+  stamp_.share_index = reduce ? comm_->rank() : 0;
   ps_->ForgetDeferred();  // counts of an earlier attempt that failed
   // Micro-batches: all but the last are kept, weighted by their share of
   // the samples; the last one's gradients complete the step's as backward
@@ -185,6 +268,12 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
         finish(param);
         (void)PushParam(param, step, B, ops);
       });
+    } else if (k == last && reduce) {
+      // Reduce each gradient as soon as backward has finished it.
+      gpt_->SetGradReadyCallback([&](int param) {
+        finish(param);
+        all_reduce(param);
+      });
     }
     absl::StatusOr<float> piece_loss = gpt_->ForwardBackward(
         tokens_.data() + static_cast<size_t>(first_row) * T,
@@ -203,11 +292,16 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
   compute_s_ = absl::ToDoubleSeconds(computed - t0);
   if (!failed.ok()) {
     (void)WaitAll(ops);  // pushes in flight read grad_data
+    if (!reduces.empty()) {
+      comm_->Abort();  // the others would wait for this worker's share
+      (void)WaitReduced(reduces);
+    }
     return failed;
   }
-  if (!stream) {
+  if (!stream && !reduce) {
     for (int i = 0; i < static_cast<int>(gpt_->params().size()); ++i) finish(i);
   }
+  if (reduce) STRATA_RETURN_IF_ERROR(WaitReduced(reduces));
   const double loss = loss_sum;
   const int n = static_cast<int>(gpt_->params().size());
   double sq = 0;
@@ -229,7 +323,7 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
             static_cast<int64_t>(gpt_->params()[i].spec.numel());
         for (int64_t k = 0; k < numel; ++k) g[k] *= scale;
       }
-      STRATA_RETURN_IF_ERROR(PushParam(i, step, B, ops));
+      STRATA_RETURN_IF_ERROR(PushParam(i, step, reduce ? total : B, ops));
     }
   }
   STRATA_RETURN_IF_ERROR(WaitAll(ops));
@@ -293,6 +387,10 @@ absl::Status Trainer::Run() {
     spdlog::info("strata worker: joining at step {}", first_step);
   }
   const bool bsp = mode_.mode == Consistency::kBsp;
+  if (o_.sync == "allreduce" && !bsp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--sync allreduce needs BSP servers; these run ", mode_.ToString()));
+  }
   StepView last;            // the view the previous step was computed in
   uint64_t prev_epoch = 0;  // its stamp epoch; 0: unknown (no redo check)
   int64_t step = first_step;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "common/metrics.h"
 #include "security/tls.h"
 #include "worker/model.h"
@@ -43,6 +44,17 @@ struct TrainerOptions {
   // the servers scale after the rounding, the worker before it).
   float grad_clip = 1.0f;
   bool overlap_clip = true;
+  // How workers combine gradients: "ps", each pushes its own and the
+  // servers average them; "allreduce" (BSP only), the workers all-reduce
+  // them among themselves over Gloo (each gradient as backward finishes
+  // it), clip the whole step's gradient, and each pushes its share of the
+  // chunks (ps.proto PushRequest.whole_step). The group is formed through
+  // the scheduler's KV at each new set of workers.
+  std::string sync = "ps";
+  // allreduce: the address of this host its peers reach its Gloo
+  // connections at, and how long a collective may take.
+  std::string collective_host = "127.0.0.1";
+  absl::Duration collective_timeout = absl::Seconds(60);
   bool push_bf16 =
       false;  // push gradients as bf16 (weights stay fp32 on servers)
   bool pull_bf16 = false;  // pull weights as bf16 (computes with them)
