@@ -53,8 +53,7 @@ double Time(std::vector<std::unique_ptr<Communicator>>& comms, size_t n,
             int iters, int repeats, bool reduce_scatter) {
   const int ranks = int(comms.size());
   std::vector<std::vector<float>> data(ranks, std::vector<float>(n, 1.0f));
-  std::vector<std::vector<float>> out(ranks,
-                                      std::vector<float>(n / ranks + 1));
+  std::vector<std::vector<float>> out(ranks, std::vector<float>(n / ranks + 1));
   std::vector<size_t> counts;
   for (int r = 0; r < ranks; ++r) {
     counts.push_back(n * (r + 1) / ranks - n * r / ranks);
@@ -133,7 +132,8 @@ int main(int argc, char** argv) {
   std::string backend = "gloo";
   int ranks = 2, iters = 5, repeats = 3;
   double mib = 64;
-  app.add_option("--backend", backend)->check(CLI::IsMember({"gloo", "inproc"}));
+  app.add_option("--backend", backend)
+      ->check(CLI::IsMember({"gloo", "inproc"}));
   app.add_option("--ranks", ranks)->check(CLI::Range(1, 64));
   app.add_option("--mib", mib)->check(CLI::PositiveNumber);
   app.add_option("--iters", iters)->check(CLI::PositiveNumber);

@@ -10,8 +10,7 @@
 namespace strata {
 
 KvRendezvousStore::KvRendezvousStore(SchedulerClient* client,
-                                     std::string prefix,
-                                     absl::Duration timeout,
+                                     std::string prefix, absl::Duration timeout,
                                      std::function<bool()> cancelled)
     : client_(client),
       prefix_(std::move(prefix)),
@@ -34,13 +33,13 @@ std::string KvRendezvousStore::Await(const std::string& key,
     if (absl::Now() >= deadline) {
       // Gloo's own stores say "Timed out" for a key that never came; keep
       // that word so the caller sees DEADLINE_EXCEEDED.
-      throw gloo::IoException(absl::StrCat("rendezvous KV wait for ", prefix_,
-                                           key, ": Timed out: ",
-                                           value.status().ToString()));
+      throw gloo::IoException(
+          absl::StrCat("rendezvous KV wait for ", prefix_, key,
+                       ": Timed out: ", value.status().ToString()));
     }
     if (cancelled_ && cancelled_()) {
-      throw gloo::IoException(absl::StrCat(
-          "rendezvous for ", prefix_, key, " cancelled: the group changed"));
+      throw gloo::IoException(absl::StrCat("rendezvous for ", prefix_, key,
+                                           " cancelled: the group changed"));
     }
   }
 }

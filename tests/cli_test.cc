@@ -54,12 +54,14 @@ INSTANTIATE_TEST_SUITE_P(
                 "/nonexistent/strata"},
         Refusal{{"local", "--workers", "0"}, "--workers"},
         Refusal{{"local", "--ram_budget", "12parsecs"}, "not a byte size"},
-        Refusal{{"server", "--scheduler", "127.0.0.1:1", "--ram_budget",
-                 "1GiB"},
-                "--ram_budget needs a --data_dir"},
-        Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--chunk_size",
-                 "1TiB"},
-                "--chunk_size"},
+        Refusal{
+            {"server", "--scheduler", "127.0.0.1:1", "--ram_budget", "1GiB"},
+            "--ram_budget needs a --data_dir"},
+        Refusal{
+            {"worker", "--scheduler", "127.0.0.1:1", "--chunk_size", "1TiB"},
+            "--chunk_size"},
+        Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--sync", "gossip"},
+                "--sync"},
         // Checked before any process starts.
         Refusal{{"local", "--data", "/nonexistent/strata"},
                 "/nonexistent/strata"},

@@ -115,8 +115,8 @@ inline std::string ReadFile(const std::string& path) {
 }
 
 inline std::string FreshDir(const std::string& name) {
-  std::string dir = TempBase() + "/strata_" + name + "_" +
-                    std::to_string(::getpid());
+  std::string dir =
+      TempBase() + "/strata_" + name + "_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
