@@ -141,8 +141,21 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
   cmd->add_option("--micro_batches", o->micro_batches,
                   "compute each worker's share of a step in this many "
                   "micro-batches, accumulated and pushed once (the global "
-                  "--batch stays as set)")
+                  "--batch stays as set); with --pp > 1, the pipeline's "
+                  "micro-batches")
       ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--tp", o->tp,
+                  "tensor-parallel ranks inside each worker (Megatron 1D: "
+                  "attention split by heads, the MLP by hidden features, "
+                  "embedding and LM head by vocabulary; CPU threads only)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--pp", o->pp,
+                  "pipeline stages inside each worker (the blocks split "
+                  "into stages, --micro_batches run 1F1B; at most --layers; "
+                  "CPU threads only)")
+      ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   cmd->add_option("--overlap_clip", o->overlap_clip,
                   "with --grad_clip, push gradients while backward runs and "
@@ -204,6 +217,8 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
   if (o.pull_bf16) f.push_back("--pull_bf16");
   if (o.micro_batches != 1)
     f.insert(f.end(), {"--micro_batches", std::to_string(o.micro_batches)});
+  if (o.tp != 1) f.insert(f.end(), {"--tp", std::to_string(o.tp)});
+  if (o.pp != 1) f.insert(f.end(), {"--pp", std::to_string(o.pp)});
   if (o.chunk_bytes != TrainerOptions().chunk_bytes)
     f.insert(f.end(), {"--chunk_size", std::to_string(o.chunk_bytes)});
   if (!o.overlap_clip) f.insert(f.end(), {"--overlap_clip", "false"});

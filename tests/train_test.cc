@@ -393,6 +393,33 @@ TEST(Train, MicroBatchesTrainLikeOneBatch) {
     EXPECT_NEAR(pieces.losses[i], whole.losses[i], 1e-4) << "step " << i;
 }
 
+// --tp and --pp: a worker whose model is split over tensor-parallel ranks,
+// pipeline stages or both (CPU threads) trains through the servers to the
+// same weights as an unsplit worker, up to float rounding (the split sums
+// in another order), alone and as one of two BSP workers.
+TEST(Train, TensorAndPipelineParallelWorkersTrainLikeAnUnsplitOne) {
+  const BspRun whole = TrainBsp({"cpu"}, "mp-whole");
+  const BspRun tp =
+      TrainBsp({"cpu"}, "mp-tp2", {"--grad_clip", "0", "--tp", "2"});
+  const BspRun pp =
+      TrainBsp({"cpu"}, "mp-pp2",
+               {"--grad_clip", "0", "--pp", "2", "--micro_batches", "2"});
+  const BspRun both = TrainBsp({"cpu", "cpu"}, "mp-both",
+                               {"--grad_clip", "0", "--tp", "2", "--pp", "2"});
+  ExpectCloseWeights(whole, tp);
+  ExpectCloseWeights(whole, pp);
+  ExpectCloseWeights(whole, both);
+  ASSERT_EQ(tp.losses.size(), whole.losses.size());
+  for (size_t i = 0; i < whole.losses.size(); ++i)
+    EXPECT_NEAR(tp.losses[i], whole.losses[i], 1e-4) << "step " << i;
+  // The worker did split its model (the comparisons would hold unsplit).
+  const std::string log = testing::ReadFile(absl::StrCat(
+      testing::TempBase(), "/strata_mp-both_", getpid(), "/worker0.log"));
+  EXPECT_NE(log.find("split over 2 tensor-parallel ranks x 2 pipeline"),
+            std::string::npos)
+      << log;
+}
+
 // The mean |difference| between two runs' final weights.
 [[maybe_unused]] double MeanAbsDiff(const BspRun& a, const BspRun& b) {
   EXPECT_EQ(a.weights.size(), b.weights.size());

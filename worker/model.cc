@@ -5,14 +5,28 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/gpt.h"
+#include "worker/gpt_parallel.h"
 #ifdef STRATA_HAVE_CUDA
 #include "worker/gpt_cuda.h"
 #endif
 
 namespace strata {
 
-absl::StatusOr<std::unique_ptr<Model>> CreateModel(const GptConfig& config,
-                                                   const std::string& device) {
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(
+    const GptConfig& config, const std::string& device,
+    ModelParallelism parallelism) {
+  const bool split = parallelism.tp != 1 || parallelism.pp != 1;
+  if (device == "cpu" && split) {
+    absl::StatusOr<std::unique_ptr<ParallelGpt>> gpt =
+        ParallelGpt::Create(config, parallelism);
+    if (!gpt.ok()) return gpt.status();
+    return std::unique_ptr<Model>(std::move(*gpt));
+  }
+  if (device == "cuda" && split) {
+    return absl::UnimplementedError(
+        "--tp and --pp run on CPU threads only so far (--device cpu); on "
+        "GPUs they need the NCCL communicator, which is not built yet");
+  }
   if (device == "cpu") {
     absl::StatusOr<std::unique_ptr<Gpt>> gpt = Gpt::Create(config);
     if (!gpt.ok()) return gpt.status();

@@ -45,6 +45,15 @@ struct ParamInfo {
   float init_scale = 0;  // standard deviation for kNormal
 };
 
+// How one worker splits its model (worker/gpt_parallel.h): tp x pp ranks.
+struct ModelParallelism {
+  int tp = 1;  // tensor-parallel ranks per stage
+  int pp = 1;  // pipeline stages (<= layers)
+  // Micro-batches per ForwardBackward in the pipeline (clamped to the
+  // batch's rows; sizes as equal as can be).
+  int micro_batches = 1;
+};
+
 // A GPT (see GptConfig) on some device. Not thread-safe: one call at a time.
 class Model {
  public:
@@ -108,12 +117,15 @@ class Model {
 absl::Status ValidateBatch(const GptConfig& config, const int32_t* tokens,
                            const int32_t* targets, int B, int T);
 
-// Builds a model with zeroed parameters on `device`: "cpu" (Gpt) or "cuda"
-// (GptCuda on device 0). INVALID_ARGUMENT for a bad config or an unknown
-// device name; UNAVAILABLE for "cuda" when Strata was built without CUDA or
-// no CUDA device is present.
-absl::StatusOr<std::unique_ptr<Model>> CreateModel(const GptConfig& config,
-                                                   const std::string& device);
+// Builds a model with zeroed parameters on `device`: "cpu" (Gpt, or
+// ParallelGpt when `parallelism` has more than one rank) or "cuda" (GptCuda
+// on device 0). INVALID_ARGUMENT for a bad config, a bad split or an
+// unknown device name; UNAVAILABLE for "cuda" when Strata was built without
+// CUDA or no CUDA device is present; UNIMPLEMENTED for "cuda" with more
+// than one rank (tensor and pipeline parallelism run on CPU threads only).
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(
+    const GptConfig& config, const std::string& device,
+    ModelParallelism parallelism = {});
 
 }  // namespace strata
 

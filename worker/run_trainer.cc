@@ -30,6 +30,16 @@ absl::Status Validate(const TrainerOptions& o) {
     return absl::InvalidArgumentError("--grad_clip must be >= 0");
   if (o.micro_batches < 1)
     return absl::InvalidArgumentError("--micro_batches must be >= 1");
+  if (o.tp < 1 || o.tp > 64)
+    return absl::InvalidArgumentError("--tp must be in [1, 64]");
+  if (o.pp < 1 || o.pp > o.model.layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--pp must be in [1, --layers (", o.model.layers, ")]"));
+  }
+  if ((o.tp > 1 || o.pp > 1) && o.device != "cpu") {
+    return absl::UnimplementedError(
+        "--tp and --pp run on CPU threads only so far (--device cpu)");
+  }
   if (o.sync != "ps" && o.sync != "allreduce") {
     return absl::InvalidArgumentError(
         absl::StrCat("--sync must be ps or allreduce, not '", o.sync, "'"));
@@ -57,8 +67,19 @@ absl::Status RunTrainer(const TrainerOptions& options) {
         "strata worker: warm-up shortened to {} steps (half of --steps)",
         o.warmup_steps);
   }
+  // With a pipeline, the micro-batches are its own (they keep every stage
+  // busy); the trainer hands it the worker's whole share at once.
+  const ModelParallelism parallelism{o.tp, o.pp,
+                                     o.pp > 1 ? o.micro_batches : 1};
+  if (o.pp > 1) o.micro_batches = 1;
+  if (o.tp > 1 || o.pp > 1) {
+    spdlog::info(
+        "strata worker: model split over {} tensor-parallel ranks x {} "
+        "pipeline stages ({} micro-batches), on CPU threads",
+        parallelism.tp, parallelism.pp, parallelism.micro_batches);
+  }
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Model> gpt,
-                          CreateModel(o.model, o.device));
+                          CreateModel(o.model, o.device, parallelism));
   DatasetOptions dopts;
   dopts.context = o.model.context;
   STRATA_ASSIGN_OR_RETURN(

@@ -28,8 +28,13 @@ struct TrainerOptions {
   int64_t batch = 8;  // global batch in sequences, split over workers
   // Each worker computes its share of a step in this many micro-batches
   // (gradients accumulated, one push per step): less activation memory for
-  // the same global batch, one push per micro_batches micro-batches.
+  // the same global batch, one push per micro_batches micro-batches. With
+  // pp > 1 they are the pipeline's micro-batches instead.
   int micro_batches = 1;
+  // Tensor- and pipeline-parallel ranks inside this worker (CPU threads,
+  // worker/gpt_parallel.h); the servers see the same model either way.
+  int tp = 1;
+  int pp = 1;
   int64_t steps = 100;
   uint64_t seed = 1;          // data order and weight init
   float lr = 1e-3f;           // AdamW peak learning rate

@@ -1,0 +1,392 @@
+#include "worker/gpt_stage.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/attention.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+
+namespace strata {
+namespace {
+
+namespace k = ::strata::kernels;
+
+using namespace ::strata::gpt_layout;  // NOLINT: the shared parameter layout
+
+// Rows [s.begin, s.begin + s.size) of a (rows, cols) matrix, zero past its
+// end.
+std::vector<float> RowShard(const float* m, int cols, DimShard s) {
+  std::vector<float> out(size_t(s.size) * cols, 0.0f);
+  std::copy_n(m + size_t(s.begin) * cols, size_t(s.valid) * cols, out.begin());
+  return out;
+}
+
+// The inverses, adding a shard's real entries back into the whole matrix.
+void AddRows(float* m, const std::vector<float>& shard, int cols, DimShard s) {
+  float* to = m + size_t(s.begin) * cols;
+  for (size_t i = 0; i < size_t(s.valid) * cols; ++i) to[i] += shard[i];
+}
+
+void AddColumns(float* m, const std::vector<float>& shard, int rows, int cols,
+                DimShard s) {
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < s.valid; ++c) {
+      m[size_t(r) * cols + s.begin + c] += shard[size_t(r) * s.size + c];
+    }
+  }
+}
+
+// ShardQkvRows's inverse: `rows` are one part's rows (Q's, K's or V's).
+void AddQkvRows(float* m, const std::vector<float>& shard, int C, int cols,
+                DimShard rows) {
+  for (int part = 0; part < 3; ++part) {
+    float* to = m + (size_t(part) * C + rows.begin) * cols;
+    const float* from = shard.data() + size_t(part) * rows.size * cols;
+    for (size_t i = 0; i < size_t(rows.valid) * cols; ++i) to[i] += from[i];
+  }
+}
+
+void Add(float* m, const std::vector<float>& v) {
+  for (size_t i = 0; i < v.size(); ++i) m[i] += v[i];
+}
+
+void Grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+// The parameters every rank of a tensor group holds whole.
+constexpr int kWholeSlots[] = {kLn1W, kLn1B, kAttnProjB,
+                               kLn2W, kLn2B, kFcProjB};
+
+}  // namespace
+
+StagePlace PlaceStage(int total_layers, int stages, int stage) {
+  StagePlace p;
+  p.stage = stage;
+  p.stages = stages;
+  const int base = total_layers / stages, extra = total_layers % stages;
+  p.layers = base + (stage < extra ? 1 : 0);
+  p.first_layer = stage * base + std::min(stage, extra);
+  return p;
+}
+
+// One block's activations for a micro-batch; N = rows * T, Cl and Hl this
+// rank's attention and hidden widths.
+struct GptStage::Acts {
+  std::vector<float> ln1, ln1_mean, ln1_rstd;  // (N,C), (N), (N)
+  std::vector<float> qkv;                      // (N,3Cl)
+  std::vector<float> att;                      // (rows,heads,T,T)
+  std::vector<float> atty;                     // (N,Cl)
+  std::vector<float> res2;                     // (N,C)
+  std::vector<float> ln2, ln2_mean, ln2_rstd;  // (N,C), (N), (N)
+  std::vector<float> fch, fch_gelu;            // (N,Hl)
+};
+
+// A micro-batch in flight.
+struct GptStage::Slot {
+  std::vector<float> x;    // (layers+1,N,C): block inputs, then the output
+  std::vector<Acts> acts;  // one per block, or one with recompute
+  std::vector<float> lnf, lnf_mean, lnf_rstd, dlnf;  // last stage
+};
+
+GptStage::GptStage(const GptConfig& config, StagePlace place, Communicator* tp)
+    : config_(config),
+      place_(place),
+      tp_(tp),
+      hs_(config.width / config.heads),
+      heads_(SplitDim(config.heads, place.tp_size, place.tp_rank)),
+      head_cols_{heads_.begin * hs_, heads_.size * hs_, heads_.valid * hs_},
+      hidden_(SplitDim(4 * config.width, place.tp_size, place.tp_rank)),
+      vocab_(SplitDim(config.vocab, place.tp_size, place.tp_rank)),
+      w_(place.layers),
+      g_(place.layers) {}
+
+GptStage::~GptStage() = default;
+
+void GptStage::LoadWeights(Model& host) {
+  const int C = config_.width, H = 4 * C;
+  for (int j = 0; j < place_.layers; ++j) {
+    const int base =
+        kFirstBlockParam + (place_.first_layer + j) * kSlotsPerLayer;
+    auto p = [&](int slot) { return host.param_data(base + slot); };
+    Block& w = w_[j];
+    for (int slot : kWholeSlots) w[slot].assign(p(slot), p(slot) + C);
+    w[kQkvW] = ShardQkvRows(p(kQkvW), C, hs_, C, heads_);
+    w[kQkvB] = ShardQkvRows(p(kQkvB), C, hs_, 1, heads_);
+    w[kAttnProjW] = ShardColumns(p(kAttnProjW), C, C, head_cols_);
+    w[kFcW] = RowShard(p(kFcW), C, hidden_);
+    w[kFcB] = RowShard(p(kFcB), 1, hidden_);
+    w[kFcProjW] = ShardColumns(p(kFcProjW), C, H, hidden_);
+    for (int slot = 0; slot < kSlotsPerLayer; ++slot) {
+      g_[j][slot].assign(w[slot].size(), 0.0f);
+    }
+  }
+  if (first() || last()) {
+    wte_ = RowShard(host.param_data(kWte), C, vocab_);
+    dwte_.assign(wte_.size(), 0.0f);
+  }
+  if (first()) {
+    const float* wpe = host.param_data(kWpe);
+    wpe_.assign(wpe, wpe + size_t(config_.context) * C);
+    dwpe_.assign(wpe_.size(), 0.0f);
+  }
+  if (last()) {
+    const int lnf = kFirstBlockParam + config_.layers * kSlotsPerLayer;
+    lnf_w_.assign(host.param_data(lnf), host.param_data(lnf) + C);
+    lnf_b_.assign(host.param_data(lnf + 1), host.param_data(lnf + 1) + C);
+    dlnf_w_.assign(C, 0.0f);
+    dlnf_b_.assign(C, 0.0f);
+  }
+}
+
+void GptStage::AddGrads(Model& host) const {
+  const int C = config_.width, H = 4 * C;
+  const bool whole = place_.tp_rank == 0;
+  for (int j = 0; j < place_.layers; ++j) {
+    const int base =
+        kFirstBlockParam + (place_.first_layer + j) * kSlotsPerLayer;
+    auto g = [&](int slot) { return host.grad_data(base + slot); };
+    const Block& d = g_[j];
+    if (whole) {
+      for (int slot : kWholeSlots) Add(g(slot), d[slot]);
+    }
+    AddQkvRows(g(kQkvW), d[kQkvW], C, C, head_cols_);
+    AddQkvRows(g(kQkvB), d[kQkvB], C, 1, head_cols_);
+    AddColumns(g(kAttnProjW), d[kAttnProjW], C, C, head_cols_);
+    AddRows(g(kFcW), d[kFcW], C, hidden_);
+    AddRows(g(kFcB), d[kFcB], 1, hidden_);
+    AddColumns(g(kFcProjW), d[kFcProjW], C, H, hidden_);
+  }
+  if (first() || last()) AddRows(host.grad_data(kWte), dwte_, C, vocab_);
+  if (first() && whole) Add(host.grad_data(kWpe), dwpe_);
+  if (last() && whole) {
+    const int lnf = kFirstBlockParam + config_.layers * kSlotsPerLayer;
+    Add(host.grad_data(lnf), dlnf_w_);
+    Add(host.grad_data(lnf + 1), dlnf_b_);
+  }
+}
+
+void GptStage::Prepare(int rows, int T, int slots) {
+  rows_ = rows;
+  T_ = T;
+  const size_t N = size_t(rows) * T, C = config_.width;
+  const size_t Cl = head_cols_.size, Hl = hidden_.size;
+  const size_t att = size_t(rows) * heads_.size * T * T;
+  if (slots_.size() < size_t(slots)) slots_.resize(slots);
+  for (Slot& s : slots_) {
+    Grow(s.x, (place_.layers + 1) * N * C);
+    s.acts.resize(config_.recompute ? 1 : place_.layers);
+    for (Acts& a : s.acts) {
+      for (auto* v : {&a.ln1, &a.res2, &a.ln2}) Grow(*v, N * C);
+      for (auto* v : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) {
+        Grow(*v, N);
+      }
+      Grow(a.qkv, N * 3 * Cl);
+      Grow(a.att, att);
+      Grow(a.atty, N * Cl);
+      Grow(a.fch, N * Hl);
+      Grow(a.fch_gelu, N * Hl);
+    }
+    if (last()) {
+      Grow(s.lnf, N * C);
+      Grow(s.dlnf, N * C);
+      Grow(s.lnf_mean, N);
+      Grow(s.lnf_rstd, N);
+    }
+  }
+  for (auto* v : {&dres_, &dln_, &tmp_}) Grow(*v, N * C);
+  Grow(dfch_, N * Hl);
+  Grow(dqkv_, N * 3 * Cl);
+  Grow(datt_, att);
+  Grow(datty_, N * Cl);
+  if (last()) {
+    const size_t head_rows =
+        std::clamp<size_t>(kHeadChunkFloats / vocab_.size, 1, N);
+    Grow(logits_, head_rows * vocab_.size);
+  }
+}
+
+size_t GptStage::boundary_elems() const {
+  return size_t(rows_) * T_ * config_.width;
+}
+
+GptStage::Acts& GptStage::ActsOf(Slot& s, int j) {
+  return s.acts[config_.recompute ? 0 : j];
+}
+
+absl::StatusOr<std::vector<float>> GptStage::Forward(
+    int slot, const int32_t* tokens, const int32_t* targets, int rows,
+    float dloss, std::vector<float> input, double* loss_sum) {
+  Slot& s = slots_[slot];
+  const int N = rows * T_, C = config_.width;
+  if (first()) {
+    STRATA_RETURN_IF_ERROR(Embed(s, tokens, N));
+  } else {
+    std::copy_n(input.begin(), size_t(N) * C, s.x.begin());
+  }
+  for (int j = 0; j < place_.layers; ++j) {
+    STRATA_RETURN_IF_ERROR(BlockForward(s, j, rows));
+  }
+  const float* out = s.x.data() + size_t(place_.layers) * N * C;
+  if (last()) {
+    k::LayerNormForward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), out,
+                        lnf_w_.data(), lnf_b_.data(), N, C);
+    STRATA_RETURN_IF_ERROR(Head(s, targets, N, dloss, loss_sum));
+    return std::vector<float>();
+  }
+  std::vector<float> output(boundary_elems(), 0.0f);
+  std::copy_n(out, size_t(N) * C, output.begin());
+  return output;
+}
+
+absl::StatusOr<std::vector<float>> GptStage::Backward(
+    int slot, const int32_t* tokens, int rows, std::vector<float> grad_output) {
+  Slot& s = slots_[slot];
+  const int N = rows * T_, C = config_.width;
+  float* dres = dres_.data();
+  if (last()) {
+    std::fill_n(dres, size_t(N) * C, 0.0f);
+    k::LayerNormBackward(dres, dlnf_w_.data(), dlnf_b_.data(), s.dlnf.data(),
+                         s.x.data() + size_t(place_.layers) * N * C,
+                         lnf_w_.data(), s.lnf_mean.data(), s.lnf_rstd.data(), N,
+                         C);
+  } else {
+    std::copy_n(grad_output.begin(), size_t(N) * C, dres);
+  }
+  for (int j = place_.layers - 1; j >= 0; --j) {
+    if (config_.recompute) STRATA_RETURN_IF_ERROR(BlockForward(s, j, rows));
+    STRATA_RETURN_IF_ERROR(BlockBackward(s, j, rows));
+  }
+  if (!first()) {
+    std::vector<float> grad_input(boundary_elems(), 0.0f);
+    std::copy_n(dres, size_t(N) * C, grad_input.begin());
+    return grad_input;
+  }
+  // The embedding's backward: this rank's vocabulary rows, and the
+  // position table (the same on every rank).
+  for (int n = 0; n < N; ++n) {
+    const float* d = dres + size_t(n) * C;
+    const int row = tokens[n] - vocab_.begin;
+    if (row >= 0 && row < vocab_.valid) {
+      float* to = dwte_.data() + size_t(row) * C;
+      for (int c = 0; c < C; ++c) to[c] += d[c];
+    }
+    float* pos = dwpe_.data() + size_t(n % T_) * C;
+    for (int c = 0; c < C; ++c) pos[c] += d[c];
+  }
+  return std::vector<float>();
+}
+
+// x = wte[token] + wpe[position]: each rank looks up the tokens in its
+// vocabulary rows (zero for the others), one all-reduce gathers them.
+absl::Status GptStage::Embed(Slot& s, const int32_t* tokens, int N) {
+  const int C = config_.width;
+  float* x = s.x.data();
+  std::fill_n(x, size_t(N) * C, 0.0f);
+  for (int n = 0; n < N; ++n) {
+    const int row = tokens[n] - vocab_.begin;
+    if (row >= 0 && row < vocab_.valid) {
+      std::copy_n(wte_.data() + size_t(row) * C, C, x + size_t(n) * C);
+    }
+  }
+  if (place_.tp_size > 1) {
+    STRATA_RETURN_IF_ERROR(
+        tp_->AllReduce(absl::MakeSpan(x, size_t(N) * C), ReduceOp::kSum));
+  }
+  for (int n = 0; n < N; ++n) {
+    const float* pos = wpe_.data() + size_t(n % T_) * C;
+    for (int c = 0; c < C; ++c) x[size_t(n) * C + c] += pos[c];
+  }
+  return absl::OkStatus();
+}
+
+// The tied LM head over this rank's vocabulary rows and the parallel
+// cross-entropy, over chunks of positions; leaves d(loss)/d(lnf output) in
+// s.dlnf and adds the head's share of wte's gradient.
+absl::Status GptStage::Head(Slot& s, const int32_t* targets, int N, float dloss,
+                            double* loss_sum) {
+  const int C = config_.width, Vs = vocab_.size;
+  const int64_t rows = std::clamp<int64_t>(kHeadChunkFloats / Vs, 1, N);
+  for (int64_t n0 = 0; n0 < N; n0 += rows) {
+    const int nc = static_cast<int>(std::min<int64_t>(rows, N - n0));
+    const float* in = s.lnf.data() + n0 * C;
+    ColumnParallelForward(logits_.data(), in, wte_.data(), nullptr, nc, C, Vs);
+    STRATA_ASSIGN_OR_RETURN(
+        float loss, ParallelCrossEntropy(*tp_, logits_.data(), targets + n0, nc,
+                                         config_.vocab, vocab_, dloss));
+    *loss_sum += loss;
+    STRATA_RETURN_IF_ERROR(ColumnParallelBackward(
+        *tp_, s.dlnf.data() + n0 * C, dwte_.data(), nullptr, logits_.data(), in,
+        wte_.data(), nc, C, Vs));
+  }
+  return absl::OkStatus();
+}
+
+// x[j+1] = x[j] + attn(ln1(x[j])) + mlp(ln2(...)), this rank's heads and
+// hidden features; two all-reduces (the row-parallel outputs).
+absl::Status GptStage::BlockForward(Slot& s, int j, int B) {
+  Acts& a = ActsOf(s, j);
+  const Block& w = w_[j];
+  const int N = B * T_, C = config_.width;
+  const int Cl = head_cols_.size, Hl = hidden_.size;
+  const float* x = s.x.data() + size_t(j) * N * C;
+  float* y = s.x.data() + size_t(j + 1) * N * C;
+  k::LayerNormForward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x,
+                      w[kLn1W].data(), w[kLn1B].data(), N, C);
+  ColumnParallelForward(a.qkv.data(), a.ln1.data(), w[kQkvW].data(),
+                        w[kQkvB].data(), N, C, 3 * Cl);
+  k::AttentionForward(a.atty.data(), a.att.data(), a.qkv.data(), B, T_, Cl,
+                      heads_.size);
+  STRATA_RETURN_IF_ERROR(RowParallelForward(*tp_, tmp_.data(), a.atty.data(),
+                                            w[kAttnProjW].data(),
+                                            w[kAttnProjB].data(), N, Cl, C));
+  for (size_t i = 0; i < size_t(N) * C; ++i) a.res2[i] = x[i] + tmp_[i];
+  k::LayerNormForward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(),
+                      a.res2.data(), w[kLn2W].data(), w[kLn2B].data(), N, C);
+  ColumnParallelForward(a.fch.data(), a.ln2.data(), w[kFcW].data(),
+                        w[kFcB].data(), N, C, Hl);
+  k::GeluForward(a.fch_gelu.data(), a.fch.data(), int64_t{N} * Hl);
+  STRATA_RETURN_IF_ERROR(
+      RowParallelForward(*tp_, tmp_.data(), a.fch_gelu.data(),
+                         w[kFcProjW].data(), w[kFcProjB].data(), N, Hl, C));
+  for (size_t i = 0; i < size_t(N) * C; ++i) y[i] = a.res2[i] + tmp_[i];
+  return absl::OkStatus();
+}
+
+// On entry dres_ is d(loss)/d(x[j+1]); on exit d(loss)/d(x[j]). Two
+// all-reduces (the column-parallel input gradients).
+absl::Status GptStage::BlockBackward(Slot& s, int j, int B) {
+  Acts& a = ActsOf(s, j);
+  const Block& w = w_[j];
+  Block& g = g_[j];
+  const int N = B * T_, C = config_.width;
+  const int Cl = head_cols_.size, Hl = hidden_.size;
+  const float* x = s.x.data() + size_t(j) * N * C;
+  float* dres = dres_.data();
+  float* dln = dln_.data();
+  RowParallelBackward(dfch_.data(), g[kFcProjW].data(), g[kFcProjB].data(),
+                      dres, a.fch_gelu.data(), w[kFcProjW].data(), N, Hl, C);
+  k::GeluBackward(dfch_.data(), a.fch.data(), dfch_.data(), int64_t{N} * Hl);
+  STRATA_RETURN_IF_ERROR(ColumnParallelBackward(
+      *tp_, dln, g[kFcW].data(), g[kFcB].data(), dfch_.data(), a.ln2.data(),
+      w[kFcW].data(), N, C, Hl));
+  k::LayerNormBackward(dres, g[kLn2W].data(), g[kLn2B].data(), dln,
+                       a.res2.data(), w[kLn2W].data(), a.ln2_mean.data(),
+                       a.ln2_rstd.data(), N, C);
+  RowParallelBackward(datty_.data(), g[kAttnProjW].data(), g[kAttnProjB].data(),
+                      dres, a.atty.data(), w[kAttnProjW].data(), N, Cl, C);
+  k::AttentionBackward(dqkv_.data(), datt_.data(), datty_.data(), a.qkv.data(),
+                       a.att.data(), B, T_, Cl, heads_.size);
+  STRATA_RETURN_IF_ERROR(ColumnParallelBackward(
+      *tp_, dln, g[kQkvW].data(), g[kQkvB].data(), dqkv_.data(), a.ln1.data(),
+      w[kQkvW].data(), N, C, 3 * Cl));
+  k::LayerNormBackward(dres, g[kLn1W].data(), g[kLn1B].data(), dln, x,
+                       w[kLn1W].data(), a.ln1_mean.data(), a.ln1_rstd.data(), N,
+                       C);
+  return absl::OkStatus();
+}
+
+}  // namespace strata
