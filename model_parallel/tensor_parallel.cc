@@ -21,25 +21,37 @@ DimShard SplitDim(int dim, int ranks, int rank) {
 
 std::vector<float> ShardQkvRows(const float* qkv, int C, int hs, int cols,
                                 DimShard heads) {
+  std::vector<float> out;
+  ShardQkvRowsInto(qkv, C, hs, cols, heads, &out);
+  return out;
+}
+
+void ShardQkvRowsInto(const float* qkv, int C, int hs, int cols, DimShard heads,
+                      std::vector<float>* out) {
   const size_t part_rows = size_t(heads.size) * hs;
-  std::vector<float> out(3 * part_rows * cols, 0.0f);
+  out->assign(3 * part_rows * cols, 0.0f);
   for (int part = 0; part < 3; ++part) {
     const float* from =
         qkv + (size_t(part) * C + size_t(heads.begin) * hs) * cols;
     std::copy_n(from, size_t(heads.valid) * hs * cols,
-                out.begin() + part * part_rows * cols);
+                out->begin() + part * part_rows * cols);
   }
-  return out;
 }
 
 std::vector<float> ShardColumns(const float* m, int rows, int cols,
                                 DimShard shard) {
-  std::vector<float> out(size_t(rows) * shard.size, 0.0f);
+  std::vector<float> out;
+  ShardColumnsInto(m, rows, cols, shard, &out);
+  return out;
+}
+
+void ShardColumnsInto(const float* m, int rows, int cols, DimShard shard,
+                      std::vector<float>* out) {
+  out->assign(size_t(rows) * shard.size, 0.0f);
   for (int r = 0; r < rows; ++r) {
     std::copy_n(m + size_t(r) * cols + shard.begin, shard.valid,
-                out.begin() + size_t(r) * shard.size);
+                out->begin() + size_t(r) * shard.size);
   }
-  return out;
 }
 
 void ColumnParallelForward(float* out_local, const float* inp,

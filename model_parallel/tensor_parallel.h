@@ -45,11 +45,16 @@ DimShard SplitDim(int dim, int ranks, int rank);
 // output projection's columns for it are zero too (ShardColumns).
 std::vector<float> ShardQkvRows(const float* qkv, int C, int hs, int cols,
                                 DimShard heads);
+// The same into *out, reusing its memory (for shards cut every step).
+void ShardQkvRowsInto(const float* qkv, int C, int hs, int cols, DimShard heads,
+                      std::vector<float>* out);
 
 // Columns [shard.begin, shard.begin + shard.size) of a (rows, cols) matrix,
 // zero past `cols`: a row-parallel layer's weight shard.
 std::vector<float> ShardColumns(const float* m, int rows, int cols,
                                 DimShard shard);
+void ShardColumnsInto(const float* m, int rows, int cols, DimShard shard,
+                      std::vector<float>* out);
 
 // Column-parallel forward: out_local = inp @ w_local^T + b_local.
 // out_local is (N,OCs), inp is (N,C) (the same on every rank), w_local is

@@ -99,6 +99,13 @@ absl::StatusOr<float> ParallelGpt::ForwardBackward(const int32_t* tokens,
   for (int k = 1; k < m; ++k) first_row[k] = first_row[k - 1] + rows[k - 1];
   const float dloss = 1.0f / (static_cast<float>(B) * T);
 
+  // Ranks write their gradients into the host's (worker/gpt_stage.h).
+  if (!accumulate) {
+    for (size_t i = 0; i < params().size(); ++i) {
+      std::fill_n(grad_data(static_cast<int>(i)), params()[i].spec.numel(),
+                  0.0f);
+    }
+  }
   std::vector<absl::Status> status(ranks);
   std::vector<double> loss(ranks, 0.0);
   std::vector<std::thread> threads;
@@ -140,12 +147,6 @@ absl::StatusOr<float> ParallelGpt::ForwardBackward(const int32_t* tokens,
     return failed;
   }
 
-  if (!accumulate) {
-    for (size_t i = 0; i < params().size(); ++i) {
-      std::fill_n(grad_data(static_cast<int>(i)), params()[i].spec.numel(),
-                  0.0f);
-    }
-  }
   for (const auto& stage : stages_) stage->AddGrads(*host_);
   ReportGradsReady();
   const int last_stage_rank = (par_.pp - 1) * par_.tp;

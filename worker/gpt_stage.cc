@@ -17,11 +17,12 @@ namespace k = ::strata::kernels;
 using namespace ::strata::gpt_layout;  // NOLINT: the shared parameter layout
 
 // Rows [s.begin, s.begin + s.size) of a (rows, cols) matrix, zero past its
-// end.
-std::vector<float> RowShard(const float* m, int cols, DimShard s) {
-  std::vector<float> out(size_t(s.size) * cols, 0.0f);
-  std::copy_n(m + size_t(s.begin) * cols, size_t(s.valid) * cols, out.begin());
-  return out;
+// end, into *out. Shards are cut every step into the same vectors, so a
+// large one (the vocabulary's) is not allocated and faulted in again.
+void RowShardInto(const float* m, int cols, DimShard s,
+                  std::vector<float>* out) {
+  out->assign(size_t(s.size) * cols, 0.0f);
+  std::copy_n(m + size_t(s.begin) * cols, size_t(s.valid) * cols, out->begin());
 }
 
 // The inverses, adding a shard's real entries back into the whole matrix.
@@ -49,17 +50,15 @@ void AddQkvRows(float* m, const std::vector<float>& shard, int C, int cols,
   }
 }
 
-void Add(float* m, const std::vector<float>& v) {
-  for (size_t i = 0; i < v.size(); ++i) m[i] += v[i];
-}
-
 void Grow(std::vector<float>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
-// The parameters every rank of a tensor group holds whole.
+// The parameters every rank of a tensor group holds whole, and those it
+// splits.
 constexpr int kWholeSlots[] = {kLn1W, kLn1B, kAttnProjB,
                                kLn2W, kLn2B, kFcProjB};
+constexpr int kSplitSlots[] = {kQkvW, kQkvB, kAttnProjW, kFcW, kFcB, kFcProjW};
 
 }  // namespace
 
@@ -101,71 +100,108 @@ GptStage::GptStage(const GptConfig& config, StagePlace place, Communicator* tp)
       head_cols_{heads_.begin * hs_, heads_.size * hs_, heads_.valid * hs_},
       hidden_(SplitDim(4 * config.width, place.tp_size, place.tp_rank)),
       vocab_(SplitDim(config.vocab, place.tp_size, place.tp_rank)),
-      w_(place.layers),
-      g_(place.layers) {}
+      blocks_(place.layers) {}
 
 GptStage::~GptStage() = default;
 
+void GptStage::Param::UseWhole(const float* weights, float* grad, size_t n,
+                               bool direct) {
+  w = weights;
+  add_back = false;
+  if (direct) {
+    g = grad;
+    return;
+  }
+  g_own.assign(n, 0.0f);
+  g = g_own.data();
+}
+
+void GptStage::Param::UseShard() {
+  w = w_cut.data();
+  g_own.assign(w_cut.size(), 0.0f);
+  g = g_own.data();
+  add_back = true;
+}
+
 void GptStage::LoadWeights(Model& host) {
   const int C = config_.width, H = 4 * C;
+  const bool split = place_.tp_size > 1, lead = place_.tp_rank == 0;
+  auto use_whole = [&](Param& p, int i, bool direct) {
+    p.UseWhole(host.param_data(i), host.grad_data(i),
+               host.params()[i].spec.numel(), direct);
+  };
   for (int j = 0; j < place_.layers; ++j) {
     const int base =
         kFirstBlockParam + (place_.first_layer + j) * kSlotsPerLayer;
+    Block& b = blocks_[j];
+    for (int slot : kWholeSlots) use_whole(b[slot], base + slot, lead);
+    if (!split) {
+      for (int slot : kSplitSlots) use_whole(b[slot], base + slot, true);
+      continue;
+    }
     auto p = [&](int slot) { return host.param_data(base + slot); };
-    Block& w = w_[j];
-    for (int slot : kWholeSlots) w[slot].assign(p(slot), p(slot) + C);
-    w[kQkvW] = ShardQkvRows(p(kQkvW), C, hs_, C, heads_);
-    w[kQkvB] = ShardQkvRows(p(kQkvB), C, hs_, 1, heads_);
-    w[kAttnProjW] = ShardColumns(p(kAttnProjW), C, C, head_cols_);
-    w[kFcW] = RowShard(p(kFcW), C, hidden_);
-    w[kFcB] = RowShard(p(kFcB), 1, hidden_);
-    w[kFcProjW] = ShardColumns(p(kFcProjW), C, H, hidden_);
-    for (int slot = 0; slot < kSlotsPerLayer; ++slot) {
-      g_[j][slot].assign(w[slot].size(), 0.0f);
+    ShardQkvRowsInto(p(kQkvW), C, hs_, C, heads_, &b[kQkvW].w_cut);
+    ShardQkvRowsInto(p(kQkvB), C, hs_, 1, heads_, &b[kQkvB].w_cut);
+    ShardColumnsInto(p(kAttnProjW), C, C, head_cols_, &b[kAttnProjW].w_cut);
+    RowShardInto(p(kFcW), C, hidden_, &b[kFcW].w_cut);
+    RowShardInto(p(kFcB), 1, hidden_, &b[kFcB].w_cut);
+    ShardColumnsInto(p(kFcProjW), C, H, hidden_, &b[kFcProjW].w_cut);
+    for (int slot : kSplitSlots) b[slot].UseShard();
+  }
+  // wte: the weights on the first and last stages; its gradient from the
+  // head straight into the host's where this rank is its only writer
+  // during the step (no tensor split), else into a shard added back. The
+  // embedding's share is kept as rows and added after the step (it touches
+  // only the batch's tokens).
+  if (first() || last()) {
+    wte_.add_back = false;
+    wte_.g = nullptr;
+    if (split) {
+      RowShardInto(host.param_data(kWte), C, vocab_, &wte_.w_cut);
+      wte_.w = wte_.w_cut.data();
+    } else {
+      wte_.w = host.param_data(kWte);
+    }
+    if (last() && split) {
+      wte_.g_own.assign(wte_.w_cut.size(), 0.0f);
+      wte_.g = wte_.g_own.data();
+      wte_.add_back = true;
+    } else if (last()) {
+      wte_.g = host.grad_data(kWte);
     }
   }
-  if (first() || last()) {
-    wte_ = RowShard(host.param_data(kWte), C, vocab_);
-    dwte_.assign(wte_.size(), 0.0f);
-  }
-  if (first()) {
-    const float* wpe = host.param_data(kWpe);
-    wpe_.assign(wpe, wpe + size_t(config_.context) * C);
-    dwpe_.assign(wpe_.size(), 0.0f);
-  }
+  embed_tokens_.clear();
+  embed_grads_.clear();
+  if (first()) use_whole(wpe_, kWpe, lead);
   if (last()) {
     const int lnf = kFirstBlockParam + config_.layers * kSlotsPerLayer;
-    lnf_w_.assign(host.param_data(lnf), host.param_data(lnf) + C);
-    lnf_b_.assign(host.param_data(lnf + 1), host.param_data(lnf + 1) + C);
-    dlnf_w_.assign(C, 0.0f);
-    dlnf_b_.assign(C, 0.0f);
+    use_whole(lnf_w_, lnf, lead);
+    use_whole(lnf_b_, lnf + 1, lead);
   }
 }
 
 void GptStage::AddGrads(Model& host) const {
   const int C = config_.width, H = 4 * C;
-  const bool whole = place_.tp_rank == 0;
   for (int j = 0; j < place_.layers; ++j) {
+    const Block& b = blocks_[j];
+    if (!b[kQkvW].add_back) continue;  // the split slots go together
     const int base =
         kFirstBlockParam + (place_.first_layer + j) * kSlotsPerLayer;
     auto g = [&](int slot) { return host.grad_data(base + slot); };
-    const Block& d = g_[j];
-    if (whole) {
-      for (int slot : kWholeSlots) Add(g(slot), d[slot]);
-    }
-    AddQkvRows(g(kQkvW), d[kQkvW], C, C, head_cols_);
-    AddQkvRows(g(kQkvB), d[kQkvB], C, 1, head_cols_);
-    AddColumns(g(kAttnProjW), d[kAttnProjW], C, C, head_cols_);
-    AddRows(g(kFcW), d[kFcW], C, hidden_);
-    AddRows(g(kFcB), d[kFcB], 1, hidden_);
-    AddColumns(g(kFcProjW), d[kFcProjW], C, H, hidden_);
+    AddQkvRows(g(kQkvW), b[kQkvW].g_own, C, C, head_cols_);
+    AddQkvRows(g(kQkvB), b[kQkvB].g_own, C, 1, head_cols_);
+    AddColumns(g(kAttnProjW), b[kAttnProjW].g_own, C, C, head_cols_);
+    AddRows(g(kFcW), b[kFcW].g_own, C, hidden_);
+    AddRows(g(kFcB), b[kFcB].g_own, 1, hidden_);
+    AddColumns(g(kFcProjW), b[kFcProjW].g_own, C, H, hidden_);
   }
-  if (first() || last()) AddRows(host.grad_data(kWte), dwte_, C, vocab_);
-  if (first() && whole) Add(host.grad_data(kWpe), dwpe_);
-  if (last() && whole) {
-    const int lnf = kFirstBlockParam + config_.layers * kSlotsPerLayer;
-    Add(host.grad_data(lnf), dlnf_w_);
-    Add(host.grad_data(lnf + 1), dlnf_b_);
+  float* dwte = host.grad_data(kWte);
+  if ((first() || last()) && wte_.add_back)
+    AddRows(dwte, wte_.g_own, C, vocab_);
+  for (size_t n = 0; n < embed_tokens_.size(); ++n) {
+    float* to = dwte + size_t(embed_tokens_[n]) * C;
+    const float* from = embed_grads_.data() + n * C;
+    for (int c = 0; c < C; ++c) to[c] += from[c];
   }
 }
 
@@ -233,7 +269,7 @@ absl::StatusOr<std::vector<float>> GptStage::Forward(
   const float* out = s.x.data() + size_t(place_.layers) * N * C;
   if (last()) {
     k::LayerNormForward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), out,
-                        lnf_w_.data(), lnf_b_.data(), N, C);
+                        lnf_w_.w, lnf_b_.w, N, C);
     STRATA_RETURN_IF_ERROR(Head(s, targets, N, dloss, loss_sum));
     return std::vector<float>();
   }
@@ -249,10 +285,9 @@ absl::StatusOr<std::vector<float>> GptStage::Backward(
   float* dres = dres_.data();
   if (last()) {
     std::fill_n(dres, size_t(N) * C, 0.0f);
-    k::LayerNormBackward(dres, dlnf_w_.data(), dlnf_b_.data(), s.dlnf.data(),
-                         s.x.data() + size_t(place_.layers) * N * C,
-                         lnf_w_.data(), s.lnf_mean.data(), s.lnf_rstd.data(), N,
-                         C);
+    k::LayerNormBackward(dres, lnf_w_.g, lnf_b_.g, s.dlnf.data(),
+                         s.x.data() + size_t(place_.layers) * N * C, lnf_w_.w,
+                         s.lnf_mean.data(), s.lnf_rstd.data(), N, C);
   } else {
     std::copy_n(grad_output.begin(), size_t(N) * C, dres);
   }
@@ -265,16 +300,17 @@ absl::StatusOr<std::vector<float>> GptStage::Backward(
     std::copy_n(dres, size_t(N) * C, grad_input.begin());
     return grad_input;
   }
-  // The embedding's backward: this rank's vocabulary rows, and the
-  // position table (the same on every rank).
+  // The embedding's backward: the rows of this rank's vocabulary's tokens
+  // (added to wte's gradient after the step), and the position table (the
+  // same on every rank).
   for (int n = 0; n < N; ++n) {
     const float* d = dres + size_t(n) * C;
     const int row = tokens[n] - vocab_.begin;
     if (row >= 0 && row < vocab_.valid) {
-      float* to = dwte_.data() + size_t(row) * C;
-      for (int c = 0; c < C; ++c) to[c] += d[c];
+      embed_tokens_.push_back(tokens[n]);
+      embed_grads_.insert(embed_grads_.end(), d, d + C);
     }
-    float* pos = dwpe_.data() + size_t(n % T_) * C;
+    float* pos = wpe_.g + size_t(n % T_) * C;
     for (int c = 0; c < C; ++c) pos[c] += d[c];
   }
   return std::vector<float>();
@@ -289,7 +325,7 @@ absl::Status GptStage::Embed(Slot& s, const int32_t* tokens, int N) {
   for (int n = 0; n < N; ++n) {
     const int row = tokens[n] - vocab_.begin;
     if (row >= 0 && row < vocab_.valid) {
-      std::copy_n(wte_.data() + size_t(row) * C, C, x + size_t(n) * C);
+      std::copy_n(wte_.w + size_t(row) * C, C, x + size_t(n) * C);
     }
   }
   if (place_.tp_size > 1) {
@@ -297,7 +333,7 @@ absl::Status GptStage::Embed(Slot& s, const int32_t* tokens, int N) {
         tp_->AllReduce(absl::MakeSpan(x, size_t(N) * C), ReduceOp::kSum));
   }
   for (int n = 0; n < N; ++n) {
-    const float* pos = wpe_.data() + size_t(n % T_) * C;
+    const float* pos = wpe_.w + size_t(n % T_) * C;
     for (int c = 0; c < C; ++c) x[size_t(n) * C + c] += pos[c];
   }
   return absl::OkStatus();
@@ -313,14 +349,14 @@ absl::Status GptStage::Head(Slot& s, const int32_t* targets, int N, float dloss,
   for (int64_t n0 = 0; n0 < N; n0 += rows) {
     const int nc = static_cast<int>(std::min<int64_t>(rows, N - n0));
     const float* in = s.lnf.data() + n0 * C;
-    ColumnParallelForward(logits_.data(), in, wte_.data(), nullptr, nc, C, Vs);
+    ColumnParallelForward(logits_.data(), in, wte_.w, nullptr, nc, C, Vs);
     STRATA_ASSIGN_OR_RETURN(
         float loss, ParallelCrossEntropy(*tp_, logits_.data(), targets + n0, nc,
                                          config_.vocab, vocab_, dloss));
     *loss_sum += loss;
-    STRATA_RETURN_IF_ERROR(ColumnParallelBackward(
-        *tp_, s.dlnf.data() + n0 * C, dwte_.data(), nullptr, logits_.data(), in,
-        wte_.data(), nc, C, Vs));
+    STRATA_RETURN_IF_ERROR(
+        ColumnParallelBackward(*tp_, s.dlnf.data() + n0 * C, wte_.g, nullptr,
+                               logits_.data(), in, wte_.w, nc, C, Vs));
   }
   return absl::OkStatus();
 }
@@ -329,29 +365,29 @@ absl::Status GptStage::Head(Slot& s, const int32_t* targets, int N, float dloss,
 // hidden features; two all-reduces (the row-parallel outputs).
 absl::Status GptStage::BlockForward(Slot& s, int j, int B) {
   Acts& a = ActsOf(s, j);
-  const Block& w = w_[j];
+  const Block& w = blocks_[j];
   const int N = B * T_, C = config_.width;
   const int Cl = head_cols_.size, Hl = hidden_.size;
   const float* x = s.x.data() + size_t(j) * N * C;
   float* y = s.x.data() + size_t(j + 1) * N * C;
   k::LayerNormForward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x,
-                      w[kLn1W].data(), w[kLn1B].data(), N, C);
-  ColumnParallelForward(a.qkv.data(), a.ln1.data(), w[kQkvW].data(),
-                        w[kQkvB].data(), N, C, 3 * Cl);
+                      w[kLn1W].w, w[kLn1B].w, N, C);
+  ColumnParallelForward(a.qkv.data(), a.ln1.data(), w[kQkvW].w, w[kQkvB].w, N,
+                        C, 3 * Cl);
   k::AttentionForward(a.atty.data(), a.att.data(), a.qkv.data(), B, T_, Cl,
                       heads_.size);
   STRATA_RETURN_IF_ERROR(RowParallelForward(*tp_, tmp_.data(), a.atty.data(),
-                                            w[kAttnProjW].data(),
-                                            w[kAttnProjB].data(), N, Cl, C));
+                                            w[kAttnProjW].w, w[kAttnProjB].w, N,
+                                            Cl, C));
   for (size_t i = 0; i < size_t(N) * C; ++i) a.res2[i] = x[i] + tmp_[i];
   k::LayerNormForward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(),
-                      a.res2.data(), w[kLn2W].data(), w[kLn2B].data(), N, C);
-  ColumnParallelForward(a.fch.data(), a.ln2.data(), w[kFcW].data(),
-                        w[kFcB].data(), N, C, Hl);
+                      a.res2.data(), w[kLn2W].w, w[kLn2B].w, N, C);
+  ColumnParallelForward(a.fch.data(), a.ln2.data(), w[kFcW].w, w[kFcB].w, N, C,
+                        Hl);
   k::GeluForward(a.fch_gelu.data(), a.fch.data(), int64_t{N} * Hl);
-  STRATA_RETURN_IF_ERROR(
-      RowParallelForward(*tp_, tmp_.data(), a.fch_gelu.data(),
-                         w[kFcProjW].data(), w[kFcProjB].data(), N, Hl, C));
+  STRATA_RETURN_IF_ERROR(RowParallelForward(*tp_, tmp_.data(),
+                                            a.fch_gelu.data(), w[kFcProjW].w,
+                                            w[kFcProjB].w, N, Hl, C));
   for (size_t i = 0; i < size_t(N) * C; ++i) y[i] = a.res2[i] + tmp_[i];
   return absl::OkStatus();
 }
@@ -360,32 +396,29 @@ absl::Status GptStage::BlockForward(Slot& s, int j, int B) {
 // all-reduces (the column-parallel input gradients).
 absl::Status GptStage::BlockBackward(Slot& s, int j, int B) {
   Acts& a = ActsOf(s, j);
-  const Block& w = w_[j];
-  Block& g = g_[j];
+  const Block& w = blocks_[j];
   const int N = B * T_, C = config_.width;
   const int Cl = head_cols_.size, Hl = hidden_.size;
   const float* x = s.x.data() + size_t(j) * N * C;
   float* dres = dres_.data();
   float* dln = dln_.data();
-  RowParallelBackward(dfch_.data(), g[kFcProjW].data(), g[kFcProjB].data(),
-                      dres, a.fch_gelu.data(), w[kFcProjW].data(), N, Hl, C);
+  RowParallelBackward(dfch_.data(), w[kFcProjW].g, w[kFcProjB].g, dres,
+                      a.fch_gelu.data(), w[kFcProjW].w, N, Hl, C);
   k::GeluBackward(dfch_.data(), a.fch.data(), dfch_.data(), int64_t{N} * Hl);
-  STRATA_RETURN_IF_ERROR(ColumnParallelBackward(
-      *tp_, dln, g[kFcW].data(), g[kFcB].data(), dfch_.data(), a.ln2.data(),
-      w[kFcW].data(), N, C, Hl));
-  k::LayerNormBackward(dres, g[kLn2W].data(), g[kLn2B].data(), dln,
-                       a.res2.data(), w[kLn2W].data(), a.ln2_mean.data(),
-                       a.ln2_rstd.data(), N, C);
-  RowParallelBackward(datty_.data(), g[kAttnProjW].data(), g[kAttnProjB].data(),
-                      dres, a.atty.data(), w[kAttnProjW].data(), N, Cl, C);
+  STRATA_RETURN_IF_ERROR(ColumnParallelBackward(*tp_, dln, w[kFcW].g, w[kFcB].g,
+                                                dfch_.data(), a.ln2.data(),
+                                                w[kFcW].w, N, C, Hl));
+  k::LayerNormBackward(dres, w[kLn2W].g, w[kLn2B].g, dln, a.res2.data(),
+                       w[kLn2W].w, a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+  RowParallelBackward(datty_.data(), w[kAttnProjW].g, w[kAttnProjB].g, dres,
+                      a.atty.data(), w[kAttnProjW].w, N, Cl, C);
   k::AttentionBackward(dqkv_.data(), datt_.data(), datty_.data(), a.qkv.data(),
                        a.att.data(), B, T_, Cl, heads_.size);
-  STRATA_RETURN_IF_ERROR(ColumnParallelBackward(
-      *tp_, dln, g[kQkvW].data(), g[kQkvB].data(), dqkv_.data(), a.ln1.data(),
-      w[kQkvW].data(), N, C, 3 * Cl));
-  k::LayerNormBackward(dres, g[kLn1W].data(), g[kLn1B].data(), dln, x,
-                       w[kLn1W].data(), a.ln1_mean.data(), a.ln1_rstd.data(), N,
-                       C);
+  STRATA_RETURN_IF_ERROR(
+      ColumnParallelBackward(*tp_, dln, w[kQkvW].g, w[kQkvB].g, dqkv_.data(),
+                             a.ln1.data(), w[kQkvW].w, N, C, 3 * Cl));
+  k::LayerNormBackward(dres, w[kLn1W].g, w[kLn1B].g, dln, x, w[kLn1W].w,
+                       a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
   return absl::OkStatus();
 }
 

@@ -20,6 +20,7 @@
 #define STRATA_WORKER_GPT_STAGE_H_
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -53,13 +54,18 @@ class GptStage {
   GptStage(const GptStage&) = delete;
   GptStage& operator=(const GptStage&) = delete;
 
-  // Copies this rank's shards of the weights from `host` (a model in Gpt's
-  // parameter layout, worker/gpt_layout.h) and zeroes its gradients.
+  // Takes this rank's weights from `host` (a model in Gpt's parameter
+  // layout, worker/gpt_layout.h) for the next step: whole tensors are used
+  // in place, shards are cut into the rank's own buffers. Gradients go
+  // straight into host.grad_data where this rank is their only writer (a
+  // whole tensor: tensor rank 0 for those every rank holds, the LM head's
+  // for wte), else into the rank's own zeroed buffers; the embedding's
+  // share of wte's is kept as rows.
   void LoadWeights(Model& host);
-  // Adds this rank's gradients into host.grad_data: its shards' real
-  // entries (never padding), and the whole-on-every-rank ones from tensor
-  // rank 0 only. wte's gradient comes from stage 0 (embedding) and the last
-  // stage (head); both add.
+  // After the step, with no rank running: adds the gradients this rank
+  // kept in its own buffers into host.grad_data (a shard's real entries,
+  // never padding; the embedding's rows of wte's). Those of whole tensors
+  // that other ranks report are dropped.
   void AddGrads(Model& host) const;
 
   // Sizes the activations for `slots` micro-batches in flight of at most
@@ -89,7 +95,20 @@ class GptStage {
                                               std::vector<float> grad_output);
 
  private:
-  using Block = std::array<std::vector<float>, gpt_layout::kSlotsPerLayer>;
+  // One parameter as this rank uses it.
+  struct Param {
+    const float* w = nullptr;  // the host's tensor, or w_cut
+    float* g = nullptr;        // the host's gradient, or g_own
+    std::vector<float> w_cut;  // a shard cut from the host's tensor
+    std::vector<float> g_own;  // a gradient this rank keeps
+    bool add_back = false;     // g_own goes into the host's gradient
+    // Uses the host's tensor w (n floats) whole; `direct`: writes its
+    // gradient g, else a zeroed g_own.
+    void UseWhole(const float* w, float* g, size_t n, bool direct);
+    // Computes on the cut shard (in w_cut) into g_own, added back later.
+    void UseShard();
+  };
+  using Block = std::array<Param, gpt_layout::kSlotsPerLayer>;
   struct Acts;
   struct Slot;
 
@@ -112,10 +131,13 @@ class GptStage {
   const DimShard vocab_;      // this rank's vocabulary rows
   int T_ = 0, rows_ = 0;
 
-  std::vector<Block> w_, g_;       // per stage block, by gpt_layout::Slot
-  std::vector<float> wte_, dwte_;  // vocabulary shard (first/last stage)
-  std::vector<float> wpe_, dwpe_;  // stage 0
-  std::vector<float> lnf_w_, lnf_b_, dlnf_w_, dlnf_b_;  // last stage
+  std::vector<Block> blocks_;  // per stage block, by gpt_layout::Slot
+  Param wte_;                  // vocabulary rows (first and last stage)
+  Param wpe_;                  // stage 0
+  // Stage 0: the embedding's gradient rows and their tokens, this step.
+  std::vector<int32_t> embed_tokens_;
+  std::vector<float> embed_grads_;
+  Param lnf_w_, lnf_b_;  // last stage
   std::vector<Slot> slots_;
   // Scratch shared by the micro-batches.
   std::vector<float> dres_, dln_, dfch_, dqkv_, datt_, datty_, tmp_, logits_;
