@@ -170,6 +170,20 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "backward, and each pushes its share of the chunks)")
       ->check(CLI::IsMember({"ps", "allreduce"}))
       ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--bucket_size",
+         [o](const std::string& text) {
+           o->bucket_bytes = *ParseByteSize(text);
+         },
+         "with --sync allreduce: all-reduce gradients in buckets of about "
+         "this size as backward finishes them, e.g. 25MiB (0: one "
+         "all-reduce per tensor)")
+      ->check([](const std::string& text) -> std::string {
+        absl::StatusOr<uint64_t> b = ParseByteSize(text);
+        if (!b.ok()) return std::string(b.status().message());
+        if (*b > (uint64_t{1} << 30)) return "a bucket is at most 1GiB";
+        return "";
+      });
   cmd->add_option("--collective_host", o->collective_host,
                   "with --sync allreduce: the address of this host the "
                   "other workers reach this worker's Gloo connections at")
@@ -223,6 +237,8 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
     f.insert(f.end(), {"--chunk_size", std::to_string(o.chunk_bytes)});
   if (!o.overlap_clip) f.insert(f.end(), {"--overlap_clip", "false"});
   if (o.sync != "ps") f.insert(f.end(), {"--sync", o.sync});
+  if (o.bucket_bytes != TrainerOptions().bucket_bytes)
+    f.insert(f.end(), {"--bucket_size", std::to_string(o.bucket_bytes)});
   if (o.collective_host != TrainerOptions().collective_host)
     f.insert(f.end(), {"--collective_host", o.collective_host});
   if (!o.shared_memory) f.insert(f.end(), {"--shm", "false"});

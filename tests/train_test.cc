@@ -334,6 +334,10 @@ TEST(Train, AllReduceSyncTrainsLikeTheParameterServers) {
             TrainBsp({"cpu"}, "ar-ar1c", ar_clip).weights);
   const BspRun ar2 = TrainBsp({"cpu", "cpu"}, "ar-ar2", ar);
   ExpectCloseWeights(ps1, ar2);
+  // One all-reduce per tensor instead of one bucket for the whole model.
+  std::vector<std::string> per_tensor = ar;
+  per_tensor.insert(per_tensor.end(), {"--bucket_size", "0"});
+  ExpectCloseWeights(ps1, TrainBsp({"cpu", "cpu"}, "ar-ar2t", per_tensor));
   const BspRun ar3 = TrainBsp({"cpu", "cpu", "cpu"}, "ar-ar3", ar);
   ExpectCloseWeights(ps1, ar3);
   // The workers did reduce among themselves (the comparisons above would

@@ -12,6 +12,7 @@
 #include "client/ps_client.h"
 #include "cluster/scheduler_client.h"
 #include "cluster/worker_session.h"
+#include "collective/grad_buckets.h"
 #include "collective/kv_rendezvous.h"
 #include "common/consistency.h"
 #include "common/status.h"
@@ -72,8 +73,9 @@ class Trainer {
   // of them. Errors come back ABORTED, so the step is redone in a newer
   // view (a worker that died leaves the group and the view).
   absl::StatusOr<uint64_t> JoinGroupForStep(const StepWork& work);
-  // Waits for the all-reduces of a step; the first error as ABORTED.
-  absl::Status WaitReduced(std::vector<std::shared_ptr<Work>>& reduces);
+  // Waits for the all-reduces of a step (buckets_); the first error as
+  // ABORTED.
+  absl::Status WaitReduced();
   absl::StatusOr<double> EvalLoss();
   absl::Status WriteOutputs();
   // Counts a finished step of `samples` in the metrics, if any.
@@ -101,11 +103,13 @@ class Trainer {
   // formed for.
   std::unique_ptr<Communicator> comm_;
   std::string comm_key_;
+  std::unique_ptr<GradBuckets> buckets_;  // over comm_
 };
 
 absl::StatusOr<uint64_t> Trainer::JoinGroupForStep(const StepWork& work) {
   const std::string key = absl::StrCat(generation_, "-", work.stamp_epoch);
   if (comm_ == nullptr || comm_key_ != key || !comm_->health().ok()) {
+    buckets_.reset();
     comm_.reset();
     GlooOptions options;
     options.rank = work.view.rank;
@@ -129,6 +133,7 @@ absl::StatusOr<uint64_t> Trainer::JoinGroupForStep(const StepWork& work) {
     }
     comm_ = *std::move(comm);
     comm_key_ = key;
+    buckets_ = std::make_unique<GradBuckets>(comm_.get(), o_.bucket_bytes);
     spdlog::info(
         "strata worker: all-reduce group of {} formed (rank {}, generation "
         "{}, workers epoch {})",
@@ -143,10 +148,8 @@ absl::StatusOr<uint64_t> Trainer::JoinGroupForStep(const StepWork& work) {
   return static_cast<uint64_t>(total);
 }
 
-absl::Status Trainer::WaitReduced(std::vector<std::shared_ptr<Work>>& reduces) {
-  absl::Status first;
-  for (auto& w : reduces) first.Update(w->Wait());
-  reduces.clear();
+absl::Status Trainer::WaitReduced() {
+  absl::Status first = buckets_->Wait();
   if (first.ok()) return first;
   return absl::AbortedError(absl::StrCat("all-reduce: ", first.ToString()));
 }
@@ -228,15 +231,15 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
     STRATA_ASSIGN_OR_RETURN(total, JoinGroupForStep(work));
   }
   const float share = static_cast<float>(static_cast<double>(B) / total);
-  std::vector<std::shared_ptr<Work>> reduces;
+  bool reducing = false;  // all-reduces started this step
   auto all_reduce = [&](int param) {
     float* g = gpt_->grad_data(param);
     const size_t numel = gpt_->params()[param].spec.numel();
     if (share != 1.0f) {
       for (size_t k = 0; k < numel; ++k) g[k] *= share;
     }
-    reduces.push_back(
-        comm_->AllReduceAsync(absl::MakeSpan(g, numel), ReduceOp::kSum));
+    buckets_->Add(g, numel);
+    reducing = true;
   };
   // Clipping needs the whole gradient's norm. Overlapped, the servers hold
   // each pushed gradient until Commit brings the factor (the same float
@@ -292,16 +295,19 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
   compute_s_ = absl::ToDoubleSeconds(computed - t0);
   if (!failed.ok()) {
     (void)WaitAll(ops);  // pushes in flight read grad_data
-    if (!reduces.empty()) {
+    if (reducing) {
       comm_->Abort();  // the others would wait for this worker's share
-      (void)WaitReduced(reduces);
+      (void)WaitReduced();
     }
     return failed;
   }
   if (!stream && !reduce) {
     for (int i = 0; i < static_cast<int>(gpt_->params().size()); ++i) finish(i);
   }
-  if (reduce) STRATA_RETURN_IF_ERROR(WaitReduced(reduces));
+  if (reduce) {
+    buckets_->Flush();
+    STRATA_RETURN_IF_ERROR(WaitReduced());
+  }
   const double loss = loss_sum;
   const int n = static_cast<int>(gpt_->params().size());
   double sq = 0;

@@ -59,6 +59,10 @@ struct TrainerOptions {
   // allreduce: the address of this host its peers reach its Gloo
   // connections at, and how long a collective may take.
   std::string collective_host = "127.0.0.1";
+  // allreduce: gradients are all-reduced in buckets of about this many
+  // bytes (collective/grad_buckets.h; 0: one all-reduce per tensor). DDP's
+  // default size.
+  size_t bucket_bytes = size_t{25} << 20;
   absl::Duration collective_timeout = absl::Seconds(60);
   bool push_bf16 =
       false;  // push gradients as bf16 (weights stay fp32 on servers)
