@@ -368,6 +368,17 @@ absl::StatusOr<std::string> SchedulerClient::KvGet(const std::string& key,
   return std::move(*resp.mutable_value());
 }
 
+absl::StatusOr<uint64_t> SchedulerClient::KvDeleteRange(
+    const std::string& begin, const std::string& end) {
+  v1::KvDeleteRangeRequest req;
+  req.set_key(begin);
+  req.set_range_end(end);
+  v1::KvDeleteRangeResponse resp;
+  STRATA_RETURN_IF_ERROR(FromGrpcStatus(stub_->KvDeleteRange(
+      NewContext(options_.connect_timeout).get(), req, &resp)));
+  return resp.deleted();
+}
+
 absl::StatusOr<v1::LeaseWorkResponse> SchedulerClient::LeaseWork(
     int64_t step, const v1::LedgerJob& job) {
   v1::LeaseWorkRequest req;

@@ -138,6 +138,11 @@ class SchedulerClient {
   absl::StatusOr<std::string> KvGet(const std::string& key,
                                     absl::Duration wait);
 
+  // Deletes the keys k with begin <= k < end (byte order); returns how
+  // many. Errors: as the scheduler answers.
+  absl::StatusOr<uint64_t> KvDeleteRange(const std::string& begin,
+                                         const std::string& end);
+
   // The data ledger (ledger.proto), as this member: its work for `step` of
   // `job`, the servers' reports, and every applied record. Errors as the
   // scheduler answers (scheduler.proto).

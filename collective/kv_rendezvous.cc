@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "cluster/scheduler_client.h"
 #include "gloo/common/error.h"
 
@@ -70,7 +71,15 @@ void KvRendezvousStore::wait(const std::vector<std::string>& keys,
 }
 
 std::string GroupPrefix(absl::string_view name, uint64_t epoch) {
-  return absl::StrCat("collective/", name, "/", epoch, "/");
+  return absl::StrFormat("collective/%s/%020d/", name, epoch);
+}
+
+absl::StatusOr<uint64_t> ForgetGroupsBefore(SchedulerClient* client,
+                                            absl::string_view family,
+                                            absl::string_view name,
+                                            uint64_t epoch) {
+  return client->KvDeleteRange(absl::StrCat("collective/", family),
+                               GroupPrefix(name, epoch));
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> JoinGlooGroup(

@@ -50,16 +50,30 @@ class KvRendezvousStore : public gloo::rendezvous::Store {
   std::function<bool()> cancelled_;
 };
 
-// The KV prefix of group `name` at membership `epoch`.
+// The KV prefix of group `name` at membership `epoch`:
+// collective/<name>/<epoch, 20 digits>/, so the groups of one name sort by
+// epoch.
 std::string GroupPrefix(absl::string_view name, uint64_t epoch);
+
+// Deletes the KV keys of the groups before group (name, epoch) whose names
+// begin with `family`: the same name's earlier epochs, and names of the
+// family that sort before `name` (give names a zero-padded counter, e.g.
+// the rollback generation, so that means older). Call it once a group has
+// formed: the groups before it are over (their members moved on to it or
+// were abandoned), and its own keys stay. Returns the keys deleted; errors
+// as the scheduler answers. REQUIRES: name begins with family.
+absl::StatusOr<uint64_t> ForgetGroupsBefore(SchedulerClient* client,
+                                            absl::string_view family,
+                                            absl::string_view name,
+                                            uint64_t epoch);
 
 // Forms (or joins) Gloo group `name` at `epoch` as options.rank of
 // options.size, rendezvousing through `client`'s scheduler; `cancelled`
 // (optional) ends the wait for the other ranks early (UNAVAILABLE).
 // Errors: as ConnectGloo. Each (name, epoch) is used by one group only:
 // re-forming after a failure takes a new epoch. The group's address keys stay
-// in the scheduler's KV (it has no delete yet; each formation adds `size` keys
-// of at most 192 bytes per rank).
+// in the scheduler's KV (`size` keys of at most 192 bytes per rank) until
+// ForgetGroupsBefore deletes them.
 absl::StatusOr<std::unique_ptr<Communicator>> JoinGlooGroup(
     SchedulerClient* client, absl::string_view name, uint64_t epoch,
     const GlooOptions& options, std::function<bool()> cancelled = nullptr);

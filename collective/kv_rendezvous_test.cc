@@ -4,6 +4,7 @@
 #include "collective/kv_rendezvous.h"
 
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -84,6 +85,36 @@ TEST(KvRendezvous, RanksFindEachOtherThroughTheSchedulersKv) {
   auto any = cluster.clients[0]->KvGet(GroupPrefix("dp", 1) + "0",
                                        absl::ZeroDuration());
   EXPECT_TRUE(key.ok() || any.ok()) << key.status() << " / " << any.status();
+}
+
+// Once a group has formed, the keys of the groups before it go: earlier
+// epochs of its name (9 sorts before 10), and older names of its family;
+// its own keys and other families' stay.
+TEST(KvRendezvous, AFormedGroupForgetsTheGroupsBeforeIt) {
+  Cluster cluster = StartCluster(1);
+  ASSERT_EQ(cluster.clients.size(), 1u);
+  SchedulerClient& kv = *cluster.clients[0];
+  const std::vector<std::string> gone = {GroupPrefix("dp-g1", 9) + "rank_0",
+                                         GroupPrefix("dp-g1", 3) + "rank_1",
+                                         GroupPrefix("dp-g0", 12) + "rank_0"};
+  const std::vector<std::string> kept = {
+      GroupPrefix("dp-g1", 10) + "rank_0", GroupPrefix("dp-g1", 11) + "rank_0",
+      GroupPrefix("dp-g2", 1) + "rank_0", GroupPrefix("tp", 1) + "rank_0"};
+  for (const auto& keys : {gone, kept}) {
+    for (const std::string& k : keys) ASSERT_TRUE(kv.KvPut(k, "x").ok());
+  }
+  auto deleted = ForgetGroupsBefore(&kv, "dp-g", "dp-g1", 10);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(*deleted, gone.size());
+  for (const std::string& k : gone) {
+    EXPECT_TRUE(absl::IsNotFound(kv.KvGet(k, absl::ZeroDuration()).status()))
+        << k;
+  }
+  for (const std::string& k : kept) {
+    EXPECT_TRUE(kv.KvGet(k, absl::ZeroDuration()).ok()) << k;
+  }
+  // A key deleted and put again starts over.
+  EXPECT_EQ(*kv.KvCompareAndSet(gone[0], "y", 0), 1u);
 }
 
 TEST(KvRendezvous, SurvivorsOfADeadRankReformAtTheNextEpoch) {

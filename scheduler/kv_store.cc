@@ -66,6 +66,20 @@ absl::StatusOr<v1::KvGetResponse> KvStore::Get(const std::string& key,
   return absl::NotFoundError(absl::StrCat("kv get: no key '", key, "'"));
 }
 
+absl::StatusOr<uint64_t> KvStore::DeleteRange(const std::string& begin,
+                                              const std::string& end) {
+  absl::MutexLock lock(&mu_);
+  if (end <= begin) return 0;
+  auto first = entries_.lower_bound(begin), last = entries_.lower_bound(end);
+  StateBatch batch;
+  uint64_t n = 0;
+  for (auto it = first; it != last; ++it, ++n) batch.DeleteKv(it->first);
+  if (n == 0) return 0;
+  STRATA_RETURN_IF_ERROR(store_->Write(batch));
+  entries_.erase(first, last);
+  return n;
+}
+
 void KvStore::Close() {
   absl::MutexLock lock(&mu_);
   closed_ = true;

@@ -1,7 +1,8 @@
 // The scheduler's rendezvous key-value store: keys with revisions,
 // compare-and-set and waits, for members to agree on shared values (the
-// collective groups of a later issue will rendezvous through it; nothing in
-// the tree uses it for that yet). Private to scheduler/.
+// workers' collective groups rendezvous through it:
+// collective/kv_rendezvous.h), and range deletes to forget old ones.
+// Private to scheduler/.
 #ifndef STRATA_SCHEDULER_KV_STORE_H_
 #define STRATA_SCHEDULER_KV_STORE_H_
 
@@ -51,6 +52,12 @@ class KvStore {
   // DEADLINE_EXCEEDED when it did not appear in time; CANCELLED after Close.
   absl::StatusOr<v1::KvGetResponse> Get(const std::string& key,
                                         absl::Duration wait) const;
+
+  // Deletes the keys k with begin <= k < end; returns how many. A deleted
+  // key that is put again starts at revision 1. Errors: a storage error
+  // (then nothing changed).
+  absl::StatusOr<uint64_t> DeleteRange(const std::string& begin,
+                                       const std::string& end);
 
   // Ends every waiting Get (with CANCELLED) and all later waits.
   void Close();

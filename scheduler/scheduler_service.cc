@@ -159,6 +159,17 @@ grpc::Status SchedulerService::KvPut(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerService::KvDeleteRange(
+    grpc::ServerContext* ctx, const v1::KvDeleteRangeRequest* req,
+    v1::KvDeleteRangeResponse* resp) {
+  STRATA_RETURN_GRPC_IF_ERROR(security_->Authorize(
+      *ctx, "Scheduler.KvDeleteRange", {Role::kWorker, Role::kServer}));
+  absl::StatusOr<uint64_t> n = kv_->DeleteRange(req->key(), req->range_end());
+  if (!n.ok()) return ToGrpcStatus(n.status());
+  resp->set_deleted(*n);
+  return grpc::Status::OK;
+}
+
 // Waits in slices so a caller that gives up (or a shutdown) frees the thread.
 grpc::Status SchedulerService::KvGet(grpc::ServerContext* ctx,
                                      const v1::KvGetRequest* req,

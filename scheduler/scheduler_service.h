@@ -25,7 +25,7 @@ namespace strata::scheduler_internal {
 //   GetView, WatchView, ExportLedger   any role (the scheduler's own
 //                                 certificate: `strata status` run in its
 //                                 container)
-//   KvPut, KvGet                  worker, server (rendezvous)
+//   KvPut, KvGet, KvDeleteRange   worker, server (rendezvous)
 //   LeaseWork                     worker
 //   ReportApplied                 server
 class SchedulerService final : public v1::Scheduler::Service {
@@ -54,6 +54,9 @@ class SchedulerService final : public v1::Scheduler::Service {
                      v1::KvPutResponse* resp) override;
   grpc::Status KvGet(grpc::ServerContext* ctx, const v1::KvGetRequest* req,
                      v1::KvGetResponse* resp) override;
+  grpc::Status KvDeleteRange(grpc::ServerContext* ctx,
+                             const v1::KvDeleteRangeRequest* req,
+                             v1::KvDeleteRangeResponse* resp) override;
   grpc::Status LeaseWork(grpc::ServerContext* ctx,
                          const v1::LeaseWorkRequest* req,
                          v1::LeaseWorkResponse* resp) override;

@@ -341,6 +341,36 @@ TEST_F(SchedulerTest, KvPutGetAndCompareAndSet) {
   EXPECT_TRUE(absl::IsFailedPrecondition(Put("b", "y", true, 0).status()));
 }
 
+// KvDeleteRange deletes [key, range_end) and nothing else, also on disk:
+// a restarted scheduler does not bring the keys back.
+TEST_F(SchedulerTest, KvDeleteRangeDeletesAHalfOpenRangeForGood) {
+  const std::string dir = TempDir("kv_delete");
+  Start({.data_dir = dir});
+  for (const char* k : {"a", "b/1", "b/2", "b/3", "c"}) {
+    ASSERT_TRUE(Put(k, "v").ok());
+  }
+  auto del = [&](const std::string& from, const std::string& to) {
+    v1::KvDeleteRangeRequest req;
+    req.set_key(from);
+    req.set_range_end(to);
+    grpc::ClientContext ctx;
+    v1::KvDeleteRangeResponse resp;
+    absl::Status s = FromGrpcStatus(stub_->KvDeleteRange(&ctx, req, &resp));
+    return s.ok() ? absl::StatusOr<uint64_t>(resp.deleted())
+                  : absl::StatusOr<uint64_t>(s);
+  };
+  EXPECT_EQ(*del("b/", "b/3"), 2u);  // b/1, b/2
+  EXPECT_EQ(*del("z", "a"), 0u);     // an empty range
+  EXPECT_EQ(*del("b/", ""), 0u);
+  scheduler_.reset();
+  Start({.data_dir = dir});
+  for (const char* k : {"b/1", "b/2"}) {
+    EXPECT_TRUE(absl::IsNotFound(Get(k).status())) << k;
+  }
+  for (const char* k : {"a", "b/3", "c"}) EXPECT_TRUE(Get(k).ok()) << k;
+  EXPECT_EQ(*Put("b/1", "again"), 1u);
+}
+
 TEST_F(SchedulerTest, KvRefusesKeysAndValuesBeyondItsLimits) {
   Start();
   EXPECT_TRUE(absl::IsInvalidArgument(

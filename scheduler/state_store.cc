@@ -102,6 +102,10 @@ void StateBatch::PutKv(const std::string& key, const v1::KvGetResponse& entry) {
   batch_.Put(absl::StrCat(kKvPrefix, key), entry.SerializeAsString());
 }
 
+void StateBatch::DeleteKv(const std::string& key) {
+  batch_.Delete(absl::StrCat(kKvPrefix, key));
+}
+
 void StateBatch::PutLedgerState(const v1::LedgerState& state) {
   batch_.Put(kLedgerStateKey, state.SerializeAsString());
 }

@@ -62,6 +62,7 @@ class StateBatch {
   void PutMember(const v1::Member& member);
   void DeleteMember(uint64_t id);
   void PutKv(const std::string& key, const v1::KvGetResponse& entry);
+  void DeleteKv(const std::string& key);
   void PutLedgerState(const v1::LedgerState& state);
   void PutLedgerRecord(uint64_t seq, const v1::LedgerRecord& record);
   void DeleteLedgerRecord(uint64_t seq);

@@ -191,6 +191,14 @@ TEST(Train, AllReduceWorkersReformTheirGroupAfterADeathAndAJoin) {
     EXPECT_GE(count(logs[w], "redoing step"), 1) << logs[w];
   }
   EXPECT_EQ(count(logs[3], "all-reduce group of 3 formed"), 1) << logs[3];
+  // Each group's rank 0 deleted the KV keys of the groups before it (the
+  // first group's rank 0 had none to delete).
+  int deletions = 0;
+  for (const std::string& log : logs) {
+    deletions += count(log, "keys of earlier groups");
+    EXPECT_EQ(count(log, "old all-reduce groups' keys stay"), 0) << log;
+  }
+  EXPECT_GE(deletions, 1);
 }
 
 // Two runs' final weights agree up to float rounding: the largest

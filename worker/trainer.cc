@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "client/ps_client.h"
 #include "cluster/scheduler_client.h"
 #include "cluster/worker_session.h"
@@ -124,9 +125,11 @@ absl::StatusOr<uint64_t> Trainer::JoinGroupForStep(const StepWork& work) {
       const v1::View v = scheduler_->view();
       return v.workers_epoch() > epoch || v.generation() != generation;
     };
-    absl::StatusOr<std::unique_ptr<Communicator>> comm =
-        JoinGlooGroup(scheduler_.get(), absl::StrCat("dp-g", generation_),
-                      work.stamp_epoch, options, superseded);
+    // Named by the rollback generation, zero-padded so that older names
+    // sort first (ForgetGroupsBefore).
+    const std::string name = absl::StrFormat("dp-g%020d", generation_);
+    absl::StatusOr<std::unique_ptr<Communicator>> comm = JoinGlooGroup(
+        scheduler_.get(), name, work.stamp_epoch, options, superseded);
     if (!comm.ok()) {
       return absl::AbortedError(
           absl::StrCat("all-reduce group: ", comm.status().ToString()));
@@ -138,6 +141,18 @@ absl::StatusOr<uint64_t> Trainer::JoinGroupForStep(const StepWork& work) {
         "strata worker: all-reduce group of {} formed (rank {}, generation "
         "{}, workers epoch {})",
         comm_->size(), comm_->rank(), generation_, work.stamp_epoch);
+    if (comm_->rank() == 0) {
+      // The groups before this one are over: their keys can go.
+      absl::StatusOr<uint64_t> forgot =
+          ForgetGroupsBefore(scheduler_.get(), "dp-g", name, work.stamp_epoch);
+      if (!forgot.ok()) {
+        spdlog::warn("strata worker: old all-reduce groups' keys stay: {}",
+                     forgot.status().ToString());
+      } else if (*forgot > 0) {
+        spdlog::info("strata worker: deleted {} keys of earlier groups",
+                     *forgot);
+      }
+    }
   }
   float total = static_cast<float>(work.samples);
   if (absl::Status s =
