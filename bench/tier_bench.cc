@@ -26,16 +26,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <utility>
 #include <memory>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -56,10 +57,37 @@ double Seconds(Clock::time_point since) {
 
 struct Disk {
   double read_GBps = 0, write_GBps = 0;
+  double write_direct_GBps = 0, write_buffered_GBps = 0;
   bool direct = false;
 };
 
-// Writes then reads back `bytes` in 4 MiB blocks at `path`.
+// Writes `bytes` of `block` to a new file at `path` (O_DIRECT when
+// `direct`, else through the page cache), then fdatasync: GB/s to the disk.
+double TimeWrite(const std::string& path, size_t bytes, const void* block,
+                 size_t block_bytes, bool direct) {
+  int fd = open(path.c_str(),
+                O_CREAT | O_TRUNC | O_WRONLY | (direct ? O_DIRECT : 0), 0600);
+  if (fd < 0) {
+    std::perror(path.c_str());
+    std::exit(1);
+  }
+  const auto t0 = Clock::now();
+  for (size_t done = 0; done < bytes; done += block_bytes) {
+    if (write(fd, block, block_bytes) != static_cast<ssize_t>(block_bytes)) {
+      std::perror("write");
+      std::exit(1);
+    }
+  }
+  fdatasync(fd);
+  const double gbps = bytes / Seconds(t0) / 1e9;
+  close(fd);
+  return gbps;
+}
+
+// Writes then reads back `bytes` in 4 MiB blocks at `path`. Writes both
+// ways, O_DIRECT and buffered with a final fdatasync, and the faster is
+// the disk's write bandwidth (the tier's flushes write buffered and sync:
+// the reference is the best the disk does, not one way of asking it).
 Disk MeasureDisk(const std::string& path, size_t bytes) {
   constexpr size_t kBlock = 4 << 20;
   void* raw = nullptr;
@@ -69,24 +97,13 @@ Disk MeasureDisk(const std::string& path, size_t bytes) {
   Disk d;
   int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_DIRECT, 0600);
   d.direct = fd >= 0;
-  if (fd < 0) fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
-  if (fd < 0) {
-    std::perror(path.c_str());
-    std::exit(1);
-  }
-  auto t0 = Clock::now();
-  for (size_t done = 0; done < bytes; done += kBlock) {
-    if (write(fd, raw, kBlock) != static_cast<ssize_t>(kBlock)) {
-      std::perror("write");
-      std::exit(1);
-    }
-  }
-  fdatasync(fd);
-  d.write_GBps = bytes / Seconds(t0) / 1e9;
-  close(fd);
+  if (fd >= 0) close(fd);
+  d.write_buffered_GBps = TimeWrite(path, bytes, raw, kBlock, false);
+  if (d.direct) d.write_direct_GBps = TimeWrite(path, bytes, raw, kBlock, true);
+  d.write_GBps = std::max(d.write_direct_GBps, d.write_buffered_GBps);
   fd = open(path.c_str(), O_RDONLY | (d.direct ? O_DIRECT : 0));
   if (!d.direct) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  t0 = Clock::now();
+  const auto t0 = Clock::now();
   for (size_t done = 0; done < bytes; done += kBlock) {
     if (read(fd, raw, kBlock) != static_cast<ssize_t>(kBlock)) {
       std::perror("read");
@@ -219,8 +236,11 @@ int Main(int argc, char** argv) {
 
   const Disk disk =
       MeasureDisk(dir + "/disk-probe", static_cast<size_t>(state));
-  std::printf("disk_read_GBps %.3f\ndisk_write_GBps %.3f\ndisk_direct_io %d\n",
-              disk.read_GBps, disk.write_GBps, disk.direct ? 1 : 0);
+  std::printf(
+      "disk_read_GBps %.3f\ndisk_write_GBps %.3f (direct %.3f, buffered and "
+      "synced %.3f)\ndisk_direct_io %d\n",
+      disk.read_GBps, disk.write_GBps, disk.write_direct_GBps,
+      disk.write_buffered_GBps, disk.direct ? 1 : 0);
 
   double ram_s = 0;
   {

@@ -66,7 +66,8 @@ rocksdb::Options DbOptions(bool create, const RocksDbTierOptions& tier) {
   }
   if (tier.direct_io) {
     options.use_direct_reads = true;
-    options.use_direct_io_for_flush_and_compaction = true;
+    // Buffered, synced flushes: see RocksDbTierOptions::direct_io.
+    options.use_direct_io_for_flush_and_compaction = false;
   }
   if (tier.max_write_buffers > 0) {
     options.max_write_buffer_number = tier.max_write_buffers;

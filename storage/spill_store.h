@@ -45,9 +45,10 @@ struct SpillOptions {
   int prefetch_depth = 4;
   // Threads the shard reads ahead and writes back on.
   int io_threads = 2;
-  // Read and write the spill database past the page cache (O_DIRECT), so
-  // reads come from the disk and do not hold the tiles in RAM a second
-  // time; on a file system without it (tmpfs) the store falls back to
+  // Read the spill database past the page cache (O_DIRECT), so reads come
+  // from the disk and do not hold the tiles in RAM a second time (flushes
+  // write through the page cache and sync: storage/rocksdb_tier.h says
+  // why); on a file system without it (tmpfs) the store falls back to
   // buffered I/O (direct_io() says which it got).
   bool direct_io = true;
   // The spill database's memtable size (two may be full at once: RAM
