@@ -347,9 +347,9 @@ std::vector<float> Shard::TakeBuffer(size_t n) {
   std::vector<float> buffer;
   {
     absl::MutexLock lock(&pool_mu_);
-    if (!pool_.empty()) {
-      buffer = std::move(pool_.back());
-      pool_.pop_back();
+    if (auto it = pool_.lower_bound(n); it != pool_.end()) {
+      buffer = std::move(it->second);
+      pool_.erase(it);
     }
   }
   buffer.resize(n);
@@ -357,8 +357,11 @@ std::vector<float> Shard::TakeBuffer(size_t n) {
 }
 
 void Shard::GiveBuffer(std::vector<float> buffer) {
+  if (buffer.capacity() == 0) return;
   absl::MutexLock lock(&pool_mu_);
-  if (pool_.size() < 64) pool_.push_back(std::move(buffer));
+  if (options_.spill != nullptr && pool_.size() >= kSpillPoolBuffers) return;
+  const size_t capacity = buffer.capacity();
+  pool_.emplace(capacity, std::move(buffer));
 }
 
 absl::Status Shard::DecodeGradient(const v1::PushRequest& req,
@@ -433,11 +436,15 @@ absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req,
 
 absl::StatusOr<v1::PushResponse> Shard::Apply(Chunk& c,
                                               const v1::PushRequest& req,
-                                              std::vector<float> grad) {
+                                              std::vector<float> grad,
+                                              float scale) {
   BeforeUse(c);
   absl::Cleanup after = [&] { AfterUse(c); };
   if (options_.consistency.mode == Consistency::kBsp)
-    return PushBsp(c, req, std::move(grad));
+    return PushBsp(c, req, std::move(grad), scale);
+  if (scale != 1.0f) {
+    for (float& g : grad) g *= scale;
+  }
   auto r = PushAsync(c, req, grad);
   GiveBuffer(std::move(grad));
   return r;

@@ -233,6 +233,9 @@ class Shard {
     uint64_t epoch = 0;  // the view epoch the step was computed in
     std::vector<float> grad;
     bool whole_step = false;  // PushRequest.whole_step: closes the step
+    // A deferred push's clipping factor (CommitRequest.scale), applied
+    // when the step closes, in the same float multiply Commit would do.
+    float scale = 1.0f;
   };
   struct Chunk {
     mutable absl::Mutex mu;
@@ -276,8 +279,10 @@ class Shard {
   // A checked push: held (deferred) or handled by the consistency gate.
   absl::StatusOr<v1::PushResponse> Hold(Chunk& c, const v1::PushRequest& req,
                                         std::vector<float> grad);
+  // `scale`: the factor a commit clips the gradient by (1: none).
   absl::StatusOr<v1::PushResponse> Apply(Chunk& c, const v1::PushRequest& req,
-                                         std::vector<float> grad);
+                                         std::vector<float> grad,
+                                         float scale = 1.0f);
   // Pull's gate wait and copy, on a found chunk.
   absl::StatusOr<PullResult> PullChunk(Chunk* c, const v1::PullRequest& req,
                                        PayloadAllocator alloc);
@@ -291,7 +296,8 @@ class Shard {
   std::vector<float> TakeBuffer(size_t n);
   void GiveBuffer(std::vector<float> buffer);
   absl::StatusOr<v1::PushResponse> PushBsp(Chunk& c, const v1::PushRequest& req,
-                                           std::vector<float> grad);
+                                           std::vector<float> grad,
+                                           float scale);
   absl::StatusOr<v1::PushResponse> PushAsync(Chunk& c,
                                              const v1::PushRequest& req,
                                              const std::vector<float>& grad);
@@ -384,8 +390,18 @@ class Shard {
   absl::CondVar view_changed_;
   ViewState view_ ABSL_GUARDED_BY(view_mu_);
 
+  // Gradient buffers for reuse, by capacity (TakeBuffer takes the smallest
+  // that fits). Every buffer the shard has given out comes back here,
+  // except with a spill store, which keeps at most kSpillPoolBuffers:
+  // there memory kept is memory over the budget. Freeing them instead
+  // costs the next step fresh pages: a deferred step holds a buffer per
+  // chunk at once, and memory glibc unmaps between steps (a thread arena's
+  // heap that became free) came back with a page fault and a zeroing for
+  // every 4 KiB, measured at about half the servers' CPU in a 124M step
+  // (docs/BENCHMARKS.md).
+  static constexpr size_t kSpillPoolBuffers = 64;
   absl::Mutex pool_mu_;
-  std::vector<std::vector<float>> pool_ ABSL_GUARDED_BY(pool_mu_);
+  std::multimap<size_t, std::vector<float>> pool_ ABSL_GUARDED_BY(pool_mu_);
 
   // Pulls waiting at the gate, by requester (0: every non-worker).
   absl::Mutex waiting_mu_;

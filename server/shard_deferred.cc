@@ -99,14 +99,11 @@ absl::StatusOr<v1::CommitResponse> Shard::Commit(const v1::CommitRequest& req) {
               [&](int, int64_t begin, int64_t end) {
                 for (int64_t i = begin; i < end; ++i) {
                   Deferred& d = held[i];
-                  if (req.scale() != 1.0f) {
-                    for (float& g : d.grad) g *= req.scale();
-                  }
                   auto r = [&]() -> absl::StatusOr<v1::PushResponse> {
                     STRATA_ASSIGN_OR_RETURN(Chunk * c,
                                             FindChunk(d.req.chunk_id()));
                     STRATA_RETURN_IF_ERROR(CheckMember(d.req));
-                    return Apply(*c, d.req, std::move(d.grad));
+                    return Apply(*c, d.req, std::move(d.grad), req.scale());
                   }();
                   if (!d.grad.empty()) GiveBuffer(std::move(d.grad));
                   results[i] = r.status();

@@ -19,7 +19,8 @@ namespace strata {
 
 absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
                                                 const v1::PushRequest& req,
-                                                std::vector<float> grad) {
+                                                std::vector<float> grad,
+                                                float scale) {
   absl::MutexLock lock(&c.mu);
   if (absl::Status s = CheckGeneration(c, req.generation()); !s.ok()) {
     GiveBuffer(std::move(grad));
@@ -77,8 +78,9 @@ absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
   auto [it, inserted] = c.open.try_emplace(req.member_id());
   if (inserted || it->second.epoch < req.epoch()) {
     if (!inserted) GiveBuffer(std::move(it->second.grad));
-    it->second = Contribution{req.num_samples(), req.first_sample(),
-                              req.epoch(), std::move(grad), req.whole_step()};
+    it->second =
+        Contribution{req.num_samples(), req.first_sample(), req.epoch(),
+                     std::move(grad),   req.whole_step(),   scale};
   } else {
     GiveBuffer(std::move(grad));
   }
@@ -122,14 +124,28 @@ void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
   }
   CheckTiling(c);
   counters_.bsp_samples_applied += total;
+  // mean = 0 + the sum of weight * (g * scale), in member-id order: the
+  // same float operations as scaling each gradient, zeroing a buffer and
+  // adding them to it (g * 1 is g; 0 + x turns -0 into +0 as that did), in
+  // one pass per contribution. With one contribution the mean is made in
+  // its buffer.
   const size_t n = c.spec.numel();
-  std::vector<float> mean = TakeBuffer(n);
-  std::fill(mean.begin(), mean.end(), 0.0f);
-  for (const auto& [id, contrib] : c.open) {
+  std::vector<float> mean;
+  for (auto& [id, contrib] : c.open) {
     const float weight =
         static_cast<float>(static_cast<double>(contrib.samples) / total);
+    const float scale = contrib.scale;
     const float* g = contrib.grad.data();
-    for (size_t i = 0; i < n; ++i) mean[i] += weight * g[i];
+    const bool first = mean.empty();
+    if (first) {
+      mean = c.open.size() == 1 ? std::move(contrib.grad) : TakeBuffer(n);
+    }
+    float* out = mean.data();
+    if (first) {
+      for (size_t i = 0; i < n; ++i) out[i] = 0.0f + weight * (g[i] * scale);
+    } else {
+      for (size_t i = 0; i < n; ++i) out[i] += weight * (g[i] * scale);
+    }
   }
   const int64_t step = static_cast<int64_t>(c.rec.version);
   ApplyGradient(c, mean.data(), step);

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <numeric>
+#include <vector>
 
 namespace strata {
 namespace {
@@ -29,6 +33,29 @@ TEST(GradAccumulator, SumOfSquaresIsExactOnSmallIntegersAndReproducible) {
   for (float x : g) want += static_cast<double>(x) * x;
   EXPECT_EQ(SumOfSquares(g.data(), g.size()), want);
   EXPECT_EQ(SumOfSquares(g.data(), 0), 0.0);
+  // Lengths around the running sums' lanes and the parallel chunks.
+  for (int64_t n : {1, 15, 16, 17, 33, 65535, 65537, 131075}) {
+    double part = 0;
+    for (int64_t k = 0; k < n; ++k) part += static_cast<double>(g[k]) * g[k];
+    EXPECT_EQ(SumOfSquares(g.data(), n), part) << n;
+  }
+}
+
+TEST(GradAccumulator, SumOfSquaresOfRealValuesIsCloseToTheExactSum) {
+  std::vector<float> g(300007);
+  uint32_t x = 12345;
+  for (float& v : g) {
+    x = x * 1664525u + 1013904223u;
+    v = static_cast<float>(static_cast<int32_t>(x)) * 1e-9f;
+  }
+  long double exact = 0;
+  for (float v : g) exact += static_cast<long double>(v) * v;
+  const double got = SumOfSquares(g.data(), static_cast<int64_t>(g.size()));
+  EXPECT_NEAR(got, static_cast<double>(exact), 1e-12 * got);
+  EXPECT_EQ(SumOfSquares(g.data(), static_cast<int64_t>(g.size())), got);
+  g[4242] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(
+      std::isnan(SumOfSquares(g.data(), static_cast<int64_t>(g.size()))));
 }
 
 }  // namespace
