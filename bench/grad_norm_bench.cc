@@ -16,21 +16,16 @@
 
 #include "CLI/CLI.hpp"
 #include "common/parallel.h"
+#include "common/target_clones.h"
 #include "worker/grad_accumulator.h"
 
 namespace {
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define CLONES
-#endif
 
 constexpr int64_t kGrain = 1 << 16;
 
 // Reads every word: an XOR over 64-bit words in independent lanes, which
 // vectorizes and leaves the memory as the only limit.
-CLONES uint64_t XorWords(const uint64_t* w, int64_t n) {
+STRATA_CLONES uint64_t XorWords(const uint64_t* w, int64_t n) {
   uint64_t lane[8] = {};
   int64_t k = 0;
   for (; k + 8 <= n; k += 8) {

@@ -10,17 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/parallel.h"
+#include "common/target_clones.h"
 
-// Compiles a function for AVX-512, AVX2 and baseline x86-64; the dynamic
-// loader picks the best one for the CPU (GCC function multiversioning).
 // optim/CMakeLists.txt builds this file with -fno-math-errno (so sqrt
-// vectorizes) and -ffp-contract=off (so every clone rounds alike).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define STRATA_CLONES \
-  __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define STRATA_CLONES
-#endif
+// vectorizes) and -ffp-contract=off (so every STRATA_CLONES clone rounds
+// alike).
 
 namespace strata {
 namespace {
