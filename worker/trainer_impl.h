@@ -1,0 +1,102 @@
+// The step loop's state (worker/trainer.cc runs it; worker/trainer_sync.cc
+// computes a step and syncs it with the servers and the all-reduce group).
+// Private to worker/.
+#ifndef STRATA_WORKER_TRAINER_IMPL_H_
+#define STRATA_WORKER_TRAINER_IMPL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/ps_client.h"
+#include "cluster/scheduler_client.h"
+#include "cluster/worker_session.h"
+#include "collective/communicator.h"
+#include "collective/grad_buckets.h"
+#include "common/consistency.h"
+#include "worker/data.h"
+#include "worker/grad_accumulator.h"
+#include "worker/model.h"
+#include "worker/trainer.h"
+#include "worker/worker_metrics.h"
+
+namespace strata {
+
+// One worker's training state and step.
+class Trainer {
+ public:
+  Trainer(const TrainerOptions& o, std::unique_ptr<Model> gpt,
+          std::unique_ptr<TokenDataset> data,
+          std::unique_ptr<SchedulerClient> scheduler,
+          std::unique_ptr<PsClient> ps, Consistency mode, int rank, int workers)
+      : o_(o),
+        gpt_(std::move(gpt)),
+        data_(std::move(data)),
+        scheduler_(std::move(scheduler)),
+        ps_(std::move(ps)),
+        mode_(mode),
+        rank_(rank),
+        workers_(workers) {
+    if (o.metrics != nullptr)
+      metrics_ = std::make_unique<WorkerMetrics>(*o.metrics);
+  }
+
+  absl::Status Run();
+
+ private:
+  // Pulls the weights for `step`; `prev_epoch` is the epoch step-1 was
+  // computed in (0: unknown). Returns the smallest chunk version read.
+  absl::StatusOr<uint64_t> PullWeights(int64_t step, uint64_t prev_epoch);
+  // The step to start at: where the servers are (0 for a new job; later
+  // for a worker that joins a running one or restarts).
+  absl::StatusOr<int64_t> FirstStep();
+  // Computes `work` of `step` and pushes the gradients stamped with
+  // stamp_. Sets compute_s_ to the forward and backward time.
+  absl::StatusOr<double> ComputeAndPush(int64_t step, const StepWork& work,
+                                        float* grad_norm);
+  absl::Status PushParam(int param, int64_t step, uint64_t samples,
+                         std::vector<OpHandle>& ops);
+  // All-reduce sync: the group of the workers `work` was split among
+  // (formed again when they change), and the step's sample count over all
+  // of them. Errors come back ABORTED, so the step is redone in a newer
+  // view (a worker that died leaves the group and the view).
+  absl::StatusOr<uint64_t> JoinGroupForStep(const StepWork& work);
+  // Waits for the all-reduces of a step (buckets_); the first error as
+  // ABORTED.
+  absl::Status WaitReduced();
+  absl::StatusOr<double> EvalLoss();
+  absl::Status WriteOutputs();
+  // Counts a finished step of `samples` in the metrics, if any.
+  void RecordStep(int64_t step, int64_t samples, double loss,
+                  double tokens_per_s);
+
+  const TrainerOptions& o_;
+  std::unique_ptr<Model> gpt_;
+  std::unique_ptr<TokenDataset> data_;
+  std::unique_ptr<SchedulerClient> scheduler_;
+  std::unique_ptr<PsClient> ps_;
+  Consistency mode_;
+  int rank_;
+  int workers_;
+  StepStamp stamp_;          // of the step being computed
+  uint64_t generation_ = 0;  // the rollback generation steps are computed in
+  v1::LedgerJob job_;        // this job, as the data ledger knows it
+  double speed_ = 0;         // samples/s computing, smoothed
+  double compute_s_ = 0;
+  double sync_s_ = 0;  // after backward, until the step is pushed
+  std::unique_ptr<WorkerMetrics> metrics_;  // null: no metrics
+  std::vector<int32_t> tokens_, targets_;
+  GradAccumulator accumulator_;
+  // All-reduce sync: the group and the (generation, workers epoch) it was
+  // formed for.
+  std::unique_ptr<Communicator> comm_;
+  std::string comm_key_;
+  std::unique_ptr<GradBuckets> buckets_;  // over comm_
+};
+
+}  // namespace strata
+
+#endif  // STRATA_WORKER_TRAINER_IMPL_H_
