@@ -347,7 +347,11 @@ std::vector<float> Shard::TakeBuffer(size_t n) {
   std::vector<float> buffer;
   {
     absl::MutexLock lock(&pool_mu_);
-    if (auto it = pool_.lower_bound(n); it != pool_.end()) {
+    // At most twice the size: a small chunk's push that took a large
+    // buffer would make the next large one allocate, and the pool, which
+    // frees nothing, would grow past the peak it exists to keep.
+    if (auto it = pool_.lower_bound(n);
+        it != pool_.end() && it->first <= 2 * n) {
       buffer = std::move(it->second);
       pool_.erase(it);
     }

@@ -391,7 +391,7 @@ class Shard {
   ViewState view_ ABSL_GUARDED_BY(view_mu_);
 
   // Gradient buffers for reuse, by capacity (TakeBuffer takes the smallest
-  // that fits). Every buffer the shard has given out comes back here,
+  // that fits and is at most twice the size asked for). Every buffer the shard has given out comes back here,
   // except with a spill store, which keeps at most kSpillPoolBuffers:
   // there memory kept is memory over the budget. Freeing them instead
   // costs the next step fresh pages: a deferred step holds a buffer per

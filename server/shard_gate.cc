@@ -131,12 +131,12 @@ void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
   // its buffer.
   const size_t n = c.spec.numel();
   std::vector<float> mean;
+  bool first = true;
   for (auto& [id, contrib] : c.open) {
     const float weight =
         static_cast<float>(static_cast<double>(contrib.samples) / total);
     const float scale = contrib.scale;
     const float* g = contrib.grad.data();
-    const bool first = mean.empty();
     if (first) {
       mean = c.open.size() == 1 ? std::move(contrib.grad) : TakeBuffer(n);
     }
@@ -146,6 +146,7 @@ void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
     } else {
       for (size_t i = 0; i < n; ++i) out[i] += weight * (g[i] * scale);
     }
+    first = false;
   }
   const int64_t step = static_cast<int64_t>(c.rec.version);
   ApplyGradient(c, mean.data(), step);
