@@ -28,24 +28,12 @@ namespace {
 std::vector<std::unique_ptr<Communicator>> Group(const std::string& backend,
                                                  int ranks) {
   if (backend == "inproc") return *MakeInProcGroup(ranks);
-  gloo::rendezvous::HashStore store;
-  std::vector<std::unique_ptr<Communicator>> comms(ranks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      GlooOptions options;
-      options.rank = r;
-      options.size = ranks;
-      auto comm = ConnectGloo(options, store);
-      if (!comm.ok()) {
-        std::fprintf(stderr, "%s\n", comm.status().ToString().c_str());
-        std::exit(1);
-      }
-      comms[r] = *std::move(comm);
-    });
+  auto comms = MakeLocalGlooGroup(ranks);
+  if (!comms.ok()) {
+    std::fprintf(stderr, "%s\n", comms.status().ToString().c_str());
+    std::exit(1);
   }
-  for (auto& t : threads) t.join();
-  return comms;
+  return *std::move(comms);
 }
 
 // Seconds per operation: the median over `repeats` rounds of `iters`.

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "common/status.h"
 #include "gloo/common/error.h"
 #include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/hash_store.h"
 #include "gloo/rendezvous/store.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
@@ -418,6 +420,31 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectGloo(
   }
   return std::unique_ptr<Communicator>(
       new GlooCommunicator(options, std::move(device), std::move(context)));
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> MakeLocalGlooGroup(
+    int ranks) {
+  gloo::rendezvous::HashStore store;
+  std::vector<std::unique_ptr<Communicator>> comms(ranks);
+  std::vector<absl::Status> errors(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      GlooOptions options;
+      options.rank = r;
+      options.size = ranks;
+      absl::StatusOr<std::unique_ptr<Communicator>> comm =
+          ConnectGloo(options, store);
+      if (comm.ok()) {
+        comms[r] = *std::move(comm);
+      } else {
+        errors[r] = comm.status();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& e : errors) STRATA_RETURN_IF_ERROR(e);
+  return comms;
 }
 
 }  // namespace strata

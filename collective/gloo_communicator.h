@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -39,6 +40,12 @@ struct GlooOptions {
 // connect_timeout.
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectGloo(
     const GlooOptions& options, gloo::rendezvous::Store& store);
+
+// A Gloo group of `ranks` ranks inside this process, over loopback TCP, one
+// thread per rank connecting through an in-memory store (for benchmarks and
+// tests). Errors: the first rank's ConnectGloo error.
+absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> MakeLocalGlooGroup(
+    int ranks);
 
 }  // namespace strata
 

@@ -391,13 +391,13 @@ class Shard {
   ViewState view_ ABSL_GUARDED_BY(view_mu_);
 
   // Gradient buffers for reuse, by capacity (TakeBuffer takes the smallest
-  // that fits and is at most twice the size asked for). Every buffer the shard has given out comes back here,
-  // except with a spill store, which keeps at most kSpillPoolBuffers:
-  // there memory kept is memory over the budget. Freeing them instead
-  // costs the next step fresh pages: a deferred step holds a buffer per
-  // chunk at once, and memory glibc unmaps between steps (a thread arena's
-  // heap that became free) came back with a page fault and a zeroing for
-  // every 4 KiB, measured at about half the servers' CPU in a 124M step
+  // that fits and is at most twice the size asked for). Every buffer the shard
+  // has given out comes back here, except with a spill store, which keeps at
+  // most kSpillPoolBuffers: there memory kept is memory over the budget.
+  // Freeing them instead costs the next step fresh pages: a deferred step holds
+  // a buffer per chunk at once, and memory glibc unmaps between steps (a thread
+  // arena's heap that became free) came back with a page fault and a zeroing
+  // for every 4 KiB, measured at about half the servers' CPU in a 124M step
   // (docs/BENCHMARKS.md).
   static constexpr size_t kSpillPoolBuffers = 64;
   absl::Mutex pool_mu_;
