@@ -12,7 +12,8 @@
 #   torch_tokens_per_s <config> <y>
 #   ratio_to_torch <config> <x/y>
 # Set WITH_SERVERS=0 to skip the cluster runs; WORKER_FLAGS adds flags to
-# the workers there (e.g. "--shm false" for payloads in gRPC messages).
+# the workers there (e.g. "--shm false" for payloads in gRPC messages),
+# SERVER_FLAGS to the servers (e.g. "--write_behind false" with TIER).
 # TIER=4 also runs each cluster shape with servers whose --ram_budget is a
 # quarter of their share of the state (weights and AdamW moments, 12 bytes
 # per parameter), the rest spilled to disk under TIER_DIR (default
@@ -71,7 +72,7 @@ with_servers() {  # name layers heads width context batch [state ratio]
   fi
   for s in 0 1; do
     "${build}/cli/strata" server --scheduler "${addr}" --shard $s \
-      --data_dir "${dir}/server$s" "${server_flags[@]}" 2>"${dir}/server$s.log" & pids+=($!)
+      --data_dir "${dir}/server$s" "${server_flags[@]}" ${SERVER_FLAGS:-} 2>"${dir}/server$s.log" & pids+=($!)
   done
   local worker_args=(--scheduler "${addr}" --workers "${workers}" --layers "$2" --heads "$3" \
     --width "$4" --context "$5" --batch "$6" --vocab 50257 --steps 6 --eval_every 0 \

@@ -221,6 +221,14 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--io_threads", so.io_threads, "read-ahead threads")
       ->capture_default_str();
+  app.add_option("--write_behind", so.write_behind,
+                 "write changed cold tiles on a thread of their own (0: each "
+                 "spill writes its tile)")
+      ->capture_default_str();
+  uint64_t write_behind_mib = 0;
+  app.add_option("--write_behind_mib", write_behind_mib,
+                 "coldest tiles kept written out (0: the store's default)")
+      ->capture_default_str();
   app.add_option("--write_buffer_mib", write_buffer_mib,
                  "spill database memtable (0: the store's default)")
       ->capture_default_str();
@@ -251,6 +259,7 @@ int Main(int argc, char** argv) {
 
   so.ram_budget = budget;
   so.write_buffer_bytes = write_buffer_mib << 20;
+  so.write_behind_bytes = write_behind_mib << 20;
   so.dir = dir + "/spill";
   auto spill = SpillStore::Open(so);
   if (!spill.ok()) {
@@ -264,6 +273,8 @@ int Main(int argc, char** argv) {
   const auto io0 = ProcessIo();
   const uint64_t write_ns0 = store->counters().write_ns;
   const uint64_t write0 = store->counters().write_bytes;
+  const uint64_t behind0 = store->counters().written_behind;
+  const uint64_t inline0 = store->counters().spills_written;
   const double tier_s = RunSteps(*shard, chunks, numel, steps);
   const auto io1 = ProcessIo();
   // (Includes the untimed step's I/O: per step it is the same.)
@@ -289,6 +300,20 @@ int Main(int argc, char** argv) {
   std::printf("tier_read_s_per_step %.3f\ntier_write_s_per_step %.3f\n",
               (store->counters().read_ns - read_ns0) * 1e-9 / (steps + 1),
               (store->counters().write_ns - write_ns0) * 1e-9 / (steps + 1));
+  // Tile writes made on the writer thread, and those a use or read-ahead
+  // had to make itself before it had room.
+  std::printf(
+      "tier_written_behind_per_step %.1f\ntier_spills_written_per_step "
+      "%.1f\n",
+      (store->counters().written_behind - behind0) /
+          static_cast<double>(steps + 1),
+      (store->counters().spills_written - inline0) /
+          static_cast<double>(steps + 1));
+  std::printf("tier_read_aheads_unused %llu\ntier_read_aheads_skipped %llu\n",
+              static_cast<unsigned long long>(
+                  store->counters().read_ahead_unused.load()),
+              static_cast<unsigned long long>(
+                  store->counters().read_aheads_skipped.load()));
   std::printf("tier_ratio_to_inram %.3f\n", ram_s / tier_s);
   std::printf("disk_limit_s %.3f\ntier_step_s %.3f\n", limit_s, tier_s);
   std::printf("tier_ratio_to_disk %.3f\n", limit_s / tier_s);

@@ -9,9 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/ops.h"
-#include "common/malloc_tuning.h"
 #include "cli/signals.h"
 #include "common/consistency.h"
+#include "common/malloc_tuning.h"
 #include "common/status.h"
 #include "scheduler/scheduler.h"
 #include "server/parameter_server.h"
@@ -124,6 +124,11 @@ CommandFn AddServerCommand(CLI::App& app) {
                   "with --ram_budget: tiles read from disk ahead of use, in "
                   "the order the previous step used them")
       ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  cmd->add_option("--write_behind", o->write_behind,
+                  "with --ram_budget: write changed cold tiles out on a "
+                  "thread of their own, so a spill only frees memory (false: "
+                  "each spill writes its tile, on the request's time)")
       ->capture_default_str();
   cmd->add_option(
       "--consistency", o->consistency,

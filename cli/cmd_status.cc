@@ -78,11 +78,16 @@ void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
       const uint64_t uses = t.hits() + t.misses();
       std::printf(
           "  ram %.1f/%.1f MiB  spilled %.1f MiB  hit rate %.3f  "
-          "read %.1f MiB  written %.1f MiB",
+          "read %.1f MiB  written %.1f MiB (behind %.2f)",
           t.resident_bytes() / 1048576.0, t.ram_budget() / 1048576.0,
           t.spilled_bytes() / 1048576.0,
           uses == 0 ? 1.0 : static_cast<double>(t.hits()) / uses,
-          t.read_bytes() / 1048576.0, t.write_bytes() / 1048576.0);
+          t.read_bytes() / 1048576.0, t.write_bytes() / 1048576.0,
+          // The share of tile writes made off the requests' path.
+          t.written_behind() + t.spills_written() == 0
+              ? 1.0
+              : static_cast<double>(t.written_behind()) /
+                    (t.written_behind() + t.spills_written()));
       if (t.write_errors() > 0) {
         std::printf("  spill write errors %llu",
                     static_cast<unsigned long long>(t.write_errors()));

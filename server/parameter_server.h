@@ -37,6 +37,9 @@ struct ServerOptions {
   // everything in RAM. Needs a data_dir.
   uint64_t ram_budget = 0;
   int prefetch_depth = 4;  // tiles read ahead of use, with a budget
+  // With a budget: changed cold tiles written out on a thread of their own
+  // ahead of their spill (SpillOptions::write_behind).
+  bool write_behind = true;
   // bsp | ssp:<s> | asp. With a scheduler, "" means "the job's setting from
   // the view"; a setting that differs from the view's is an error.
   std::string consistency;

@@ -89,6 +89,22 @@ ServerMetrics::ServerMetrics(Metrics* metrics, const Shard* shard,
     metrics->AddCounterFn("strata_server_tier_prefetched_total",
                           "Tiles read from disk ahead of use",
                           read(t->prefetched));
+    metrics->AddCounterFn(
+        "strata_server_tier_written_behind_total",
+        "Changed tiles written to disk ahead of their spill, off the requests",
+        read(t->written_behind));
+    metrics->AddCounterFn(
+        "strata_server_tier_spills_written_total",
+        "Spills that had to write their tile first (a request or read-ahead "
+        "waited on the write)",
+        read(t->spills_written));
+    const char* kAhead =
+        "Read-aheads spilled before their use, or not made "
+        "because the budget held only other read-aheads";
+    metrics->AddCounterFn("strata_server_tier_read_aheads_wasted_total", kAhead,
+                          read(t->read_ahead_unused), {{"why", "unused"}});
+    metrics->AddCounterFn("strata_server_tier_read_aheads_wasted_total", kAhead,
+                          read(t->read_aheads_skipped), {{"why", "no_room"}});
     const char* kIo = "Bytes of tiles read from and written to the spill disk";
     metrics->AddCounterFn("strata_server_tier_io_bytes_total", kIo,
                           read(t->read_bytes), {{"direction", "read"}});

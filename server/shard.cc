@@ -68,6 +68,7 @@ Shard::Shard(ShardOptions options) : options_(std::move(options)) {
   if (options_.spill != nullptr) {
     tier_io_ =
         std::make_unique<ThreadPool>(options_.spill->options().io_threads);
+    tier_writer_ = std::make_unique<ThreadPool>(1);
   }
 }
 Shard::~Shard() = default;
@@ -494,6 +495,10 @@ void Shard::FillStats(v1::StatsResponse* out) const {
     tier->set_read_bytes(t.read_bytes);
     tier->set_write_bytes(t.write_bytes);
     tier->set_write_errors(t.write_errors);
+    tier->set_written_behind(t.written_behind);
+    tier->set_spills_written(t.spills_written);
+    tier->set_read_ahead_unused(t.read_ahead_unused);
+    tier->set_read_aheads_skipped(t.read_aheads_skipped);
   }
   absl::MutexLock lock(&table_mu_);
   out->set_chunks(chunks_.size());

@@ -217,8 +217,9 @@ class Shard {
   const ShardCounters& counters() const { return counters_; }
   // The RAM tier's books; null without a budget.
   const SpillStore* spill() const { return options_.spill.get(); }
-  // Blocks until the tiles being read ahead have landed (tests, benches).
-  void WaitForReadAheads();
+  // Blocks until the tier's reads ahead and writes behind queued so far
+  // are done (tests, benches).
+  void WaitForTierIo();
   void FillStats(v1::StatsResponse* out) const;
   size_t num_chunks() const;
 
@@ -256,6 +257,10 @@ class Shard {
     std::atomic<bool> resident{true};
     bool disk_current ABSL_GUARDED_BY(mu) = false;
     std::atomic<bool> prefetching{false};
+    // Read ahead and not used since: a later read-ahead does not spill it
+    // to make its own room (with a budget of a few tiles, read-aheads would
+    // spill each other before their use, and read everything twice).
+    std::atomic<bool> read_ahead{false};
     size_t tile_bytes = 0;  // immutable after creation
   };
   struct ViewState {
@@ -324,11 +329,15 @@ class Shard {
   absl::Status Resident(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Before locking c for a use: room for its tile if it is spilled.
   void BeforeUse(const Chunk& c);
-  // After a use, no lock held: reads ahead the tiles expected next, and
-  // spills the coldest while the budget is passed.
+  // After a use, no lock held: reads ahead the tiles expected next, spills
+  // the coldest while the budget is passed, and starts a write-behind.
   void AfterUse(const Chunk& c);
-  // Spills least recently used tiles until `extra` more bytes fit.
-  void MakeRoom(size_t extra);
+  // Writes out the changed tiles among the coldest (the spill options'
+  // write_behind_bytes), keeping them resident: on the writer thread.
+  void WriteBehind();
+  // Spills least recently used tiles until `extra` more bytes fit; whether
+  // they do. With `for_read_ahead`, tiles read ahead and not yet used stay.
+  bool MakeRoom(size_t extra, bool for_read_ahead = false);
   // Writes c's tile out (unless the spilled copy is current) and frees it.
   absl::Status Spill(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // A spilled chunk's record as it would be resident (for captures).
@@ -353,8 +362,10 @@ class Shard {
   struct Deferred {
     v1::PushRequest req;  // without payload
     std::vector<float> grad;
+    uint64_t arrival = 0;  // Commit applies in the order pushes came
   };
   absl::Mutex deferred_mu_;
+  uint64_t deferred_arrivals_ ABSL_GUARDED_BY(deferred_mu_) = 0;
   absl::flat_hash_map<uint64_t, absl::flat_hash_map<uint64_t, Deferred>>
       deferred_ ABSL_GUARDED_BY(deferred_mu_);
   // Each member's last commit and its answer, given again to a retry.
@@ -418,11 +429,16 @@ class Shard {
   absl::Mutex applied_sink_mu_;
   AppliedSink applied_sink_ ABSL_GUARDED_BY(applied_sink_mu_);
 
-  absl::Mutex read_ahead_mu_;
-  int read_aheads_ ABSL_GUARDED_BY(read_ahead_mu_) = 0;  // queued or running
-  // Reads ahead for the tier; declared last, so it is joined first, while
-  // the chunks and counters its tasks use still exist. Null without a tier.
+  absl::Mutex tier_tasks_mu_;
+  // Read-aheads and write-behinds queued or running.
+  int tier_tasks_ ABSL_GUARDED_BY(tier_tasks_mu_) = 0;
+  std::atomic<bool> writing_behind_{false};  // one write-behind at a time
+  // The tier's threads: reads ahead, and writes behind on a thread of its
+  // own, so a write never holds up a read. Declared last, so they are
+  // joined first, while the chunks and counters their tasks use still
+  // exist. Null without a tier.
   std::unique_ptr<ThreadPool> tier_io_;
+  std::unique_ptr<ThreadPool> tier_writer_;
 };
 
 }  // namespace strata

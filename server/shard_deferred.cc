@@ -1,6 +1,7 @@
 // Deferred pushes (ps.proto PushRequest.deferred) and their Commit: a
 // worker's gradients held, checked, until it knows the factor its clipping
 // scales them by. The rest of Shard is in shard.cc.
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 #include <utility>
@@ -37,6 +38,7 @@ absl::StatusOr<v1::PushResponse> Shard::Hold(Chunk& c,
   if (!d.grad.empty()) GiveBuffer(std::move(d.grad));
   d.req = req;
   d.grad = std::move(grad);
+  d.arrival = ++deferred_arrivals_;
   return resp;
 }
 
@@ -92,24 +94,37 @@ absl::StatusOr<v1::CommitResponse> Shard::Commit(const v1::CommitRequest& req) {
         " deferred pushes of step ", req.step(), " by member ", req.member_id(),
         " (it restarted, or the member left the view, since): redo the step"));
   }
+  // In the order the pushes came (backward order: last layers first), as
+  // undeferred pushes would apply: with a RAM budget, the tier's LRU and
+  // read-ahead follow that order, and the next pulls (first layers first)
+  // find the last tiles applied still in RAM.
+  std::sort(held.begin(), held.end(), [](const Deferred& a, const Deferred& b) {
+    return a.arrival < b.arrival;
+  });
   std::vector<absl::Status> results(held.size());
   std::vector<char> applied(held.size(), 0);
-  // Chunks have their own locks: their updates run in parallel.
-  ParallelFor(static_cast<int64_t>(held.size()), 1,
-              [&](int, int64_t begin, int64_t end) {
-                for (int64_t i = begin; i < end; ++i) {
-                  Deferred& d = held[i];
-                  auto r = [&]() -> absl::StatusOr<v1::PushResponse> {
-                    STRATA_ASSIGN_OR_RETURN(Chunk * c,
-                                            FindChunk(d.req.chunk_id()));
-                    STRATA_RETURN_IF_ERROR(CheckMember(d.req));
-                    return Apply(*c, d.req, std::move(d.grad), req.scale());
-                  }();
-                  if (!d.grad.empty()) GiveBuffer(std::move(d.grad));
-                  results[i] = r.status();
-                  applied[i] = r.ok() && r->applied();
-                }
-              });
+  auto apply = [&](int, int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      Deferred& d = held[i];
+      auto r = [&]() -> absl::StatusOr<v1::PushResponse> {
+        STRATA_ASSIGN_OR_RETURN(Chunk * c, FindChunk(d.req.chunk_id()));
+        STRATA_RETURN_IF_ERROR(CheckMember(d.req));
+        return Apply(*c, d.req, std::move(d.grad), req.scale());
+      }();
+      if (!d.grad.empty()) GiveBuffer(std::move(d.grad));
+      results[i] = r.status();
+      applied[i] = r.ok() && r->applied();
+    }
+  };
+  if (options_.spill == nullptr) {
+    // Chunks have their own locks: their updates run in parallel.
+    ParallelFor(static_cast<int64_t>(held.size()), 1, apply);
+  } else {
+    // One at a time, each update parallel inside (the optimizer's own
+    // ParallelFor): threads applying halves of the list at once would
+    // interleave two orders, which the tier can neither keep nor learn.
+    apply(0, 0, static_cast<int64_t>(held.size()));
+  }
   v1::CommitResponse resp;
   absl::Status first;
   for (size_t i = 0; i < held.size(); ++i) {

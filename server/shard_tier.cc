@@ -44,6 +44,7 @@ absl::Status Shard::Resident(Chunk& c) {
   if (spill == nullptr) return absl::OkStatus();
   const uint64_t id = c.spec.chunk_id();
   if (c.resident.load()) {
+    c.read_ahead = false;
     spill->counters().hits++;
     spill->Touch(id);
     return absl::OkStatus();
@@ -62,27 +63,32 @@ absl::Status Shard::Resident(Chunk& c) {
 absl::Status Shard::Spill(Chunk& c) {
   SpillStore* spill = options_.spill.get();
   if (spill == nullptr || !c.resident.load()) return absl::OkStatus();
-  if (!c.disk_current) STRATA_RETURN_IF_ERROR(spill->Write(c.rec));
+  if (!c.disk_current) {
+    STRATA_RETURN_IF_ERROR(spill->Write(c.rec));
+    spill->counters().spills_written++;
+  }
   // Swapped out, not cleared: the memory goes back now.
   std::vector<float>().swap(c.rec.weights);
   std::vector<std::vector<float>>().swap(c.rec.slots);
   c.resident = false;
   c.disk_current = true;
+  if (c.read_ahead.exchange(false)) spill->counters().read_ahead_unused++;
   spill->Release(c.spec.chunk_id());
   spill->counters().evictions++;
   return absl::OkStatus();
 }
 
-void Shard::MakeRoom(size_t extra) {
+bool Shard::MakeRoom(size_t extra, bool for_read_ahead) {
   SpillStore* spill = options_.spill.get();
-  if (spill == nullptr) return;
+  if (spill == nullptr) return true;
   while (spill->OverBudget(extra)) {
     const std::vector<uint64_t> victims = spill->Coldest(8);
     bool progress = false;
     for (uint64_t id : victims) {
-      if (!spill->OverBudget(extra)) return;
+      if (!spill->OverBudget(extra)) return true;
       absl::StatusOr<Chunk*> v = FindChunk(id);
-      if (!v.ok() || !(*v)->mu.TryLock()) continue;  // in use: the next one
+      if (!v.ok() || (for_read_ahead && (*v)->read_ahead.load())) continue;
+      if (!(*v)->mu.TryLock()) continue;  // in use: the next one
       const absl::Status s = Spill(**v);
       (*v)->mu.Unlock();
       if (!s.ok()) {
@@ -90,12 +96,13 @@ void Shard::MakeRoom(size_t extra) {
         // shard runs over budget until the disk takes writes again.
         spdlog::error("strata server: cannot spill chunk {}: {}", id,
                       s.ToString());
-        return;
+        return false;
       }
       progress = true;
     }
-    if (!progress) return;  // every candidate in use: over budget for now
+    if (!progress) return false;  // every candidate in use: over budget
   }
+  return true;
 }
 
 void Shard::BeforeUse(const Chunk& c) {
@@ -111,14 +118,16 @@ void Shard::AfterUse(const Chunk& c) {
     Chunk* next = *found;
     if (next->resident.load() || next->prefetching.exchange(true)) continue;
     {
-      absl::MutexLock lock(&read_ahead_mu_);
-      ++read_aheads_;
+      absl::MutexLock lock(&tier_tasks_mu_);
+      ++tier_tasks_;
     }
     tier_io_->Schedule([this, next, spill] {
-      MakeRoom(next->tile_bytes);
+      // No room without spilling other read-aheads: the use reads it.
+      const bool room = MakeRoom(next->tile_bytes, /*for_read_ahead=*/true);
+      if (!room) spill->counters().read_aheads_skipped++;
       {
         absl::MutexLock lock(&next->mu);
-        if (!next->resident.load()) {
+        if (room && !next->resident.load()) {
           absl::StatusOr<ChunkRecord> tile = spill->Read(next->spec.chunk_id());
           absl::Status s =
               tile.ok() ? Adopt(*std::move(tile), next->spec,
@@ -127,6 +136,7 @@ void Shard::AfterUse(const Chunk& c) {
           if (s.ok()) {
             next->resident = true;
             next->disk_current = true;
+            next->read_ahead = true;
             spill->Admit(next->spec.chunk_id(), next->tile_bytes,
                          /*was_spilled=*/true);
             spill->counters().prefetched++;
@@ -138,17 +148,55 @@ void Shard::AfterUse(const Chunk& c) {
         }
       }
       next->prefetching = false;
-      absl::MutexLock lock(&read_ahead_mu_);
-      --read_aheads_;
+      absl::MutexLock lock(&tier_tasks_mu_);
+      --tier_tasks_;
     });
   }
   if (spill->OverBudget(0)) MakeRoom(0);
+  if (spill->options().write_behind && !writing_behind_.exchange(true)) {
+    {
+      absl::MutexLock lock(&tier_tasks_mu_);
+      ++tier_tasks_;
+    }
+    tier_writer_->Schedule([this] {
+      WriteBehind();
+      writing_behind_ = false;
+      absl::MutexLock lock(&tier_tasks_mu_);
+      --tier_tasks_;
+    });
+  }
 }
 
-void Shard::WaitForReadAheads() {
-  absl::MutexLock lock(&read_ahead_mu_);
-  read_ahead_mu_.Await(absl::Condition(
-      +[](int* n) { return *n == 0; }, &read_aheads_));
+void Shard::WriteBehind() {
+  SpillStore* spill = options_.spill.get();
+  for (uint64_t id : spill->ColdestCovering(spill->write_behind_bytes())) {
+    absl::StatusOr<Chunk*> found = FindChunk(id);
+    // In use: it is not the coldest for long, and its user may change it.
+    if (!found.ok() || !(*found)->mu.TryLock()) continue;
+    Chunk& c = **found;
+    absl::Status s;
+    if (c.resident.load() && !c.disk_current) {
+      s = spill->Write(c.rec);
+      if (s.ok()) {
+        c.disk_current = true;
+        spill->counters().written_behind++;
+      }
+    }
+    c.mu.Unlock();
+    if (!s.ok()) {
+      // The tile stays resident and changed; spilling it will try again
+      // and report the error where it matters.
+      spdlog::warn("strata server: write-behind of chunk {}: {}", id,
+                   s.ToString());
+      return;
+    }
+  }
+}
+
+void Shard::WaitForTierIo() {
+  absl::MutexLock lock(&tier_tasks_mu_);
+  tier_tasks_mu_.Await(absl::Condition(
+      +[](int* n) { return *n == 0; }, &tier_tasks_));
 }
 
 absl::StatusOr<ChunkRecord> Shard::TileCopy(const Chunk& c) const {

@@ -62,10 +62,17 @@ v1::RegisterChunksRequest Model() {
   return req;
 }
 
-std::shared_ptr<SpillStore> Spill(const std::string& dir, uint64_t budget) {
+// With `background` off: no reads ahead, no writes behind, so which tiles
+// are resident follows from the uses alone.
+std::shared_ptr<SpillStore> Spill(const std::string& dir, uint64_t budget,
+                                  bool background = true) {
   SpillOptions o;
   o.ram_budget = budget;
   o.dir = dir;
+  if (!background) {
+    o.prefetch_depth = 0;
+    o.write_behind = false;
+  }
   auto s = SpillStore::Open(o);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? std::shared_ptr<SpillStore>(*std::move(s)) : nullptr;
@@ -93,7 +100,7 @@ void Train(Shard& shard, int64_t from, int64_t to, uint64_t generation = 0,
         p.set_generation(generation);
         auto r = shard.Push(p, Gradient(step, w, i));
         ASSERT_TRUE(r.ok()) << r.status();
-        if (patient) shard.WaitForReadAheads();
+        if (patient) shard.WaitForTierIo();
       }
     }
     for (uint64_t w : {1u, 2u}) {
@@ -107,7 +114,7 @@ void Train(Shard& shard, int64_t from, int64_t to, uint64_t generation = 0,
         auto got = shard.Pull(r, &out);
         ASSERT_TRUE(got.ok()) << got.status();
         ASSERT_EQ(got->version, static_cast<uint64_t>(step + 1));
-        if (patient) shard.WaitForReadAheads();
+        if (patient) shard.WaitForTierIo();
       }
     }
   }
@@ -151,7 +158,7 @@ TEST(ShardTier, BudgetOfATenthTrainsToTheSameWeightsBitForBit) {
   ASSERT_TRUE(a.ok() && b.ok());
   ExpectSameState(**a, **b);
 
-  tiered->WaitForReadAheads();
+  tiered->WaitForTierIo();
   v1::StatsResponse stats;
   tiered->FillStats(&stats);
   const v1::TierStats& t = stats.tier();
@@ -189,6 +196,41 @@ TEST(ShardTier, ReadsAheadInTheOrderLearnedFromThePreviousStep) {
   const uint64_t hits = stats.tier().hits() - first.tier().hits();
   EXPECT_GT(stats.tier().prefetched(), first.tier().prefetched());
   EXPECT_LT(misses * 10, hits + misses) << hits << " hits, " << misses;
+}
+
+TEST(ShardTier, WritesBehindSoThatSpillsOnlyFree) {
+  const ScopedDir dir_scope("behind");
+  const std::string& dir = dir_scope.path;
+  auto spill = Spill(dir, kChunks * kTile / 4);
+  auto shard = NewShard(spill);
+  // When compute between uses outlasts a write, the coldest changed tiles
+  // are written out on the writer thread before anything needs their room:
+  // after the first step (its tiles were new), a spill only frees memory.
+  Train(*shard, 0, 1, 0, /*patient=*/true);
+  v1::StatsResponse first;
+  shard->FillStats(&first);
+  Train(*shard, 1, 4, 0, /*patient=*/true);
+  v1::StatsResponse stats;
+  shard->FillStats(&stats);
+  const uint64_t behind =
+      stats.tier().written_behind() - first.tier().written_behind();
+  const uint64_t inline_writes =
+      stats.tier().spills_written() - first.tier().spills_written();
+  // Each step changes every tile and most of them go to disk.
+  EXPECT_GE(behind, 3u * kChunks / 2) << inline_writes << " inline";
+  EXPECT_LT(inline_writes * 10, behind) << inline_writes << " inline";
+  // Every write was one of the two (a record is its tile and a header).
+  const uint64_t written =
+      stats.tier().write_bytes() - first.tier().write_bytes();
+  EXPECT_GE(written, (behind + inline_writes) * kTile);
+  EXPECT_LT(written, (behind + inline_writes) * (kTile + 1024));
+  // And the weights are those of a shard that never spilled.
+  auto plain = NewShard(nullptr);
+  Train(*plain, 0, 4);
+  auto a = shard->CaptureAll();
+  auto b = plain->CaptureAll();
+  ASSERT_TRUE(a.ok() && b.ok());
+  ExpectSameState(**a, **b);
 }
 
 TEST(ShardTier, SpilledChunksSnapshotAndRollBackBitForBit) {
@@ -255,12 +297,12 @@ TEST(ShardTier, ABudgetSmallerThanOneTileRefusesTheChunk) {
 TEST(ShardTier, ASpillTileThatCannotBeReadIsDataLossNotGarbage) {
   const ScopedDir dir_scope("lost");
   const std::string& dir = dir_scope.path;
-  auto spill = Spill(dir, kChunks * kTile / 10);
+  auto spill = Spill(dir, kChunks * kTile / 10, /*background=*/false);
   auto shard = NewShard(spill);
   Train(*shard, 0, 1);
   // Replace a spilled tile with one of another version, as a corrupt or
   // stale spill database would hold. t10 was pulled long before the last
-  // pulls (t30..t39) and read-aheads: it is on disk.
+  // pulls (t36..t39 fill the budget): it is on disk.
   const uint64_t victim = ChunkId("t10", 0);
   auto before = shard->CaptureAll();
   ASSERT_TRUE(before.ok());

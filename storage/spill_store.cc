@@ -177,6 +177,17 @@ std::vector<uint64_t> SpillStore::Coldest(size_t n) const {
   return out;
 }
 
+std::vector<uint64_t> SpillStore::ColdestCovering(uint64_t bytes) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> out;
+  uint64_t covered = 0;
+  for (auto it = lru_.rbegin(); it != lru_.rend() && covered < bytes; ++it) {
+    out.push_back(*it);
+    covered += resident_.find(*it)->second.bytes;  // lru_ lists resident_
+  }
+  return out;
+}
+
 std::vector<uint64_t> SpillStore::Next(uint64_t id, size_t n) const {
   absl::MutexLock lock(&mu_);
   std::vector<uint64_t> out;

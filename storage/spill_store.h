@@ -51,6 +51,14 @@ struct SpillOptions {
   // why); on a file system without it (tmpfs) the store falls back to
   // buffered I/O (direct_io() says which it got).
   bool direct_io = true;
+  // Write-behind: the coldest resident tiles, this many bytes of them, are
+  // written out on a thread of their own as soon as they change, so that
+  // making room later only frees them and no request waits on a write.
+  // 0 = a quarter of the budget. (Tiles written out and then changed again
+  // before they are spilled are written twice: the window bounds that.)
+  // Off, a spill writes its tile itself (benches compare the two).
+  bool write_behind = true;
+  uint64_t write_behind_bytes = 0;
   // The spill database's memtable size (two may be full at once: RAM
   // outside the budget); 0 = an eighth of the budget, 8 to 64 MiB.
   size_t write_buffer_bytes = 0;
@@ -63,10 +71,16 @@ struct SpillCounters {
   std::atomic<uint64_t> hits{0};           // uses that found the tile in RAM
   std::atomic<uint64_t> misses{0};         // uses that had to read it
   std::atomic<uint64_t> prefetched{0};     // tiles read ahead of use
+  // Read-aheads spilled again before their use, and read-aheads not made
+  // because the budget held only other read-aheads.
+  std::atomic<uint64_t> read_ahead_unused{0};
+  std::atomic<uint64_t> read_aheads_skipped{0};
   std::atomic<uint64_t> read_bytes{0};
   std::atomic<uint64_t> write_bytes{0};
   std::atomic<uint64_t> evictions{0};
   std::atomic<uint64_t> write_errors{0};
+  std::atomic<uint64_t> written_behind{0};  // tiles written ahead of a spill
+  std::atomic<uint64_t> spills_written{0};  // spills that wrote their tile
   // Time spent in reads and writes of the spill database, all threads.
   std::atomic<uint64_t> read_ns{0};
   std::atomic<uint64_t> write_ns{0};
@@ -85,6 +99,10 @@ class SpillStore {
   SpillStore& operator=(const SpillStore&) = delete;
 
   uint64_t budget() const { return options_.ram_budget; }
+  uint64_t write_behind_bytes() const {
+    return options_.write_behind_bytes > 0 ? options_.write_behind_bytes
+                                           : options_.ram_budget / 4;
+  }
   int prefetch_depth() const { return options_.prefetch_depth; }
 
   // The tile `id` (`bytes` long) is now resident, most recently used;
@@ -99,6 +117,9 @@ class SpillStore {
   bool OverBudget(size_t extra) const;
   // Up to `n` resident tiles, least recently used first.
   std::vector<uint64_t> Coldest(size_t n) const;
+  // The least recently used resident tiles, coldest first, as many as it
+  // takes to cover `bytes` (all of them if they do not).
+  std::vector<uint64_t> ColdestCovering(uint64_t bytes) const;
   // Up to `n` tiles expected after `id`, following the learned order from
   // the tile used before id's latest use.
   std::vector<uint64_t> Next(uint64_t id, size_t n) const;
