@@ -163,6 +163,11 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "until then; the same update, up to rounding with "
                   "--push_bf16); false: clip, then push")
       ->capture_default_str();
+  cmd->add_option("--pull_during_commit", o->pull_during_commit,
+                  "BSP with --overlap_clip: pull the next step's weights "
+                  "while the servers apply the clipping commit (false: wait "
+                  "for its answer first)")
+      ->capture_default_str();
   cmd->add_option("--sync", o->sync,
                   "how workers combine gradients: ps (each pushes its own; "
                   "the servers average them) or allreduce (BSP only: the "
@@ -236,6 +241,8 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
   if (o.chunk_bytes != TrainerOptions().chunk_bytes)
     f.insert(f.end(), {"--chunk_size", std::to_string(o.chunk_bytes)});
   if (!o.overlap_clip) f.insert(f.end(), {"--overlap_clip", "false"});
+  if (!o.pull_during_commit)
+    f.insert(f.end(), {"--pull_during_commit", "false"});
   if (o.sync != "ps") f.insert(f.end(), {"--sync", o.sync});
   if (o.bucket_bytes != TrainerOptions().bucket_bytes)
     f.insert(f.end(), {"--bucket_size", std::to_string(o.bucket_bytes)});

@@ -461,6 +461,10 @@ void Shard::Cancel() {
     absl::MutexLock lock(&view_mu_);
     view_changed_.SignalAll();
   }
+  WakeWaiters();
+}
+
+void Shard::WakeWaiters() {
   absl::MutexLock lock(&table_mu_);
   for (auto& [id, c] : chunks_) {
     absl::MutexLock chunk_lock(&c->mu);

@@ -170,7 +170,9 @@ class Shard {
   // scaled by req.scale() first (ps.proto Commit). Their errors as Push's;
   // ABORTED when the shard holds another number of them than req.pushes().
   // A repeat of the member's last commit (its answer was lost) gets the
-  // same answer again.
+  // same answer again. After a failed commit, the member's BSP pulls
+  // waiting for the step to close are answered ABORTED (it will not close
+  // until the member redoes it), until its next deferred push.
   absl::StatusOr<v1::CommitResponse> Commit(const v1::CommitRequest& req);
 
   // Serves a pull: waits at the gate, then writes the chunk's weights in
@@ -376,6 +378,18 @@ class Shard {
   };
   absl::flat_hash_map<uint64_t, LastCommit> last_commit_
       ABSL_GUARDED_BY(deferred_mu_);
+  // Members whose latest commit failed here, and its step: that step cannot
+  // close until they redo it, so their pulls waiting for it are answered
+  // ABORTED at once (a worker pulls while its commit is still applying).
+  // Cleared by their next deferred push. A leaf lock: taken under a
+  // chunk's.
+  absl::Mutex commit_failed_mu_;
+  absl::flat_hash_map<uint64_t, int64_t> commit_failed_
+      ABSL_GUARDED_BY(commit_failed_mu_);
+  bool CommitFailed(uint64_t member, int64_t step);
+  absl::StatusOr<v1::CommitResponse> ApplyCommit(const v1::CommitRequest& req);
+  // Wakes every pull waiting at a gate to look again.
+  void WakeWaiters();
   std::atomic<size_t> num_chunks_{0};
   // The generation of the latest RollBack and its step, set before it
   // moves the chunks (CreateChunk gives new chunks these).

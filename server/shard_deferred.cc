@@ -23,6 +23,11 @@ absl::StatusOr<v1::PushResponse> Shard::Hold(Chunk& c,
     STRATA_RETURN_IF_ERROR(CheckGeneration(c, req.generation()));
     resp.set_version(c.rec.version);
   }
+  {
+    // A new attempt: its commit has not failed (yet).
+    absl::MutexLock failed(&commit_failed_mu_);
+    commit_failed_.erase(req.member_id());
+  }
   absl::MutexLock lock(&deferred_mu_);
   // A retry, or a step that was never committed (redone after a rollback or
   // a view change): the newest (generation, step, epoch) wins, so a late
@@ -53,9 +58,33 @@ void Shard::DropDeferred(absl::FunctionRef<bool(uint64_t member)> live) {
     deferred_.erase(it++);
   }
   absl::erase_if(last_commit_, [&](const auto& kv) { return !live(kv.first); });
+  absl::MutexLock failed(&commit_failed_mu_);
+  absl::erase_if(commit_failed_,
+                 [&](const auto& kv) { return !live(kv.first); });
+}
+
+bool Shard::CommitFailed(uint64_t member, int64_t step) {
+  absl::MutexLock lock(&commit_failed_mu_);
+  auto it = commit_failed_.find(member);
+  return it != commit_failed_.end() && it->second == step;
 }
 
 absl::StatusOr<v1::CommitResponse> Shard::Commit(const v1::CommitRequest& req) {
+  absl::StatusOr<v1::CommitResponse> result = ApplyCommit(req);
+  {
+    absl::MutexLock lock(&commit_failed_mu_);
+    if (result.ok()) {
+      commit_failed_.erase(req.member_id());
+      return result;
+    }
+    commit_failed_[req.member_id()] = req.step();
+  }
+  WakeWaiters();  // pulls waiting for the step: it will not close
+  return result;
+}
+
+absl::StatusOr<v1::CommitResponse> Shard::ApplyCommit(
+    const v1::CommitRequest& req) {
   if (!(req.scale() > 0.0f && req.scale() <= 1.0f)) {
     return absl::InvalidArgumentError(
         absl::StrCat("commit scale ", req.scale(),
@@ -97,10 +126,13 @@ absl::StatusOr<v1::CommitResponse> Shard::Commit(const v1::CommitRequest& req) {
   // In the order the pushes came (backward order: last layers first), as
   // undeferred pushes would apply: with a RAM budget, the tier's LRU and
   // read-ahead follow that order, and the next pulls (first layers first)
-  // find the last tiles applied still in RAM.
+  // find the last tiles applied still in RAM. In RAM, the reverse: the
+  // worker's next pulls are already waiting at the gate (first layers
+  // first), and each is served as soon as its chunk is applied.
   std::sort(held.begin(), held.end(), [](const Deferred& a, const Deferred& b) {
     return a.arrival < b.arrival;
   });
+  if (options_.spill == nullptr) std::reverse(held.begin(), held.end());
   std::vector<absl::Status> results(held.size());
   std::vector<char> applied(held.size(), 0);
   auto apply = [&](int, int64_t begin, int64_t end) {

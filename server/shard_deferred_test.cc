@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <thread>
 
 #include "server/shard.h"
 #include "server/shard_test_util.h"
@@ -117,6 +119,49 @@ TEST(ShardDeferred, BadCommitsChangeNothing) {
   shard.UpdateView(MakeView(2, {1}, 1));
   EXPECT_TRUE(absl::IsAborted(shard.Commit(CommitReq(2, 0, 1.0f, 1)).status()));
   EXPECT_EQ(PullNow(shard, 1, -1), before);
+}
+
+// A worker pulls the next step while its commit applies (the pulls wait
+// at the gate). If the commit fails here, the step cannot close until the
+// worker redoes it: the waiting pulls are answered ABORTED at once, not
+// after max_wait; a redo's pushes clear that, and its commit serves them.
+TEST(ShardDeferred, AFailedCommitAbortsTheMembersWaitingPulls) {
+  Shard shard(Opts("bsp", absl::Seconds(30)));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(1, {1}, 1));
+  auto pull_step1 = [&shard] {
+    v1::PullRequest r;
+    r.set_member_id(1);
+    r.set_chunk_id(ChunkId("w", 0));
+    r.set_clock(1);
+    r.set_epoch(1);
+    std::string out;
+    return shard.Pull(r, &out);
+  };
+  ASSERT_TRUE(shard.Push(Deferred(1, 0, 1), Bytes(Grad(1.0f))).ok());
+  absl::StatusOr<PullResult> waited;
+  std::thread puller([&] { waited = pull_step1(); });
+  absl::SleepFor(absl::Milliseconds(100));  // at the gate (or not yet sent)
+  // The server holds one push where the worker counted two.
+  EXPECT_TRUE(absl::IsAborted(shard.Commit(CommitReq(1, 0, 1.0f, 2)).status()));
+  puller.join();
+  // ABORTED, not DEADLINE_EXCEEDED after max_wait.
+  EXPECT_TRUE(absl::IsAborted(waited.status())) << waited.status();
+  EXPECT_NE(waited.status().message().find("commit of step 0"),
+            std::string::npos)
+      << waited.status();
+  // A later pull for the step is refused too, until the redo.
+  EXPECT_TRUE(absl::IsAborted(pull_step1().status()));
+  // The redo: its pushes clear the failure, and its commit, applied while
+  // the next pull waits, serves that pull.
+  ASSERT_TRUE(shard.Push(Deferred(1, 0, 1), Bytes(Grad(1.0f))).ok());
+  std::thread redo_puller([&] { waited = pull_step1(); });
+  absl::SleepFor(absl::Milliseconds(100));
+  auto commit = shard.Commit(CommitReq(1, 0, 1.0f, 1));
+  ASSERT_TRUE(commit.ok()) << commit.status();
+  redo_puller.join();
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_EQ(waited->version, 1u);
 }
 
 // A commit whose answer was lost is sent again: it gets the same answer,

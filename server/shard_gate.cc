@@ -360,6 +360,15 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk* c,
     if (ready()) break;
     if (cancelled_)
       return absl::UnavailableError("the server is shutting down");
+    if (mode.mode == Consistency::kBsp && worker && req.clock() > 0 &&
+        CommitFailed(member, req.clock() - 1)) {
+      // Pulled while its commit was applying, and the commit failed.
+      counters_.aborted_stale_epoch++;
+      return absl::AbortedError(absl::StrCat(
+          "pull of chunk ", req.chunk_id(), ": this worker's commit of step ",
+          req.clock() - 1,
+          " failed on this server, so the step cannot close; redo it"));
+    }
     if (redone()) {
       counters_.aborted_stale_epoch++;
       return absl::AbortedError(absl::StrCat(

@@ -49,6 +49,10 @@ struct TrainerOptions {
   // the servers scale after the rounding, the worker before it).
   float grad_clip = 1.0f;
   bool overlap_clip = true;
+  // BSP with overlap_clip: pull the next step's weights while the servers
+  // apply the commit (the pulls wait at the gate chunk by chunk); false:
+  // wait for the commit's answer first.
+  bool pull_during_commit = true;
   // How workers combine gradients: "ps", each pushes its own and the
   // servers average them; "allreduce" (BSP only), the workers all-reduce
   // them among themselves over Gloo (each gradient as backward finishes

@@ -5,6 +5,7 @@
 #define STRATA_WORKER_TRAINER_IMPL_H_
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,7 @@ class Trainer {
  private:
   // Pulls the weights for `step`; `prev_epoch` is the epoch step-1 was
   // computed in (0: unknown). Returns the smallest chunk version read.
+  // Waits for step-1's commit too (commit_), which ran meanwhile.
   absl::StatusOr<uint64_t> PullWeights(int64_t step, uint64_t prev_epoch);
   // The step to start at: where the servers are (0 for a new job; later
   // for a worker that joins a running one or restarts).
@@ -87,6 +89,9 @@ class Trainer {
   double speed_ = 0;         // samples/s computing, smoothed
   double compute_s_ = 0;
   double sync_s_ = 0;  // after backward, until the step is pushed
+  // BSP with deferred pushes: the step's commit, in flight while the next
+  // pulls wait at the servers' gates for it to apply.
+  std::future<absl::Status> commit_;
   std::unique_ptr<WorkerMetrics> metrics_;  // null: no metrics
   std::vector<int32_t> tokens_, targets_;
   GradAccumulator accumulator_;

@@ -2,6 +2,7 @@
 // the workers first), and the pulls around it. The loop is in trainer.cc.
 #include <algorithm>
 #include <cmath>
+#include <future>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -96,7 +97,19 @@ absl::StatusOr<uint64_t> Trainer::PullWeights(int64_t step,
   }
   // Every pull finishes before this returns, failed or not: one still in
   // flight would write into param_data while a redone step computes.
-  STRATA_RETURN_IF_ERROR(WaitAll(ops));
+  const absl::Status pulled = WaitAll(ops);
+  const absl::Status committed =
+      commit_.valid() ? commit_.get() : absl::OkStatus();
+  if (!pulled.ok()) {
+    // The servers answer ABORTED to pulls of a step whose commit failed:
+    // the commit's own error says why.
+    return committed.ok() ? pulled : committed;
+  }
+  if (!committed.ok()) {
+    // Every chunk closed the step all the same (its retry had applied).
+    spdlog::warn("strata worker: commit of step {}: {}; every chunk closed it",
+                 step - 1, committed.ToString());
+  }
   uint64_t min_version = UINT64_MAX;
   for (const OpHandle& op : ops)
     min_version = std::min(min_version, op.version());
@@ -261,7 +274,19 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
     }
   }
   STRATA_RETURN_IF_ERROR(WaitAll(ops));
-  if (stamp_.deferred) STRATA_RETURN_IF_ERROR(ps_->Commit(step, scale));
+  if (stamp_.deferred && mode_.mode == Consistency::kBsp &&
+      o_.pull_during_commit) {
+    // The next pulls wait at the gate for this step to close, chunk by
+    // chunk: they go out while the servers apply the commit (PullWeights
+    // collects its answer).
+    commit_ = std::async(std::launch::async, [this, step, scale] {
+      return ps_->Commit(step, scale);
+    });
+  } else if (stamp_.deferred) {
+    // SSP/ASP pulls do not wait for this worker's step: they would read
+    // the weights without it.
+    STRATA_RETURN_IF_ERROR(ps_->Commit(step, scale));
+  }
   sync_s_ = absl::ToDoubleSeconds(absl::Now() - computed);
   return loss;
 }

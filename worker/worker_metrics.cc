@@ -16,14 +16,17 @@ WorkerMetrics::WorkerMetrics(Metrics& m)
                               "Tokens per second, whole steps, smoothed")),
       pull_seconds(m.AddHistogram(
           "strata_worker_pull_seconds",
-          "Pulling a step's weights, the consistency gate's wait included",
+          "Pulling a step's weights, the consistency gate's wait included "
+          "(under BSP with clipping overlapped, also the previous step's "
+          "commit, which runs meanwhile)",
           Histogram::LatencyBounds())),
       compute_seconds(m.AddHistogram("strata_worker_compute_seconds",
                                      "Forward and backward of a step",
                                      Histogram::LatencyBounds())),
       sync_seconds(m.AddHistogram(
           "strata_worker_sync_seconds",
-          "After backward: waiting for the pushes and the commit",
+          "After backward: waiting for the pushes (and, under SSP and ASP, "
+          "the commit)",
           Histogram::LatencyBounds())) {}
 
 }  // namespace strata
