@@ -1,9 +1,11 @@
 // The state of one parameter-server shard: its chunks (weights, optimizer
 // state, version), the job's consistency gate, and the update rule. It knows
 // nothing of gRPC; server/parameter_server.cc adapts it to the wire.
-// Implemented in shard.cc (chunk table, view, push and pull entry points),
-// shard_gate.cc (the update rules below) and shard_snapshot.cc (captures,
-// restores and rollbacks).
+// Implemented in shard.cc (chunk table, push and pull entry points),
+// shard_view.cc (live workers, generations, membership checks),
+// shard_gate.cc (the update rules below), shard_deferred.cc (deferred
+// pushes and their commit), shard_tier.cc (the RAM budget) and
+// shard_snapshot.cc (captures, restores and rollbacks).
 //
 // Consistency:
 //  - bsp: a chunk's open step t closes once every live worker of the view has
