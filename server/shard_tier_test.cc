@@ -178,50 +178,52 @@ TEST(ShardTier, BudgetOfATenthTrainsToTheSameWeightsBitForBit) {
   EXPECT_FALSE(plain_stats.has_tier());
 }
 
+// The tier's stats after step 0 (which teaches the order; its tiles are
+// new) and after steps 1 to 3, trained `patient`ly: each use waits for the
+// tier's I/O it started, as a worker whose compute between uses outlasts
+// a read or a write would.
+struct PatientStats {
+  v1::TierStats first, after;
+};
+PatientStats TrainPatiently(Shard& shard) {
+  PatientStats out;
+  v1::StatsResponse stats;
+  Train(shard, 0, 1, 0, /*patient=*/true);
+  shard.FillStats(&stats);
+  out.first = stats.tier();
+  Train(shard, 1, 4, 0, /*patient=*/true);
+  shard.FillStats(&stats);
+  out.after = stats.tier();
+  return out;
+}
+
 TEST(ShardTier, ReadsAheadInTheOrderLearnedFromThePreviousStep) {
   const ScopedDir dir_scope("ahead");
-  const std::string& dir = dir_scope.path;
-  auto spill = Spill(dir, kChunks * kTile / 4);
-  auto shard = NewShard(spill);
-  // When compute between uses outlasts a read, the tiles are read ahead of
-  // use: after the first step, which teaches the order, nearly every use
+  auto shard = NewShard(Spill(dir_scope.path, kChunks * kTile / 4));
+  // Tiles are read ahead of use: after the first step nearly every use
   // finds its tile in RAM.
-  Train(*shard, 0, 1, 0, /*patient=*/true);
-  v1::StatsResponse first;
-  shard->FillStats(&first);
-  Train(*shard, 1, 4, 0, /*patient=*/true);
-  v1::StatsResponse stats;
-  shard->FillStats(&stats);
-  const uint64_t misses = stats.tier().misses() - first.tier().misses();
-  const uint64_t hits = stats.tier().hits() - first.tier().hits();
-  EXPECT_GT(stats.tier().prefetched(), first.tier().prefetched());
+  const auto [first, after] = TrainPatiently(*shard);
+  const uint64_t misses = after.misses() - first.misses();
+  const uint64_t hits = after.hits() - first.hits();
+  EXPECT_GT(after.prefetched(), first.prefetched());
   EXPECT_LT(misses * 10, hits + misses) << hits << " hits, " << misses;
 }
 
 TEST(ShardTier, WritesBehindSoThatSpillsOnlyFree) {
   const ScopedDir dir_scope("behind");
-  const std::string& dir = dir_scope.path;
-  auto spill = Spill(dir, kChunks * kTile / 4);
-  auto shard = NewShard(spill);
-  // When compute between uses outlasts a write, the coldest changed tiles
-  // are written out on the writer thread before anything needs their room:
-  // after the first step (its tiles were new), a spill only frees memory.
-  Train(*shard, 0, 1, 0, /*patient=*/true);
-  v1::StatsResponse first;
-  shard->FillStats(&first);
-  Train(*shard, 1, 4, 0, /*patient=*/true);
-  v1::StatsResponse stats;
-  shard->FillStats(&stats);
-  const uint64_t behind =
-      stats.tier().written_behind() - first.tier().written_behind();
+  auto shard = NewShard(Spill(dir_scope.path, kChunks * kTile / 4));
+  // The coldest changed tiles are written out on the writer thread before
+  // anything needs their room: after the first step, a spill only frees
+  // memory.
+  const auto [first, after] = TrainPatiently(*shard);
+  const uint64_t behind = after.written_behind() - first.written_behind();
   const uint64_t inline_writes =
-      stats.tier().spills_written() - first.tier().spills_written();
+      after.spills_written() - first.spills_written();
   // Each step changes every tile and most of them go to disk.
   EXPECT_GE(behind, 3u * kChunks / 2) << inline_writes << " inline";
   EXPECT_LT(inline_writes * 10, behind) << inline_writes << " inline";
   // Every write was one of the two (a record is its tile and a header).
-  const uint64_t written =
-      stats.tier().write_bytes() - first.tier().write_bytes();
+  const uint64_t written = after.write_bytes() - first.write_bytes();
   EXPECT_GE(written, (behind + inline_writes) * kTile);
   EXPECT_LT(written, (behind + inline_writes) * (kTile + 1024));
   // And the weights are those of a shard that never spilled.
