@@ -3,6 +3,8 @@
 // addresses exchanged through Gloo's in-memory store), for 1 to 4 ranks.
 #include "collective/communicator.h"
 
+#include <signal.h>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -327,6 +329,19 @@ TEST(GlooCommunicator, AnAddressThatIsNotThisHostsIsUnavailable) {
   options.hostname = "no-such-host.invalid";
   absl::Status status = ConnectGloo(options, store).status();
   EXPECT_TRUE(absl::IsUnavailable(status)) << status;
+}
+
+// Gloo writes to a dead peer's socket raise SIGPIPE, whose default action
+// ends the process: once a group is formed, the process ignores it, so a
+// peer's death fails the collective instead (the test above, which died
+// of SIGPIPE before this).
+TEST(GlooCommunicator, AGroupMakesTheProcessIgnoreSigpipe) {
+  // (ctest runs each test in a process of its own, at the default.)
+  auto group = MakeLocalGlooGroup(2);
+  ASSERT_TRUE(group.ok()) << group.status();
+  struct sigaction now {};
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, SIG_IGN);
 }
 
 }  // namespace

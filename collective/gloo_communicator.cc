@@ -2,12 +2,14 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -387,10 +389,27 @@ absl::StatusOr<std::string> LocalAddress(const std::string& hostname) {
   return bindable;
 }
 
+// Gloo's TCP transport writes with writev, which raises SIGPIPE on a
+// connection the peer has closed; its default action ends the process. A
+// peer that dies must fail the collective (EPIPE, then UNAVAILABLE), not
+// kill the ranks that survive it: the process ignores SIGPIPE from the
+// first group on, unless something already installed a handler.
+void IgnoreSigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
+        current.sa_handler == SIG_DFL) {
+      signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectGloo(
     const GlooOptions& options, gloo::rendezvous::Store& store) {
+  IgnoreSigpipe();
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", options.rank, " is not in a group of ", options.size));

@@ -89,7 +89,8 @@ struct ShardOptions {
   // null: every tile stays in RAM. Outside the budget: tiles in use at the
   // moment another is needed (at most one per handler thread and reader),
   // open BSP steps' and deferred pushes' gradients, the gradient buffer
-  // pool, and the spill database's memtables (2 x 8 MiB).
+  // pool, the spill database's memtables (2 x 8 to 64 MiB), and a tile's
+  // encoded copy while one is written (write-behind or spill).
   std::shared_ptr<SpillStore> spill;
 };
 
@@ -383,8 +384,8 @@ class Shard {
   // Members whose latest commit failed here, and its step: that step cannot
   // close until they redo it, so their pulls waiting for it are answered
   // ABORTED at once (a worker pulls while its commit is still applying).
-  // Cleared by their next deferred push. A leaf lock: taken under a
-  // chunk's.
+  // Cleared by their next deferred push or a successful commit. A leaf
+  // lock: taken under a chunk's, and under deferred_mu_.
   absl::Mutex commit_failed_mu_;
   absl::flat_hash_map<uint64_t, int64_t> commit_failed_
       ABSL_GUARDED_BY(commit_failed_mu_);

@@ -72,8 +72,16 @@ bool Shard::CommitFailed(uint64_t member, int64_t step) {
 absl::StatusOr<v1::CommitResponse> Shard::Commit(const v1::CommitRequest& req) {
   absl::StatusOr<v1::CommitResponse> result = ApplyCommit(req);
   {
+    absl::MutexLock held(&deferred_mu_);
+    // A duplicate of a commit still applying finds nothing held and no
+    // answer yet, and fails: that failure must not stand once the commit
+    // itself has succeeded (whichever of the two gets here first).
+    auto last = last_commit_.find(req.member_id());
+    const bool succeeded = last != last_commit_.end() &&
+                           last->second.step == req.step() &&
+                           last->second.result.ok();
     absl::MutexLock lock(&commit_failed_mu_);
-    if (result.ok()) {
+    if (result.ok() || succeeded) {
       commit_failed_.erase(req.member_id());
       return result;
     }
@@ -152,10 +160,17 @@ absl::StatusOr<v1::CommitResponse> Shard::ApplyCommit(
     // Chunks have their own locks: their updates run in parallel.
     ParallelFor(static_cast<int64_t>(held.size()), 1, apply);
   } else {
-    // One at a time, each update parallel inside (the optimizer's own
-    // ParallelFor): threads applying halves of the list at once would
-    // interleave two orders, which the tier can neither keep nor learn.
-    apply(0, 0, static_cast<int64_t>(held.size()));
+    // In parallel but in list order: thread k of T takes items k, k+T, ...,
+    // so the tiles are used close to the order the pushes came. (Halves of
+    // the list at once would interleave two orders, which the tier could
+    // neither keep nor learn.)
+    const int64_t n = static_cast<int64_t>(held.size());
+    const int64_t lanes = std::min<int64_t>(NumThreads(), n);
+    ParallelFor(lanes, 1, [&](int, int64_t begin, int64_t end) {
+      for (int64_t lane = begin; lane < end; ++lane) {
+        for (int64_t i = lane; i < n; i += lanes) apply(0, i, i + 1);
+      }
+    });
   }
   v1::CommitResponse resp;
   absl::Status first;

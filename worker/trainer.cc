@@ -113,7 +113,11 @@ absl::Status Trainer::Run() {
         AwaitRollback(*scheduler_, generation_)) {
       continue;
     }
-    if (absl::IsAborted(pulled.status()) && step > first_step) {
+    // (FAILED_PRECONDITION: the commit of step-1, collected with these
+    // pulls, found this worker fenced; RedoInNewerView redoes only then.)
+    if ((absl::IsAborted(pulled.status()) ||
+         absl::IsFailedPrecondition(pulled.status())) &&
+        step > first_step) {
       // The live workers changed before step-1 closed: it is redone with
       // the new view's shares.
       spdlog::info("strata worker: redoing step {}: {}", step - 1,

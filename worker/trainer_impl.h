@@ -92,6 +92,7 @@ class Trainer {
   // BSP with deferred pushes: the step's commit, in flight while the next
   // pulls wait at the servers' gates for it to apply.
   std::future<absl::Status> commit_;
+  int64_t commit_step_ = -1;                // the step commit_ commits
   std::unique_ptr<WorkerMetrics> metrics_;  // null: no metrics
   std::vector<int32_t> tokens_, targets_;
   GradAccumulator accumulator_;

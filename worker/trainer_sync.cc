@@ -89,17 +89,29 @@ absl::StatusOr<uint64_t> Trainer::PullWeights(int64_t step,
   const bool bsp = mode_.mode == Consistency::kBsp;
   const int n = static_cast<int>(gpt_->params().size());
   std::vector<OpHandle> ops;
-  for (int i = 0; i < n; ++i) {
-    Append(ops,
-           ps_->PullTensorAsync(
-               i, gpt_->param_data(i), step, bsp ? step : 0, /*priority=*/n - i,
-               StepStamp{.epoch = prev_epoch, .generation = generation_}));
-  }
-  // Every pull finishes before this returns, failed or not: one still in
-  // flight would write into param_data while a redone step computes.
-  const absl::Status pulled = WaitAll(ops);
+  auto pull_all = [&] {
+    ops.clear();
+    for (int i = 0; i < n; ++i) {
+      Append(ops,
+             ps_->PullTensorAsync(
+                 i, gpt_->param_data(i), step, bsp ? step : 0,
+                 /*priority=*/n - i,
+                 StepStamp{.epoch = prev_epoch, .generation = generation_}));
+    }
+    // Every pull finishes before this returns, failed or not: one still in
+    // flight would write into param_data while a redone step computes.
+    return WaitAll(ops);
+  };
+  absl::Status pulled = pull_all();
+  const bool during_commit = commit_.valid();
   const absl::Status committed =
-      commit_.valid() ? commit_.get() : absl::OkStatus();
+      during_commit ? commit_.get() : absl::OkStatus();
+  if (during_commit && committed.ok() && absl::IsDeadlineExceeded(pulled)) {
+    // The pulls' wait at the gate (max_wait) counted the whole commit: a
+    // long one (a server reading spilled tiles) outlasts it. It is done
+    // now: pull again.
+    pulled = pull_all();
+  }
   if (!pulled.ok()) {
     // The servers answer ABORTED to pulls of a step whose commit failed:
     // the commit's own error says why.
@@ -108,7 +120,7 @@ absl::StatusOr<uint64_t> Trainer::PullWeights(int64_t step,
   if (!committed.ok()) {
     // Every chunk closed the step all the same (its retry had applied).
     spdlog::warn("strata worker: commit of step {}: {}; every chunk closed it",
-                 step - 1, committed.ToString());
+                 commit_step_, committed.ToString());
   }
   uint64_t min_version = UINT64_MAX;
   for (const OpHandle& op : ops)
@@ -279,6 +291,7 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
     // The next pulls wait at the gate for this step to close, chunk by
     // chunk: they go out while the servers apply the commit (PullWeights
     // collects its answer).
+    commit_step_ = step;
     commit_ = std::async(std::launch::async, [this, step, scale] {
       return ps_->Commit(step, scale);
     });
