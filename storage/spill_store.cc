@@ -1,5 +1,7 @@
 #include "storage/spill_store.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <system_error>
@@ -216,6 +218,26 @@ std::vector<uint64_t> SpillStore::Next(uint64_t id, size_t n) const {
 }
 
 absl::Status SpillStore::Write(const ChunkRecord& tile) {
+  // Refused here while the disk still has room for what RocksDB holds in
+  // its memtables: a flush that meets a full disk is an error RocksDB
+  // cannot always come back from (Debian's build even asserts on one
+  // path, sync_without_flush_called_, and the server dies). So the tier
+  // never lets RocksDB fill the disk: below two memtables, this tile and
+  // 8 MiB of room, a write is refused, and the tile stays in RAM.
+  struct statvfs fs {};
+  if (statvfs(options_.dir.c_str(), &fs) == 0) {
+    const uint64_t free_bytes =
+        static_cast<uint64_t>(fs.f_bavail) * static_cast<uint64_t>(fs.f_frsize);
+    const uint64_t needed =
+        2 * WriteBuffer(options_) + ChunkRecordBytes(tile) + (8 << 20);
+    if (free_bytes < needed) {
+      counters_.write_errors++;
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the spill disk at ", options_.dir, " has ", free_bytes >> 20,
+          " MiB free; a tile write needs ", needed >> 20,
+          " MiB (the tile, two memtables' flushes and 8 MiB of room)"));
+    }
+  }
   const absl::Time start = absl::Now();
   absl::Status s = db_->Put(tile);
   counters_.write_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
