@@ -98,6 +98,11 @@ ServerMetrics::ServerMetrics(Metrics* metrics, const Shard* shard,
         "Spills that had to write their tile first (a request or read-ahead "
         "waited on the write)",
         read(t->spills_written));
+    metrics->AddCounterFn(
+        "strata_server_tier_weight_reads_total",
+        "Pulls of a spilled tile, served by reading its weights alone (they "
+        "count as misses too)",
+        read(t->weight_reads));
     const char* kAhead =
         "Read-aheads spilled before their use, or not made "
         "because the budget held only other read-aheads";

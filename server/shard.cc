@@ -390,6 +390,7 @@ void Shard::FillStats(v1::StatsResponse* out) const {
     tier->set_spills_written(t.spills_written);
     tier->set_read_ahead_unused(t.read_ahead_unused);
     tier->set_read_aheads_skipped(t.read_aheads_skipped);
+    tier->set_weight_reads(t.weight_reads);
   }
   absl::MutexLock lock(&table_mu_);
   out->set_chunks(chunks_.size());

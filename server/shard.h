@@ -332,6 +332,11 @@ class Shard {
   // The tier (shard_tier.cc). Resident makes c's tile resident (reading it
   // back if spilled) and counts the use; DATA_LOSS if it cannot be read.
   absl::Status Resident(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // The weights a pull of c answers with: the resident tile's, or, for a
+  // spilled tile, its weights read alone into `scratch` (the tile stays on
+  // disk). Counts the use; DATA_LOSS if they cannot be read.
+  absl::StatusOr<const float*> WeightsToPull(Chunk& c, ChunkRecord* scratch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Before locking c for a use: room for its tile if it is spilled.
   void BeforeUse(const Chunk& c);
   // After a use, no lock held: reads ahead the tiles expected next, spills

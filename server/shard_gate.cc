@@ -270,10 +270,7 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
 absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
                                        PayloadAllocator alloc) {
   STRATA_ASSIGN_OR_RETURN(Chunk * c, FindChunk(req.chunk_id()));
-  BeforeUse(*c);
-  absl::StatusOr<PullResult> result = PullChunk(c, req, alloc);
-  AfterUse(*c);
-  return result;
+  return PullChunk(c, req, alloc);
 }
 
 absl::StatusOr<PullResult> Shard::PullChunk(Chunk* c,
@@ -399,7 +396,8 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk* c,
           c->rec.version, ", wanted ", need_version, ")"));
     }
   }
-  STRATA_RETURN_IF_ERROR(Resident(*c));
+  ChunkRecord from_disk;
+  STRATA_ASSIGN_OR_RETURN(const float* weights, WeightsToPull(*c, &from_disk));
   PullResult result;
   result.version = c->rec.version;
   result.min_clock = MinClock(*c, view());
@@ -412,9 +410,9 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk* c,
                      req.chunk_id(), "'s ", bytes, " bytes"));
   }
   if (req.dtype() == v1::DTYPE_BF16) {
-    FloatToBf16(c->rec.weights.data(), reinterpret_cast<uint16_t*>(out), n);
+    FloatToBf16(weights, reinterpret_cast<uint16_t*>(out), n);
   } else {
-    std::memcpy(out, c->rec.weights.data(), bytes);
+    std::memcpy(out, weights, bytes);
   }
   counters_.bytes_out += bytes;
   return result;

@@ -7,9 +7,11 @@
 // chunk's lock, so a push, pull or capture sees it whole. Spilling takes a
 // victim's lock with TryLock, holding no other chunk's, so two threads
 // making room can never wait on each other; a tile in use is skipped.
-// Pushes arrive in backward order and pulls in forward order, so after the
-// last push of a step the least recently used tiles are the ones the next
-// pulls need last: LRU keeps what is needed next.
+// Only updates (pushes, commits) bring a tile into RAM, touch it and lead
+// the read-ahead: a pull of a spilled tile reads its weights alone, a
+// third of an Adam tile, and leaves it on disk. So the LRU order and the
+// learned order are the updates' (backward order, every step), and the
+// read-ahead brings whole tiles only for the updates that need them.
 #include <utility>
 #include <vector>
 
@@ -58,6 +60,28 @@ absl::Status Shard::Resident(Chunk& c) {
   spill->counters().misses++;
   spill->Touch(id);
   return absl::OkStatus();
+}
+
+absl::StatusOr<const float*> Shard::WeightsToPull(Chunk& c,
+                                                  ChunkRecord* scratch) {
+  SpillStore* spill = options_.spill.get();
+  if (spill == nullptr) return c.rec.weights.data();
+  if (c.resident.load()) {
+    spill->counters().hits++;
+    return c.rec.weights.data();
+  }
+  STRATA_ASSIGN_OR_RETURN(*scratch, spill->ReadWeights(c.spec.chunk_id()));
+  if (scratch->version != c.rec.version ||
+      scratch->weights.size() != c.spec.numel()) {
+    return absl::DataLossError(absl::StrCat(
+        "spilled weights of chunk ", c.spec.tensor(), "#", c.spec.index(),
+        " are at version ", scratch->version, " with ", scratch->weights.size(),
+        " elements; the chunk is at version ", c.rec.version, " with ",
+        c.spec.numel()));
+  }
+  spill->counters().misses++;
+  spill->counters().weight_reads++;
+  return scratch->weights.data();
 }
 
 absl::Status Shard::Spill(Chunk& c) {

@@ -200,13 +200,56 @@ PatientStats TrainPatiently(Shard& shard) {
 TEST(ShardTier, ReadsAheadInTheOrderLearnedFromThePreviousStep) {
   const ScopedDir dir_scope("ahead");
   auto shard = NewShard(Spill(dir_scope.path, kChunks * kTile / 4));
-  // Tiles are read ahead of use: after the first step nearly every use
-  // finds its tile in RAM.
+  // Tiles are read ahead of the updates: after the first step nearly every
+  // push finds its tile in RAM. Pulls of spilled tiles read their weights
+  // alone and bring no tile in: the misses counted as weight reads.
   const auto [first, after] = TrainPatiently(*shard);
-  const uint64_t misses = after.misses() - first.misses();
-  const uint64_t hits = after.hits() - first.hits();
+  const uint64_t uses =
+      after.hits() + after.misses() - first.hits() - first.misses();
+  const uint64_t pulls = 3 * 2 * kChunks;  // steps 1-3, two workers
+  const uint64_t push_misses = (after.misses() - after.weight_reads()) -
+                               (first.misses() - first.weight_reads());
   EXPECT_GT(after.prefetched(), first.prefetched());
-  EXPECT_LT(misses * 10, hits + misses) << hits << " hits, " << misses;
+  EXPECT_GT(after.weight_reads(), first.weight_reads());
+  EXPECT_LT(push_misses * 10, uses - pulls)
+      << push_misses << " of " << uses - pulls << " pushes";
+}
+
+TEST(ShardTier, PullsOfSpilledTilesReadTheirWeightsAloneAndLeaveThemOnDisk) {
+  const ScopedDir dir_scope("pulls");
+  auto spill = Spill(dir_scope.path, kChunks * kTile / 4, /*background=*/false);
+  auto tiered = NewShard(spill);
+  auto plain = NewShard(nullptr);
+  Train(*tiered, 0, 2);
+  Train(*plain, 0, 2);
+  v1::StatsResponse before;
+  tiered->FillStats(&before);
+  int spilled = 0;
+  for (int i = 0; i < kChunks; ++i) {
+    v1::PullRequest r;
+    r.set_member_id(1);
+    r.set_chunk_id(ChunkId(absl::StrCat("t", i), 0));
+    r.set_clock(2);
+    std::string got, want;
+    ASSERT_TRUE(tiered->Pull(r, &got).ok());
+    ASSERT_TRUE(plain->Pull(r, &want).ok());
+    EXPECT_EQ(got, want) << "chunk " << i;
+  }
+  v1::StatsResponse after;
+  tiered->FillStats(&after);
+  const v1::TierStats &b = before.tier(), &a = after.tier();
+  spilled = static_cast<int>(a.weight_reads() - b.weight_reads());
+  // Three quarters of the tiles are on disk; each pull of one read its
+  // weights (and spec), a third of the tile, and left it there.
+  EXPECT_GE(spilled, kChunks / 2);
+  EXPECT_EQ(a.misses() - b.misses(), static_cast<uint64_t>(spilled));
+  EXPECT_EQ(a.hits() - b.hits(), static_cast<uint64_t>(kChunks - spilled));
+  const uint64_t read = a.read_bytes() - b.read_bytes();
+  EXPECT_GE(read, spilled * kNumel * 4u);
+  EXPECT_LT(read, spilled * (kNumel * 4u + 1024));
+  EXPECT_EQ(a.resident_bytes(), b.resident_bytes());
+  EXPECT_EQ(a.spilled_bytes(), b.spilled_bytes());
+  EXPECT_EQ(a.write_bytes(), b.write_bytes());
 }
 
 TEST(ShardTier, WritesBehindSoThatSpillsOnlyFree) {

@@ -24,7 +24,7 @@ void Append(std::string& out, T value) {
   out.append(reinterpret_cast<const char*>(&value), sizeof(value));
 }
 
-void AppendFloats(std::string& out, const std::vector<float>& values) {
+void AppendFloats(std::string& out, absl::Span<const float> values) {
   out.append(reinterpret_cast<const char*>(values.data()),
              values.size() * sizeof(float));
 }
@@ -57,7 +57,7 @@ class Reader {
 };
 
 // The length every array of `r` shares (ValidateChunkRecord checks that).
-size_t ArrayLength(const ChunkRecord& r) {
+size_t ArrayLength(const ChunkRecordRef& r) {
   return r.slots.empty() || !r.weights.empty() ? r.weights.size()
                                                : r.slots[0].size();
 }
@@ -68,7 +68,7 @@ absl::Status Corrupt(absl::string_view what) {
 
 }  // namespace
 
-absl::Status ValidateChunkRecord(const ChunkRecord& r) {
+absl::Status ValidateChunkRecord(const ChunkRecordRef& r) {
   if (r.slots.size() > kMaxStateSlots) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk ", r.id, ": ", r.slots.size(),
@@ -99,11 +99,13 @@ size_t ChunkRecordBytes(const ChunkRecord& r) {
   return sizeof(ChunkRecord) + r.spec.size() + floats * sizeof(float);
 }
 
-absl::StatusOr<std::string> EncodeChunkRecord(const ChunkRecord& r) {
+absl::StatusOr<std::string> EncodeChunkRecord(const ChunkRecordRef& r) {
   if (absl::Status s = ValidateChunkRecord(r); !s.ok()) return s;
   const bool has_weights = !r.weights.empty() || r.slots.empty();
   std::string out;
-  out.reserve(ChunkRecordBytes(r) + kHeaderBytes + kCrcBytes);
+  out.reserve(kHeaderBytes + r.spec.size() +
+              ArrayLength(r) * sizeof(float) * (r.slots.size() + 1) +
+              kCrcBytes);
   Append<uint32_t>(out, kMagic);
   Append<uint32_t>(out, kFormatVersion);
   Append<uint64_t>(out, r.id);
@@ -112,7 +114,7 @@ absl::StatusOr<std::string> EncodeChunkRecord(const ChunkRecord& r) {
   Append<uint32_t>(out, static_cast<uint32_t>(r.slots.size()));
   Append<uint32_t>(out, static_cast<uint32_t>(r.spec.size()));
   Append<uint32_t>(out, has_weights ? kHasWeights : 0);
-  out.append(r.spec);
+  out.append(r.spec.data(), r.spec.size());
   AppendFloats(out, r.weights);
   for (const std::vector<float>& slot : r.slots) AppendFloats(out, slot);
   Append<uint32_t>(out, crc32c::Value(out));

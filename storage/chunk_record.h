@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace strata {
 
@@ -30,13 +31,31 @@ struct ChunkRecord {
   friend bool operator==(const ChunkRecord&, const ChunkRecord&) = default;
 };
 
+// A record's fields by reference: what is encoded, without copying the
+// arrays (a tiered store writes a tile's weights and its state as two
+// records, taken from one ChunkRecord).
+struct ChunkRecordRef {
+  ChunkRecordRef() = default;
+  ChunkRecordRef(const ChunkRecord& r)  // NOLINT: implicit, as a view
+      : id(r.id),
+        version(r.version),
+        spec(r.spec),
+        weights(r.weights),
+        slots(r.slots) {}
+  uint64_t id = 0;
+  uint64_t version = 0;
+  absl::string_view spec;
+  absl::Span<const float> weights;
+  absl::Span<const std::vector<float>> slots;
+};
+
 // The most state slots a record may carry.
 inline constexpr size_t kMaxStateSlots = 16;
 
 // OK if `record` can be stored: every slot as long as the weights (or, with
 // no weights, as each other), at most kMaxStateSlots slots, a spec under
 // 4 GiB. Else INVALID_ARGUMENT.
-absl::Status ValidateChunkRecord(const ChunkRecord& record);
+absl::Status ValidateChunkRecord(const ChunkRecordRef& record);
 
 // Bytes of memory `record` holds (its arrays and spec), for RAM budgets.
 size_t ChunkRecordBytes(const ChunkRecord& record);
@@ -49,7 +68,7 @@ size_t ChunkRecordBytes(const ChunkRecord& record);
 //   u32 CRC-32C of everything before it.
 // Floats are stored bit for bit (NaN payloads included). Errors: as
 // ValidateChunkRecord.
-absl::StatusOr<std::string> EncodeChunkRecord(const ChunkRecord& record);
+absl::StatusOr<std::string> EncodeChunkRecord(const ChunkRecordRef& record);
 
 // Decodes what EncodeChunkRecord wrote. DATA_LOSS if the bytes are
 // truncated, have a bad magic, sizes that disagree, or a bad checksum;

@@ -144,6 +144,10 @@ absl::Status RocksDbTier::CheckWritable() const {
 }
 
 absl::Status RocksDbTier::Put(const ChunkRecord& record) {
+  return PutRef(record);
+}
+
+absl::Status RocksDbTier::PutRef(const ChunkRecordRef& record) {
   if (absl::Status s = CheckWritable(); !s.ok()) return s;
   absl::StatusOr<std::string> value = EncodeChunkRecord(record);
   if (!value.ok()) return value.status();

@@ -66,6 +66,8 @@ class RocksDbTier : public ChunkTier {
   RocksDbTier& operator=(const RocksDbTier&) = delete;
 
   absl::Status Put(const ChunkRecord& record) override;
+  // As Put, for a record given by reference (no copy of its arrays).
+  absl::Status PutRef(const ChunkRecordRef& record);
   absl::StatusOr<ChunkRecord> Get(uint64_t id) const override;
   absl::Status Delete(uint64_t id) override;
   absl::Status ForEach(

@@ -81,13 +81,20 @@ absl::StatusOr<std::unique_ptr<SpillStore>> SpillStore::Open(
   if (ec) return FsError("cannot clear the spill directory", options.dir, ec);
   std::filesystem::create_directories(options.dir, ec);
   if (ec) return FsError("cannot create the spill directory", options.dir, ec);
-  // Opened and tried once (a tile written, flushed to a file, read back
-  // and deleted), so a directory that cannot be written, or a file system
-  // without O_DIRECT, fails here and not mid-training.
-  auto open = [&](bool direct) -> absl::StatusOr<std::unique_ptr<RocksDbTier>> {
-    std::filesystem::remove_all(options.dir + "/tiles", ec);
-    auto db = RocksDbTier::Open(options.dir + "/tiles", /*create=*/true,
-                                SpillDbOptions(direct, WriteBuffer(options)));
+  // Each database opened and tried once (a record written, flushed to a
+  // file, read back and deleted), so a directory that cannot be written,
+  // or a file system without O_DIRECT, fails here and not mid-training.
+  // Each gets half the memtable size: an Adam tile's weights are a third
+  // of it, its state two thirds, and both stay under half of an eighth of
+  // the budget for budgets of 8 tiles and more.
+  auto open = [&](const std::string& name,
+                  bool direct) -> absl::StatusOr<std::unique_ptr<RocksDbTier>> {
+    const std::string path = absl::StrCat(options.dir, "/", name);
+    std::filesystem::remove_all(path, ec);
+    auto db = RocksDbTier::Open(
+        path, /*create=*/true,
+        SpillDbOptions(direct,
+                       std::max<size_t>(WriteBuffer(options) / 2, 4 << 20)));
     if (!db.ok()) return db.status();
     ChunkRecord probe;
     probe.id = UINT64_MAX;
@@ -99,20 +106,26 @@ absl::StatusOr<std::unique_ptr<SpillStore>> SpillStore::Open(
     return db;
   };
   bool direct = options.direct_io;
-  auto db = open(direct);
-  if (!db.ok() && direct) {
+  auto weights = open("weights", direct);
+  if (!weights.ok() && direct) {
     // No O_DIRECT here (tmpfs, some overlay file systems): buffered I/O.
     direct = false;
-    db = open(direct);
+    weights = open("weights", direct);
   }
-  if (!db.ok()) return db.status();
+  if (!weights.ok()) return weights.status();
+  auto state = open("state", direct);
+  if (!state.ok()) return state.status();
   return std::unique_ptr<SpillStore>(
-      new SpillStore(options, *std::move(db), direct));
+      new SpillStore(options, *std::move(weights), *std::move(state), direct));
 }
 
-SpillStore::SpillStore(SpillOptions options, std::unique_ptr<RocksDbTier> db,
-                       bool direct_io)
-    : options_(std::move(options)), direct_io_(direct_io), db_(std::move(db)) {}
+SpillStore::SpillStore(SpillOptions options,
+                       std::unique_ptr<RocksDbTier> weights,
+                       std::unique_ptr<RocksDbTier> state, bool direct_io)
+    : options_(std::move(options)),
+      direct_io_(direct_io),
+      weights_db_(std::move(weights)),
+      state_db_(std::move(state)) {}
 
 SpillStore::~SpillStore() = default;
 
@@ -238,28 +251,58 @@ absl::Status SpillStore::Write(const ChunkRecord& tile) {
           " MiB (the tile, two memtables' flushes and 8 MiB of room)"));
     }
   }
+  // The state first: a pull reads the weights alone, and takes their
+  // version for the tile's (the shard reads a spilled copy only once a
+  // Write of it has succeeded whole).
+  ChunkRecordRef state;
+  state.id = tile.id;
+  state.version = tile.version;
+  state.slots = tile.slots;
+  ChunkRecordRef weights;
+  weights.id = tile.id;
+  weights.version = tile.version;
+  weights.spec = tile.spec;
+  weights.weights = tile.weights;
   const absl::Time start = absl::Now();
-  absl::Status s = db_->Put(tile);
+  absl::Status s = state_db_->PutRef(state);
+  if (s.ok()) s = weights_db_->PutRef(weights);
   counters_.write_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
   if (!s.ok()) {
     counters_.write_errors++;
     return s;
   }
-  counters_.write_bytes += ChunkRecordBytes(tile);
+  counters_.write_bytes += ChunkRecordBytes(tile) - sizeof(ChunkRecord);
   return absl::OkStatus();
 }
 
-absl::StatusOr<ChunkRecord> SpillStore::Read(uint64_t id) {
+absl::StatusOr<ChunkRecord> SpillStore::ReadPart(RocksDbTier& db, uint64_t id) {
   const absl::Time start = absl::Now();
-  absl::StatusOr<ChunkRecord> tile = db_->Get(id);
+  absl::StatusOr<ChunkRecord> part = db.Get(id);
   counters_.read_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
-  if (!tile.ok()) {
+  if (!part.ok()) {
     return absl::DataLossError(
         absl::StrCat("spilled tile of chunk ", id, " cannot be read back from ",
-                     options_.dir, ": ", tile.status().ToString()));
+                     db.path(), ": ", part.status().ToString()));
   }
-  counters_.read_bytes += ChunkRecordBytes(*tile);
+  counters_.read_bytes += ChunkRecordBytes(*part) - sizeof(ChunkRecord);
+  return part;
+}
+
+absl::StatusOr<ChunkRecord> SpillStore::Read(uint64_t id) {
+  STRATA_ASSIGN_OR_RETURN(ChunkRecord tile, ReadPart(*weights_db_, id));
+  STRATA_ASSIGN_OR_RETURN(ChunkRecord state, ReadPart(*state_db_, id));
+  if (state.version != tile.version) {
+    return absl::DataLossError(
+        absl::StrCat("spilled tile of chunk ", id, " in ", options_.dir,
+                     ": its weights are at version ", tile.version,
+                     ", its state at ", state.version));
+  }
+  tile.slots = std::move(state.slots);
   return tile;
+}
+
+absl::StatusOr<ChunkRecord> SpillStore::ReadWeights(uint64_t id) {
+  return ReadPart(*weights_db_, id);
 }
 
 absl::StatusOr<std::unique_ptr<ChunkTier>> SpillStore::NewScratch() {

@@ -10,9 +10,14 @@
 // arrive in backward order, pulls in forward order, the same every step)
 // so the shard can read the next ones before they are asked for (Next).
 //
-// The spill database needs no durability of its own: snapshots give that
-// (storage/data_dir.h). Its WAL is off, it is emptied at Open, and large
-// values go to RocksDB's blob files (BlobDB) rather than through
+// A spilled tile is two records in two RocksDB databases under the
+// directory: its weights (weights/) and its optimizer state (state/), each
+// with the version, so a pull of a spilled tile reads only the weights, a
+// third of an Adam tile's bytes (ReadWeights), while an update reads both.
+//
+// The spill databases need no durability of their own: snapshots give that
+// (storage/data_dir.h). Their WAL is off, they are emptied at Open, and
+// large values go to RocksDB's blob files (BlobDB) rather than through
 // compactions.
 #ifndef STRATA_STORAGE_SPILL_STORE_H_
 #define STRATA_STORAGE_SPILL_STORE_H_
@@ -59,8 +64,9 @@ struct SpillOptions {
   // Off, a spill writes its tile itself (benches compare the two).
   bool write_behind = true;
   uint64_t write_behind_bytes = 0;
-  // The spill database's memtable size (two may be full at once: RAM
-  // outside the budget); 0 = an eighth of the budget, 8 to 64 MiB.
+  // The spill databases' memtable size, both together (each database's
+  // is half; two of each may be full at once: RAM outside the budget);
+  // 0 = an eighth of the budget, 8 to 64 MiB.
   size_t write_buffer_bytes = 0;
 };
 
@@ -70,6 +76,7 @@ struct SpillCounters {
   std::atomic<uint64_t> spilled_bytes{0};  // tiles not resident now
   std::atomic<uint64_t> hits{0};           // uses that found the tile in RAM
   std::atomic<uint64_t> misses{0};         // uses that had to read it
+  std::atomic<uint64_t> weight_reads{0};   // misses that read weights only
   std::atomic<uint64_t> prefetched{0};     // tiles read ahead of use
   // Read-aheads spilled again before their use, and read-aheads not made
   // because the budget held only other read-aheads.
@@ -129,11 +136,18 @@ class SpillStore {
   // A tile spilled, known not resident, of `bytes` (it was never admitted).
   void NoteSpilled(size_t bytes);
 
-  // Stores a tile. Errors of the medium (a full disk: RESOURCE_EXHAUSTED
-  // or INTERNAL, with the path) leave the spilled copy as it was.
+  // Stores a tile: its state, then its weights. Errors of the medium (a
+  // full disk: RESOURCE_EXHAUSTED or INTERNAL, with the path) may leave
+  // the state written and the weights not: the two then disagree on the
+  // version until a later Write, which is why the shard reads a spilled
+  // copy only after a Write of it succeeded (Chunk::disk_current).
   absl::Status Write(const ChunkRecord& tile);
-  // Reads tile `id` back. DATA_LOSS if it is missing or corrupt.
+  // Reads tile `id` back, weights and state. DATA_LOSS if it is missing
+  // or corrupt, or its two records are of different versions.
   absl::StatusOr<ChunkRecord> Read(uint64_t id);
+  // Reads only tile `id`'s weights and version (the record's slots are
+  // empty). DATA_LOSS if they are missing or corrupt.
+  absl::StatusOr<ChunkRecord> ReadWeights(uint64_t id);
 
   // A fresh, empty scratch ChunkTier on the spill disk (snapshot captures
   // of a shard that does not fit in RAM); its files go with it. It must not
@@ -146,12 +160,16 @@ class SpillStore {
   SpillCounters& counters() { return counters_; }
 
  private:
-  SpillStore(SpillOptions options, std::unique_ptr<RocksDbTier> db,
-             bool direct_io);
+  SpillStore(SpillOptions options, std::unique_ptr<RocksDbTier> weights,
+             std::unique_ptr<RocksDbTier> state, bool direct_io);
+  // A record read from `db` (the tile's weights or its state), timed and
+  // counted; DATA_LOSS with the directory when it cannot be.
+  absl::StatusOr<ChunkRecord> ReadPart(RocksDbTier& db, uint64_t id);
 
   const SpillOptions options_;
   const bool direct_io_;
-  const std::unique_ptr<RocksDbTier> db_;
+  const std::unique_ptr<RocksDbTier> weights_db_;
+  const std::unique_ptr<RocksDbTier> state_db_;
   SpillCounters counters_;
 
   mutable absl::Mutex mu_;

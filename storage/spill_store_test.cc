@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -89,8 +90,26 @@ TEST(SpillStore, WritesAndReadsTilesBitForBit) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, t);
   EXPECT_EQ(s->Read(43).status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(s->counters().write_bytes, ChunkRecordBytes(t));
-  EXPECT_EQ(s->counters().read_bytes, ChunkRecordBytes(t));
+  // The arrays' and spec's bytes, each counted once.
+  const uint64_t bytes = 9 * sizeof(float) + t.spec.size();
+  EXPECT_EQ(s->counters().write_bytes, bytes);
+  EXPECT_EQ(s->counters().read_bytes, bytes);
+  // The weights alone: their bytes and the spec's, and the version.
+  auto weights = s->ReadWeights(42);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  EXPECT_EQ(weights->version, 7u);
+  EXPECT_EQ(weights->spec, "spec");
+  EXPECT_EQ(0, std::memcmp(weights->weights.data(), t.weights.data(), 12));
+  EXPECT_TRUE(weights->slots.empty());
+  EXPECT_EQ(s->counters().read_bytes, bytes + 3 * sizeof(float) + 4);
+  EXPECT_EQ(s->ReadWeights(43).status().code(), absl::StatusCode::kDataLoss);
+  // A tile without state (SGD) goes and comes back as it was.
+  ChunkRecord sgd;
+  sgd.id = 5;
+  sgd.version = 2;
+  sgd.weights = {1, 2};
+  ASSERT_TRUE(s->Write(sgd).ok());
+  EXPECT_EQ(*s->Read(5), sgd);
 }
 
 TEST(SpillStore, StartsEmptyEachTime) {
