@@ -3,6 +3,8 @@
 #include <bit>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "storage/crc32c.h"
@@ -22,11 +24,6 @@ constexpr size_t kCrcBytes = 4;
 template <typename T>
 void Append(std::string& out, T value) {
   out.append(reinterpret_cast<const char*>(&value), sizeof(value));
-}
-
-void AppendFloats(std::string& out, absl::Span<const float> values) {
-  out.append(reinterpret_cast<const char*>(values.data()),
-             values.size() * sizeof(float));
 }
 
 // Reads fixed-size fields front to back. REQUIRES: enough bytes left (the
@@ -99,25 +96,49 @@ size_t ChunkRecordBytes(const ChunkRecord& r) {
   return sizeof(ChunkRecord) + r.spec.size() + floats * sizeof(float);
 }
 
-absl::StatusOr<std::string> EncodeChunkRecord(const ChunkRecordRef& r) {
+absl::Status EncodeChunkRecordPieces(const ChunkRecordRef& r,
+                                     std::string* scratch,
+                                     std::vector<absl::string_view>* pieces) {
   if (absl::Status s = ValidateChunkRecord(r); !s.ok()) return s;
   const bool has_weights = !r.weights.empty() || r.slots.empty();
+  scratch->clear();
+  scratch->reserve(kHeaderBytes + kCrcBytes);  // no reallocation below
+  Append<uint32_t>(*scratch, kMagic);
+  Append<uint32_t>(*scratch, kFormatVersion);
+  Append<uint64_t>(*scratch, r.id);
+  Append<uint64_t>(*scratch, r.version);
+  Append<uint64_t>(*scratch, ArrayLength(r));
+  Append<uint32_t>(*scratch, static_cast<uint32_t>(r.slots.size()));
+  Append<uint32_t>(*scratch, static_cast<uint32_t>(r.spec.size()));
+  Append<uint32_t>(*scratch, has_weights ? kHasWeights : 0);
+  auto floats = [](absl::Span<const float> a) {
+    return absl::string_view(reinterpret_cast<const char*>(a.data()),
+                             a.size() * sizeof(float));
+  };
+  pieces->clear();
+  pieces->push_back(absl::string_view(*scratch));
+  pieces->push_back(r.spec);
+  pieces->push_back(floats(r.weights));
+  for (const std::vector<float>& slot : r.slots)
+    pieces->push_back(floats(slot));
+  uint32_t crc = 0;
+  for (absl::string_view piece : *pieces) crc = crc32c::Extend(crc, piece);
+  Append<uint32_t>(*scratch, crc);
+  pieces->push_back(absl::string_view(*scratch).substr(kHeaderBytes));
+  (*pieces)[0] = absl::string_view(*scratch).substr(0, kHeaderBytes);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> EncodeChunkRecord(const ChunkRecordRef& r) {
+  std::string scratch;
+  std::vector<absl::string_view> pieces;
+  if (absl::Status s = EncodeChunkRecordPieces(r, &scratch, &pieces); !s.ok())
+    return s;
+  size_t size = 0;
+  for (absl::string_view piece : pieces) size += piece.size();
   std::string out;
-  out.reserve(kHeaderBytes + r.spec.size() +
-              ArrayLength(r) * sizeof(float) * (r.slots.size() + 1) +
-              kCrcBytes);
-  Append<uint32_t>(out, kMagic);
-  Append<uint32_t>(out, kFormatVersion);
-  Append<uint64_t>(out, r.id);
-  Append<uint64_t>(out, r.version);
-  Append<uint64_t>(out, ArrayLength(r));
-  Append<uint32_t>(out, static_cast<uint32_t>(r.slots.size()));
-  Append<uint32_t>(out, static_cast<uint32_t>(r.spec.size()));
-  Append<uint32_t>(out, has_weights ? kHasWeights : 0);
-  out.append(r.spec.data(), r.spec.size());
-  AppendFloats(out, r.weights);
-  for (const std::vector<float>& slot : r.slots) AppendFloats(out, slot);
-  Append<uint32_t>(out, crc32c::Value(out));
+  out.reserve(size);
+  for (absl::string_view piece : pieces) out.append(piece.data(), piece.size());
   return out;
 }
 

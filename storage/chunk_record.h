@@ -70,6 +70,14 @@ size_t ChunkRecordBytes(const ChunkRecord& record);
 // ValidateChunkRecord.
 absl::StatusOr<std::string> EncodeChunkRecord(const ChunkRecordRef& record);
 
+// The same bytes as pieces to write one after another (a database's
+// scatter-gather Put): the header and the CRC are kept in `scratch`, the
+// spec and arrays are viewed in place, not copied. The views are valid
+// while `record`'s arrays and `scratch` are unchanged.
+absl::Status EncodeChunkRecordPieces(const ChunkRecordRef& record,
+                                     std::string* scratch,
+                                     std::vector<absl::string_view>* pieces);
+
 // Decodes what EncodeChunkRecord wrote. DATA_LOSS if the bytes are
 // truncated, have a bad magic, sizes that disagree, or a bad checksum;
 // FAILED_PRECONDITION for an intact record of a newer format version.

@@ -5,9 +5,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/utilities/checkpoint.h"
+#include "rocksdb/write_batch.h"
 #include "storage/rocksdb_status.h"
 
 namespace strata {
@@ -149,12 +151,31 @@ absl::Status RocksDbTier::Put(const ChunkRecord& record) {
 
 absl::Status RocksDbTier::PutRef(const ChunkRecordRef& record) {
   if (absl::Status s = CheckWritable(); !s.ok()) return s;
-  absl::StatusOr<std::string> value = EncodeChunkRecord(record);
-  if (!value.ok()) return value.status();
+  // The record's pieces go into the write batch as they are: the arrays
+  // are copied once there, not first into an encoded string (a tile-sized
+  // allocation, its page faults and a copy, per write).
+  std::string scratch;
+  std::vector<absl::string_view> pieces;
+  STRATA_RETURN_IF_ERROR(EncodeChunkRecordPieces(record, &scratch, &pieces));
+  std::vector<rocksdb::Slice> slices;
+  size_t bytes = 0;
+  for (absl::string_view p : pieces) {
+    slices.emplace_back(p.data(), p.size());
+    bytes += p.size();
+  }
+  const std::string key = Key(record.id);
+  const rocksdb::Slice key_slice(key);
+  rocksdb::WriteBatch batch(key.size() + bytes + 32);
+  rocksdb::Status s = batch.Put(
+      nullptr, rocksdb::SliceParts(&key_slice, 1),
+      rocksdb::SliceParts(slices.data(), static_cast<int>(slices.size())));
+  if (!s.ok()) {
+    return FromRocksDb(s, absl::StrCat(path_, ": put chunk ", record.id));
+  }
   rocksdb::WriteOptions write;
   write.disableWAL = !options_.write_ahead_log;
   absl::MutexLock lock(&mu_);
-  const rocksdb::Status s = db_->Put(write, Key(record.id), *value);
+  s = db_->Write(write, &batch);
   if (!s.ok()) {
     return FromRocksDb(s, absl::StrCat(path_, ": put chunk ", record.id));
   }
@@ -164,7 +185,7 @@ absl::Status RocksDbTier::PutRef(const ChunkRecordRef& record) {
 
 absl::StatusOr<ChunkRecord> RocksDbTier::Get(uint64_t id) const {
   rocksdb::ReadOptions read;
-  read.verify_checksums = true;
+  read.verify_checksums = options_.verify_reads;
   rocksdb::PinnableSlice value;
   const rocksdb::Status s =
       db_->Get(read, db_->DefaultColumnFamily(), Key(id), &value);

@@ -46,6 +46,13 @@ struct RocksDbTierOptions {
   // them; they are not the process's memory. File systems without O_DIRECT
   // (tmpfs) fail at Open with INVALID_ARGUMENT.
   bool direct_io = false;
+  // Have RocksDB check its own checksums on Get. Each record carries a
+  // CRC-32C of its own (storage/chunk_record.h), which every Get checks
+  // anyway, with the record's id against the key; RocksDB's check of a
+  // blob is a second pass over the value, in software in Debian's portable
+  // build: a fifth of a tiered server's CPU (perf, 2026-11-25), so the
+  // spill tier turns it off.
+  bool verify_reads = true;
 };
 
 // Records encoded with EncodeChunkRecord, keyed by their id as 8 big-endian
