@@ -8,16 +8,18 @@
 // applied), then every chunk pulled in forward order. The first step
 // teaches the shard the order and is not timed.
 //
-// The disk limit: whole tiles move, so a step must read back every tile
-// that does not fit in the budget twice (the pushes of the backward pass
-// and the pulls of the forward one touch each tile far apart, except the
-// budget's worth around each turn) and write each once (the push changed
-// it; a pull does not): 2 x (state - budget) read and state - budget
-// written. The bytes the tier actually moved are printed too.
+// The disk limit: a step must read back every tile that does not fit in
+// the budget for its push (the whole tile), write it once (the push
+// changed it), and read its weights again for its pull (a third of an
+// Adam tile: a pull of a spilled tile reads the weights alone; the pushes
+// of the backward pass and the pulls of the forward one touch each tile
+// far apart, except the budget's worth around each turn): 4/3 x (state -
+// budget) read and state - budget written. The bytes the tier actually
+// moved are printed too.
 // Disk read and write bandwidth are measured with O_DIRECT (buffered plus
 // fdatasync where the file system lacks it) on a file as large as the
 // state, so the page cache does not answer for the disk.
-//   disk_limit_s = 2 x moved / read_GBps + moved / write_GBps
+//   disk_limit_s = 4/3 x moved / read_GBps + moved / write_GBps
 //   tier_ratio_to_disk = disk_limit_s / step_s   (target >= 0.8)
 //
 // Usage: tier_bench --dir DIR [--budget_mib 256] [--state_ratio 4]
@@ -283,8 +285,8 @@ int Main(int argc, char** argv) {
   const double write_step =
       (store->counters().write_bytes - write0) / static_cast<double>(steps + 1);
   const double moved = state - budget;
-  const double limit_s =
-      2 * moved / (disk.read_GBps * 1e9) + moved / (disk.write_GBps * 1e9);
+  const double limit_s = 4.0 / 3.0 * moved / (disk.read_GBps * 1e9) +
+                         moved / (disk.write_GBps * 1e9);
   std::printf("state_MiB %.0f\nbudget_MiB %llu\nchunks %d\n", state / 1048576.0,
               static_cast<unsigned long long>(budget_mib), chunks);
   std::printf("tier_direct_io %d\n", store->direct_io() ? 1 : 0);

@@ -1,14 +1,16 @@
 // The servers' ZeRO-Infinity tier: a RAM budget for chunk tiles (a chunk's
-// weights, optimizer state and version, which move as one unit) with the
-// tiles that do not fit spilled to a RocksDB on the server's disk.
+// weights, optimizer state and version, resident or spilled together)
+// with the tiles that do not fit spilled to RocksDB on the server's disk.
 //
 // SpillStore keeps the books and does the I/O; it does not own the tiles.
 // The shard (server/shard_tier.cc) owns each tile under the chunk's lock
-// and calls in here: Admit when a tile becomes resident, Touch on each use,
-// Release when it spills one, Coldest to choose what to spill, Write and
-// Read to move a tile. It also learns the order tiles are used in (pushes
-// arrive in backward order, pulls in forward order, the same every step)
-// so the shard can read the next ones before they are asked for (Next).
+// and calls in here: Admit when a tile becomes resident, Touch on each use
+// (each update: pulls do not touch), Release when it spills one, Coldest
+// to choose what to spill, Write and Read to move a tile. It also learns
+// the order tiles are used in (the same every step) so the shard can read
+// the next ones before they are asked for (Next); the order is learned
+// from pairs of uses, so a backward pass (k+1, k -> k-1) and a forward
+// one (k-1, k -> k+1) over the same tiles are told apart.
 //
 // A spilled tile is two records in two RocksDB databases under the
 // directory: its weights (weights/) and its optimizer state (state/), each
