@@ -89,8 +89,11 @@ struct ShardOptions {
   // null: every tile stays in RAM. Outside the budget: tiles in use at the
   // moment another is needed (at most one per handler thread and reader),
   // open BSP steps' and deferred pushes' gradients, the gradient buffer
-  // pool, the spill database's memtables (2 x 8 to 64 MiB), and a tile's
-  // encoded copy while one is written (write-behind or spill).
+  // pool, the spill databases' memtables (two full ones each, an eighth of
+  // the budget between them, 8 to 64 MiB), a record's copy in a write
+  // batch while one is written (write-behind or spill), and a spilled
+  // chunk's weights (twice: as read and decoded) for each pull reading
+  // them.
   std::shared_ptr<SpillStore> spill;
 };
 

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -96,6 +97,49 @@ TEST(ChunkRecord, EncodesTheDocumentedLayoutInPieces) {
   for (absl::string_view p : pieces)
     viewed |= p.data() == reinterpret_cast<const char*>(r.weights.data());
   EXPECT_TRUE(viewed);
+}
+
+// A state-only record (flags 0: no weights) and a record without state
+// (SGD) keep the layout too.
+TEST(ChunkRecord, EncodesStateOnlyAndStatelessRecordsInTheLayout) {
+  auto expected = [](const ChunkRecord& r, uint64_t numel, uint32_t flags) {
+    std::string want;
+    auto put = [&want](const auto& v) {
+      want.append(reinterpret_cast<const char*>(&v), sizeof(v));
+    };
+    put(uint32_t{0x4b484353});
+    put(uint32_t{1});
+    put(r.id);
+    put(r.version);
+    put(numel);
+    put(static_cast<uint32_t>(r.slots.size()));
+    put(static_cast<uint32_t>(r.spec.size()));
+    put(flags);
+    want += r.spec;
+    for (float x : r.weights) put(x);
+    for (const auto& slot : r.slots)
+      for (float x : slot) put(x);
+    put(crc32c::Value(want));
+    return want;
+  };
+  ChunkRecord state;
+  state.id = 9;
+  state.version = 3;
+  state.slots = {{1, 2}, {3, 4}};
+  ChunkRecord sgd;
+  sgd.id = 10;
+  sgd.version = 4;
+  sgd.weights = {5, 6, 7};
+  for (const auto& [r, numel, flags] :
+       {std::tuple{state, uint64_t{2}, uint32_t{0}},
+        std::tuple{sgd, uint64_t{3}, uint32_t{1}}}) {
+    absl::StatusOr<std::string> bytes = EncodeChunkRecord(r);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_EQ(*bytes, expected(r, numel, flags)) << "chunk " << r.id;
+    absl::StatusOr<ChunkRecord> back = DecodeChunkRecord(*bytes);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, r);
+  }
 }
 
 TEST(ChunkRecord, EmptyRecordRoundTrips) {

@@ -46,12 +46,13 @@ struct RocksDbTierOptions {
   // them; they are not the process's memory. File systems without O_DIRECT
   // (tmpfs) fail at Open with INVALID_ARGUMENT.
   bool direct_io = false;
-  // Have RocksDB check its own checksums on Get. Each record carries a
-  // CRC-32C of its own (storage/chunk_record.h), which every Get checks
-  // anyway, with the record's id against the key; RocksDB's check of a
-  // blob is a second pass over the value, in software in Debian's portable
-  // build: a fifth of a tiered server's CPU (perf, 2026-11-25), so the
-  // spill tier turns it off.
+  // Have RocksDB check its own checksums on Get (of the blob, and of the
+  // table blocks it reads to find it). Each record carries a CRC-32C of
+  // its own (storage/chunk_record.h), which every Get checks anyway, with
+  // the record's id against the key; RocksDB's check of a blob is a second
+  // pass over the value, in software in Debian's portable build: a fifth
+  // of a tiered server's CPU (perf, 2026-11-25). The spill tier, whose
+  // data is disposable (snapshots give durability), turns it off.
   bool verify_reads = true;
 };
 

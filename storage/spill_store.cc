@@ -27,13 +27,25 @@ RocksDbTierOptions SpillDbOptions(bool direct_io, size_t write_buffer) {
   return o;
 }
 
-// The memtable size: as set, or an eighth of the budget between 8 and
-// 64 MiB. A tile written while both memtables are full waits for a flush
-// (measured once: 8 MiB memtables with 12 MiB tiles made a step 3.5x slower
-// than 64 MiB ones); the two memtables are RAM outside the budget.
+// The memtable size of both databases together: as set, or an eighth of
+// the budget between 8 and 64 MiB. A tile written while both memtables are
+// full waits for a flush (measured once: 8 MiB memtables with 12 MiB tiles
+// made a step 3.5x slower than 64 MiB ones); the memtables are RAM outside
+// the budget.
 size_t WriteBuffer(const SpillOptions& o) {
   if (o.write_buffer_bytes > 0) return o.write_buffer_bytes;
   return std::clamp<size_t>(o.ram_budget / 8, 8 << 20, 64 << 20);
+}
+
+// One database's share of it: a third for the weights, two thirds for
+// the state, as an Adam tile's bytes split (so with a budget of 8 tiles
+// and more each memtable holds at least its part of a tile); 2 MiB at
+// least each.
+enum class Part { kWeights, kState };
+size_t PartWriteBuffer(const SpillOptions& o, Part part) {
+  const size_t all = WriteBuffer(o);
+  return std::max<size_t>(part == Part::kWeights ? all / 3 : all - all / 3,
+                          2 << 20);
 }
 
 // A RocksDbTier whose directory goes with it.
@@ -85,17 +97,13 @@ absl::StatusOr<std::unique_ptr<SpillStore>> SpillStore::Open(
   // Each database opened and tried once (a record written, flushed to a
   // file, read back and deleted), so a directory that cannot be written,
   // or a file system without O_DIRECT, fails here and not mid-training.
-  // Each gets half the memtable size: an Adam tile's weights are a third
-  // of it, its state two thirds, and both stay under half of an eighth of
-  // the budget for budgets of 8 tiles and more.
-  auto open = [&](const std::string& name,
+  auto open = [&](const std::string& name, Part part,
                   bool direct) -> absl::StatusOr<std::unique_ptr<RocksDbTier>> {
     const std::string path = absl::StrCat(options.dir, "/", name);
     std::filesystem::remove_all(path, ec);
     auto db = RocksDbTier::Open(
         path, /*create=*/true,
-        SpillDbOptions(direct,
-                       std::max<size_t>(WriteBuffer(options) / 2, 4 << 20)));
+        SpillDbOptions(direct, PartWriteBuffer(options, part)));
     if (!db.ok()) return db.status();
     ChunkRecord probe;
     probe.id = UINT64_MAX;
@@ -107,14 +115,15 @@ absl::StatusOr<std::unique_ptr<SpillStore>> SpillStore::Open(
     return db;
   };
   bool direct = options.direct_io;
-  auto weights = open("weights", direct);
+  auto weights = open("weights", Part::kWeights, direct);
   if (!weights.ok() && direct) {
-    // No O_DIRECT here (tmpfs, some overlay file systems): buffered I/O.
+    // No O_DIRECT here (tmpfs, some overlay file systems): buffered I/O,
+    // for both (they are on the one file system).
     direct = false;
-    weights = open("weights", direct);
+    weights = open("weights", Part::kWeights, direct);
   }
   if (!weights.ok()) return weights.status();
-  auto state = open("state", direct);
+  auto state = open("state", Part::kState, direct);
   if (!state.ok()) return state.status();
   return std::unique_ptr<SpillStore>(
       new SpillStore(options, *std::move(weights), *std::move(state), direct));
@@ -242,8 +251,9 @@ absl::Status SpillStore::Write(const ChunkRecord& tile) {
   if (statvfs(options_.dir.c_str(), &fs) == 0) {
     const uint64_t free_bytes =
         static_cast<uint64_t>(fs.f_bavail) * static_cast<uint64_t>(fs.f_frsize);
-    const uint64_t needed =
-        2 * WriteBuffer(options_) + ChunkRecordBytes(tile) + (8 << 20);
+    const uint64_t needed = 2 * (PartWriteBuffer(options_, Part::kWeights) +
+                                 PartWriteBuffer(options_, Part::kState)) +
+                            ChunkRecordBytes(tile) + (8 << 20);
     if (free_bytes < needed) {
       counters_.write_errors++;
       return absl::ResourceExhaustedError(absl::StrCat(

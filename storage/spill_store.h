@@ -46,7 +46,7 @@ struct SpillOptions {
   // Bytes of tiles held in RAM at most (more only for tiles in use at the
   // moment they are needed; server/shard.h states the overhead).
   uint64_t ram_budget = 0;
-  // The spill database's directory (emptied and created at Open).
+  // The spill databases' directory (emptied and created at Open).
   std::string dir;
   // Tiles read ahead of use, following the learned order.
   int prefetch_depth = 4;
@@ -66,9 +66,10 @@ struct SpillOptions {
   // Off, a spill writes its tile itself (benches compare the two).
   bool write_behind = true;
   uint64_t write_behind_bytes = 0;
-  // The spill databases' memtable size, both together (each database's
-  // is half; two of each may be full at once: RAM outside the budget);
-  // 0 = an eighth of the budget, 8 to 64 MiB.
+  // The spill databases' memtable size, both together (the weights'
+  // database gets a third, the state's two thirds, 2 MiB at least each;
+  // two of each may be full at once: RAM outside the budget); 0 = an
+  // eighth of the budget, 8 to 64 MiB.
   size_t write_buffer_bytes = 0;
 };
 
