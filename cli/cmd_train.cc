@@ -168,6 +168,11 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "while the servers apply the clipping commit (false: wait "
                   "for its answer first)")
       ->capture_default_str();
+  cmd->add_option("--forward_during_pull", o->forward_during_pull,
+                  "start forward while the step's weights are being pulled, "
+                  "each layer once its weights are in (--sync ps; false: "
+                  "pull them all first)")
+      ->capture_default_str();
   cmd->add_option("--sync", o->sync,
                   "how workers combine gradients: ps (each pushes its own; "
                   "the servers average them) or allreduce (BSP only: the "
@@ -243,6 +248,8 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
   if (!o.overlap_clip) f.insert(f.end(), {"--overlap_clip", "false"});
   if (!o.pull_during_commit)
     f.insert(f.end(), {"--pull_during_commit", "false"});
+  if (!o.forward_during_pull)
+    f.insert(f.end(), {"--forward_during_pull", "false"});
   if (o.sync != "ps") f.insert(f.end(), {"--sync", o.sync});
   if (o.bucket_bytes != TrainerOptions().bucket_bytes)
     f.insert(f.end(), {"--bucket_size", std::to_string(o.bucket_bytes)});

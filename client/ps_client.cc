@@ -172,7 +172,7 @@ absl::Status PsClient::PullTensor(int tensor, float* dst, int64_t clock,
   return WaitAll(PullTensorAsync(tensor, dst, clock, min_version, priority));
 }
 
-void PsClient::ForgetDeferred() { impl_->ForgetDeferred(); }
+void PsClient::ForgetDeferred(int64_t step) { impl_->ForgetDeferred(step); }
 
 absl::Status PsClient::Commit(int64_t step, float scale) {
   const std::vector<uint32_t> pushes = impl_->TakeDeferred(step);

@@ -163,9 +163,11 @@ class PsClient {
   // ABORTED when a server lost some (it restarted, or this worker left the
   // view).
   absl::Status Commit(int64_t step, float scale);
-  // Forgets the deferred pushes counted so far (an attempt at a step that
-  // failed before its Commit): a redo counts its own.
-  void ForgetDeferred();
+  // Forgets the deferred pushes counted for `step` and later ones (an
+  // attempt that failed before its Commit): a redo counts its own. An
+  // earlier step's counts stay: its Commit may be in flight meanwhile
+  // (the trainer computes a step while the previous one commits).
+  void ForgetDeferred(int64_t step);
 
   // Server-side stats of every slot.
   absl::StatusOr<std::vector<v1::StatsResponse>> Stats();

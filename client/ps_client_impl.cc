@@ -389,9 +389,9 @@ std::vector<uint32_t> PsClient::Impl::TakeDeferred(int64_t step) {
   return counts;
 }
 
-void PsClient::Impl::ForgetDeferred() {
+void PsClient::Impl::ForgetDeferred(int64_t step) {
   absl::MutexLock lock(&deferred_mu_);
-  deferred_.clear();
+  deferred_.erase(deferred_.lower_bound(step), deferred_.end());
 }
 
 void PsClient::Impl::AttachShm() {

@@ -130,7 +130,8 @@ class PsClient::Impl {
   void CountDeferred(int64_t step, int slot);
   // The counts of `step` (one per slot), forgetting it and older steps.
   std::vector<uint32_t> TakeDeferred(int64_t step);
-  void ForgetDeferred();
+  // Forgets the counts of `step` and later steps.
+  void ForgetDeferred(int64_t step);
 
   PsClientOptions options_;
   SchedulerClient* scheduler_;

@@ -260,6 +260,28 @@ TEST(PsClient, HigherPriorityOperationsGoFirst) {
   EXPECT_EQ(mid_pull_w.version(), 2u);   // after both pushes of w
 }
 
+// The trainer starts a step while the previous one's Commit is in flight
+// (forward runs over the next step's pulls): forgetting the new step's
+// deferred counts keeps the earlier step's for its Commit. Were they lost,
+// the Commit would reach no server, step 0 would never close, and the
+// pull of step 1 would wait out the gate (10 s) and fail.
+TEST(PsClient, ForgettingAStepsDeferredPushesKeepsAnEarlierStepsCounts) {
+  Cluster c;
+  testing::StartCluster(c);
+  std::vector<float> w(250), g_w(250, 1.0f), g_b(3, 1.0f);
+  const StepStamp deferred{.deferred = true};
+  std::vector<OpHandle> ops =
+      c.ps->PushTensorAsync(0, g_w.data(), 0, 4, 0, deferred);
+  for (OpHandle& op : c.ps->PushTensorAsync(1, g_b.data(), 0, 4, 0, deferred))
+    ops.push_back(op);
+  ASSERT_TRUE(WaitAll(ops).ok());
+  c.ps->ForgetDeferred(1);
+  ASSERT_TRUE(c.ps->Commit(0, 0.5f).ok());
+  std::vector<OpHandle> pull = c.ps->PullTensorAsync(0, w.data(), 1, 1);
+  ASSERT_TRUE(WaitAll(pull).ok()) << WaitAll(pull);
+  EXPECT_EQ(pull[0].version(), 1u);
+}
+
 }  // namespace
 }  // namespace strata
 

@@ -289,8 +289,9 @@ TEST(Train, TwoBspWorkersWithHalfTheBatchMatchOneWorkerWithAllOfIt) {
 // The ways a worker's gradients reach the servers train to the same
 // weights: clipping with the pushes overlapping backward (the servers hold
 // them until the worker sends the factor) or after it; payloads through
-// shared memory or in gRPC messages. One worker: bit-identical (the same
-// float operations in the same order).
+// shared memory or in gRPC messages; forward overlapping the pulls or
+// after them. One worker: bit-identical (the same float operations in the
+// same order).
 TEST(Train, SyncPathsTrainToTheSameWeights) {
   const std::vector<std::string> clip = {"--grad_clip", "0.05"};
   auto with = [&](std::vector<std::string> more) {
@@ -302,11 +303,15 @@ TEST(Train, SyncPathsTrainToTheSameWeights) {
       TrainBsp({"cpu"}, "clip-after", with({"--overlap_clip", "false"}));
   const BspRun messages =
       TrainBsp({"cpu"}, "clip-grpc", with({"--shm", "false"}));
+  const BspRun pull_first =
+      TrainBsp({"cpu"}, "pull-first", with({"--forward_during_pull", "false"}));
   const BspRun unclipped = TrainBsp({"cpu"}, "no-clip");
   ASSERT_FALSE(overlapped.weights.empty());
   EXPECT_EQ(overlapped.weights, after.weights);
   EXPECT_EQ(overlapped.losses, after.losses);
   EXPECT_EQ(overlapped.weights, messages.weights);
+  EXPECT_EQ(overlapped.weights, pull_first.weights);
+  EXPECT_EQ(overlapped.losses, pull_first.losses);
   // The clip did bite (else the comparison proves little about it).
   EXPECT_NE(overlapped.weights, unclipped.weights);
   // Two BSP workers: each clips its own gradient either way. Their shares
@@ -316,6 +321,9 @@ TEST(Train, SyncPathsTrainToTheSameWeights) {
   const BspRun two_after = TrainBsp({"cpu", "cpu"}, "clip-after2",
                                     with({"--overlap_clip", "false"}));
   ExpectCloseWeights(two_overlapped, two_after);
+  const BspRun two_pull_first = TrainBsp(
+      {"cpu", "cpu"}, "pull-first2", with({"--forward_during_pull", "false"}));
+  ExpectCloseWeights(two_overlapped, two_pull_first);
 }
 
 // --sync allreduce: the workers all-reduce their gradients among

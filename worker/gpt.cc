@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/parallel.h"
+#include "common/status.h"
 #include "kernels/attention.h"
 #include "kernels/crossentropy.h"
 #include "kernels/encoder.h"
@@ -227,6 +228,18 @@ void Gpt::SetGradReadyCallback(std::function<void(int)> cb) {
   grad_ready_ = std::move(cb);
 }
 
+void Gpt::SetParamWaitCallback(std::function<absl::Status(int)> cb) {
+  param_wait_ = std::move(cb);
+}
+
+absl::Status Gpt::AwaitParams(int first, int count) {
+  if (!param_wait_) return absl::OkStatus();
+  for (int i = first; i < first + count; ++i) {
+    STRATA_RETURN_IF_ERROR(param_wait_(i));
+  }
+  return absl::OkStatus();
+}
+
 void Gpt::GradReady(int param_index) {
   if (grad_ready_) grad_ready_(param_index);
 }
@@ -262,16 +275,23 @@ absl::Status ValidateBatch(const GptConfig& config, const int32_t* tokens,
 // ---------------------------------------------------------------------------
 // Forward and backward passes. N = B*T positions, C = width, NH = heads.
 
-void Gpt::ForwardTrunk(const int32_t* tokens, int B, int T) {
+absl::Status Gpt::ForwardTrunk(const int32_t* tokens, int B, int T) {
   Workspace& ws = *ws_;
   const int64_t N = int64_t{B} * T, C = config_.width;
+  STRATA_RETURN_IF_ERROR(AwaitParams(kWte, kFirstBlockParam));
   k::EncoderForward(ws.x.data(), tokens, param_data(kWte), param_data(kWpe), B,
                     T, config_.width);
-  for (int l = 0; l < config_.layers; ++l) BlockForward(l, B, T);
+  for (int l = 0; l < config_.layers; ++l) {
+    STRATA_RETURN_IF_ERROR(
+        AwaitParams(kFirstBlockParam + l * kSlotsPerLayer, kSlotsPerLayer));
+    BlockForward(l, B, T);
+  }
   const int lnf = kFirstBlockParam + config_.layers * kSlotsPerLayer;
+  STRATA_RETURN_IF_ERROR(AwaitParams(lnf, 2));
   k::LayerNormForward(ws.lnf.data(), ws.lnf_mean.data(), ws.lnf_rstd.data(),
                       ws.x.data() + config_.layers * N * C, param_data(lnf),
                       param_data(lnf + 1), N, config_.width);
+  return absl::OkStatus();
 }
 
 // x[l+1] = x[l] + attn(ln1(x[l])) + mlp(ln2(...)), keeping what backward
@@ -375,7 +395,7 @@ absl::StatusOr<float> Gpt::ForwardBackward(const int32_t* tokens,
   ws.Resize(config_, B, T);
   if (!accumulate) std::fill(grads_.begin(), grads_.end(), 0.0f);
   const int N = B * T, C = config_.width, L = config_.layers;
-  ForwardTrunk(tokens, B, T);
+  STRATA_RETURN_IF_ERROR(ForwardTrunk(tokens, B, T));
   const float loss = HeadLoss(targets, N, /*backward=*/true);
 
   const int lnf = kFirstBlockParam + L * kSlotsPerLayer;
@@ -402,7 +422,7 @@ absl::StatusOr<float> Gpt::Loss(const int32_t* tokens, const int32_t* targets,
   if (absl::Status s = ValidateBatch(config_, tokens, targets, B, T); !s.ok())
     return s;
   ws_->Resize(config_, B, T);
-  ForwardTrunk(tokens, B, T);
+  STRATA_RETURN_IF_ERROR(ForwardTrunk(tokens, B, T));
   return HeadLoss(targets, B * T, /*backward=*/false);
 }
 
@@ -426,7 +446,7 @@ absl::StatusOr<std::vector<int32_t>> Gpt::Generate(std::vector<int32_t> prompt,
     const int T = std::min<int>(prompt.size(), config_.context);
     const int32_t* window = prompt.data() + prompt.size() - T;
     ws_->Resize(config_, 1, T);
-    ForwardTrunk(window, 1, T);
+    STRATA_RETURN_IF_ERROR(ForwardTrunk(window, 1, T));
     float* logits = ws_->logits.data();
     k::MatmulForward(logits, ws_->lnf.data() + int64_t{T - 1} * C,
                      param_data(kWte), nullptr, 1, C, V);

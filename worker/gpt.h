@@ -58,6 +58,10 @@ class Gpt : public Model {
   absl::StatusOr<float> Loss(const int32_t* tokens, const int32_t* targets,
                              int B, int T) override;
   void SetGradReadyCallback(std::function<void(int param_index)> cb) override;
+  // Waits for each block's parameters together before the block's forward
+  // (the embeddings first, the final LayerNorm last).
+  void SetParamWaitCallback(
+      std::function<absl::Status(int param_index)> cb) override;
 
   // Extends `prompt` by new_tokens tokens, sampled from the model (the last
   // `context` tokens are its input) at `temperature` (<= 0: greedy), with a
@@ -88,8 +92,11 @@ class Gpt : public Model {
   explicit Gpt(const GptConfig& config);
 
   void BuildParams();
-  // Forward through the blocks and the final LayerNorm into workspace.
-  void ForwardTrunk(const int32_t* tokens, int B, int T);
+  // Forward through the blocks and the final LayerNorm into workspace,
+  // each group of parameters waited for (param_wait_) before its use.
+  absl::Status ForwardTrunk(const int32_t* tokens, int B, int T);
+  // Calls param_wait_ for parameters [first, first + count), if set.
+  absl::Status AwaitParams(int first, int count);
   void BlockForward(int layer, int B, int T);
   void BlockBackward(int layer, int B, int T);
   // LM head and loss over chunks of positions; with backward, also writes
@@ -106,6 +113,7 @@ class Gpt : public Model {
   std::vector<float> grads_;
   int64_t num_params_ = 0;
   std::function<void(int)> grad_ready_;
+  std::function<absl::Status(int)> param_wait_;
   std::unique_ptr<Workspace> ws_;
 };
 

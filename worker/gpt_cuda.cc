@@ -130,6 +130,10 @@ void GptCuda::SetGradReadyCallback(std::function<void(int)> cb) {
   grad_ready_ = std::move(cb);
 }
 
+void GptCuda::SetParamWaitCallback(std::function<absl::Status(int)> cb) {
+  param_wait_ = std::move(cb);
+}
+
 // ---------------------------------------------------------------------------
 // Forward and backward. N = B*T positions, C = width, NH = heads. Every step
 // is enqueued on the context's stream; the host waits only for gradients
@@ -156,7 +160,25 @@ absl::Status GptCuda::Prepare(const int32_t* tokens, const int32_t* targets,
                  "copy targets"));
   // Resident, the device weights are the current ones already.
   if (d.resident) return absl::OkStatus();
-  STRATA_RETURN_IF_ERROR(d.ToDevice(d.master.as<float>(), param_data(0)));
+  if (!param_wait_) {
+    STRATA_RETURN_IF_ERROR(d.ToDevice(d.master.as<float>(), param_data(0)));
+  } else {
+    // Group by group as the trainer's pulls land: wte, wpe, each block,
+    // the final LayerNorm.
+    const int n = static_cast<int>(params().size());
+    int first = 0;
+    while (first < n) {
+      const int end = first < kFirstBlockParam
+                          ? first + 1
+                          : std::min(first + kSlotsPerLayer, n);
+      for (int i = first; i < end; ++i) {
+        STRATA_RETURN_IF_ERROR(param_wait_(i));
+      }
+      STRATA_RETURN_IF_ERROR(
+          d.ParamsToDevice(d.master.as<float>(), param_data(0), first, end));
+      first = end;
+    }
+  }
   return Op("convert_weights", [&] {
     return gpt_cuda::FloatToBf16(s, d.weights.as<bf16>(), d.master.as<float>(),
                                  d.total);

@@ -85,6 +85,11 @@ class GptCuda : public Model {
   absl::StatusOr<float> Loss(const int32_t* tokens, const int32_t* targets,
                              int B, int T) override;
   void SetGradReadyCallback(std::function<void(int param_index)> cb) override;
+  // The weights go up group by group (wte, wpe, each block, the final
+  // LayerNorm) as each group's waits return, so the copies of the first
+  // overlap the pulls of the later ones; forward starts once all are up.
+  void SetParamWaitCallback(
+      std::function<absl::Status(int param_index)> cb) override;
 
   // Resident training, for one worker that owns its optimizer (no servers:
   // bench/gpu_train.sh, single-GPU runs). The fp32 master weights, the
@@ -161,6 +166,7 @@ class GptCuda : public Model {
   int ordinal_;
   double peak_flops_ = 0;
   std::function<void(int)> grad_ready_;
+  std::function<absl::Status(int)> param_wait_;
   std::unique_ptr<Device> dev_;
 };
 

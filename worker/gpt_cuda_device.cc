@@ -83,20 +83,27 @@ absl::Status GptCuda::Device::Resize(const GptConfig& cfg, int b, int t) {
   return absl::OkStatus();
 }
 
-// Two pieces: wte's vocab rows, then everything from wpe on (at
-// host_offsets[1] on the host, offsets[1] on the device).
-absl::Status GptCuda::Device::Copy(float* dst, const float* src,
-                                   cudaMemcpyKind kind) const {
+// At most two pieces: wte's vocab rows (when first is 0), then the
+// parameters from max(first, 1) to end (at host_offsets[i] on the host,
+// offsets[i] on the device, contiguous in both from wpe on).
+absl::Status GptCuda::Device::Copy(float* dst, const float* src, int first,
+                                   int end, cudaMemcpyKind kind) const {
   const bool up = kind == cudaMemcpyHostToDevice;
-  const int64_t src_rest = up ? host_offsets[1] : offsets[1];
-  const int64_t dst_rest = up ? offsets[1] : host_offsets[1];
   const char* what = up ? "copy to device" : "copy to host";
   const cudaStream_t s = ctx->stream();
-  STRATA_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(dst, src, int64_t{vocab} * width * 4, kind, s), what));
+  if (first == 0 && end > 0) {
+    STRATA_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(dst, src, int64_t{vocab} * width * 4, kind, s), what));
+    first = 1;
+  }
+  if (first >= end) return absl::OkStatus();
+  const int n = static_cast<int>(host_offsets.size());
+  const int64_t host_end = end < n ? host_offsets[end] : host_total;
+  const int64_t src_at = up ? host_offsets[first] : offsets[first];
+  const int64_t dst_at = up ? offsets[first] : host_offsets[first];
   return CudaStatus(
-      cudaMemcpyAsync(dst + dst_rest, src + src_rest,
-                      (host_total - host_offsets[1]) * 4, kind, s),
+      cudaMemcpyAsync(dst + dst_at, src + src_at,
+                      (host_end - host_offsets[first]) * 4, kind, s),
       what);
 }
 

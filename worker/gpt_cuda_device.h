@@ -76,7 +76,8 @@ namespace strata {
 // between parameters) except that wte has vocab_padded rows
 // (gpt_layout::PaddedVocab), zero beyond the vocabulary, and everything after
 // it is shifted by the same amount; weights go up and gradients come back in
-// two bulk copies (ToDevice, ToHost).
+// two bulk copies (ToDevice, ToHost), or the weights go up a group of
+// parameters at a time as the trainer's pulls land (ParamsToDevice).
 struct GptCuda::Device {
   using DeviceBuffer = gpt_cuda::DeviceBuffer;
   using bf16 = gpt_cuda::bf16;
@@ -143,13 +144,23 @@ struct GptCuda::Device {
   // param_data(0)) and the device layout; the device's padding rows of wte
   // are left as they are.
   absl::Status ToDevice(float* device, const float* host) const {
-    return Copy(device, host, cudaMemcpyHostToDevice);
+    return Copy(device, host, 0, static_cast<int>(offsets.size()),
+                cudaMemcpyHostToDevice);
   }
   absl::Status ToHost(float* host, const float* device) const {
-    return Copy(host, device, cudaMemcpyDeviceToHost);
+    return Copy(host, device, 0, static_cast<int>(offsets.size()),
+                cudaMemcpyDeviceToHost);
   }
-  // Both: from src's layout to dst's, by direction.
-  absl::Status Copy(float* dst, const float* src, cudaMemcpyKind kind) const;
+  // As ToDevice, for parameters [first, end) only (with the padding
+  // between them).
+  absl::Status ParamsToDevice(float* device, const float* host, int first,
+                              int end) const {
+    return Copy(device, host, first, end, cudaMemcpyHostToDevice);
+  }
+  // All of these: parameters [first, end) from src's layout to dst's, by
+  // direction.
+  absl::Status Copy(float* dst, const float* src, int first, int end,
+                    cudaMemcpyKind kind) const;
 
   // Sizes the activations for a (b, t) batch; a no-op for the current one.
   absl::Status Resize(const GptConfig& cfg, int b, int t);

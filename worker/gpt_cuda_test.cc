@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda_ops.h"
 #include "optim/optimizer.h"
+#include "testing/model_test_util.h"
 #include "worker/gpt.h"
 #include "worker/model.h"
 
@@ -148,6 +149,12 @@ TEST_P(GptCudaTest, GradReadyOrderMatchesCpuAndGradientsAreFinal) {
     EXPECT_TRUE(std::equal(at_ready[i].begin(), at_ready[i].end(), g))
         << gpu_->params()[i].spec.name;
   }
+}
+
+// Weights uploaded group by group as the trainer's pulls land.
+TEST_P(GptCudaTest, ReadsNoParameterBeforeItsWaitReturns) {
+  testing::ExpectWaitsBeforeEachParameterIsRead(*gpu_, tokens_.data(),
+                                                targets_.data(), kB, kT);
 }
 
 TEST_P(GptCudaTest, AccumulateAddsToTheHostGradients) {

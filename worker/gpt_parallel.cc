@@ -88,6 +88,7 @@ absl::StatusOr<float> ParallelGpt::ForwardBackward(const int32_t* tokens,
                                                    int B, int T,
                                                    bool accumulate) {
   STRATA_RETURN_IF_ERROR(ValidateBatch(config(), tokens, targets, B, T));
+  STRATA_RETURN_IF_ERROR(AwaitAllParams());
   if (broken_) {
     STRATA_RETURN_IF_ERROR(MakeGroups());
     broken_ = false;
@@ -171,8 +172,18 @@ void ParallelGpt::ReportGradsReady() {
   grad_ready_(kWte);
 }
 
+absl::Status ParallelGpt::AwaitAllParams() {
+  if (!param_wait_) return absl::OkStatus();
+  for (int i = 0; i < static_cast<int>(params().size()); ++i) {
+    STRATA_RETURN_IF_ERROR(param_wait_(i));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<float> ParallelGpt::Loss(const int32_t* tokens,
                                         const int32_t* targets, int B, int T) {
+  STRATA_RETURN_IF_ERROR(ValidateBatch(config(), tokens, targets, B, T));
+  STRATA_RETURN_IF_ERROR(AwaitAllParams());
   return host_->Loss(tokens, targets, B, T);
 }
 

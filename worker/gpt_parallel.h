@@ -65,6 +65,11 @@ class ParallelGpt : public Model {
   void SetGradReadyCallback(std::function<void(int)> cb) override {
     grad_ready_ = std::move(cb);
   }
+  // Every parameter is waited for before the ranks get their shards: no
+  // overlap of forward with the pulls here.
+  void SetParamWaitCallback(std::function<absl::Status(int)> cb) override {
+    param_wait_ = std::move(cb);
+  }
   int64_t num_params() const override { return host_->num_params(); }
   double flops_per_token() const override { return host_->flops_per_token(); }
   std::string device() const override { return "cpu"; }
@@ -74,6 +79,8 @@ class ParallelGpt : public Model {
   ParallelGpt(ModelParallelism par, std::unique_ptr<Gpt> host);
   absl::Status MakeGroups();
   void ReportGradsReady();
+  // Calls param_wait_ for every parameter, in order, if set.
+  absl::Status AwaitAllParams();
 
   const ModelParallelism par_;
   std::unique_ptr<Gpt> host_;  // the whole weights and gradients
@@ -81,6 +88,7 @@ class ParallelGpt : public Model {
   std::vector<std::unique_ptr<Communicator>> tp_comms_, pp_comms_;
   std::vector<std::unique_ptr<GptStage>> stages_;
   std::function<void(int)> grad_ready_;
+  std::function<absl::Status(int)> param_wait_;
   bool broken_ = false;  // a rank failed: the groups are aborted
 };
 

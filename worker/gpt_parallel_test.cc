@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "testing/model_test_util.h"
 #include "worker/gpt.h"
 
 namespace strata {
@@ -94,7 +95,7 @@ void PrintTo(const Split& s, std::ostream* os) {
       << " micro-batches";
 }
 
-class ParallelGptSplits : public testing::TestWithParam<Split> {};
+class ParallelGptSplits : public ::testing::TestWithParam<Split> {};
 
 TEST_P(ParallelGptSplits, LossAndGradientsMatchTheUnsplitModel) {
   const Split split = GetParam();
@@ -119,13 +120,13 @@ TEST_P(ParallelGptSplits, LossAndGradientsMatchTheUnsplitModel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TensorPipelineAndBoth, ParallelGptSplits,
-                         testing::Values(Split{1, 1, 1}, Split{2, 1, 1},
-                                         Split{3, 1, 1}, Split{4, 1, 1},
-                                         Split{1, 2, 1}, Split{1, 2, 3},
-                                         Split{1, 3, 4}, Split{2, 2, 1},
-                                         Split{2, 2, 2}, Split{2, 2, 5},
-                                         Split{3, 3, 2}, Split{1, 1, 3}),
-                         [](const testing::TestParamInfo<Split>& info) {
+                         ::testing::Values(Split{1, 1, 1}, Split{2, 1, 1},
+                                           Split{3, 1, 1}, Split{4, 1, 1},
+                                           Split{1, 2, 1}, Split{1, 2, 3},
+                                           Split{1, 3, 4}, Split{2, 2, 1},
+                                           Split{2, 2, 2}, Split{2, 2, 5},
+                                           Split{3, 3, 2}, Split{1, 1, 3}),
+                         [](const ::testing::TestParamInfo<Split>& info) {
                            return "tp" + std::to_string(info.param.tp) + "_pp" +
                                   std::to_string(info.param.pp) + "_m" +
                                   std::to_string(info.param.micro_batches);
@@ -172,6 +173,19 @@ TEST(ParallelGpt, AccumulatesLikeTheUnsplitModelAndEvaluatesTheSameLoss) {
   auto got = parallel->Loss(a.data(), b.data(), 2, 6);
   ASSERT_TRUE(want.ok() && got.ok());
   EXPECT_EQ(*got, *want);
+}
+
+// The trainer's pulls land while the model waits: every parameter before
+// the ranks get their shards.
+TEST(ParallelGpt, ReadsNoParameterBeforeItsWaitReturns) {
+  const GptConfig config = OddConfig();
+  std::unique_ptr<Model> parallel = MakeParallel(config, {2, 2, 2});
+  ASSERT_NE(parallel, nullptr);
+  FillWeights(*parallel, 3);
+  const std::vector<int32_t> x = Tokens(kB * kT, config.vocab, 1);
+  const std::vector<int32_t> y = Tokens(kB * kT, config.vocab, 2);
+  testing::ExpectWaitsBeforeEachParameterIsRead(*parallel, x.data(), y.data(),
+                                                kB, kT);
 }
 
 TEST(ParallelGpt, ReportsEveryGradientOnceInTheUnsplitOrder) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "testing/model_test_util.h"
 
 namespace strata {
 namespace {
@@ -173,6 +174,20 @@ TEST(Gpt, GradReadyReportsEveryParameterOnceLastLayersFirst) {
   for (int i = 0; i < n; ++i) EXPECT_EQ(seen[i], 1) << i;
   EXPECT_EQ(order.front(), n - 2);  // lnf.weight
   EXPECT_EQ(order.back(), 0);       // wte, tied to the LM head
+}
+
+// The trainer's pulls land while forward runs: each block waits for its
+// own parameters only, with and without recomputation in backward.
+TEST(Gpt, ReadsNoParameterBeforeItsWaitReturns) {
+  for (bool recompute : {false, true}) {
+    GptConfig config = TinyConfig();
+    config.recompute = recompute;
+    std::unique_ptr<Gpt> gpt = MakeGpt(config);
+    const std::vector<int32_t> tokens = RandomTokens(16, 32, 1);
+    const std::vector<int32_t> targets = RandomTokens(16, 32, 2);
+    testing::ExpectWaitsBeforeEachParameterIsRead(*gpt, tokens.data(),
+                                                  targets.data(), 2, 8);
+  }
 }
 
 // A 2-layer model with Adam learns a 23-byte repeating text. Uniform

@@ -96,6 +96,19 @@ class Model {
   virtual void SetGradReadyCallback(
       std::function<void(int param_index)> cb) = 0;
 
+  // Sets a function that ForwardBackward and Loss call on the calling
+  // thread before they first read parameter i from param_data(i): once per
+  // parameter per call, in forward order, every call before the first
+  // grad-ready call. It returns when param_data(i) holds the weights to
+  // compute with (the trainer's pulls of the step land meanwhile: forward
+  // starts on the first layers while later ones are in flight). A non-OK
+  // status stops the pass, which returns it (the gradients are then
+  // unspecified). A model that does not read the host weights (GptCuda
+  // resident) makes no calls. Empty: no calls. The function must not call
+  // into the model.
+  virtual void SetParamWaitCallback(
+      std::function<absl::Status(int param_index)> cb) = 0;
+
   // The number of parameters (wte counted once).
   virtual int64_t num_params() const = 0;
 

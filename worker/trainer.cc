@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -104,9 +105,25 @@ absl::Status Trainer::Run() {
     // step, the final weights; SSP/ASP read those without the gate.
     const bool last_pull = bsp ? step == o_.steps : finished;
     const int64_t clock = last_pull && !bsp ? -1 : step;
-    absl::StatusOr<uint64_t> pulled = PullWeights(clock, prev_epoch);
+    StartPull(clock, prev_epoch);
+    // Forward over the pulls: the step's samples are leased while they are
+    // in flight and forward waits for each layer's weights
+    // (ComputeAndPush; nothing is pushed unless the pulls let the step go
+    // on). Not under all-reduce sync, where a worker joins the step's
+    // group only once its pulls have said the step is its to compute.
+    std::optional<absl::StatusOr<StepWork>> leased;
+    std::optional<absl::StatusOr<double>> computed;
+    float grad_norm = 0;
+    if (!last_pull && o_.forward_during_pull && o_.sync == "ps") {
+      leased = LeaseStepWork(*scheduler_, step, job_);
+      if (leased->ok() && (*leased)->view.generation == generation_) {
+        SetStamp(**leased);
+        computed = ComputeAndPush(step, **leased, &grad_norm);
+      }
+    }
+    absl::StatusOr<uint64_t> pulled = FinishPull();
     if (metrics_) {
-      metrics_->pull_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+      metrics_->pull_seconds.Observe(absl::ToDoubleSeconds(pull_.waited));
     }
     // Without a previous step to redo, ABORTED means the job rolled back.
     if (absl::IsAborted(pulled.status()) && prev_epoch == 0 &&
@@ -139,7 +156,9 @@ absl::Status Trainer::Run() {
       prev_epoch = 0;
       continue;
     }
-    absl::StatusOr<StepWork> work = LeaseStepWork(*scheduler_, step, job_);
+    absl::StatusOr<StepWork> work =
+        leased.has_value() ? *std::move(leased)
+                           : LeaseStepWork(*scheduler_, step, job_);
     if (absl::IsOutOfRange(work.status())) {
       // BSP: the job applied this step without us (we were fenced or
       // joined late): go on from the next one. SSP/ASP: every sample is
@@ -152,12 +171,13 @@ absl::Status Trainer::Run() {
     STRATA_RETURN_IF_ERROR(work.status());
     const StepView& sv = work->view;
     if (sv.generation != generation_) continue;  // adopt the rollback first
-    stamp_ =
-        StepStamp{.epoch = work->stamp_epoch,
-                  .first_sample = static_cast<uint64_t>(work->units[0].first()),
-                  .generation = generation_};
-    float grad_norm = 0;
-    absl::StatusOr<double> loss_or = ComputeAndPush(step, *work, &grad_norm);
+    if (!computed.has_value() || pull_.broke_pass) {
+      // Not overlapped, or a wait broke the pass and the pulls' second try
+      // (after the gate's deadline ran out during the commit) succeeded.
+      SetStamp(*work);
+      computed = ComputeAndPush(step, *work, &grad_norm);
+    }
+    absl::StatusOr<double> loss_or = *std::move(computed);
     if (!loss_or.ok() && RedoInNewerView(*scheduler_, loss_or.status(), sv)) {
       spdlog::info("strata worker: redoing step {}: {}", step,
                    loss_or.status().ToString());

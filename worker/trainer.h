@@ -53,6 +53,10 @@ struct TrainerOptions {
   // apply the commit (the pulls wait at the gate chunk by chunk); false:
   // wait for the commit's answer first.
   bool pull_during_commit = true;
+  // Start forward while the step's pulls are in flight, each layer once
+  // its weights have landed (ps sync only; false: pull everything first).
+  // The same arithmetic either way.
+  bool forward_during_pull = true;
   // How workers combine gradients: "ps", each pushes its own and the
   // servers average them; "allreduce" (BSP only), the workers all-reduce
   // them among themselves over Gloo (each gradient as backward finishes

@@ -48,15 +48,41 @@ class Trainer {
   absl::Status Run();
 
  private:
-  // Pulls the weights for `step`; `prev_epoch` is the epoch step-1 was
-  // computed in (0: unknown). Returns the smallest chunk version read.
-  // Waits for step-1's commit too (commit_), which ran meanwhile.
-  absl::StatusOr<uint64_t> PullWeights(int64_t step, uint64_t prev_epoch);
+  // The pulls of one step's weights, from StartPull to FinishPull.
+  struct Pull {
+    int64_t clock = 0;        // BSP: the step; -1: no gate
+    uint64_t prev_epoch = 0;  // the epoch step-1 was computed in (0: unknown)
+    std::vector<std::vector<OpHandle>> ops;  // per parameter
+    bool finished = true;
+    absl::StatusOr<uint64_t> result = 0;  // FinishPull's, once finished
+    // A wait of the model's pass (AwaitParam) failed: the step is computed
+    // again if FinishPull succeeds (its second try after a gate deadline).
+    bool broke_pass = false;
+    absl::Duration waited;  // this worker's time sending and waiting
+  };
+  // Sends the pulls of the weights for `clock` (the step's, or -1: the
+  // final weights without the gate), first layers first: forward needs
+  // them first.
+  void StartPull(int64_t clock, uint64_t prev_epoch);
+  void SendPulls();
+  // Waits for parameter i's pulls (the model's param-wait hook).
+  absl::Status AwaitParam(int i);
+  // Waits for every pull, failed or not (one in flight would write into
+  // param_data while a redone step computes), and for step-1's commit
+  // (commit_), which ran meanwhile. Returns the smallest chunk version
+  // read. Later calls return the first one's result.
+  absl::StatusOr<uint64_t> FinishPull();
+  // Whether the finished pull lets this worker push `step`: it succeeded
+  // and (BSP) the step is still open. Finishes the pull first.
+  bool PullAllowsStep(int64_t step);
+  void SetStamp(const StepWork& work);
   // The step to start at: where the servers are (0 for a new job; later
   // for a worker that joins a running one or restarts).
   absl::StatusOr<int64_t> FirstStep();
   // Computes `work` of `step` and pushes the gradients stamped with
-  // stamp_. Sets compute_s_ to the forward and backward time.
+  // stamp_. Sets compute_s_ to the forward and backward time. With pull_
+  // still in flight, forward waits for each layer's weights, and nothing is
+  // pushed unless PullAllowsStep (else ABORTED, or the wait's error).
   absl::StatusOr<double> ComputeAndPush(int64_t step, const StepWork& work,
                                         float* grad_norm);
   absl::Status PushParam(int param, int64_t step, uint64_t samples,
@@ -92,6 +118,7 @@ class Trainer {
   // BSP with deferred pushes: the step's commit, in flight while the next
   // pulls wait at the servers' gates for it to apply.
   std::future<absl::Status> commit_;
+  Pull pull_;
   int64_t commit_step_ = -1;                // the step commit_ commits
   std::unique_ptr<WorkerMetrics> metrics_;  // null: no metrics
   std::vector<int32_t> tokens_, targets_;

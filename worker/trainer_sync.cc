@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <future>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -83,26 +84,45 @@ absl::Status Trainer::WaitReduced() {
   return absl::AbortedError(absl::StrCat("all-reduce: ", first.ToString()));
 }
 
-absl::StatusOr<uint64_t> Trainer::PullWeights(int64_t step,
-                                              uint64_t prev_epoch) {
-  // First layers first: forward needs them first.
+void Trainer::StartPull(int64_t clock, uint64_t prev_epoch) {
+  pull_ = Pull{.clock = clock, .prev_epoch = prev_epoch, .finished = false};
+  const absl::Time t0 = absl::Now();
+  SendPulls();
+  pull_.waited += absl::Now() - t0;
+}
+
+void Trainer::SendPulls() {
   const bool bsp = mode_.mode == Consistency::kBsp;
   const int n = static_cast<int>(gpt_->params().size());
-  std::vector<OpHandle> ops;
-  auto pull_all = [&] {
-    ops.clear();
-    for (int i = 0; i < n; ++i) {
-      Append(ops,
-             ps_->PullTensorAsync(
-                 i, gpt_->param_data(i), step, bsp ? step : 0,
-                 /*priority=*/n - i,
-                 StepStamp{.epoch = prev_epoch, .generation = generation_}));
+  pull_.ops.assign(n, {});
+  for (int i = 0; i < n; ++i) {
+    pull_.ops[i] = ps_->PullTensorAsync(
+        i, gpt_->param_data(i), pull_.clock, bsp ? pull_.clock : 0,
+        /*priority=*/n - i,
+        StepStamp{.epoch = pull_.prev_epoch, .generation = generation_});
+  }
+}
+
+absl::Status Trainer::AwaitParam(int i) {
+  const absl::Time t0 = absl::Now();
+  absl::Status s = WaitAll(pull_.ops[i]);
+  pull_.waited += absl::Now() - t0;
+  if (!s.ok()) pull_.broke_pass = true;
+  return s;
+}
+
+absl::StatusOr<uint64_t> Trainer::FinishPull() {
+  if (pull_.finished) return pull_.result;
+  const absl::Time t0 = absl::Now();
+  auto wait_all = [this] {
+    absl::Status first;
+    for (const std::vector<OpHandle>& ops : pull_.ops) {
+      absl::Status s = WaitAll(ops);
+      if (first.ok()) first = s;
     }
-    // Every pull finishes before this returns, failed or not: one still in
-    // flight would write into param_data while a redone step computes.
-    return WaitAll(ops);
+    return first;
   };
-  absl::Status pulled = pull_all();
+  absl::Status pulled = wait_all();
   const bool during_commit = commit_.valid();
   const absl::Status committed =
       during_commit ? commit_.get() : absl::OkStatus();
@@ -110,12 +130,16 @@ absl::StatusOr<uint64_t> Trainer::PullWeights(int64_t step,
     // The pulls' wait at the gate (max_wait) counted the whole commit: a
     // long one (a server reading spilled tiles) outlasts it. It is done
     // now: pull again.
-    pulled = pull_all();
+    SendPulls();
+    pulled = wait_all();
   }
+  pull_.finished = true;
+  pull_.waited += absl::Now() - t0;
   if (!pulled.ok()) {
     // The servers answer ABORTED to pulls of a step whose commit failed:
     // the commit's own error says why.
-    return committed.ok() ? pulled : committed;
+    pull_.result = committed.ok() ? pulled : committed;
+    return pull_.result;
   }
   if (!committed.ok()) {
     // Every chunk closed the step all the same (its retry had applied).
@@ -123,9 +147,27 @@ absl::StatusOr<uint64_t> Trainer::PullWeights(int64_t step,
                  commit_step_, committed.ToString());
   }
   uint64_t min_version = UINT64_MAX;
-  for (const OpHandle& op : ops)
-    min_version = std::min(min_version, op.version());
-  return min_version;
+  for (const std::vector<OpHandle>& ops : pull_.ops) {
+    for (const OpHandle& op : ops) {
+      min_version = std::min(min_version, op.version());
+    }
+  }
+  pull_.result = min_version;
+  return pull_.result;
+}
+
+bool Trainer::PullAllowsStep(int64_t step) {
+  const absl::StatusOr<uint64_t> pulled = FinishPull();
+  if (!pulled.ok()) return false;
+  return mode_.mode != Consistency::kBsp ||
+         *pulled <= static_cast<uint64_t>(step);
+}
+
+void Trainer::SetStamp(const StepWork& work) {
+  stamp_ =
+      StepStamp{.epoch = work.stamp_epoch,
+                .first_sample = static_cast<uint64_t>(work.units[0].first()),
+                .generation = generation_};
 }
 
 absl::StatusOr<int64_t> Trainer::FirstStep() {
@@ -204,7 +246,9 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
   stamp_.whole_step = reduce;
   stamp_.share_stride = reduce ? comm_->size() : 1;
   stamp_.share_index = reduce ? comm_->rank() : 0;
-  ps_->ForgetDeferred();  // counts of an earlier attempt that failed
+  // Counts of an earlier attempt that failed (step-1's commit may be in
+  // flight: its counts stay).
+  ps_->ForgetDeferred(step);
   // Micro-batches: all but the last are kept, weighted by their share of
   // the samples; the last one's gradients complete the step's as backward
   // finishes each, and go out from there.
@@ -214,15 +258,30 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
   auto finish = [&](int param) {
     if (last > 0) accumulator_.Finish(*gpt_, param, last_weight);
   };
+  // Forward may start while this step's pulls are in flight (Run): the
+  // first pass waits for each layer's weights before it reads them, and
+  // no gradient goes out before every pull has landed and said this step
+  // is this worker's to push (all of that before backward's first
+  // gradient, since forward reads every parameter).
+  const absl::Duration waited_before = pull_.waited;
+  std::optional<bool> may_push;
+  auto pull_allows = [&] {
+    if (!may_push) may_push = PullAllowsStep(step);
+    return *may_push;
+  };
   double loss_sum = 0;
   absl::Status failed;
   int first_row = 0;
   for (int k = 0; k <= last && failed.ok(); ++k) {
+    if (k == 0 && !pull_.finished) {
+      gpt_->SetParamWaitCallback(
+          [this](int param) { return AwaitParam(param); });
+    }
     if (k == last && stream) {
       // Push each gradient as soon as backward has finished it.
       gpt_->SetGradReadyCallback([&](int param) {
         finish(param);
-        (void)PushParam(param, step, B, ops);
+        if (pull_allows()) (void)PushParam(param, step, B, ops);
       });
     } else if (k == last && reduce) {
       // Reduce each gradient as soon as backward has finished it.
@@ -235,6 +294,7 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
         tokens_.data() + static_cast<size_t>(first_row) * T,
         targets_.data() + static_cast<size_t>(first_row) * T, pieces[k], T);
     gpt_->SetGradReadyCallback(nullptr);  // it captures this frame's locals
+    gpt_->SetParamWaitCallback(nullptr);
     if (!piece_loss.ok()) {
       failed = piece_loss.status();
       break;
@@ -245,7 +305,12 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
     first_row += pieces[k];
   }
   const absl::Time computed = absl::Now();
-  compute_s_ = absl::ToDoubleSeconds(computed - t0);
+  // Without the waits for the pulls: the ledger splits steps by this.
+  compute_s_ =
+      absl::ToDoubleSeconds(computed - t0 - (pull_.waited - waited_before));
+  if (failed.ok() && !pull_allows()) {
+    failed = absl::AbortedError("this step's pulls did not let it go on");
+  }
   if (!failed.ok()) {
     (void)WaitAll(ops);  // pushes in flight read grad_data
     if (reducing) {
@@ -289,7 +354,7 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
   if (stamp_.deferred && mode_.mode == Consistency::kBsp &&
       o_.pull_during_commit) {
     // The next pulls wait at the gate for this step to close, chunk by
-    // chunk: they go out while the servers apply the commit (PullWeights
+    // chunk: they go out while the servers apply the commit (FinishPull
     // collects its answer).
     commit_step_ = step;
     commit_ = std::async(std::launch::async, [this, step, scale] {

@@ -16,9 +16,10 @@ WorkerMetrics::WorkerMetrics(Metrics& m)
                               "Tokens per second, whole steps, smoothed")),
       pull_seconds(m.AddHistogram(
           "strata_worker_pull_seconds",
-          "Pulling a step's weights, the consistency gate's wait included "
-          "(under BSP with clipping overlapped, also the previous step's "
-          "commit, which runs meanwhile)",
+          "Waiting for a step's weights, the consistency gate's wait "
+          "included (under BSP with clipping overlapped, also the previous "
+          "step's commit, which runs meanwhile); with forward overlapping "
+          "the pulls, only the time forward and the step's end waited",
           Histogram::LatencyBounds())),
       compute_seconds(m.AddHistogram("strata_worker_compute_seconds",
                                      "Forward and backward of a step",

@@ -1,0 +1,105 @@
+// The check every Model implementation's test runs on its param-wait hook
+// (Model::SetParamWaitCallback). Header-only, for tests.
+#ifndef STRATA_TESTING_MODEL_TEST_UTIL_H_
+#define STRATA_TESTING_MODEL_TEST_UTIL_H_
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "worker/model.h"
+
+namespace strata::testing {
+
+// `model` holds its weights in param_data. Checks that ForwardBackward and
+// Loss call the hook once per parameter, in forward order, before the
+// first grad-ready call, and read no parameter before its wait returned:
+// the weights are set to NaN and each wait puts its parameter's back, so
+// any earlier read would show in the loss and the gradients, which must
+// equal a plain pass's bit for bit. Then a wait that fails (at the middle
+// parameter) must stop the pass with its status, with no later waits and
+// no gradient reported. Leaves the weights as they were and no hooks set.
+inline void ExpectWaitsBeforeEachParameterIsRead(Model& model,
+                                                 const int32_t* tokens,
+                                                 const int32_t* targets, int B,
+                                                 int T) {
+  const int n = static_cast<int>(model.params().size());
+  auto numel = [&](int i) {
+    return static_cast<int64_t>(model.params()[i].spec.numel());
+  };
+  std::vector<std::vector<float>> weights(n), want_grads(n);
+  for (int i = 0; i < n; ++i) {
+    weights[i].assign(model.param_data(i), model.param_data(i) + numel(i));
+  }
+  absl::StatusOr<float> want = model.ForwardBackward(tokens, targets, B, T);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(std::isfinite(*want));
+  for (int i = 0; i < n; ++i) {
+    want_grads[i].assign(model.grad_data(i), model.grad_data(i) + numel(i));
+  }
+  absl::StatusOr<float> want_eval = model.Loss(tokens, targets, B, T);
+  ASSERT_TRUE(want_eval.ok()) << want_eval.status();
+
+  auto poison = [&] {
+    for (int i = 0; i < n; ++i) {
+      std::fill(model.param_data(i), model.param_data(i) + numel(i),
+                std::numeric_limits<float>::quiet_NaN());
+    }
+  };
+  // Waits are logged as i, grad-ready calls as -1 - i.
+  std::vector<int> log;
+  int fail_at = -1;
+  model.SetParamWaitCallback([&](int i) {
+    log.push_back(i);
+    if (i == fail_at) return absl::CancelledError("the pull failed");
+    std::copy(weights[i].begin(), weights[i].end(), model.param_data(i));
+    return absl::OkStatus();
+  });
+  model.SetGradReadyCallback([&](int i) { log.push_back(-1 - i); });
+  auto expect_waits_in_order = [&](int count) {
+    ASSERT_GE(static_cast<int>(log.size()), count);
+    for (int i = 0; i < count; ++i) EXPECT_EQ(log[i], i) << "call " << i;
+  };
+
+  poison();
+  absl::StatusOr<float> got = model.ForwardBackward(tokens, targets, B, T);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, *want);
+  expect_waits_in_order(n);
+  ASSERT_EQ(static_cast<int>(log.size()), 2 * n);  // then n grad-ready calls
+  for (int k = n; k < 2 * n; ++k) EXPECT_LT(log[k], 0) << "call " << k;
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(
+        std::vector<float>(model.grad_data(i), model.grad_data(i) + numel(i)),
+        want_grads[i])
+        << model.params()[i].spec.name;
+  }
+
+  log.clear();
+  poison();
+  absl::StatusOr<float> got_eval = model.Loss(tokens, targets, B, T);
+  ASSERT_TRUE(got_eval.ok()) << got_eval.status();
+  EXPECT_EQ(*got_eval, *want_eval);
+  expect_waits_in_order(n);
+  EXPECT_EQ(static_cast<int>(log.size()), n);
+
+  log.clear();
+  fail_at = n / 2;
+  absl::StatusOr<float> failed = model.ForwardBackward(tokens, targets, B, T);
+  EXPECT_EQ(failed.status(), absl::CancelledError("the pull failed"));
+  expect_waits_in_order(fail_at + 1);
+  EXPECT_EQ(static_cast<int>(log.size()), fail_at + 1);
+
+  model.SetParamWaitCallback(nullptr);
+  model.SetGradReadyCallback(nullptr);
+  for (int i = 0; i < n; ++i) {
+    std::copy(weights[i].begin(), weights[i].end(), model.param_data(i));
+  }
+}
+
+}  // namespace strata::testing
+
+#endif  // STRATA_TESTING_MODEL_TEST_UTIL_H_
