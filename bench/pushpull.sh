@@ -9,6 +9,9 @@
 # mutual TLS on every channel, each against its plaintext figure
 # (pushpull_tls_ratio_to_plaintext). Shared memory carries payloads
 # outside the channel, so TLS does not touch them.
+# Then BF16_CONFIGS with gradients pushed and weights pulled as bf16 (a GPU
+# worker's default), counted in the model's fp32 bytes, each against its
+# fp32 figure (pushpull_bf16_speedup).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
@@ -46,6 +49,15 @@ for config in ${CONFIGS:-4:1:1 4:1:0 4:2:1 4:2:0 64:1:1 64:1:0 64:2:1 64:2:0}; d
   plain[$name]=$pp
   printf "pushpull_GBps %s %.3f\n" "$name" "$pp"
   python3 -c "print('pushpull_ratio_to_tcp $name %.3f' % ($pp / $tcp))"
+done
+
+for config in ${BF16_CONFIGS:-4:1:1 4:1:0 64:1:0}; do
+  run_config "$config" --bf16 1
+  printf "pushpull_GBps bf16_%s %.3f\n" "$name" "$pp"
+  python3 -c "print('pushpull_ratio_to_tcp bf16_$name %.3f' % ($pp / $tcp))"
+  if [ -n "${plain[$name]:-}" ]; then
+    python3 -c "print('pushpull_bf16_speedup $name %.3f' % ($pp / ${plain[$name]}))"
+  fi
 done
 
 # The same through mutual TLS: a second cluster with `strata certs` files.

@@ -7,6 +7,9 @@
 // per second, best of --repeats. --shm 0 keeps payloads in the gRPC
 // messages even where the servers could map shared memory. With
 // --tls_cert/--tls_key/--tls_ca (a worker's) every channel is mutual TLS.
+// --bf16 1 pushes gradients and pulls weights as bf16 (a GPU worker's
+// default): the figure still counts the model's fp32 bytes (what a worker
+// synchronizes per second), and `pushpull_wire_GBps` the bytes sent.
 #include <cstdio>
 #include <thread>
 #include <vector>
@@ -52,7 +55,7 @@ int main(int argc, char** argv) {
   std::string scheduler = "127.0.0.1:7070";
   int model_mib = 256, chunk_mib = 4, rounds = 4, repeats = 3, in_flight = 8;
   int workers = 1;
-  bool shm = true;
+  bool shm = true, bf16 = false;
   app.add_option("--scheduler", scheduler);
   app.add_option("--model_mib", model_mib)->check(CLI::PositiveNumber);
   app.add_option("--chunk_mib", chunk_mib)->check(CLI::PositiveNumber);
@@ -63,6 +66,7 @@ int main(int argc, char** argv) {
   app.add_option("--workers", workers, "clients pushing and pulling at once")
       ->check(CLI::PositiveNumber);
   app.add_option("--shm", shm, "payloads through shared memory where possible");
+  app.add_option("--bf16", bf16, "push and pull as bf16");
   strata::TlsFiles tls;
   app.add_option("--tls_cert", tls.cert);
   app.add_option("--tls_key", tls.key);
@@ -100,6 +104,7 @@ int main(int argc, char** argv) {
     po.max_in_flight_per_server = in_flight;
     po.shared_memory = shm;
     po.security = *security;
+    if (bf16) po.push_dtype = po.pull_dtype = strata::v1::DTYPE_BF16;
     auto ps = strata::PsClient::Create(po, c.sched.get());
     if (!ps.ok()) return 1;
     c.ps = std::move(*ps);
@@ -147,5 +152,6 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "payloads through shared memory: %llu\n",
                static_cast<unsigned long long>(shm_payloads));
   std::printf("pushpull_GBps %.3f\n", best);
+  std::printf("pushpull_wire_GBps %.3f\n", bf16 ? best / 2 : best);
   return 0;
 }

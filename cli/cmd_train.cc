@@ -198,10 +198,20 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "with --sync allreduce: the address of this host the "
                   "other workers reach this worker's Gloo connections at")
       ->capture_default_str();
-  cmd->add_flag("--push_bf16", o->push_bf16, "push gradients as bf16");
-  cmd->add_flag("--pull_bf16", o->pull_bf16,
-                "pull weights as bf16 (the servers keep fp32; the worker "
-                "computes with the rounded weights)");
+  cmd->add_flag_function(
+      "--push_bf16", [o](int64_t n) { o->push_bf16 = n > 0; },
+      "push gradients as bf16 (default: on with --device cuda; "
+      "--push_bf16=false turns it off)");
+  cmd->add_option("--error_feedback", o->error_feedback,
+                  "with --push_bf16: carry each push's rounding error into "
+                  "the next one (error feedback), so small gradient parts "
+                  "are delayed, not lost")
+      ->capture_default_str();
+  cmd->add_flag_function(
+      "--pull_bf16", [o](int64_t n) { o->pull_bf16 = n > 0; },
+      "pull weights as bf16 (the servers keep fp32; the worker computes "
+      "with the rounded weights, as a GPU worker does anyway). Default: on "
+      "with --device cuda; --pull_bf16=false turns it off");
   cmd->add_option("--shm", o->shared_memory,
                   "carry payloads through shared memory to servers on this "
                   "host (false: in gRPC messages)")
@@ -237,8 +247,12 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
       "--log_every",    std::to_string(o.log_every)};
   if (o.model.recompute) f.push_back("--recompute");
   f.insert(f.end(), {"--device", o.device});
-  if (o.push_bf16) f.push_back("--push_bf16");
-  if (o.pull_bf16) f.push_back("--pull_bf16");
+  // Set or not: a worker's own default follows its device.
+  if (o.push_bf16)
+    f.push_back(*o.push_bf16 ? "--push_bf16" : "--push_bf16=false");
+  if (o.pull_bf16)
+    f.push_back(*o.pull_bf16 ? "--pull_bf16" : "--pull_bf16=false");
+  if (!o.error_feedback) f.insert(f.end(), {"--error_feedback", "false"});
   if (o.micro_batches != 1)
     f.insert(f.end(), {"--micro_batches", std::to_string(o.micro_batches)});
   if (o.tp != 1) f.insert(f.end(), {"--tp", std::to_string(o.tp)});

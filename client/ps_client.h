@@ -97,6 +97,10 @@ struct StepStamp {
   // pushes its share of the chunks).
   int share_stride = 1;
   int share_index = 0;
+  // The payload's type on the wire; unset: the client's push_dtype or
+  // pull_dtype (a worker that pulls bf16 to compute reads the final weights
+  // in fp32).
+  std::optional<v1::DType> dtype;
 };
 
 // Waits for every op; the first error among them, or OK.

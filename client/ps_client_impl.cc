@@ -106,6 +106,7 @@ void PsClient::Impl::Issue(const OpPtr& op) {
   static const std::string kPush = "/strata.v1.ParameterServer/Push";
   static const std::string kPull = "/strata.v1.ParameterServer/Pull";
   if (op->kind == OpState::kPush) {
+    const v1::DType dtype = op->stamp.dtype.value_or(options_.push_dtype);
     v1::PushRequest header;
     header.set_member_id(scheduler_->member_id());
     header.set_epoch(op->stamp.epoch != 0 ? op->stamp.epoch : view.epoch());
@@ -114,15 +115,15 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     header.set_chunk_id(chunk.id);
     header.set_step(op->step);
     header.set_num_samples(op->samples);
-    header.set_dtype(options_.push_dtype);
+    header.set_dtype(dtype);
     header.set_deferred(op->stamp.deferred);
     header.set_whole_step(op->stamp.whole_step);
-    const size_t bytes = chunk.numel * ElementBytes(options_.push_dtype);
+    const size_t bytes = chunk.numel * ElementBytes(dtype);
     if (TakeShmSlot(op, *stubs, bytes)) {
       // One copy (or conversion) into the shared slot; the server copies
       // it out. The message carries only the slot's place.
       char* slot = op->shm_slot.data;
-      if (options_.push_dtype == v1::DTYPE_BF16) {
+      if (dtype == v1::DTYPE_BF16) {
         FloatToBf16(op->grad, reinterpret_cast<uint16_t*>(slot), chunk.numel);
       } else {
         std::memcpy(slot, op->grad, bytes);
@@ -135,7 +136,7 @@ void PsClient::Impl::Issue(const OpPtr& op) {
       // The payload slice points at the caller's buffer (no copy); the
       // caller keeps it alive until the handle is done.
       const void* payload = op->grad;
-      if (options_.push_dtype == v1::DTYPE_BF16) {
+      if (dtype == v1::DTYPE_BF16) {
         if (op->bf16.empty()) {
           op->bf16.resize(bytes);
           FloatToBf16(op->grad, reinterpret_cast<uint16_t*>(op->bf16.data()),
@@ -157,8 +158,9 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     req.set_min_version(op->min_version);
     req.set_epoch(op->stamp.epoch);
     req.set_generation(op->stamp.generation.value_or(view.generation()));
-    req.set_dtype(options_.pull_dtype);
-    const size_t bytes = chunk.numel * ElementBytes(options_.pull_dtype);
+    const v1::DType dtype = op->stamp.dtype.value_or(options_.pull_dtype);
+    req.set_dtype(dtype);
+    const size_t bytes = chunk.numel * ElementBytes(dtype);
     if (TakeShmSlot(op, *stubs, bytes)) {
       *req.mutable_shm() = op->shm_slot.ref;
       req.mutable_shm()->set_size(bytes);
@@ -239,7 +241,8 @@ absl::Status PsClient::Impl::ReadResponse(const OpState& op,
   STRATA_RETURN_IF_ERROR(
       message.Parse(response, v1::PullResponse::kDataFieldNumber, &resp));
   const ChunkInfo& chunk = plan_.chunks[op.chunk];
-  const size_t want = chunk.numel * ElementBytes(options_.pull_dtype);
+  const v1::DType dtype = op.stamp.dtype.value_or(options_.pull_dtype);
+  const size_t want = chunk.numel * ElementBytes(dtype);
   const char* shm = op.shm ? op.shm_slot.data : nullptr;
   if (shm == nullptr && message.payload_size() != want) {
     return absl::DataLossError(absl::StrCat(
@@ -251,7 +254,7 @@ absl::Status PsClient::Impl::ReadResponse(const OpState& op,
         "pull of chunk ", chunk.id,
         " returned its weights in the message, not in shared memory"));
   }
-  if (options_.pull_dtype == v1::DTYPE_BF16) {
+  if (dtype == v1::DTYPE_BF16) {
     std::vector<uint16_t> raw;
     if (shm == nullptr) {
       raw.resize(chunk.numel);

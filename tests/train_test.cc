@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/bf16.h"
 #include "nlohmann/json.hpp"
 #include "tests/process_util.h"
 
@@ -326,6 +327,36 @@ TEST(Train, SyncPathsTrainToTheSameWeights) {
   ExpectCloseWeights(two_overlapped, two_pull_first);
 }
 
+// Gradients pushed as bf16 with error feedback (the servers keep fp32
+// weights and moments) train close to fp32 pushes. AdamW's update per
+// element is lr * m/sqrt(v), which a relative change of the gradient by one
+// bf16 rounding (2^-9, and at most one more carried by error feedback)
+// moves by a few times that: over 6 steps at lr 0.003 and a peak of 1 for
+// |m/sqrt(v)|, well below 6 * 0.003 * 2^-5 = 5.6e-4, while any missed
+// conversion or dropped carry would move weights by up to the whole
+// update (6 * 0.003).
+TEST(Train, Bf16PushesWithErrorFeedbackTrainCloseToFp32) {
+  for (const char* clip : {"0", "0.05"}) {
+    const BspRun fp32 = TrainBsp({"cpu"}, "fp32", {"--grad_clip", clip});
+    const BspRun bf16 =
+        TrainBsp({"cpu"}, "bf16", {"--grad_clip", clip, "--push_bf16"});
+    ASSERT_EQ(fp32.weights.size(), bf16.weights.size());
+    ASSERT_FALSE(fp32.weights.empty());
+    double max_diff = 0;
+    for (size_t i = 0; i < fp32.weights.size(); ++i) {
+      max_diff = std::max(max_diff,
+                          std::fabs(double{fp32.weights[i]} - bf16.weights[i]));
+    }
+    EXPECT_GT(max_diff, 0.0) << "clip " << clip << ": the rounding did nothing";
+    EXPECT_LT(max_diff, 6 * 0.003 / 32) << "clip " << clip;
+  }
+  // The carried error reaches the pushes: without it the weights differ.
+  const BspRun fed = TrainBsp({"cpu"}, "bf16-ef", {"--push_bf16"});
+  const BspRun plain = TrainBsp({"cpu"}, "bf16-no-ef",
+                                {"--push_bf16", "--error_feedback", "false"});
+  EXPECT_NE(fed.weights, plain.weights);
+}
+
 // --sync allreduce: the workers all-reduce their gradients among
 // themselves over Gloo (groups formed through the scheduler's KV) and each
 // pushes its share of the 4 KiB chunks as the whole step's gradient. One
@@ -470,6 +501,27 @@ TEST(Train, GpuWorkersTrainLikeCpuWorkers) {
   const BspRun cpu_cpu = TrainBsp({"cpu", "cpu"}, "gpu_vs_cpu_cpu_cpu");
   const BspRun cpu_gpu = TrainBsp({"cpu", "cuda"}, "gpu_vs_cpu_cpu_gpu");
   EXPECT_LT(MeanAbsDiff(cpu_gpu, cpu_cpu), 3e-4);
+#endif
+}
+
+// A GPU worker pulls its weights as bf16 by default: it rounds them to
+// bf16 on the device anyway, so it computes exactly what it would from
+// fp32 pulls (the same losses and, pushes being the same, the same
+// weights on the servers), with half the bytes. The final weights come in
+// fp32: rounded ones would differ from the fp32 run's.
+TEST(Train, AGpuWorkerPullsBf16WithoutChangingWhatItComputes) {
+#ifndef STRATA_VGPU_BINARY
+  GTEST_SKIP() << "built without CUDA: no virtual GPU binary";
+#else
+  const BspRun bf16 = TrainBsp({"cuda"}, "gpu_pull_bf16");
+  const BspRun fp32 = TrainBsp({"cuda"}, "gpu_pull_fp32",
+                               {"--grad_clip", "0", "--pull_bf16=false"});
+  ASSERT_EQ(bf16.losses.size(), 6u);
+  EXPECT_EQ(bf16.losses, fp32.losses);
+  EXPECT_EQ(bf16.weights, fp32.weights);
+  size_t off_grid = 0;  // final weights that bf16 cannot represent
+  for (float w : bf16.weights) off_grid += Bf16ToFloat(FloatToBf16(w)) != w;
+  EXPECT_GT(off_grid, bf16.weights.size() / 2);
 #endif
 }
 

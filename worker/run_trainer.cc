@@ -49,6 +49,14 @@ absl::Status Validate(const TrainerOptions& o) {
 
 }  // namespace
 
+bool PushesBf16(const TrainerOptions& o) {
+  return o.push_bf16.value_or(o.device == "cuda");
+}
+
+bool PullsBf16(const TrainerOptions& o) {
+  return o.pull_bf16.value_or(o.device == "cuda");
+}
+
 absl::Status CheckTrainerOptions(const TrainerOptions& o) {
   STRATA_RETURN_IF_ERROR(Validate(o));
   DatasetOptions dopts;
@@ -96,8 +104,8 @@ absl::Status RunTrainer(const TrainerOptions& options) {
           o.workers, absl::Seconds(120)));
   if (o.on_joined) o.on_joined();
   PsClientOptions po;
-  po.push_dtype = o.push_bf16 ? v1::DTYPE_BF16 : v1::DTYPE_F32;
-  po.pull_dtype = o.pull_bf16 ? v1::DTYPE_BF16 : v1::DTYPE_F32;
+  po.push_dtype = PushesBf16(o) ? v1::DTYPE_BF16 : v1::DTYPE_F32;
+  po.pull_dtype = PullsBf16(o) ? v1::DTYPE_BF16 : v1::DTYPE_F32;
   po.shared_memory = o.shared_memory;
   po.security = o.security;
   STRATA_ASSIGN_OR_RETURN(auto ps,

@@ -96,6 +96,7 @@ absl::Status Trainer::Run() {
             AdoptRollback(*scheduler_, &generation_)) {
       step = *back;
       prev_epoch = 0;
+      feedback_.Reset();
       // A restarted server that held no snapshot lacks the chunks.
       STRATA_RETURN_IF_ERROR(ps_->RegisterModel(ServerModel(*gpt_, o_)));
       continue;
@@ -105,7 +106,7 @@ absl::Status Trainer::Run() {
     // step, the final weights; SSP/ASP read those without the gate.
     const bool last_pull = bsp ? step == o_.steps : finished;
     const int64_t clock = last_pull && !bsp ? -1 : step;
-    StartPull(clock, prev_epoch);
+    StartPull(clock, prev_epoch, /*final=*/last_pull);
     // Forward over the pulls: the step's samples are leased while they are
     // in flight and forward waits for each layer's weights
     // (ComputeAndPush; nothing is pushed unless the pulls let the step go
@@ -140,6 +141,7 @@ absl::Status Trainer::Run() {
       spdlog::info("strata worker: redoing step {}: {}", step - 1,
                    pulled.status().ToString());
       if (metrics_) metrics_->redone.Add();
+      feedback_.Reset();  // the pushes it carried from are not applied
       if (!RedoInNewerView(*scheduler_, pulled.status(), last)) {
         return pulled.status();
       }
@@ -182,6 +184,7 @@ absl::Status Trainer::Run() {
       spdlog::info("strata worker: redoing step {}: {}", step,
                    loss_or.status().ToString());
       if (metrics_) metrics_->redone.Add();
+      feedback_.Reset();  // the pushes it carried from are not applied
       continue;
     }
     STRATA_ASSIGN_OR_RETURN(const double loss, loss_or);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -72,9 +73,20 @@ struct TrainerOptions {
   // default size.
   size_t bucket_bytes = size_t{25} << 20;
   absl::Duration collective_timeout = absl::Seconds(60);
-  bool push_bf16 =
-      false;  // push gradients as bf16 (weights stay fp32 on servers)
-  bool pull_bf16 = false;  // pull weights as bf16 (computes with them)
+  // Gradients pushed, weights pulled as bf16 (the servers keep fp32
+  // weights and moments and apply fp32 math). Unset: on for a GPU worker,
+  // off on the CPU (PushesBf16, PullsBf16). A GPU worker computes with
+  // bf16 weights, rounded on the device from what it pulls, so a bf16 pull
+  // changes nothing it computes and halves the bytes; its gradients come
+  // from bf16 activations, and their rounding on the wire is carried by
+  // error feedback. A CPU worker that pulls bf16 computes with the rounded
+  // weights. The final weights (weights_out) are pulled in fp32 either way.
+  std::optional<bool> push_bf16;
+  std::optional<bool> pull_bf16;
+  // With bf16 pushes (ps sync): each push carries the rounding error of
+  // the last one (worker/error_feedback.h), so what rounding drops is
+  // delayed, not lost. Dropped when a step is redone or the job rolls back.
+  bool error_feedback = true;
   // Payloads through shared memory to servers on this host.
   bool shared_memory = true;
   int64_t eval_every = 50;  // 0: never
@@ -102,6 +114,11 @@ struct TrainerOptions {
   // TLS for the channels to the scheduler and servers (security/tls.h).
   std::shared_ptr<const Security> security = Security::Plaintext();
 };
+
+// Whether `o`'s worker pushes gradients or pulls weights as bf16: the
+// option when set, else whether it computes on a GPU.
+bool PushesBf16(const TrainerOptions& o);
+bool PullsBf16(const TrainerOptions& o);
 
 // Runs one worker to completion: registers, pulls, trains `steps` steps,
 // leaves. Errors: INVALID_ARGUMENT for bad options; the first failing

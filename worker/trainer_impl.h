@@ -19,6 +19,7 @@
 #include "collective/grad_buckets.h"
 #include "common/consistency.h"
 #include "worker/data.h"
+#include "worker/error_feedback.h"
 #include "worker/grad_accumulator.h"
 #include "worker/model.h"
 #include "worker/trainer.h"
@@ -52,6 +53,7 @@ class Trainer {
   struct Pull {
     int64_t clock = 0;        // BSP: the step; -1: no gate
     uint64_t prev_epoch = 0;  // the epoch step-1 was computed in (0: unknown)
+    bool final = false;       // the final weights: in fp32 whatever PullsBf16
     std::vector<std::vector<OpHandle>> ops;  // per parameter
     bool finished = true;
     absl::StatusOr<uint64_t> result = 0;  // FinishPull's, once finished
@@ -62,8 +64,8 @@ class Trainer {
   };
   // Sends the pulls of the weights for `clock` (the step's, or -1: the
   // final weights without the gate), first layers first: forward needs
-  // them first.
-  void StartPull(int64_t clock, uint64_t prev_epoch);
+  // them first. `final`: the weights the job ends with.
+  void StartPull(int64_t clock, uint64_t prev_epoch, bool final);
   void SendPulls();
   // Waits for parameter i's pulls (the model's param-wait hook).
   absl::Status AwaitParam(int i);
@@ -123,6 +125,7 @@ class Trainer {
   std::unique_ptr<WorkerMetrics> metrics_;  // null: no metrics
   std::vector<int32_t> tokens_, targets_;
   GradAccumulator accumulator_;
+  Bf16ErrorFeedback feedback_;  // --push_bf16 with error feedback
   // All-reduce sync: the group and the (generation, workers epoch) it was
   // formed for.
   std::unique_ptr<Communicator> comm_;

@@ -84,8 +84,11 @@ absl::Status Trainer::WaitReduced() {
   return absl::AbortedError(absl::StrCat("all-reduce: ", first.ToString()));
 }
 
-void Trainer::StartPull(int64_t clock, uint64_t prev_epoch) {
-  pull_ = Pull{.clock = clock, .prev_epoch = prev_epoch, .finished = false};
+void Trainer::StartPull(int64_t clock, uint64_t prev_epoch, bool final) {
+  pull_ = Pull{.clock = clock,
+               .prev_epoch = prev_epoch,
+               .final = final,
+               .finished = false};
   const absl::Time t0 = absl::Now();
   SendPulls();
   pull_.waited += absl::Now() - t0;
@@ -99,7 +102,10 @@ void Trainer::SendPulls() {
     pull_.ops[i] = ps_->PullTensorAsync(
         i, gpt_->param_data(i), pull_.clock, bsp ? pull_.clock : 0,
         /*priority=*/n - i,
-        StepStamp{.epoch = pull_.prev_epoch, .generation = generation_});
+        StepStamp{.epoch = pull_.prev_epoch,
+                  .generation = generation_,
+                  .dtype = pull_.final ? std::optional(v1::DTYPE_F32)
+                                       : std::nullopt});
   }
 }
 
@@ -194,6 +200,14 @@ absl::StatusOr<int64_t> Trainer::FirstStep() {
 
 absl::Status Trainer::PushParam(int param, int64_t step, uint64_t samples,
                                 std::vector<OpHandle>& ops) {
+  if (PushesBf16(o_) && o_.error_feedback && o_.sync == "ps") {
+    // The gradient as it will be pushed: rounded to bf16 with the error
+    // carried from the last push (the norm that clips it is then this
+    // gradient's). Under all-reduce sync each chunk's pusher changes with
+    // the group, so no error is carried there.
+    feedback_.Apply(param, gpt_->grad_data(param),
+                    static_cast<int64_t>(gpt_->params()[param].spec.numel()));
+  }
   // Last layers first: their gradients are ready first and the next step's
   // pulls want the first layers, so the two streams interleave.
   Append(ops, ps_->PushTensorAsync(param, gpt_->grad_data(param), step, samples,
