@@ -174,6 +174,8 @@ absl::Status PsClient::PullTensor(int tensor, float* dst, int64_t clock,
 
 void PsClient::ForgetDeferred(int64_t step) { impl_->ForgetDeferred(step); }
 
+void PsClient::ForgetPushErrors() { impl_->ForgetPushErrors(); }
+
 absl::Status PsClient::Commit(int64_t step, float scale) {
   const std::vector<uint32_t> pushes = impl_->TakeDeferred(step);
   std::vector<absl::Status> results(pushes.size());

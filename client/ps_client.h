@@ -39,6 +39,10 @@ struct PsClientOptions {
   absl::Duration servers_timeout = absl::Seconds(60);
   v1::DType push_dtype = v1::DTYPE_F32;
   v1::DType pull_dtype = v1::DTYPE_F32;
+  // Pushes converted to bf16 carry each chunk's rounding error into its
+  // next push (client/error_feedback.h), in the pass that converts them.
+  // A retried push sends what its first attempt did.
+  bool push_error_feedback = false;
   // Carry payloads through shared memory to each server on this host that
   // can map it (client/shm_link.h), up to this many bytes per server; the
   // others get them in messages. Same requests, same answers.
@@ -172,6 +176,10 @@ class PsClient {
   // earlier step's counts stay: its Commit may be in flight meanwhile
   // (the trainer computes a step while the previous one commits).
   void ForgetDeferred(int64_t step);
+  // Drops the rounding errors carried for bf16 pushes (push_error_feedback):
+  // the pushes they came from were not applied. REQUIRES: no push in
+  // flight.
+  void ForgetPushErrors();
 
   // Server-side stats of every slot.
   absl::StatusOr<std::vector<v1::StatsResponse>> Stats();

@@ -123,8 +123,10 @@ void PsClient::Impl::Issue(const OpPtr& op) {
       // One copy (or conversion) into the shared slot; the server copies
       // it out. The message carries only the slot's place.
       char* slot = op->shm_slot.data;
-      if (dtype == v1::DTYPE_BF16) {
-        FloatToBf16(op->grad, reinterpret_cast<uint16_t*>(slot), chunk.numel);
+      if (dtype == v1::DTYPE_BF16 && !op->bf16.empty()) {
+        std::memcpy(slot, op->bf16.data(), bytes);  // a retry: as sent before
+      } else if (dtype == v1::DTYPE_BF16) {
+        EncodeBf16(*op, reinterpret_cast<uint16_t*>(slot));
       } else {
         std::memcpy(slot, op->grad, bytes);
       }
@@ -139,8 +141,7 @@ void PsClient::Impl::Issue(const OpPtr& op) {
       if (dtype == v1::DTYPE_BF16) {
         if (op->bf16.empty()) {
           op->bf16.resize(bytes);
-          FloatToBf16(op->grad, reinterpret_cast<uint16_t*>(op->bf16.data()),
-                      chunk.numel);
+          EncodeBf16(*op, reinterpret_cast<uint16_t*>(op->bf16.data()));
         }
         payload = op->bf16.data();
       }
@@ -203,6 +204,13 @@ void PsClient::Impl::OnDone(const OpPtr& op, const grpc::Status& grpc_status,
   const bool retry =
       IsRetryable(status) && op->attempts < options_.max_attempts;
   if (retry) {
+    if (op->kind == OpState::kPush && op->encoded && op->bf16.empty() &&
+        op->shm != nullptr) {
+      // The carried error moved on with this attempt's payload: the retry
+      // sends the same bytes.
+      op->bf16.assign(op->shm_slot.data,
+                      plan_.chunks[op->chunk].numel * sizeof(uint16_t));
+    }
     EndShmAttempt(op, status);
     RetryLater(op, status);
   }
@@ -374,6 +382,16 @@ absl::Status PsClient::Impl::RegisterModel(const ModelSpec& model) {
   }
   AttachShm();
   return absl::OkStatus();
+}
+
+void PsClient::Impl::EncodeBf16(OpState& op, uint16_t* out) {
+  const int64_t n = static_cast<int64_t>(plan_.chunks[op.chunk].numel);
+  if (options_.push_error_feedback) {
+    push_errors_.Encode(op.chunk, op.grad, out, n);
+    op.encoded = true;
+  } else {
+    FloatToBf16(op.grad, out, static_cast<size_t>(n));
+  }
 }
 
 void PsClient::Impl::CountDeferred(int64_t step, int slot) {

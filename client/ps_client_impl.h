@@ -16,6 +16,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "client/error_feedback.h"
 #include "client/ps_client.h"
 #include "client/shm_link.h"
 #include "common/status.h"
@@ -38,7 +39,11 @@ struct OpState {
   uint64_t samples = 0;
   uint64_t min_version = 0;
   StepStamp stamp;
-  std::string bf16;  // a push's payload converted to bf16, when configured
+  // A push's payload converted to bf16, when configured: converted once
+  // (the first attempt through shared memory converts into its slot and
+  // keeps a copy here only when it must be retried).
+  std::string bf16;
+  bool encoded = false;  // the error feedback has run for this push
   // The shared-memory slot the current attempt's payload is in, if any.
   std::shared_ptr<ShmLink> shm;
   ShmLink::Slot shm_slot;
@@ -126,12 +131,16 @@ class PsClient::Impl {
   // How long to wait before the next attempt, after `attempts` attempts:
   // initial_backoff doubling per attempt, up to max_backoff.
   absl::Duration Backoff(int attempts) const;
+  // Converts op's gradient to bf16 into out (numel values), with the
+  // carried error when push_error_feedback.
+  void EncodeBf16(OpState& op, uint16_t* out);
   // Deferred pushes submitted per step and server slot, for Commit.
   void CountDeferred(int64_t step, int slot);
   // The counts of `step` (one per slot), forgetting it and older steps.
   std::vector<uint32_t> TakeDeferred(int64_t step);
   // Forgets the counts of `step` and later steps.
   void ForgetDeferred(int64_t step);
+  void ForgetPushErrors() { push_errors_.Reset(); }
 
   PsClientOptions options_;
   SchedulerClient* scheduler_;
@@ -171,6 +180,7 @@ class PsClient::Impl {
   std::multimap<absl::Time, OpPtr> retries_ ABSL_GUARDED_BY(mu_);
   std::thread timer_;
 
+  Bf16ErrorFeedback push_errors_;  // push_error_feedback
   absl::Mutex deferred_mu_;
   std::map<int64_t, std::vector<uint32_t>> deferred_
       ABSL_GUARDED_BY(deferred_mu_);

@@ -30,7 +30,18 @@ inline void Bf16ToFloat(const uint16_t* in, float* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(in[i]);
 }
 
+// As FloatToBf16(float) on each value. The rounding is done on the bits
+// without a branch, so the loop vectorizes; NaNs (which that rounding could
+// turn into infinities, or wrap to zero) are noted and redone after.
 inline void FloatToBf16(const float* in, uint16_t* out, size_t n) {
+  uint32_t nan = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, in + i, 4);
+    nan |= static_cast<uint32_t>((u & 0x7fffffffu) > 0x7f800000u);
+    out[i] = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+  if (nan == 0) return;
   for (size_t i = 0; i < n; ++i) out[i] = FloatToBf16(in[i]);
 }
 

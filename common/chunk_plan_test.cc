@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <limits>
+#include <vector>
 
 namespace strata {
 namespace {
@@ -60,6 +62,27 @@ TEST(Bf16, RoundTripsAndRoundsToNearestEven) {
   EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.00390625f)), 1.0f);
   float nan = Bf16ToFloat(FloatToBf16(std::numeric_limits<float>::quiet_NaN()));
   EXPECT_TRUE(nan != nan);
+}
+
+// The array conversion (its own branch-free rounding) agrees with the one
+// above on every kind of value, NaNs whose rounding would wrap or carry
+// into the exponent included.
+TEST(Bf16, ArrayConversionMatchesTheScalarOne) {
+  std::vector<uint32_t> bits = {
+      0x00000000u, 0x80000000u, 0x3f800000u, 0x3f808000u, 0x3f818000u,
+      0x3f80ffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u,
+      0x00000001u, 0x807fffffu, 0x7fc00000u, 0xffc00000u, 0x7f800001u,
+      0x7fffffffu, 0xffffffffu, 0x7f80ffffu};
+  for (uint32_t s = 1; s < 2000; ++s) bits.push_back(s * 2654435761u);
+  std::vector<float> in(bits.size());
+  std::memcpy(in.data(), bits.data(), bits.size() * 4);
+  for (size_t len : {size_t{12}, bits.size()}) {  // without and with NaNs
+    std::vector<uint16_t> out(len);
+    FloatToBf16(in.data(), out.data(), len);
+    for (size_t i = 0; i < len; ++i) {
+      EXPECT_EQ(out[i], FloatToBf16(in[i])) << std::hex << bits[i];
+    }
+  }
 }
 
 }  // namespace

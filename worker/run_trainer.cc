@@ -106,6 +106,9 @@ absl::Status RunTrainer(const TrainerOptions& options) {
   PsClientOptions po;
   po.push_dtype = PushesBf16(o) ? v1::DTYPE_BF16 : v1::DTYPE_F32;
   po.pull_dtype = PullsBf16(o) ? v1::DTYPE_BF16 : v1::DTYPE_F32;
+  // Under all-reduce sync each chunk's pusher changes with the group: no
+  // error is carried there.
+  po.push_error_feedback = o.error_feedback && o.sync == "ps";
   po.shared_memory = o.shared_memory;
   po.security = o.security;
   STRATA_ASSIGN_OR_RETURN(auto ps,

@@ -96,7 +96,7 @@ absl::Status Trainer::Run() {
             AdoptRollback(*scheduler_, &generation_)) {
       step = *back;
       prev_epoch = 0;
-      feedback_.Reset();
+      ps_->ForgetPushErrors();
       // A restarted server that held no snapshot lacks the chunks.
       STRATA_RETURN_IF_ERROR(ps_->RegisterModel(ServerModel(*gpt_, o_)));
       continue;
@@ -141,7 +141,7 @@ absl::Status Trainer::Run() {
       spdlog::info("strata worker: redoing step {}: {}", step - 1,
                    pulled.status().ToString());
       if (metrics_) metrics_->redone.Add();
-      feedback_.Reset();  // the pushes it carried from are not applied
+      ps_->ForgetPushErrors();  // the pushes they came from: not applied
       if (!RedoInNewerView(*scheduler_, pulled.status(), last)) {
         return pulled.status();
       }
@@ -184,7 +184,7 @@ absl::Status Trainer::Run() {
       spdlog::info("strata worker: redoing step {}: {}", step,
                    loss_or.status().ToString());
       if (metrics_) metrics_->redone.Add();
-      feedback_.Reset();  // the pushes it carried from are not applied
+      ps_->ForgetPushErrors();  // the pushes they came from: not applied
       continue;
     }
     STRATA_ASSIGN_OR_RETURN(const double loss, loss_or);

@@ -83,9 +83,10 @@ struct TrainerOptions {
   // weights. The final weights (weights_out) are pulled in fp32 either way.
   std::optional<bool> push_bf16;
   std::optional<bool> pull_bf16;
-  // With bf16 pushes (ps sync): each push carries the rounding error of
-  // the last one (worker/error_feedback.h), so what rounding drops is
-  // delayed, not lost. Dropped when a step is redone or the job rolls back.
+  // With bf16 pushes (ps sync): each push of a chunk carries the rounding
+  // error of its last one (client/error_feedback.h), so what rounding drops
+  // is delayed, not lost. Dropped when a step is redone or the job rolls
+  // back.
   bool error_feedback = true;
   // Payloads through shared memory to servers on this host.
   bool shared_memory = true;

@@ -19,7 +19,6 @@
 #include "collective/grad_buckets.h"
 #include "common/consistency.h"
 #include "worker/data.h"
-#include "worker/error_feedback.h"
 #include "worker/grad_accumulator.h"
 #include "worker/model.h"
 #include "worker/trainer.h"
@@ -125,7 +124,6 @@ class Trainer {
   std::unique_ptr<WorkerMetrics> metrics_;  // null: no metrics
   std::vector<int32_t> tokens_, targets_;
   GradAccumulator accumulator_;
-  Bf16ErrorFeedback feedback_;  // --push_bf16 with error feedback
   // All-reduce sync: the group and the (generation, workers epoch) it was
   // formed for.
   std::unique_ptr<Communicator> comm_;

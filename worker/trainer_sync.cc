@@ -200,14 +200,6 @@ absl::StatusOr<int64_t> Trainer::FirstStep() {
 
 absl::Status Trainer::PushParam(int param, int64_t step, uint64_t samples,
                                 std::vector<OpHandle>& ops) {
-  if (PushesBf16(o_) && o_.error_feedback && o_.sync == "ps") {
-    // The gradient as it will be pushed: rounded to bf16 with the error
-    // carried from the last push (the norm that clips it is then this
-    // gradient's). Under all-reduce sync each chunk's pusher changes with
-    // the group, so no error is carried there.
-    feedback_.Apply(param, gpt_->grad_data(param),
-                    static_cast<int64_t>(gpt_->params()[param].spec.numel()));
-  }
   // Last layers first: their gradients are ready first and the next step's
   // pulls want the first layers, so the two streams interleave.
   Append(ops, ps_->PushTensorAsync(param, gpt_->grad_data(param), step, samples,

@@ -1,0 +1,58 @@
+#include "client/error_feedback.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "common/bf16.h"
+
+namespace strata {
+
+float* Bf16ErrorFeedback::Carried(int key, int64_t n) {
+  absl::MutexLock lock(&mu_);
+  if (key >= static_cast<int>(carried_.size())) carried_.resize(key + 1);
+  std::unique_ptr<std::vector<float>>& e = carried_[key];
+  if (e == nullptr) e = std::make_unique<std::vector<float>>();
+  if (static_cast<int64_t>(e->size()) != n) e->assign(n, 0.0f);
+  return e->data();  // stable: only Reset or another n replaces it
+}
+
+void Bf16ErrorFeedback::Encode(int key, const float* g, uint16_t* out,
+                               int64_t n) {
+  float* e = Carried(key, n);
+  // Branch-free, so it vectorizes: round to nearest even by the bits (as
+  // FloatToBf16, less its NaN case). Where g + e is a NaN or an infinity,
+  // or rounds to one, the new error is not finite (NaN, or the difference
+  // with an infinity): noted, and fixed in a second pass.
+  uint32_t special = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const float want = g[k] + e[k];
+    uint32_t u;
+    std::memcpy(&u, &want, 4);
+    const uint32_t r = ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) & 0xffffu;
+    out[k] = static_cast<uint16_t>(r);
+    const uint32_t back_bits = r << 16;
+    float back;
+    std::memcpy(&back, &back_bits, 4);
+    const float err = want - back;  // exact (Sterbenz: within 2x of want)
+    e[k] = err;
+    uint32_t err_bits;
+    std::memcpy(&err_bits, &err, 4);
+    special |= static_cast<uint32_t>((err_bits & 0x7f800000u) == 0x7f800000u);
+  }
+  if (special == 0) return;
+  // Rare: those values go out as plain FloatToBf16(g) (a NaN stays a NaN)
+  // and carry nothing.
+  for (int64_t k = 0; k < n; ++k) {
+    if (!std::isfinite(e[k])) {
+      out[k] = FloatToBf16(g[k]);
+      e[k] = 0.0f;
+    }
+  }
+}
+
+void Bf16ErrorFeedback::Reset() {
+  absl::MutexLock lock(&mu_);
+  carried_.clear();
+}
+
+}  // namespace strata

@@ -1,0 +1,107 @@
+// Bf16ErrorFeedback: what a run of pushes sums to, with and without it.
+#include "client/error_feedback.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "common/bf16.h"
+#include "gtest/gtest.h"
+
+namespace strata {
+namespace {
+
+float RoundBf16(float x) { return Bf16ToFloat(FloatToBf16(x)); }
+
+// Encodes g with `ef` under `key` and returns the values sent.
+std::vector<float> Push(Bf16ErrorFeedback& ef, int key,
+                        const std::vector<float>& g) {
+  std::vector<uint16_t> out(g.size());
+  ef.Encode(key, g.data(), out.data(), static_cast<int64_t>(g.size()));
+  std::vector<float> sent(g.size());
+  Bf16ToFloat(out.data(), sent.data(), out.size());
+  return sent;
+}
+
+// A gradient of 1 + 2^-10 every step: bf16 (unit in the last place, ulp,
+// 2^-7 at 1) rounds it to 1, so 128 plain pushes sum to 128 and lose 1/8.
+// With the error carried, the sum stays within one rounding of 128.125.
+TEST(Bf16ErrorFeedback, KeepsTheSumOfPushesWithinOneRoundingOfTheGradients) {
+  constexpr int kSteps = 128;
+  const float grad = 1.0f + std::ldexp(1.0f, -10);
+  Bf16ErrorFeedback ef;
+  double plain = 0, fed = 0, exact = 0;
+  for (int t = 0; t < kSteps; ++t) {
+    const std::vector<float> sent = Push(ef, /*key=*/3, {grad, -grad});
+    EXPECT_EQ(sent[1], -sent[0]);
+    plain += RoundBf16(grad);
+    fed += sent[0];
+    exact += grad;
+  }
+  EXPECT_EQ(plain, kSteps);  // the bias error feedback removes
+  EXPECT_NEAR(fed, exact, std::ldexp(1.0, -8));
+}
+
+// Below, at 1 a quarter ulp is 2^-9 and half an ulp 2^-8 (a tie, rounded
+// to the even 1).
+TEST(Bf16ErrorFeedback, NonFiniteValuesPassAndCarryNothing) {
+  Bf16ErrorFeedback ef;
+  // A NaN whose bits are all ones: rounding by the bits alone would wrap
+  // it to zero.
+  const uint32_t ones = 0xffffffffu;
+  float odd_nan;
+  std::memcpy(&odd_nan, &ones, 4);
+  {
+    const std::vector<float> sent = Push(ef, 1, {odd_nan, 1.0f});
+    EXPECT_TRUE(std::isnan(sent[0]));
+    EXPECT_EQ(sent[1], 1.0f);
+    // And it left no NaN to carry.
+    EXPECT_EQ(Push(ef, 1, {0.5f, 0.5f}), (std::vector<float>{0.5f, 0.5f}));
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float huge = std::numeric_limits<float>::max();  // rounds to inf
+  std::vector<float> sent =
+      Push(ef, 0, {nan, huge, 1.0f + 3 * std::ldexp(1.0f, -9), 0.5f});
+  EXPECT_TRUE(std::isnan(sent[0]));
+  EXPECT_TRUE(std::isinf(sent[1]));  // as plain rounding sends it
+  EXPECT_EQ(sent[2], 1.0f + std::ldexp(1.0f, -7));  // carries -1/4 ulp
+  EXPECT_EQ(sent[3], 0.5f);
+  // Clean where the last push was not finite; the error carried where it
+  // was: 5/8 ulp alone rounds up, 5/8 - 1/4 down.
+  const float five_eighths =
+      1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -10);
+  ASSERT_EQ(RoundBf16(five_eighths), 1.0f + std::ldexp(1.0f, -7));
+  sent = Push(ef, 0, {0.25f, 0.25f, five_eighths, 0.5f});
+  EXPECT_EQ(sent, (std::vector<float>{0.25f, 0.25f, 1.0f, 0.5f}));
+}
+
+TEST(Bf16ErrorFeedback, ResetDropsTheCarriedError) {
+  const float half_ulp = 1.0f + std::ldexp(1.0f, -8);
+  for (bool reset : {false, true}) {
+    Bf16ErrorFeedback ef;
+    // Carries +1/4 ulp.
+    ASSERT_EQ(Push(ef, 0, {1.0f + std::ldexp(1.0f, -9)})[0], 1.0f);
+    if (reset) ef.Reset();
+    EXPECT_EQ(Push(ef, 0, {half_ulp})[0],
+              reset ? 1.0f : 1.0f + std::ldexp(1.0f, -7))
+        << reset;
+  }
+}
+
+// Each key (chunk) carries its own error, at any length.
+TEST(Bf16ErrorFeedback, CarriesEachKeysErrorOnItsOwn) {
+  const size_t n = (size_t{1} << 17) + 5;
+  Bf16ErrorFeedback ef;
+  Push(ef, 0, std::vector<float>(n, 1.0f + std::ldexp(1.0f, -9)));  // +1/4
+  Push(ef, 1, std::vector<float>(n, 3.0f));  // exact: carries nothing
+  const std::vector<float> tie(n, 1.0f + std::ldexp(1.0f, -8));
+  const std::vector<float> a = Push(ef, 0, tie), b = Push(ef, 1, tie);
+  for (size_t k : {size_t{0}, n / 2, n - 1}) {
+    EXPECT_EQ(a[k], 1.0f + std::ldexp(1.0f, -7)) << k;  // 3/4 ulp: up
+    EXPECT_EQ(b[k], 1.0f) << k;                         // the tie: even
+  }
+}
+
+}  // namespace
+}  // namespace strata
