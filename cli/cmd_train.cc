@@ -200,7 +200,8 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
       ->capture_default_str();
   cmd->add_flag_function(
       "--push_bf16", [o](int64_t n) { o->push_bf16 = n > 0; },
-      "push gradients as bf16 (default: on with --device cuda; "
+      "push gradients as bf16 (default with --device cuda: in messages to "
+      "servers on other hosts, fp32 through shared memory; "
       "--push_bf16=false turns it off)");
   cmd->add_option("--error_feedback", o->error_feedback,
                   "with --push_bf16: carry each push's rounding error into "
@@ -210,8 +211,9 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
   cmd->add_flag_function(
       "--pull_bf16", [o](int64_t n) { o->pull_bf16 = n > 0; },
       "pull weights as bf16 (the servers keep fp32; the worker computes "
-      "with the rounded weights, as a GPU worker does anyway). Default: on "
-      "with --device cuda; --pull_bf16=false turns it off");
+      "with the rounded weights, as a GPU worker does anyway). Default with "
+      "--device cuda: in messages to servers on other hosts, fp32 through "
+      "shared memory; --pull_bf16=false turns it off");
   cmd->add_option("--shm", o->shared_memory,
                   "carry payloads through shared memory to servers on this "
                   "host (false: in gRPC messages)")

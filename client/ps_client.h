@@ -43,6 +43,12 @@ struct PsClientOptions {
   // next push (client/error_feedback.h), in the pass that converts them.
   // A retried push sends what its first attempt did.
   bool push_error_feedback = false;
+  // A push_dtype (pull_dtype) of bf16 applies to payloads in messages
+  // only; through shared memory they stay fp32 (StepStamp::dtype overrides
+  // this). On a 2-core host the conversion cost more there than the bytes
+  // it saved (docs/BENCHMARKS.md); over a network link the bytes count.
+  bool push_fp32_through_shm = false;
+  bool pull_fp32_through_shm = false;
   // Carry payloads through shared memory to each server on this host that
   // can map it (client/shm_link.h), up to this many bytes per server; the
   // others get them in messages. Same requests, same answers.

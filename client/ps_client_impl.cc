@@ -106,7 +106,19 @@ void PsClient::Impl::Issue(const OpPtr& op) {
   static const std::string kPush = "/strata.v1.ParameterServer/Push";
   static const std::string kPull = "/strata.v1.ParameterServer/Pull";
   if (op->kind == OpState::kPush) {
-    const v1::DType dtype = op->stamp.dtype.value_or(options_.push_dtype);
+    v1::DType dtype = op->stamp.dtype.value_or(options_.push_dtype);
+    // fp32 through shared memory when so configured, unless an earlier
+    // attempt already sent (and carried the error of) bf16 bytes.
+    const bool fp32_in_shm = options_.push_fp32_through_shm &&
+                             !op->stamp.dtype && dtype == v1::DTYPE_BF16 &&
+                             !op->encoded;
+    size_t bytes = chunk.numel * ElementBytes(dtype);
+    const bool in_shm = TakeShmSlot(
+        op, *stubs, fp32_in_shm ? chunk.numel * sizeof(float) : bytes);
+    if (in_shm && fp32_in_shm) {
+      dtype = v1::DTYPE_F32;
+      bytes = chunk.numel * sizeof(float);
+    }
     v1::PushRequest header;
     header.set_member_id(scheduler_->member_id());
     header.set_epoch(op->stamp.epoch != 0 ? op->stamp.epoch : view.epoch());
@@ -118,8 +130,7 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     header.set_dtype(dtype);
     header.set_deferred(op->stamp.deferred);
     header.set_whole_step(op->stamp.whole_step);
-    const size_t bytes = chunk.numel * ElementBytes(dtype);
-    if (TakeShmSlot(op, *stubs, bytes)) {
+    if (in_shm) {
       // One copy (or conversion) into the shared slot; the server copies
       // it out. The message carries only the slot's place.
       char* slot = op->shm_slot.data;
@@ -159,13 +170,21 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     req.set_min_version(op->min_version);
     req.set_epoch(op->stamp.epoch);
     req.set_generation(op->stamp.generation.value_or(view.generation()));
-    const v1::DType dtype = op->stamp.dtype.value_or(options_.pull_dtype);
-    req.set_dtype(dtype);
-    const size_t bytes = chunk.numel * ElementBytes(dtype);
-    if (TakeShmSlot(op, *stubs, bytes)) {
+    v1::DType dtype = op->stamp.dtype.value_or(options_.pull_dtype);
+    const bool fp32_in_shm = options_.pull_fp32_through_shm &&
+                             !op->stamp.dtype && dtype == v1::DTYPE_BF16;
+    size_t bytes = chunk.numel * ElementBytes(dtype);
+    if (TakeShmSlot(op, *stubs,
+                    fp32_in_shm ? chunk.numel * sizeof(float) : bytes)) {
+      if (fp32_in_shm) {
+        dtype = v1::DTYPE_F32;
+        bytes = chunk.numel * sizeof(float);
+      }
       *req.mutable_shm() = op->shm_slot.ref;
       req.mutable_shm()->set_size(bytes);
     }
+    req.set_dtype(dtype);
+    op->pull_dtype = dtype;  // ReadResponse reads this attempt's answer
     grpc::Slice slice(req.SerializeAsString());
     attempt->request = grpc::ByteBuffer(&slice, 1);
     (*stubs)->generic->PrepareUnaryCall(&attempt->ctx, kPull,
@@ -249,7 +268,7 @@ absl::Status PsClient::Impl::ReadResponse(const OpState& op,
   STRATA_RETURN_IF_ERROR(
       message.Parse(response, v1::PullResponse::kDataFieldNumber, &resp));
   const ChunkInfo& chunk = plan_.chunks[op.chunk];
-  const v1::DType dtype = op.stamp.dtype.value_or(options_.pull_dtype);
+  const v1::DType dtype = op.pull_dtype;
   const size_t want = chunk.numel * ElementBytes(dtype);
   const char* shm = op.shm ? op.shm_slot.data : nullptr;
   if (shm == nullptr && message.payload_size() != want) {

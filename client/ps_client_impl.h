@@ -44,6 +44,7 @@ struct OpState {
   // keeps a copy here only when it must be retried).
   std::string bf16;
   bool encoded = false;  // the error feedback has run for this push
+  v1::DType pull_dtype = v1::DTYPE_F32;  // what the current attempt asked
   // The shared-memory slot the current attempt's payload is in, if any.
   std::shared_ptr<ShmLink> shm;
   ShmLink::Slot shm_slot;

@@ -504,16 +504,17 @@ TEST(Train, GpuWorkersTrainLikeCpuWorkers) {
 #endif
 }
 
-// A GPU worker pulls its weights as bf16 by default: it rounds them to
-// bf16 on the device anyway, so it computes exactly what it would from
-// fp32 pulls (the same losses and, pushes being the same, the same
-// weights on the servers), with half the bytes. The final weights come in
-// fp32: rounded ones would differ from the fp32 run's.
+// A GPU worker may pull its weights as bf16: it rounds them to bf16 on the
+// device anyway, so it computes exactly what it would from fp32 pulls (the
+// same losses and, pushes being the same, the same weights on the
+// servers), with half the bytes. The final weights come in fp32: rounded
+// ones would differ from the fp32 run's.
 TEST(Train, AGpuWorkerPullsBf16WithoutChangingWhatItComputes) {
 #ifndef STRATA_VGPU_BINARY
   GTEST_SKIP() << "built without CUDA: no virtual GPU binary";
 #else
-  const BspRun bf16 = TrainBsp({"cuda"}, "gpu_pull_bf16");
+  const BspRun bf16 =
+      TrainBsp({"cuda"}, "gpu_pull_bf16", {"--grad_clip", "0", "--pull_bf16"});
   const BspRun fp32 = TrainBsp({"cuda"}, "gpu_pull_fp32",
                                {"--grad_clip", "0", "--pull_bf16=false"});
   ASSERT_EQ(bf16.losses.size(), 6u);
@@ -522,6 +523,31 @@ TEST(Train, AGpuWorkerPullsBf16WithoutChangingWhatItComputes) {
   size_t off_grid = 0;  // final weights that bf16 cannot represent
   for (float w : bf16.weights) off_grid += Bf16ToFloat(FloatToBf16(w)) != w;
   EXPECT_GT(off_grid, bf16.weights.size() / 2);
+#endif
+}
+
+// A GPU worker's default wire: bf16 for payloads in messages (servers on
+// other hosts), fp32 through shared memory (servers on its host).
+TEST(Train, AGpuWorkerSendsBf16OnlyOverTheNetworkByDefault) {
+#ifndef STRATA_VGPU_BINARY
+  GTEST_SKIP() << "built without CUDA: no virtual GPU binary";
+#else
+  const std::vector<std::string> fp32 = {
+      "--grad_clip", "0", "--push_bf16=false", "--pull_bf16=false"};
+  auto with = [](std::vector<std::string> a, std::vector<std::string> b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const BspRun shm_default = TrainBsp({"cuda"}, "gpu_shm_default");
+  const BspRun shm_fp32 = TrainBsp({"cuda"}, "gpu_shm_fp32", fp32);
+  const BspRun net_default = TrainBsp({"cuda"}, "gpu_net_default",
+                                      {"--grad_clip", "0", "--shm", "false"});
+  const BspRun net_fp32 =
+      TrainBsp({"cuda"}, "gpu_net_fp32", with(fp32, {"--shm", "false"}));
+  ASSERT_FALSE(shm_default.weights.empty());
+  EXPECT_EQ(shm_default.weights, shm_fp32.weights);
+  EXPECT_EQ(net_fp32.weights, shm_fp32.weights);
+  EXPECT_NE(net_default.weights, net_fp32.weights);  // bf16 pushes
 #endif
 }
 

@@ -106,6 +106,10 @@ absl::Status RunTrainer(const TrainerOptions& options) {
   PsClientOptions po;
   po.push_dtype = PushesBf16(o) ? v1::DTYPE_BF16 : v1::DTYPE_F32;
   po.pull_dtype = PullsBf16(o) ? v1::DTYPE_BF16 : v1::DTYPE_F32;
+  // A GPU worker's default: bf16 where payloads cross a network, fp32
+  // through shared memory to servers on its host.
+  po.push_fp32_through_shm = !o.push_bf16.has_value();
+  po.pull_fp32_through_shm = !o.pull_bf16.has_value();
   // Under all-reduce sync each chunk's pusher changes with the group: no
   // error is carried there.
   po.push_error_feedback = o.error_feedback && o.sync == "ps";

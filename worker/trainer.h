@@ -75,7 +75,10 @@ struct TrainerOptions {
   absl::Duration collective_timeout = absl::Seconds(60);
   // Gradients pushed, weights pulled as bf16 (the servers keep fp32
   // weights and moments and apply fp32 math). Unset: on for a GPU worker,
-  // off on the CPU (PushesBf16, PullsBf16). A GPU worker computes with
+  // off on the CPU (PushesBf16, PullsBf16), and then only for payloads in
+  // messages (to servers on other hosts): through shared memory the copy
+  // of fp32 was cheaper than the conversion on this project's 2-core
+  // build machine (docs/BENCHMARKS.md). A GPU worker computes with
   // bf16 weights, rounded on the device from what it pulls, so a bf16 pull
   // changes nothing it computes and halves the bytes; its gradients come
   // from bf16 activations, and their rounding on the wire is carried by
