@@ -40,8 +40,11 @@ struct PsClientOptions {
   v1::DType push_dtype = v1::DTYPE_F32;
   v1::DType pull_dtype = v1::DTYPE_F32;
   // Pushes converted to bf16 carry each chunk's rounding error into its
-  // next push (client/error_feedback.h), in the pass that converts them.
-  // A retried push sends what its first attempt did.
+  // next bf16 push (client/error_feedback.h), in the pass that converts
+  // them. Once an attempt has sent bf16 bytes with an error carried, a
+  // retry sends those bytes again. A push sent as fp32 (through shared
+  // memory, push_fp32_through_shm) leaves the chunk's carried error for
+  // its next bf16 push: at most one rounding per element, delayed.
   bool push_error_feedback = false;
   // A push_dtype (pull_dtype) of bf16 applies to payloads in messages
   // only; through shared memory they stay fp32 (StepStamp::dtype overrides

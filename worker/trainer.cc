@@ -153,9 +153,11 @@ absl::Status Trainer::Run() {
     if (last_pull) break;
     if (bsp && *pulled > static_cast<uint64_t>(step)) {
       // Every chunk closed this step without us (we were fenced or
-      // rejoined): go on from where the job is.
+      // rejoined): go on from where the job is. Our last pushes may not
+      // have been applied: drop the errors they carried.
       step = std::min<int64_t>(static_cast<int64_t>(*pulled), o_.steps);
       prev_epoch = 0;
+      ps_->ForgetPushErrors();
       continue;
     }
     absl::StatusOr<StepWork> work =

@@ -59,7 +59,8 @@ class Trainer {
     // A wait of the model's pass (AwaitParam) failed: the step is computed
     // again if FinishPull succeeds (its second try after a gate deadline).
     bool broke_pass = false;
-    absl::Duration waited;  // this worker's time sending and waiting
+    absl::Duration waited;          // this worker's time sending and waiting
+    absl::Duration waited_in_pass;  // of which in the model's waits
   };
   // Sends the pulls of the weights for `clock` (the step's, or -1: the
   // final weights without the gate), first layers first: forward needs

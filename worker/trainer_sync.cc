@@ -112,7 +112,9 @@ void Trainer::SendPulls() {
 absl::Status Trainer::AwaitParam(int i) {
   const absl::Time t0 = absl::Now();
   absl::Status s = WaitAll(pull_.ops[i]);
-  pull_.waited += absl::Now() - t0;
+  const absl::Duration waited = absl::Now() - t0;
+  pull_.waited += waited;
+  pull_.waited_in_pass += waited;
   if (!s.ok()) pull_.broke_pass = true;
   return s;
 }
@@ -188,8 +190,11 @@ absl::StatusOr<int64_t> Trainer::FirstStep() {
   }
   uint64_t min_version = UINT64_MAX;
   int64_t min_clock = INT64_MAX;
+  // Every pull finishes first, failed or not: one still in flight would
+  // write into param_data later (FirstStep is called again after a
+  // rollback).
+  STRATA_RETURN_IF_ERROR(WaitAll(ops));
   for (auto& op : ops) {
-    STRATA_RETURN_IF_ERROR(op.Wait());
     min_version = std::min(min_version, op.version());
     min_clock = std::min(min_clock, op.min_clock());
   }
@@ -269,7 +274,7 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
   // no gradient goes out before every pull has landed and said this step
   // is this worker's to push (all of that before backward's first
   // gradient, since forward reads every parameter).
-  const absl::Duration waited_before = pull_.waited;
+  const absl::Duration waited_before = pull_.waited_in_pass;
   std::optional<bool> may_push;
   auto pull_allows = [&] {
     if (!may_push) may_push = PullAllowsStep(step);
@@ -311,9 +316,11 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
     first_row += pieces[k];
   }
   const absl::Time computed = absl::Now();
-  // Without the waits for the pulls: the ledger splits steps by this.
-  compute_s_ =
-      absl::ToDoubleSeconds(computed - t0 - (pull_.waited - waited_before));
+  // Without the pass's waits for the pulls (the ledger splits steps by
+  // this). Not FinishPull's wait in the first grad-ready call: a GPU's
+  // backward goes on meanwhile.
+  compute_s_ = absl::ToDoubleSeconds(computed - t0 -
+                                     (pull_.waited_in_pass - waited_before));
   if (failed.ok() && !pull_allows()) {
     failed = absl::AbortedError("this step's pulls did not let it go on");
   }
