@@ -47,6 +47,15 @@ for c in "${configs[@]}"; do
     tee -a "${out}/bench.txt"
 done
 # A GPU worker through two local servers against its resident speed
-# (issue: >= 0.7 for 124M at batch 16, context 1024).
-THROUGH_SERVERS=1 GPU_TRAIN_BENCH="${run} gpu_train_bench" bash bench/gpu_train.sh \
-  --config gpt2_124M --batch 16 2>>"${out}/bench.err" | tee -a "${out}/bench.txt"
+# (issue: >= 0.7 for 124M at batch 16, context 1024): with the defaults
+# (fp32 through shared memory, forward over the pulls), then with bf16
+# through shared memory too, then with payloads in messages (bf16, a GPU
+# worker's default to servers on other hosts), then pulling first. Each
+# line of a variant is prefixed with its name.
+for variant in "default:" "bf16_shm:--push_bf16 --pull_bf16" \
+    "messages_bf16:--shm false" "pull_first:--forward_during_pull false"; do
+  WORKER_FLAGS="${variant#*:}" THROUGH_SERVERS=1 \
+    GPU_TRAIN_BENCH="${run} gpu_train_bench" bash bench/gpu_train.sh \
+    --config gpt2_124M --batch 16 2>>"${out}/bench.err" |
+    sed "s/^/[${variant%%:*}] /" | tee -a "${out}/bench.txt"
+done
