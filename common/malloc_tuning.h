@@ -22,15 +22,23 @@ inline void TuneMallocForPayloads() {
 
 // For a server under a RAM budget (--ram_budget), where memory kept for
 // reuse is memory over budget: tiles come and go with every spill and
-// read, on many threads, and with the settings above each thread's arena
-// keeps what its tiles used (measured: 415 MiB of peak RSS growth for a
-// 32 MiB budget, more than the 192 MiB state; tests/tier_test.cc). Buffers
-// of 256 KiB and more are then mapped and unmapped one by one (paying page
-// faults on each, which the disk reads they come with dwarf), and free heap
-// beyond 16 MiB goes back. May be called once threads run.
+// read, on many threads. With the settings above each thread's arena keeps
+// what its tiles used (measured: 415 MiB of peak RSS growth for a 32 MiB
+// budget, more than the 192 MiB state; tests/tier_test.cc). Mapping and
+// unmapping each tile instead (a 256 KiB threshold) bounded that, but then
+// every tile read paid its page faults and zeroing: about a quarter of a
+// tiered server's CPU by perf, and the tier's end-to-end run is CPU-bound
+// on this project's 2-core machine. So tiles come from the heap (mmap only
+// beyond 32 MiB) of at most two arenas, which recycle what the tiles free,
+// and free heap beyond 64 MiB goes back. Measured (2026-11-26, 124M shape,
+// 2 servers at a quarter budget, docs/BENCHMARKS.md): 46-50 -> 62-68
+// tokens/s, each server's peak RSS 780-800 -> 1040-1110 MiB; the budget
+// test's growth 108 -> 123-134 MiB (bound: budget + 128 MiB). Call before the
+// server's threads start (the arena cap holds for arenas made later).
 inline void TuneMallocForBudget() {
-  mallopt(M_MMAP_THRESHOLD, 256 << 10);
-  mallopt(M_TRIM_THRESHOLD, 16 << 20);
+  mallopt(M_ARENA_MAX, 2);
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);
   mallopt(M_TOP_PAD, 0);
 }
 
