@@ -19,8 +19,8 @@ float* Bf16ErrorFeedback::Carried(int key, int64_t n) {
 void Bf16ErrorFeedback::Encode(int key, const float* g, uint16_t* out,
                                int64_t n) {
   float* e = Carried(key, n);
-  // Branch-free, so it vectorizes: round to nearest even by the bits (as
-  // FloatToBf16, less its NaN case). Where g + e is a NaN or an infinity,
+  // Branch-free, so it vectorizes (RoundBf16Bits). Where g + e is a NaN or
+  // an infinity,
   // or rounds to one, the new error is not finite (NaN, or the difference
   // with an infinity): noted, and fixed in a second pass.
   uint32_t special = 0;
@@ -28,9 +28,9 @@ void Bf16ErrorFeedback::Encode(int key, const float* g, uint16_t* out,
     const float want = g[k] + e[k];
     uint32_t u;
     std::memcpy(&u, &want, 4);
-    const uint32_t r = ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) & 0xffffu;
-    out[k] = static_cast<uint16_t>(r);
-    const uint32_t back_bits = r << 16;
+    const uint16_t r = RoundBf16Bits(u);
+    out[k] = r;
+    const uint32_t back_bits = static_cast<uint32_t>(r) << 16;
     float back;
     std::memcpy(&back, &back_bits, 4);
     const float err = want - back;  // exact (Sterbenz: within 2x of want)

@@ -106,19 +106,12 @@ void PsClient::Impl::Issue(const OpPtr& op) {
   static const std::string kPush = "/strata.v1.ParameterServer/Push";
   static const std::string kPull = "/strata.v1.ParameterServer/Pull";
   if (op->kind == OpState::kPush) {
-    v1::DType dtype = op->stamp.dtype.value_or(options_.push_dtype);
     // fp32 through shared memory when so configured, unless an earlier
     // attempt already sent (and carried the error of) bf16 bytes.
-    const bool fp32_in_shm = options_.push_fp32_through_shm &&
-                             !op->stamp.dtype && dtype == v1::DTYPE_BF16 &&
-                             !op->encoded;
-    size_t bytes = chunk.numel * ElementBytes(dtype);
-    const bool in_shm = TakeShmSlot(
-        op, *stubs, fp32_in_shm ? chunk.numel * sizeof(float) : bytes);
-    if (in_shm && fp32_in_shm) {
-      dtype = v1::DTYPE_F32;
-      bytes = chunk.numel * sizeof(float);
-    }
+    v1::DType dtype = options_.push_dtype;
+    const bool in_shm = TakePayloadPlace(
+        op, *stubs, options_.push_fp32_through_shm && !op->encoded, &dtype);
+    const size_t bytes = chunk.numel * ElementBytes(dtype);
     v1::PushRequest header;
     header.set_member_id(scheduler_->member_id());
     header.set_epoch(op->stamp.epoch != 0 ? op->stamp.epoch : view.epoch());
@@ -170,18 +163,10 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     req.set_min_version(op->min_version);
     req.set_epoch(op->stamp.epoch);
     req.set_generation(op->stamp.generation.value_or(view.generation()));
-    v1::DType dtype = op->stamp.dtype.value_or(options_.pull_dtype);
-    const bool fp32_in_shm = options_.pull_fp32_through_shm &&
-                             !op->stamp.dtype && dtype == v1::DTYPE_BF16;
-    size_t bytes = chunk.numel * ElementBytes(dtype);
-    if (TakeShmSlot(op, *stubs,
-                    fp32_in_shm ? chunk.numel * sizeof(float) : bytes)) {
-      if (fp32_in_shm) {
-        dtype = v1::DTYPE_F32;
-        bytes = chunk.numel * sizeof(float);
-      }
+    v1::DType dtype = options_.pull_dtype;
+    if (TakePayloadPlace(op, *stubs, options_.pull_fp32_through_shm, &dtype)) {
       *req.mutable_shm() = op->shm_slot.ref;
-      req.mutable_shm()->set_size(bytes);
+      req.mutable_shm()->set_size(chunk.numel * ElementBytes(dtype));
     }
     req.set_dtype(dtype);
     op->pull_dtype = dtype;  // ReadResponse reads this attempt's answer
@@ -464,6 +449,20 @@ void PsClient::Impl::AttachShm() {
       (*stubs)->shm_refused = true;
     }
   }
+}
+
+bool PsClient::Impl::TakePayloadPlace(const OpPtr& op, Stubs* stubs,
+                                      bool fp32_in_shm, v1::DType* dtype) {
+  if (op->stamp.dtype) {
+    *dtype = *op->stamp.dtype;
+    fp32_in_shm = false;  // the caller's choice holds everywhere
+  }
+  fp32_in_shm = fp32_in_shm && *dtype == v1::DTYPE_BF16;
+  const size_t numel = plan_.chunks[op->chunk].numel;
+  const v1::DType in_shm = fp32_in_shm ? v1::DTYPE_F32 : *dtype;
+  if (!TakeShmSlot(op, stubs, numel * ElementBytes(in_shm))) return false;
+  *dtype = in_shm;
+  return true;
 }
 
 bool PsClient::Impl::TakeShmSlot(const OpPtr& op, Stubs* stubs, size_t bytes) {

@@ -157,6 +157,13 @@ class PsClient::Impl {
   // Puts the current attempt's payload in a shared-memory slot, if the
   // server has a link with a free one; returns whether it did.
   bool TakeShmSlot(const OpPtr& op, Stubs* stubs, size_t bytes);
+  // Where this attempt's payload goes, and as what. `*dtype` is the
+  // configured one (op's StepStamp::dtype overrides it); takes a shared
+  // slot when one is free, for fp32 when `fp32_in_shm` and the dtype is
+  // bf16, and sets `*dtype` to what goes there. Returns whether it took
+  // one (else the payload goes in the message as `*dtype`).
+  bool TakePayloadPlace(const OpPtr& op, Stubs* stubs, bool fp32_in_shm,
+                        v1::DType* dtype);
   // Gives the attempt's slot back once the server is done with it.
   void EndShmAttempt(const OpPtr& op, const absl::Status& status);
   void Complete(const OpPtr& op, absl::Status status,

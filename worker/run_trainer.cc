@@ -47,15 +47,16 @@ absl::Status Validate(const TrainerOptions& o) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
+// Whether `o`'s worker pushes gradients (pulls weights) as bf16: the
+// option when set, else whether it computes on a GPU.
 bool PushesBf16(const TrainerOptions& o) {
   return o.push_bf16.value_or(o.device == "cuda");
 }
-
 bool PullsBf16(const TrainerOptions& o) {
   return o.pull_bf16.value_or(o.device == "cuda");
 }
+
+}  // namespace
 
 absl::Status CheckTrainerOptions(const TrainerOptions& o) {
   STRATA_RETURN_IF_ERROR(Validate(o));

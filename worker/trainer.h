@@ -75,7 +75,7 @@ struct TrainerOptions {
   absl::Duration collective_timeout = absl::Seconds(60);
   // Gradients pushed, weights pulled as bf16 (the servers keep fp32
   // weights and moments and apply fp32 math). Unset: on for a GPU worker,
-  // off on the CPU (PushesBf16, PullsBf16), and then only for payloads in
+  // off on the CPU (run_trainer.cc), and then only for payloads in
   // messages (to servers on other hosts): through shared memory the copy
   // of fp32 was cheaper than the conversion on this project's 2-core
   // build machine (docs/BENCHMARKS.md). A GPU worker computes with
@@ -118,11 +118,6 @@ struct TrainerOptions {
   // TLS for the channels to the scheduler and servers (security/tls.h).
   std::shared_ptr<const Security> security = Security::Plaintext();
 };
-
-// Whether `o`'s worker pushes gradients or pulls weights as bf16: the
-// option when set, else whether it computes on a GPU.
-bool PushesBf16(const TrainerOptions& o);
-bool PullsBf16(const TrainerOptions& o);
 
 // Runs one worker to completion: registers, pulls, trains `steps` steps,
 // leaves. Errors: INVALID_ARGUMENT for bad options; the first failing

@@ -52,7 +52,7 @@ class Trainer {
   struct Pull {
     int64_t clock = 0;        // BSP: the step; -1: no gate
     uint64_t prev_epoch = 0;  // the epoch step-1 was computed in (0: unknown)
-    bool final = false;       // the final weights: in fp32 whatever PullsBf16
+    bool final = false;       // the final weights: in fp32 whatever pull_bf16
     std::vector<std::vector<OpHandle>> ops;  // per parameter
     bool finished = true;
     absl::StatusOr<uint64_t> result = 0;  // FinishPull's, once finished
