@@ -227,6 +227,10 @@ int Main(int argc, char** argv) {
                  "write changed cold tiles on a thread of their own (0: each "
                  "spill writes its tile)")
       ->capture_default_str();
+  app.add_option("--evict_farthest", so.evict_farthest,
+                 "spill the tile whose next use is farthest (0: least "
+                 "recently used)")
+      ->capture_default_str();
   uint64_t write_behind_mib = 0;
   app.add_option("--write_behind_mib", write_behind_mib,
                  "coldest tiles kept written out (0: the store's default)")

@@ -130,6 +130,11 @@ CommandFn AddServerCommand(CLI::App& app) {
                   "thread of their own, so a spill only frees memory (false: "
                   "each spill writes its tile, on the request's time)")
       ->capture_default_str();
+  cmd->add_option("--evict_farthest", o->evict_farthest,
+                  "with --ram_budget: spill the tile whose next use in the "
+                  "learned order is farthest away (false: the least recently "
+                  "used)")
+      ->capture_default_str();
   cmd->add_option(
       "--consistency", o->consistency,
       "bsp | ssp:<s> | asp (default: the job's, from the scheduler)");

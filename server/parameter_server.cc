@@ -175,6 +175,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     spill.dir = options.data_dir + "/spill";
     spill.prefetch_depth = options.prefetch_depth;
     spill.write_behind = options.write_behind;
+    spill.evict_farthest = options.evict_farthest;
     absl::StatusOr<std::unique_ptr<SpillStore>> store = SpillStore::Open(spill);
     if (!store.ok()) {
       return absl::Status(store.status().code(),

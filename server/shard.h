@@ -343,13 +343,15 @@ class Shard {
   // Before locking c for a use: room for its tile if it is spilled.
   void BeforeUse(const Chunk& c);
   // After a use, no lock held: reads ahead the tiles expected next, spills
-  // the coldest while the budget is passed, and starts a write-behind.
+  // while the budget is passed, and starts a write-behind.
   void AfterUse(const Chunk& c);
-  // Writes out the changed tiles among the coldest (the spill options'
-  // write_behind_bytes), keeping them resident: on the writer thread.
+  // Writes out the changed tiles among the next to be spilled (the first
+  // of SpillStore::Victims, the spill options' write_behind_bytes of them),
+  // keeping them resident: on the writer thread.
   void WriteBehind();
-  // Spills least recently used tiles until `extra` more bytes fit; whether
-  // they do. With `for_read_ahead`, tiles read ahead and not yet used stay.
+  // Spills tiles in SpillStore::Victims order until `extra` more bytes fit;
+  // whether they do. With `for_read_ahead`, tiles read ahead and not yet used
+  // stay.
   bool MakeRoom(size_t extra, bool for_read_ahead = false);
   // Writes c's tile out (unless the spilled copy is current) and frees it.
   absl::Status Spill(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);

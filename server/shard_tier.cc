@@ -1,6 +1,7 @@
 // The shard's side of the RAM tier (ShardOptions::spill): which tiles are
 // resident, reading them back on use, reading ahead in the learned order,
-// and spilling the least recently used ones while the budget is passed.
+// and spilling the one needed last (storage/learned_order.h) while the
+// budget is passed.
 //
 // A tile is a chunk's weights and optimizer state (rec.weights, rec.slots);
 // its version, spec and BSP state stay in RAM. It moves only under its
@@ -9,7 +10,7 @@
 // making room can never wait on each other; a tile in use is skipped.
 // Only updates (pushes, commits) bring a tile into RAM, touch it and lead
 // the read-ahead: a pull of a spilled tile reads its weights alone, a
-// third of an Adam tile, and leaves it on disk. So the LRU order and the
+// third of an Adam tile, and leaves it on disk. So the recency and the
 // learned order are the updates' (backward order, every step), and the
 // read-ahead brings whole tiles only for the updates that need them.
 #include <utility>
@@ -106,7 +107,7 @@ bool Shard::MakeRoom(size_t extra, bool for_read_ahead) {
   SpillStore* spill = options_.spill.get();
   if (spill == nullptr) return true;
   while (spill->OverBudget(extra)) {
-    const std::vector<uint64_t> victims = spill->Coldest(8);
+    const std::vector<uint64_t> victims = spill->Victims(8);
     bool progress = false;
     for (uint64_t id : victims) {
       if (!spill->OverBudget(extra)) return true;
@@ -193,9 +194,10 @@ void Shard::AfterUse(const Chunk& c) {
 
 void Shard::WriteBehind() {
   SpillStore* spill = options_.spill.get();
-  for (uint64_t id : spill->ColdestCovering(spill->write_behind_bytes())) {
+  for (uint64_t id : spill->VictimsCovering(spill->write_behind_bytes())) {
     absl::StatusOr<Chunk*> found = FindChunk(id);
-    // In use: it is not the coldest for long, and its user may change it.
+    // In use: its user may change it, and it is not the next to go for
+    // long.
     if (!found.ok() || !(*found)->mu.TryLock()) continue;
     Chunk& c = **found;
     absl::Status s;

@@ -71,6 +71,12 @@ rocksdb::Options DbOptions(bool create, const RocksDbTierOptions& tier) {
     // Buffered, synced flushes: see RocksDbTierOptions::direct_io.
     options.use_direct_io_for_flush_and_compaction = false;
   }
+  if (tier.flush_threads > 0) {
+    options.env->IncBackgroundThreadsIfNeeded(tier.flush_threads,
+                                              rocksdb::Env::Priority::HIGH);
+    // RocksDB runs a quarter of its background jobs as flushes.
+    options.max_background_jobs = 4 * tier.flush_threads;
+  }
   if (tier.max_write_buffers > 0) {
     options.max_write_buffer_number = tier.max_write_buffers;
   }

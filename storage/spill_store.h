@@ -5,12 +5,11 @@
 // SpillStore keeps the books and does the I/O; it does not own the tiles.
 // The shard (server/shard_tier.cc) owns each tile under the chunk's lock
 // and calls in here: Admit when a tile becomes resident, Touch on each use
-// (each update: pulls do not touch), Release when it spills one, Coldest
+// (each update: pulls do not touch), Release when it spills one, Victims
 // to choose what to spill, Write and Read to move a tile. It also learns
-// the order tiles are used in (the same every step) so the shard can read
-// the next ones before they are asked for (Next); the order is learned
-// from pairs of uses, so a backward pass (k+1, k -> k-1) and a forward
-// one (k-1, k -> k+1) over the same tiles are told apart.
+// the order tiles are used in (the same every step; storage/learned_order.h)
+// so the shard can read the next ones before they are asked for (Next),
+// and spill the one needed last.
 //
 // A spilled tile is two records in two RocksDB databases under the
 // directory: its weights (weights/) and its optimizer state (state/), each
@@ -38,6 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "storage/chunk_record.h"
+#include "storage/learned_order.h"
 #include "storage/rocksdb_tier.h"
 
 namespace strata {
@@ -58,14 +58,19 @@ struct SpillOptions {
   // why); on a file system without it (tmpfs) the store falls back to
   // buffered I/O (direct_io() says which it got).
   bool direct_io = true;
-  // Write-behind: the coldest resident tiles, this many bytes of them, are
-  // written out on a thread of their own as soon as they change, so that
-  // making room later only frees them and no request waits on a write.
-  // 0 = a quarter of the budget. (Tiles written out and then changed again
-  // before they are spilled are written twice: the window bounds that.)
+  // Write-behind: the resident tiles next to be spilled (Victims), this
+  // many bytes of them, are written out on a thread of their own as soon
+  // as they change, so that making room later only frees them and no
+  // request waits on a write. 0 = the first victim alone with
+  // evict_farthest, else a quarter of the budget. (Tiles written out and
+  // then changed again before they are spilled are written twice: the
+  // window bounds that.)
   // Off, a spill writes its tile itself (benches compare the two).
   bool write_behind = true;
   uint64_t write_behind_bytes = 0;
+  // Spill the tile whose next use in the learned order is farthest away
+  // (storage/learned_order.h); off, the least recently used one.
+  bool evict_farthest = true;
   // The spill databases' memtable size, both together (the weights'
   // database gets a third, the state's two thirds, 2 MiB at least each;
   // two of each may be full at once: RAM outside the budget); 0 = an
@@ -110,8 +115,11 @@ class SpillStore {
 
   uint64_t budget() const { return options_.ram_budget; }
   uint64_t write_behind_bytes() const {
-    return options_.write_behind_bytes > 0 ? options_.write_behind_bytes
-                                           : options_.ram_budget / 4;
+    if (options_.write_behind_bytes > 0) return options_.write_behind_bytes;
+    // Spilling the tile needed last, the next to go is the tile just used,
+    // and the one after it is the tile used next, not changed yet: one
+    // byte covers the first victim. The least recently used go in order.
+    return options_.evict_farthest ? 1 : options_.ram_budget / 4;
   }
   int prefetch_depth() const { return options_.prefetch_depth; }
 
@@ -125,11 +133,14 @@ class SpillStore {
   void Touch(uint64_t id);
   // Whether holding `extra` more bytes would pass the budget.
   bool OverBudget(size_t extra) const;
-  // Up to `n` resident tiles, least recently used first.
-  std::vector<uint64_t> Coldest(size_t n) const;
-  // The least recently used resident tiles, coldest first, as many as it
-  // takes to cover `bytes` (all of them if they do not).
-  std::vector<uint64_t> ColdestCovering(uint64_t bytes) const;
+  // Up to `n` resident tiles in the order to spill them: those the learned
+  // order does not expect, least recently used first, then the one whose
+  // next use is farthest first (storage/learned_order.h); least recently
+  // used first throughout with evict_farthest off.
+  std::vector<uint64_t> Victims(size_t n);
+  // The first of Victims(), as many as it takes to cover `bytes` (all of
+  // them if they do not).
+  std::vector<uint64_t> VictimsCovering(uint64_t bytes);
   // Up to `n` tiles expected after `id`, following the learned order from
   // the tile used before id's latest use.
   std::vector<uint64_t> Next(uint64_t id, size_t n) const;
@@ -168,6 +179,8 @@ class SpillStore {
   // A record read from `db` (the tile's weights or its state), timed and
   // counted; DATA_LOSS with the directory when it cannot be.
   absl::StatusOr<ChunkRecord> ReadPart(RocksDbTier& db, uint64_t id);
+  // Every resident tile, in the order Victims gives.
+  std::vector<uint64_t> VictimsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SpillOptions options_;
   const bool direct_io_;
@@ -183,20 +196,7 @@ class SpillStore {
     size_t bytes = 0;
   };
   absl::flat_hash_map<uint64_t, Entry> resident_ ABSL_GUARDED_BY(mu_);
-  // Learned order, last time seen: the tile used after each pair of tiles
-  // used one after the other, and after each tile alone. The pair tells a
-  // backward pass (k+1, k -> k-1) from a forward one (k-1, k -> k+1), which
-  // the tile alone cannot: pushes and pulls touch the same tiles in
-  // opposite orders every step.
-  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, uint64_t> next2_
-      ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, uint64_t> next_ ABSL_GUARDED_BY(mu_);
-  // The tile used before each tile's latest use.
-  absl::flat_hash_map<uint64_t, uint64_t> before_ ABSL_GUARDED_BY(mu_);
-  // The last two tiles used (last_ the latest); how many of them are set.
-  uint64_t last_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t last2_ ABSL_GUARDED_BY(mu_) = 0;
-  int seen_ ABSL_GUARDED_BY(mu_) = 0;
+  LearnedOrder order_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace strata
