@@ -40,8 +40,9 @@ struct ServerOptions {
   // With a budget: changed cold tiles written out on a thread of their own
   // ahead of their spill (SpillOptions::write_behind).
   bool write_behind = true;
-  // With a budget: spill the tile needed last (SpillOptions::evict_farthest).
-  bool evict_farthest = true;
+  // With a budget: spill the tile needed last instead of the least
+  // recently used (SpillOptions::evict_farthest).
+  bool evict_farthest = false;
   // bsp | ssp:<s> | asp. With a scheduler, "" means "the job's setting from
   // the view"; a setting that differs from the view's is an error.
   std::string consistency;

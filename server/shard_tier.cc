@@ -1,7 +1,7 @@
 // The shard's side of the RAM tier (ShardOptions::spill): which tiles are
 // resident, reading them back on use, reading ahead in the learned order,
-// and spilling the one needed last (storage/learned_order.h) while the
-// budget is passed.
+// and spilling (SpillStore::Victims: the least recently used, or the one
+// needed last) while the budget is passed.
 //
 // A tile is a chunk's weights and optimizer state (rec.weights, rec.slots);
 // its version, spec and BSP state stay in RAM. It moves only under its
@@ -196,8 +196,7 @@ void Shard::WriteBehind() {
   SpillStore* spill = options_.spill.get();
   for (uint64_t id : spill->VictimsCovering(spill->write_behind_bytes())) {
     absl::StatusOr<Chunk*> found = FindChunk(id);
-    // In use: its user may change it, and it is not the next to go for
-    // long.
+    // In use: it is not the coldest for long, and its user may change it.
     if (!found.ok() || !(*found)->mu.TryLock()) continue;
     Chunk& c = **found;
     absl::Status s;

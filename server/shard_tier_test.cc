@@ -66,7 +66,7 @@ v1::RegisterChunksRequest Model() {
 // are resident follows from the uses alone.
 std::shared_ptr<SpillStore> Spill(const std::string& dir, uint64_t budget,
                                   bool background = true,
-                                  bool evict_farthest = true) {
+                                  bool evict_farthest = false) {
   SpillOptions o;
   o.ram_budget = budget;
   o.dir = dir;
@@ -269,9 +269,9 @@ TEST(ShardTier, SpillingTheTileNeededLastReadsFewerTiles) {
   // Each step's pushes use the tiles in the same order (twice: two
   // workers). Least recently used spills each just before it comes round
   // again: every push reads its tile. Spilling the one needed last keeps
-  // all but one of the budget's tiles resident: a quarter fewer reads
-  // with a quarter of the tiles in the budget. Read-ahead and write-behind
-  // off, so the reads are the policy's alone.
+  // all but one of the budget's tiles resident each cycle: a quarter fewer
+  // reads with a quarter of the tiles in the budget. Read-ahead and
+  // write-behind off, so the reads are the policy's alone.
   uint64_t reads[2];
   for (bool farthest : {false, true}) {
     const ScopedDir dir_scope(farthest ? "farthest" : "lru");
@@ -288,17 +288,16 @@ TEST(ShardTier, SpillingTheTileNeededLastReadsFewerTiles) {
     ExpectSameAsNeverSpilled(*shard, 4);
   }
   EXPECT_EQ(reads[false], 3u * 2 * kChunks);
-  EXPECT_EQ(reads[true], 3u * 2 * (kChunks - kChunks / 4 + 1));  // fewest
+  EXPECT_EQ(reads[true], 3u * 2 * (kChunks - kChunks / 4 + 1));
 }
 
 TEST(ShardTier, WritesBehindSoThatSpillsOnlyFree) {
   const ScopedDir dir_scope("behind");
-  // Least recently used: the tiles next to be spilled are the coldest,
-  // changed long before their room is needed. (Spilling the tile needed
-  // last instead spills the tile just changed, whose write the read-ahead
-  // that needs its room races the writer thread for.)
-  auto shard = NewShard(Spill(dir_scope.path, kChunks * kTile / 4,
-                              /*background=*/true, /*evict_farthest=*/false));
+  // Least recently used (the default): the tiles next to be spilled are
+  // the coldest, changed long before their room is needed. (Spilling the
+  // tile needed last instead spills the tile just changed, whose write the
+  // read-ahead that needs its room races the writer thread for.)
+  auto shard = NewShard(Spill(dir_scope.path, kChunks * kTile / 4));
   // The coldest changed tiles are written out on the writer thread before
   // anything needs their room: after the first step, a spill only frees
   // memory.

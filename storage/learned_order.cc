@@ -59,12 +59,17 @@ std::vector<uint64_t> LearnedOrder::Next(uint64_t id, size_t n) const {
 void LearnedOrder::BuildCycle() {
   place_.clear();
   cycle_version_ = version_;
+  built_from_ = last_;
+  closed_ = false;
   if (seen_ == 0) return;
   bool have_prev = seen_ >= 2;
   uint64_t prev = last2_, at = last_, next;
   place_[at] = 0;
-  while (Successor(have_prev, prev, at, &next) &&
-         place_.try_emplace(next, place_.size()).second) {
+  while (Successor(have_prev, prev, at, &next)) {
+    if (!place_.try_emplace(next, place_.size()).second) {
+      closed_ = next == last_;
+      return;
+    }
     prev = at;
     at = next;
     have_prev = true;
@@ -73,7 +78,12 @@ void LearnedOrder::BuildCycle() {
 
 std::vector<uint64_t> LearnedOrder::FarthestFirst(
     const std::vector<uint64_t>& ids) {
-  if (cycle_version_ != version_ || !place_.contains(last_)) BuildCycle();
+  // A closed cycle holds from any of its places; a walk that ended
+  // elsewhere (a tile met twice, a successor unknown) only from its start.
+  if (cycle_version_ != version_ || !place_.contains(last_) ||
+      (!closed_ && built_from_ != last_)) {
+    BuildCycle();
+  }
   const size_t length = place_.size();
   auto latest = place_.find(last_);
   // How many uses ahead each tile's next use is: the tile just used a

@@ -7,8 +7,10 @@
 // For a cycle of N tiles through a budget of B, least-recently-used keeps
 // the wrong ones: each tile is spilled just before it comes round again,
 // and every use misses. Spilling the farthest next use instead keeps B - 1
-// tiles resident for good and lets one slot cycle, so a step misses
-// N - B + 1 times, the fewest any policy can.
+// of the B tiles resident until their use and lets one slot cycle, so a
+// step misses N - B + 1 times. The order must be the same every step:
+// interleaved differently each time (a BSP commit on several threads), it
+// does worse than least-recently-used (SpillOptions::evict_farthest).
 //
 // The order is learned from pairs of uses, so a backward pass
 // (k+1, k -> k-1) and a forward one (k-1, k -> k+1) over the same tiles are
@@ -62,8 +64,11 @@ class LearnedOrder {
   // at `cycle_version_` and is rebuilt when they differ.
   uint64_t version_ = 0;
   uint64_t cycle_version_ = ~uint64_t{0};
-  // Each tile of the learned cycle and its place in it.
+  // Each tile of the learned cycle and its place in it, walked from
+  // `built_from_`; `closed_` if the walk came back to it.
   absl::flat_hash_map<uint64_t, size_t> place_;
+  uint64_t built_from_ = 0;
+  bool closed_ = false;
 };
 
 }  // namespace strata

@@ -44,6 +44,17 @@ TEST(LearnedOrder, PutsTheTileNeededLastFirst) {
   EXPECT_EQ(o.FarthestFirst({9, 0, 3, 4}), (std::vector<uint64_t>{4, 9, 0, 3}));
 }
 
+TEST(LearnedOrder, AnOrderThatIsNotACycleIsWalkedFromEachLatestUse) {
+  // 1 2 3 4 3 2 1 2 3 4 ...: from 4 the walk meets 3 and 2 and then 1
+  // again after 2 (so not a cycle); its places hold only from 4.
+  LearnedOrder o;
+  for (uint64_t id : {1, 2, 3, 4, 3, 2, 1, 2, 3, 4}) o.Use(id);
+  EXPECT_EQ(o.FarthestFirst({1, 2, 3, 4}), (std::vector<uint64_t>{4, 1, 2, 3}));
+  o.Use(3);  // learned before: nothing changes but the latest use
+  // Next come 2, 1, 2 (met again: the walk stops), so 4 is off the walk.
+  EXPECT_EQ(o.FarthestFirst({1, 2, 3, 4}), (std::vector<uint64_t>{4, 3, 1, 2}));
+}
+
 TEST(LearnedOrder, WithNothingLearnedKeepsTheGivenOrder) {
   LearnedOrder o;
   EXPECT_EQ(o.FarthestFirst({3, 1, 2}), (std::vector<uint64_t>{3, 1, 2}));

@@ -74,8 +74,10 @@ rocksdb::Options DbOptions(bool create, const RocksDbTierOptions& tier) {
   if (tier.flush_threads > 0) {
     options.env->IncBackgroundThreadsIfNeeded(tier.flush_threads,
                                               rocksdb::Env::Priority::HIGH);
-    // RocksDB runs a quarter of its background jobs as flushes.
-    options.max_background_jobs = 4 * tier.flush_threads;
+    // Deprecated in RocksDB 7 but honoured: jobs become these flushes and
+    // one compaction (max_background_jobs alone would run a quarter of
+    // its jobs as flushes, the rest as compactions).
+    options.max_background_flushes = tier.flush_threads;
   }
   if (tier.max_write_buffers > 0) {
     options.max_write_buffer_number = tier.max_write_buffers;

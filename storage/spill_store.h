@@ -61,16 +61,23 @@ struct SpillOptions {
   // Write-behind: the resident tiles next to be spilled (Victims), this
   // many bytes of them, are written out on a thread of their own as soon
   // as they change, so that making room later only frees them and no
-  // request waits on a write. 0 = the first victim alone with
-  // evict_farthest, else a quarter of the budget. (Tiles written out and
-  // then changed again before they are spilled are written twice: the
-  // window bounds that.)
+  // request waits on a write. 0 = a quarter of the budget. (Tiles written
+  // out and then changed again before they are spilled are written twice:
+  // the window bounds that. With evict_farthest the next to go is mostly
+  // the tile just changed, which the read-ahead needing its room races
+  // the writer for, so most spills still write.)
   // Off, a spill writes its tile itself (benches compare the two).
   bool write_behind = true;
   uint64_t write_behind_bytes = 0;
   // Spill the tile whose next use in the learned order is farthest away
-  // (storage/learned_order.h); off, the least recently used one.
-  bool evict_farthest = true;
+  // (storage/learned_order.h) instead of the least recently used one. Off
+  // by default: it reads fewer tiles when one thread updates them in a
+  // fixed order (bench/tier.sh: 8% fewer bytes, the same step time), but
+  // a server committing a BSP step on several threads interleaves that
+  // order differently every step, and end to end (124M, a quarter budget)
+  // its hit rate was lower (0.49-0.51 against 0.55) and so was its speed
+  // (46-60 against 61-64 tokens/s, 2026-11-26).
+  bool evict_farthest = false;
   // The spill databases' memtable size, both together (the weights'
   // database gets a third, the state's two thirds, 2 MiB at least each;
   // two of each may be full at once: RAM outside the budget); 0 = an
@@ -115,11 +122,8 @@ class SpillStore {
 
   uint64_t budget() const { return options_.ram_budget; }
   uint64_t write_behind_bytes() const {
-    if (options_.write_behind_bytes > 0) return options_.write_behind_bytes;
-    // Spilling the tile needed last, the next to go is the tile just used,
-    // and the one after it is the tile used next, not changed yet: one
-    // byte covers the first victim. The least recently used go in order.
-    return options_.evict_farthest ? 1 : options_.ram_budget / 4;
+    return options_.write_behind_bytes > 0 ? options_.write_behind_bytes
+                                           : options_.ram_budget / 4;
   }
   int prefetch_depth() const { return options_.prefetch_depth; }
 
