@@ -15,27 +15,13 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "bench/read_pass.h"
 #include "common/parallel.h"
-#include "common/target_clones.h"
 #include "worker/grad_accumulator.h"
 
 namespace {
 
 constexpr int64_t kGrain = 1 << 16;
-
-// Reads every word: an XOR over 64-bit words in independent lanes, which
-// vectorizes and leaves the memory as the only limit.
-STRATA_CLONES uint64_t XorWords(const uint64_t* w, int64_t n) {
-  uint64_t lane[8] = {};
-  int64_t k = 0;
-  for (; k + 8 <= n; k += 8) {
-    for (int j = 0; j < 8; ++j) lane[j] ^= w[k + j];
-  }
-  for (; k < n; ++k) lane[0] ^= w[k];
-  uint64_t x = 0;
-  for (uint64_t l : lane) x ^= l;
-  return x;
-}
 
 double OneChain(const float* g, int64_t n) {
   std::vector<double> parts(strata::NumChunks(n, kGrain), 0.0);
@@ -85,7 +71,7 @@ int main(int argc, char** argv) {
   const double read_s = BestSeconds(reps, [&] {
     std::vector<uint64_t> parts(strata::NumChunks(words, kGrain), 0);
     strata::ParallelFor(words, kGrain, [&](int c, int64_t b, int64_t e) {
-      parts[c] = XorWords(w + b, e - b);
+      parts[c] = strata::bench::XorWords(w + b, e - b);
     });
     uint64_t x = 0;
     for (uint64_t p : parts) x ^= p;

@@ -44,10 +44,19 @@ TEST(Crc32c, MatchesKnownValuesAndPortableVersion) {
   EXPECT_EQ(crc32c::Value("123456789"), 0xe3069283u);
   EXPECT_EQ(crc32c::Value(""), 0u);
   std::string data;
-  for (int i = 0; i < 1000; ++i) data.push_back(static_cast<char>(i * 7));
-  for (size_t n : {0, 1, 7, 8, 9, 63, 1000}) {
+  for (int i = 0; i < 100000; ++i) {
+    data.push_back(static_cast<char>((i * 7) ^ (i >> 9)));
+  }
+  // Short ones, and around the three-stream blocks (3 x 4096 bytes).
+  for (size_t n :
+       {0, 1, 7, 8, 9, 63, 1000, 12287, 12288, 12289, 24576, 36881, 100000}) {
     const absl::string_view s(data.data(), n);
     EXPECT_EQ(crc32c::Value(s), crc32c::ExtendPortable(0, s)) << n;
+    // Extended from a nonzero CRC, split anywhere.
+    const size_t cut = n / 3;
+    EXPECT_EQ(crc32c::Extend(crc32c::Value(s.substr(0, cut)), s.substr(cut)),
+              crc32c::ExtendPortable(0, s))
+        << n;
   }
   EXPECT_EQ(crc32c::Extend(crc32c::Value("1234"), "56789"), 0xe3069283u);
 }

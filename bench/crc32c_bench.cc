@@ -1,0 +1,76 @@
+// CRC-32C (storage/crc32c.h), which every spilled tile and every snapshot
+// record is checked with, written and read: on one thread over a tile-sized
+// buffer, against a plain read of the same buffer (the limit: the CRC reads
+// every byte once) and against the same code on pieces just below the
+// three-stream block (one stream at a time, as before 2026-11-26) in the
+// same run.
+//
+// Usage: crc32c_bench [--mib 12] [--reps R]
+// Prints: read_GBps, crc32c_GBps, crc32c_ratio_to_read,
+//         one_stream_GBps, crc32c_speedup_over_one_stream.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/string_view.h"
+#include "bench/read_pass.h"
+#include "storage/crc32c.h"
+
+namespace {
+
+// Best GB/s of `reps` runs of `pass` over `bytes`.
+template <typename F>
+double BestGBps(size_t bytes, int reps, F pass) {
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pass();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+    best = std::max(best, bytes / s / 1e9);
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("CRC-32C against a plain read of the same buffer");
+  size_t mib = 12;
+  int reps = 20;
+  app.add_option("--mib", mib, "buffer size (a 4 MiB chunk's Adam tile: 12)")
+      ->capture_default_str();
+  app.add_option("--reps", reps, "runs; the best is printed")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  const size_t bytes = (mib << 20) / 8 * 8;
+  std::string data(bytes, '\0');
+  for (size_t i = 0; i < bytes; ++i) data[i] = static_cast<char>(i * 131 >> 3);
+  volatile uint64_t sink = 0;
+  const double read = BestGBps(bytes, reps, [&] {
+    sink = sink + strata::bench::XorWords(
+                      reinterpret_cast<const uint64_t*>(data.data()),
+                      static_cast<int64_t>(bytes / 8));
+  });
+  const double crc =
+      BestGBps(bytes, reps, [&] { sink = sink + strata::crc32c::Value(data); });
+  // Pieces below 3 x 4096 bytes take the one-stream path.
+  constexpr size_t kPiece = 3 * 4096 - 8;
+  const double one = BestGBps(bytes, reps, [&] {
+    uint32_t c = 0;
+    for (size_t at = 0; at < bytes; at += kPiece) {
+      c = strata::crc32c::Extend(
+          c, absl::string_view(data).substr(at, std::min(kPiece, bytes - at)));
+    }
+    sink = sink + c;
+  });
+  std::printf("read_GBps %.2f\ncrc32c_GBps %.2f\ncrc32c_ratio_to_read %.3f\n",
+              read, crc, crc / read);
+  std::printf("one_stream_GBps %.2f\ncrc32c_speedup_over_one_stream %.2f\n",
+              one, crc / one);
+  return 0;
+}
