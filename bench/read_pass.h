@@ -1,5 +1,6 @@
-// A plain read of an array at memory speed: the limit of a pass that reads
-// every byte once (a norm, a checksum), measured in the same run.
+// A plain read of an array: the limit of a pass that reads every byte once
+// (a norm, a checksum) from wherever the array is (a cache, or memory for
+// arrays larger than the caches), measured in the same run.
 #ifndef STRATA_BENCH_READ_PASS_H_
 #define STRATA_BENCH_READ_PASS_H_
 

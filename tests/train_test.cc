@@ -4,17 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <csignal>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "common/bf16.h"
-#include "nlohmann/json.hpp"
 #include "tests/process_util.h"
 #include "tests/train_util.h"
 

@@ -1,5 +1,7 @@
 #include "tests/train_util.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <memory>
