@@ -1,4 +1,5 @@
-// PsClient's machinery (ps_client_impl.cc): one op's state, the per-server
+// PsClient's machinery (ps_client_impl.cc; the shared-memory payload path in
+// ps_client_shm.cc): one op's state, the per-server
 // queues, the attempts on the wire and their retries. Private to client/.
 #ifndef STRATA_CLIENT_PS_CLIENT_IMPL_H_
 #define STRATA_CLIENT_PS_CLIENT_IMPL_H_

@@ -191,29 +191,38 @@ bool SpillStore::OverBudget(size_t extra) const {
   return counters_.resident_bytes.load() + extra > options_.ram_budget;
 }
 
-std::vector<uint64_t> SpillStore::VictimsLocked() {
-  std::vector<uint64_t> coldest(lru_.rbegin(), lru_.rend());
-  if (!options_.evict_farthest) return coldest;
-  return order_.FarthestFirst(coldest);
+std::vector<uint64_t> SpillStore::VictimsLocked(
+    absl::FunctionRef<bool(uint64_t)> want) {
+  std::vector<uint64_t> out;
+  if (!options_.evict_farthest) {
+    // Least recently used first: walk the list only as far as wanted.
+    for (auto it = lru_.rbegin(); it != lru_.rend() && want(*it); ++it) {
+      out.push_back(*it);
+    }
+    return out;
+  }
+  for (uint64_t id : order_.FarthestFirst(
+           std::vector<uint64_t>(lru_.rbegin(), lru_.rend()))) {
+    if (!want(id)) break;
+    out.push_back(id);
+  }
+  return out;
 }
 
 std::vector<uint64_t> SpillStore::Victims(size_t n) {
   absl::MutexLock lock(&mu_);
-  std::vector<uint64_t> out = VictimsLocked();
-  if (out.size() > n) out.resize(n);
-  return out;
+  size_t taken = 0;
+  return VictimsLocked([&](uint64_t) { return taken++ < n; });
 }
 
 std::vector<uint64_t> SpillStore::VictimsCovering(uint64_t bytes) {
   absl::MutexLock lock(&mu_);
-  std::vector<uint64_t> out = VictimsLocked();
   uint64_t covered = 0;
-  size_t i = 0;
-  for (; i < out.size() && covered < bytes; ++i) {
-    covered += resident_.find(out[i])->second.bytes;  // out lists resident_
-  }
-  out.resize(i);
-  return out;
+  return VictimsLocked([&](uint64_t id) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (covered >= bytes) return false;
+    covered += resident_.find(id)->second.bytes;  // victims are resident_'s
+    return true;
+  });
 }
 
 std::vector<uint64_t> SpillStore::Next(uint64_t id, size_t n) const {

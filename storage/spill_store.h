@@ -33,6 +33,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -183,8 +184,10 @@ class SpillStore {
   // A record read from `db` (the tile's weights or its state), timed and
   // counted; DATA_LOSS with the directory when it cannot be.
   absl::StatusOr<ChunkRecord> ReadPart(RocksDbTier& db, uint64_t id);
-  // Every resident tile, in the order Victims gives.
-  std::vector<uint64_t> VictimsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Resident tiles in the order Victims gives, while `want` (asked of each
+  // before it is taken) says yes.
+  std::vector<uint64_t> VictimsLocked(absl::FunctionRef<bool(uint64_t)> want)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SpillOptions options_;
   const bool direct_io_;

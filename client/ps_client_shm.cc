@@ -1,0 +1,117 @@
+// The client's shared-memory path for payloads (PsClientOptions::
+// shared_memory): a region per co-located server (client/shm_link.h),
+// a slot taken per call that fits, given back or retired when the call
+// ends. The rest of PsClient::Impl is in ps_client_impl.cc.
+#include <algorithm>
+#include <memory>
+#include <optional>
+
+#include "client/ps_client_impl.h"
+#include "cluster/scheduler_client.h"
+#include "common/status.h"
+#include "common/wire.h"
+
+namespace strata {
+
+using ps_client_internal::OpPtr;
+
+void PsClient::Impl::AttachShm() {
+  if (!options_.shared_memory || plan_.chunks.empty()) return;
+  absl::MutexLock attach_lock(&attach_mu_);  // one region per server
+  uint64_t largest = 0;                      // fp32 bytes of the largest chunk
+  for (const ChunkInfo& c : plan_.chunks)
+    largest = std::max<uint64_t>(largest, c.numel * 4);
+  // A slot per call on the wire, and spares for slots lost calls retired.
+  const int slots = static_cast<int>(
+      std::min<uint64_t>(options_.max_in_flight_per_server + 2,
+                         options_.shm_bytes_per_server / largest));
+  for (int slot = 0; slot < num_slots_; ++slot) {
+    absl::StatusOr<Stubs*> stubs = StubsForSlot(slot);
+    if (!stubs.ok()) continue;
+    {
+      absl::MutexLock lock(&stub_mu_);
+      if ((*stubs)->shm || (*stubs)->shm_refused) continue;
+    }
+    absl::StatusOr<std::shared_ptr<ShmLink>> link =
+        slots < 1
+            ? absl::ResourceExhaustedError("chunks over the budget")
+            : ShmLink::Attach((*stubs)->typed.get(), scheduler_->member_id(),
+                              scheduler_->view().epoch(), largest, slots);
+    absl::MutexLock lock(&stub_mu_);
+    if (link.ok()) {
+      (*stubs)->shm = *std::move(link);
+    } else if (!IsRetryable(link.status())) {
+      // Another host, another PID namespace, or no memfd: plain messages.
+      (*stubs)->shm_refused = true;
+    }
+  }
+}
+
+bool PsClient::Impl::TakePayloadPlace(const OpPtr& op, Stubs* stubs,
+                                      bool fp32_in_shm, v1::DType* dtype) {
+  if (op->stamp.dtype) {
+    *dtype = *op->stamp.dtype;
+    fp32_in_shm = false;  // the caller's choice holds everywhere
+  }
+  fp32_in_shm = fp32_in_shm && *dtype == v1::DTYPE_BF16;
+  const size_t numel = plan_.chunks[op->chunk].numel;
+  const v1::DType in_shm = fp32_in_shm ? v1::DTYPE_F32 : *dtype;
+  if (!TakeShmSlot(op, stubs, numel * ElementBytes(in_shm))) return false;
+  *dtype = in_shm;
+  return true;
+}
+
+bool PsClient::Impl::TakeShmSlot(const OpPtr& op, Stubs* stubs, size_t bytes) {
+  if (!options_.shared_memory) return false;
+  std::shared_ptr<ShmLink> link;
+  bool refused;
+  {
+    absl::MutexLock lock(&stub_mu_);
+    link = stubs->shm;
+    refused = stubs->shm_refused;
+  }
+  if (!link && !refused) {
+    // An attach failed while the server was unreachable: try again, at
+    // most once a second.
+    absl::MutexLock lock(&mu_);
+    if (absl::Now() >= next_attach_) {
+      attach_wanted_ = true;
+      next_attach_ = absl::Now() + absl::Seconds(1);
+    }
+  }
+  if (!link || bytes > link->slot_bytes()) return false;
+  std::optional<ShmLink::Slot> slot = link->Acquire();
+  if (!slot) return false;  // all busy: this call goes in the message
+  op->shm = std::move(link);
+  op->shm_slot = *slot;
+  return true;
+}
+
+void PsClient::Impl::EndShmAttempt(const OpPtr& op,
+                                   const absl::Status& status) {
+  if (!op->shm) return;
+  bool replace = op->shm_lost;
+  if (op->answered) {
+    op->shm->Release(op->shm_slot.index);
+  } else {
+    // A late access may still come: the slot is retired. A lost connection
+    // may mean a restarted server, which will not know the region.
+    replace |=
+        op->shm->Retire() > ShmLink::kSpareSlots || absl::IsUnavailable(status);
+  }
+  if (replace) {
+    // A new region, once the server answers again.
+    {
+      absl::MutexLock lock(&stub_mu_);
+      for (auto& [address, stubs] : stubs_) {
+        if (stubs->shm == op->shm) stubs->shm.reset();
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    attach_wanted_ = true;
+  }
+  op->shm.reset();
+  op->shm_slot = ShmLink::Slot();
+}
+
+}  // namespace strata
