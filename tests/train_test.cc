@@ -18,6 +18,7 @@ namespace {
 
 using testing::Child;
 using testing::Losses;
+using testing::StepsRecorded;
 using testing::TinyModelFlags;
 using testing::WriteCorpus;
 
@@ -80,6 +81,16 @@ std::vector<std::string> KillOneOfThreeAndJoinOne(
   EXPECT_EQ(audit.tiling_errors, 0u) << status.Output();
   if (servers_see_redos) {
     EXPECT_GT(audit.redone, 0u) << status.Output();
+  }
+  // A redone step is written once, when its commit is answered: each
+  // worker's steps go up.
+  for (int w : {0, 1, 3}) {
+    const std::vector<int64_t> steps =
+        StepsRecorded(absl::StrCat(dir, "/metrics-", w, ".jsonl"));
+    EXPECT_FALSE(steps.empty()) << w;
+    for (size_t i = 1; i < steps.size(); ++i) {
+      EXPECT_LT(steps[i - 1], steps[i]) << "worker " << w << " line " << i;
+    }
   }
   cluster.Stop();
   std::vector<std::string> logs;

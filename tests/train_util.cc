@@ -83,13 +83,27 @@ BspRun TrainBsp(const std::vector<std::string>& devices,
   return run;
 }
 
-std::vector<double> Losses(const std::string& metrics) {
-  std::vector<double> out;
-  std::ifstream f(metrics);
+namespace {
+
+// One field of each line of a JSON-lines file.
+template <typename T>
+std::vector<T> Column(const std::string& path, const char* key) {
+  std::vector<T> out;
+  std::ifstream f(path);
   for (std::string line; std::getline(f, line);) {
-    out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+    out.push_back(nlohmann::json::parse(line)[key].get<T>());
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<double> Losses(const std::string& metrics) {
+  return Column<double>(metrics, "loss");
+}
+
+std::vector<int64_t> StepsRecorded(const std::string& metrics) {
+  return Column<int64_t>(metrics, "step");
 }
 
 void ExpectCloseWeights(const BspRun& a, const BspRun& b) {

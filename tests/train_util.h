@@ -3,6 +3,7 @@
 #ifndef STRATA_TESTS_TRAIN_UTIL_H_
 #define STRATA_TESTS_TRAIN_UTIL_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,8 @@ BspRun TrainBsp(const std::vector<std::string>& devices,
 
 // The losses of a worker's metrics file (JSON lines), in step order.
 std::vector<double> Losses(const std::string& metrics);
+// The "step" of each line of a worker's metrics file.
+std::vector<int64_t> StepsRecorded(const std::string& metrics);
 
 // Two runs' final weights agree up to float rounding: the largest
 // difference is below 1e-4 of the largest weight (AdamW's normalized step

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -86,8 +87,17 @@ absl::Status Trainer::Run() {
   // which may take this worker past --steps clocks (it took over the units
   // of a worker that died).
   bool finished = false;
+  // The last step computed, until its commit is answered (with the next
+  // step's pulls): a step redone in a newer view is counted and written
+  // once, when its second computation commits.
+  std::optional<StepRecord> unanswered;
   for (;;) {
     if (o_.stop != nullptr && o_.stop->load()) {
+      // Leaving between steps: the last one counts if its commit, in
+      // flight under BSP with clipping overlapped, applies.
+      if (unanswered && (!commit_.valid() || commit_.get().ok())) {
+        RecordStep(*unanswered, *progress);
+      }
       progress->Finish();
       spdlog::info("strata worker: left the job before step {}", step);
       return absl::OkStatus();
@@ -96,6 +106,7 @@ absl::Status Trainer::Run() {
             AdoptRollback(*scheduler_, &generation_)) {
       step = *back;
       prev_epoch = 0;
+      unanswered.reset();
       ps_->ForgetPushErrors();
       // A restarted server that held no snapshot lacks the chunks.
       STRATA_RETURN_IF_ERROR(ps_->RegisterModel(ServerModel(*gpt_, o_)));
@@ -145,11 +156,15 @@ absl::Status Trainer::Run() {
       if (!RedoInNewerView(*scheduler_, pulled.status(), last)) {
         return pulled.status();
       }
+      unanswered.reset();
       --step;
       prev_epoch = 0;
       continue;
     }
     STRATA_RETURN_IF_ERROR(pulled.status());
+    // The previous step's commit applied (or every chunk closed it).
+    if (unanswered)
+      RecordStep(*std::exchange(unanswered, std::nullopt), *progress);
     if (last_pull) break;
     if (bsp && *pulled > static_cast<uint64_t>(step)) {
       // Every chunk closed this step without us (we were fenced or
@@ -202,8 +217,9 @@ absl::Status Trainer::Run() {
     const double compute_rate = work->samples / std::max(compute_s_, 1e-9);
     speed_ = speed_ == 0 ? compute_rate : 0.7 * speed_ + 0.3 * compute_rate;
     scheduler_->SetProgress(step + 1, speed_);
-    RecordStep(step, work->samples, loss, tokens_per_s);
-    StepMetrics m;
+    StepRecord r{
+        .samples = work->samples, .compute_s = compute_s_, .sync_s = sync_s_};
+    StepMetrics& m = r.m;
     m.step = step;
     m.total_steps = o_.steps;
     m.loss = loss;
@@ -225,24 +241,24 @@ absl::Status Trainer::Run() {
       auto eval = EvalLoss();
       if (eval.ok()) m.eval_loss = *eval;
     }
-    progress->Step(m);
+    unanswered = std::move(r);
     ++step;
   }
   progress->Finish();
   return WriteOutputs();
 }
 
-void Trainer::RecordStep(int64_t step, int64_t samples, double loss,
-                         double tokens_per_s) {
+void Trainer::RecordStep(const StepRecord& r, Progress& progress) {
+  progress.Step(r.m);
   if (!metrics_) return;
   metrics_->steps.Add();
-  metrics_->samples.Add(static_cast<double>(samples));
-  metrics_->tokens.Add(static_cast<double>(samples) * o_.model.context);
-  metrics_->step.Set(static_cast<double>(step + 1));
-  metrics_->loss.Set(loss);
-  metrics_->tokens_per_s.Set(tokens_per_s);
-  metrics_->compute_seconds.Observe(compute_s_);
-  metrics_->sync_seconds.Observe(sync_s_);
+  metrics_->samples.Add(static_cast<double>(r.samples));
+  metrics_->tokens.Add(static_cast<double>(r.samples) * o_.model.context);
+  metrics_->step.Set(static_cast<double>(r.m.step + 1));
+  metrics_->loss.Set(r.m.loss);
+  metrics_->tokens_per_s.Set(r.m.tokens_per_s);
+  metrics_->compute_seconds.Observe(r.compute_s);
+  metrics_->sync_seconds.Observe(r.sync_s);
 }
 
 absl::Status Trainer::WriteOutputs() {

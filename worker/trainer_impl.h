@@ -21,6 +21,7 @@
 #include "worker/data.h"
 #include "worker/grad_accumulator.h"
 #include "worker/model.h"
+#include "worker/progress.h"
 #include "worker/trainer.h"
 #include "worker/worker_metrics.h"
 
@@ -99,9 +100,15 @@ class Trainer {
   absl::Status WaitReduced();
   absl::StatusOr<double> EvalLoss();
   absl::Status WriteOutputs();
-  // Counts a finished step of `samples` in the metrics, if any.
-  void RecordStep(int64_t step, int64_t samples, double loss,
-                  double tokens_per_s);
+  // A step computed and pushed, recorded once its commit is answered.
+  struct StepRecord {
+    StepMetrics m;
+    int64_t samples = 0;
+    double compute_s = 0;
+    double sync_s = 0;
+  };
+  // Counts the step in the metrics, if any, and writes its progress line.
+  void RecordStep(const StepRecord& r, Progress& progress);
 
   const TrainerOptions& o_;
   std::unique_ptr<Model> gpt_;
