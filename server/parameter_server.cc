@@ -25,6 +25,7 @@
 #include "spdlog/spdlog.h"
 #include "storage/data_dir.h"
 #include "storage/ram_tier.h"
+#include "storage/rocksdb_crc32c.h"
 #include "storage/spill_store.h"
 #include "strata/v1/ps.grpc.pb.h"
 
@@ -183,6 +184,10 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
                                        store.status().message()));
     }
     shard_options.spill = *std::move(store);
+    spdlog::info("strata server: RocksDB's CRC-32C of spilled tiles: {}",
+                 RocksDbCrc32cIsStratas()
+                     ? "Strata's (storage/rocksdb_crc32c.h)"
+                     : "the library's own");
   }
   impl->shard = std::make_unique<Shard>(shard_options);
 
