@@ -384,6 +384,9 @@ CommandFn AddLocalCommand(CLI::App& app) {
                 "mutual TLS on every channel, as a cluster runs, with a CA "
                 "and per-role certificates made in <dir>/certs");
   AddTrainerFlags(cmd, &o->train);
+  // Each worker writes <dir>/metrics-N.jsonl: a --metrics file would be
+  // ignored, so it is not taken.
+  cmd->remove_option(cmd->get_option("--metrics"));
   AddRamBudgetFlag(cmd, &o->ram_budget);
   cmd->add_option("--snapshot_every", o->snapshot_every,
                   "snapshot every N steps (0: never)")

@@ -53,6 +53,7 @@ INSTANTIATE_TEST_SUITE_P(
                  "/nonexistent/strata"},
                 "/nonexistent/strata"},
         Refusal{{"local", "--workers", "0"}, "--workers"},
+        Refusal{{"local", "--metrics", "/tmp/m.jsonl"}, "--metrics"},
         Refusal{{"local", "--ram_budget", "12parsecs"}, "not a byte size"},
         Refusal{
             {"server", "--scheduler", "127.0.0.1:1", "--ram_budget", "1GiB"},

@@ -87,26 +87,35 @@ absl::Status Trainer::Run() {
   // which may take this worker past --steps clocks (it took over the units
   // of a worker that died).
   bool finished = false;
-  // The last step computed, until its commit is answered (with the next
-  // step's pulls): a step redone in a newer view is counted and written
-  // once, when its second computation commits.
+  // The last step computed, until the next step's pulls answer for its
+  // commit: a step redone in a newer view is counted and written once,
+  // when its second computation commits. Set exactly when there is a
+  // previous step this loop could redo.
   std::optional<StepRecord> unanswered;
   for (;;) {
     if (o_.stop != nullptr && o_.stop->load()) {
-      // Leaving between steps: the last one counts if its commit, in
-      // flight under BSP with clipping overlapped, applies.
-      if (unanswered && (!commit_.valid() || commit_.get().ok())) {
-        RecordStep(*unanswered, *progress);
-      }
+      // Leaving between steps. Under SSP and ASP the last step's pushes
+      // were answered before it ended. Under BSP it is not counted: its
+      // step closes only if every other worker pushed before this one
+      // leaves (a change of workers drops the open step's pushes), which
+      // only a pull could tell.
+      if (unanswered && !bsp) RecordStep(*unanswered, *progress);
       progress->Finish();
       spdlog::info("strata worker: left the job before step {}", step);
       return absl::OkStatus();
     }
     if (std::optional<int64_t> back =
             AdoptRollback(*scheduler_, &generation_)) {
+      // The rollback step's snapshot holds every step before it, closed.
+      if (unanswered && unanswered->m.step < *back) {
+        RecordStep(*unanswered, *progress);
+      }
+      unanswered.reset();
+      // The last commit belongs to the old generation: collected here, not
+      // by the new generation's first pulls.
+      if (commit_.valid()) (void)commit_.get();
       step = *back;
       prev_epoch = 0;
-      unanswered.reset();
       ps_->ForgetPushErrors();
       // A restarted server that held no snapshot lacks the chunks.
       STRATA_RETURN_IF_ERROR(ps_->RegisterModel(ServerModel(*gpt_, o_)));
@@ -146,16 +155,18 @@ absl::Status Trainer::Run() {
     // pulls, found this worker fenced; RedoInNewerView redoes only then.)
     if ((absl::IsAborted(pulled.status()) ||
          absl::IsFailedPrecondition(pulled.status())) &&
-        step > first_step) {
+        unanswered) {
       // The live workers changed before step-1 closed: it is redone with
       // the new view's shares.
-      spdlog::info("strata worker: redoing step {}: {}", step - 1,
-                   pulled.status().ToString());
-      if (metrics_) metrics_->redone.Add();
       ps_->ForgetPushErrors();  // the pushes they came from: not applied
       if (!RedoInNewerView(*scheduler_, pulled.status(), last)) {
         return pulled.status();
       }
+      // Or the job rolled back: adopted at the top of the loop instead.
+      if (scheduler_->view().generation() != generation_) continue;
+      spdlog::info("strata worker: redoing step {}: {}", step - 1,
+                   pulled.status().ToString());
+      if (metrics_) metrics_->redone.Add();
       unanswered.reset();
       --step;
       prev_epoch = 0;
@@ -211,7 +222,7 @@ absl::Status Trainer::Run() {
     workers_ = sv.workers;
     const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
     const double rate = work->samples * o_.model.context / std::max(secs, 1e-9);
-    tokens_per_s = step == 0 ? rate : 0.8 * tokens_per_s + 0.2 * rate;
+    tokens_per_s = tokens_per_s == 0 ? rate : 0.8 * tokens_per_s + 0.2 * rate;
     // The ledger splits BSP steps by this: the speed of computing, not of
     // the whole step (which waits for the slowest worker).
     const double compute_rate = work->samples / std::max(compute_s_, 1e-9);
