@@ -21,6 +21,13 @@
 // state, so the page cache does not answer for the disk.
 //   disk_limit_s = 4/3 x moved / read_GBps + moved / write_GBps
 //   tier_ratio_to_disk = disk_limit_s / step_s   (target >= 0.8)
+// A step reads and writes at once, and a disk whose reads and writes share
+// its bandwidth may move less in total than either alone; so the same
+// bytes are also moved at once, a step's reads from one file (O_DIRECT)
+// while its writes go to another (buffered then synced, as the tier's
+// flushes, or O_DIRECT: the faster):
+//   disk_mixed_s: the time until both are done
+//   tier_ratio_to_disk_mixed = disk_mixed_s / step_s
 //
 // Usage: tier_bench --dir DIR [--budget_mib 256] [--state_ratio 4]
 //                   [--chunk_mib 4] [--steps 3]
@@ -38,6 +45,7 @@
 #include <memory>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -86,6 +94,25 @@ double TimeWrite(const std::string& path, size_t bytes, const void* block,
   return gbps;
 }
 
+// Reads the first `bytes` of `path` in blocks of `block_bytes` into `buf`
+// (O_DIRECT when `direct`, else after dropping its cached pages).
+void ReadAll(const std::string& path, size_t bytes, void* buf,
+             size_t block_bytes, bool direct) {
+  int fd = open(path.c_str(), O_RDONLY | (direct ? O_DIRECT : 0));
+  if (fd < 0) {
+    std::perror(path.c_str());
+    std::exit(1);
+  }
+  if (!direct) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  for (size_t done = 0; done < bytes; done += block_bytes) {
+    if (read(fd, buf, block_bytes) != static_cast<ssize_t>(block_bytes)) {
+      std::perror("read");
+      std::exit(1);
+    }
+  }
+  close(fd);
+}
+
 // Writes then reads back `bytes` in 4 MiB blocks at `path`. Writes both
 // ways, O_DIRECT and buffered with a final fdatasync, and the faster is
 // the disk's write bandwidth (the tier's flushes write buffered and sync:
@@ -103,19 +130,37 @@ Disk MeasureDisk(const std::string& path, size_t bytes) {
   d.write_buffered_GBps = TimeWrite(path, bytes, raw, kBlock, false);
   if (d.direct) d.write_direct_GBps = TimeWrite(path, bytes, raw, kBlock, true);
   d.write_GBps = std::max(d.write_direct_GBps, d.write_buffered_GBps);
-  fd = open(path.c_str(), O_RDONLY | (d.direct ? O_DIRECT : 0));
-  if (!d.direct) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   const auto t0 = Clock::now();
-  for (size_t done = 0; done < bytes; done += kBlock) {
-    if (read(fd, raw, kBlock) != static_cast<ssize_t>(kBlock)) {
-      std::perror("read");
-      std::exit(1);
-    }
-  }
+  ReadAll(path, bytes, raw, kBlock, d.direct);
   d.read_GBps = bytes / Seconds(t0) / 1e9;
-  close(fd);
   unlink(path.c_str());
   return d;
+}
+
+// Seconds to read `read_bytes` of a file (O_DIRECT where the file system
+// has it) while `write_bytes` are written to another one (O_DIRECT when
+// `direct_writes`, else buffered; then fdatasync).
+double TimeMixed(const std::string& dir, size_t read_bytes, size_t write_bytes,
+                 bool direct, bool direct_writes) {
+  constexpr size_t kBlock = 4 << 20;
+  auto aligned = [] {
+    void* raw = nullptr;
+    if (posix_memalign(&raw, 4096, kBlock) != 0) std::abort();
+    std::memset(raw, 0x5a, kBlock);
+    return std::unique_ptr<void, decltype(&std::free)>(raw, &std::free);
+  };
+  auto rbuf = aligned(), wbuf = aligned();
+  const std::string rpath = dir + "/mixed-read", wpath = dir + "/mixed-write";
+  TimeWrite(rpath, read_bytes, rbuf.get(), kBlock, direct);
+  const auto t0 = Clock::now();
+  std::thread reader(
+      [&] { ReadAll(rpath, read_bytes, rbuf.get(), kBlock, direct); });
+  TimeWrite(wpath, write_bytes, wbuf.get(), kBlock, direct_writes);
+  reader.join();
+  const double s = Seconds(t0);
+  unlink(rpath.c_str());
+  unlink(wpath.c_str());
+  return s;
 }
 
 // Bytes this process has had the kernel read from and write to storage
@@ -323,6 +368,18 @@ int Main(int argc, char** argv) {
   std::printf("tier_ratio_to_inram %.3f\n", ram_s / tier_s);
   std::printf("disk_limit_s %.3f\ntier_step_s %.3f\n", limit_s, tier_s);
   std::printf("tier_ratio_to_disk %.3f\n", limit_s / tier_s);
+  // Rounded to whole blocks, as the tier's tiles are.
+  const size_t mixed_read =
+      static_cast<size_t>(4.0 / 3.0 * moved) & ~((4 << 20) - 1);
+  const size_t mixed_write = static_cast<size_t>(moved) & ~((4 << 20) - 1);
+  const double mixed_buffered =
+      TimeMixed(dir, mixed_read, mixed_write, disk.direct, false);
+  const double mixed_direct =
+      disk.direct ? TimeMixed(dir, mixed_read, mixed_write, true, true) : 1e30;
+  const double mixed_s = std::min(mixed_buffered, mixed_direct);
+  std::printf("disk_mixed_s %.3f (buffered writes %.3f, direct %.3f)\n",
+              mixed_s, mixed_buffered, disk.direct ? mixed_direct : 0.0);
+  std::printf("tier_ratio_to_disk_mixed %.3f\n", mixed_s / tier_s);
   uint64_t on_disk = 0;
   std::error_code walk;
   for (auto it = std::filesystem::recursive_directory_iterator(so.dir, walk);

@@ -68,8 +68,9 @@ rocksdb::Options DbOptions(bool create, const RocksDbTierOptions& tier) {
   }
   if (tier.direct_io) {
     options.use_direct_reads = true;
-    // Buffered, synced flushes: see RocksDbTierOptions::direct_io.
-    options.use_direct_io_for_flush_and_compaction = false;
+    // Flushes write 4 MiB at a time: see RocksDbTierOptions::direct_io.
+    options.use_direct_io_for_flush_and_compaction = true;
+    options.writable_file_max_buffer_size = 4 << 20;
   }
   if (tier.flush_threads > 0) {
     options.env->IncBackgroundThreadsIfNeeded(tier.flush_threads,

@@ -41,17 +41,19 @@ struct RocksDbTierOptions {
   // process's pool of flush threads (RocksDB's HIGH priority pool, shared
   // by every database in the process) to at least this many.
   int flush_threads = 0;
-  // Read with O_DIRECT, past the page cache (a spill tier whose reads
-  // should not take the machine's RAM a second time, and must come from the
-  // disk). Flushes still write through the page cache and sync each file
-  // at its end: RocksDB's O_DIRECT flush writes one buffer at a time, and
-  // made the tier's writes about 3.5x slower (bench/tier.sh, 2026-11-25);
-  // with 4 MiB buffers and two flushes at once it ran as fast as buffered
-  // flushes (2.40-2.59 against 2.52-2.88 s per step, 2026-11-26) for 4
-  // MiB of RAM per file written, so flushes stay buffered. The written
-  // pages stay in the page cache, clean, until the kernel reclaims them;
-  // they are not the process's memory. File systems without O_DIRECT
-  // (tmpfs) fail at Open with INVALID_ARGUMENT.
+  // Read and flush with O_DIRECT, past the page cache (a spill tier whose
+  // bytes should not take the machine's RAM a second time, and must come
+  // from and go to the disk). A flush writes one 4 MiB buffer at a time
+  // (4 MiB of RAM per file being written) and waits for each: with RocksDB's
+  // 1 MiB default that made the tier's writes about 3.5x slower than
+  // buffered flushes synced at each file's end (bench/tier.sh,
+  // 2026-11-25). Since RocksDB's CRC of each blob is Strata's fast one
+  // (storage/rocksdb_crc32c.h), 4 MiB O_DIRECT flushes beat buffered ones:
+  // 1.81-2.07 against 2.13-2.22 s per step, alternated (1, 2, 8 and 16 MiB
+  // buffers: 2.10, 2.01, 2.16, 2.26; 2026-11-26): this disk moves a step's
+  // reads and buffered writes at once far slower than its O_DIRECT ones
+  // (tier_bench's disk_mixed_s). File systems without O_DIRECT (tmpfs)
+  // fail at Open with INVALID_ARGUMENT.
   bool direct_io = false;
   // Have RocksDB check its own checksums on Get (of the blob, and of the
   // table blocks it reads to find it). Each record carries a CRC-32C of

@@ -53,11 +53,10 @@ struct SpillOptions {
   int prefetch_depth = 4;
   // Threads the shard reads ahead and writes back on.
   int io_threads = 2;
-  // Read the spill database past the page cache (O_DIRECT), so reads come
-  // from the disk and do not hold the tiles in RAM a second time (flushes
-  // write through the page cache and sync: storage/rocksdb_tier.h says
-  // why); on a file system without it (tmpfs) the store falls back to
-  // buffered I/O (direct_io() says which it got).
+  // Read and flush the spill databases past the page cache (O_DIRECT), so
+  // tiles come from and go to the disk and are not held in RAM a second
+  // time (storage/rocksdb_tier.h); on a file system without it (tmpfs) the
+  // store falls back to buffered I/O (direct_io() says which it got).
   bool direct_io = true;
   // Write-behind: the resident tiles next to be spilled (Victims), this
   // many bytes of them, are written out on a thread of their own as soon
