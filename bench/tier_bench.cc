@@ -24,8 +24,8 @@
 // A step reads and writes at once, and a disk whose reads and writes share
 // its bandwidth may move less in total than either alone; so the same
 // bytes are also moved at once, a step's reads from one file (O_DIRECT)
-// while its writes go to another (buffered then synced, as the tier's
-// flushes, or O_DIRECT: the faster):
+// while its writes go to another (O_DIRECT, as the tier's flushes, or
+// buffered then synced: the faster), before the tier runs:
 //   disk_mixed_s: the time until both are done
 //   tier_ratio_to_disk_mixed = disk_mixed_s / step_s
 //
@@ -115,7 +115,8 @@ void ReadAll(const std::string& path, size_t bytes, void* buf,
 
 // Writes then reads back `bytes` in 4 MiB blocks at `path`. Writes both
 // ways, O_DIRECT and buffered with a final fdatasync, and the faster is
-// the disk's write bandwidth (the tier's flushes write buffered and sync:
+// the disk's write bandwidth (the tier's flushes write with O_DIRECT, and
+// wrote buffered and synced until 2026-11-26:
 // the reference is the best the disk does, not one way of asking it).
 Disk MeasureDisk(const std::string& path, size_t bytes) {
   constexpr size_t kBlock = 4 << 20;
@@ -300,6 +301,18 @@ int Main(int argc, char** argv) {
       "synced %.3f)\ndisk_direct_io %d\n",
       disk.read_GBps, disk.write_GBps, disk.write_direct_GBps,
       disk.write_buffered_GBps, disk.direct ? 1 : 0);
+  // The same disk moving a step's minimum bytes, reads and writes at once
+  // (`moved`: the tiles beyond the budget), before the tier is open.
+  const double moved = state - budget;
+  // Rounded to whole blocks, as the tier's tiles are.
+  const size_t mixed_read =
+      static_cast<size_t>(4.0 / 3.0 * moved) & ~((4 << 20) - 1);
+  const size_t mixed_write = static_cast<size_t>(moved) & ~((4 << 20) - 1);
+  const double mixed_buffered =
+      TimeMixed(dir, mixed_read, mixed_write, disk.direct, false);
+  const double mixed_direct =
+      disk.direct ? TimeMixed(dir, mixed_read, mixed_write, true, true) : 1e30;
+  const double mixed_s = std::min(mixed_buffered, mixed_direct);
 
   double ram_s = 0;
   {
@@ -333,7 +346,6 @@ int Main(int argc, char** argv) {
       (store->counters().read_bytes - read0) / static_cast<double>(steps + 1);
   const double write_step =
       (store->counters().write_bytes - write0) / static_cast<double>(steps + 1);
-  const double moved = state - budget;
   const double limit_s = 4.0 / 3.0 * moved / (disk.read_GBps * 1e9) +
                          moved / (disk.write_GBps * 1e9);
   std::printf("state_MiB %.0f\nbudget_MiB %llu\nchunks %d\n", state / 1048576.0,
@@ -368,15 +380,6 @@ int Main(int argc, char** argv) {
   std::printf("tier_ratio_to_inram %.3f\n", ram_s / tier_s);
   std::printf("disk_limit_s %.3f\ntier_step_s %.3f\n", limit_s, tier_s);
   std::printf("tier_ratio_to_disk %.3f\n", limit_s / tier_s);
-  // Rounded to whole blocks, as the tier's tiles are.
-  const size_t mixed_read =
-      static_cast<size_t>(4.0 / 3.0 * moved) & ~((4 << 20) - 1);
-  const size_t mixed_write = static_cast<size_t>(moved) & ~((4 << 20) - 1);
-  const double mixed_buffered =
-      TimeMixed(dir, mixed_read, mixed_write, disk.direct, false);
-  const double mixed_direct =
-      disk.direct ? TimeMixed(dir, mixed_read, mixed_write, true, true) : 1e30;
-  const double mixed_s = std::min(mixed_buffered, mixed_direct);
   std::printf("disk_mixed_s %.3f (buffered writes %.3f, direct %.3f)\n",
               mixed_s, mixed_buffered, disk.direct ? mixed_direct : 0.0);
   std::printf("tier_ratio_to_disk_mixed %.3f\n", mixed_s / tier_s);

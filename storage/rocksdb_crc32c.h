@@ -2,12 +2,12 @@
 // program that links strata_storage.
 //
 // Debian builds RocksDB portable, without SSE4.2, so the library computes
-// the CRC-32C of every record it writes one table lookup at a time: for
+// the CRC-32C of every record it writes from tables, 8 bytes a step: for
 // each blob the RAM tier spills, 17% of bench/tier.sh's CPU
 // (docs/BENCHMARKS.md). Its CRC function, rocksdb::crc32c::Extend, is
 // called from the library's other object files, and the linker's --wrap
-// option (set on strata_storage for the programs that link it) sends
-// those calls to Strata's function instead. Same function, same values:
+// option (set on strata_storage for the programs that link it, on x86-64)
+// sends those calls to Strata's function instead. Same function, same values:
 // the test checks the standard's value through RocksDB's own checksum
 // code, and Strata's function is tested against a table version.
 #ifndef STRATA_STORAGE_ROCKSDB_CRC32C_H_

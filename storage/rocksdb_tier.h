@@ -52,8 +52,8 @@ struct RocksDbTierOptions {
   // 1.81-2.07 against 2.13-2.22 s per step, alternated (1, 2, 8 and 16 MiB
   // buffers: 2.10, 2.01, 2.16, 2.26; 2026-11-26): this disk moves a step's
   // reads and buffered writes at once far slower than its O_DIRECT ones
-  // (tier_bench's disk_mixed_s). File systems without O_DIRECT (tmpfs)
-  // fail at Open with INVALID_ARGUMENT.
+  // (tier_bench's disk_mixed_s). File systems without O_DIRECT (tmpfs
+  // before Linux 6.6) fail at Open with INVALID_ARGUMENT.
   bool direct_io = false;
   // Have RocksDB check its own checksums on Get (of the blob, and of the
   // table blocks it reads to find it). Each record carries a CRC-32C of

@@ -24,11 +24,12 @@ RocksDbTierOptions SpillDbOptions(bool direct_io, size_t write_buffer) {
   o.write_ahead_log = false;
   o.blob_files = true;
   o.verify_reads = false;  // the records' own CRC-32C is checked
-  // Every tile spilled is a flush's worth of a small memtable, and a flush
-  // is CPU (RocksDB's blob checksum, in software in Debian's build) as
-  // much as disk: two at once took the tier's writes from 5.2-5.8 to
-  // 3.7-3.8 s per step, summed over threads, and the step from 2.79-3.01 to
-  // 2.51-2.55 s (bench/tier.sh, 2026-11-26).
+  // Every tile spilled is a flush's worth of a small memtable. When a
+  // flush was as much CPU as disk (RocksDB's blob checksum in software,
+  // before storage/rocksdb_crc32c.h), two at once took the tier's writes
+  // from 5.2-5.8 to 3.7-3.8 s per step, summed over threads, and the step
+  // from 2.79-3.01 to 2.51-2.55 s (bench/tier.sh, 2026-11-26); two O_DIRECT
+  // flushes also keep two writes in flight.
   o.flush_threads = 2;
   return o;
 }

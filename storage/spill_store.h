@@ -55,8 +55,9 @@ struct SpillOptions {
   int io_threads = 2;
   // Read and flush the spill databases past the page cache (O_DIRECT), so
   // tiles come from and go to the disk and are not held in RAM a second
-  // time (storage/rocksdb_tier.h); on a file system without it (tmpfs) the
-  // store falls back to buffered I/O (direct_io() says which it got).
+  // time (storage/rocksdb_tier.h); on a file system without it (tmpfs before
+  // Linux 6.6) the store falls back to buffered I/O (direct_io() says which it
+  // got).
   bool direct_io = true;
   // Write-behind: the resident tiles next to be spilled (Victims), this
   // many bytes of them, are written out on a thread of their own as soon

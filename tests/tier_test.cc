@@ -25,7 +25,8 @@ constexpr uint64_t kParams = 16ull << 20;  // 16M: 192 MiB with Adam
 constexpr uint64_t kBudget = 32ull << 20;
 constexpr uint64_t kChunkBytes = 1ull << 20;  // tiles of 3 MiB
 // Outside the budget (docs/OPERATIONS.md): the spill database's memtables
-// (2 x 8 MiB), tiles in motion (read and decoded, encoded for a write, in
+// (2 x 8 MiB), the flushes' O_DIRECT write buffers (4 MiB per file being
+// written), tiles in motion (read and decoded, encoded for a write, in
 // a request: 3 MiB each, about 16 at once with the handler and read-ahead
 // threads), gRPC's buffers and the allocator's (up to 64 MiB of free heap
 // kept): 144 MiB, with room for more of them in flight on a busier
