@@ -94,6 +94,17 @@ double TimeWrite(const std::string& path, size_t bytes, const void* block,
   return gbps;
 }
 
+// The reference's I/O size: 4 MiB.
+constexpr size_t kBlock = 4 << 20;
+
+// A block for O_DIRECT I/O (page-aligned), filled.
+std::unique_ptr<void, decltype(&std::free)> AlignedBlock() {
+  void* raw = nullptr;
+  if (posix_memalign(&raw, 4096, kBlock) != 0) std::abort();
+  std::memset(raw, 0x5a, kBlock);
+  return {raw, &std::free};
+}
+
 // Reads the first `bytes` of `path` in blocks of `block_bytes` into `buf`
 // (O_DIRECT when `direct`, else after dropping its cached pages).
 void ReadAll(const std::string& path, size_t bytes, void* buf,
@@ -119,11 +130,8 @@ void ReadAll(const std::string& path, size_t bytes, void* buf,
 // wrote buffered and synced until 2026-11-26:
 // the reference is the best the disk does, not one way of asking it).
 Disk MeasureDisk(const std::string& path, size_t bytes) {
-  constexpr size_t kBlock = 4 << 20;
-  void* raw = nullptr;
-  if (posix_memalign(&raw, 4096, kBlock) != 0) std::abort();
-  std::unique_ptr<void, decltype(&std::free)> buf(raw, &std::free);
-  std::memset(raw, 0x5a, kBlock);
+  const auto buf = AlignedBlock();
+  void* raw = buf.get();
   Disk d;
   int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_DIRECT, 0600);
   d.direct = fd >= 0;
@@ -143,14 +151,7 @@ Disk MeasureDisk(const std::string& path, size_t bytes) {
 // `direct_writes`, else buffered; then fdatasync).
 double TimeMixed(const std::string& dir, size_t read_bytes, size_t write_bytes,
                  bool direct, bool direct_writes) {
-  constexpr size_t kBlock = 4 << 20;
-  auto aligned = [] {
-    void* raw = nullptr;
-    if (posix_memalign(&raw, 4096, kBlock) != 0) std::abort();
-    std::memset(raw, 0x5a, kBlock);
-    return std::unique_ptr<void, decltype(&std::free)>(raw, &std::free);
-  };
-  auto rbuf = aligned(), wbuf = aligned();
+  const auto rbuf = AlignedBlock(), wbuf = AlignedBlock();
   const std::string rpath = dir + "/mixed-read", wpath = dir + "/mixed-write";
   TimeWrite(rpath, read_bytes, rbuf.get(), kBlock, direct);
   const auto t0 = Clock::now();
@@ -306,8 +307,8 @@ int Main(int argc, char** argv) {
   const double moved = state - budget;
   // Rounded to whole blocks, as the tier's tiles are.
   const size_t mixed_read =
-      static_cast<size_t>(4.0 / 3.0 * moved) & ~((4 << 20) - 1);
-  const size_t mixed_write = static_cast<size_t>(moved) & ~((4 << 20) - 1);
+      static_cast<size_t>(4.0 / 3.0 * moved) / kBlock * kBlock;
+  const size_t mixed_write = static_cast<size_t>(moved) / kBlock * kBlock;
   const double mixed_buffered =
       TimeMixed(dir, mixed_read, mixed_write, disk.direct, false);
   const double mixed_direct =

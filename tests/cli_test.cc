@@ -66,10 +66,8 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--layers", "2",
                  "--pp", "3"},
                 "--pp must be in [1, --layers (2)]"},
-        Refusal{{"local", "--tp", "2", "--device", "cuda"},
-                "CPU threads only"},
-        Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--tp", "0"},
-                "--tp"},
+        Refusal{{"local", "--tp", "2", "--device", "cuda"}, "CPU threads only"},
+        Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--tp", "0"}, "--tp"},
         // Checked before any process starts.
         Refusal{{"local", "--data", "/nonexistent/strata"},
                 "/nonexistent/strata"},
