@@ -90,6 +90,7 @@ absl::Status PayloadMessage::Parse(const grpc::ByteBuffer& buffer, int field,
                                    google::protobuf::Message* msg) {
   slices_.clear();
   present_ = false;
+  cursor_slice_ = cursor_start_ = 0;
   if (!buffer.Dump(&slices_).ok())
     return absl::DataLossError("unreadable message buffer");
   SliceStream stream(slices_);
@@ -132,20 +133,25 @@ absl::Status PayloadMessage::Parse(const grpc::ByteBuffer& buffer, int field,
   return absl::OkStatus();
 }
 
-void PayloadMessage::CopyPayload(void* dst) const {
+void PayloadMessage::CopyPayload(void* dst, size_t begin, size_t n) const {
   char* out = static_cast<char*>(dst);
-  size_t skip = offset_, left = size_;
-  for (const grpc::Slice& s : slices_) {
-    if (left == 0) break;
-    if (skip >= s.size()) {
-      skip -= s.size();
+  const size_t from = offset_ + begin;  // in the message
+  if (from < cursor_start_) cursor_slice_ = cursor_start_ = 0;
+  size_t left = n;
+  for (; cursor_slice_ < slices_.size() && left > 0; ++cursor_slice_) {
+    const grpc::Slice& s = slices_[cursor_slice_];
+    const size_t end = cursor_start_ + s.size();
+    if (from + (n - left) >= end) {
+      cursor_start_ = end;
       continue;
     }
+    const size_t skip = from + (n - left) - cursor_start_;
     const size_t take = std::min(s.size() - skip, left);
     std::memcpy(out, s.begin() + skip, take);
     out += take;
     left -= take;
-    skip = 0;
+    if (skip + take < s.size()) break;  // the next copy starts in this slice
+    cursor_start_ = end;
   }
 }
 

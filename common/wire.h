@@ -44,13 +44,21 @@ class PayloadMessage {
   bool has_payload() const { return present_; }
   size_t payload_size() const { return size_; }
   // Copies the payload to dst[0..payload_size()).
-  void CopyPayload(void* dst) const;
+  void CopyPayload(void* dst) const { CopyPayload(dst, 0, size_); }
+  // Copies payload bytes [begin, begin + n) to dst[0..n). Copies in
+  // increasing order of `begin` resume where the last one ended.
+  // REQUIRES: begin + n <= payload_size(); one thread at a time.
+  void CopyPayload(void* dst, size_t begin, size_t n) const;
 
  private:
   std::vector<grpc::Slice> slices_;
   size_t offset_ = 0;
   size_t size_ = 0;
   bool present_ = false;
+  // Where the last copy ended: slice `cursor_slice_`, which starts at byte
+  // `cursor_start_` of the message.
+  mutable size_t cursor_slice_ = 0;
+  mutable size_t cursor_start_ = 0;
 };
 
 // Bytes per element of a payload in `dtype` (unspecified: fp32).

@@ -71,7 +71,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       return 0;
     if (aim) req.set_chunk_id(kChunk);
     (void)shard->Push(req, message.payload_size(),
-                      [&message](char* dst) { message.CopyPayload(dst); });
+                      [&message](char* dst, size_t begin, size_t n) {
+                        message.CopyPayload(dst, begin, n);
+                      });
   } else {
     v1::PullRequest req;
     if (!message.Parse(buffer, 0, &req).ok()) return 0;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <numbers>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
@@ -114,27 +115,34 @@ STRATA_CLONES bool AllWithinBlock(const float* __restrict g, size_t n,
   return max_bits <= limit_bits;
 }
 
-// Runs the update of `p` on elements [begin, end).
-void RunRange(const OptimizerParams& p, const UpdateScalars& s, float* w,
-              float* m, float* v, const float* g, size_t begin, size_t end) {
-  const size_t n = end - begin;
+// Runs the update of `p` on n elements (arrays already offset to them).
+void RunBlock(const OptimizerParams& p, const UpdateScalars& s, float* w,
+              float* m, float* v, const float* g, size_t n) {
   if (n == 0) return;  // empty arrays may come as null
   switch (p.kind) {
     case OptimizerParams::kSgd:
       if (p.momentum > 0) {
         STRATA_CHECK(m != nullptr);
-        SgdMomentumKernel(s, w + begin, m + begin, g + begin, n);
+        SgdMomentumKernel(s, w, m, g, n);
       } else {
-        SgdKernel(s, w + begin, g + begin, n);
+        SgdKernel(s, w, g, n);
       }
       return;
     case OptimizerParams::kAdam:
     case OptimizerParams::kAdamW:
       STRATA_CHECK(m != nullptr && v != nullptr);
-      AdamKernel(s, w + begin, m + begin, v + begin, g + begin, n);
+      AdamKernel(s, w, m, v, g, n);
       return;
   }
   STRATA_CHECK(false && "unknown optimizer kind");
+}
+
+// Runs the update of `p` on elements [begin, end).
+void RunRange(const OptimizerParams& p, const UpdateScalars& s, float* w,
+              float* m, float* v, const float* g, size_t begin, size_t end) {
+  if (end == begin) return;
+  RunBlock(p, s, w + begin, m == nullptr ? nullptr : m + begin,
+           v == nullptr ? nullptr : v + begin, g + begin, end - begin);
 }
 
 }  // namespace
@@ -248,6 +256,21 @@ float ScheduledLr(const OptimizerParams& p, int64_t step) {
 void ApplyUpdate(const OptimizerParams& params, float lr, int64_t t, float* w,
                  float* m, float* v, const float* g, size_t n) {
   RunRange(params, MakeScalars(params, lr, t), w, m, v, g, 0, n);
+}
+
+void ApplyUpdateFormed(
+    const OptimizerParams& params, float lr, int64_t t, float* w, float* m,
+    float* v, size_t n,
+    absl::FunctionRef<void(size_t begin, size_t end, float* out)> form) {
+  const UpdateScalars s = MakeScalars(params, lr, t);
+  // A block of the gradient: 64 KiB, in cache from `form` to the update.
+  thread_local std::vector<float> block(kBlockElems);
+  for (size_t begin = 0; begin < n; begin += kBlockElems) {
+    const size_t end = std::min(n, begin + kBlockElems);
+    form(begin, end, block.data());
+    RunBlock(params, s, w + begin, m == nullptr ? nullptr : m + begin,
+             v == nullptr ? nullptr : v + begin, block.data(), end - begin);
+  }
 }
 
 bool AllWithin(const float* g, size_t n, float limit) {

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "optim/adam_step.h"
 #include "strata/v1/ps.pb.h"
@@ -77,6 +78,19 @@ float ScheduledLr(const OptimizerParams& params, int64_t step);
 // Thread-safe for disjoint arrays.
 void ApplyUpdate(const OptimizerParams& params, float lr, int64_t t, float* w,
                  float* m, float* v, const float* g, size_t n);
+
+// As ApplyUpdate, with the gradient formed as the update goes:
+// `form(begin, end, out)` writes the gradient of elements [begin, end) to
+// out[0, end - begin), a block of a few thousand elements at a time, in
+// order, on the caller's thread, just before the update reads them from
+// there. A gradient formed from other arrays (a server's clipped mean of a
+// step's pushes) then costs one read of those arrays and no pass over
+// memory of its own. Results are those of forming all of g first and
+// calling ApplyUpdate.
+void ApplyUpdateFormed(
+    const OptimizerParams& params, float lr, int64_t t, float* w, float* m,
+    float* v, size_t n,
+    absl::FunctionRef<void(size_t begin, size_t end, float* out)> form);
 
 // The constants ApplyUpdate uses for an Adam or AdamW update with
 // scheduled rate `lr` and 1-based count `t` (for device kernels that apply

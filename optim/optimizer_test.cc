@@ -333,5 +333,50 @@ TEST(Optimizer, ParallelUpdateServesConcurrentCallers) {
   for (std::thread& t : callers) t.join();
 }
 
+// ApplyUpdateFormed against forming the whole gradient first: bit for
+// bit, for every optimizer, with the blocks covering [0, n) in order.
+TEST(Optimizer, UpdateWithAFormedGradientIsBitIdenticalToOneFormedFirst) {
+  OptimizerParams momentum = Scheduled(OptimizerParams::kSgd);
+  momentum.momentum = 0.9f;
+  for (const OptimizerParams& p : {Scheduled(OptimizerParams::kSgd), momentum,
+                                   Scheduled(OptimizerParams::kAdam),
+                                   Scheduled(OptimizerParams::kAdamW)}) {
+    for (size_t n : {size_t{0}, size_t{100}, size_t{3 * 16384 + 77}}) {
+      std::mt19937 rng(static_cast<uint32_t>(n) + 3);
+      const std::vector<float> w0 = RandomVector(rng, n, 1.0f);
+      const std::vector<float> a = RandomVector(rng, n, 1.0f);
+      const std::vector<float> b = RandomVector(rng, n, 1.0f);
+      // A two-term clipped mean, as a server forms a BSP step's.
+      std::vector<float> g(n);
+      for (size_t i = 0; i < n; ++i) {
+        g[i] = 0.0f + 0.25f * (a[i] * 0.5f);
+        g[i] += 0.75f * (b[i] * 0.5f);
+      }
+      std::vector<float> w1 = w0, m1(n, 0.1f), v1(n, 0.2f);
+      std::vector<float> w2 = w0, m2(n, 0.1f), v2(n, 0.2f);
+      ApplyUpdate(p, 0.01f, 3, w1.data(), m1.data(), v1.data(), g.data(), n);
+      size_t next = 0;
+      ApplyUpdateFormed(p, 0.01f, 3, w2.data(), m2.data(), v2.data(), n,
+                        [&](size_t begin, size_t end, float* out) {
+                          EXPECT_EQ(begin, next);
+                          EXPECT_LT(begin, end);
+                          next = end;
+                          for (size_t i = begin; i < end; ++i) {
+                            float x = 0.0f + 0.25f * (a[i] * 0.5f);
+                            x += 0.75f * (b[i] * 0.5f);
+                            out[i - begin] = x;
+                          }
+                        });
+      EXPECT_EQ(next, n);
+      EXPECT_EQ(std::memcmp(w1.data(), w2.data(), n * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(m1.data(), m2.data(), n * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(v1.data(), v2.data(), n * sizeof(float)), 0);
+      if (n > 0) {
+        EXPECT_NE(w1, w0);  // the update did something
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata

@@ -166,15 +166,18 @@ class Service final : public ServiceBase {
       }
       STRATA_ASSIGN_OR_RETURN(ShmSpan span,
                               shm_->Resolve(req.shm(), req.member_id()));
-      // One copy out of the shared bytes before anything checks them: the
-      // caller could change them meanwhile.
-      resp = shard_->Push(req, span.size, [&span](char* dst) {
-        std::memcpy(dst, span.data, span.size);
-      });
+      // Each block is copied out of the shared bytes before anything checks
+      // it: the caller could change them meanwhile.
+      resp = shard_->Push(req, span.size,
+                          [&span](char* dst, size_t begin, size_t n) {
+                            std::memcpy(dst, span.data + begin, n);
+                          });
       if (resp.ok()) shm_payloads_.fetch_add(1, std::memory_order_relaxed);
     } else {
       resp = shard_->Push(req, message.payload_size(),
-                          [&message](char* dst) { message.CopyPayload(dst); });
+                          [&message](char* dst, size_t begin, size_t n) {
+                            message.CopyPayload(dst, begin, n);
+                          });
     }
     STRATA_RETURN_IF_ERROR(resp.status());
     return SerializeMessage(*resp, response);

@@ -150,8 +150,10 @@ class Shard {
   // waiting for them (ABORTED).
   void UpdateView(const v1::View& view);
 
-  // Copies a push's payload (payload_bytes long) to `dst`.
-  using PayloadReader = absl::FunctionRef<void(char* dst)>;
+  // Copies bytes [begin, begin + n) of a push's payload (payload_bytes
+  // long) to dst[0..n). Called with increasing `begin`.
+  using PayloadReader =
+      absl::FunctionRef<void(char* dst, size_t begin, size_t n)>;
   // Gives `n` bytes of output space for a pull's payload; nullptr when it
   // has not that much (the pull fails with INVALID_ARGUMENT).
   using PayloadAllocator = absl::FunctionRef<char*(size_t n)>;
@@ -311,13 +313,21 @@ class Shard {
   absl::StatusOr<v1::PushResponse> PushBsp(Chunk& c, const v1::PushRequest& req,
                                            std::vector<float> grad,
                                            float scale);
+  // Applies `grad` times `scale` at once (SSP, ASP).
   absl::StatusOr<v1::PushResponse> PushAsync(Chunk& c,
                                              const v1::PushRequest& req,
-                                             const std::vector<float>& grad);
+                                             const std::vector<float>& grad,
+                                             float scale);
   // Closes the open BSP step of `c` if every live worker contributed.
   void MaybeCloseStep(Chunk& c, const ViewState& view)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
-  void ApplyGradient(Chunk& c, const float* grad, int64_t step)
+  // One optimizer update of `c`, whose gradient `form(begin, end, out)`
+  // writes block by block as the update reaches it (ApplyUpdateFormed):
+  // what forms the gradient from the pushes reads them once and makes no
+  // pass over memory of its own.
+  void ApplyGradient(
+      Chunk& c, int64_t step,
+      absl::FunctionRef<void(size_t begin, size_t end, float* out)> form)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Counts a tiling error if the open pushes of `c` do not cover one
   // contiguous run of samples.

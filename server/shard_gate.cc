@@ -126,32 +126,33 @@ void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
   counters_.bsp_samples_applied += total;
   // mean = 0 + the sum of weight * (g * scale), in member-id order: the
   // same float operations as scaling each gradient, zeroing a buffer and
-  // adding them to it (g * 1 is g; 0 + x turns -0 into +0 as that did), in
-  // one pass per contribution. With one contribution the mean is made in
-  // its buffer.
-  const size_t n = c.spec.numel();
-  std::vector<float> mean;
-  bool first = true;
-  for (auto& [id, contrib] : c.open) {
-    const float weight =
-        static_cast<float>(static_cast<double>(contrib.samples) / total);
-    const float scale = contrib.scale;
-    const float* g = contrib.grad.data();
-    if (first) {
-      mean = c.open.size() == 1 ? std::move(contrib.grad) : TakeBuffer(n);
-    }
-    float* out = mean.data();
-    if (first) {
-      for (size_t i = 0; i < n; ++i) out[i] = 0.0f + weight * (g[i] * scale);
-    } else {
-      for (size_t i = 0; i < n; ++i) out[i] += weight * (g[i] * scale);
-    }
-    first = false;
+  // adding them to it (g * 1 is g; 0 + x turns -0 into +0 as that did),
+  // formed a block at a time as the update reaches it.
+  struct Term {
+    float weight, scale;
+    const float* g;
+  };
+  std::vector<Term> terms;
+  for (const auto& [id, contrib] : c.open) {
+    terms.push_back(
+        {static_cast<float>(static_cast<double>(contrib.samples) / total),
+         contrib.scale, contrib.grad.data()});
   }
   const int64_t step = static_cast<int64_t>(c.rec.version);
-  ApplyGradient(c, mean.data(), step);
+  ApplyGradient(c, step, [&terms](size_t begin, size_t end, float* out) {
+    const size_t n = end - begin;
+    const Term& first = terms.front();
+    const float* g = first.g + begin;
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = 0.0f + first.weight * (g[i] * first.scale);
+    }
+    for (size_t k = 1; k < terms.size(); ++k) {
+      const Term& t = terms[k];
+      g = t.g + begin;
+      for (size_t i = 0; i < n; ++i) out[i] += t.weight * (g[i] * t.scale);
+    }
+  });
   NoteApplied(c, step, 0, epoch);
-  GiveBuffer(std::move(mean));
   for (auto& [id, contrib] : c.open) GiveBuffer(std::move(contrib.grad));
   c.open.clear();
   c.changed.SignalAll();
@@ -179,20 +180,24 @@ void Shard::CheckTiling(const Chunk& c) {
   }
 }
 
-void Shard::ApplyGradient(Chunk& c, const float* grad, int64_t step) {
+void Shard::ApplyGradient(
+    Chunk& c, int64_t step,
+    absl::FunctionRef<void(size_t begin, size_t end, float* out)> form) {
   const OptimizerParams& p = c.group->params;
   const float lr = ScheduledLr(p, step);
   const int64_t t = static_cast<int64_t>(c.rec.version) + 1;
   float* m = c.rec.slots.size() > 0 ? c.rec.slots[0].data() : nullptr;
   float* v = c.rec.slots.size() > 1 ? c.rec.slots[1].data() : nullptr;
-  ApplyUpdate(p, lr, t, c.rec.weights.data(), m, v, grad, c.rec.weights.size());
+  ApplyUpdateFormed(p, lr, t, c.rec.weights.data(), m, v, c.rec.weights.size(),
+                    form);
   c.rec.version++;
   Dirty(c);
   counters_.pushes_applied++;
 }
 
 absl::StatusOr<v1::PushResponse> Shard::PushAsync(
-    Chunk& c, const v1::PushRequest& req, const std::vector<float>& grad) {
+    Chunk& c, const v1::PushRequest& req, const std::vector<float>& grad,
+    float scale) {
   absl::MutexLock lock(&c.mu);
   STRATA_RETURN_IF_ERROR(CheckGeneration(c, req.generation()));
   STRATA_RETURN_IF_ERROR(Resident(c));
@@ -210,7 +215,12 @@ absl::StatusOr<v1::PushResponse> Shard::PushAsync(
     resp.set_applied(false);
     return resp;
   }
-  ApplyGradient(c, grad.data(), req.step());
+  const float* g = grad.data();
+  ApplyGradient(c, req.step(),
+                [g, scale](size_t begin, size_t end, float* out) {
+                  for (size_t i = begin; i < end; ++i)
+                    out[i - begin] = g[i] * scale;
+                });
   NoteApplied(c, req.step(), req.member_id(), req.epoch());
   int64_t& clock = c.clocks[req.member_id()];
   clock = std::max(clock, req.step() + 1);

@@ -280,6 +280,9 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
     if (!may_push) may_push = PullAllowsStep(step);
     return *may_push;
   };
+  // Each parameter's sum of squared gradients, where taken during backward.
+  const int n = static_cast<int>(gpt_->params().size());
+  std::vector<std::optional<double>> square_sums(n);
   double loss_sum = 0;
   absl::Status failed;
   int first_row = 0;
@@ -289,9 +292,15 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
           [this](int param) { return AwaitParam(param); });
     }
     if (k == last && stream) {
-      // Push each gradient as soon as backward has finished it.
+      // Push each gradient as soon as backward has finished it, and take
+      // its share of the clipping norm while it is in cache.
       gpt_->SetGradReadyCallback([&](int param) {
         finish(param);
+        if (clip) {
+          square_sums[param] = SumOfSquares(
+              gpt_->grad_data(param),
+              static_cast<int64_t>(gpt_->params()[param].spec.numel()));
+        }
         if (pull_allows()) (void)PushParam(param, step, B, ops);
       });
     } else if (k == last && reduce) {
@@ -340,11 +349,15 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
     STRATA_RETURN_IF_ERROR(WaitReduced());
   }
   const double loss = loss_sum;
-  const int n = static_cast<int>(gpt_->params().size());
+  // Summed in parameter order whenever each part was taken: the same norm
+  // as summing after backward.
   double sq = 0;
   for (int i = 0; i < n; ++i) {
-    sq += SumOfSquares(gpt_->grad_data(i),
-                       static_cast<int64_t>(gpt_->params()[i].spec.numel()));
+    sq += square_sums[i]
+              ? *square_sums[i]
+              : SumOfSquares(
+                    gpt_->grad_data(i),
+                    static_cast<int64_t>(gpt_->params()[i].spec.numel()));
   }
   const double norm = std::sqrt(sq);
   *grad_norm = static_cast<float>(norm);
