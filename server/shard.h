@@ -329,6 +329,11 @@ class Shard {
       Chunk& c, int64_t step,
       absl::FunctionRef<void(size_t begin, size_t end, float* out)> form)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // The same with the gradient ready in `grad`.
+  void ApplyGradient(Chunk& c, int64_t step, const float* grad)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // Counts an update of `c` done.
+  void Applied(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Counts a tiling error if the open pushes of `c` do not cover one
   // contiguous run of samples.
   void CheckTiling(const Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);

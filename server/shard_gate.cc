@@ -184,12 +184,24 @@ void Shard::ApplyGradient(
     Chunk& c, int64_t step,
     absl::FunctionRef<void(size_t begin, size_t end, float* out)> form) {
   const OptimizerParams& p = c.group->params;
-  const float lr = ScheduledLr(p, step);
-  const int64_t t = static_cast<int64_t>(c.rec.version) + 1;
   float* m = c.rec.slots.size() > 0 ? c.rec.slots[0].data() : nullptr;
   float* v = c.rec.slots.size() > 1 ? c.rec.slots[1].data() : nullptr;
-  ApplyUpdateFormed(p, lr, t, c.rec.weights.data(), m, v, c.rec.weights.size(),
-                    form);
+  ApplyUpdateFormed(p, ScheduledLr(p, step),
+                    static_cast<int64_t>(c.rec.version) + 1,
+                    c.rec.weights.data(), m, v, c.rec.weights.size(), form);
+  Applied(c);
+}
+
+void Shard::ApplyGradient(Chunk& c, int64_t step, const float* grad) {
+  const OptimizerParams& p = c.group->params;
+  float* m = c.rec.slots.size() > 0 ? c.rec.slots[0].data() : nullptr;
+  float* v = c.rec.slots.size() > 1 ? c.rec.slots[1].data() : nullptr;
+  ApplyUpdate(p, ScheduledLr(p, step), static_cast<int64_t>(c.rec.version) + 1,
+              c.rec.weights.data(), m, v, grad, c.rec.weights.size());
+  Applied(c);
+}
+
+void Shard::Applied(Chunk& c) {
   c.rec.version++;
   Dirty(c);
   counters_.pushes_applied++;
@@ -216,11 +228,16 @@ absl::StatusOr<v1::PushResponse> Shard::PushAsync(
     return resp;
   }
   const float* g = grad.data();
-  ApplyGradient(c, req.step(),
-                [g, scale](size_t begin, size_t end, float* out) {
-                  for (size_t i = begin; i < end; ++i)
-                    out[i - begin] = g[i] * scale;
-                });
+  if (scale == 1.0f) {
+    ApplyGradient(c, req.step(), g);
+  } else {
+    ApplyGradient(c, req.step(),
+                  [g, scale](size_t begin, size_t end, float* out) {
+                    for (size_t i = begin; i < end; ++i) {
+                      out[i - begin] = g[i] * scale;
+                    }
+                  });
+  }
   NoteApplied(c, req.step(), req.member_id(), req.epoch());
   int64_t& clock = c.clocks[req.member_id()];
   clock = std::max(clock, req.step() + 1);
