@@ -58,6 +58,10 @@ absl::Status PsClient::RegisterModel(const ModelSpec& model) {
 }
 const ChunkPlan& PsClient::plan() const { return impl_->plan_; }
 
+void PsClient::ShareTensors(std::shared_ptr<ShmRegion> region) {
+  impl_->ShareTensors(std::move(region));
+}
+
 OpHandle PsClient::Handle(std::shared_ptr<OpState> op) {
   return OpHandle(std::move(op));
 }

@@ -26,6 +26,7 @@
 namespace strata {
 
 class SchedulerClient;
+class ShmRegion;
 
 struct PsClientOptions {
   int max_in_flight_per_server = 4;
@@ -190,6 +191,20 @@ class PsClient {
   // flight.
   void ForgetPushErrors();
 
+  // Tells the client that the payload bytes of `region` (past its header)
+  // hold the caller's tensors, its model's weights and gradients. Each
+  // server on this host maps the region too (when it can; shared_memory
+  // must be on), and an fp32 pull into it or push from it names its place
+  // there: the server writes the weights in place and reads the gradient
+  // from there, with no copy on this side. Other buffers, other hosts and
+  // bf16 payloads go as before. In the region, a pull whose answer was
+  // lost may already have written its destination, and a pull or push
+  // whose answer never came may still touch its bytes later (the client
+  // then stops using the region with that server): this suits a model's
+  // own weights and gradients, which a retry or the next step rewrites.
+  // The region must outlive the client; called once, before the first
+  // push or pull.
+  void ShareTensors(std::shared_ptr<ShmRegion> region);
   // Server-side stats of every slot.
   absl::StatusOr<std::vector<v1::StatsResponse>> Stats();
   // Asks every server to snapshot at `step`.

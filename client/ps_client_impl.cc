@@ -109,8 +109,10 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     // fp32 through shared memory when so configured, unless an earlier
     // attempt already sent (and carried the error of) bf16 bytes.
     v1::DType dtype = options_.push_dtype;
+    v1::ShmRef place;
     const bool in_shm = TakePayloadPlace(
-        op, *stubs, options_.push_fp32_through_shm && !op->encoded, &dtype);
+        op, *stubs, options_.push_fp32_through_shm && !op->encoded, op->grad,
+        &dtype, &place);
     const size_t bytes = chunk.numel * ElementBytes(dtype);
     v1::PushRequest header;
     header.set_member_id(scheduler_->member_id());
@@ -124,18 +126,20 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     header.set_deferred(op->stamp.deferred);
     header.set_whole_step(op->stamp.whole_step);
     if (in_shm) {
-      // One copy (or conversion) into the shared slot; the server copies
-      // it out. The message carries only the slot's place.
+      // One copy (or conversion) into the shared slot, or none from the
+      // tensor region; the server copies it out. The message carries only
+      // the payload's place.
       char* slot = op->shm_slot.data;
-      if (dtype == v1::DTYPE_BF16 && !op->bf16.empty()) {
+      if (op->tensors) {
+        // In place.
+      } else if (dtype == v1::DTYPE_BF16 && !op->bf16.empty()) {
         std::memcpy(slot, op->bf16.data(), bytes);  // a retry: as sent before
       } else if (dtype == v1::DTYPE_BF16) {
         EncodeBf16(*op, reinterpret_cast<uint16_t*>(slot));
       } else {
         std::memcpy(slot, op->grad, bytes);
       }
-      *header.mutable_shm() = op->shm_slot.ref;
-      header.mutable_shm()->set_size(bytes);
+      *header.mutable_shm() = place;
       grpc::Slice slice(header.SerializeAsString());
       attempt->request = grpc::ByteBuffer(&slice, 1);
     } else {
@@ -164,9 +168,10 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     req.set_epoch(op->stamp.epoch);
     req.set_generation(op->stamp.generation.value_or(view.generation()));
     v1::DType dtype = options_.pull_dtype;
-    if (TakePayloadPlace(op, *stubs, options_.pull_fp32_through_shm, &dtype)) {
-      *req.mutable_shm() = op->shm_slot.ref;
-      req.mutable_shm()->set_size(chunk.numel * ElementBytes(dtype));
+    v1::ShmRef place;
+    if (TakePayloadPlace(op, *stubs, options_.pull_fp32_through_shm, op->dst,
+                         &dtype, &place)) {
+      *req.mutable_shm() = place;
     }
     req.set_dtype(dtype);
     op->pull_dtype = dtype;  // ReadResponse reads this attempt's answer
@@ -255,6 +260,17 @@ absl::Status PsClient::Impl::ReadResponse(const OpState& op,
   const ChunkInfo& chunk = plan_.chunks[op.chunk];
   const v1::DType dtype = op.pull_dtype;
   const size_t want = chunk.numel * ElementBytes(dtype);
+  if (op.tensors) {
+    // The server wrote the weights in place.
+    if (message.has_payload()) {
+      return absl::DataLossError(absl::StrCat(
+          "pull of chunk ", chunk.id,
+          " returned its weights in the message, not in shared memory"));
+    }
+    *version = resp.version();
+    *min_clock = resp.min_clock();
+    return absl::OkStatus();
+  }
   const char* shm = op.shm ? op.shm_slot.data : nullptr;
   if (shm == nullptr && message.payload_size() != want) {
     return absl::DataLossError(absl::StrCat(

@@ -26,6 +26,15 @@
 namespace strata {
 namespace ps_client_internal {
 
+// The caller's tensor region as one server holds it (PsClient::
+// ShareTensors). Guarded by the client's stub_mu_.
+struct TensorSession {
+  uint64_t id = 0;  // 0: not attached (yet)
+  // Not to be used with this server: it could not map the region, or an
+  // attempt in it never got an answer and may still touch it.
+  bool refused = false;
+};
+
 // One push or pull, across its attempts (one at a time).
 struct OpState {
   enum Kind { kPush, kPull } kind;
@@ -49,6 +58,10 @@ struct OpState {
   // The shared-memory slot the current attempt's payload is in, if any.
   std::shared_ptr<ShmLink> shm;
   ShmLink::Slot shm_slot;
+  // The current attempt's payload is in place in the caller's tensor
+  // region (PsClient::ShareTensors), in this session of it.
+  std::shared_ptr<TensorSession> tensors;
+  uint64_t tensors_id = 0;  // the session's id then
   // How the current attempt ended (its trailing metadata): the server's
   // handler answered it; the server did not know its shared-memory session.
   bool answered = false;
@@ -116,6 +129,9 @@ class PsClient::Impl {
     std::unique_ptr<grpc::GenericStub> generic;
     std::shared_ptr<ShmLink> shm;  // guarded by stub_mu_
     bool shm_refused = false;      // the server could not map our region
+    // The caller's tensor region at this server.
+    std::shared_ptr<ps_client_internal::TensorSession> tensors =
+        std::make_shared<ps_client_internal::TensorSession>();
   };
   absl::StatusOr<Stubs*> StubsForSlot(int slot);
   absl::StatusOr<v1::ParameterServer::Stub*> StubForSlot(int slot) {
@@ -143,6 +159,8 @@ class PsClient::Impl {
   // Forgets the counts of `step` and later steps.
   void ForgetDeferred(int64_t step);
   void ForgetPushErrors() { push_errors_.Reset(); }
+  // PsClient::ShareTensors.
+  void ShareTensors(std::shared_ptr<ShmRegion> region);
 
   PsClientOptions options_;
   SchedulerClient* scheduler_;
@@ -155,6 +173,10 @@ class PsClient::Impl {
   // Attaches a shared-memory link to every slot's server that is on this
   // host and has none yet (blocking RPCs: never on a gRPC callback thread).
   void AttachShm();
+  // Whether `bytes` at `place` lie in the tensor region and the server
+  // has it attached: then `*ref` names them.
+  bool InTensors(const OpPtr& op, Stubs* stubs, const void* place, size_t bytes,
+                 v1::ShmRef* ref);
   // Puts the current attempt's payload in a shared-memory slot, if the
   // server has a link with a free one; returns whether it did.
   bool TakeShmSlot(const OpPtr& op, Stubs* stubs, size_t bytes);
@@ -163,8 +185,11 @@ class PsClient::Impl {
   // slot when one is free, for fp32 when `fp32_in_shm` and the dtype is
   // bf16, and sets `*dtype` to what goes there. Returns whether it took
   // one (else the payload goes in the message as `*dtype`).
+  // An fp32 payload whose caller's buffer (`place`) lies in the tensor
+  // region goes there instead of a slot (op->in_tensors). `*ref` names
+  // where the payload goes.
   bool TakePayloadPlace(const OpPtr& op, Stubs* stubs, bool fp32_in_shm,
-                        v1::DType* dtype);
+                        const void* place, v1::DType* dtype, v1::ShmRef* ref);
   // Gives the attempt's slot back once the server is done with it.
   void EndShmAttempt(const OpPtr& op, const absl::Status& status);
   void Complete(const OpPtr& op, absl::Status status,
@@ -194,6 +219,8 @@ class PsClient::Impl {
   std::map<int64_t, std::vector<uint32_t>> deferred_
       ABSL_GUARDED_BY(deferred_mu_);
   absl::Mutex attach_mu_;  // one AttachShm at a time
+  // The caller's tensor region (ShareTensors, before any op).
+  std::shared_ptr<ShmRegion> tensors_;
   absl::Mutex stub_mu_;
   // address -> stub; a restarted server at a new address gets a new one.
   absl::flat_hash_map<std::string, std::unique_ptr<Stubs>> stubs_

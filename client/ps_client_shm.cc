@@ -14,6 +14,7 @@
 namespace strata {
 
 using ps_client_internal::OpPtr;
+using ps_client_internal::TensorSession;
 
 void PsClient::Impl::AttachShm() {
   if (!options_.shared_memory || plan_.chunks.empty()) return;
@@ -45,10 +46,56 @@ void PsClient::Impl::AttachShm() {
       (*stubs)->shm_refused = true;
     }
   }
+  if (tensors_ == nullptr) return;
+  for (int slot = 0; slot < num_slots_; ++slot) {
+    absl::StatusOr<Stubs*> stubs = StubsForSlot(slot);
+    if (!stubs.ok()) continue;
+    std::shared_ptr<TensorSession> session;
+    {
+      absl::MutexLock lock(&stub_mu_);
+      session = (*stubs)->tensors;
+      if (session->id != 0 || session->refused) continue;
+    }
+    absl::StatusOr<uint64_t> id =
+        AttachRegion((*stubs)->typed.get(), scheduler_->member_id(),
+                     scheduler_->view().epoch(), *tensors_, /*tensors=*/true);
+    absl::MutexLock lock(&stub_mu_);
+    if (id.ok()) {
+      session->id = *id;
+    } else if (!IsRetryable(id.status())) {
+      session->refused = true;
+    }
+  }
+}
+
+void PsClient::Impl::ShareTensors(std::shared_ptr<ShmRegion> region) {
+  tensors_ = std::move(region);
+  if (options_.shared_memory && !plan_.chunks.empty()) AttachShm();
+}
+
+bool PsClient::Impl::InTensors(const OpPtr& op, Stubs* stubs, const void* place,
+                               size_t bytes, v1::ShmRef* ref) {
+  if (tensors_ == nullptr || place == nullptr) return false;
+  const char* base = tensors_->data();
+  const char* at = static_cast<const char*>(place);
+  if (at < base + ShmRegion::kHeaderBytes || at > base + tensors_->size() ||
+      bytes > static_cast<size_t>(base + tensors_->size() - at)) {
+    return false;
+  }
+  absl::MutexLock lock(&stub_mu_);
+  const std::shared_ptr<TensorSession>& session = stubs->tensors;
+  if (session->id == 0 || session->refused) return false;
+  op->tensors = session;
+  op->tensors_id = session->id;
+  ref->set_session(session->id);
+  ref->set_offset(static_cast<uint64_t>(at - base));
+  ref->set_size(bytes);
+  return true;
 }
 
 bool PsClient::Impl::TakePayloadPlace(const OpPtr& op, Stubs* stubs,
-                                      bool fp32_in_shm, v1::DType* dtype) {
+                                      bool fp32_in_shm, const void* place,
+                                      v1::DType* dtype, v1::ShmRef* ref) {
   if (op->stamp.dtype) {
     *dtype = *op->stamp.dtype;
     fp32_in_shm = false;  // the caller's choice holds everywhere
@@ -56,8 +103,16 @@ bool PsClient::Impl::TakePayloadPlace(const OpPtr& op, Stubs* stubs,
   fp32_in_shm = fp32_in_shm && *dtype == v1::DTYPE_BF16;
   const size_t numel = plan_.chunks[op->chunk].numel;
   const v1::DType in_shm = fp32_in_shm ? v1::DTYPE_F32 : *dtype;
-  if (!TakeShmSlot(op, stubs, numel * ElementBytes(in_shm))) return false;
+  const size_t bytes = numel * ElementBytes(in_shm);
+  if (in_shm != v1::DTYPE_BF16 && options_.shared_memory &&
+      InTensors(op, stubs, place, bytes, ref)) {
+    *dtype = in_shm;
+    return true;
+  }
+  if (!TakeShmSlot(op, stubs, bytes)) return false;
   *dtype = in_shm;
+  *ref = op->shm_slot.ref;
+  ref->set_size(bytes);
   return true;
 }
 
@@ -89,6 +144,25 @@ bool PsClient::Impl::TakeShmSlot(const OpPtr& op, Stubs* stubs, size_t bytes) {
 
 void PsClient::Impl::EndShmAttempt(const OpPtr& op,
                                    const absl::Status& status) {
+  if (op->tensors) {
+    bool attach = false;
+    {
+      absl::MutexLock lock(&stub_mu_);
+      if (!op->answered) {
+        // The server may still read or write these bytes: in place is no
+        // longer safe with it.
+        op->tensors->refused = true;
+      } else if (op->shm_lost && op->tensors->id == op->tensors_id) {
+        op->tensors->id = 0;  // the server lost it: attach again
+        attach = true;
+      }
+    }
+    op->tensors.reset();
+    if (attach) {
+      absl::MutexLock lock(&mu_);
+      attach_wanted_ = true;
+    }
+  }
   if (!op->shm) return;
   bool replace = op->shm_lost;
   if (op->answered) {

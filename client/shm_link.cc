@@ -17,20 +17,30 @@ absl::StatusOr<std::shared_ptr<ShmLink>> ShmLink::Attach(
   STRATA_ASSIGN_OR_RETURN(
       std::unique_ptr<ShmRegion> region,
       ShmRegion::Create(ShmRegion::kHeaderBytes + slot_bytes * slots));
+  STRATA_ASSIGN_OR_RETURN(
+      uint64_t session,
+      AttachRegion(stub, member_id, epoch, *region, /*tensors=*/false));
+  return std::shared_ptr<ShmLink>(
+      new ShmLink(std::move(region), session, slot_bytes, slots));
+}
+
+absl::StatusOr<uint64_t> AttachRegion(v1::ParameterServer::Stub* stub,
+                                      uint64_t member_id, uint64_t epoch,
+                                      const ShmRegion& region, bool tensors) {
   v1::AttachShmRequest req;
   req.set_member_id(member_id);
   req.set_pid(getpid());
-  req.set_fd(region->fd());
-  req.set_size(region->size());
-  req.set_nonce(region->nonce());
+  req.set_fd(region.fd());
+  req.set_size(region.size());
+  req.set_nonce(region.nonce());
   req.set_epoch(epoch);
+  req.set_tensors(tensors);
   grpc::ClientContext ctx;
   // Short: the client's timer thread waits for it.
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   v1::AttachShmResponse resp;
   STRATA_RETURN_IF_ERROR(FromGrpcStatus(stub->AttachShm(&ctx, req, &resp)));
-  return std::shared_ptr<ShmLink>(
-      new ShmLink(std::move(region), resp.session(), slot_bytes, slots));
+  return resp.session();
 }
 
 ShmLink::ShmLink(std::unique_ptr<ShmRegion> region, uint64_t session,

@@ -19,6 +19,14 @@
 
 namespace strata {
 
+// Attaches `region` at the server behind `stub` (AttachShm, as member
+// `member_id` of view `epoch`; `tensors`: as the caller's tensor region)
+// and returns the session that names it. AttachShm's errors (ps.proto)
+// when the server is on another host or cannot open it.
+absl::StatusOr<uint64_t> AttachRegion(v1::ParameterServer::Stub* stub,
+                                      uint64_t member_id, uint64_t epoch,
+                                      const ShmRegion& region, bool tensors);
+
 // Thread-safe.
 class ShmLink {
  public:

@@ -9,7 +9,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "client/ps_client.h"
 #include "common/shm_region.h"
@@ -112,6 +115,63 @@ TEST(ShmLink, TrainsToTheSameWeightsAsPlainMessages) {
   EXPECT_GT(bf16_shm.shm_payloads, 0u);
   EXPECT_EQ(bf16_shm.w, bf16_messages.w);
   EXPECT_NE(bf16_shm.w, shm.w);  // bf16 did round something
+}
+
+// TrainSteps' updates, with the tensors in `w` and `b`; then the final
+// weights.
+RunResult TrainInPlace(Cluster& c, float* w, float* b) {
+  RunResult run;
+  for (int64_t t = 0; t < 5; ++t) {
+    EXPECT_TRUE(c.ps->PullTensor(0, w, t, t).ok());
+    for (size_t i = 0; i < 250; ++i) w[i] = w[i] - 0.5f + 0.01f * i;
+    EXPECT_TRUE(c.ps->PushTensor(0, w, t, 4).ok());
+    std::fill(b, b + 3, 0.0f);
+    EXPECT_TRUE(c.ps->PushTensor(1, b, t, 4).ok());
+  }
+  EXPECT_TRUE(c.ps->PullTensor(0, w, 5, 5).ok());
+  EXPECT_TRUE(c.ps->PullTensor(1, b, 5, 5).ok());
+  run.w.assign(w, w + 250);
+  run.b.assign(b, b + 3);
+  auto stats = c.ps->Stats();
+  EXPECT_TRUE(stats.ok());
+  if (stats.ok()) run.shm_payloads = (*stats)[0].shm_payloads();
+  return run;
+}
+
+// The caller's tensors in a region the server maps (ShareTensors): pulls
+// land in place and pushes are read from there, to the same weights as
+// plain messages. With no room for slots, every payload counted in shared
+// memory went through the tensor region; a buffer outside it still works.
+TEST(ShmLink, TensorsInASharedRegionTrainToTheSameWeights) {
+  PsClientOptions plain;
+  plain.shared_memory = false;
+  const RunResult messages = TrainRun(plain);
+  ASSERT_EQ(messages.w.size(), 250u);
+  for (const bool slots_too : {false, true}) {
+    SCOPED_TRACE(slots_too ? "with slots" : "without slots");
+    PsClientOptions options;
+    if (!slots_too) options.shm_bytes_per_server = 1;  // no slot fits
+    Cluster c;
+    StartCluster(c, options);
+    if (::testing::Test::HasFatalFailure()) return;
+    std::shared_ptr<ShmRegion> region =
+        *ShmRegion::Create(ShmRegion::kHeaderBytes + 4096);
+    float* w =
+        reinterpret_cast<float*>(region->data() + ShmRegion::kHeaderBytes);
+    c.ps->ShareTensors(region);
+    const RunResult in_place = TrainInPlace(c, w, w + 256);
+    EXPECT_EQ(in_place.w, messages.w);  // bit-identical
+    EXPECT_EQ(in_place.b, messages.b);
+    // 5 steps of 4 chunk pushes and 3 pulls, and the final 4 pulls.
+    EXPECT_EQ(in_place.shm_payloads, 5u * 7 + 4);
+    std::vector<float> outside(250);
+    ASSERT_TRUE(c.ps->PullTensor(0, outside.data(), 5, 5).ok());
+    EXPECT_EQ(outside, messages.w);
+    auto stats = c.ps->Stats();
+    ASSERT_TRUE(stats.ok());
+    // Through a slot when there is one, else in the message.
+    EXPECT_EQ((*stats)[0].shm_payloads(), 5u * 7 + 4 + (slots_too ? 3 : 0));
+  }
 }
 
 // A request naming shared memory wrongly is refused, and the chunk keeps

@@ -14,7 +14,8 @@ absl::StatusOr<uint64_t> ShmSessions::Attach(const v1::AttachShmRequest& req) {
       ShmRegion::Open(req.pid(), req.fd(), req.size(), req.nonce());
   if (!region.ok()) return region.status();
   absl::MutexLock lock(&mu_);
-  auto old = by_member_.find(req.member_id());
+  const std::pair<uint64_t, bool> key(req.member_id(), req.tensors());
+  auto old = by_member_.find(key);
   if (old != by_member_.end()) {
     sessions_.erase(old->second);
     by_member_.erase(old);
@@ -31,7 +32,7 @@ absl::StatusOr<uint64_t> ShmSessions::Attach(const v1::AttachShmRequest& req) {
     }
   }
   sessions_[id] = Session{req.member_id(), std::move(*region)};
-  by_member_[req.member_id()] = id;
+  by_member_[key] = id;
   return id;
 }
 
@@ -59,7 +60,7 @@ absl::StatusOr<ShmSpan> ShmSessions::Resolve(const v1::ShmRef& ref,
 void ShmSessions::RetainOnly(const std::vector<uint64_t>& members) {
   absl::MutexLock lock(&mu_);
   for (auto it = by_member_.begin(); it != by_member_.end();) {
-    if (std::binary_search(members.begin(), members.end(), it->first)) {
+    if (std::binary_search(members.begin(), members.end(), it->first.first)) {
       ++it;
       continue;
     }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -32,8 +33,9 @@ class ShmSessions {
 
   // Maps the caller's region (ShmRegion::Open's errors) and returns its
   // session id, a random number. The caller must have checked that
-  // req.member_id() is a live worker. A member's new session replaces its
-  // old one; RESOURCE_EXHAUSTED when max_sessions other members hold one.
+  // req.member_id() is a live worker. A member holds one session of each
+  // kind (req.tensors()): a new one replaces the old one of its kind;
+  // RESOURCE_EXHAUSTED when max_sessions others are held.
   absl::StatusOr<uint64_t> Attach(const v1::AttachShmRequest& req);
   // The bytes `ref` names in a request of `member`. NOT_FOUND for a session
   // this server does not hold for that member (it restarted, the member
@@ -52,7 +54,9 @@ class ShmSessions {
   const size_t max_sessions_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, uint64_t> by_member_ ABSL_GUARDED_BY(mu_);
+  // (member, tensors) -> session.
+  absl::flat_hash_map<std::pair<uint64_t, bool>, uint64_t> by_member_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace strata

@@ -182,23 +182,33 @@ void Gpt::BuildParams() {
     num_params_ += n;
     offset += (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
   }
-  values_.assign(offset, 0.0f);
-  grads_.assign(offset, 0.0f);
+  padded_floats_ = offset;
+  owned_.assign(2 * offset, 0.0f);
+  values_ = owned_.data();
+  grads_ = values_ + offset;
+}
+
+void Gpt::UseStorage(float* storage, std::shared_ptr<const void> owner) {
+  STRATA_CHECK(reinterpret_cast<uintptr_t>(storage) % 64 == 0);
+  std::copy(values_, values_ + 2 * padded_floats_, storage);
+  values_ = storage;
+  grads_ = storage + padded_floats_;
+  std::vector<float>().swap(owned_);
+  storage_owner_ = std::move(owner);
 }
 
 float* Gpt::param_data(int i) {
   STRATA_CHECK(i >= 0 && i < static_cast<int>(params_.size()));
-  return values_.data() + offsets_[i];
+  return values_ + offsets_[i];
 }
 
 float* Gpt::grad_data(int i) {
   STRATA_CHECK(i >= 0 && i < static_cast<int>(params_.size()));
-  return grads_.data() + offsets_[i];
+  return grads_ + offsets_[i];
 }
 
 const float* Gpt::P(int layer, int slot) const {
-  return values_.data() +
-         offsets_[kFirstBlockParam + layer * kSlotsPerLayer + slot];
+  return values_ + offsets_[kFirstBlockParam + layer * kSlotsPerLayer + slot];
 }
 
 float* Gpt::G(int layer, int slot) {
@@ -395,8 +405,8 @@ absl::StatusOr<float> Gpt::ForwardBackward(const int32_t* tokens,
   ws.Resize(config_, B, T);
   if (!accumulate) {
     // On every thread: one thread's stores leave the memory bus half idle.
-    float* g = grads_.data();
-    ParallelFor(static_cast<int64_t>(grads_.size()), int64_t{1} << 18,
+    float* g = grads_;
+    ParallelFor(padded_floats_, int64_t{1} << 18,
                 [g](int, int64_t begin, int64_t end) {
                   std::fill(g + begin, g + end, 0.0f);
                 });

@@ -46,6 +46,15 @@ class Gpt : public Model {
   float* param_data(int i) override;
   float* grad_data(int i) override;
 
+  // Floats of the model's parameters and gradients (each parameter padded
+  // to 64 bytes, weights then gradients): what UseStorage takes.
+  int64_t storage_floats() const { return 2 * padded_floats_; }
+  // Moves the parameters and gradients into storage[0, storage_floats()),
+  // memory aligned to 64 bytes that `owner` keeps alive (a shared-memory
+  // region the servers write pulls into and read pushes from), their
+  // values kept; param_data and grad_data point there after.
+  void UseStorage(float* storage, std::shared_ptr<const void> owner);
+
   // Fills every parameter per its ParamInfo (GPT-2 init: N(0, 0.02), the
   // residual projections scaled by 1/sqrt(2 * layers)), deterministically
   // from `seed`.
@@ -109,8 +118,12 @@ class Gpt : public Model {
   GptConfig config_;
   std::vector<ParamInfo> params_;
   std::vector<int64_t> offsets_;  // of each parameter in values_/grads_
-  std::vector<float> values_;
-  std::vector<float> grads_;
+  int64_t padded_floats_ = 0;     // in values_, and in grads_
+  // Weights and gradients, in owned_ or in the caller's (UseStorage).
+  std::vector<float> owned_;
+  std::shared_ptr<const void> storage_owner_;
+  float* values_ = nullptr;
+  float* grads_ = nullptr;
   int64_t num_params_ = 0;
   std::function<void(int)> grad_ready_;
   std::function<absl::Status(int)> param_wait_;

@@ -7,9 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
 #include "cluster/worker_session.h"
+#include "common/shm_region.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"
 #include "worker/data.h"
+#include "worker/gpt.h"
 #include "worker/server_model.h"
 #include "worker/trainer.h"
 #include "worker/trainer_loop.h"
@@ -65,6 +67,34 @@ absl::Status CheckTrainerOptions(const TrainerOptions& o) {
   return TokenDataset::Open(o.data_path, o.model.vocab, dopts).status();
 }
 
+namespace {
+
+// A CPU model's weights and gradients move into a shared-memory region
+// that the servers on this host map (PsClient::ShareTensors): a pull writes
+// the weights in place and a push's gradient is read from there, with no
+// copy through a slot on the worker's side. Where the region cannot be
+// made or is larger than a server maps, the model stays where it is.
+void ShareCpuTensors(Model& model, PsClient& ps) {
+  auto* cpu = dynamic_cast<Gpt*>(&model);
+  if (cpu == nullptr) return;  // a GPU's host buffers, a split model
+  const uint64_t bytes = ShmRegion::kHeaderBytes +
+                         static_cast<uint64_t>(cpu->storage_floats()) * 4;
+  if (bytes > ShmRegion::kMaxBytes) return;
+  absl::StatusOr<std::unique_ptr<ShmRegion>> region = ShmRegion::Create(bytes);
+  if (!region.ok()) {
+    spdlog::warn("strata worker: the model stays out of shared memory: {}",
+                 region.status().ToString());
+    return;
+  }
+  std::shared_ptr<ShmRegion> shared = std::move(*region);
+  cpu->UseStorage(
+      reinterpret_cast<float*>(shared->data() + ShmRegion::kHeaderBytes),
+      shared);
+  ps.ShareTensors(std::move(shared));
+}
+
+}  // namespace
+
 absl::Status RunTrainer(const TrainerOptions& options) {
   STRATA_RETURN_IF_ERROR(Validate(options));
   TrainerOptions o = options;
@@ -119,6 +149,7 @@ absl::Status RunTrainer(const TrainerOptions& options) {
   STRATA_ASSIGN_OR_RETURN(auto ps,
                           PsClient::Create(po, session.scheduler.get()));
   STRATA_RETURN_IF_ERROR(ps->RegisterModel(ServerModel(*gpt, o)));
+  if (o.shared_memory) ShareCpuTensors(*gpt, *ps);
   const int workers = session.workers;
   if (o.batch < workers) {
     return absl::InvalidArgumentError(absl::StrCat(
