@@ -192,18 +192,18 @@ class PsClient {
   void ForgetPushErrors();
 
   // Tells the client that the payload bytes of `region` (past its header)
-  // hold the caller's tensors, its model's weights and gradients. Each
-  // server on this host maps the region too (when it can; shared_memory
-  // must be on), and an fp32 pull into it or push from it names its place
-  // there: the server writes the weights in place and reads the gradient
-  // from there, with no copy on this side. Other buffers, other hosts and
-  // bf16 payloads go as before. In the region, a pull whose answer was
-  // lost may already have written its destination, and a pull or push
-  // whose answer never came may still touch its bytes later (the client
-  // then stops using the region with that server): this suits a model's
-  // own weights and gradients, which a retry or the next step rewrites.
-  // The region must outlive the client; called once, before the first
-  // push or pull.
+  // hold the caller's tensors (a model's weights). Each server on this
+  // host maps the region too (when it can; shared_memory must be on), and
+  // an fp32 pull into it names its place there: the server writes the
+  // weights in place, with no copy through a slot. Other buffers, other
+  // hosts, bf16 payloads and every push go as before. Unlike Pull's
+  // contract below, a pull into the region whose answer was lost may
+  // already have written its destination, and one whose answer never came
+  // may still write it later (the client then stops using the region with
+  // that server address): with the current weights of the chunk, never
+  // older than what a later pull wrote, which under BSP are the same bytes
+  // until the caller pushes its step. Called once, before the first push
+  // or pull; `region` must outlive every pull into it.
   void ShareTensors(std::shared_ptr<ShmRegion> region);
   // Server-side stats of every slot.
   absl::StatusOr<std::vector<v1::StatsResponse>> Stats();

@@ -110,9 +110,12 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     // attempt already sent (and carried the error of) bf16 bytes.
     v1::DType dtype = options_.push_dtype;
     v1::ShmRef place;
+    // Never from the tensor region (place null): a push attempt that got
+    // no answer could still read the gradient after the worker has moved
+    // on, and be held in place of its retry (PsClient::ShareTensors).
     const bool in_shm = TakePayloadPlace(
-        op, *stubs, options_.push_fp32_through_shm && !op->encoded, op->grad,
-        &dtype, &place);
+        op, *stubs, options_.push_fp32_through_shm && !op->encoded,
+        /*place=*/nullptr, &dtype, &place);
     const size_t bytes = chunk.numel * ElementBytes(dtype);
     v1::PushRequest header;
     header.set_member_id(scheduler_->member_id());
@@ -126,13 +129,10 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     header.set_deferred(op->stamp.deferred);
     header.set_whole_step(op->stamp.whole_step);
     if (in_shm) {
-      // One copy (or conversion) into the shared slot, or none from the
-      // tensor region; the server copies it out. The message carries only
-      // the payload's place.
+      // One copy (or conversion) into the shared slot; the server copies
+      // it out. The message carries only the slot's place.
       char* slot = op->shm_slot.data;
-      if (op->tensors) {
-        // In place.
-      } else if (dtype == v1::DTYPE_BF16 && !op->bf16.empty()) {
+      if (dtype == v1::DTYPE_BF16 && !op->bf16.empty()) {
         std::memcpy(slot, op->bf16.data(), bytes);  // a retry: as sent before
       } else if (dtype == v1::DTYPE_BF16) {
         EncodeBf16(*op, reinterpret_cast<uint16_t*>(slot));

@@ -185,12 +185,14 @@ class PsClient::Impl {
   // slot when one is free, for fp32 when `fp32_in_shm` and the dtype is
   // bf16, and sets `*dtype` to what goes there. Returns whether it took
   // one (else the payload goes in the message as `*dtype`).
-  // An fp32 payload whose caller's buffer (`place`) lies in the tensor
-  // region goes there instead of a slot (op->in_tensors). `*ref` names
-  // where the payload goes.
+  // An fp32 payload whose caller's buffer (`place`; null for a push) lies
+  // in the tensor region goes there instead of a slot (op->tensors).
+  // `*ref` names where the payload goes.
   bool TakePayloadPlace(const OpPtr& op, Stubs* stubs, bool fp32_in_shm,
                         const void* place, v1::DType* dtype, v1::ShmRef* ref);
-  // Gives the attempt's slot back once the server is done with it.
+  // Gives the attempt's slot back once the server is done with it; stops
+  // using the tensor region with a server that may still touch it, or
+  // asks to attach it again where the server lost it.
   void EndShmAttempt(const OpPtr& op, const absl::Status& status);
   void Complete(const OpPtr& op, absl::Status status,
                 const grpc::ByteBuffer* response);
@@ -219,7 +221,8 @@ class PsClient::Impl {
   std::map<int64_t, std::vector<uint32_t>> deferred_
       ABSL_GUARDED_BY(deferred_mu_);
   absl::Mutex attach_mu_;  // one AttachShm at a time
-  // The caller's tensor region (ShareTensors, before any op).
+  // The caller's tensor region: set once, under attach_mu_, by
+  // ShareTensors before any op (ops read it without the lock).
   std::shared_ptr<ShmRegion> tensors_;
   absl::Mutex stub_mu_;
   // address -> stub; a restarted server at a new address gets a new one.

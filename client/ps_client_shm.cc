@@ -1,7 +1,9 @@
 // The client's shared-memory path for payloads (PsClientOptions::
-// shared_memory): a region per co-located server (client/shm_link.h),
-// a slot taken per call that fits, given back or retired when the call
-// ends. The rest of PsClient::Impl is in ps_client_impl.cc.
+// shared_memory): a region of slots per co-located server
+// (client/shm_link.h), a slot taken per call that fits, given back or
+// retired when the call ends; and the caller's tensor region
+// (PsClient::ShareTensors) attached at each of those servers, which pulls
+// write in place. The rest of PsClient::Impl is in ps_client_impl.cc.
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -18,7 +20,7 @@ using ps_client_internal::TensorSession;
 
 void PsClient::Impl::AttachShm() {
   if (!options_.shared_memory || plan_.chunks.empty()) return;
-  absl::MutexLock attach_lock(&attach_mu_);  // one region per server
+  absl::MutexLock attach_lock(&attach_mu_);  // one attach at a time
   uint64_t largest = 0;                      // fp32 bytes of the largest chunk
   for (const ChunkInfo& c : plan_.chunks)
     largest = std::max<uint64_t>(largest, c.numel * 4);
@@ -69,7 +71,10 @@ void PsClient::Impl::AttachShm() {
 }
 
 void PsClient::Impl::ShareTensors(std::shared_ptr<ShmRegion> region) {
-  tensors_ = std::move(region);
+  {
+    absl::MutexLock lock(&attach_mu_);
+    tensors_ = std::move(region);
+  }
   if (options_.shared_memory && !plan_.chunks.empty()) AttachShm();
 }
 
@@ -82,15 +87,27 @@ bool PsClient::Impl::InTensors(const OpPtr& op, Stubs* stubs, const void* place,
       bytes > static_cast<size_t>(base + tensors_->size() - at)) {
     return false;
   }
-  absl::MutexLock lock(&stub_mu_);
-  const std::shared_ptr<TensorSession>& session = stubs->tensors;
-  if (session->id == 0 || session->refused) return false;
-  op->tensors = session;
-  op->tensors_id = session->id;
-  ref->set_session(session->id);
-  ref->set_offset(static_cast<uint64_t>(at - base));
-  ref->set_size(bytes);
-  return true;
+  {
+    absl::MutexLock lock(&stub_mu_);
+    const std::shared_ptr<TensorSession>& session = stubs->tensors;
+    if (session->id != 0 && !session->refused) {
+      op->tensors = session;
+      op->tensors_id = session->id;
+      ref->set_session(session->id);
+      ref->set_offset(static_cast<uint64_t>(at - base));
+      ref->set_size(bytes);
+      return true;
+    }
+    if (session->refused) return false;
+  }
+  // Not attached yet (the attach failed while the server was unreachable):
+  // try again, at most once a second.
+  absl::MutexLock lock(&mu_);
+  if (absl::Now() >= next_attach_) {
+    attach_wanted_ = true;
+    next_attach_ = absl::Now() + absl::Seconds(1);
+  }
+  return false;
 }
 
 bool PsClient::Impl::TakePayloadPlace(const OpPtr& op, Stubs* stubs,

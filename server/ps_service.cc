@@ -127,7 +127,8 @@ class Service final : public ServiceBase {
                          v1::AttachShmResponse* resp) override {
     STRATA_RETURN_GRPC_IF_ERROR(
         security_->Authorize(*ctx, "AttachShm", kWorkers));
-    // Only members map memory here (each at most one region).
+    // Only members map memory here (each at most one region of each kind:
+    // slots, tensors).
     if (absl::Status s = shard_->AwaitWorker(req->member_id(), req->epoch());
         !s.ok()) {
       return ToGrpcStatus(s);

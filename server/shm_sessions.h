@@ -28,7 +28,8 @@ struct ShmSpan {
 // Thread-safe.
 class ShmSessions {
  public:
-  explicit ShmSessions(size_t max_sessions = 64)
+  // Two per member at most (slots, tensors): 64 co-located members.
+  explicit ShmSessions(size_t max_sessions = 128)
       : max_sessions_(max_sessions) {}
 
   // Maps the caller's region (ShmRegion::Open's errors) and returns its

@@ -42,7 +42,9 @@ class Gpt : public Model {
   const std::vector<ParamInfo>& params() const override { return params_; }
 
   // Parameter i's values and gradient: spec.numel() fp32 values each, owned
-  // by the model, valid for its lifetime. REQUIRES: 0 <= i < params().size().
+  // by the model (or in the storage UseStorage gave it), valid for its
+  // lifetime; UseStorage moves them, so pointers taken before it are no
+  // longer the model's. REQUIRES: 0 <= i < params().size().
   float* param_data(int i) override;
   float* grad_data(int i) override;
 

@@ -69,11 +69,14 @@ absl::Status CheckTrainerOptions(const TrainerOptions& o) {
 
 namespace {
 
-// A CPU model's weights and gradients move into a shared-memory region
-// that the servers on this host map (PsClient::ShareTensors): a pull writes
-// the weights in place and a push's gradient is read from there, with no
-// copy through a slot on the worker's side. Where the region cannot be
-// made or is larger than a server maps, the model stays where it is.
+// A CPU model's weights (and gradients: UseStorage keeps them together)
+// move into a shared-memory region that the servers on this host map
+// (PsClient::ShareTensors): a pull writes the weights in place, with no
+// copy through a slot on the worker's side. Under BSP only: there a late
+// write of an abandoned pull brings the same bytes, where under SSP/ASP it
+// could bring newer weights in the middle of a step. Where the region
+// cannot be made or is larger than a server maps, the model stays where
+// it is.
 void ShareCpuTensors(Model& model, PsClient& ps) {
   auto* cpu = dynamic_cast<Gpt*>(&model);
   if (cpu == nullptr) return;  // a GPU's host buffers, a split model
@@ -149,7 +152,9 @@ absl::Status RunTrainer(const TrainerOptions& options) {
   STRATA_ASSIGN_OR_RETURN(auto ps,
                           PsClient::Create(po, session.scheduler.get()));
   STRATA_RETURN_IF_ERROR(ps->RegisterModel(ServerModel(*gpt, o)));
-  if (o.shared_memory) ShareCpuTensors(*gpt, *ps);
+  if (o.shared_memory && session.consistency.mode == Consistency::kBsp) {
+    ShareCpuTensors(*gpt, *ps);
+  }
   const int workers = session.workers;
   if (o.batch < workers) {
     return absl::InvalidArgumentError(absl::StrCat(
