@@ -192,18 +192,21 @@ class PsClient {
   void ForgetPushErrors();
 
   // Tells the client that the payload bytes of `region` (past its header)
-  // hold the caller's tensors (a model's weights). Each server on this
-  // host maps the region too (when it can; shared_memory must be on), and
-  // an fp32 pull into it names its place there: the server writes the
-  // weights in place, with no copy through a slot. Other buffers, other
-  // hosts, bf16 payloads and every push go as before. Unlike Pull's
-  // contract below, a pull into the region whose answer was lost may
-  // already have written its destination, and one whose answer never came
-  // may still write it later (the client then stops using the region with
-  // that server address): with the current weights of the chunk, never
-  // older than what a later pull wrote, which under BSP are the same bytes
-  // until the caller pushes its step. Called once, before the first push
-  // or pull; `region` must outlive every pull into it.
+  // hold the caller's tensors (a model's weights and gradients). Each
+  // server on this host maps the region too (when it can; shared_memory
+  // must be on), and an fp32 pull into it or push from it names its place
+  // there: the server writes the weights in place and copies the gradient
+  // out of it, with no copy through a slot on this side. Other buffers,
+  // other hosts and bf16 payloads go as before. Unlike the contracts of
+  // Push and Pull below, a pull into the region whose answer was lost may
+  // already have written its destination, and an attempt whose answer
+  // never came may still touch its bytes later (the client then stops
+  // using the region with that server address): a pull writes the chunk's
+  // current weights, never older than a later pull wrote (under BSP the
+  // same bytes until the caller pushes its step), and a push read late
+  // never replaces its retry or a later push (PushRequest.push_seq).
+  // Called once, before the first push or pull; `region` must outlive
+  // every op on it.
   void ShareTensors(std::shared_ptr<ShmRegion> region);
   // Server-side stats of every slot.
   absl::StatusOr<std::vector<v1::StatsResponse>> Stats();

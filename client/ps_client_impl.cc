@@ -110,12 +110,9 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     // attempt already sent (and carried the error of) bf16 bytes.
     v1::DType dtype = options_.push_dtype;
     v1::ShmRef place;
-    // Never from the tensor region (place null): a push attempt that got
-    // no answer could still read the gradient after the worker has moved
-    // on, and be held in place of its retry (PsClient::ShareTensors).
     const bool in_shm = TakePayloadPlace(
-        op, *stubs, options_.push_fp32_through_shm && !op->encoded,
-        /*place=*/nullptr, &dtype, &place);
+        op, *stubs, options_.push_fp32_through_shm && !op->encoded, op->grad,
+        &dtype, &place);
     const size_t bytes = chunk.numel * ElementBytes(dtype);
     v1::PushRequest header;
     header.set_member_id(scheduler_->member_id());
@@ -128,11 +125,17 @@ void PsClient::Impl::Issue(const OpPtr& op) {
     header.set_dtype(dtype);
     header.set_deferred(op->stamp.deferred);
     header.set_whole_step(op->stamp.whole_step);
+    // So a late read of an attempt given up on cannot replace its retry.
+    header.set_push_seq(op->seq + 1);
+    header.set_attempt(static_cast<uint32_t>(op->attempts));
     if (in_shm) {
-      // One copy (or conversion) into the shared slot; the server copies
-      // it out. The message carries only the slot's place.
+      // One copy (or conversion) into the shared slot, or none from the
+      // tensor region; the server copies it out. The message carries only
+      // the payload's place.
       char* slot = op->shm_slot.data;
-      if (dtype == v1::DTYPE_BF16 && !op->bf16.empty()) {
+      if (op->tensors) {
+        // In place, where the caller's gradient is.
+      } else if (dtype == v1::DTYPE_BF16 && !op->bf16.empty()) {
         std::memcpy(slot, op->bf16.data(), bytes);  // a retry: as sent before
       } else if (dtype == v1::DTYPE_BF16) {
         EncodeBf16(*op, reinterpret_cast<uint16_t*>(slot));

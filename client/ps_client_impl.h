@@ -185,8 +185,8 @@ class PsClient::Impl {
   // slot when one is free, for fp32 when `fp32_in_shm` and the dtype is
   // bf16, and sets `*dtype` to what goes there. Returns whether it took
   // one (else the payload goes in the message as `*dtype`).
-  // An fp32 payload whose caller's buffer (`place`; null for a push) lies
-  // in the tensor region goes there instead of a slot (op->tensors).
+  // An fp32 payload whose caller's buffer (`place`) lies in the tensor
+  // region goes there instead of a slot (op->tensors).
   // `*ref` names where the payload goes.
   bool TakePayloadPlace(const OpPtr& op, Stubs* stubs, bool fp32_in_shm,
                         const void* place, v1::DType* dtype, v1::ShmRef* ref);

@@ -139,9 +139,9 @@ RunResult TrainInPlace(Cluster& c, float* w, float* b) {
 }
 
 // The caller's tensors in a region the server maps (ShareTensors): pulls
-// land in place, to the same weights as plain messages. With no room for
-// slots, every payload counted in shared memory was a pull into the tensor
-// region (pushes went in messages); a buffer outside it still works.
+// land in place and pushes are copied out of it, to the same weights as
+// plain messages. With no room for slots, every payload counted in shared
+// memory went through the tensor region; a buffer outside it still works.
 TEST(ShmLink, TensorsInASharedRegionTrainToTheSameWeights) {
   PsClientOptions plain;
   plain.shared_memory = false;
@@ -162,9 +162,8 @@ TEST(ShmLink, TensorsInASharedRegionTrainToTheSameWeights) {
     const RunResult in_place = TrainInPlace(c, w, w + 256);
     EXPECT_EQ(in_place.w, messages.w);  // bit-identical
     EXPECT_EQ(in_place.b, messages.b);
-    // 5 steps of 3 chunk pulls, the final 4 pulls, and with slots the 5
-    // steps' 4 chunk pushes.
-    EXPECT_EQ(in_place.shm_payloads, 5u * 3 + 4 + (slots_too ? 5u * 4 : 0));
+    // 5 steps of 4 chunk pushes and 3 pulls, and the final 4 pulls.
+    EXPECT_EQ(in_place.shm_payloads, 5u * 7 + 4);
     std::vector<float> outside(250);
     ASSERT_TRUE(c.ps->PullTensor(0, outside.data(), 5, 5).ok());
     EXPECT_EQ(outside, messages.w);

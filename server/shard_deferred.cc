@@ -30,11 +30,14 @@ absl::StatusOr<v1::PushResponse> Shard::Hold(Chunk& c,
   }
   absl::MutexLock lock(&deferred_mu_);
   // A retry, or a step that was never committed (redone after a rollback or
-  // a view change): the newest (generation, step, epoch) wins, so a late
-  // handler of an abandoned attempt cannot replace a newer push.
+  // a view change): the newest (generation, step, epoch, push, attempt)
+  // wins, so a late handler of an abandoned attempt cannot replace a newer
+  // push, nor the retry of its own (its payload may have been read after
+  // the caller reused the bytes).
   Deferred& d = deferred_[req.member_id()][req.chunk_id()];
   auto order = [](const v1::PushRequest& r) {
-    return std::tuple(r.generation(), r.step(), r.epoch());
+    return std::tuple(r.generation(), r.step(), r.epoch(), r.push_seq(),
+                      r.attempt());
   };
   if (!d.grad.empty() && order(req) < order(d.req)) {
     GiveBuffer(std::move(grad));

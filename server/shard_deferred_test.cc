@@ -5,6 +5,8 @@
 #include <cmath>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "server/shard.h"
 #include "server/shard_test_util.h"
@@ -34,6 +36,38 @@ std::vector<float> Grad(float base) {
   std::vector<float> g(kN);
   for (int i = 0; i < kN; ++i) g[i] = base + 0.37f * i;
   return g;
+}
+
+// An attempt the worker gave up on, whose handler read the payload late
+// (after the worker reused the bytes: here, other values), cannot replace
+// its retry; a later push (a redo) with the same stamp does.
+TEST(ShardDeferred, ALateAttemptDoesNotReplaceItsRetryButALaterPushDoes) {
+  const float scale = 0.5f;
+  auto numbered = [](uint64_t seq, uint32_t attempt) {
+    v1::PushRequest r = Deferred(1, 0, 4);
+    r.set_push_seq(seq);
+    r.set_attempt(attempt);
+    return r;
+  };
+  auto committed = [&](std::vector<std::pair<v1::PushRequest, float>> pushes) {
+    Shard shard(Opts("bsp"));
+    EXPECT_TRUE(shard.Register(OneChunk()).ok());
+    shard.UpdateView(MakeView(1, {1}, 1));
+    for (const auto& [req, base] : pushes) {
+      EXPECT_TRUE(shard.Push(req, Bytes(Grad(base))).ok());
+    }
+    EXPECT_TRUE(shard.Commit(CommitReq(1, 0, scale, 1)).ok());
+    return PullNow(shard, 1, 1);
+  };
+  const std::vector<float> good = committed({{numbered(5, 2), 1.5f}});
+  const std::vector<float> other = committed({{numbered(5, 2), 9.0f}});
+  ASSERT_NE(good, other);
+  // Attempt 1 of push 5, read late, after its retry (attempt 2) was held.
+  EXPECT_EQ(committed({{numbered(5, 2), 1.5f}, {numbered(5, 1), 9.0f}}), good);
+  // An older push's late attempt, too.
+  EXPECT_EQ(committed({{numbered(5, 2), 1.5f}, {numbered(4, 3), 9.0f}}), good);
+  // A later push of the same step and stamp (a redo) replaces it.
+  EXPECT_EQ(committed({{numbered(5, 2), 1.5f}, {numbered(6, 1), 9.0f}}), other);
 }
 
 TEST(ShardDeferred, CommitAppliesTheScaledGradientAsAPlainPushWould) {

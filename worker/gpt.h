@@ -53,8 +53,8 @@ class Gpt : public Model {
   int64_t storage_floats() const { return 2 * padded_floats_; }
   // Moves the parameters and gradients into storage[0, storage_floats()),
   // memory aligned to 64 bytes that `owner` keeps alive (a shared-memory
-  // region the servers write pulls into), their values kept; param_data
-  // and grad_data point there after.
+  // region the servers write pulls into and copy pushes out of), their
+  // values kept; param_data and grad_data point there after.
   void UseStorage(float* storage, std::shared_ptr<const void> owner);
 
   // Fills every parameter per its ParamInfo (GPT-2 init: N(0, 0.02), the

@@ -69,12 +69,13 @@ absl::Status CheckTrainerOptions(const TrainerOptions& o) {
 
 namespace {
 
-// A CPU model's weights (and gradients: UseStorage keeps them together)
-// move into a shared-memory region that the servers on this host map
-// (PsClient::ShareTensors): a pull writes the weights in place, with no
-// copy through a slot on the worker's side. Under BSP only: there a late
-// write of an abandoned pull brings the same bytes, where under SSP/ASP it
-// could bring newer weights in the middle of a step. Where the region
+// A CPU model's weights and gradients move into a shared-memory region
+// that the servers on this host map (PsClient::ShareTensors): a pull
+// writes the weights in place and a push's gradient is copied out from
+// where backward left it, with no copy through a slot on the worker's
+// side. Under BSP only: there a late write of an abandoned pull brings the
+// same bytes, where under SSP/ASP it could bring newer weights in the
+// middle of a step. Where the region
 // cannot be made or is larger than a server maps, the model stays where
 // it is.
 void ShareCpuTensors(Model& model, PsClient& ps) {
