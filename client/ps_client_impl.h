@@ -173,6 +173,9 @@ class PsClient::Impl {
   // Attaches a shared-memory link to every slot's server that is on this
   // host and has none yet (blocking RPCs: never on a gRPC callback thread).
   void AttachShm();
+  // An attach failed while the server was unreachable: asks the timer
+  // thread to try again, at most once a second.
+  void WantAttach();
   // Whether `bytes` at `place` lie in the tensor region and the server
   // has it attached: then `*ref` names them.
   bool InTensors(const OpPtr& op, Stubs* stubs, const void* place, size_t bytes,

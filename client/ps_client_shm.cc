@@ -100,14 +100,16 @@ bool PsClient::Impl::InTensors(const OpPtr& op, Stubs* stubs, const void* place,
     }
     if (session->refused) return false;
   }
-  // Not attached yet (the attach failed while the server was unreachable):
-  // try again, at most once a second.
+  WantAttach();  // not attached yet
+  return false;
+}
+
+void PsClient::Impl::WantAttach() {
   absl::MutexLock lock(&mu_);
   if (absl::Now() >= next_attach_) {
     attach_wanted_ = true;
     next_attach_ = absl::Now() + absl::Seconds(1);
   }
-  return false;
 }
 
 bool PsClient::Impl::TakePayloadPlace(const OpPtr& op, Stubs* stubs,
@@ -142,15 +144,7 @@ bool PsClient::Impl::TakeShmSlot(const OpPtr& op, Stubs* stubs, size_t bytes) {
     link = stubs->shm;
     refused = stubs->shm_refused;
   }
-  if (!link && !refused) {
-    // An attach failed while the server was unreachable: try again, at
-    // most once a second.
-    absl::MutexLock lock(&mu_);
-    if (absl::Now() >= next_attach_) {
-      attach_wanted_ = true;
-      next_attach_ = absl::Now() + absl::Seconds(1);
-    }
-  }
+  if (!link && !refused) WantAttach();
   if (!link || bytes > link->slot_bytes()) return false;
   std::optional<ShmLink::Slot> slot = link->Acquire();
   if (!slot) return false;  // all busy: this call goes in the message

@@ -24,6 +24,7 @@ namespace {
 using ::strata::testing::Cluster;
 using ::strata::testing::StartCluster;
 using ::strata::testing::TrainSteps;
+using ::strata::testing::TrainStepsIn;
 
 TEST(ShmRegion, OpensOnlyTheSealedRegionItWasToldOf) {
   auto region = ShmRegion::Create(ShmRegion::kHeaderBytes + 8192);
@@ -77,20 +78,26 @@ struct RunResult {
   uint64_t shm_payloads = 0;
 };
 
-RunResult TrainRun(PsClientOptions options) {
+// The weights after 5 steps, pulled into w and b, and the server's count.
+RunResult FinalWeights(Cluster& c, float* w, float* b) {
   RunResult run;
-  Cluster c;
-  StartCluster(c, options);
-  if (::testing::Test::HasFatalFailure()) return run;
-  TrainSteps(*c.ps, 0, 5);
-  run.w.resize(250);
-  run.b.resize(3);
-  EXPECT_TRUE(c.ps->PullTensor(0, run.w.data(), 5, 5).ok());
-  EXPECT_TRUE(c.ps->PullTensor(1, run.b.data(), 5, 5).ok());
+  EXPECT_TRUE(c.ps->PullTensor(0, w, 5, 5).ok());
+  EXPECT_TRUE(c.ps->PullTensor(1, b, 5, 5).ok());
+  run.w.assign(w, w + 250);
+  run.b.assign(b, b + 3);
   auto stats = c.ps->Stats();
   EXPECT_TRUE(stats.ok());
   if (stats.ok()) run.shm_payloads = (*stats)[0].shm_payloads();
   return run;
+}
+
+RunResult TrainRun(PsClientOptions options) {
+  Cluster c;
+  StartCluster(c, options);
+  if (::testing::Test::HasFatalFailure()) return {};
+  TrainSteps(*c.ps, 0, 5);
+  std::vector<float> w(250), b(3);
+  return FinalWeights(c, w.data(), b.data());
 }
 
 TEST(ShmLink, TrainsToTheSameWeightsAsPlainMessages) {
@@ -117,27 +124,6 @@ TEST(ShmLink, TrainsToTheSameWeightsAsPlainMessages) {
   EXPECT_NE(bf16_shm.w, shm.w);  // bf16 did round something
 }
 
-// TrainSteps' updates, with the tensors in `w` and `b`; then the final
-// weights.
-RunResult TrainInPlace(Cluster& c, float* w, float* b) {
-  RunResult run;
-  for (int64_t t = 0; t < 5; ++t) {
-    EXPECT_TRUE(c.ps->PullTensor(0, w, t, t).ok());
-    for (size_t i = 0; i < 250; ++i) w[i] = w[i] - 0.5f + 0.01f * i;
-    EXPECT_TRUE(c.ps->PushTensor(0, w, t, 4).ok());
-    std::fill(b, b + 3, 0.0f);
-    EXPECT_TRUE(c.ps->PushTensor(1, b, t, 4).ok());
-  }
-  EXPECT_TRUE(c.ps->PullTensor(0, w, 5, 5).ok());
-  EXPECT_TRUE(c.ps->PullTensor(1, b, 5, 5).ok());
-  run.w.assign(w, w + 250);
-  run.b.assign(b, b + 3);
-  auto stats = c.ps->Stats();
-  EXPECT_TRUE(stats.ok());
-  if (stats.ok()) run.shm_payloads = (*stats)[0].shm_payloads();
-  return run;
-}
-
 // The caller's tensors in a region the server maps (ShareTensors): pulls
 // land in place and pushes are copied out of it, to the same weights as
 // plain messages. With no room for slots, every payload counted in shared
@@ -159,7 +145,8 @@ TEST(ShmLink, TensorsInASharedRegionTrainToTheSameWeights) {
     float* w =
         reinterpret_cast<float*>(region->data() + ShmRegion::kHeaderBytes);
     c.ps->ShareTensors(region);
-    const RunResult in_place = TrainInPlace(c, w, w + 256);
+    TrainStepsIn(*c.ps, 0, 5, w, w + 256);
+    const RunResult in_place = FinalWeights(c, w, w + 256);
     EXPECT_EQ(in_place.w, messages.w);  // bit-identical
     EXPECT_EQ(in_place.b, messages.b);
     // 5 steps of 4 chunk pushes and 3 pulls, and the final 4 pulls.

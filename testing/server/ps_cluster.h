@@ -91,15 +91,22 @@ inline void Connect(Cluster& c, PsClientOptions options = {}) {
           .ok());
 }
 
+// TrainSteps with the tensors in the caller's w[0, 250) and b[0, 3) (b
+// zeros, pushed as they are).
+inline void TrainStepsIn(PsClient& ps, int64_t first, int64_t steps, float* w,
+                         const float* b) {
+  for (int64_t t = first; t < first + steps; ++t) {
+    ASSERT_TRUE(ps.PullTensor(0, w, t, t).ok());
+    for (size_t i = 0; i < 250; ++i)
+      w[i] = w[i] - 0.5f + 0.01f * i;  // some gradient
+    ASSERT_TRUE(ps.PushTensor(0, w, t, 4).ok());
+    ASSERT_TRUE(ps.PushTensor(1, b, t, 4).ok());
+  }
+}
+
 inline void TrainSteps(PsClient& ps, int64_t first, int64_t steps) {
   std::vector<float> w(250), b(3);
-  for (int64_t t = first; t < first + steps; ++t) {
-    ASSERT_TRUE(ps.PullTensor(0, w.data(), t, t).ok());
-    for (size_t i = 0; i < w.size(); ++i)
-      w[i] = w[i] - 0.5f + 0.01f * i;  // some gradient
-    ASSERT_TRUE(ps.PushTensor(0, w.data(), t, 4).ok());
-    ASSERT_TRUE(ps.PushTensor(1, b.data(), t, 4).ok());
-  }
+  TrainStepsIn(ps, first, steps, w.data(), b.data());
 }
 
 // A scheduler, one server without a data directory, and a connected worker
