@@ -93,12 +93,7 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(
       cudaMemsetAsync(d.master.as<float>(), 0, d.total * 4, d.ctx->stream()),
       "cudaMemsetAsync"));
   STRATA_RETURN_IF_ERROR(d.ctx->Synchronize());
-  d.copied.resize(n, nullptr);
-  for (cudaEvent_t& e : d.copied) {
-    STRATA_RETURN_IF_ERROR(
-        CudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
-                   "cudaEventCreate"));
-  }
+  STRATA_RETURN_IF_ERROR(d.CreateStreams(n));
   // Pinned host buffers make the per-step copies asynchronous and about
   // twice as fast; without pinning (e.g. a locked-memory limit) they still
   // work, so a failure here is not an error.
@@ -158,43 +153,50 @@ absl::Status GptCuda::Prepare(const int32_t* tokens, const int32_t* targets,
       CudaStatus(cudaMemcpyAsync(d.targets.as<int32_t>(), targets, ids_bytes,
                                  cudaMemcpyHostToDevice, s),
                  "copy targets"));
-  // Resident, the device weights are the current ones already.
+  // Resident, the device weights are the current ones already; otherwise
+  // ForwardTrunk uploads them group by group, and the uploads must not
+  // overwrite weights that earlier work on the compute stream still reads.
   if (d.resident) return absl::OkStatus();
-  if (!param_wait_) {
-    STRATA_RETURN_IF_ERROR(d.ToDevice(d.master.as<float>(), param_data(0)));
-  } else {
-    // Group by group as the trainer's pulls land: wte, wpe, each block,
-    // the final LayerNorm.
-    const int n = static_cast<int>(params().size());
-    int first = 0;
-    while (first < n) {
-      const int end = first < kFirstBlockParam
-                          ? first + 1
-                          : std::min(first + kSlotsPerLayer, n);
-      for (int i = first; i < end; ++i) {
-        STRATA_RETURN_IF_ERROR(param_wait_(i));
-      }
-      STRATA_RETURN_IF_ERROR(
-          d.ParamsToDevice(d.master.as<float>(), param_data(0), first, end));
-      first = end;
-    }
-  }
-  return Op("convert_weights", [&] {
-    return gpt_cuda::FloatToBf16(s, d.weights.as<bf16>(), d.master.as<float>(),
-                                 d.total);
-  });
+  return d.Order(s, d.up);
 }
 
+absl::Status GptCuda::UploadParams(int first, int end) {
+  Device& d = *dev_;
+  if (param_wait_) {
+    for (int i = first; i < end; ++i) STRATA_RETURN_IF_ERROR(param_wait_(i));
+  }
+  return d.UploadParams(param_data(0), first, end);
+}
+
+// Not resident, each group of weights goes up (wte, wpe, each block, the
+// final LayerNorm) as its waits return, on the upload stream, and the
+// compute that reads the group waits for it: the device computes the first
+// layers while the trainer's pulls of later ones are in flight and their
+// copies run beside it.
 absl::Status GptCuda::ForwardTrunk(int B, int T) {
   Device& d = *dev_;
   kc::Context& ctx = *d.ctx;
   const int N = B * T, C = config().width, L = config().layers;
+  const int n = static_cast<int>(params().size());
+  const bool upload = !d.resident;
+  auto upload_then_order = [&](int first, int end) -> absl::Status {
+    if (!upload) return absl::OkStatus();
+    STRATA_RETURN_IF_ERROR(UploadParams(first, end));
+    return d.Order(d.up, ctx.stream());
+  };
+  if (upload) STRATA_RETURN_IF_ERROR(UploadParams(kWte, kWpe));
+  STRATA_RETURN_IF_ERROR(upload_then_order(kWpe, kWpe + 1));
   STRATA_RETURN_IF_ERROR(Op("fwd.encoder", [&] {
     return kc::EncoderForward(ctx, d.x.as<bf16>(), d.tokens.as<int32_t>(),
                               d.W(kWte), d.W(kWpe), B, T, C);
   }));
-  for (int l = 0; l < L; ++l) STRATA_RETURN_IF_ERROR(BlockForward(l, B, T));
+  for (int l = 0; l < L; ++l) {
+    STRATA_RETURN_IF_ERROR(
+        upload_then_order(Device::Block(l, 0), Device::Block(l + 1, 0)));
+    STRATA_RETURN_IF_ERROR(BlockForward(l, B, T));
+  }
   const int lnf = Device::Block(L, 0);
+  STRATA_RETURN_IF_ERROR(upload_then_order(lnf, n));
   return Op("fwd.layernorm", [&] {
     return kc::LayerNormForward(
         ctx, d.lnf.as<bf16>(), d.lnf_mean.as<float>(), d.lnf_rstd.as<float>(),
@@ -370,12 +372,14 @@ absl::Status GptCuda::GradReady(int i) {
   Device& d = *dev_;
   if (d.resident) return absl::OkStatus();  // gradients stay on the device
   const int64_t bytes = static_cast<int64_t>(params()[i].spec.numel()) * 4;
+  // On the download stream, so backward goes on with earlier layers.
+  STRATA_RETURN_IF_ERROR(d.Order(d.ctx->stream(), d.down));
   STRATA_RETURN_IF_ERROR(
       CudaStatus(cudaMemcpyAsync(grad_data(i), d.G(i), bytes,
-                                 cudaMemcpyDeviceToHost, d.ctx->stream()),
+                                 cudaMemcpyDeviceToHost, d.down),
                  "copy gradient"));
-  STRATA_RETURN_IF_ERROR(CudaStatus(
-      cudaEventRecord(d.copied[i], d.ctx->stream()), "cudaEventRecord"));
+  STRATA_RETURN_IF_ERROR(
+      CudaStatus(cudaEventRecord(d.copied[i], d.down), "cudaEventRecord"));
   d.ready_order.push_back(i);
   return absl::OkStatus();
 }
@@ -400,8 +404,10 @@ absl::StatusOr<float> GptCuda::FetchMeanLoss(int N) {
 absl::Status GptCuda::EnqueueForwardBackward(int B, int T, bool accumulate) {
   Device& d = *dev_;
   cudaStream_t s = d.ctx->stream();
-  // With accumulate, the sum starts from what the caller holds in grad_data
-  // (the padding rows of wte's gradient from zero).
+  // The gradients are zeroed only after the last step's copies to the host
+  // have read them. With accumulate, the sum starts from what the caller
+  // holds in grad_data (the padding rows of wte's gradient from zero).
+  STRATA_RETURN_IF_ERROR(d.Order(d.down, s));
   STRATA_RETURN_IF_ERROR(Op("zero_grads", [&] {
     return CudaStatus(cudaMemsetAsync(d.grads.as<float>(), 0, d.total * 4, s),
                       "initialize gradients");
@@ -464,8 +470,8 @@ absl::StatusOr<float> GptCuda::ForwardBackward(const int32_t* tokens,
   absl::StatusOr<float> loss =
       RunForwardBackward(tokens, targets, B, T, accumulate);
   // After an error, let enqueued copies finish before the caller touches
-  // grad_data.
-  if (!loss.ok()) dev_->ctx->Synchronize().IgnoreError();
+  // grad_data or param_data.
+  if (!loss.ok()) dev_->Synchronize().IgnoreError();
   return loss;
 }
 
@@ -475,7 +481,7 @@ absl::StatusOr<float> GptCuda::Loss(const int32_t* tokens,
   if (s.ok()) s = ForwardTrunk(B, T);
   if (s.ok()) s = HeadLoss(B * T, /*backward=*/false);
   if (!s.ok()) {
-    dev_->ctx->Synchronize().IgnoreError();
+    dev_->Synchronize().IgnoreError();
     return s;
   }
   return FetchMeanLoss(B * T);

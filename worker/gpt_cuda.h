@@ -75,10 +75,10 @@ class GptCuda : public Model {
   // there (rounding to bf16) and each parameter's fp32 gradient back to
   // grad_data(i). The grad-ready callback runs on the calling thread after
   // parameter i's copy has completed, in the CPU model's order, while the
-  // device goes on with earlier layers (the host buffers are pinned with
-  // cudaHostRegister when the system allows; unpinned, copies and compute
-  // serialize). Returns when every copy is done. INTERNAL for a CUDA or cuBLAS
-  // error.
+  // device goes on with earlier layers (the copies run on a stream of their
+  // own; the host buffers are pinned with cudaHostRegister when the system
+  // allows; unpinned, copies and compute serialize). Returns when every copy
+  // is done. INTERNAL for a CUDA or cuBLAS error.
   absl::StatusOr<float> ForwardBackward(const int32_t* tokens,
                                         const int32_t* targets, int B, int T,
                                         bool accumulate = false) override;
@@ -86,8 +86,9 @@ class GptCuda : public Model {
                              int B, int T) override;
   void SetGradReadyCallback(std::function<void(int param_index)> cb) override;
   // The weights go up group by group (wte, wpe, each block, the final
-  // LayerNorm) as each group's waits return, so the copies of the first
-  // overlap the pulls of the later ones; forward starts once all are up.
+  // LayerNorm) as each group's waits return, on a copy stream of their own:
+  // the device computes each layer as soon as its group is up, while the
+  // pulls and copies of later groups go on.
   void SetParamWaitCallback(
       std::function<absl::Status(int param_index)> cb) override;
 
@@ -141,10 +142,13 @@ class GptCuda : public Model {
   // timed when profiling.
   absl::Status Op(const char* name, absl::FunctionRef<absl::Status()> enqueue);
 
-  // Validates the batch, sizes the activations and enqueues the uploads of
-  // the batch and the weights (fp32 from param_data, rounded to bf16).
+  // Validates the batch, sizes the activations and enqueues the upload of
+  // the batch (ForwardTrunk uploads the weights).
   absl::Status Prepare(const int32_t* tokens, const int32_t* targets, int B,
                        int T);
+  // Waits for parameters [first, end) (param_wait_) and enqueues their
+  // upload from param_data and rounding to bf16 on the upload stream.
+  absl::Status UploadParams(int first, int end);
   // Enqueues forward, loss and backward for a prepared batch (see
   // gpt_cuda.cc).
   absl::Status EnqueueForwardBackward(int B, int T, bool accumulate);

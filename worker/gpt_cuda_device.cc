@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "worker/gpt_cuda_convert.h"
 
 namespace strata {
 namespace gpt_cuda {
@@ -29,10 +30,64 @@ using gpt_cuda::CudaStatus;
 using gpt_cuda::kc::bf16;
 
 GptCuda::Device::~Device() {
+  // Create may have stopped early: any of these may be null.
+  if (ctx != nullptr) Synchronize().IgnoreError();
   for (cudaEvent_t e : copied) {
-    if (e != nullptr) cudaEventDestroy(e);  // Create may have stopped early
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  if (handoff != nullptr) cudaEventDestroy(handoff);
+  for (cudaStream_t s : {up, down}) {
+    if (s != nullptr) cudaStreamDestroy(s);
   }
   for (void* p : registered) cudaHostUnregister(p);
+}
+
+absl::Status GptCuda::Device::CreateStreams(int num_params) {
+  for (cudaStream_t* s : {&up, &down}) {
+    STRATA_RETURN_IF_ERROR(CudaStatus(cudaStreamCreate(s), "cudaStreamCreate"));
+  }
+  STRATA_RETURN_IF_ERROR(
+      CudaStatus(cudaEventCreateWithFlags(&handoff, cudaEventDisableTiming),
+                 "cudaEventCreate"));
+  copied.resize(num_params, nullptr);
+  for (cudaEvent_t& e : copied) {
+    STRATA_RETURN_IF_ERROR(
+        CudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                   "cudaEventCreate"));
+  }
+  return absl::OkStatus();
+}
+
+// One event serves every hand-off: a wait holds the record it was queued
+// after, so recording the event again does not move earlier waits.
+absl::Status GptCuda::Device::Order(cudaStream_t before,
+                                    cudaStream_t after) const {
+  STRATA_RETURN_IF_ERROR(
+      CudaStatus(cudaEventRecord(handoff, before), "cudaEventRecord"));
+  return CudaStatus(cudaStreamWaitEvent(after, handoff, 0),
+                    "cudaStreamWaitEvent");
+}
+
+absl::Status GptCuda::Device::Synchronize() const {
+  absl::Status status = ctx->Synchronize();
+  for (cudaStream_t s : {up, down}) {
+    if (s == nullptr) continue;
+    absl::Status st =
+        CudaStatus(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    if (status.ok()) status = st;
+  }
+  return status;
+}
+
+absl::Status GptCuda::Device::UploadParams(const float* host, int first,
+                                           int end) const {
+  STRATA_RETURN_IF_ERROR(
+      Copy(master.as<float>(), host, first, end, cudaMemcpyHostToDevice, up));
+  const int n = static_cast<int>(offsets.size());
+  const int64_t begin = first == 0 ? 0 : offsets[first];
+  const int64_t stop = end < n ? offsets[end] : total;
+  return gpt_cuda::FloatToBf16(up, weights.as<bf16>() + begin,
+                               master.as<float>() + begin, stop - begin);
 }
 
 absl::Status GptCuda::Device::Resize(const GptConfig& cfg, int b, int t) {
@@ -87,10 +142,11 @@ absl::Status GptCuda::Device::Resize(const GptConfig& cfg, int b, int t) {
 // parameters from max(first, 1) to end (at host_offsets[i] on the host,
 // offsets[i] on the device, contiguous in both from wpe on).
 absl::Status GptCuda::Device::Copy(float* dst, const float* src, int first,
-                                   int end, cudaMemcpyKind kind) const {
-  const bool up = kind == cudaMemcpyHostToDevice;
-  const char* what = up ? "copy to device" : "copy to host";
-  const cudaStream_t s = ctx->stream();
+                                   int end, cudaMemcpyKind kind,
+                                   cudaStream_t stream) const {
+  const bool to_device = kind == cudaMemcpyHostToDevice;
+  const char* what = to_device ? "copy to device" : "copy to host";
+  const cudaStream_t s = stream != nullptr ? stream : ctx->stream();
   if (first == 0 && end > 0) {
     STRATA_RETURN_IF_ERROR(CudaStatus(
         cudaMemcpyAsync(dst, src, int64_t{vocab} * width * 4, kind, s), what));
@@ -99,8 +155,8 @@ absl::Status GptCuda::Device::Copy(float* dst, const float* src, int first,
   if (first >= end) return absl::OkStatus();
   const int n = static_cast<int>(host_offsets.size());
   const int64_t host_end = end < n ? host_offsets[end] : host_total;
-  const int64_t src_at = up ? host_offsets[first] : offsets[first];
-  const int64_t dst_at = up ? offsets[first] : host_offsets[first];
+  const int64_t src_at = to_device ? host_offsets[first] : offsets[first];
+  const int64_t dst_at = to_device ? offsets[first] : host_offsets[first];
   return CudaStatus(
       cudaMemcpyAsync(dst + dst_at, src + src_at,
                       (host_end - host_offsets[first]) * 4, kind, s),

@@ -1,6 +1,6 @@
 // GptCuda's device state (private to worker/gpt_cuda*.cc): device buffers,
 // the activations of each block, the flat weight and gradient layout, and
-// the stream. Built only with STRATA_CUDA.
+// the streams. Built only with STRATA_CUDA.
 #ifndef STRATA_WORKER_GPT_CUDA_DEVICE_H_
 #define STRATA_WORKER_GPT_CUDA_DEVICE_H_
 
@@ -71,7 +71,12 @@ struct BlockActs {
 
 namespace strata {
 
-// Everything on the device: weights, gradients, activations, the stream.
+// Everything on the device: weights, gradients, activations, the streams.
+// Three streams: the context's (compute), `up` (the weights' uploads and
+// their rounding to bf16, so a group's copy runs beside the compute of the
+// groups before it) and `down` (gradients to the host, beside the backward
+// of earlier layers). Work handed from one to another is ordered with
+// Order; the host waits on `copied` and on the compute stream.
 // The flat parameter layout is the host Gpt's (same order, same padding
 // between parameters) except that wte has vocab_padded rows
 // (gpt_layout::PaddedVocab), zero beyond the vocabulary, and everything after
@@ -83,6 +88,8 @@ struct GptCuda::Device {
   using bf16 = gpt_cuda::bf16;
 
   std::unique_ptr<kernels::cuda::Context> ctx;
+  cudaStream_t up = nullptr, down = nullptr;
+  cudaEvent_t handoff = nullptr;                   // Order's event
   std::unique_ptr<gpt_cuda::OpProfiler> profiler;  // with Options::profile
   int vocab = 0, vocab_padded = 0, width = 0;
   std::vector<int64_t> host_offsets;  // of each parameter in the host layout
@@ -140,6 +147,14 @@ struct GptCuda::Device {
         std::min<int64_t>(std::bit_floor(static_cast<uint64_t>(fit)), N));
   }
 
+  // Creates the streams and events. Called once, by GptCuda::Create.
+  absl::Status CreateStreams(int num_params);
+  // Work queued on `after` from now on runs after all work queued on
+  // `before` so far.
+  absl::Status Order(cudaStream_t before, cudaStream_t after) const;
+  // Waits for all three streams.
+  absl::Status Synchronize() const;
+
   // Enqueues the copy of a whole flat buffer between the host layout (e.g.
   // param_data(0)) and the device layout; the device's padding rows of wte
   // are left as they are.
@@ -151,16 +166,14 @@ struct GptCuda::Device {
     return Copy(host, device, 0, static_cast<int>(offsets.size()),
                 cudaMemcpyDeviceToHost);
   }
-  // As ToDevice, for parameters [first, end) only (with the padding
-  // between them).
-  absl::Status ParamsToDevice(float* device, const float* host, int first,
-                              int end) const {
-    return Copy(device, host, first, end, cudaMemcpyHostToDevice);
-  }
+  // Enqueues, on `up`, the copy of parameters [first, end) of the host
+  // layout (with the padding between them) into `master`, and their
+  // rounding into `weights` (with wte's padding rows when first is 0).
+  absl::Status UploadParams(const float* host, int first, int end) const;
   // All of these: parameters [first, end) from src's layout to dst's, by
-  // direction.
+  // direction, on `stream` (the compute stream when null).
   absl::Status Copy(float* dst, const float* src, int first, int end,
-                    cudaMemcpyKind kind) const;
+                    cudaMemcpyKind kind, cudaStream_t stream = nullptr) const;
 
   // Sizes the activations for a (b, t) batch; a no-op for the current one.
   absl::Status Resize(const GptConfig& cfg, int b, int t);

@@ -102,7 +102,7 @@ absl::StatusOr<float> GptCuda::ResidentStep(const int32_t* tokens,
     });
   }
   if (!s.ok()) {
-    d.ctx->Synchronize().IgnoreError();
+    d.Synchronize().IgnoreError();
     return s;
   }
   return FetchMeanLoss(B * T);

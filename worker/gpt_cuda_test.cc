@@ -24,7 +24,11 @@
 #include "kernels/cuda_ops.h"
 #include "optim/optimizer.h"
 #include "testing/model_test_util.h"
+#ifdef STRATA_VIRTUAL_GPU
+#include "testing/cuda/virtual_streams.h"
+#endif
 #include "worker/gpt.h"
+#include "worker/gpt_layout.h"
 #include "worker/model.h"
 
 namespace strata {
@@ -155,6 +159,37 @@ TEST_P(GptCudaTest, GradReadyOrderMatchesCpuAndGradientsAreFinal) {
 TEST_P(GptCudaTest, ReadsNoParameterBeforeItsWaitReturns) {
   testing::ExpectWaitsBeforeEachParameterIsRead(*gpu_, tokens_.data(),
                                                 targets_.data(), kB, kT);
+}
+
+// Each block's forward is launched as soon as its weights are up, before
+// the waits of the next block: the device computes the first layers while
+// the trainer's pulls of later ones are in flight. The virtual GPU counts
+// launches (kernels and GEMMs); between a block's last wait and the next
+// group's first there must be that block's forward (ten or more), not only
+// its rounding to bf16 (one).
+TEST_P(GptCudaTest, ComputesEachLayerAsItsWeightsArrive) {
+#ifndef STRATA_VIRTUAL_GPU
+  GTEST_SKIP() << "counts launches on the virtual GPU";
+#else
+  const int n = static_cast<int>(gpu_->params().size());
+  std::vector<int64_t> launched(n, -1);
+  gpu_->SetParamWaitCallback([&](int i) {
+    launched[i] = vgpu::LaunchesQueued();
+    return absl::OkStatus();
+  });
+  auto loss = gpu_->ForwardBackward(tokens_.data(), targets_.data(), kB, kT);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  const int layers = gpu_->config().layers;
+  for (int l = 0; l < layers; ++l) {
+    // From the block's last wait to the next group's first (the next
+    // block's or the final LayerNorm's).
+    const int next =
+        gpt_layout::kFirstBlockParam + (l + 1) * gpt_layout::kSlotsPerLayer;
+    ASSERT_LT(next, n);
+    EXPECT_GE(launched[next] - launched[next - 1], 6) << "block " << l;
+  }
+  gpu_->SetParamWaitCallback(nullptr);
+#endif
 }
 
 TEST_P(GptCudaTest, AccumulateAddsToTheHostGradients) {

@@ -25,17 +25,27 @@
 
 // Launches `kernel` over `grid` blocks of `block` threads with `smem` bytes
 // of dynamic shared memory on `stream`, with the arguments that follow:
-// kernel<<<grid, block, smem, stream>>>(...) on a GPU; on the CPU
-// emulation, a run of the whole grid before returning.
+// kernel<<<grid, block, smem, stream>>>(...) on a GPU. On the CPU
+// emulation the arguments are taken now and the grid runs through
+// strata::emu::Launch: at once on the emulation alone, in stream order on
+// the virtual GPU.
 #ifndef STRATA_CUDA_EMULATION
 #define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...) \
   kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
 #else
-#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)         \
-  (::strata::emu::CheckLaunch(reinterpret_cast<const void*>(&kernel), \
-                              dim3(grid), dim3(block), (smem)),       \
-   ::strata::emu::RunGrid(dim3(grid), dim3(block), (smem),            \
-                          [&] { kernel(__VA_ARGS__); }))
+#include <tuple>
+#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)                 \
+  (::strata::emu::CheckLaunch(reinterpret_cast<const void*>(&kernel),         \
+                              dim3(grid), dim3(block), (smem)),               \
+   ::strata::emu::Launch(                                                     \
+       (stream),                                                              \
+       [strata_kernel = (kernel), strata_grid = dim3(grid),                   \
+        strata_block = dim3(block), strata_smem = static_cast<size_t>(smem),  \
+        strata_args = std::make_tuple(__VA_ARGS__)] {                         \
+         ::strata::emu::RunGrid(strata_grid, strata_block, strata_smem, [&] { \
+           std::apply(strata_kernel, strata_args);                            \
+         });                                                                  \
+       }))
 #endif
 
 #endif  // STRATA_KERNELS_CUDA_LAUNCH_CUH_

@@ -3,6 +3,7 @@
 #include <ucontext.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -283,6 +285,22 @@ void RunGrid(dim3 grid, dim3 block, size_t smem_bytes,
     current = &b;
     RunBlock(b, rng);
     current = nullptr;
+  }
+}
+
+namespace {
+
+std::atomic<LaunchQueue> launch_queue{nullptr};
+
+}  // namespace
+
+void SetLaunchQueue(LaunchQueue queue) { launch_queue.store(queue); }
+
+void Launch(cudaStream_t stream, std::function<void()> work) {
+  if (LaunchQueue queue = launch_queue.load()) {
+    queue(stream, std::move(work));
+  } else {
+    work();
   }
 }
 

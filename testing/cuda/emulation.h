@@ -72,6 +72,15 @@ inline unsigned LinearThread() {
 void CheckLaunch(const void* kernel, dim3 grid, dim3 block, size_t smem_bytes);
 void SetMaxDynamicSharedMemory(const void* kernel, int bytes);
 
+// Where a launch on `stream` runs. The emulation alone runs it at once; the
+// virtual GPU (testing/cuda/virtual_streams.h) installs a queue that runs
+// it in its stream's order when something waits for that stream, as a GPU
+// would run it some time after the launch returned. STRATA_LAUNCH calls
+// Launch.
+using LaunchQueue = void (*)(cudaStream_t stream, std::function<void()> work);
+void SetLaunchQueue(LaunchQueue queue);
+void Launch(cudaStream_t stream, std::function<void()> work);
+
 // The running block's dynamic shared memory.
 unsigned char* SharedMemory();
 // The block and warp barriers; the running warp's 32-float exchange buffer.

@@ -6,9 +6,11 @@
 //
 // One device, "Strata virtual GPU". Device memory is host memory, filled
 // with 0xff bytes by cudaMalloc (NaN as float and bf16) so that reading
-// memory nobody wrote shows. Every operation completes before it returns;
-// streams keep only their handles, and events the host time of their
-// record (cudaEventElapsedTime measures the emulation). cublasGemmEx and
+// memory nobody wrote shows. Work on a stream runs in stream order when
+// something waits for it (testing/cuda/virtual_streams.h), so a missing
+// wait between streams, or between a stream and the host, gives wrong
+// bytes every time; events hold the host time at which their record ran
+// (cudaEventElapsedTime measures the emulation). cublasGemmEx and
 // cublasGemmStridedBatchedEx follow cuBLAS's documented column-major
 // semantics for the types Strata uses (bf16 or fp32 operands and results,
 // fp32 compute), with beta == 0 never reading C, as cuBLAS does.
@@ -16,13 +18,15 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
+#include <vector>
 
 #include "testing/cuda/emulation.h"
+#include "testing/cuda/virtual_streams.h"
 
 namespace {
 
@@ -78,10 +82,6 @@ void Gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
 
 struct Handle {
   cudaStream_t stream = nullptr;
-};
-
-struct Event {
-  std::chrono::steady_clock::time_point at;
 };
 
 }  // namespace
@@ -152,16 +152,30 @@ const char* cudaGetErrorString(cudaError_t e) {
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream) {
-  *stream = reinterpret_cast<cudaStream_t>(new char);
+  *stream = strata::vgpu::NewStream();
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  delete reinterpret_cast<char*>(stream);
+  strata::vgpu::DeleteStream(stream);
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  strata::vgpu::RunStream(stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
+                                unsigned int) {
+  strata::vgpu::QueueWait(stream, event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  strata::vgpu::RunStream(nullptr);
+  return cudaSuccess;
+}
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   // 256-byte aligned, as cudaMalloc's are, and exactly `bytes` long so that
@@ -175,28 +189,54 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 }
 
 cudaError_t cudaFree(void* ptr) {
+  strata::vgpu::RunStream(nullptr);  // as CUDA, cudaFree waits for the device
   if (ptr != nullptr) ::operator delete (ptr, std::align_val_t{256});
   return cudaSuccess;
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes,
                        cudaMemcpyKind) {
+  strata::vgpu::RunStream(nullptr);
   if (bytes > 0) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes,
-                            cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+                            cudaMemcpyKind kind, cudaStream_t stream) {
+  if (bytes == 0) return cudaSuccess;
+  using strata::vgpu::IsPinned;
+  if (kind == cudaMemcpyHostToDevice && !IsPinned(src, bytes)) {
+    // Pageable: CUDA stages the bytes before it returns.
+    auto staged = std::make_shared<std::vector<char>>(
+        static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
+    strata::vgpu::Enqueue(stream, [dst, staged] {
+      std::memcpy(dst, staged->data(), staged->size());
+    });
+    return cudaSuccess;
+  }
+  if ((kind == cudaMemcpyDeviceToHost && !IsPinned(dst, bytes)) ||
+      kind == cudaMemcpyHostToHost) {
+    // Pageable: CUDA returns once the copy, after the stream's work, is done.
+    strata::vgpu::RunStream(stream);
+    std::memmove(dst, src, bytes);
+    return cudaSuccess;
+  }
+  strata::vgpu::Enqueue(stream,
+                        [dst, src, bytes] { std::memmove(dst, src, bytes); });
+  return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+  strata::vgpu::RunStream(nullptr);
   std::memset(ptr, value, bytes);
   return cudaSuccess;
 }
 
-cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
-  return cudaMemset(ptr, value, bytes);
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes,
+                            cudaStream_t stream) {
+  strata::vgpu::Enqueue(
+      stream, [ptr, value, bytes] { std::memset(ptr, value, bytes); });
+  return cudaSuccess;
 }
 
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr,
@@ -209,38 +249,41 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr,
   return cudaSuccess;
 }
 
-// Every operation has completed when its call returns, so an event holds
-// the host time of its record and elapsed times are those of the emulation.
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
-  *event = reinterpret_cast<cudaEvent_t>(new Event);
+  *event = strata::vgpu::NewEvent();
   return cudaSuccess;
 }
 
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-  reinterpret_cast<Event*>(event)->at = std::chrono::steady_clock::now();
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  strata::vgpu::RecordEvent(event, stream);
   return cudaSuccess;
 }
 
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  strata::vgpu::RunToEvent(event);
+  return cudaSuccess;
+}
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start,
                                  cudaEvent_t end) {
-  const std::chrono::duration<float, std::milli> d =
-      reinterpret_cast<Event*>(end)->at - reinterpret_cast<Event*>(start)->at;
-  *ms = d.count();
+  *ms = strata::vgpu::ElapsedMs(start, end);
   return cudaSuccess;
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  delete reinterpret_cast<Event*>(event);
+  strata::vgpu::DeleteEvent(event);
   return cudaSuccess;
 }
 
-cudaError_t cudaHostRegister(void*, size_t, unsigned int) {
+cudaError_t cudaHostRegister(void* ptr, size_t bytes, unsigned int) {
+  strata::vgpu::Pin(ptr, bytes);
   return cudaSuccess;
 }
 
-cudaError_t cudaHostUnregister(void*) { return cudaSuccess; }
+cudaError_t cudaHostUnregister(void* ptr) {
+  strata::vgpu::Unpin(ptr);
+  return cudaSuccess;
+}
 
 // ---------------------------------------------------------------------------
 // cuBLAS.
@@ -261,9 +304,9 @@ cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
 }
 
 cublasStatus_t cublasGemmStridedBatchedEx(
-    cublasHandle_t, cublasOperation_t transa, cublasOperation_t transb, int m,
-    int n, int k, const void* alpha, const void* A, cudaDataType Atype, int lda,
-    long long int strideA, const void* B, cudaDataType Btype, int ldb,
+    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+    int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype,
+    int lda, long long int strideA, const void* B, cudaDataType Btype, int ldb,
     long long int strideB, const void* beta, void* C, cudaDataType Ctype,
     int ldc, long long int strideC, int batchCount,
     cublasComputeType_t computeType, cublasGemmAlgo_t) {
@@ -282,13 +325,19 @@ cublasStatus_t cublasGemmStridedBatchedEx(
   const size_t ea = Atype == CUDA_R_16BF ? 2 : 4;
   const size_t eb = Btype == CUDA_R_16BF ? 2 : 4;
   const size_t ec = Ctype == CUDA_R_16BF ? 2 : 4;
-  for (int i = 0; i < batchCount; ++i) {
-    Gemm(transa, transb, m, n, k, *static_cast<const float*>(alpha),
-         static_cast<const char*>(A) + i * strideA * ea, Atype, lda,
-         static_cast<const char*>(B) + i * strideB * eb, Btype, ldb,
-         *static_cast<const float*>(beta),
-         static_cast<char*>(C) + i * strideC * ec, Ctype, ldc);
-  }
+  // alpha and beta are host pointers (cuBLAS's default pointer mode): read
+  // at the call, as cuBLAS does.
+  const float a = *static_cast<const float*>(alpha);
+  const float b = *static_cast<const float*>(beta);
+  strata::vgpu::CountLaunch();
+  strata::vgpu::Enqueue(reinterpret_cast<Handle*>(handle)->stream, [=] {
+    for (int i = 0; i < batchCount; ++i) {
+      Gemm(transa, transb, m, n, k, a,
+           static_cast<const char*>(A) + i * strideA * ea, Atype, lda,
+           static_cast<const char*>(B) + i * strideB * eb, Btype, ldb, b,
+           static_cast<char*>(C) + i * strideC * ec, Ctype, ldc);
+    }
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 
