@@ -68,3 +68,26 @@ start_server() {
     2>>"$dir/server$s.log" & pids+=($!)
   server_pids[s]=$!
 }
+
+# in_wire_namespace SCRIPT ARGS...: when WIRE_GBIT is set and the script is
+# not yet inside its namespace, runs SCRIPT again in a network namespace of
+# its own whose loopback a token bucket (tc tbf) holds to WIRE_GBIT Gbit/s,
+# so that everything the script starts on 127.0.0.1 shares one link of that
+# rate in both directions, as between hosts; returns 0 after that run (the
+# caller exits). Returns 1 when the caller should go on itself: no
+# WIRE_GBIT, or already inside. Needs root (ip netns, tc).
+in_wire_namespace() {
+  [[ -n "${WIRE_GBIT:-}" && -z "${STRATA_WIRE_NS:-}" ]] || return 1
+  [[ "$(id -u)" -eq 0 ]] || { echo "$1 with WIRE_GBIT needs root (ip netns, tc)" >&2; exit 1; }
+  local ns="strata-wire-$$" status=0
+  ip netns add "$ns"
+  ip netns exec "$ns" ip link set lo up
+  ip netns exec "$ns" tc qdisc add dev lo root tbf rate "${WIRE_GBIT}gbit" \
+    burst 1mb latency 100ms
+  echo "load before: $(uptime)" >&2
+  STRATA_WIRE_NS="$ns" ip netns exec "$ns" bash "$@" || status=$?
+  echo "load after: $(uptime)" >&2
+  ip netns del "$ns" 2>/dev/null || true
+  [[ $status -eq 0 ]] || exit $status
+  return 0
+}

@@ -12,11 +12,26 @@
 # Then BF16_CONFIGS with gradients pushed and weights pulled as bf16 (a GPU
 # worker's default), counted in the model's fp32 bytes, each against its
 # fp32 figure (pushpull_bf16_speedup).
+# With WIRE_GBIT=N everything runs in a network namespace whose loopback a
+# token bucket holds to N Gbit/s (bench/common.sh, in_wire_namespace), as
+# between hosts: iperf3 then measures that link, and the ratios say how
+# close the sync path comes to it where the link, not the CPU, is the
+# limit. Shared memory does not cross the link, so CONFIGS and BF16_CONFIGS
+# default to gRPC configurations there. Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
-bench_build strata pushpull_bench
-need_cmd iperf3 iperf3
+if [[ -z "${STRATA_WIRE_NS:-}" ]]; then
+  bench_build strata pushpull_bench
+  need_cmd iperf3 iperf3
+fi
+in_wire_namespace "$0" "$@" && exit 0
+default_configs="4:1:1 4:1:0 4:2:1 4:2:0 64:1:1 64:1:0 64:2:1 64:2:0"
+bf16_default_configs="4:1:1 4:1:0 64:1:0"
+if [[ -n "${WIRE_GBIT:-}" ]]; then
+  default_configs="4:1:0 4:2:0 64:1:0 64:2:0"
+  bf16_default_configs="4:1:0 64:1:0"
+fi
 
 dir=$(mktemp -d /tmp/strata-pushpull-XXXXXX)
 pids=()
@@ -44,14 +59,14 @@ run_config() {
 
 start_cluster "$dir" --consistency asp
 declare -A plain
-for config in ${CONFIGS:-4:1:1 4:1:0 4:2:1 4:2:0 64:1:1 64:1:0 64:2:1 64:2:0}; do
+for config in ${CONFIGS:-$default_configs}; do
   run_config "$config"
   plain[$name]=$pp
   printf "pushpull_GBps %s %.3f\n" "$name" "$pp"
   python3 -c "print('pushpull_ratio_to_tcp $name %.3f' % ($pp / $tcp))"
 done
 
-for config in ${BF16_CONFIGS:-4:1:1 4:1:0 64:1:0}; do
+for config in ${BF16_CONFIGS:-$bf16_default_configs}; do
   run_config "$config" --bf16 1
   printf "pushpull_GBps bf16_%s %.3f\n" "$name" "$pp"
   python3 -c "print('pushpull_ratio_to_tcp bf16_$name %.3f' % ($pp / $tcp))"

@@ -23,22 +23,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
-gbit=${WIRE_GBIT:-2}
-
+export WIRE_GBIT=${WIRE_GBIT:-2}
 if [[ -z "${STRATA_WIRE_NS:-}" ]]; then
-  [[ "$(id -u)" -eq 0 ]] || { echo "bench/wire_train.sh needs root (ip netns, tc)" >&2; exit 1; }
   bench_build strata
   need_cmd iperf3 iperf3
-  ns="strata-wire-$$"
-  ip netns add "$ns"
-  trap 'ip netns del "$ns" 2>/dev/null || true' EXIT
-  ip netns exec "$ns" ip link set lo up
-  ip netns exec "$ns" tc qdisc add dev lo root tbf rate "${gbit}gbit" burst 1mb latency 100ms
-  echo "load before: $(uptime)" >&2
-  STRATA_WIRE_NS="$ns" ip netns exec "$ns" bash "$0" "$@"
-  echo "load after: $(uptime)" >&2
-  exit 0
 fi
+in_wire_namespace "$0" "$@" && exit 0
 
 dir=$(mktemp -d /tmp/strata-wire-XXXXXX)
 pids=()

@@ -87,8 +87,8 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(
   STRATA_RETURN_IF_ERROR(d.master.Reserve(d.total * 4));
   STRATA_RETURN_IF_ERROR(d.weights.Reserve(d.total * sizeof(bf16)));
   STRATA_RETURN_IF_ERROR(d.grads.Reserve(d.total * 4));
-  // The padding stays zero: uploads (ToDevice) skip it, the weights are
-  // rounded from the whole master buffer, and its gradients are zero.
+  // The padding stays zero: uploads skip it, wte's group is rounded with
+  // its padding rows, and their gradients are zero.
   STRATA_RETURN_IF_ERROR(CudaStatus(
       cudaMemsetAsync(d.master.as<float>(), 0, d.total * 4, d.ctx->stream()),
       "cudaMemsetAsync"));
@@ -130,9 +130,10 @@ void GptCuda::SetParamWaitCallback(std::function<absl::Status(int)> cb) {
 }
 
 // ---------------------------------------------------------------------------
-// Forward and backward. N = B*T positions, C = width, NH = heads. Every step
-// is enqueued on the context's stream; the host waits only for gradients
-// (ForwardBackward) and the losses.
+// Forward and backward. N = B*T positions, C = width, NH = heads. The
+// compute is enqueued on the context's stream, the weights' uploads and the
+// gradients' copies on Device's `up` and `down`; the host waits only for the
+// gradients (ForwardBackward) and the losses.
 
 absl::Status GptCuda::Prepare(const int32_t* tokens, const int32_t* targets,
                               int B, int T) {

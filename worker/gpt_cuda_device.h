@@ -80,9 +80,10 @@ namespace strata {
 // The flat parameter layout is the host Gpt's (same order, same padding
 // between parameters) except that wte has vocab_padded rows
 // (gpt_layout::PaddedVocab), zero beyond the vocabulary, and everything after
-// it is shifted by the same amount; weights go up and gradients come back in
-// two bulk copies (ToDevice, ToHost), or the weights go up a group of
-// parameters at a time as the trainer's pulls land (ParamsToDevice).
+// it is shifted by the same amount. Each step's weights go up a group of
+// parameters at a time as the trainer's pulls land (UploadParams) and each
+// gradient comes back on its own; resident training moves the whole buffer
+// at its start and end (ToDevice, ToHost).
 struct GptCuda::Device {
   using DeviceBuffer = gpt_cuda::DeviceBuffer;
   using bf16 = gpt_cuda::bf16;

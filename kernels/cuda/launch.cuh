@@ -35,7 +35,7 @@
 #else
 #include <tuple>
 #define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)                 \
-  (::strata::emu::CheckLaunch(reinterpret_cast<const void*>(&kernel),         \
+  (::strata::emu::CheckLaunch(reinterpret_cast<const void*>(kernel),          \
                               dim3(grid), dim3(block), (smem)),               \
    ::strata::emu::Launch(                                                     \
        (stream),                                                              \

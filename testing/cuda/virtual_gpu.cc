@@ -7,9 +7,9 @@
 // One device, "Strata virtual GPU". Device memory is host memory, filled
 // with 0xff bytes by cudaMalloc (NaN as float and bf16) so that reading
 // memory nobody wrote shows. Work on a stream runs in stream order when
-// something waits for it (testing/cuda/virtual_streams.h), so a missing
-// wait between streams, or between a stream and the host, gives wrong
-// bytes every time; events hold the host time at which their record ran
+// something waits for it (testing/cuda/virtual_streams.h), so reading what
+// another stream (or the host) has not yet been waited for gives the old
+// bytes; events hold the host time at which their record ran
 // (cudaEventElapsedTime measures the emulation). cublasGemmEx and
 // cublasGemmStridedBatchedEx follow cuBLAS's documented column-major
 // semantics for the types Strata uses (bf16 or fp32 operands and results,
@@ -23,6 +23,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <optional>
 #include <vector>
 
 #include "testing/cuda/emulation.h"
@@ -266,7 +267,9 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start,
                                  cudaEvent_t end) {
-  *ms = strata::vgpu::ElapsedMs(start, end);
+  const std::optional<float> elapsed = strata::vgpu::ElapsedMs(start, end);
+  if (!elapsed.has_value()) return Fail(cudaErrorInvalidResourceHandle);
+  *ms = *elapsed;
   return cudaSuccess;
 }
 

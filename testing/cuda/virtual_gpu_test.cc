@@ -1,6 +1,6 @@
 // The virtual GPU's streams (testing/cuda/virtual_streams.h): queued work
 // runs in stream order only when something waits for it, so the tests of
-// GPU code see a missing wait as wrong bytes every time.
+// GPU code see a read that misses its wait as wrong bytes.
 #include "testing/cuda/emulation.h"  // first: it configures the kernels
 // (blank line keeps the include order)
 #include <cuda_runtime.h>
@@ -180,6 +180,33 @@ TEST(VirtualGpuStreams, SynchronousCallsAndTheDefaultStreamRunEverything) {
   // A kernel on the legacy default stream runs after a's work.
   LaunchAddOne(x.get(), nullptr);
   EXPECT_EQ(x.Read(), std::vector<float>(kN, 2.0f));
+}
+
+TEST(VirtualGpuStreams, UnpinningRunsTheCopiesQueuedOnTheRange) {
+  DeviceFloats x;
+  Streams s;
+  std::vector<float> host(kN, 4.0f);
+  ASSERT_EQ(cudaHostRegister(host.data(), kN * 4, 0), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(x.get(), host.data(), kN * 4,
+                            cudaMemcpyHostToDevice, s.a),
+            cudaSuccess);
+  ASSERT_EQ(cudaHostUnregister(host.data()), cudaSuccess);
+  std::fill(host.begin(), host.end(), -1.0f);  // after: not seen
+  EXPECT_EQ(x.Read(), std::vector<float>(kN, 4.0f));
+}
+
+TEST(VirtualGpuStreams, ElapsedTimeNeedsBothRecords) {
+  Streams s;
+  cudaEvent_t never = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&never, 0), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(s.e, s.a), cudaSuccess);
+  float ms = -1;
+  EXPECT_NE(cudaEventElapsedTime(&ms, s.e, never), cudaSuccess);
+  cudaGetLastError();
+  ASSERT_EQ(cudaEventRecord(never, s.a), cudaSuccess);
+  EXPECT_EQ(cudaEventElapsedTime(&ms, s.e, never), cudaSuccess);
+  EXPECT_GE(ms, 0.0f);
+  cudaEventDestroy(never);
 }
 
 TEST(VirtualGpuStreams, CountsLaunches) {

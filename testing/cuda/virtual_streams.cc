@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -40,8 +41,10 @@ struct Event {
 // another stream's work, which may queue or wait again.
 std::recursive_mutex mu;
 uint64_t next_seq = 1;
-std::set<Stream*> streams;
-std::map<uintptr_t, size_t> pinned;  // start -> bytes
+// Never freed, so that a CUDA call from a static destructor or a thread
+// still running at exit finds them.
+std::set<Stream*>& streams = *new std::set<Stream*>;
+std::map<uintptr_t, size_t>& pinned = *new std::map<uintptr_t, size_t>;
 std::atomic<int64_t> launches{0};
 
 Stream* Of(cudaStream_t s) { return reinterpret_cast<Stream*>(s); }
@@ -54,15 +57,20 @@ void RunUntil(Stream* s, uint64_t seq) {
   }
 }
 
+// Every stream's work, one op at a time in the order it was queued: a
+// legal schedule, and the same on every run.
 void RunAll() {
-  for (bool again = true; again;) {
-    again = false;
+  while (true) {
+    Stream* first = nullptr;
     for (Stream* s : streams) {
-      if (!s->queue.empty()) {
-        RunUntil(s, UINT64_MAX);
-        again = true;
+      if (!s->queue.empty() &&
+          (first == nullptr ||
+           s->queue.front().seq < first->queue.front().seq)) {
+        first = s;
       }
     }
+    if (first == nullptr) return;
+    RunUntil(first, first->queue.front().seq);
   }
 }
 
@@ -152,13 +160,13 @@ void RunToEvent(cudaEvent_t event) {
   if (r != nullptr && !r->done) RunUntil(r->stream, r->seq);
 }
 
-float ElapsedMs(cudaEvent_t start, cudaEvent_t end) {
+std::optional<float> ElapsedMs(cudaEvent_t start, cudaEvent_t end) {
   RunToEvent(start);
   RunToEvent(end);
   std::lock_guard<std::recursive_mutex> lock(mu);
   const Record* a = reinterpret_cast<Event*>(start)->last.get();
   const Record* b = reinterpret_cast<Event*>(end)->last.get();
-  if (a == nullptr || b == nullptr) return 0;
+  if (a == nullptr || b == nullptr) return std::nullopt;
   return std::chrono::duration<float, std::milli>(b->at - a->at).count();
 }
 
@@ -169,6 +177,7 @@ void Pin(void* ptr, size_t bytes) {
 
 void Unpin(void* ptr) {
   std::lock_guard<std::recursive_mutex> lock(mu);
+  RunAll();  // queued copies may still read or write the range
   pinned.erase(reinterpret_cast<uintptr_t>(ptr));
 }
 

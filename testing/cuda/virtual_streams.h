@@ -8,17 +8,21 @@
 //    event's stream up to its record; cudaStreamWaitEvent queues a wait that,
 //    when its own stream reaches it, runs the event's stream up to the record;
 //  - synchronous calls (cudaMemcpy, cudaMemset, cudaFree,
-//    cudaDeviceSynchronize) and any work on the legacy default stream
-//    (nullptr) run every stream first;
+//    cudaDeviceSynchronize, cudaHostUnregister) and any work on the legacy
+//    default stream (nullptr) run every stream first, in the order the work
+//    was queued;
 //  - a copy between the device and pageable host memory behaves as CUDA
 //    documents: to the device, the host bytes are taken at the call (the
 //    copy to the device is queued); to the host, the stream runs and the
 //    copy lands before the call returns. Pinned host memory
 //    (cudaHostRegister) is read or written only when the queued copy runs.
 // So device code that reads what another stream wrote, without waiting for
-// that stream, reads the old bytes (0xff after cudaMalloc), and a host
-// buffer changed before its pinned copy ran shows in the copy: the races a
-// GPU may or may not show are shown every time.
+// that stream, reads the old bytes (0xff after cudaMalloc) whenever its own
+// stream is waited for first, and a host buffer changed before its pinned
+// copy ran shows in the copy: races a GPU shows only sometimes show on
+// every run. A write that should wait for another stream's earlier read
+// (or write) goes wrong only where the writer's stream happens to run
+// first.
 #ifndef STRATA_TESTING_CUDA_VIRTUAL_STREAMS_H_
 #define STRATA_TESTING_CUDA_VIRTUAL_STREAMS_H_
 
@@ -27,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 namespace strata::vgpu {
 
@@ -47,8 +52,9 @@ void QueueWait(cudaStream_t stream, cudaEvent_t event);
 // Runs the recorded event's stream up to its record (nothing for an event
 // never recorded).
 void RunToEvent(cudaEvent_t event);
-// Host milliseconds between the two records' runs.
-float ElapsedMs(cudaEvent_t start, cudaEvent_t end);
+// Host milliseconds between the two records' runs; nullopt when either
+// event was never recorded.
+std::optional<float> ElapsedMs(cudaEvent_t start, cudaEvent_t end);
 
 void Pin(void* ptr, size_t bytes);
 void Unpin(void* ptr);
