@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <new>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -98,6 +100,61 @@ inline void ExpectWaitsBeforeEachParameterIsRead(Model& model,
   for (int i = 0; i < n; ++i) {
     std::copy(weights[i].begin(), weights[i].end(), model.param_data(i));
   }
+}
+
+// `model` moves its buffers (Model::UseStorage). Checks that storage not
+// aligned to 64 bytes is refused with nothing moved, and that after a move
+// into aligned storage (returned, kept alive by the model) param_data and
+// grad_data lie in it, the weights are kept, and a pass gives the loss and
+// gradients of a pass before the move, bit for bit.
+inline std::shared_ptr<float[]> ExpectUseStorageMovesTheBuffers(
+    Model& model, const int32_t* tokens, const int32_t* targets, int B, int T) {
+  const int n = static_cast<int>(model.params().size());
+  auto numel = [&](int i) {
+    return static_cast<int64_t>(model.params()[i].spec.numel());
+  };
+  absl::StatusOr<float> want = model.ForwardBackward(tokens, targets, B, T);
+  EXPECT_TRUE(want.ok()) << want.status();
+  if (!want.ok()) return nullptr;
+  std::vector<std::vector<float>> weights(n), grads(n);
+  for (int i = 0; i < n; ++i) {
+    weights[i].assign(model.param_data(i), model.param_data(i) + numel(i));
+    grads[i].assign(model.grad_data(i), model.grad_data(i) + numel(i));
+  }
+  const int64_t floats = model.storage_floats();
+  EXPECT_GT(floats, 0);
+  // 64 floats more, so that an offset of one float stays inside.
+  std::shared_ptr<float[]> storage(
+      new (std::align_val_t{64}) float[floats + 64],
+      [](float* p) { ::operator delete[](p, std::align_val_t{64}); });
+  const float* before = model.param_data(0);
+  EXPECT_EQ(model.UseStorage(storage.get() + 1, storage).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(model.param_data(0), before);
+  const absl::Status moved = model.UseStorage(storage.get(), storage);
+  EXPECT_TRUE(moved.ok()) << moved;
+  if (!moved.ok()) return nullptr;
+  for (int i = 0; i < n; ++i) {
+    for (const float* p : {model.param_data(i), model.grad_data(i)}) {
+      EXPECT_TRUE(p >= storage.get() && p + numel(i) <= storage.get() + floats)
+          << model.params()[i].spec.name;
+    }
+    EXPECT_EQ(
+        std::vector<float>(model.param_data(i), model.param_data(i) + numel(i)),
+        weights[i])
+        << model.params()[i].spec.name;
+  }
+  absl::StatusOr<float> got = model.ForwardBackward(tokens, targets, B, T);
+  EXPECT_TRUE(got.ok()) << got.status();
+  if (!got.ok()) return nullptr;
+  EXPECT_EQ(*got, *want);
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(
+        std::vector<float>(model.grad_data(i), model.grad_data(i) + numel(i)),
+        grads[i])
+        << model.params()[i].spec.name;
+  }
+  return storage;
 }
 
 }  // namespace strata::testing

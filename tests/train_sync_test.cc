@@ -236,6 +236,13 @@ TEST(Train, GpuWorkersTrainLikeCpuWorkers) {
   const BspRun cpu = TrainBsp({"cpu"}, "gpu_vs_cpu_cpu");
   const BspRun gpu = TrainBsp({"cuda"}, "gpu_vs_cpu_gpu");
   ASSERT_EQ(gpu.losses.size(), 6u);
+  // Its pinned host buffers moved into the region the servers share.
+  const std::string log = testing::ReadFile(
+      absl::StrCat(testing::TempBase(), "/strata_gpu_vs_cpu_gpu_", getpid(),
+                   "/worker0.log"));
+  EXPECT_NE(log.find("weights and gradients are in shared memory"),
+            std::string::npos)
+      << log;
   EXPECT_LT(gpu.losses.back(), gpu.losses.front());
   EXPECT_LT(MeanAbsDiff(gpu, cpu), 3e-4);
 

@@ -188,13 +188,18 @@ void Gpt::BuildParams() {
   grads_ = values_ + offset;
 }
 
-void Gpt::UseStorage(float* storage, std::shared_ptr<const void> owner) {
-  STRATA_CHECK(reinterpret_cast<uintptr_t>(storage) % 64 == 0);
+absl::Status Gpt::UseStorage(float* storage,
+                             std::shared_ptr<const void> owner) {
+  if (reinterpret_cast<uintptr_t>(storage) % 64 != 0) {
+    return absl::InvalidArgumentError(
+        "the model's storage must be aligned to 64 bytes");
+  }
   std::copy(values_, values_ + 2 * padded_floats_, storage);
   values_ = storage;
   grads_ = storage + padded_floats_;
   std::vector<float>().swap(owned_);
   storage_owner_ = std::move(owner);
+  return absl::OkStatus();
 }
 
 float* Gpt::param_data(int i) {

@@ -48,14 +48,11 @@ class Gpt : public Model {
   float* param_data(int i) override;
   float* grad_data(int i) override;
 
-  // Floats of the model's parameters and gradients (each parameter padded
-  // to 64 bytes, weights then gradients): what UseStorage takes.
-  int64_t storage_floats() const { return 2 * padded_floats_; }
-  // Moves the parameters and gradients into storage[0, storage_floats()),
-  // memory aligned to 64 bytes that `owner` keeps alive (a shared-memory
-  // region the servers write pulls into and copy pushes out of), their
-  // values kept; param_data and grad_data point there after.
-  void UseStorage(float* storage, std::shared_ptr<const void> owner);
+  // Model's storage contract (worker/model.h). INVALID_ARGUMENT for
+  // storage not aligned to 64 bytes.
+  int64_t storage_floats() const override { return 2 * padded_floats_; }
+  absl::Status UseStorage(float* storage,
+                          std::shared_ptr<const void> owner) override;
 
   // Fills every parameter per its ParamInfo (GPT-2 init: N(0, 0.02), the
   // residual projections scaled by 1/sqrt(2 * layers)), deterministically

@@ -108,6 +108,29 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(
   return m;
 }
 
+absl::Status GptCuda::UseStorage(float* storage,
+                                 std::shared_ptr<const void> owner) {
+  if (reinterpret_cast<uintptr_t>(storage) % 64 != 0) {
+    return absl::InvalidArgumentError(
+        "the model's storage must be aligned to 64 bytes");
+  }
+  STRATA_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal_), "cudaSetDevice"));
+  Device& d = *dev_;
+  // No copy may still read or write the buffers that move.
+  STRATA_RETURN_IF_ERROR(d.Synchronize());
+  const size_t bytes = static_cast<size_t>(storage_floats()) * 4;
+  if (const cudaError_t e =
+          cudaHostRegister(storage, bytes, cudaHostRegisterDefault);
+      e != cudaSuccess) {
+    cudaGetLastError();  // clear it
+    return CudaStatus(e, "pinning the model's shared storage");
+  }
+  // Unpinned before the host model frees them.
+  for (void* p : d.registered) cudaHostUnregister(p);
+  d.registered = {storage};
+  return host_->UseStorage(storage, std::move(owner));
+}
+
 absl::Status GptCuda::Op(const char* name,
                          absl::FunctionRef<absl::Status()> enqueue) {
   if (dev_->profiler == nullptr) return enqueue();

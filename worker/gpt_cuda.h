@@ -67,6 +67,14 @@ class GptCuda : public Model {
   // Host fp32 buffers, as Gpt's (they are the host Gpt's).
   float* param_data(int i) override { return host_->param_data(i); }
   float* grad_data(int i) override { return host_->grad_data(i); }
+  // Model's storage contract, for the host buffers: the storage is pinned
+  // (cudaHostRegister) before they move, and a failure to pin it is an
+  // error that leaves them where they were (unpinned, every copy would
+  // stop the compute). INVALID_ARGUMENT for unaligned storage; INTERNAL
+  // for a CUDA error.
+  int64_t storage_floats() const override { return host_->storage_floats(); }
+  absl::Status UseStorage(float* storage,
+                          std::shared_ptr<const void> owner) override;
 
   // As Gpt::InitParams (the same values for the same seed), on the host.
   void InitParams(uint64_t seed) { host_->InitParams(seed); }

@@ -192,6 +192,21 @@ TEST_P(GptCudaTest, ComputesEachLayerAsItsWeightsArrive) {
 #endif
 }
 
+// The host buffers move into storage that is pinned first (on the virtual
+// GPU: the new range is pinned, the old ones are not).
+TEST_P(GptCudaTest, UseStorageMovesThePinnedHostBuffers) {
+  const float* old_weights = gpu_->param_data(0);
+  std::shared_ptr<float[]> storage = testing::ExpectUseStorageMovesTheBuffers(
+      *gpu_, tokens_.data(), targets_.data(), kB, kT);
+  ASSERT_NE(storage, nullptr);
+#ifdef STRATA_VIRTUAL_GPU
+  EXPECT_TRUE(vgpu::IsPinned(storage.get(), gpu_->storage_floats() * 4));
+  EXPECT_FALSE(vgpu::IsPinned(old_weights, 4));
+#else
+  (void)old_weights;
+#endif
+}
+
 TEST_P(GptCudaTest, AccumulateAddsToTheHostGradients) {
   ASSERT_TRUE(
       gpu_->ForwardBackward(tokens_.data(), targets_.data(), kB, kT).ok());

@@ -161,6 +161,16 @@ TEST(Gpt, AccumulateAddsGradientsOfTwoCalls) {
   }
 }
 
+TEST(Gpt, UseStorageMovesTheBuffers) {
+  GptConfig c = TinyConfig();
+  std::unique_ptr<Gpt> gpt = MakeGpt(c);
+  const int B = 2, T = 8;
+  std::vector<int32_t> tokens = RandomTokens(B * T, c.vocab, 5);
+  std::vector<int32_t> targets = RandomTokens(B * T, c.vocab, 6);
+  testing::ExpectUseStorageMovesTheBuffers(*gpt, tokens.data(), targets.data(),
+                                           B, T);
+}
+
 TEST(Gpt, GradReadyReportsEveryParameterOnceLastLayersFirst) {
   std::unique_ptr<Gpt> gpt = MakeGpt(TinyConfig());
   std::vector<int> order;

@@ -121,6 +121,21 @@ class Model {
   // The device's dense bf16 peak in FLOP/s, for MFU; 0 when unknown (and
   // always on the CPU).
   virtual double peak_flops() const = 0;
+
+  // Floats of the storage UseStorage takes (the parameters, then their
+  // gradients, each padded to 64 bytes); 0 where the model keeps its
+  // buffers where they are (a model split over ranks).
+  virtual int64_t storage_floats() const { return 0; }
+  // Moves param_data and grad_data, values kept, into
+  // storage[0, storage_floats()): memory aligned to 64 bytes that `owner`
+  // keeps alive, such as a shared-memory region the servers on this host
+  // write pulls into and copy pushes out of (PsClient::ShareTensors).
+  // Pointers taken before are no longer the model's. On an error nothing
+  // moved. UNIMPLEMENTED where storage_floats() is 0.
+  virtual absl::Status UseStorage(float* storage,
+                                  std::shared_ptr<const void> owner) {
+    return absl::UnimplementedError("this model keeps its buffers");
+  }
 };
 
 // The batch checks every Model does before computing: INVALID_ARGUMENT if

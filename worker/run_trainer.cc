@@ -69,32 +69,41 @@ absl::Status CheckTrainerOptions(const TrainerOptions& o) {
 
 namespace {
 
-// A CPU model's weights and gradients move into a shared-memory region
-// that the servers on this host map (PsClient::ShareTensors): a pull
-// writes the weights in place and a push's gradient is copied out from
-// where backward left it, with no copy through a slot on the worker's
+// The model's host weights and gradients (a CPU model's, or a GPU
+// model's, pinned there) move into a shared-memory region that the servers
+// on this host map (PsClient::ShareTensors): a pull writes the weights in
+// place and a push's gradient is copied out from where backward (or the
+// copy from the GPU) left it, with no copy through a slot on the worker's
 // side. Under BSP only: there a late write of an abandoned pull brings the
 // same bytes, where under SSP/ASP it could bring newer weights in the
-// middle of a step. Where the region
-// cannot be made or is larger than a server maps, the model stays where
-// it is.
-void ShareCpuTensors(Model& model, PsClient& ps) {
-  auto* cpu = dynamic_cast<Gpt*>(&model);
-  if (cpu == nullptr) return;  // a GPU's host buffers, a split model
-  const uint64_t bytes = ShmRegion::kHeaderBytes +
-                         static_cast<uint64_t>(cpu->storage_floats()) * 4;
+// middle of a step. Where the region cannot be made, is larger than a
+// server maps or (GPU) cannot be pinned, or the model is split over ranks,
+// the model stays where it is.
+void ShareModelTensors(Model& model, PsClient& ps) {
+  const int64_t floats = model.storage_floats();
+  if (floats == 0) return;  // a split model
+  const uint64_t bytes =
+      ShmRegion::kHeaderBytes + static_cast<uint64_t>(floats) * 4;
   if (bytes > ShmRegion::kMaxBytes) return;
   absl::StatusOr<std::unique_ptr<ShmRegion>> region = ShmRegion::Create(bytes);
-  if (!region.ok()) {
-    spdlog::warn("strata worker: the model stays out of shared memory: {}",
-                 region.status().ToString());
-    return;
+  absl::Status moved = region.status();
+  if (region.ok()) {
+    std::shared_ptr<ShmRegion> shared = std::move(*region);
+    moved = model.UseStorage(
+        reinterpret_cast<float*>(shared->data() + ShmRegion::kHeaderBytes),
+        shared);
+    if (moved.ok()) {
+      ps.ShareTensors(std::move(shared));
+      spdlog::info(
+          "strata worker: the model's weights and gradients are in shared "
+          "memory ({} MiB): servers on this host read and write them there",
+          bytes >> 20);
+    }
   }
-  std::shared_ptr<ShmRegion> shared = std::move(*region);
-  cpu->UseStorage(
-      reinterpret_cast<float*>(shared->data() + ShmRegion::kHeaderBytes),
-      shared);
-  ps.ShareTensors(std::move(shared));
+  if (!moved.ok()) {
+    spdlog::warn("strata worker: the model stays out of shared memory: {}",
+                 moved.ToString());
+  }
 }
 
 }  // namespace
@@ -154,7 +163,7 @@ absl::Status RunTrainer(const TrainerOptions& options) {
                           PsClient::Create(po, session.scheduler.get()));
   STRATA_RETURN_IF_ERROR(ps->RegisterModel(ServerModel(*gpt, o)));
   if (o.shared_memory && session.consistency.mode == Consistency::kBsp) {
-    ShareCpuTensors(*gpt, *ps);
+    ShareModelTensors(*gpt, *ps);
   }
   const int workers = session.workers;
   if (o.batch < workers) {
