@@ -105,8 +105,8 @@ inline void ExpectWaitsBeforeEachParameterIsRead(Model& model,
 // `model` moves its buffers (Model::UseStorage). Checks that storage not
 // aligned to 64 bytes is refused with nothing moved, and that after a move
 // into aligned storage (returned, kept alive by the model) param_data and
-// grad_data lie in it, the weights are kept, and a pass gives the loss and
-// gradients of a pass before the move, bit for bit.
+// grad_data lie in it, the weights and gradients are kept, and a pass gives
+// the loss and gradients of a pass before the move, bit for bit.
 inline std::shared_ptr<float[]> ExpectUseStorageMovesTheBuffers(
     Model& model, const int32_t* tokens, const int32_t* targets, int B, int T) {
   const int n = static_cast<int>(model.params().size());
@@ -123,10 +123,13 @@ inline std::shared_ptr<float[]> ExpectUseStorageMovesTheBuffers(
   }
   const int64_t floats = model.storage_floats();
   EXPECT_GT(floats, 0);
-  // 64 floats more, so that an offset of one float stays inside.
+  // Whole pages, as a shared-memory region's (a GPU model pins them, and a
+  // driver refuses a page pinned twice), and a float more, so that an
+  // offset of one stays inside.
+  const int64_t allocated = (floats + 1 + 1023) / 1024 * 1024;
   std::shared_ptr<float[]> storage(
-      new (std::align_val_t{64}) float[floats + 64],
-      [](float* p) { ::operator delete[](p, std::align_val_t{64}); });
+      new (std::align_val_t{4096}) float[allocated],
+      [](float* p) { ::operator delete[](p, std::align_val_t{4096}); });
   const float* before = model.param_data(0);
   EXPECT_EQ(model.UseStorage(storage.get() + 1, storage).code(),
             absl::StatusCode::kInvalidArgument);
@@ -143,6 +146,10 @@ inline std::shared_ptr<float[]> ExpectUseStorageMovesTheBuffers(
         std::vector<float>(model.param_data(i), model.param_data(i) + numel(i)),
         weights[i])
         << model.params()[i].spec.name;
+    EXPECT_EQ(
+        std::vector<float>(model.grad_data(i), model.grad_data(i) + numel(i)),
+        grads[i])
+        << model.params()[i].spec.name << " (gradient)";
   }
   absl::StatusOr<float> got = model.ForwardBackward(tokens, targets, B, T);
   EXPECT_TRUE(got.ok()) << got.status();

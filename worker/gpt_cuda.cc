@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cuda_ops.h"
+#include "spdlog/spdlog.h"
 #include "worker/gpt_cuda_convert.h"
 #include "worker/gpt_cuda_device.h"
 #include "worker/gpt_layout.h"
@@ -97,13 +98,12 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(
   // Pinned host buffers make the per-step copies asynchronous and about
   // twice as fast; without pinning (e.g. a locked-memory limit) they still
   // work, so a failure here is not an error.
-  for (float* p : {m->param_data(0), m->grad_data(0)}) {
-    if (cudaHostRegister(p, d.host_total * 4, cudaHostRegisterDefault) ==
-        cudaSuccess) {
-      d.registered.push_back(p);
-    } else {
-      cudaGetLastError();  // clear it
-    }
+  if (absl::Status s = d.PinHostBuffers(m->param_data(0), m->storage_floats());
+      !s.ok()) {
+    spdlog::warn(
+        "CUDA: the host buffers stay unpinned (copies will stop the compute): "
+        "{}",
+        s.ToString());
   }
   return m;
 }
@@ -125,10 +125,18 @@ absl::Status GptCuda::UseStorage(float* storage,
     cudaGetLastError();  // clear it
     return CudaStatus(e, "pinning the model's shared storage");
   }
-  // Unpinned before the host model frees them.
+  // The old buffers are unpinned before the host model frees them; should
+  // the move fail (it checks only the alignment, checked above), they are
+  // pinned again and the storage is not.
   for (void* p : d.registered) cudaHostUnregister(p);
   d.registered = {storage};
-  return host_->UseStorage(storage, std::move(owner));
+  absl::Status moved = host_->UseStorage(storage, std::move(owner));
+  if (!moved.ok()) {
+    cudaHostUnregister(storage);
+    d.registered.clear();
+    STRATA_RETURN_IF_ERROR(d.PinHostBuffers(param_data(0), storage_floats()));
+  }
+  return moved;
 }
 
 absl::Status GptCuda::Op(const char* name,

@@ -179,6 +179,8 @@ class GptCuda : public Model {
   double peak_flops_ = 0;
   std::function<void(int)> grad_ready_;
   std::function<absl::Status(int)> param_wait_;
+  // After host_, so destroyed first: ~Device unpins the host buffers while
+  // host_ (and the storage it may have been given) still holds them.
   std::unique_ptr<Device> dev_;
 };
 

@@ -42,6 +42,17 @@ GptCuda::Device::~Device() {
   for (void* p : registered) cudaHostUnregister(p);
 }
 
+absl::Status GptCuda::Device::PinHostBuffers(float* host, int64_t floats) {
+  const cudaError_t e = cudaHostRegister(host, static_cast<size_t>(floats) * 4,
+                                         cudaHostRegisterDefault);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear it
+    return CudaStatus(e, "cudaHostRegister (the model's host buffers)");
+  }
+  registered.push_back(host);
+  return absl::OkStatus();
+}
+
 absl::Status GptCuda::Device::CreateStreams(int num_params) {
   for (cudaStream_t* s : {&up, &down}) {
     STRATA_RETURN_IF_ERROR(CudaStatus(cudaStreamCreate(s), "cudaStreamCreate"));

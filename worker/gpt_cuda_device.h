@@ -148,6 +148,10 @@ struct GptCuda::Device {
         std::min<int64_t>(std::bit_floor(static_cast<uint64_t>(fit)), N));
   }
 
+  // Pins [host, host + floats): the host model's weights and gradients, one
+  // range (two would share a page, which a driver refuses to register
+  // twice). INTERNAL when CUDA refuses; nothing is pinned then.
+  absl::Status PinHostBuffers(float* host, int64_t floats);
   // Creates the streams and events. Called once, by GptCuda::Create.
   absl::Status CreateStreams(int num_params);
   // Work queued on `after` from now on runs after all work queued on

@@ -196,14 +196,44 @@ TEST_P(GptCudaTest, ComputesEachLayerAsItsWeightsArrive) {
 // GPU: the new range is pinned, the old ones are not).
 TEST_P(GptCudaTest, UseStorageMovesThePinnedHostBuffers) {
   const float* old_weights = gpu_->param_data(0);
+  const float* old_grads = gpu_->grad_data(0);
+#ifdef STRATA_VIRTUAL_GPU
+  // Pinned at creation, weights and gradients (one range: two would share
+  // a page, which a driver refuses to pin twice).
+  EXPECT_TRUE(vgpu::IsPinned(old_weights, 4));
+  EXPECT_TRUE(vgpu::IsPinned(old_grads, 4));
+#endif
   std::shared_ptr<float[]> storage = testing::ExpectUseStorageMovesTheBuffers(
       *gpu_, tokens_.data(), targets_.data(), kB, kT);
   ASSERT_NE(storage, nullptr);
 #ifdef STRATA_VIRTUAL_GPU
   EXPECT_TRUE(vgpu::IsPinned(storage.get(), gpu_->storage_floats() * 4));
   EXPECT_FALSE(vgpu::IsPinned(old_weights, 4));
+  EXPECT_FALSE(vgpu::IsPinned(old_grads, 4));
 #else
   (void)old_weights;
+  (void)old_grads;
+#endif
+}
+
+// Where the storage cannot be pinned, nothing moves: the buffers stay
+// where they were, pinned, and the model trains as before.
+TEST_P(GptCudaTest, UseStorageThatCannotBePinnedMovesNothing) {
+#ifndef STRATA_VIRTUAL_GPU
+  GTEST_SKIP() << "makes the virtual GPU refuse to pin";
+#else
+  const float* weights = gpu_->param_data(0);
+  std::vector<float> storage(gpu_->storage_floats() + 16);
+  float* aligned = reinterpret_cast<float*>(
+      (reinterpret_cast<uintptr_t>(storage.data()) + 63) / 64 * 64);
+  vgpu::FailNextPin();
+  const absl::Status s = gpu_->UseStorage(aligned, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_EQ(gpu_->param_data(0), weights);
+  EXPECT_TRUE(vgpu::IsPinned(weights, 4));
+  EXPECT_FALSE(vgpu::IsPinned(aligned, 4));
+  auto loss = gpu_->ForwardBackward(tokens_.data(), targets_.data(), kB, kT);
+  EXPECT_TRUE(loss.ok()) << loss.status();
 #endif
 }
 

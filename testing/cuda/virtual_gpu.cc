@@ -279,12 +279,15 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 }
 
 cudaError_t cudaHostRegister(void* ptr, size_t bytes, unsigned int) {
-  strata::vgpu::Pin(ptr, bytes);
+  if (bytes == 0) return Fail(cudaErrorInvalidValue);
+  if (!strata::vgpu::Pin(ptr, bytes)) {
+    return Fail(cudaErrorHostMemoryAlreadyRegistered);
+  }
   return cudaSuccess;
 }
 
 cudaError_t cudaHostUnregister(void* ptr) {
-  strata::vgpu::Unpin(ptr);
+  if (!strata::vgpu::Unpin(ptr)) return Fail(cudaErrorHostMemoryNotRegistered);
   return cudaSuccess;
 }
 

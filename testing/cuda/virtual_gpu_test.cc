@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -46,18 +47,30 @@ class DeviceFloats {
   float* p_ = nullptr;
 };
 
-// Host floats pinned with cudaHostRegister for the test's length.
+// kN host floats on a page of their own, pinned with cudaHostRegister
+// (a driver pins whole pages and refuses one pinned twice).
 class PinnedFloats {
  public:
-  explicit PinnedFloats(float value) : v_(kN, value) {
-    EXPECT_EQ(cudaHostRegister(v_.data(), kN * 4, 0), cudaSuccess);
+  explicit PinnedFloats(float value)
+      : p_(new (std::align_val_t{4096}) float[1024]) {
+    std::fill(p_, p_ + kN, value);
+    EXPECT_EQ(cudaHostRegister(p_, kN * 4, 0), cudaSuccess);
   }
-  ~PinnedFloats() { cudaHostUnregister(v_.data()); }
-  float* data() { return v_.data(); }
-  std::vector<float>& values() { return v_; }
+  ~PinnedFloats() {
+    if (pinned_) cudaHostUnregister(p_);
+    ::operator delete[](p_, std::align_val_t{4096});
+  }
+  float* data() { return p_; }
+  std::vector<float> values() const { return {p_, p_ + kN}; }
+  void Fill(float value) { std::fill(p_, p_ + kN, value); }
+  cudaError_t Unpin() {
+    pinned_ = false;
+    return cudaHostUnregister(p_);
+  }
 
  private:
-  std::vector<float> v_;
+  float* p_;
+  bool pinned_ = true;
 };
 
 struct Streams {
@@ -167,7 +180,7 @@ TEST(VirtualGpuStreams, PageableCopiesBehaveAsCudaDocumentsThem) {
   ASSERT_EQ(cudaMemcpyAsync(y.get(), pinned.data(), kN * 4,
                             cudaMemcpyHostToDevice, s.b),
             cudaSuccess);
-  std::fill(pinned.values().begin(), pinned.values().end(), -1.0f);
+  pinned.Fill(-1.0f);
   ASSERT_EQ(cudaStreamSynchronize(s.b), cudaSuccess);
   EXPECT_EQ(y.Read(), std::vector<float>(kN, -1.0f));
 }
@@ -185,14 +198,33 @@ TEST(VirtualGpuStreams, SynchronousCallsAndTheDefaultStreamRunEverything) {
 TEST(VirtualGpuStreams, UnpinningRunsTheCopiesQueuedOnTheRange) {
   DeviceFloats x;
   Streams s;
-  std::vector<float> host(kN, 4.0f);
-  ASSERT_EQ(cudaHostRegister(host.data(), kN * 4, 0), cudaSuccess);
+  PinnedFloats host(4.0f);
   ASSERT_EQ(cudaMemcpyAsync(x.get(), host.data(), kN * 4,
                             cudaMemcpyHostToDevice, s.a),
             cudaSuccess);
-  ASSERT_EQ(cudaHostUnregister(host.data()), cudaSuccess);
-  std::fill(host.begin(), host.end(), -1.0f);  // after: not seen
+  ASSERT_EQ(host.Unpin(), cudaSuccess);
+  host.Fill(-1.0f);  // after: not seen
   EXPECT_EQ(x.Read(), std::vector<float>(kN, 4.0f));
+}
+
+TEST(VirtualGpuStreams, PinningRefusesAPagePinnedTwiceAsADriverDoes) {
+  float* page = new (std::align_val_t{4096}) float[2048];  // two pages
+  ASSERT_EQ(cudaHostRegister(page, 64, 0), cudaSuccess);
+  EXPECT_TRUE(IsPinned(page, 64));
+  // Another range on the same page, then one reaching into it.
+  EXPECT_EQ(cudaHostRegister(page + 512, 64, 0),
+            cudaErrorHostMemoryAlreadyRegistered);
+  EXPECT_EQ(cudaHostRegister(page + 1024 - 4, 64, 0),
+            cudaErrorHostMemoryAlreadyRegistered);
+  EXPECT_FALSE(IsPinned(page + 1024, 4));
+  EXPECT_EQ(cudaHostRegister(page + 1024, 64, 0), cudaSuccess);  // page 2
+  EXPECT_EQ(cudaHostUnregister(page + 1), cudaErrorHostMemoryNotRegistered);
+  FailNextPin();
+  EXPECT_NE(cudaHostRegister(page + 1024 + 512, 64, 0), cudaSuccess);
+  cudaGetLastError();
+  EXPECT_EQ(cudaHostUnregister(page), cudaSuccess);
+  EXPECT_EQ(cudaHostUnregister(page + 1024), cudaSuccess);
+  ::operator delete[](page, std::align_val_t{4096});
 }
 
 TEST(VirtualGpuStreams, ElapsedTimeNeedsBothRecords) {

@@ -46,6 +46,7 @@ uint64_t next_seq = 1;
 std::set<Stream*>& streams = *new std::set<Stream*>;
 std::map<uintptr_t, size_t>& pinned = *new std::map<uintptr_t, size_t>;
 std::atomic<int64_t> launches{0};
+bool fail_next_pin = false;
 
 Stream* Of(cudaStream_t s) { return reinterpret_cast<Stream*>(s); }
 
@@ -170,15 +171,30 @@ std::optional<float> ElapsedMs(cudaEvent_t start, cudaEvent_t end) {
   return std::chrono::duration<float, std::milli>(b->at - a->at).count();
 }
 
-void Pin(void* ptr, size_t bytes) {
+bool Pin(void* ptr, size_t bytes) {
   std::lock_guard<std::recursive_mutex> lock(mu);
+  if (std::exchange(fail_next_pin, false)) return false;
+  // Drivers pin whole pages: a range that shares a page with a pinned one
+  // is refused.
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t first = reinterpret_cast<uintptr_t>(ptr) / kPage;
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(ptr) + bytes - 1) / kPage;
+  for (const auto& [start, n] : pinned) {
+    if (start / kPage <= last && (start + n - 1) / kPage >= first) return false;
+  }
   pinned[reinterpret_cast<uintptr_t>(ptr)] = bytes;
+  return true;
 }
 
-void Unpin(void* ptr) {
+bool Unpin(void* ptr) {
   std::lock_guard<std::recursive_mutex> lock(mu);
   RunAll();  // queued copies may still read or write the range
-  pinned.erase(reinterpret_cast<uintptr_t>(ptr));
+  return pinned.erase(reinterpret_cast<uintptr_t>(ptr)) == 1;
+}
+
+void FailNextPin() {
+  std::lock_guard<std::recursive_mutex> lock(mu);
+  fail_next_pin = true;
 }
 
 bool IsPinned(const void* ptr, size_t bytes) {

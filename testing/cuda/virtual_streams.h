@@ -56,8 +56,13 @@ void RunToEvent(cudaEvent_t event);
 // event was never recorded.
 std::optional<float> ElapsedMs(cudaEvent_t start, cudaEvent_t end);
 
-void Pin(void* ptr, size_t bytes);
-void Unpin(void* ptr);
+// As a driver: false when a page of the range is pinned already (or a
+// failure was asked for with FailNextPin), and nothing is pinned.
+bool Pin(void* ptr, size_t bytes);
+// False when no range starts at ptr.
+bool Unpin(void* ptr);
+// For tests: the next Pin fails, as where a driver cannot pin.
+void FailNextPin();
 // Whether [ptr, ptr + bytes) lies in one pinned range.
 bool IsPinned(const void* ptr, size_t bytes);
 
