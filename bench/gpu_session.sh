@@ -59,3 +59,7 @@ for variant in "default:" "bf16_shm:--push_bf16 --pull_bf16" \
     --config gpt2_124M --batch 16 2>>"${out}/bench.err" |
     sed "s/^/[${variant%%:*}] /" | tee -a "${out}/bench.txt"
 done
+# Did the GPU worker's host buffers go into the servers' shared region
+# (pinned there), and were they pinned at all?
+grep -hE "in shared memory|stays out of shared memory|host buffers stay unpinned" \
+  "${out}/bench.err" | sed 's/^.*strata worker: //' | sort | uniq -c || true

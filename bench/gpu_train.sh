@@ -82,6 +82,10 @@ for b in ${batch//,/ }; do
     --vocab 50257 --steps 8 --eval_every 0 --data docs ${WORKER_FLAGS:-} \
     --metrics "${dir}/metrics.jsonl" 2>"${dir}/worker.log" ||
     { tail -5 "${dir}/worker.log" >&2; }
+  # Whether the model's host buffers went into the shared region (pinned
+  # there) or stayed out, and why: stderr, beside the figures.
+  grep -hE "in shared memory|stays out of shared memory|host buffers stay unpinned" \
+    "${dir}/worker.log" >&2 || true
   if [[ -s "${dir}/metrics.jsonl" ]]; then
     through+="$(python3 - "${dir}/metrics.jsonl" "${config}_B${b}_T${context}" "$((b * context))" <<'PY'
 import json, sys
