@@ -43,7 +43,7 @@ void PsClient::Impl::AttachShm() {
     absl::MutexLock lock(&stub_mu_);
     if (link.ok()) {
       (*stubs)->shm = *std::move(link);
-    } else if (!IsRetryable(link.status())) {
+    } else if (!ShmAttachMayWorkLater(link.status())) {
       // Another host, another PID namespace, or no memfd: plain messages.
       (*stubs)->shm_refused = true;
     }
@@ -64,7 +64,7 @@ void PsClient::Impl::AttachShm() {
     absl::MutexLock lock(&stub_mu_);
     if (id.ok()) {
       session->id = *id;
-    } else if (!IsRetryable(id.status())) {
+    } else if (!ShmAttachMayWorkLater(id.status())) {
       session->refused = true;
     }
   }

@@ -24,6 +24,10 @@ absl::StatusOr<std::shared_ptr<ShmLink>> ShmLink::Attach(
       new ShmLink(std::move(region), session, slot_bytes, slots));
 }
 
+bool ShmAttachMayWorkLater(const absl::Status& status) {
+  return IsRetryable(status) || absl::IsDeadlineExceeded(status);
+}
+
 absl::StatusOr<uint64_t> AttachRegion(v1::ParameterServer::Stub* stub,
                                       uint64_t member_id, uint64_t epoch,
                                       const ShmRegion& region, bool tensors) {

@@ -19,6 +19,16 @@
 
 namespace strata {
 
+// Whether an attach that failed with `status` may work if tried again:
+// the server was unreachable (UNAVAILABLE, also its answer while it waits
+// to learn the caller's view) or did not answer within the attach's
+// deadline (DEADLINE_EXCEEDED: a server catching up on a view, as after a
+// restart and a rollback, may wait longer than the client's 2 s). Other
+// errors (another host, another PID namespace, no memfd, no room for a
+// session) hold for the run, and the client sends that server's payloads
+// in messages.
+bool ShmAttachMayWorkLater(const absl::Status& status);
+
 // Attaches `region` at the server behind `stub` (AttachShm, as member
 // `member_id` of view `epoch`; `tensors`: as the caller's tensor region)
 // and returns the session that names it. AttachShm's errors (ps.proto)

@@ -292,6 +292,44 @@ TEST(ShmLink, ServerRefusesBadRegionsAndRanges) {
     EXPECT_EQ(version, 0u);
 }
 
+// A server that has not yet seen the caller's view waits for it (up to its
+// view_wait, 5 s) before it answers an attach, longer than the client waits
+// (2 s), as after a restart while the server rolls back: the client must try
+// again later, not send that server's payloads in messages for the rest of
+// the run. Errors that hold for the run do not count as such.
+TEST(ShmLink, AnAttachThatRanOutOfTimeIsTriedAgainLater) {
+  Cluster c;
+  StartCluster(c);
+  if (::testing::Test::HasFatalFailure()) return;
+  auto stub = v1::ParameterServer::NewStub(grpc::CreateChannel(
+      c.server->address(), grpc::InsecureChannelCredentials()));
+  auto region = ShmRegion::Create(ShmRegion::kHeaderBytes + 4096);
+  ASSERT_TRUE(region.ok());
+  SchedulerClientOptions wo;
+  wo.scheduler_address = c.scheduler->address();
+  auto second = SchedulerClient::Connect(wo);
+  ASSERT_TRUE(second.ok()) << second.status();
+  const uint64_t member = (*second)->member_id();
+  const uint64_t epoch = (*second)->view().epoch();
+  // A view the server has not seen (epoch + 100): it waits for it.
+  absl::StatusOr<uint64_t> late =
+      AttachRegion(stub.get(), member, epoch + 100, **region, false);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(late.status())) << late.status();
+  EXPECT_TRUE(ShmAttachMayWorkLater(late.status()));
+  // Tried again once the server knows the view: attached.
+  absl::StatusOr<uint64_t> again =
+      AttachRegion(stub.get(), member, epoch, **region, false);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NE(*again, 0u);
+  EXPECT_TRUE(ShmAttachMayWorkLater(absl::UnavailableError("restarting")));
+  for (const absl::Status& lasting :
+       {absl::NotFoundError("no such fd"), absl::PermissionDeniedError("pid"),
+        absl::InvalidArgumentError("not sealed"),
+        absl::ResourceExhaustedError("128 sessions")}) {
+    EXPECT_FALSE(ShmAttachMayWorkLater(lasting)) << lasting;
+  }
+}
+
 // The server restarts on the same port: it no longer knows the session, so
 // it answers the client's calls with the shm-lost trailer; the client
 // retries them, attaches a new region and goes on through shared memory.
