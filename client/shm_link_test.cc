@@ -162,6 +162,16 @@ TEST(ShmLink, TensorsInASharedRegionTrainToTheSameWeights) {
   }
 }
 
+// A second worker of `c`'s job, for requests made by hand (a member's new
+// session would replace its old one, and the first worker's client keeps
+// its own).
+absl::StatusOr<std::unique_ptr<SchedulerClient>> SecondWorker(
+    const Cluster& c) {
+  SchedulerClientOptions wo;
+  wo.scheduler_address = c.scheduler->address();
+  return SchedulerClient::Connect(wo);
+}
+
 // A request naming shared memory wrongly is refused, and the chunk keeps
 // its weights.
 TEST(ShmLink, ServerRefusesBadRegionsAndRanges) {
@@ -179,11 +189,7 @@ TEST(ShmLink, ServerRefusesBadRegionsAndRanges) {
   // A region in no process, and one that is not what the caller claims.
   auto region = ShmRegion::Create(ShmRegion::kHeaderBytes + 4096);
   ASSERT_TRUE(region.ok());
-  // A second worker (a member's new session would replace its old one, and
-  // the first worker's client keeps its own).
-  SchedulerClientOptions wo;
-  wo.scheduler_address = c.scheduler->address();
-  auto second = SchedulerClient::Connect(wo);
+  auto second = SecondWorker(c);
   ASSERT_TRUE(second.ok()) << second.status();
   const uint64_t member = (*second)->member_id();
   v1::AttachShmRequest attach;
@@ -305,9 +311,7 @@ TEST(ShmLink, AnAttachThatRanOutOfTimeIsTriedAgainLater) {
       c.server->address(), grpc::InsecureChannelCredentials()));
   auto region = ShmRegion::Create(ShmRegion::kHeaderBytes + 4096);
   ASSERT_TRUE(region.ok());
-  SchedulerClientOptions wo;
-  wo.scheduler_address = c.scheduler->address();
-  auto second = SchedulerClient::Connect(wo);
+  auto second = SecondWorker(c);
   ASSERT_TRUE(second.ok()) << second.status();
   const uint64_t member = (*second)->member_id();
   const uint64_t epoch = (*second)->view().epoch();
