@@ -24,10 +24,16 @@ void PsClient::Impl::AttachShm() {
   uint64_t largest = 0;                      // fp32 bytes of the largest chunk
   for (const ChunkInfo& c : plan_.chunks)
     largest = std::max<uint64_t>(largest, c.numel * 4);
-  // A slot per call on the wire, and spares for slots lost calls retired.
-  const int slots = static_cast<int>(
-      std::min<uint64_t>(options_.max_in_flight_per_server + 2,
-                         options_.shm_bytes_per_server / largest));
+  // A slot per call on the wire, and spares for slots lost calls retired;
+  // slots are whole pages (ShmLink::Attach), and the region with its
+  // header stays within both the budget and what a server maps.
+  const uint64_t slot_bytes = (largest + 4095) / 4096 * 4096;
+  const uint64_t budget =
+      std::min<uint64_t>(options_.shm_bytes_per_server,
+                         ShmRegion::kMaxBytes - ShmRegion::kHeaderBytes);
+  const int slots = static_cast<int>(std::min<uint64_t>(
+      options_.max_in_flight_per_server + ShmLink::kSpareSlots,
+      budget / slot_bytes));
   for (int slot = 0; slot < num_slots_; ++slot) {
     absl::StatusOr<Stubs*> stubs = StubsForSlot(slot);
     if (!stubs.ok()) continue;
@@ -181,8 +187,7 @@ void PsClient::Impl::EndShmAttempt(const OpPtr& op,
   } else {
     // A late access may still come: the slot is retired. A lost connection
     // may mean a restarted server, which will not know the region.
-    replace |=
-        op->shm->Retire() > ShmLink::kSpareSlots || absl::IsUnavailable(status);
+    replace |= op->shm->Retire() || absl::IsUnavailable(status);
   }
   if (replace) {
     // A new region, once the server answers again.

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 
@@ -49,7 +51,10 @@ absl::StatusOr<uint64_t> AttachRegion(v1::ParameterServer::Stub* stub,
 
 ShmLink::ShmLink(std::unique_ptr<ShmRegion> region, uint64_t session,
                  size_t slot_bytes, int slots)
-    : region_(std::move(region)), session_(session), slot_bytes_(slot_bytes) {
+    : region_(std::move(region)),
+      session_(session),
+      slot_bytes_(slot_bytes),
+      slots_(slots) {
   for (int i = slots - 1; i >= 0; --i) free_.push_back(i);
 }
 
@@ -76,9 +81,9 @@ void ShmLink::Release(int index) {
   free_.push_back(index);
 }
 
-int ShmLink::Retire() {
+bool ShmLink::Retire() {
   absl::MutexLock lock(&mu_);
-  return ++retired_;
+  return ++retired_ >= std::min(kSpareSlots, slots_);
 }
 
 }  // namespace strata

@@ -59,10 +59,13 @@ class ShmLink {
   void Release(int index);
   // The slot's call ended without an answer from the server, which may
   // still touch it: it is never reused, so a late access cannot meet
-  // another payload. Returns how many slots are retired.
-  int Retire();
-  // Slots beyond one per call on the wire: a link with more retired slots
-  // than spares is replaced.
+  // another payload. Returns true once the link should be replaced: as many
+  // slots are retired as there are spares, or all of them where the link
+  // has no more than that. (A call that ends hands its slot back after the
+  // next call has taken one, so a full pipeline uses a spare: with fewer,
+  // some calls would go in messages for the rest of the run.)
+  bool Retire();
+  // Slots beyond one per call on the wire.
   static constexpr int kSpareSlots = 2;
   size_t slot_bytes() const { return slot_bytes_; }
 
@@ -75,6 +78,7 @@ class ShmLink {
   absl::Mutex mu_;
   std::vector<int> free_ ABSL_GUARDED_BY(mu_);
   int retired_ ABSL_GUARDED_BY(mu_) = 0;
+  const int slots_;
 };
 
 }  // namespace strata

@@ -334,6 +334,46 @@ TEST(ShmLink, AnAttachThatRanOutOfTimeIsTriedAgainLater) {
   }
 }
 
+// Slots whose calls got no answer are never reused; once as many are
+// retired as there are spares (or all of a link with no more than that),
+// the link asks to be replaced, before the calls on the wire run short of
+// slots.
+TEST(ShmLink, AskToBeReplacedOnceItsSparesAreRetired) {
+  Cluster c;
+  StartCluster(c);
+  if (::testing::Test::HasFatalFailure()) return;
+  auto stub = v1::ParameterServer::NewStub(grpc::CreateChannel(
+      c.server->address(), grpc::InsecureChannelCredentials()));
+  auto second = SecondWorker(c);
+  ASSERT_TRUE(second.ok()) << second.status();
+  for (const int slots : {4, 2, 1}) {
+    auto link = ShmLink::Attach(stub.get(), (*second)->member_id(),
+                                (*second)->view().epoch(), 4096, slots);
+    ASSERT_TRUE(link.ok()) << link.status();
+    std::vector<int> taken;
+    for (int i = 0; i < slots; ++i) {
+      std::optional<ShmLink::Slot> slot = (*link)->Acquire();
+      ASSERT_TRUE(slot.has_value());
+      taken.push_back(slot->index);
+    }
+    EXPECT_FALSE((*link)->Acquire().has_value());  // all busy
+    const int retire_before_asking = std::min(ShmLink::kSpareSlots, slots) - 1;
+    for (int i = 0; i < retire_before_asking; ++i) {
+      EXPECT_FALSE((*link)->Retire()) << slots << " slots, retired " << i + 1;
+    }
+    EXPECT_TRUE((*link)->Retire()) << slots << " slots";
+    // A retired slot does not come back; a released one does.
+    const int released = taken.back();
+    if (slots > retire_before_asking + 1) {
+      (*link)->Release(released);
+      std::optional<ShmLink::Slot> again = (*link)->Acquire();
+      ASSERT_TRUE(again.has_value());
+      EXPECT_EQ(again->index, released);
+    }
+    EXPECT_FALSE((*link)->Acquire().has_value());
+  }
+}
+
 // The server restarts on the same port: it no longer knows the session, so
 // it answers the client's calls with the shm-lost trailer; the client
 // retries them, attaches a new region and goes on through shared memory.
