@@ -25,9 +25,9 @@ void PsClient::Impl::AttachShm() {
   for (const ChunkInfo& c : plan_.chunks)
     largest = std::max<uint64_t>(largest, c.numel * 4);
   // A slot per call on the wire, and spares for slots lost calls retired;
-  // slots are whole pages (ShmLink::Attach), and the region with its
-  // header stays within both the budget and what a server maps.
-  const uint64_t slot_bytes = (largest + 4095) / 4096 * 4096;
+  // slots are whole pages, and the region with its header stays within
+  // both the budget and what a server maps.
+  const uint64_t slot_bytes = ShmLink::SlotBytes(largest);
   const uint64_t budget =
       std::min<uint64_t>(options_.shm_bytes_per_server,
                          ShmRegion::kMaxBytes - ShmRegion::kHeaderBytes);

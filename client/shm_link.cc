@@ -14,8 +14,7 @@ absl::StatusOr<std::shared_ptr<ShmLink>> ShmLink::Attach(
     size_t slot_bytes, int slots) {
   if (slots < 1 || slot_bytes == 0)
     return absl::InvalidArgumentError("a shared-memory link needs slots");
-  // Slots on page boundaries: each payload starts aligned.
-  slot_bytes = (slot_bytes + 4095) / 4096 * 4096;
+  slot_bytes = SlotBytes(slot_bytes);
   STRATA_ASSIGN_OR_RETURN(
       std::unique_ptr<ShmRegion> region,
       ShmRegion::Create(ShmRegion::kHeaderBytes + slot_bytes * slots));

@@ -67,6 +67,9 @@ class ShmLink {
   bool Retire();
   // Slots beyond one per call on the wire.
   static constexpr int kSpareSlots = 2;
+  // A slot's size for payloads of up to `bytes`: whole pages, so that each
+  // payload starts aligned.
+  static size_t SlotBytes(size_t bytes) { return (bytes + 4095) / 4096 * 4096; }
   size_t slot_bytes() const { return slot_bytes_; }
 
  private:

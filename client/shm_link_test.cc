@@ -162,6 +162,12 @@ TEST(ShmLink, TensorsInASharedRegionTrainToTheSameWeights) {
   }
 }
 
+// A stub of `c`'s server, for requests made by hand.
+std::unique_ptr<v1::ParameterServer::Stub> ServerStub(const Cluster& c) {
+  return v1::ParameterServer::NewStub(grpc::CreateChannel(
+      c.server->address(), grpc::InsecureChannelCredentials()));
+}
+
 // A second worker of `c`'s job, for requests made by hand (a member's new
 // session would replace its old one, and the first worker's client keeps
 // its own).
@@ -178,9 +184,7 @@ TEST(ShmLink, ServerRefusesBadRegionsAndRanges) {
   Cluster c;
   StartCluster(c);
   if (::testing::Test::HasFatalFailure()) return;
-  auto channel = grpc::CreateChannel(c.server->address(),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = v1::ParameterServer::NewStub(channel);
+  auto stub = ServerStub(c);
   auto call = [](auto method) {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
@@ -307,8 +311,7 @@ TEST(ShmLink, AnAttachThatRanOutOfTimeIsTriedAgainLater) {
   Cluster c;
   StartCluster(c);
   if (::testing::Test::HasFatalFailure()) return;
-  auto stub = v1::ParameterServer::NewStub(grpc::CreateChannel(
-      c.server->address(), grpc::InsecureChannelCredentials()));
+  auto stub = ServerStub(c);
   auto region = ShmRegion::Create(ShmRegion::kHeaderBytes + 4096);
   ASSERT_TRUE(region.ok());
   auto second = SecondWorker(c);
@@ -342,8 +345,7 @@ TEST(ShmLink, AskToBeReplacedOnceItsSparesAreRetired) {
   Cluster c;
   StartCluster(c);
   if (::testing::Test::HasFatalFailure()) return;
-  auto stub = v1::ParameterServer::NewStub(grpc::CreateChannel(
-      c.server->address(), grpc::InsecureChannelCredentials()));
+  auto stub = ServerStub(c);
   auto second = SecondWorker(c);
   ASSERT_TRUE(second.ok()) << second.status();
   for (const int slots : {4, 2, 1}) {

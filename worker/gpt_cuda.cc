@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -118,18 +119,16 @@ absl::Status GptCuda::UseStorage(float* storage,
   Device& d = *dev_;
   // No copy may still read or write the buffers that move.
   STRATA_RETURN_IF_ERROR(d.Synchronize());
-  const size_t bytes = static_cast<size_t>(storage_floats()) * 4;
-  if (const cudaError_t e =
-          cudaHostRegister(storage, bytes, cudaHostRegisterDefault);
-      e != cudaSuccess) {
-    cudaGetLastError();  // clear it
-    return CudaStatus(e, "pinning the model's shared storage");
+  const std::vector<void*> old = std::exchange(d.registered, {});
+  if (absl::Status pinned = d.PinHostBuffers(storage, storage_floats());
+      !pinned.ok()) {
+    d.registered = old;
+    return pinned;
   }
   // The old buffers are unpinned before the host model frees them; should
   // the move fail (it checks only the alignment, checked above), they are
   // pinned again and the storage is not.
-  for (void* p : d.registered) cudaHostUnregister(p);
-  d.registered = {storage};
+  for (void* p : old) cudaHostUnregister(p);
   absl::Status moved = host_->UseStorage(storage, std::move(owner));
   if (!moved.ok()) {
     cudaHostUnregister(storage);
