@@ -234,6 +234,16 @@ void PsClient::Impl::OnDone(const OpPtr& op, const grpc::Status& grpc_status,
 
 void PsClient::Impl::Complete(const OpPtr& op, absl::Status status,
                               const grpc::ByteBuffer* response) {
+  // (An answered attempt in the tensor region ends after ReadResponse.)
+  if (op->tensors && !op->answered) EndTensorAttempt(op);
+  if (AwaitsDetach(op)) {
+    // The caller may reuse the op's bytes once it completes: not while a
+    // server may still write or read them.
+    absl::MutexLock lock(&mu_);
+    parked_.push_back({op, std::move(status), *response});
+    attach_wanted_ = true;
+    return;
+  }
   uint64_t version = 0;
   int64_t min_clock = 0;
   if (status.ok()) status = ReadResponse(*op, *response, &version, &min_clock);
@@ -319,17 +329,18 @@ void PsClient::Impl::RetryLater(const OpPtr& op, absl::Status why) {
 void PsClient::Impl::TimerLoop() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    const absl::Time next = retries_.empty()
-                                ? absl::Now() + absl::Milliseconds(100)
-                                : retries_.begin()->first;
+    const absl::Time next = std::min(
+        detach_retry_, retries_.empty() ? absl::Now() + absl::Milliseconds(100)
+                                        : retries_.begin()->first);
     // Wake early for a stop, or for a retry due sooner than `next`.
     auto wake = [this, next]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stopping_ || attach_wanted_ ||
              (!retries_.empty() && retries_.begin()->first < next);
     };
     mu_.AwaitWithDeadline(absl::Condition(&wake), next);
-    if (attach_wanted_ && !stopping_) {
+    if ((attach_wanted_ || absl::Now() >= detach_retry_) && !stopping_) {
       attach_wanted_ = false;
+      detach_retry_ = absl::InfiniteFuture();
       mu_.Unlock();
       AttachShm();
       mu_.Lock();

@@ -31,8 +31,15 @@ namespace ps_client_internal {
 struct TensorSession {
   uint64_t id = 0;  // 0: not attached (yet)
   // Not to be used with this server: it could not map the region, or an
-  // attempt in it never got an answer and may still touch it.
+  // attempt in it never got an answer and the server could not be made to
+  // detach it (PsClient::Impl::DetachUnanswered).
   bool refused = false;
+  // Sessions an attempt named that got no answer: the server may still
+  // read or write the region through them until it has detached them
+  // (DetachShm). No new session is attached, and no op that used one
+  // completes, before then.
+  std::vector<uint64_t> undetached;
+  absl::Time undetached_since;  // when the list last became non-empty
 };
 
 // One push or pull, across its attempts (one at a time).
@@ -62,6 +69,9 @@ struct OpState {
   // region (PsClient::ShareTensors), in this session of it.
   std::shared_ptr<TensorSession> tensors;
   uint64_t tensors_id = 0;  // the session's id then
+  // Set once an attempt in the tensor region got no answer: the op
+  // completes only once this session has nothing left undetached.
+  std::shared_ptr<TensorSession> fence;
   // How the current attempt ended (its trailing metadata): the server's
   // handler answered it; the server did not know its shared-memory session.
   bool answered = false;
@@ -193,10 +203,24 @@ class PsClient::Impl {
   // `*ref` names where the payload goes.
   bool TakePayloadPlace(const OpPtr& op, Stubs* stubs, bool fp32_in_shm,
                         const void* place, v1::DType* dtype, v1::ShmRef* ref);
-  // Gives the attempt's slot back once the server is done with it; stops
-  // using the tensor region with a server that may still touch it, or
-  // asks to attach it again where the server lost it.
+  // Gives the attempt's slot back once the server is done with it; for
+  // the tensor region, EndTensorAttempt.
   void EndShmAttempt(const OpPtr& op, const absl::Status& status);
+  // Stops using the tensor region's session with a server that may still
+  // touch it (no answer: it is to be detached first), or asks to attach it
+  // again where the server lost it.
+  void EndTensorAttempt(const OpPtr& op);
+  // Whether `op` must wait for a detach before it completes.
+  bool AwaitsDetach(const OpPtr& op);
+  // Asks each server to detach the tensor sessions that unanswered
+  // attempts named (blocking RPCs, on the timer thread); returns whether
+  // some are still to be detached. See the .cc for when it gives up.
+  bool DetachUnanswered();
+  // Completes the parked ops that no longer wait for a detach.
+  void ReleaseParked();
+  // Ends an op: reads its answer and hands it to its caller, or parks it
+  // (parked_) while a server may still touch its bytes in the tensor
+  // region.
   void Complete(const OpPtr& op, absl::Status status,
                 const grpc::ByteBuffer* response);
   absl::Status ReadResponse(const OpState& op, const grpc::ByteBuffer& response,
@@ -217,6 +241,16 @@ class PsClient::Impl {
   bool attach_wanted_ ABSL_GUARDED_BY(mu_) = false;  // for TimerLoop
   absl::Time next_attach_ ABSL_GUARDED_BY(mu_);      // the earliest retry
   std::multimap<absl::Time, OpPtr> retries_ ABSL_GUARDED_BY(mu_);
+  // Ops that ended while a detach they wait for is still to come, with how
+  // they ended (Complete).
+  struct Parked {
+    OpPtr op;
+    absl::Status status;
+    grpc::ByteBuffer response;
+  };
+  std::vector<Parked> parked_ ABSL_GUARDED_BY(mu_);
+  // When the timer thread next tries the detaches that failed.
+  absl::Time detach_retry_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::thread timer_;
 
   Bf16ErrorFeedback push_errors_;  // push_error_feedback

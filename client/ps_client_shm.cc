@@ -3,7 +3,10 @@
 // (client/shm_link.h), a slot taken per call that fits, given back or
 // retired when the call ends; and the caller's tensor region
 // (PsClient::ShareTensors) attached at each of those servers, which pulls
-// write in place. The rest of PsClient::Impl is in ps_client_impl.cc.
+// write in place; a session of it that a call without an answer named is
+// detached (DetachShm) before the call completes or the region is used
+// with that server again. The rest of PsClient::Impl is in
+// ps_client_impl.cc.
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -12,6 +15,7 @@
 #include "cluster/scheduler_client.h"
 #include "common/status.h"
 #include "common/wire.h"
+#include "spdlog/spdlog.h"
 
 namespace strata {
 
@@ -21,7 +25,15 @@ using ps_client_internal::TensorSession;
 void PsClient::Impl::AttachShm() {
   if (!options_.shared_memory || plan_.chunks.empty()) return;
   absl::MutexLock attach_lock(&attach_mu_);  // one attach at a time
-  uint64_t largest = 0;                      // fp32 bytes of the largest chunk
+  if (tensors_ != nullptr) {
+    const bool left = DetachUnanswered();
+    ReleaseParked();
+    if (left) {
+      absl::MutexLock lock(&mu_);
+      detach_retry_ = absl::Now() + absl::Milliseconds(250);
+    }
+  }
+  uint64_t largest = 0;  // fp32 bytes of the largest chunk
   for (const ChunkInfo& c : plan_.chunks)
     largest = std::max<uint64_t>(largest, c.numel * 4);
   // A slot per call on the wire, and spares for slots lost calls retired;
@@ -62,7 +74,10 @@ void PsClient::Impl::AttachShm() {
     {
       absl::MutexLock lock(&stub_mu_);
       session = (*stubs)->tensors;
-      if (session->id != 0 || session->refused) continue;
+      if (session->id != 0 || session->refused ||
+          !session->undetached.empty()) {
+        continue;
+      }
     }
     absl::StatusOr<uint64_t> id =
         AttachRegion((*stubs)->typed.get(), scheduler_->member_id(),
@@ -159,27 +174,103 @@ bool PsClient::Impl::TakeShmSlot(const OpPtr& op, Stubs* stubs, size_t bytes) {
   return true;
 }
 
-void PsClient::Impl::EndShmAttempt(const OpPtr& op,
-                                   const absl::Status& status) {
-  if (op->tensors) {
-    bool attach = false;
-    {
-      absl::MutexLock lock(&stub_mu_);
-      if (!op->answered) {
-        // The server may still read or write these bytes: in place is no
-        // longer safe with it.
-        op->tensors->refused = true;
-      } else if (op->shm_lost && op->tensors->id == op->tensors_id) {
-        op->tensors->id = 0;  // the server lost it: attach again
-        attach = true;
+void PsClient::Impl::EndTensorAttempt(const OpPtr& op) {
+  if (!op->tensors) return;
+  {
+    absl::MutexLock lock(&stub_mu_);
+    TensorSession& session = *op->tensors;
+    if (!op->answered) {
+      // The server may still read or write these bytes: the session is
+      // detached before anything uses the region with that server again,
+      // and before this op completes.
+      if (session.id == op->tensors_id) session.id = 0;
+      if (std::find(session.undetached.begin(), session.undetached.end(),
+                    op->tensors_id) == session.undetached.end()) {
+        if (session.undetached.empty()) session.undetached_since = absl::Now();
+        session.undetached.push_back(op->tensors_id);
       }
-    }
-    op->tensors.reset();
-    if (attach) {
-      absl::MutexLock lock(&mu_);
-      attach_wanted_ = true;
+      op->fence = op->tensors;
+    } else if (op->shm_lost && session.id == op->tensors_id) {
+      session.id = 0;  // the server lost it: attach again
+    } else {
+      op->tensors.reset();
+      return;
     }
   }
+  op->tensors.reset();
+  absl::MutexLock lock(&mu_);
+  attach_wanted_ = true;
+}
+
+bool PsClient::Impl::AwaitsDetach(const OpPtr& op) {
+  if (!op->fence) return false;
+  absl::MutexLock lock(&stub_mu_);
+  return !op->fence->undetached.empty();
+}
+
+// How long a server that refuses connections is given to come back before
+// its sessions count as detached: nobody listens at its address, so the
+// process that held them (and every handler it ran) is gone. A server
+// restarted meanwhile answers the detach itself.
+constexpr absl::Duration kUnreachableGrace = absl::Seconds(5);
+
+bool PsClient::Impl::DetachUnanswered() {
+  std::vector<std::pair<Stubs*, std::vector<uint64_t>>> pending;
+  {
+    absl::MutexLock lock(&stub_mu_);
+    for (auto& [address, stubs] : stubs_) {
+      if (!stubs->tensors->undetached.empty())
+        pending.emplace_back(stubs.get(), stubs->tensors->undetached);
+    }
+  }
+  bool left = false;
+  for (auto& [stubs, ids] : pending) {
+    for (const uint64_t id : ids) {
+      const absl::Status s =
+          DetachRegion(stubs->typed.get(), scheduler_->member_id(), id);
+      absl::MutexLock lock(&stub_mu_);
+      TensorSession& session = *stubs->tensors;
+      const absl::Duration waited = absl::Now() - session.undetached_since;
+      bool done =
+          s.ok() || (absl::IsUnavailable(s) && waited >= kUnreachableGrace);
+      if (!done &&
+          (!ShmAttachMayWorkLater(s) || waited >= options_.rpc_timeout)) {
+        // An older server without DetachShm, or one that has not answered
+        // for as long as a call may take: its late accesses cannot be
+        // ruled out, and its payloads go through slots or messages for the
+        // rest of the run. The ops waiting for it complete.
+        spdlog::warn(
+            "strata client: a server could not detach the tensor region's "
+            "session {} ({}); not using the region with it again",
+            id, s.ToString());
+        session.refused = true;
+        done = true;
+      }
+      if (done) {
+        session.undetached.erase(std::remove(session.undetached.begin(),
+                                             session.undetached.end(), id),
+                                 session.undetached.end());
+      } else {
+        left = true;
+      }
+    }
+  }
+  return left;
+}
+
+void PsClient::Impl::ReleaseParked() {
+  std::vector<Parked> parked;
+  {
+    absl::MutexLock lock(&mu_);
+    parked.swap(parked_);
+  }
+  // Those still waiting park again.
+  for (Parked& p : parked) Complete(p.op, std::move(p.status), &p.response);
+}
+
+void PsClient::Impl::EndShmAttempt(const OpPtr& op,
+                                   const absl::Status& status) {
+  EndTensorAttempt(op);
   if (!op->shm) return;
   bool replace = op->shm_lost;
   if (op->answered) {

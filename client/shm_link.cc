@@ -48,6 +48,17 @@ absl::StatusOr<uint64_t> AttachRegion(v1::ParameterServer::Stub* stub,
   return resp.session();
 }
 
+absl::Status DetachRegion(v1::ParameterServer::Stub* stub, uint64_t member_id,
+                          uint64_t session) {
+  v1::DetachShmRequest req;
+  req.set_member_id(member_id);
+  req.set_session(session);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  v1::DetachShmResponse resp;
+  return FromGrpcStatus(stub->DetachShm(&ctx, req, &resp));
+}
+
 ShmLink::ShmLink(std::unique_ptr<ShmRegion> region, uint64_t session,
                  size_t slot_bytes, int slots)
     : region_(std::move(region)),

@@ -37,6 +37,12 @@ absl::StatusOr<uint64_t> AttachRegion(v1::ParameterServer::Stub* stub,
                                       uint64_t member_id, uint64_t epoch,
                                       const ShmRegion& region, bool tensors);
 
+// Asks the server behind `stub` to end session `session` (DetachShm): once
+// this returns OK, the server no longer touches that session's region.
+// Errors as AttachRegion's, and UNIMPLEMENTED from a server without it.
+absl::Status DetachRegion(v1::ParameterServer::Stub* stub, uint64_t member_id,
+                          uint64_t session);
+
 // Thread-safe.
 class ShmLink {
  public:

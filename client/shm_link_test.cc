@@ -22,9 +22,12 @@ namespace strata {
 namespace {
 
 using ::strata::testing::Cluster;
+using ::strata::testing::RunResult;
+using ::strata::testing::SecondWorker;
+using ::strata::testing::ServerStub;
 using ::strata::testing::StartCluster;
+using ::strata::testing::TrainRun;
 using ::strata::testing::TrainSteps;
-using ::strata::testing::TrainStepsIn;
 
 TEST(ShmRegion, OpensOnlyTheSealedRegionItWasToldOf) {
   auto region = ShmRegion::Create(ShmRegion::kHeaderBytes + 8192);
@@ -71,35 +74,6 @@ TEST(ShmRegion, OpensOnlyTheSealedRegionItWasToldOf) {
   for (int fd : {pipe_fds[0], pipe_fds[1], null_fd, dir_fd}) close(fd);
 }
 
-// Final weights of a 5-step run and the server's count of payloads that
-// went through shared memory.
-struct RunResult {
-  std::vector<float> w, b;
-  uint64_t shm_payloads = 0;
-};
-
-// The weights after 5 steps, pulled into w and b, and the server's count.
-RunResult FinalWeights(Cluster& c, float* w, float* b) {
-  RunResult run;
-  EXPECT_TRUE(c.ps->PullTensor(0, w, 5, 5).ok());
-  EXPECT_TRUE(c.ps->PullTensor(1, b, 5, 5).ok());
-  run.w.assign(w, w + 250);
-  run.b.assign(b, b + 3);
-  auto stats = c.ps->Stats();
-  EXPECT_TRUE(stats.ok());
-  if (stats.ok()) run.shm_payloads = (*stats)[0].shm_payloads();
-  return run;
-}
-
-RunResult TrainRun(PsClientOptions options) {
-  Cluster c;
-  StartCluster(c, options);
-  if (::testing::Test::HasFatalFailure()) return {};
-  TrainSteps(*c.ps, 0, 5);
-  std::vector<float> w(250), b(3);
-  return FinalWeights(c, w.data(), b.data());
-}
-
 TEST(ShmLink, TrainsToTheSameWeightsAsPlainMessages) {
   PsClientOptions plain;
   plain.shared_memory = false;
@@ -122,60 +96,6 @@ TEST(ShmLink, TrainsToTheSameWeightsAsPlainMessages) {
   EXPECT_GT(bf16_shm.shm_payloads, 0u);
   EXPECT_EQ(bf16_shm.w, bf16_messages.w);
   EXPECT_NE(bf16_shm.w, shm.w);  // bf16 did round something
-}
-
-// The caller's tensors in a region the server maps (ShareTensors): pulls
-// land in place and pushes are copied out of it, to the same weights as
-// plain messages. With no room for slots, every payload counted in shared
-// memory went through the tensor region; a buffer outside it still works.
-TEST(ShmLink, TensorsInASharedRegionTrainToTheSameWeights) {
-  PsClientOptions plain;
-  plain.shared_memory = false;
-  const RunResult messages = TrainRun(plain);
-  ASSERT_EQ(messages.w.size(), 250u);
-  for (const bool slots_too : {false, true}) {
-    SCOPED_TRACE(slots_too ? "with slots" : "without slots");
-    PsClientOptions options;
-    if (!slots_too) options.shm_bytes_per_server = 1;  // no slot fits
-    Cluster c;
-    StartCluster(c, options);
-    if (::testing::Test::HasFatalFailure()) return;
-    std::shared_ptr<ShmRegion> region =
-        *ShmRegion::Create(ShmRegion::kHeaderBytes + 4096);
-    float* w =
-        reinterpret_cast<float*>(region->data() + ShmRegion::kHeaderBytes);
-    c.ps->ShareTensors(region);
-    TrainStepsIn(*c.ps, 0, 5, w, w + 256);
-    const RunResult in_place = FinalWeights(c, w, w + 256);
-    EXPECT_EQ(in_place.w, messages.w);  // bit-identical
-    EXPECT_EQ(in_place.b, messages.b);
-    // 5 steps of 4 chunk pushes and 3 pulls, and the final 4 pulls.
-    EXPECT_EQ(in_place.shm_payloads, 5u * 7 + 4);
-    std::vector<float> outside(250);
-    ASSERT_TRUE(c.ps->PullTensor(0, outside.data(), 5, 5).ok());
-    EXPECT_EQ(outside, messages.w);
-    auto stats = c.ps->Stats();
-    ASSERT_TRUE(stats.ok());
-    // Through a slot when there is one, else in the message.
-    EXPECT_EQ((*stats)[0].shm_payloads(),
-              in_place.shm_payloads + (slots_too ? 3 : 0));
-  }
-}
-
-// A stub of `c`'s server, for requests made by hand.
-std::unique_ptr<v1::ParameterServer::Stub> ServerStub(const Cluster& c) {
-  return v1::ParameterServer::NewStub(grpc::CreateChannel(
-      c.server->address(), grpc::InsecureChannelCredentials()));
-}
-
-// A second worker of `c`'s job, for requests made by hand (a member's new
-// session would replace its old one, and the first worker's client keeps
-// its own).
-absl::StatusOr<std::unique_ptr<SchedulerClient>> SecondWorker(
-    const Cluster& c) {
-  SchedulerClientOptions wo;
-  wo.scheduler_address = c.scheduler->address();
-  return SchedulerClient::Connect(wo);
 }
 
 // A request naming shared memory wrongly is refused, and the chunk keeps

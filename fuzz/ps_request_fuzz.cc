@@ -73,6 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)shard->Push(req, message.payload_size(),
                       [&message](char* dst, size_t begin, size_t n) {
                         message.CopyPayload(dst, begin, n);
+                        return absl::OkStatus();
                       });
   } else {
     v1::PullRequest req;

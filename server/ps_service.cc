@@ -138,6 +138,17 @@ class Service final : public ServiceBase {
     return ToGrpcStatus(session.status());
   }
 
+  grpc::Status DetachShm(grpc::ServerContext* ctx,
+                         const v1::DetachShmRequest* req,
+                         v1::DetachShmResponse* resp) override {
+    STRATA_RETURN_GRPC_IF_ERROR(
+        security_->Authorize(*ctx, "DetachShm", kWorkers));
+    // No membership check: a member fenced out of the view detaches the
+    // sessions of its earlier id. The random id is the capability.
+    resp->set_held(shm_->Detach(req->session()));
+    return grpc::Status::OK;
+  }
+
  private:
   // Ends a push or pull. Its trailing metadata tells the client this
   // handler answered (so a shared-memory slot it named is free again), and
@@ -168,16 +179,24 @@ class Service final : public ServiceBase {
       STRATA_ASSIGN_OR_RETURN(ShmSpan span,
                               shm_->Resolve(req.shm(), req.member_id()));
       // Each block is copied out of the shared bytes before anything checks
-      // it: the caller could change them meanwhile.
-      resp = shard_->Push(req, span.size,
-                          [&span](char* dst, size_t begin, size_t n) {
-                            std::memcpy(dst, span.data + begin, n);
-                          });
+      // it: the caller could change them meanwhile. The use spans the
+      // copies only: a detach waits for them, not for the update.
+      ShmUse use(span);
+      resp =
+          shard_->Push(req, span.size,
+                       [&](char* dst, size_t begin, size_t n) -> absl::Status {
+                         if (!use.Begin())
+                           return ShmUse::NoSessionError(req.shm().session());
+                         std::memcpy(dst, span.data + begin, n);
+                         if (begin + n == span.size) use.End();
+                         return absl::OkStatus();
+                       });
       if (resp.ok()) shm_payloads_.fetch_add(1, std::memory_order_relaxed);
     } else {
       resp = shard_->Push(req, message.payload_size(),
                           [&message](char* dst, size_t begin, size_t n) {
                             message.CopyPayload(dst, begin, n);
+                            return absl::OkStatus();
                           });
     }
     STRATA_RETURN_IF_ERROR(resp.status());
@@ -192,10 +211,16 @@ class Service final : public ServiceBase {
     if (req.has_shm()) {
       STRATA_ASSIGN_OR_RETURN(ShmSpan span,
                               shm_->Resolve(req.shm(), req.member_id()));
-      STRATA_ASSIGN_OR_RETURN(PullResult r,
-                              shard_->Pull(req, [&span](size_t n) {
-                                return n <= span.size ? span.data : nullptr;
-                              }));
+      // The use begins once the pull is served (after any wait at the
+      // gate) and ends after the weights are written.
+      ShmUse use(span);
+      absl::StatusOr<PullResult> served = shard_->Pull(req, [&](size_t n) {
+        if (n > span.size || !use.Begin()) return static_cast<char*>(nullptr);
+        return span.data;
+      });
+      use.End();
+      if (use.refused()) return ShmUse::NoSessionError(req.shm().session());
+      STRATA_ASSIGN_OR_RETURN(PullResult r, std::move(served));
       shm_payloads_.fetch_add(1, std::memory_order_relaxed);
       v1::PullResponse header;
       header.set_version(r.version);

@@ -278,13 +278,19 @@ absl::Status Shard::DecodeGradient(const v1::PushRequest& req,
   std::vector<uint16_t> raw(bf16 ? std::min(kBlock, numel) : 0);
   *out = TakeBuffer(numel);
   float* dst = out->data();
+  absl::Status read_status;
   for (size_t begin = 0; begin < numel; begin += kBlock) {
     const size_t n = std::min(kBlock, numel - begin);
     if (bf16) {
-      read(reinterpret_cast<char*>(raw.data()), begin * 2, n * 2);
-      Bf16ToFloat(raw.data(), dst + begin, n);
+      read_status = read(reinterpret_cast<char*>(raw.data()), begin * 2, n * 2);
+      if (read_status.ok()) Bf16ToFloat(raw.data(), dst + begin, n);
     } else {
-      read(reinterpret_cast<char*>(dst + begin), begin * 4, n * 4);
+      read_status =
+          read(reinterpret_cast<char*>(dst + begin), begin * 4, n * 4);
+    }
+    if (!read_status.ok()) {
+      GiveBuffer(std::move(*out));
+      return read_status;
     }
     if (!AllWithin(dst + begin, n, kMaxGradientMagnitude)) {
       counters_.rejected_nonfinite++;
@@ -303,6 +309,7 @@ absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req,
                                              absl::string_view data) {
   return Push(req, data.size(), [&data](char* dst, size_t begin, size_t n) {
     std::memcpy(dst, data.data() + begin, n);
+    return absl::OkStatus();
   });
 }
 

@@ -151,9 +151,10 @@ class Shard {
   void UpdateView(const v1::View& view);
 
   // Copies bytes [begin, begin + n) of a push's payload (payload_bytes
-  // long) to dst[0..n). Called with increasing `begin`.
+  // long) to dst[0..n). Called with increasing `begin`; an error (the
+  // payload is no longer there to read) fails the push with it.
   using PayloadReader =
-      absl::FunctionRef<void(char* dst, size_t begin, size_t n)>;
+      absl::FunctionRef<absl::Status(char* dst, size_t begin, size_t n)>;
   // Gives `n` bytes of output space for a pull's payload; nullptr when it
   // has not that much (the pull fails with INVALID_ARGUMENT).
   using PayloadAllocator = absl::FunctionRef<char*(size_t n)>;

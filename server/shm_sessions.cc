@@ -8,32 +8,111 @@
 
 namespace strata {
 
+bool ShmGate::Enter() {
+  absl::MutexLock lock(&mu_);
+  if (revoked_) return false;
+  ++uses_;
+  return true;
+}
+
+void ShmGate::Leave() {
+  absl::MutexLock lock(&mu_);
+  --uses_;
+}
+
+bool ShmGate::Idle() {
+  absl::MutexLock lock(&mu_);
+  return uses_ == 0;
+}
+
+void ShmGate::Revoke(bool wait) {
+  absl::MutexLock lock(&mu_);
+  revoked_ = true;
+  if (wait)
+    mu_.Await(absl::Condition(
+        +[](int* uses) { return *uses == 0; }, &uses_));
+}
+
+bool ShmUse::Begin() {
+  if (in_) return true;
+  if (refused_) return false;
+  in_ = gate_->Enter();
+  refused_ = !in_;
+  return in_;
+}
+
+void ShmUse::End() {
+  if (!in_) return;
+  in_ = false;
+  gate_->Leave();
+}
+
+absl::Status ShmUse::NoSessionError(uint64_t session) {
+  return absl::NotFoundError(
+      absl::StrCat(kNoSessionPrefix, " ", session,
+                   " on this server: it was detached; attach again"));
+}
+
 absl::StatusOr<uint64_t> ShmSessions::Attach(const v1::AttachShmRequest& req) {
   // Mapped before taking the lock: opening and mapping may take a while.
   absl::StatusOr<std::unique_ptr<ShmRegion>> region =
       ShmRegion::Open(req.pid(), req.fd(), req.size(), req.nonce());
   if (!region.ok()) return region.status();
-  absl::MutexLock lock(&mu_);
   const std::pair<uint64_t, bool> key(req.member_id(), req.tensors());
-  auto old = by_member_.find(key);
-  if (old != by_member_.end()) {
-    sessions_.erase(old->second);
-    by_member_.erase(old);
-  }
-  if (sessions_.size() >= max_sessions_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "this server already maps ", max_sessions_, " shared-memory regions"));
-  }
-  // Random: an id is no use to another member, nor after a restart.
-  uint64_t id = 0;
-  while (id == 0 || sessions_.contains(id)) {
-    if (getrandom(&id, sizeof id, 0) != sizeof id) {
-      return absl::UnavailableError("getrandom failed");
+  std::shared_ptr<ShmGate> replaced;
+  absl::StatusOr<uint64_t> id = [&]() -> absl::StatusOr<uint64_t> {
+    absl::MutexLock lock(&mu_);
+    auto old = by_member_.find(key);
+    if (old != by_member_.end()) replaced = RemoveLocked(old->second);
+    if (sessions_.size() >= max_sessions_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("this server already maps ", max_sessions_,
+                       " shared-memory regions"));
+    }
+    // Random: an id is no use to another member, nor after a restart.
+    uint64_t id = 0;
+    while (id == 0 || sessions_.contains(id)) {
+      if (getrandom(&id, sizeof id, 0) != sizeof id) {
+        return absl::UnavailableError("getrandom failed");
+      }
+    }
+    sessions_[id] = Session{req.member_id(), req.tensors(), std::move(*region),
+                            std::make_shared<ShmGate>()};
+    by_member_[key] = id;
+    return id;
+  }();
+  // The new session replaces the old one as a detach would: once the
+  // caller has the answer, the old one's bytes are no longer touched.
+  if (replaced) replaced->Revoke();
+  return id;
+}
+
+std::shared_ptr<ShmGate> ShmSessions::RemoveLocked(uint64_t id) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return nullptr;
+  std::shared_ptr<ShmGate> gate = std::move(it->second.gate);
+  by_member_.erase({it->second.member, it->second.tensors});
+  sessions_.erase(it);
+  return gate;
+}
+
+bool ShmSessions::Detach(uint64_t id) {
+  std::shared_ptr<ShmGate> gate;
+  {
+    absl::MutexLock lock(&mu_);
+    gate = RemoveLocked(id);
+    if (gate == nullptr) {
+      // Dropped with its member, perhaps with a use still under way.
+      auto it = left_.find(id);
+      if (it != left_.end()) {
+        gate = std::move(it->second);
+        left_.erase(it);
+      }
     }
   }
-  sessions_[id] = Session{req.member_id(), std::move(*region)};
-  by_member_[key] = id;
-  return id;
+  if (gate == nullptr) return false;
+  gate->Revoke();  // outside the lock: other sessions' requests go on
+  return true;
 }
 
 absl::StatusOr<ShmSpan> ShmSessions::Resolve(const v1::ShmRef& ref,
@@ -53,20 +132,26 @@ absl::StatusOr<ShmSpan> ShmSessions::Resolve(const v1::ShmRef& ref,
                      ") lies outside the region's payload bytes [",
                      ShmRegion::kHeaderBytes, ", ", r.size(), ")"));
   }
-  return ShmSpan{it->second.region, r.data() + ref.offset(),
+  return ShmSpan{it->second.region, it->second.gate, r.data() + ref.offset(),
                  static_cast<size_t>(ref.size())};
 }
 
 void ShmSessions::RetainOnly(const std::vector<uint64_t>& members) {
   absl::MutexLock lock(&mu_);
-  for (auto it = by_member_.begin(); it != by_member_.end();) {
-    if (std::binary_search(members.begin(), members.end(), it->first.first)) {
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (std::binary_search(members.begin(), members.end(), it->second.member)) {
       ++it;
       continue;
     }
-    sessions_.erase(it->second);
-    by_member_.erase(it++);
+    // Not waited for here, on the view's path under the server's view
+    // lock; a detach of the session still waits for its uses.
+    it->second.gate->Revoke(/*wait=*/false);
+    left_[it->first] = std::move(it->second.gate);
+    by_member_.erase({it->second.member, it->second.tensors});
+    sessions_.erase(it++);
   }
+  // A revoked gate with no use under way never has one again.
+  absl::erase_if(left_, [](const auto& kv) { return kv.second->Idle(); });
 }
 
 size_t ShmSessions::size() const {

@@ -1,6 +1,8 @@
 // The shared-memory regions co-located callers attached to this server
 // (AttachShm in ps.proto): one session per member, found again by the id in
-// each push's or pull's ShmRef.
+// each push's or pull's ShmRef, and fenced when it ends (DetachShm): each
+// access to a session's bytes is a use that a detach waits for, and none
+// starts after it.
 #ifndef STRATA_SERVER_SHM_SESSIONS_H_
 #define STRATA_SERVER_SHM_SESSIONS_H_
 
@@ -17,12 +19,55 @@
 
 namespace strata {
 
-// Bytes a ShmRef names. `region` keeps them mapped while the caller uses
-// them, even if the session is replaced meanwhile.
+// Guards one session's bytes against the session's end. Thread-safe.
+class ShmGate {
+ public:
+  // Starts a use: false once revoked (then nothing may touch the bytes).
+  bool Enter();
+  void Leave();
+  bool Idle();  // no use under way
+  // Refuses every later Enter and returns once the uses under way have
+  // left, or at once with `wait` false.
+  void Revoke(bool wait = true);
+
+ private:
+  absl::Mutex mu_;
+  int uses_ ABSL_GUARDED_BY(mu_) = 0;
+  bool revoked_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Bytes a ShmRef names. `region` keeps them mapped even if the session is
+// replaced or detached meanwhile; touch them only inside a ShmUse.
 struct ShmSpan {
   std::shared_ptr<ShmRegion> region;
+  std::shared_ptr<ShmGate> gate;
   char* data = nullptr;
   size_t size = 0;
+};
+
+// One access to a span's bytes: from the first Begin that succeeds to End
+// or the end of its scope. A detach of the session waits for it, so keep it
+// short: around the copies, not around waits.
+class ShmUse {
+ public:
+  explicit ShmUse(const ShmSpan& span) : gate_(span.gate.get()) {}
+  ~ShmUse() { End(); }
+  ShmUse(const ShmUse&) = delete;
+  ShmUse& operator=(const ShmUse&) = delete;
+
+  // Whether the bytes may be touched now (the use has begun); false once
+  // the session was detached, and then NoSessionError says so.
+  bool Begin();
+  void End();
+  bool refused() const { return refused_; }
+  // The error of a request whose session ended before its use began (as
+  // for a session this server does not hold: the client attaches again).
+  static absl::Status NoSessionError(uint64_t session);
+
+ private:
+  ShmGate* gate_;
+  bool in_ = false;
+  bool refused_ = false;
 };
 
 // Thread-safe.
@@ -35,28 +80,43 @@ class ShmSessions {
   // Maps the caller's region (ShmRegion::Open's errors) and returns its
   // session id, a random number. The caller must have checked that
   // req.member_id() is a live worker. A member holds one session of each
-  // kind (req.tensors()): a new one replaces the old one of its kind;
-  // RESOURCE_EXHAUSTED when max_sessions others are held.
+  // kind (req.tensors()): a new one replaces the old one of its kind, and
+  // returns once the old one is ended as Detach ends it; RESOURCE_EXHAUSTED
+  // when max_sessions others are held.
   absl::StatusOr<uint64_t> Attach(const v1::AttachShmRequest& req);
   // The bytes `ref` names in a request of `member`. NOT_FOUND for a session
   // this server does not hold for that member (it restarted, the member
   // attached again or left: attach again and retry); INVALID_ARGUMENT for a
   // range outside the region's payload bytes.
   absl::StatusOr<ShmSpan> Resolve(const v1::ShmRef& ref, uint64_t member) const;
+  // Ends session `id` (DetachShm): returns once no access to its bytes is
+  // under way and none can start. False for a session not held (nor
+  // dropped with its member while an access was under way).
+  bool Detach(uint64_t id);
   // Drops the sessions of members not in `members` (sorted): they left.
+  // Their uses under way finish; none starts after.
   void RetainOnly(const std::vector<uint64_t>& members);
   size_t size() const;
 
  private:
   struct Session {
     uint64_t member = 0;
+    bool tensors = false;
     std::shared_ptr<ShmRegion> region;
+    std::shared_ptr<ShmGate> gate;
   };
+  // Takes session `id` out of the maps; its gate, or null if not held.
+  std::shared_ptr<ShmGate> RemoveLocked(uint64_t id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const size_t max_sessions_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
   // (member, tensors) -> session.
   absl::flat_hash_map<std::pair<uint64_t, bool>, uint64_t> by_member_
+      ABSL_GUARDED_BY(mu_);
+  // Sessions of members that left (RetainOnly) whose uses were under way
+  // then, so that a detach of one still waits for them.
+  absl::flat_hash_map<uint64_t, std::shared_ptr<ShmGate>> left_
       ABSL_GUARDED_BY(mu_);
 };
 

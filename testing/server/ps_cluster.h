@@ -4,6 +4,7 @@
 #ifndef STRATA_TESTING_SERVER_PS_CLUSTER_H_
 #define STRATA_TESTING_SERVER_PS_CLUSTER_H_
 
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "cluster/scheduler_client.h"
 #include "scheduler/scheduler.h"
 #include "server/parameter_server.h"
+#include "strata/v1/ps.grpc.pb.h"
 
 namespace strata::testing {
 
@@ -96,11 +98,14 @@ inline void Connect(Cluster& c, PsClientOptions options = {}) {
 inline void TrainStepsIn(PsClient& ps, int64_t first, int64_t steps, float* w,
                          const float* b) {
   for (int64_t t = first; t < first + steps; ++t) {
-    ASSERT_TRUE(ps.PullTensor(0, w, t, t).ok());
+    absl::Status s = ps.PullTensor(0, w, t, t);
+    ASSERT_TRUE(s.ok()) << s;
     for (size_t i = 0; i < 250; ++i)
       w[i] = w[i] - 0.5f + 0.01f * i;  // some gradient
-    ASSERT_TRUE(ps.PushTensor(0, w, t, 4).ok());
-    ASSERT_TRUE(ps.PushTensor(1, b, t, 4).ok());
+    s = ps.PushTensor(0, w, t, 4);
+    ASSERT_TRUE(s.ok()) << s;
+    s = ps.PushTensor(1, b, t, 4);
+    ASSERT_TRUE(s.ok()) << s;
   }
 }
 
@@ -117,6 +122,54 @@ inline void StartCluster(Cluster& c, PsClientOptions options = {}) {
   ASSERT_TRUE(server.ok()) << server.status();
   c.server = std::move(*server);
   Connect(c, options);
+}
+
+// Final weights of a run and the server's count of payloads that went
+// through shared memory.
+struct RunResult {
+  std::vector<float> w, b;
+  uint64_t shm_payloads = 0;
+};
+
+// The weights after `steps` steps, pulled into w and b, and the server's
+// count.
+inline RunResult FinalWeights(Cluster& c, float* w, float* b,
+                              int64_t steps = 5) {
+  RunResult run;
+  EXPECT_TRUE(c.ps->PullTensor(0, w, steps, steps).ok());
+  EXPECT_TRUE(c.ps->PullTensor(1, b, steps, steps).ok());
+  run.w.assign(w, w + 250);
+  run.b.assign(b, b + 3);
+  auto stats = c.ps->Stats();
+  EXPECT_TRUE(stats.ok());
+  if (stats.ok()) run.shm_payloads = (*stats)[0].shm_payloads();
+  return run;
+}
+
+// 5 steps through a new cluster whose worker has `options`.
+inline RunResult TrainRun(PsClientOptions options) {
+  Cluster c;
+  StartCluster(c, options);
+  if (::testing::Test::HasFatalFailure()) return {};
+  TrainSteps(*c.ps, 0, 5);
+  std::vector<float> w(250), b(3);
+  return FinalWeights(c, w.data(), b.data());
+}
+
+// A stub of `c`'s server, for requests made by hand.
+inline std::unique_ptr<v1::ParameterServer::Stub> ServerStub(const Cluster& c) {
+  return v1::ParameterServer::NewStub(grpc::CreateChannel(
+      c.server->address(), grpc::InsecureChannelCredentials()));
+}
+
+// A second worker of `c`'s job, for requests made by hand (a member's new
+// session would replace its old one, and the first worker's client keeps
+// its own).
+inline absl::StatusOr<std::unique_ptr<SchedulerClient>> SecondWorker(
+    const Cluster& c) {
+  SchedulerClientOptions wo;
+  wo.scheduler_address = c.scheduler->address();
+  return SchedulerClient::Connect(wo);
 }
 
 }  // namespace strata::testing
