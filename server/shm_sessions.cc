@@ -62,6 +62,17 @@ absl::StatusOr<uint64_t> ShmSessions::Attach(const v1::AttachShmRequest& req) {
   std::shared_ptr<ShmGate> replaced;
   absl::StatusOr<uint64_t> id = [&]() -> absl::StatusOr<uint64_t> {
     absl::MutexLock lock(&mu_);
+    if (members_.has_value() &&
+        !std::binary_search(members_->begin(), members_->end(),
+                            req.member_id())) {
+      // It left after the caller's check: a session now would stay mapped
+      // until the next view change. (Or it joined in a view whose members
+      // are not yet passed here: a moment later it works.)
+      return absl::UnavailableError(absl::StrCat(
+          "member ", req.member_id(),
+          " is not among the live workers this server's sessions know; "
+          "retry"));
+    }
     auto old = by_member_.find(key);
     if (old != by_member_.end()) replaced = RemoveLocked(old->second);
     if (sessions_.size() >= max_sessions_) {
@@ -138,6 +149,7 @@ absl::StatusOr<ShmSpan> ShmSessions::Resolve(const v1::ShmRef& ref,
 
 void ShmSessions::RetainOnly(const std::vector<uint64_t>& members) {
   absl::MutexLock lock(&mu_);
+  members_ = members;
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     if (std::binary_search(members.begin(), members.end(), it->second.member)) {
       ++it;

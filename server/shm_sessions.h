@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -79,7 +80,8 @@ class ShmSessions {
 
   // Maps the caller's region (ShmRegion::Open's errors) and returns its
   // session id, a random number. The caller must have checked that
-  // req.member_id() is a live worker. A member holds one session of each
+  // req.member_id() is a live worker; one that RetainOnly has dropped since
+  // is refused (UNAVAILABLE). A member holds one session of each
   // kind (req.tensors()): a new one replaces the old one of its kind, and
   // returns once the old one is ended as Detach ends it; RESOURCE_EXHAUSTED
   // when max_sessions others are held.
@@ -94,7 +96,8 @@ class ShmSessions {
   // dropped with its member while an access was under way).
   bool Detach(uint64_t id);
   // Drops the sessions of members not in `members` (sorted): they left.
-  // Their uses under way finish; none starts after.
+  // Their uses under way finish; none starts after. Until the next call,
+  // Attach refuses others (UNAVAILABLE).
   void RetainOnly(const std::vector<uint64_t>& members);
   size_t size() const;
 
@@ -114,6 +117,8 @@ class ShmSessions {
   // (member, tensors) -> session.
   absl::flat_hash_map<std::pair<uint64_t, bool>, uint64_t> by_member_
       ABSL_GUARDED_BY(mu_);
+  // The live workers RetainOnly last passed (sorted); unset before.
+  std::optional<std::vector<uint64_t>> members_ ABSL_GUARDED_BY(mu_);
   // Sessions of members that left (RetainOnly) whose uses were under way
   // then, so that a detach of one still waits for them.
   absl::flat_hash_map<uint64_t, std::shared_ptr<ShmGate>> left_

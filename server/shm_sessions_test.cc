@@ -22,21 +22,27 @@ struct Attached {
   uint64_t id = 0;
 };
 
-// A region of this process attached as member `member`'s.
+// An attach of `region`, of this process, as member `member`'s.
+v1::AttachShmRequest Request(const ShmRegion& region, uint64_t member,
+                             bool tensors) {
+  v1::AttachShmRequest req;
+  req.set_member_id(member);
+  req.set_pid(getpid());
+  req.set_fd(region.fd());
+  req.set_size(region.size());
+  req.set_nonce(region.nonce());
+  req.set_tensors(tensors);
+  return req;
+}
+
+// A new region attached as member `member`'s.
 Attached AttachOne(ShmSessions& sessions, uint64_t member, bool tensors) {
   Attached a;
   auto region = ShmRegion::Create(ShmRegion::kHeaderBytes + 4096);
   EXPECT_TRUE(region.ok()) << region.status();
   if (!region.ok()) return a;
   a.region = std::move(*region);
-  v1::AttachShmRequest req;
-  req.set_member_id(member);
-  req.set_pid(getpid());
-  req.set_fd(a.region->fd());
-  req.set_size(a.region->size());
-  req.set_nonce(a.region->nonce());
-  req.set_tensors(tensors);
-  auto id = sessions.Attach(req);
+  auto id = sessions.Attach(Request(*a.region, member, tensors));
   EXPECT_TRUE(id.ok()) << id.status();
   if (id.ok()) a.id = *id;
   return a;
@@ -137,11 +143,27 @@ TEST(ShmSessions, ADetachAfterTheMemberLeftStillWaitsForItsUse) {
   EXPECT_TRUE(sessions.Detach(gone.id));
   EXPECT_FALSE(sessions.Detach(gone.id));
   // Idle when its member left: forgotten then.
+  sessions.RetainOnly({9, 11});
   Attached idle = AttachOne(sessions, 11, /*tensors=*/true);
-  sessions.RetainOnly({9});
   sessions.RetainOnly({9});
   EXPECT_FALSE(sessions.Detach(idle.id));
   EXPECT_TRUE(sessions.Resolve(Ref(stays.id), 9).ok());
+}
+
+// A member that left between the server's membership check and its
+// attach gets no session: it would stay mapped until the next view change.
+TEST(ShmSessions, AMemberThatLeftGetsNoSession) {
+  ShmSessions sessions;
+  sessions.RetainOnly({9});
+  auto region = ShmRegion::Create(ShmRegion::kHeaderBytes + 4096);
+  ASSERT_TRUE(region.ok()) << region.status();
+  const v1::AttachShmRequest req = Request(**region, 7, /*tensors=*/false);
+  auto refused = sessions.Attach(req);
+  EXPECT_TRUE(absl::IsUnavailable(refused.status())) << refused.status();
+  EXPECT_EQ(sessions.size(), 0u);
+  sessions.RetainOnly({7, 9});  // it joined again (or the view caught up)
+  auto attached = sessions.Attach(req);
+  EXPECT_TRUE(attached.ok()) << attached.status();
 }
 
 }  // namespace
