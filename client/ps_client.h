@@ -58,6 +58,11 @@ struct PsClientOptions {
   // others get them in messages. Same requests, same answers.
   bool shared_memory = true;
   uint64_t shm_bytes_per_server = 1ull << 30;
+  // How long the client tries to have a server detach a tensor-region
+  // session (ShareTensors) that an attempt without an answer named, while
+  // the ops that used it wait, before it gives up on that server's fence.
+  // A server refusing connections for 5 s counts as gone (detached).
+  absl::Duration shm_detach_timeout = absl::Seconds(60);
   // TLS credentials for the channels to servers (security/tls.h).
   std::shared_ptr<const Security> security = Security::Plaintext();
 };
@@ -199,12 +204,16 @@ class PsClient {
   // out of it, with no copy through a slot on this side. Other buffers,
   // other hosts and bf16 payloads go as before. Unlike the contracts of
   // Push and Pull below, a pull into the region whose answer was lost may
-  // already have written its destination, and an attempt whose answer
-  // never came may still touch its bytes later (the client then stops
-  // using the region with that server address): a pull writes the chunk's
-  // current weights, never older than a later pull wrote (under BSP the
-  // same bytes until the caller pushes its step), and a push read late
-  // never replaces its retry or a later push (PushRequest.push_seq).
+  // already have written its destination. An op one of whose attempts got
+  // no answer completes only once that server has detached the session
+  // the attempt named (DetachShm), so it no longer touches the region;
+  // the region is then attached anew. Where the server cannot detach it
+  // (no DetachShm, or no answer within shm_detach_timeout) the op
+  // completes anyway, the client stops using the region with that server,
+  // and a late access stays possible: a pull writes the chunk's current
+  // weights, never older than a later pull wrote (under BSP the same
+  // bytes until the caller pushes its step), and a push read late never
+  // replaces its retry or a later push (PushRequest.push_seq).
   // Called once, before the first push or pull; `region` must outlive
   // every op on it.
   void ShareTensors(std::shared_ptr<ShmRegion> region);

@@ -241,7 +241,10 @@ void PsClient::Impl::Complete(const OpPtr& op, absl::Status status,
     // server may still write or read them.
     absl::MutexLock lock(&mu_);
     parked_.push_back({op, std::move(status), *response});
-    attach_wanted_ = true;
+    // The first time: the timer thread detaches at once. Later, its own
+    // retries of the detach are spaced (detach_retry_).
+    if (!op->parked) attach_wanted_ = true;
+    op->parked = true;
     return;
   }
   uint64_t version = 0;

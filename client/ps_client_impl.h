@@ -37,9 +37,15 @@ struct TensorSession {
   // Sessions an attempt named that got no answer: the server may still
   // read or write the region through them until it has detached them
   // (DetachShm). No new session is attached, and no op that used one
-  // completes, before then.
-  std::vector<uint64_t> undetached;
-  absl::Time undetached_since;  // when the list last became non-empty
+  // completes, before then or before the client gives up on the detach
+  // (PsClient::Impl::DetachUnanswered).
+  struct Undetached {
+    uint64_t id = 0;
+    // Since when its detaches have failed; have failed with UNAVAILABLE.
+    absl::Time failing_since = absl::InfiniteFuture();
+    absl::Time unreachable_since = absl::InfiniteFuture();
+  };
+  std::vector<Undetached> undetached;
 };
 
 // One push or pull, across its attempts (one at a time).
@@ -72,6 +78,7 @@ struct OpState {
   // Set once an attempt in the tensor region got no answer: the op
   // completes only once this session has nothing left undetached.
   std::shared_ptr<TensorSession> fence;
+  bool parked = false;  // it waited for the fence once already
   // How the current attempt ended (its trailing metadata): the server's
   // handler answered it; the server did not know its shared-memory session.
   bool answered = false;

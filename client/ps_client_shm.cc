@@ -184,10 +184,10 @@ void PsClient::Impl::EndTensorAttempt(const OpPtr& op) {
       // detached before anything uses the region with that server again,
       // and before this op completes.
       if (session.id == op->tensors_id) session.id = 0;
-      if (std::find(session.undetached.begin(), session.undetached.end(),
-                    op->tensors_id) == session.undetached.end()) {
-        if (session.undetached.empty()) session.undetached_since = absl::Now();
-        session.undetached.push_back(op->tensors_id);
+      const uint64_t id = op->tensors_id;
+      if (std::none_of(session.undetached.begin(), session.undetached.end(),
+                       [id](const auto& u) { return u.id == id; })) {
+        session.undetached.push_back({id});
       }
       op->fence = op->tensors;
     } else if (op->shm_lost && session.id == op->tensors_id) {
@@ -219,8 +219,9 @@ bool PsClient::Impl::DetachUnanswered() {
   {
     absl::MutexLock lock(&stub_mu_);
     for (auto& [address, stubs] : stubs_) {
-      if (!stubs->tensors->undetached.empty())
-        pending.emplace_back(stubs.get(), stubs->tensors->undetached);
+      std::vector<uint64_t> ids;
+      for (const auto& u : stubs->tensors->undetached) ids.push_back(u.id);
+      if (!ids.empty()) pending.emplace_back(stubs.get(), std::move(ids));
     }
   }
   bool left = false;
@@ -228,17 +229,26 @@ bool PsClient::Impl::DetachUnanswered() {
     for (const uint64_t id : ids) {
       const absl::Status s =
           DetachRegion(stubs->typed.get(), scheduler_->member_id(), id);
+      const absl::Time now = absl::Now();
       absl::MutexLock lock(&stub_mu_);
       TensorSession& session = *stubs->tensors;
-      const absl::Duration waited = absl::Now() - session.undetached_since;
-      bool done =
-          s.ok() || (absl::IsUnavailable(s) && waited >= kUnreachableGrace);
-      if (!done &&
-          (!ShmAttachMayWorkLater(s) || waited >= options_.rpc_timeout)) {
-        // An older server without DetachShm, or one that has not answered
-        // for as long as a call may take: its late accesses cannot be
-        // ruled out, and its payloads go through slots or messages for the
-        // rest of the run. The ops waiting for it complete.
+      auto u =
+          std::find_if(session.undetached.begin(), session.undetached.end(),
+                       [id](const auto& u) { return u.id == id; });
+      if (u == session.undetached.end()) continue;
+      if (!s.ok()) {
+        u->failing_since = std::min(u->failing_since, now);
+        u->unreachable_since = absl::IsUnavailable(s)
+                                   ? std::min(u->unreachable_since, now)
+                                   : absl::InfiniteFuture();
+      }
+      bool done = s.ok() || now - u->unreachable_since >= kUnreachableGrace;
+      if (!done && (!ShmAttachMayWorkLater(s) ||
+                    now - u->failing_since >= options_.shm_detach_timeout)) {
+        // An older server without DetachShm, or one whose detaches failed
+        // for shm_detach_timeout: its late accesses cannot be ruled out,
+        // and its payloads go through slots or messages for the rest of
+        // the run. The ops waiting for it complete.
         spdlog::warn(
             "strata client: a server could not detach the tensor region's "
             "session {} ({}); not using the region with it again",
@@ -247,9 +257,7 @@ bool PsClient::Impl::DetachUnanswered() {
         done = true;
       }
       if (done) {
-        session.undetached.erase(std::remove(session.undetached.begin(),
-                                             session.undetached.end(), id),
-                                 session.undetached.end());
+        session.undetached.erase(u);
       } else {
         left = true;
       }

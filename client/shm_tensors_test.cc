@@ -124,6 +124,10 @@ TEST(ShmTensors, AnUnansweredPullIsDetachedBeforeItCompletes) {
   options.rpc_timeout = absl::Seconds(3);
   uint64_t after_late = 0;
   const RunResult in_place = FenceRun(options, true, [&](Cluster& c, float* w) {
+    auto before = c.ps->Stats();
+    ASSERT_TRUE(before.ok());
+    // 3 steps of 4 chunk pushes and 3 pulls, all in place.
+    EXPECT_EQ((*before)[0].shm_payloads(), 3u * 7);
     // Version 4 comes only with the push of step 3, after the deadline.
     std::vector<OpHandle> late = c.ps->PullTensorAsync(0, w, -1, 4);
     ASSERT_EQ(late.size(), 3u);  // chunks of 100, 100 and 50

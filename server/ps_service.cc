@@ -11,6 +11,7 @@
 #include "common/wire.h"
 #include "server/parameter_server.h"
 #include "server/server_metrics.h"
+#include "spdlog/spdlog.h"
 #include "strata/v1/ps.grpc.pb.h"
 
 namespace strata {
@@ -146,6 +147,11 @@ class Service final : public ServiceBase {
     // No membership check: a member fenced out of the view detaches the
     // sessions of its earlier id. The random id is the capability.
     resp->set_held(shm_->Detach(req->session()));
+    if (resp->held()) {
+      // Rare: after a call of that member that got no answer.
+      spdlog::info("strata server: member {} detached shared-memory session {}",
+                   req->member_id(), req->session());
+    }
     return grpc::Status::OK;
   }
 

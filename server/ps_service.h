@@ -25,7 +25,8 @@ class ParameterServer;
 // None of the pointers is owned; each must outlive the service. `owner`
 // takes snapshots (the Snapshot RPC); the series go to `metrics`;
 // `security` says who may call what:
-//   Push, Pull, RegisterChunks, AttachShm, Commit   workers
+//   Push, Pull, RegisterChunks, AttachShm,
+//   DetachShm, Commit                               workers
 //   Snapshot                                        workers, clients
 //   Stats                                           any role
 std::unique_ptr<grpc::Service> NewParameterServerService(

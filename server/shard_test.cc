@@ -86,6 +86,13 @@ TEST(Shard, BadPushesAreRejectedAndLeaveWeightsUntouched) {
             absl::StatusCode::kAborted);  // stamped before the member joined
   EXPECT_EQ(shard.Push(PushReq(7, 0, 0, 3), Bytes(g)).status().code(),
             absl::StatusCode::kInvalidArgument);  // zero samples
+  // A payload that can no longer be read (its shared-memory session was
+  // detached): the reader's error.
+  auto gone =
+      shard.Push(PushReq(7, 0, 1, 3), kN * 4, [](char*, size_t, size_t) {
+        return absl::NotFoundError("session detached");
+      });
+  EXPECT_TRUE(absl::IsNotFound(gone.status())) << gone.status();
 
   EXPECT_EQ(PullNow(shard, 7, -1), before);
   EXPECT_EQ(shard.counters().pushes_applied.load(), 0u);

@@ -59,7 +59,7 @@ absl::StatusOr<uint64_t> ShmSessions::Attach(const v1::AttachShmRequest& req) {
       ShmRegion::Open(req.pid(), req.fd(), req.size(), req.nonce());
   if (!region.ok()) return region.status();
   const std::pair<uint64_t, bool> key(req.member_id(), req.tensors());
-  std::shared_ptr<ShmGate> replaced;
+  uint64_t replaced = 0;
   absl::StatusOr<uint64_t> id = [&]() -> absl::StatusOr<uint64_t> {
     absl::MutexLock lock(&mu_);
     if (members_.has_value() &&
@@ -74,7 +74,10 @@ absl::StatusOr<uint64_t> ShmSessions::Attach(const v1::AttachShmRequest& req) {
           "retry"));
     }
     auto old = by_member_.find(key);
-    if (old != by_member_.end()) replaced = RemoveLocked(old->second);
+    if (old != by_member_.end()) {
+      replaced = old->second;
+      EndLocked(replaced);
+    }
     if (sessions_.size() >= max_sessions_) {
       return absl::ResourceExhaustedError(
           absl::StrCat("this server already maps ", max_sessions_,
@@ -94,35 +97,34 @@ absl::StatusOr<uint64_t> ShmSessions::Attach(const v1::AttachShmRequest& req) {
   }();
   // The new session replaces the old one as a detach would: once the
   // caller has the answer, the old one's bytes are no longer touched.
-  if (replaced) replaced->Revoke();
+  if (replaced != 0) Detach(replaced);
   return id;
 }
 
-std::shared_ptr<ShmGate> ShmSessions::RemoveLocked(uint64_t id) {
+void ShmSessions::EndLocked(uint64_t id) {
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) return nullptr;
-  std::shared_ptr<ShmGate> gate = std::move(it->second.gate);
+  if (it == sessions_.end()) return;
+  it->second.gate->Revoke(/*wait=*/false);
+  ended_[id] = std::move(it->second.gate);
   by_member_.erase({it->second.member, it->second.tensors});
   sessions_.erase(it);
-  return gate;
 }
 
 bool ShmSessions::Detach(uint64_t id) {
   std::shared_ptr<ShmGate> gate;
   {
     absl::MutexLock lock(&mu_);
-    gate = RemoveLocked(id);
-    if (gate == nullptr) {
-      // Dropped with its member, perhaps with a use still under way.
-      auto it = left_.find(id);
-      if (it != left_.end()) {
-        gate = std::move(it->second);
-        left_.erase(it);
-      }
-    }
+    EndLocked(id);
+    auto it = ended_.find(id);
+    if (it == ended_.end()) return false;
+    // It stays findable until its uses are over, so a second detach
+    // meanwhile (a client's retry) waits for them too.
+    gate = it->second;
   }
-  if (gate == nullptr) return false;
   gate->Revoke();  // outside the lock: other sessions' requests go on
+  absl::MutexLock lock(&mu_);
+  auto it = ended_.find(id);
+  if (it != ended_.end() && it->second == gate) ended_.erase(it);
   return true;
 }
 
@@ -157,13 +159,10 @@ void ShmSessions::RetainOnly(const std::vector<uint64_t>& members) {
     }
     // Not waited for here, on the view's path under the server's view
     // lock; a detach of the session still waits for its uses.
-    it->second.gate->Revoke(/*wait=*/false);
-    left_[it->first] = std::move(it->second.gate);
-    by_member_.erase({it->second.member, it->second.tensors});
-    sessions_.erase(it++);
+    EndLocked((it++)->first);
   }
   // A revoked gate with no use under way never has one again.
-  absl::erase_if(left_, [](const auto& kv) { return kv.second->Idle(); });
+  absl::erase_if(ended_, [](const auto& kv) { return kv.second->Idle(); });
 }
 
 size_t ShmSessions::size() const {

@@ -92,8 +92,9 @@ class ShmSessions {
   // range outside the region's payload bytes.
   absl::StatusOr<ShmSpan> Resolve(const v1::ShmRef& ref, uint64_t member) const;
   // Ends session `id` (DetachShm): returns once no access to its bytes is
-  // under way and none can start. False for a session not held (nor
-  // dropped with its member while an access was under way).
+  // under way and none can start, also when another detach of it is
+  // waiting. False for a session not held (nor ended while an access was
+  // under way).
   bool Detach(uint64_t id);
   // Drops the sessions of members not in `members` (sorted): they left.
   // Their uses under way finish; none starts after. Until the next call,
@@ -108,9 +109,9 @@ class ShmSessions {
     std::shared_ptr<ShmRegion> region;
     std::shared_ptr<ShmGate> gate;
   };
-  // Takes session `id` out of the maps; its gate, or null if not held.
-  std::shared_ptr<ShmGate> RemoveLocked(uint64_t id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends session `id` if held: revokes its gate, without waiting, and
+  // moves it to ended_.
+  void EndLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const size_t max_sessions_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
@@ -119,9 +120,9 @@ class ShmSessions {
       ABSL_GUARDED_BY(mu_);
   // The live workers RetainOnly last passed (sorted); unset before.
   std::optional<std::vector<uint64_t>> members_ ABSL_GUARDED_BY(mu_);
-  // Sessions of members that left (RetainOnly) whose uses were under way
-  // then, so that a detach of one still waits for them.
-  absl::flat_hash_map<uint64_t, std::shared_ptr<ShmGate>> left_
+  // Ended sessions whose uses may be under way: a detach of one waits for
+  // them. Detach removes the one it waited for; RetainOnly the idle ones.
+  absl::flat_hash_map<uint64_t, std::shared_ptr<ShmGate>> ended_
       ABSL_GUARDED_BY(mu_);
 };
 

@@ -104,6 +104,42 @@ TEST(ShmSessions, ADetachWaitsForTheUseUnderWayAndRefusesLaterOnes) {
   EXPECT_TRUE(absl::IsNotFound(ShmUse::NoSessionError(a.id)));
 }
 
+// A client whose detach ran out of time detaches again while the server
+// still waits for the use: the second detach waits too, never answering
+// while the use is under way.
+TEST(ShmSessions, ASecondDetachWaitsForTheSameUse) {
+  ShmSessions sessions;
+  Attached a = AttachOne(sessions, 7, /*tensors=*/true);
+  auto span = sessions.Resolve(Ref(a.id), 7);
+  ASSERT_TRUE(span.ok()) << span.status();
+  ShmUse use(*span);
+  ASSERT_TRUE(use.Begin());
+  bool first_held = false;
+  std::atomic<bool> first_ended{false}, second_ended{false};
+  std::thread first([&] {
+    first_held = sessions.Detach(a.id);
+    first_ended = true;
+  });
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  for (bool refused = false; !refused && absl::Now() < deadline;) {
+    ShmUse probe(*span);
+    refused = !probe.Begin();
+  }
+  std::thread second([&] {
+    sessions.Detach(a.id);
+    second_ended = true;
+  });
+  // Give the second a moment to answer, as it did before it waited.
+  for (int i = 0; i < 100 && !second_ended; ++i)
+    absl::SleepFor(absl::Milliseconds(2));
+  EXPECT_FALSE(second_ended.load()) << "a detach answered under a use";
+  EXPECT_FALSE(first_ended.load());
+  use.End();
+  first.join();
+  second.join();
+  EXPECT_TRUE(first_held);
+}
+
 TEST(ShmSessions, ANewSessionOfTheSameKindEndsTheOldOneAsADetachWould) {
   ShmSessions sessions;
   Attached slots = AttachOne(sessions, 7, /*tensors=*/false);
