@@ -13,7 +13,8 @@
 #   ratio_to_torch <config> <x/y>
 # Set WITH_SERVERS=0 to skip the cluster runs; WORKER_FLAGS adds flags to
 # the workers there (e.g. "--shm false" for payloads in gRPC messages),
-# SERVER_FLAGS to the servers (e.g. "--write_behind false" with TIER).
+# SERVER_FLAGS to the servers (e.g. "--write_behind false" with TIER),
+# SCHEDULER_FLAGS to the scheduler (e.g. "--consistency asp").
 # TIER=4 also runs each cluster shape with servers whose --ram_budget is a
 # quarter of their share of the state (weights and AdamW moments, 12 bytes
 # per parameter), the rest spilled to disk under TIER_DIR (default
@@ -59,7 +60,7 @@ with_servers() {  # name layers heads width context batch [state ratio]
   local workers=${WORKERS:-1}
   dir=$(mktemp -d "${TIER_DIR:-/var/tmp}/strata-cpu-train-XXXXXX")
   "${build}/cli/strata" scheduler --listen 127.0.0.1:0 --num_shards 2 \
-    --address_file "${dir}/addr" 2>"${dir}/scheduler.log" & pids+=($!)
+    ${SCHEDULER_FLAGS:-} --address_file "${dir}/addr" 2>"${dir}/scheduler.log" & pids+=($!)
   for _ in $(seq 100); do [[ -s "${dir}/addr" ]] && break; sleep 0.1; done
   local addr; addr=$(cat "${dir}/addr")
   if [[ -n "${7:-}" ]]; then

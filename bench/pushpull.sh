@@ -4,7 +4,10 @@
 # shared memory (the default for processes on one host) and in gRPC
 # messages; each against iperf3 on 127.0.0.1 measured in the same run.
 # Run from the repository root: bash bench/pushpull.sh
-# CONFIGS="4:1:1 64:2:0" picks configurations (chunk MiB:workers:shm).
+# CONFIGS="4:1:1 64:2:0" picks configurations (chunk MiB:workers:shm), shm
+# 0 for gRPC messages, 1 for shared-memory slots, 2 for the client's
+# buffers in a region the servers map (a worker's model: PsClient::
+# ShareTensors).
 # Then the gRPC configurations (TLS_CONFIGS) again on a second cluster with
 # mutual TLS on every channel, each against its plaintext figure
 # (pushpull_tls_ratio_to_plaintext). Shared memory carries payloads
@@ -26,7 +29,7 @@ if [[ -z "${STRATA_WIRE_NS:-}" ]]; then
   need_cmd iperf3 iperf3
 fi
 in_wire_namespace "$0" "$@" && exit 0
-default_configs="4:1:1 4:1:0 4:2:1 4:2:0 64:1:1 64:1:0 64:2:1 64:2:0"
+default_configs="4:1:2 4:1:1 4:1:0 4:2:1 4:2:0 64:1:2 64:1:1 64:1:0 64:2:1 64:2:0"
 bf16_default_configs="4:1:1 4:1:0 64:1:0"
 if [[ -n "${WIRE_GBIT:-}" ]]; then
   default_configs="4:1:0 4:2:0 64:1:0 64:2:0"
@@ -49,9 +52,11 @@ printf "loopback_tcp_GBps %.3f\n" "$tcp"
 run_config() {
   local chunk workers shm
   IFS=: read -r chunk workers shm <<<"$1"; shift
-  name="chunk${chunk}MiB_workers${workers}_$([ "$shm" = 1 ] && echo shm || echo grpc)"
+  local kinds=(grpc shm tensors)
+  name="chunk${chunk}MiB_workers${workers}_${kinds[$shm]}"
   ./build/bench/pushpull_bench --scheduler "$addr" --model_mib "${MODEL_MIB:-256}" \
-    --chunk_mib "$chunk" --workers "$workers" --shm "$shm" \
+    --chunk_mib "$chunk" --workers "$workers" --shm "$((shm > 0))" \
+    --tensors "$((shm == 2))" \
     --rounds "${ROUNDS:-4}" --repeats 3 "$@" >"$dir/pp.out" 2>"$dir/pp.err" ||
     { cat "$dir/pp.err" >&2; exit 1; }
   pp=$(awk '/^pushpull_GBps/ {print $2}' "$dir/pp.out")

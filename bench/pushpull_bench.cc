@@ -10,7 +10,13 @@
 // --bf16 1 pushes gradients and pulls weights as bf16 (a GPU worker's
 // default): the figure still counts the model's fp32 bytes (what a worker
 // synchronizes per second), and `pushpull_wire_GBps` the bytes sent.
+// --tensors 1 puts each client's gradient and weights in a shared-memory
+// region the servers map (PsClient::ShareTensors), as a worker's model is:
+// pushes are read and pulls written in place, with no copy through a slot
+// on the client's side.
+#include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -20,6 +26,7 @@
 #include "client/ps_client.h"
 #include "cluster/scheduler_client.h"
 #include "common/malloc_tuning.h"
+#include "common/shm_region.h"
 #include "security/tls.h"
 
 namespace {
@@ -27,15 +34,38 @@ namespace {
 struct Client {
   std::unique_ptr<strata::SchedulerClient> sched;
   std::unique_ptr<strata::PsClient> ps;
-  std::vector<float> grad, weights;
+  std::vector<float> storage;                 // or
+  std::shared_ptr<strata::ShmRegion> region;  // with --tensors
+  float* grad = nullptr;
+  float* weights = nullptr;
   int64_t step = 0;
   bool ok = true;
 
+  // The gradient (1e-3 each) and weights, `numel` each, in `storage` or in
+  // a region shared with the servers.
+  absl::Status Place(int64_t numel, bool tensors) {
+    const size_t bytes = static_cast<size_t>(numel) * 2 * sizeof(float);
+    if (tensors) {
+      auto r = strata::ShmRegion::Create(strata::ShmRegion::kHeaderBytes +
+                                         (bytes + 4095) / 4096 * 4096);
+      if (!r.ok()) return r.status();
+      region = std::move(*r);
+      grad = reinterpret_cast<float*>(region->data() +
+                                      strata::ShmRegion::kHeaderBytes);
+    } else {
+      storage.resize(static_cast<size_t>(numel) * 2);
+      grad = storage.data();
+    }
+    weights = grad + numel;
+    std::fill(grad, grad + numel, 1e-3f);
+    if (tensors) ps->ShareTensors(region);
+    return absl::OkStatus();
+  }
+
   // One round: push and pull the whole model.
   void Round() {
-    std::vector<strata::OpHandle> ops =
-        ps->PushTensorAsync(0, grad.data(), step, 1);
-    for (strata::OpHandle& op : ps->PullTensorAsync(0, weights.data(), -1, 0))
+    std::vector<strata::OpHandle> ops = ps->PushTensorAsync(0, grad, step, 1);
+    for (strata::OpHandle& op : ps->PullTensorAsync(0, weights, -1, 0))
       ops.push_back(op);
     for (auto& op : ops) {
       if (auto s = op.Wait(); !s.ok()) {
@@ -55,7 +85,7 @@ int main(int argc, char** argv) {
   std::string scheduler = "127.0.0.1:7070";
   int model_mib = 256, chunk_mib = 4, rounds = 4, repeats = 3, in_flight = 8;
   int workers = 1;
-  bool shm = true, bf16 = false;
+  bool shm = true, bf16 = false, tensors = false;
   app.add_option("--scheduler", scheduler);
   app.add_option("--model_mib", model_mib)->check(CLI::PositiveNumber);
   app.add_option("--chunk_mib", chunk_mib)->check(CLI::PositiveNumber);
@@ -67,6 +97,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--shm", shm, "payloads through shared memory where possible");
   app.add_option("--bf16", bf16, "push and pull as bf16");
+  app.add_option("--tensors", tensors,
+                 "gradient and weights in a region the servers map");
   strata::TlsFiles tls;
   app.add_option("--tls_cert", tls.cert);
   app.add_option("--tls_key", tls.key);
@@ -111,8 +143,9 @@ int main(int argc, char** argv) {
     if (auto s = c.ps->RegisterModel(model); !s.ok()) {
       return std::fprintf(stderr, "%s\n", s.ToString().c_str()), 1;
     }
-    c.grad.assign(numel, 1e-3f);
-    c.weights.resize(numel);
+    if (auto s = c.Place(numel, tensors && shm); !s.ok()) {
+      return std::fprintf(stderr, "%s\n", s.ToString().c_str()), 1;
+    }
   }
   (void)clients[0].sched->WaitForView(
       [workers](const strata::v1::View& v) {

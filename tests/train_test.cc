@@ -238,6 +238,11 @@ TEST_P(LocalRun, LearnsAndGenerateSamplesFromItsSnapshot) {
   // enough for any seed, tight enough that no learning fails it.
   EXPECT_GT(losses.front(), 4.5);
   EXPECT_LT(losses.back(), 2.5);
+  // Under every consistency the workers' models live in the region the
+  // servers on the host map (pulls written, pushes read in place).
+  EXPECT_NE(local.Output().find("weights and gradients are in shared memory"),
+            std::string::npos)
+      << local.Output();
   // `strata local` draws the curves at the end and names the page.
   EXPECT_NE(local.Output().find("curves in " + dir + "/run/plot.html"),
             std::string::npos)

@@ -74,11 +74,14 @@ namespace {
 // on this host map (PsClient::ShareTensors): a pull writes the weights in
 // place and a push's gradient is copied out from where backward (or the
 // copy from the GPU) left it, with no copy through a slot on the worker's
-// side. Under BSP only: there a late write of an abandoned pull brings the
-// same bytes, where under SSP/ASP it could bring newer weights in the
-// middle of a step. Where the region cannot be made, is larger than a
-// server maps or (GPU) cannot be pinned, or the model is split over ranks,
-// the model stays where it is.
+// side. Under every consistency: an op whose attempt got no answer
+// completes only once the server detached the region (client/ps_client.h,
+// ShareTensors), so no late write of an abandoned pull lands in the middle
+// of a step. (Until that fence, SSP/ASP kept the slots: there such a write
+// could bring newer weights mid-step, where under BSP it brings the same
+// bytes.) Where the region cannot be made, is larger than a server maps or
+// (GPU) cannot be pinned, or the model is split over ranks, the model stays
+// where it is.
 void ShareModelTensors(Model& model, PsClient& ps) {
   const int64_t floats = model.storage_floats();
   if (floats == 0) return;  // a split model
@@ -162,9 +165,7 @@ absl::Status RunTrainer(const TrainerOptions& options) {
   STRATA_ASSIGN_OR_RETURN(auto ps,
                           PsClient::Create(po, session.scheduler.get()));
   STRATA_RETURN_IF_ERROR(ps->RegisterModel(ServerModel(*gpt, o)));
-  if (o.shared_memory && session.consistency.mode == Consistency::kBsp) {
-    ShareModelTensors(*gpt, *ps);
-  }
+  if (o.shared_memory) ShareModelTensors(*gpt, *ps);
   const int workers = session.workers;
   if (o.batch < workers) {
     return absl::InvalidArgumentError(absl::StrCat(
