@@ -14,7 +14,8 @@
 # Set WITH_SERVERS=0 to skip the cluster runs; WORKER_FLAGS adds flags to
 # the workers there (e.g. "--shm false" for payloads in gRPC messages),
 # SERVER_FLAGS to the servers (e.g. "--write_behind false" with TIER),
-# SCHEDULER_FLAGS to the scheduler (e.g. "--consistency asp").
+# SCHEDULER_FLAGS to the scheduler (e.g. "--consistency asp"; not with
+# ALLREDUCE, whose runs need BSP).
 # TIER=4 also runs each cluster shape with servers whose --ram_budget is a
 # quarter of their share of the state (weights and AdamW moments, 12 bytes
 # per parameter), the rest spilled to disk under TIER_DIR (default

@@ -104,6 +104,11 @@ int main(int argc, char** argv) {
   app.add_option("--tls_key", tls.key);
   app.add_option("--tls_ca", tls.ca);
   CLI11_PARSE(app, argc, argv);
+  if (tensors && (bf16 || !shm)) {
+    // bf16 payloads and messages never go in place.
+    std::fprintf(stderr, "--tensors 1 needs --shm 1 and --bf16 0\n");
+    return 2;
+  }
   auto security = strata::Security::Load(tls);
   if (!security.ok()) {
     return std::fprintf(stderr, "%s\n", security.status().ToString().c_str()),
@@ -143,7 +148,7 @@ int main(int argc, char** argv) {
     if (auto s = c.ps->RegisterModel(model); !s.ok()) {
       return std::fprintf(stderr, "%s\n", s.ToString().c_str()), 1;
     }
-    if (auto s = c.Place(numel, tensors && shm); !s.ok()) {
+    if (auto s = c.Place(numel, tensors); !s.ok()) {
       return std::fprintf(stderr, "%s\n", s.ToString().c_str()), 1;
     }
   }
@@ -178,12 +183,22 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "repeat %d: %.3f GB/s\n", r, gbps);
     best = std::max(best, gbps);
   }
-  uint64_t shm_payloads = 0;
+  uint64_t shm_payloads = 0, in_place = 0;
   if (auto stats = clients[0].ps->Stats(); stats.ok()) {
-    for (const auto& s : *stats) shm_payloads += s.shm_payloads();
+    for (const auto& s : *stats) {
+      shm_payloads += s.shm_payloads();
+      in_place += s.shm_tensor_payloads();
+    }
   }
-  std::fprintf(stderr, "payloads through shared memory: %llu\n",
-               static_cast<unsigned long long>(shm_payloads));
+  std::fprintf(stderr,
+               "payloads through shared memory: %llu (in place: %llu)\n",
+               static_cast<unsigned long long>(shm_payloads),
+               static_cast<unsigned long long>(in_place));
+  if (tensors && in_place == 0) {
+    // The figure would be the slots' or the messages' under this name.
+    std::fprintf(stderr, "--tensors 1: no payload went in place\n");
+    return 1;
+  }
   std::printf("pushpull_GBps %.3f\n", best);
   std::printf("pushpull_wire_GBps %.3f\n", bf16 ? best / 2 : best);
   return 0;

@@ -203,7 +203,7 @@ class PsClient {
   // there: the server writes the weights in place and copies the gradient
   // out of it, with no copy through a slot on this side. Other buffers,
   // other hosts and bf16 payloads go as before. Unlike the contracts of
-  // Push and Pull below, a pull into the region whose answer was lost may
+  // Push and Pull above, a pull into the region whose answer was lost may
   // already have written its destination. An op one of whose attempts got
   // no answer completes only once that server has detached the session
   // the attempt named (DetachShm), so it no longer touches the region;

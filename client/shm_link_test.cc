@@ -82,6 +82,7 @@ TEST(ShmLink, TrainsToTheSameWeightsAsPlainMessages) {
   EXPECT_EQ(messages.shm_payloads, 0u);
   // 5 steps of 4 chunk pushes and 3 pulls, and the final pulls.
   EXPECT_GE(shm.shm_payloads, 5u * 7);
+  EXPECT_EQ(shm.shm_tensor_payloads, 0u);  // slots, no tensor region
   EXPECT_EQ(shm.w, messages.w);  // bit-identical: the same bytes arrive
   EXPECT_EQ(shm.b, messages.b);
   ASSERT_EQ(shm.w.size(), 250u);

@@ -52,6 +52,7 @@ TEST(ShmTensors, TrainToTheSameWeightsAsPlainMessages) {
     EXPECT_EQ(in_place.b, messages.b);
     // 5 steps of 4 chunk pushes and 3 pulls, and the final 4 pulls.
     EXPECT_EQ(in_place.shm_payloads, 5u * 7 + 4);
+    EXPECT_EQ(in_place.shm_tensor_payloads, 5u * 7 + 4);
     std::vector<float> outside(250);
     ASSERT_TRUE(c.ps->PullTensor(0, outside.data(), 5, 5).ok());
     EXPECT_EQ(outside, messages.w);
@@ -127,7 +128,7 @@ TEST(ShmTensors, AnUnansweredPullIsDetachedBeforeItCompletes) {
     auto before = c.ps->Stats();
     ASSERT_TRUE(before.ok());
     // 3 steps of 4 chunk pushes and 3 pulls, all in place.
-    EXPECT_EQ((*before)[0].shm_payloads(), 3u * 7);
+    EXPECT_EQ((*before)[0].shm_tensor_payloads(), 3u * 7);
     // Version 4 comes only with the push of step 3, after the deadline.
     std::vector<OpHandle> late = c.ps->PullTensorAsync(0, w, -1, 4);
     ASSERT_EQ(late.size(), 3u);  // chunks of 100, 100 and 50
@@ -149,13 +150,13 @@ TEST(ShmTensors, AnUnansweredPullIsDetachedBeforeItCompletes) {
       ASSERT_EQ(w[i], 42.0f) << "the late pull wrote w[" << i << "]";
     auto stats = c.ps->Stats();
     ASSERT_TRUE(stats.ok());
-    after_late = (*stats)[0].shm_payloads();
+    after_late = (*stats)[0].shm_tensor_payloads();
   });
   EXPECT_EQ(in_place.w, expected.w);  // bit-identical
   EXPECT_EQ(in_place.b, expected.b);
   // In place again: 2 steps of 4 pushes and 3 pulls, and the final 4
   // pulls, less the calls made before the new session was attached.
-  EXPECT_GE(in_place.shm_payloads - after_late, 7u);
+  EXPECT_GE(in_place.shm_tensor_payloads - after_late, 7u);
 }
 
 }  // namespace

@@ -42,9 +42,12 @@ class Service final : public ServiceBase {
         owner_(owner),
         push_pool_(push_pool),
         pull_pool_(pull_pool),
-        metrics_(metrics, shard, [this] {
-          return shm_payloads_.load(std::memory_order_relaxed);
-        }) {}
+        metrics_(
+            metrics, shard,
+            [this] { return shm_payloads_.load(std::memory_order_relaxed); },
+            [this] {
+              return shm_tensor_payloads_.load(std::memory_order_relaxed);
+            }) {}
 
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* request,
@@ -110,6 +113,8 @@ class Service final : public ServiceBase {
     STRATA_RETURN_GRPC_IF_ERROR(security_->Authorize(*ctx, "Stats", kReaders));
     shard_->FillStats(resp);
     resp->set_shm_payloads(shm_payloads_.load(std::memory_order_relaxed));
+    resp->set_shm_tensor_payloads(
+        shm_tensor_payloads_.load(std::memory_order_relaxed));
     return grpc::Status::OK;
   }
 
@@ -197,7 +202,7 @@ class Service final : public ServiceBase {
                          if (begin + n == span.size) use.End();
                          return absl::OkStatus();
                        });
-      if (resp.ok()) shm_payloads_.fetch_add(1, std::memory_order_relaxed);
+      if (resp.ok()) CountShm(span);
     } else {
       resp = shard_->Push(req, message.payload_size(),
                           [&message](char* dst, size_t begin, size_t n) {
@@ -227,7 +232,7 @@ class Service final : public ServiceBase {
       use.End();
       if (use.refused()) return ShmUse::NoSessionError(req.shm().session());
       STRATA_ASSIGN_OR_RETURN(PullResult r, std::move(served));
-      shm_payloads_.fetch_add(1, std::memory_order_relaxed);
+      CountShm(span);
       v1::PullResponse header;
       header.set_version(r.version);
       header.set_min_clock(r.min_clock);
@@ -245,6 +250,13 @@ class Service final : public ServiceBase {
     *response =
         SerializeWithPayload(header, kPullDataField, std::move(payload));
     return absl::OkStatus();
+  }
+
+  // A push or pull served through shared memory at `span`.
+  void CountShm(const ShmSpan& span) {
+    shm_payloads_.fetch_add(1, std::memory_order_relaxed);
+    if (span.tensors)
+      shm_tensor_payloads_.fetch_add(1, std::memory_order_relaxed);
   }
 
   static absl::Status SerializeMessage(const google::protobuf::Message& msg,
@@ -267,6 +279,7 @@ class Service final : public ServiceBase {
   ThreadPool* push_pool_;
   ThreadPool* pull_pool_;
   std::atomic<uint64_t> shm_payloads_{0};
+  std::atomic<uint64_t> shm_tensor_payloads_{0};
   ServerMetrics metrics_;
 };
 

@@ -10,7 +10,8 @@ constexpr const char* kMethodNames[] = {"push", "pull", "commit"};
 }  // namespace
 
 ServerMetrics::ServerMetrics(Metrics* metrics, const Shard* shard,
-                             std::function<uint64_t()> shm_payloads)
+                             std::function<uint64_t()> shm_payloads,
+                             std::function<uint64_t()> shm_tensor_payloads)
     : metrics_(metrics) {
   for (int m = 0; m < kMethods; ++m) {
     seconds_[m] = &metrics->AddHistogram(
@@ -64,6 +65,12 @@ ServerMetrics::ServerMetrics(Metrics* metrics, const Shard* shard,
       "strata_server_shm_payloads_total",
       "Pushes and pulls whose payload went through shared memory",
       [shm_payloads] { return static_cast<double>(shm_payloads()); });
+  metrics->AddCounterFn(
+      "strata_server_shm_tensor_payloads_total",
+      "Pushes and pulls in place in a caller's tensor region (of the above)",
+      [shm_tensor_payloads] {
+        return static_cast<double>(shm_tensor_payloads());
+      });
   metrics->AddGaugeFn(
       "strata_server_chunks", "Chunks this server holds",
       [shard] { return static_cast<double>(shard->num_chunks()); });

@@ -19,11 +19,13 @@ class ServerMetrics {
  public:
   enum Method { kPush, kPull, kCommit, kMethods };
 
-  // Adds the series to `metrics`; `shard` and `shm_payloads` (pushes and
-  // pulls served through shared memory) are read when scraped. All three
-  // must outlive the series' last scrape.
+  // Adds the series to `metrics`; `shard`, `shm_payloads` (pushes and
+  // pulls served through shared memory) and `shm_tensor_payloads` (those
+  // of them in place in a caller's tensor region) are read when scraped.
+  // All must outlive the series' last scrape.
   ServerMetrics(Metrics* metrics, const Shard* shard,
-                std::function<uint64_t()> shm_payloads);
+                std::function<uint64_t()> shm_payloads,
+                std::function<uint64_t()> shm_tensor_payloads);
 
   // One request of `method` answered with `status`, `took` after it
   // arrived. Thread-safe.

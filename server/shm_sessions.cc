@@ -146,7 +146,7 @@ absl::StatusOr<ShmSpan> ShmSessions::Resolve(const v1::ShmRef& ref,
                      ShmRegion::kHeaderBytes, ", ", r.size(), ")"));
   }
   return ShmSpan{it->second.region, it->second.gate, r.data() + ref.offset(),
-                 static_cast<size_t>(ref.size())};
+                 static_cast<size_t>(ref.size()), it->second.tensors};
 }
 
 void ShmSessions::RetainOnly(const std::vector<uint64_t>& members) {

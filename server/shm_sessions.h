@@ -44,6 +44,7 @@ struct ShmSpan {
   std::shared_ptr<ShmGate> gate;
   char* data = nullptr;
   size_t size = 0;
+  bool tensors = false;  // in the caller's tensor region
 };
 
 // One access to a span's bytes: from the first Begin that succeeds to End

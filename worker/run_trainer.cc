@@ -77,11 +77,13 @@ namespace {
 // side. Under every consistency: an op whose attempt got no answer
 // completes only once the server detached the region (client/ps_client.h,
 // ShareTensors), so no late write of an abandoned pull lands in the middle
-// of a step. (Until that fence, SSP/ASP kept the slots: there such a write
-// could bring newer weights mid-step, where under BSP it brings the same
-// bytes.) Where the region cannot be made, is larger than a server maps or
-// (GPU) cannot be pinned, or the model is split over ranks, the model stays
-// where it is.
+// of a step, unless the client gave up on that server's detach (a server
+// without DetachShm, or stalled for shm_detach_timeout): then under
+// SSP/ASP one such write may bring newer weights mid-step, as a HOGWILD
+// read would, where under BSP it brings the same bytes. (Until the fence,
+// SSP/ASP kept the slots for that reason.) Where the region cannot be made, is
+// larger than a server maps or (GPU) cannot be pinned, or the model is split
+// over ranks, the model stays where it is.
 void ShareModelTensors(Model& model, PsClient& ps) {
   const int64_t floats = model.storage_floats();
   if (floats == 0) return;  // a split model

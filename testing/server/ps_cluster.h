@@ -129,6 +129,7 @@ inline void StartCluster(Cluster& c, PsClientOptions options = {}) {
 struct RunResult {
   std::vector<float> w, b;
   uint64_t shm_payloads = 0;
+  uint64_t shm_tensor_payloads = 0;  // of those, in the tensor region
 };
 
 // The weights after `steps` steps, pulled into w and b, and the server's
@@ -142,7 +143,10 @@ inline RunResult FinalWeights(Cluster& c, float* w, float* b,
   run.b.assign(b, b + 3);
   auto stats = c.ps->Stats();
   EXPECT_TRUE(stats.ok());
-  if (stats.ok()) run.shm_payloads = (*stats)[0].shm_payloads();
+  if (stats.ok()) {
+    run.shm_payloads = (*stats)[0].shm_payloads();
+    run.shm_tensor_payloads = (*stats)[0].shm_tensor_payloads();
+  }
   return run;
 }
 
