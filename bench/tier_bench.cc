@@ -42,6 +42,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -274,9 +275,15 @@ int Main(int argc, char** argv) {
                  "write changed cold tiles on a thread of their own (0: each "
                  "spill writes its tile)")
       ->capture_default_str();
-  app.add_option("--evict_farthest", so.evict_farthest,
-                 "spill the tile whose next use is farthest (0: least "
-                 "recently used)")
+  std::map<std::string, SpillOptions::Eviction> evictions = {
+      {"lru", SpillOptions::Eviction::kLeastRecent},
+      {"farthest", SpillOptions::Eviction::kFarthest},
+      {"just_used", SpillOptions::Eviction::kJustUsed}};
+  app.add_option("--evict", so.eviction,
+                 "which tile to spill first: lru, farthest (next use "
+                 "farthest), just_used (used last; no read-ahead or "
+                 "write-behind)")
+      ->transform(CLI::CheckedTransformer(evictions))
       ->capture_default_str();
   uint64_t write_behind_mib = 0;
   app.add_option("--write_behind_mib", write_behind_mib,

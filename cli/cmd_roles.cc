@@ -130,10 +130,12 @@ CommandFn AddServerCommand(CLI::App& app) {
                   "thread of their own, so a spill only frees memory (false: "
                   "each spill writes its tile, on the request's time)")
       ->capture_default_str();
-  cmd->add_option("--evict_farthest", o->evict_farthest,
-                  "with --ram_budget: spill the tile whose next use in the "
-                  "learned order is farthest away (false: the least recently "
-                  "used)")
+  cmd->add_option("--evict", o->evict,
+                  "with --ram_budget, which tile to spill first: lru (least "
+                  "recently used), farthest (next use farthest in the "
+                  "learned order), just_used (used last; no read-ahead or "
+                  "write-behind), auto (just_used under BSP, lru otherwise)")
+      ->check(CLI::IsMember({"auto", "lru", "farthest", "just_used"}))
       ->capture_default_str();
   cmd->add_option(
       "--consistency", o->consistency,

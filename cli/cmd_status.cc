@@ -88,6 +88,14 @@ void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
               ? 1.0
               : static_cast<double>(t.written_behind()) /
                     (t.written_behind() + t.spills_written()));
+      // Which uses missed (a pull of a spilled tile reads its weights
+      // alone), and how many read-aheads went unused.
+      std::printf(
+          "  misses %llu (weights only %llu)  read ahead %llu (unused %llu)",
+          static_cast<unsigned long long>(t.misses()),
+          static_cast<unsigned long long>(t.weight_reads()),
+          static_cast<unsigned long long>(t.prefetched()),
+          static_cast<unsigned long long>(t.read_ahead_unused()));
       if (t.write_errors() > 0) {
         std::printf("  spill write errors %llu",
                     static_cast<unsigned long long>(t.write_errors()));

@@ -105,6 +105,25 @@ absl::Status ParameterServer::fatal() const {
   return impl_->fatal;
 }
 
+namespace {
+
+// ServerOptions::evict.
+absl::StatusOr<SpillOptions::Eviction> ParseEviction(
+    const std::string& evict, const Consistency& consistency) {
+  using E = SpillOptions::Eviction;
+  if (evict == "lru") return E::kLeastRecent;
+  if (evict == "farthest") return E::kFarthest;
+  if (evict == "just_used") return E::kJustUsed;
+  if (evict == "auto") {
+    return consistency.mode == Consistency::kBsp ? E::kJustUsed
+                                                 : E::kLeastRecent;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--evict ", evict, ": one of auto, lru, farthest, just_used"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     ServerOptions options) {
   if (options.shard < 0)
@@ -176,7 +195,8 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     spill.dir = options.data_dir + "/spill";
     spill.prefetch_depth = options.prefetch_depth;
     spill.write_behind = options.write_behind;
-    spill.evict_farthest = options.evict_farthest;
+    STRATA_ASSIGN_OR_RETURN(spill.eviction,
+                            ParseEviction(options.evict, consistency));
     absl::StatusOr<std::unique_ptr<SpillStore>> store = SpillStore::Open(spill);
     if (!store.ok()) {
       return absl::Status(store.status().code(),

@@ -40,9 +40,11 @@ struct ServerOptions {
   // With a budget: changed cold tiles written out on a thread of their own
   // ahead of their spill (SpillOptions::write_behind).
   bool write_behind = true;
-  // With a budget: spill the tile needed last instead of the least
-  // recently used (SpillOptions::evict_farthest).
-  bool evict_farthest = false;
+  // With a budget, which tile to spill first (SpillOptions::Eviction):
+  // "lru" (least recently used), "farthest" (next use farthest in the
+  // learned order), "just_used" (used last), or "auto": just_used under
+  // BSP, where each step uses each tile once, lru otherwise.
+  std::string evict = "auto";
   // bsp | ssp:<s> | asp. With a scheduler, "" means "the job's setting from
   // the view"; a setting that differs from the view's is an error.
   std::string consistency;

@@ -319,8 +319,10 @@ class Shard {
                                              const v1::PushRequest& req,
                                              const std::vector<float>& grad,
                                              float scale);
-  // Closes the open BSP step of `c` if every live worker contributed.
-  void MaybeCloseStep(Chunk& c, const ViewState& view)
+  // Closes the open BSP step of `c` if every live worker contributed,
+  // reading its tile first if it is spilled: that read's error leaves the
+  // step open.
+  absl::Status MaybeCloseStep(Chunk& c, const ViewState& view)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // One optimizer update of `c`, whose gradient `form(begin, end, out)`
   // writes block by block as the update reaches it (ApplyUpdateFormed):

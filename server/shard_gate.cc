@@ -46,10 +46,9 @@ absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
         " but the live workers changed at epoch ", now.workers_epoch,
         "; redo the step with the new view's shares"));
   }
-  if (absl::Status s = Resident(c); !s.ok()) {
-    GiveBuffer(std::move(grad));
-    return s;
-  }
+  // The tile stays where it is (a spilled one keeps its version in RAM):
+  // only the push that closes the step needs it (MaybeCloseStep), so each
+  // step reads a spilled tile once, not once per worker.
   v1::PushResponse resp;
   const int64_t open_step = static_cast<int64_t>(c.rec.version);
   if (req.step() < open_step) {
@@ -85,14 +84,17 @@ absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
     GiveBuffer(std::move(grad));
   }
   const uint64_t before = c.rec.version;
-  MaybeCloseStep(c, now);
+  // An error reading the tile leaves the step open, this push counted: its
+  // retry changes nothing but closes the step.
+  STRATA_RETURN_IF_ERROR(MaybeCloseStep(c, now));
   resp.set_version(c.rec.version);
   resp.set_applied(c.rec.version != before);
   return resp;
 }
 
-void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
-  if (c.open.empty() || options_.consistency.mode != Consistency::kBsp) return;
+absl::Status Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
+  if (c.open.empty() || options_.consistency.mode != Consistency::kBsp)
+    return absl::OkStatus();
   // Pushes of workers that left, and pushes cut for an older set of
   // workers, count for nothing: the step is redone without them.
   for (auto it = c.open.begin(); it != c.open.end();) {
@@ -103,10 +105,10 @@ void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
       it = c.open.erase(it);
     }
   }
-  if (c.open.empty()) return;
+  if (c.open.empty()) return absl::OkStatus();
   const bool whole = c.open.size() == 1 && c.open.begin()->second.whole_step;
   for (uint64_t w : view.workers) {
-    if (!whole && !c.open.contains(w)) return;
+    if (!whole && !c.open.contains(w)) return absl::OkStatus();
   }
   // Sample-weighted mean, summed in member-id order (std::map), so the
   // result does not depend on the order pushes arrived in.
@@ -115,12 +117,11 @@ void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
     total += contrib.samples;
     epoch = std::max(epoch, contrib.epoch);
   }
-  // Resident already when a push closes the step; a view change's sweep
-  // may close it on a spilled tile.
+  // The tile, read now if spilled.
   if (absl::Status s = Resident(c); !s.ok()) {
     spdlog::error("strata server: cannot close step {} of chunk {}: {}",
                   c.rec.version, c.spec.chunk_id(), s.ToString());
-    return;  // the step stays open; a retried push closes it
+    return s;  // the step stays open; a retried push closes it
   }
   CheckTiling(c);
   counters_.bsp_samples_applied += total;
@@ -160,6 +161,7 @@ void Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
       static_cast<int64_t>(c.rec.version) % options_.snapshot_every == 0) {
     CaptureForSnapshot(c);
   }
+  return absl::OkStatus();
 }
 
 void Shard::CheckTiling(const Chunk& c) {

@@ -178,7 +178,7 @@ void Shard::AfterUse(const Chunk& c) {
     });
   }
   if (spill->OverBudget(0)) MakeRoom(0);
-  if (spill->options().write_behind && !writing_behind_.exchange(true)) {
+  if (spill->write_behind() && !writing_behind_.exchange(true)) {
     {
       absl::MutexLock lock(&tier_tasks_mu_);
       ++tier_tasks_;

@@ -10,7 +10,7 @@
 // of the B tiles resident until their use and lets one slot cycle, so a
 // step misses N - B + 1 times. The order must be the same every step:
 // interleaved differently each time (a BSP commit on several threads), it
-// does worse than least-recently-used (SpillOptions::evict_farthest).
+// does worse than least-recently-used (SpillOptions::Eviction::kFarthest).
 //
 // The order is learned from pairs of uses, so a backward pass
 // (k+1, k -> k-1) and a forward one (k-1, k -> k+1) over the same tiles are

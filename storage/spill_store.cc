@@ -94,6 +94,7 @@ absl::StatusOr<std::unique_ptr<SpillStore>> SpillStore::Open(
     return absl::InvalidArgumentError(
         "the spill tier needs prefetch_depth >= 0 and io_threads >= 1");
   }
+
   // What a previous run spilled is stale: the shard restores from its
   // snapshots.
   std::error_code ec;
@@ -157,6 +158,7 @@ void SpillStore::Admit(uint64_t id, size_t bytes, bool was_spilled) {
   lru_.push_front(id);
   it->second.pos = lru_.begin();
   it->second.bytes = bytes;
+  it->second.used = false;
   counters_.resident_bytes += bytes;
 }
 
@@ -176,6 +178,7 @@ void SpillStore::Touch(uint64_t id) {
   auto it = resident_.find(id);
   if (it == resident_.end()) return;
   lru_.splice(lru_.begin(), lru_, it->second.pos);
+  it->second.used = true;
 }
 
 void SpillStore::NoteSpilled(size_t bytes) {
@@ -195,7 +198,22 @@ bool SpillStore::OverBudget(size_t extra) const {
 std::vector<uint64_t> SpillStore::VictimsLocked(
     absl::FunctionRef<bool(uint64_t)> want) {
   std::vector<uint64_t> out;
-  if (!options_.evict_farthest) {
+  if (options_.eviction == SpillOptions::Eviction::kJustUsed) {
+    // Used tiles, most recent first; then the read-aheads waiting for
+    // their use, oldest first.
+    for (uint64_t id : lru_) {
+      if (!resident_.find(id)->second.used) continue;
+      if (!want(id)) return out;
+      out.push_back(id);
+    }
+    for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
+      if (resident_.find(*it)->second.used) continue;
+      if (!want(*it)) return out;
+      out.push_back(*it);
+    }
+    return out;
+  }
+  if (options_.eviction == SpillOptions::Eviction::kLeastRecent) {
     // Least recently used first: walk the list only as far as wanted.
     for (auto it = lru_.rbegin(); it != lru_.rend() && want(*it); ++it) {
       out.push_back(*it);

@@ -64,21 +64,39 @@ struct SpillOptions {
   // as they change, so that making room later only frees them and no
   // request waits on a write. 0 = a quarter of the budget. (Tiles written
   // out and then changed again before they are spilled are written twice:
-  // the window bounds that. With evict_farthest the next to go is mostly
-  // the tile just changed, which the read-ahead needing its room races
-  // the writer for, so most spills still write.)
+  // the window bounds that. A read-ahead needs its room as soon as a use
+  // ends and races the writer for it: where every resident tile has
+  // changed, as when each use changes its tile, many spills still write
+  // (end to end 32-43% of tile writes were made behind). With kFarthest
+  // the next to go is mostly the tile just changed, so most spills
+  // write.)
   // Off, a spill writes its tile itself (benches compare the two).
   bool write_behind = true;
   uint64_t write_behind_bytes = 0;
-  // Spill the tile whose next use in the learned order is farthest away
-  // (storage/learned_order.h) instead of the least recently used one. Off
-  // by default: it reads fewer tiles when one thread updates them in a
-  // fixed order (bench/tier.sh: 8% fewer bytes, the same step time), but
-  // a server committing a BSP step on several threads interleaves that
-  // order differently every step, and end to end (124M, a quarter budget)
-  // its hit rate was lower (0.49-0.51 against 0.55) and so was its speed
-  // (46-60 against 61-64 tokens/s, 2026-11-26).
-  bool evict_farthest = false;
+  // Which resident tile to spill first:
+  // - kLeastRecent: the least recently used.
+  // - kFarthest: the one whose next use in the learned order is farthest
+  //   away (storage/learned_order.h). It reads fewer tiles when one thread
+  //   updates them in a fixed order (bench/tier.sh: 8% fewer bytes, the
+  //   same step time), but a server committing a BSP step on several
+  //   threads interleaves that order differently every step, and end to
+  //   end (124M, a quarter budget) its hit rate was lower (0.49-0.51
+  //   against 0.55) and so was its speed (46-60 against 61-64 tokens/s,
+  //   2026-11-26).
+  // - kJustUsed: the one used last (tiles admitted and not yet used last
+  //   of all). Belady's choice when each tile is used once per cycle in
+  //   about the same order, as under BSP, where only the push that closes a
+  //   step uses a tile, whatever the interleaving of the commit's threads.
+  //   Wrong where a tile is used again soon after a use (two SSP/ASP
+  //   workers' pushes of one chunk). It reads and writes nothing ahead:
+  //   the learned order's read-aheads mispredict under the commit's
+  //   interleaving, and unused they would be kept over the tiles this
+  //   policy keeps (end to end 244 of 439 were spilled unused); and the
+  //   next tile to spill is the one just used, which a write-behind would
+  //   write for nothing whenever the next use hits (so prefetch_depth and
+  //   write_behind are ignored).
+  enum class Eviction { kLeastRecent, kFarthest, kJustUsed };
+  Eviction eviction = Eviction::kLeastRecent;
   // The spill databases' memtable size, both together (the weights'
   // database gets a third, the state's two thirds, 2 MiB at least each;
   // two of each may be full at once: RAM outside the budget); 0 = an
@@ -126,7 +144,17 @@ class SpillStore {
     return options_.write_behind_bytes > 0 ? options_.write_behind_bytes
                                            : options_.ram_budget / 4;
   }
-  int prefetch_depth() const { return options_.prefetch_depth; }
+  // Tiles to read ahead of use (none with kJustUsed).
+  int prefetch_depth() const {
+    return options_.eviction == SpillOptions::Eviction::kJustUsed
+               ? 0
+               : options_.prefetch_depth;
+  }
+  // Whether changed tiles are written out ahead of their spill.
+  bool write_behind() const {
+    return options_.write_behind &&
+           options_.eviction != SpillOptions::Eviction::kJustUsed;
+  }
 
   // The tile `id` (`bytes` long) is now resident, most recently used;
   // `was_spilled` when it came back from the spill database.
@@ -140,8 +168,10 @@ class SpillStore {
   bool OverBudget(size_t extra) const;
   // Up to `n` resident tiles in the order to spill them: those the learned
   // order does not expect, least recently used first, then the one whose
-  // next use is farthest first (storage/learned_order.h); least recently
-  // used first throughout with evict_farthest off.
+  // next use is farthest first (storage/learned_order.h), with kFarthest;
+  // the most recently used first, then those not used since they were
+  // admitted, with kJustUsed; least recently used first with
+  // kLeastRecent.
   std::vector<uint64_t> Victims(size_t n);
   // The first of Victims(), as many as it takes to cover `bytes` (all of
   // them if they do not).
@@ -201,6 +231,7 @@ class SpillStore {
   struct Entry {
     std::list<uint64_t>::iterator pos;
     size_t bytes = 0;
+    bool used = false;  // touched since it was admitted
   };
   absl::flat_hash_map<uint64_t, Entry> resident_ ABSL_GUARDED_BY(mu_);
   LearnedOrder order_ ABSL_GUARDED_BY(mu_);

@@ -31,7 +31,7 @@ std::unique_ptr<SpillStore> Open(const std::string& dir, uint64_t budget,
   SpillOptions o;
   o.dir = dir;
   o.ram_budget = budget;
-  o.evict_farthest = evict_farthest;
+  if (evict_farthest) o.eviction = SpillOptions::Eviction::kFarthest;
   auto s = SpillStore::Open(o);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? *std::move(s) : nullptr;
