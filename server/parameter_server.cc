@@ -189,14 +189,16 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   shard_options.view_wait = options.view_wait;
   shard_options.snapshot_every = options.snapshot_every;
   shard_options.clock = options.clock;
+  // Checked with a budget or without: a bad value is an error either way.
+  STRATA_ASSIGN_OR_RETURN(const SpillOptions::Eviction eviction,
+                          ParseEviction(options.evict, consistency));
   if (options.ram_budget > 0) {
     SpillOptions spill;
     spill.ram_budget = options.ram_budget;
     spill.dir = options.data_dir + "/spill";
     spill.prefetch_depth = options.prefetch_depth;
     spill.write_behind = options.write_behind;
-    STRATA_ASSIGN_OR_RETURN(spill.eviction,
-                            ParseEviction(options.evict, consistency));
+    spill.eviction = eviction;
     absl::StatusOr<std::unique_ptr<SpillStore>> store = SpillStore::Open(spill);
     if (!store.ok()) {
       return absl::Status(store.status().code(),

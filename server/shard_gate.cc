@@ -84,8 +84,9 @@ absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
     GiveBuffer(std::move(grad));
   }
   const uint64_t before = c.rec.version;
-  // An error reading the tile leaves the step open, this push counted: its
-  // retry changes nothing but closes the step.
+  // An error reading the tile leaves the step open, this push counted: a
+  // retry of it (by hand: the error is not one the client retries) or the
+  // redo after a view change closes the step.
   STRATA_RETURN_IF_ERROR(MaybeCloseStep(c, now));
   resp.set_version(c.rec.version);
   resp.set_applied(c.rec.version != before);
@@ -121,7 +122,7 @@ absl::Status Shard::MaybeCloseStep(Chunk& c, const ViewState& view) {
   if (absl::Status s = Resident(c); !s.ok()) {
     spdlog::error("strata server: cannot close step {} of chunk {}: {}",
                   c.rec.version, c.spec.chunk_id(), s.ToString());
-    return s;  // the step stays open; a retried push closes it
+    return s;  // the step stays open: see PushBsp
   }
   CheckTiling(c);
   counters_.bsp_samples_applied += total;

@@ -1,15 +1,17 @@
 // The shard's side of the RAM tier (ShardOptions::spill): which tiles are
-// resident, reading them back on use, reading ahead in the learned order,
-// and spilling (SpillStore::Victims: the least recently used, or the one
-// needed last) while the budget is passed.
+// resident, reading them back on use, reading ahead in the learned order
+// (not with SpillOptions::Eviction::kJustUsed), and spilling
+// (SpillStore::Victims: the least recently used, the one needed last, or
+// the one used last) while the budget is passed.
 //
 // A tile is a chunk's weights and optimizer state (rec.weights, rec.slots);
 // its version, spec and BSP state stay in RAM. It moves only under its
 // chunk's lock, so a push, pull or capture sees it whole. Spilling takes a
 // victim's lock with TryLock, holding no other chunk's, so two threads
 // making room can never wait on each other; a tile in use is skipped.
-// Only updates (pushes, commits) bring a tile into RAM, touch it and lead
-// the read-ahead: a pull of a spilled tile reads its weights alone, a
+// Only updates (SSP/ASP pushes; under BSP the push that closes a step,
+// which applies it) bring a tile into RAM, touch it and lead the
+// read-ahead: a pull of a spilled tile reads its weights alone, a
 // third of an Adam tile, and leaves it on disk. So the recency and the
 // learned order are the updates' (backward order, every step), and the
 // read-ahead brings whole tiles only for the updates that need them.

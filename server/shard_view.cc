@@ -60,6 +60,8 @@ void Shard::UpdateView(const v1::View& v) {
     (void)MaybeCloseStep(*c, now);
     c->changed.SignalAll();
   }
+  // Steps closed above read their spilled tiles in: back within budget.
+  if (options_.spill != nullptr) MakeRoom(0);
 }
 
 absl::Status Shard::AwaitGeneration(uint64_t generation) {

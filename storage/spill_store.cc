@@ -158,7 +158,6 @@ void SpillStore::Admit(uint64_t id, size_t bytes, bool was_spilled) {
   lru_.push_front(id);
   it->second.pos = lru_.begin();
   it->second.bytes = bytes;
-  it->second.used = false;
   counters_.resident_bytes += bytes;
 }
 
@@ -178,7 +177,6 @@ void SpillStore::Touch(uint64_t id) {
   auto it = resident_.find(id);
   if (it == resident_.end()) return;
   lru_.splice(lru_.begin(), lru_, it->second.pos);
-  it->second.used = true;
 }
 
 void SpillStore::NoteSpilled(size_t bytes) {
@@ -199,16 +197,9 @@ std::vector<uint64_t> SpillStore::VictimsLocked(
     absl::FunctionRef<bool(uint64_t)> want) {
   std::vector<uint64_t> out;
   if (options_.eviction == SpillOptions::Eviction::kJustUsed) {
-    // Used tiles, most recent first; then the read-aheads waiting for
-    // their use, oldest first.
-    for (uint64_t id : lru_) {
-      if (!resident_.find(id)->second.used) continue;
-      if (!want(id)) return out;
-      out.push_back(id);
-    }
-    for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
-      if (resident_.find(*it)->second.used) continue;
-      if (!want(*it)) return out;
+    // Most recently used (or admitted) first. (No read-aheads to keep:
+    // there are none with this policy.)
+    for (auto it = lru_.begin(); it != lru_.end() && want(*it); ++it) {
       out.push_back(*it);
     }
     return out;

@@ -83,8 +83,8 @@ struct SpillOptions {
   //   end (124M, a quarter budget) its hit rate was lower (0.49-0.51
   //   against 0.55) and so was its speed (46-60 against 61-64 tokens/s,
   //   2026-11-26).
-  // - kJustUsed: the one used last (tiles admitted and not yet used last
-  //   of all). Belady's choice when each tile is used once per cycle in
+  // - kJustUsed: the one used (or admitted) last. Belady's choice when each
+  // tile is used once per cycle in
   //   about the same order, as under BSP, where only the push that closes a
   //   step uses a tile, whatever the interleaving of the commit's threads.
   //   Wrong where a tile is used again soon after a use (two SSP/ASP
@@ -169,9 +169,8 @@ class SpillStore {
   // Up to `n` resident tiles in the order to spill them: those the learned
   // order does not expect, least recently used first, then the one whose
   // next use is farthest first (storage/learned_order.h), with kFarthest;
-  // the most recently used first, then those not used since they were
-  // admitted, with kJustUsed; least recently used first with
-  // kLeastRecent.
+  // the most recently used (or admitted) first with kJustUsed; least
+  // recently used first with kLeastRecent.
   std::vector<uint64_t> Victims(size_t n);
   // The first of Victims(), as many as it takes to cover `bytes` (all of
   // them if they do not).
@@ -231,7 +230,6 @@ class SpillStore {
   struct Entry {
     std::list<uint64_t>::iterator pos;
     size_t bytes = 0;
-    bool used = false;  // touched since it was admitted
   };
   absl::flat_hash_map<uint64_t, Entry> resident_ ABSL_GUARDED_BY(mu_);
   LearnedOrder order_ ABSL_GUARDED_BY(mu_);

@@ -26,12 +26,13 @@ struct ScopedDir {
   const std::string path;
 };
 
-std::unique_ptr<SpillStore> Open(const std::string& dir, uint64_t budget,
-                                 bool evict_farthest = false) {
+std::unique_ptr<SpillStore> Open(
+    const std::string& dir, uint64_t budget,
+    SpillOptions::Eviction eviction = SpillOptions::Eviction::kLeastRecent) {
   SpillOptions o;
   o.dir = dir;
   o.ram_budget = budget;
-  if (evict_farthest) o.eviction = SpillOptions::Eviction::kFarthest;
+  o.eviction = eviction;
   auto s = SpillStore::Open(o);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? *std::move(s) : nullptr;
@@ -91,8 +92,32 @@ TEST(SpillStore, SpillingTheTileNeededLastMissesLessOftenInACycle) {
   const ScopedDir lru_dir("cycle-lru"), dir("cycle");
   auto lru = Open(lru_dir.path, 300);
   EXPECT_EQ(MissesPerCycle(*lru, 10, 3, 4), 10);
-  auto farthest = Open(dir.path, 300, /*evict_farthest=*/true);
+  auto farthest = Open(dir.path, 300, SpillOptions::Eviction::kFarthest);
   EXPECT_EQ(MissesPerCycle(*farthest, 10, 3, 4), 8);
+  // Spilling the one used last does the same without the learned order.
+  const ScopedDir just_used_dir("cycle-just-used");
+  auto just_used =
+      Open(just_used_dir.path, 300, SpillOptions::Eviction::kJustUsed);
+  EXPECT_EQ(MissesPerCycle(*just_used, 10, 3, 4), 8);
+}
+
+// The tile used last goes first, whatever the order of use; nothing is
+// read ahead or written behind with that policy.
+TEST(SpillStore, SpillingTheTileUsedLastGoesMostRecentFirst) {
+  const ScopedDir dir("just-used");
+  auto s = Open(dir.path, 300, SpillOptions::Eviction::kJustUsed);
+  for (uint64_t id : {1, 2, 3}) s->Admit(id, 100, false);
+  s->Touch(2);
+  s->Touch(1);
+  EXPECT_EQ(s->Victims(3), (std::vector<uint64_t>{1, 2, 3}));
+  s->Touch(3);
+  EXPECT_EQ(s->VictimsCovering(150), (std::vector<uint64_t>{3, 1}));
+  EXPECT_EQ(s->prefetch_depth(), 0);
+  EXPECT_FALSE(s->write_behind());
+  const ScopedDir lru_dir("just-used-lru");
+  auto lru = Open(lru_dir.path, 300);
+  EXPECT_EQ(lru->prefetch_depth(), SpillOptions().prefetch_depth);
+  EXPECT_TRUE(lru->write_behind());
 }
 
 TEST(SpillStore, WritesAndReadsTilesBitForBit) {
