@@ -345,10 +345,16 @@ absl::StatusOr<v1::PushResponse> Shard::Apply(Chunk& c,
                                               const v1::PushRequest& req,
                                               std::vector<float> grad,
                                               float scale) {
+  if (options_.consistency.mode == Consistency::kBsp) {
+    // Only the push that closes the step reads the tile (MaybeCloseStep):
+    // room is made after it (AfterUse), not before every push, which
+    // would spill a tile for each push that reads none.
+    auto r = PushBsp(c, req, std::move(grad), scale);
+    if (r.ok() && r->applied()) AfterUse(c);
+    return r;
+  }
   BeforeUse(c);
   absl::Cleanup after = [&] { AfterUse(c); };
-  if (options_.consistency.mode == Consistency::kBsp)
-    return PushBsp(c, req, std::move(grad), scale);
   auto r = PushAsync(c, req, grad, scale);
   GiveBuffer(std::move(grad));
   return r;

@@ -87,7 +87,9 @@ struct ShardOptions {
   // A RAM budget for the chunks' tiles (weights, optimizer state) with the
   // rest spilled to disk (storage/spill_store.h; server/shard_tier.cc);
   // null: every tile stays in RAM. Outside the budget: tiles in use at the
-  // moment another is needed (at most one per handler thread and reader),
+  // moment another is needed (at most one per handler thread and reader;
+  // under BSP a tile read by a step's closing push until room is made
+  // after its use),
   // open BSP steps' and deferred pushes' gradients, the gradient buffer
   // pool, the spill databases' memtables (two full ones each, an eighth of
   // the budget between them, 8 to 64 MiB), a record's copy in a write

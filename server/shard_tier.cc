@@ -10,7 +10,8 @@
 // victim's lock with TryLock, holding no other chunk's, so two threads
 // making room can never wait on each other; a tile in use is skipped.
 // Only updates (SSP/ASP pushes; under BSP the push that closes a step,
-// which applies it) bring a tile into RAM, touch it and lead the
+// which applies it and makes room after its use, where an SSP/ASP push
+// makes it before) bring a tile into RAM, touch it and lead the
 // read-ahead: a pull of a spilled tile reads its weights alone, a
 // third of an Adam tile, and leaves it on disk. So the recency and the
 // learned order are the updates' (backward order, every step), and the

@@ -67,7 +67,7 @@ struct SpillOptions {
   // the window bounds that. A read-ahead needs its room as soon as a use
   // ends and races the writer for it: where every resident tile has
   // changed, as when each use changes its tile, many spills still write
-  // (end to end 32-43% of tile writes were made behind). With kFarthest
+  // (end to end 35-41% of tile writes were made behind). With kFarthest
   // the next to go is mostly the tile just changed, so most spills
   // write.)
   // Off, a spill writes its tile itself (benches compare the two).
