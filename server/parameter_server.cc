@@ -199,6 +199,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
     spill.prefetch_depth = options.prefetch_depth;
     spill.write_behind = options.write_behind;
     spill.eviction = eviction;
+    spill.pinned_bytes = options.pinned_bytes;
     absl::StatusOr<std::unique_ptr<SpillStore>> store = SpillStore::Open(spill);
     if (!store.ok()) {
       return absl::Status(store.status().code(),

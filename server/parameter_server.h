@@ -45,6 +45,9 @@ struct ServerOptions {
   // learned order), "just_used" (used last), or "auto": just_used under
   // BSP, where each step uses each tile once, lru otherwise.
   std::string evict = "auto";
+  // With a budget: RAM past it for tiles that pulls wait on
+  // (SpillOptions::pinned_bytes; 0: none).
+  uint64_t pinned_bytes = 32 << 20;
   // bsp | ssp:<s> | asp. With a scheduler, "" means "the job's setting from
   // the view"; a setting that differs from the view's is an error.
   std::string consistency;

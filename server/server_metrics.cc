@@ -77,6 +77,9 @@ ServerMetrics::ServerMetrics(Metrics* metrics, const Shard* shard,
   metrics->AddGaugeFn(
       "strata_server_generation", "The shard's rollback generation",
       [shard] { return static_cast<double>(shard->generation()); });
+  metrics->AddGaugeFn(
+      "strata_server_pulls_waiting", "Pulls waiting at the consistency gate",
+      [c] { return static_cast<double>(c->pulls_waiting.load()); });
   if (const SpillStore* spill = shard->spill(); spill != nullptr) {
     const SpillCounters* t = &spill->counters();
     metrics->AddGaugeFn(

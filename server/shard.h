@@ -89,7 +89,8 @@ struct ShardOptions {
   // null: every tile stays in RAM. Outside the budget: tiles in use at the
   // moment another is needed (at most one per handler thread and reader;
   // under BSP a tile read by a step's closing push until room is made
-  // after its use),
+  // after its use), tiles kept for the pulls waiting on them
+  // (SpillOptions::pinned_bytes at most),
   // open BSP steps' and deferred pushes' gradients, the gradient buffer
   // pool, the spill databases' memtables (two full ones each, an eighth of
   // the budget between them, 8 to 64 MiB), a record's copy in a write
@@ -114,6 +115,7 @@ struct ShardCounters {
   // Pulls that had to wait at the consistency gate, and their wait in total.
   std::atomic<uint64_t> gate_waits{0};
   std::atomic<uint64_t> gate_wait_ns{0};
+  std::atomic<int64_t> pulls_waiting{0};  // at the gate now
   // Pulls refused because their requester had too many waiting already.
   std::atomic<uint64_t> rejected_busy{0};
 };
@@ -274,6 +276,13 @@ class Shard {
     // to make its own room (with a budget of a few tiles, read-aheads would
     // spill each other before their use, and read everything twice).
     std::atomic<bool> read_ahead{false};
+    // Pulls waiting at the gate for this chunk, until each has copied the
+    // weights it answers with: MakeRoom keeps the tile in RAM for them
+    // (within SpillStore::pinned_bytes), so a commit's update serves the
+    // next step's pulls before its tile is spilled.
+    std::atomic<int> pull_waiters{0};
+    // When the latest pull of the chunk came (Shard::pull_arrivals_).
+    std::atomic<uint64_t> last_pull{0};
     size_t tile_bytes = 0;  // immutable after creation
   };
   struct ViewState {
@@ -371,8 +380,12 @@ class Shard {
   void WriteBehind();
   // Spills tiles in SpillStore::Victims order until `extra` more bytes fit;
   // whether they do. With `for_read_ahead`, tiles read ahead and not yet used
-  // stay.
+  // stay. Tiles pulls wait on stay too, up to SpillStore::pinned_bytes of
+  // them, their bytes let past the budget.
   bool MakeRoom(size_t extra, bool for_read_ahead = false);
+  // A pull that waited on c is done with it (no lock held): the last one
+  // makes room, on the I/O threads, if c's tile was kept past the budget.
+  void Unpin(Chunk& c);
   // Writes c's tile out (unless the spilled copy is current) and frees it.
   absl::Status Spill(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // A spilled chunk's record as it would be resident (for captures).
@@ -397,7 +410,10 @@ class Shard {
   struct Deferred {
     v1::PushRequest req;  // without payload
     std::vector<float> grad;
-    uint64_t arrival = 0;  // Commit applies in the order pushes came
+    uint64_t arrival = 0;  // when the push came
+    // When the chunk's latest pull before the push came (Chunk::last_pull):
+    // the step's pull, in the order the worker asked for its weights.
+    uint64_t pulled = 0;
   };
   absl::Mutex deferred_mu_;
   uint64_t deferred_arrivals_ ABSL_GUARDED_BY(deferred_mu_) = 0;
@@ -480,6 +496,8 @@ class Shard {
   // Read-aheads and write-behinds queued or running.
   int tier_tasks_ ABSL_GUARDED_BY(tier_tasks_mu_) = 0;
   std::atomic<bool> writing_behind_{false};  // one write-behind at a time
+  std::atomic<bool> unpinning_{false};       // one Unpin's MakeRoom at a time
+  std::atomic<uint64_t> pull_arrivals_{0};   // pulls so far (Chunk::last_pull)
   // The tier's threads: reads ahead, and writes behind on a thread of its
   // own, so a write never holds up a read. Declared last, so they are
   // joined first, while the chunks and counters their tasks use still

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "common/parallel.h"
 #include "common/status.h"
@@ -23,6 +24,7 @@ absl::StatusOr<v1::PushResponse> Shard::Hold(Chunk& c,
     STRATA_RETURN_IF_ERROR(CheckGeneration(c, req.generation()));
     resp.set_version(c.rec.version);
   }
+  const uint64_t pulled = c.last_pull.load();
   {
     // A new attempt: its commit has not failed (yet).
     absl::MutexLock failed(&commit_failed_mu_);
@@ -47,6 +49,7 @@ absl::StatusOr<v1::PushResponse> Shard::Hold(Chunk& c,
   d.req = req;
   d.grad = std::move(grad);
   d.arrival = ++deferred_arrivals_;
+  d.pulled = pulled;
   return resp;
 }
 
@@ -134,16 +137,32 @@ absl::StatusOr<v1::CommitResponse> Shard::ApplyCommit(
         " deferred pushes of step ", req.step(), " by member ", req.member_id(),
         " (it restarted, or the member left the view, since): redo the step"));
   }
-  // In the order the pushes came (backward order: last layers first), as
-  // undeferred pushes would apply: with a RAM budget, the tier's LRU and
-  // read-ahead follow that order, and the next pulls (first layers first)
-  // find the last tiles applied still in RAM. In RAM, the reverse: the
-  // worker's next pulls are already waiting at the gate (first layers
-  // first), and each is served as soon as its chunk is applied.
+  // In RAM, in the order the step's pulls came (first layers first; the
+  // reverse of the order the pushes came where a chunk was not pulled):
+  // the worker's next pulls, in the same order, are already waiting at the
+  // gate, and each is served as soon as its chunk is applied, so the
+  // worker's forward pass runs while the rest of the commit applies. So
+  // too with a RAM budget spilling the tile used last, which keeps the
+  // same tiles whatever the order (each is used once a step), and keeps
+  // each applied tile for the pulls waiting on it (MakeRoom): a chunk
+  // applied before its pull was sent (the client has a few on the wire at
+  // a time) would be spilled first, and its pull read the weights back.
+  // With the other policies, in the order the pushes came (backward
+  // order), as undeferred pushes would apply: LRU and the read-ahead
+  // follow it, and the next pulls find the last tiles applied still in RAM.
   std::sort(held.begin(), held.end(), [](const Deferred& a, const Deferred& b) {
     return a.arrival < b.arrival;
   });
-  if (options_.spill == nullptr) std::reverse(held.begin(), held.end());
+  if (options_.spill == nullptr ||
+      options_.spill->eviction() == SpillOptions::Eviction::kJustUsed) {
+    std::reverse(held.begin(), held.end());
+    if (absl::c_all_of(held, [](const Deferred& d) { return d.pulled > 0; })) {
+      std::sort(held.begin(), held.end(),
+                [](const Deferred& a, const Deferred& b) {
+                  return a.pulled < b.pulled;
+                });
+    }
+  }
   std::vector<absl::Status> results(held.size());
   std::vector<char> applied(held.size(), 0);
   auto apply = [&](int, int64_t begin, int64_t end) {

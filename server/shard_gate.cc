@@ -316,6 +316,7 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk* c,
         "pull clock ", req.clock(), ": a step (>= 0), or -1 for none"));
   }
   counters_.pulls++;
+  c->last_pull = ++pull_arrivals_;
   STRATA_RETURN_IF_ERROR(AwaitGeneration(req.generation()));
   const Consistency& mode = options_.consistency;
   const uint64_t member = req.member_id();
@@ -325,6 +326,12 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk* c,
   };
   const bool worker = is_worker();
   uint64_t need_version = req.min_version();
+  // Once waiting, the pull pins the chunk's tile in RAM (Chunk::
+  // pull_waiters) until it has copied it; unpinned after the lock is let go.
+  bool pinned = false;
+  absl::Cleanup unpin = [&] {
+    if (pinned) Unpin(*c);
+  };
   absl::MutexLock lock(&c->mu);
   if (mode.mode == Consistency::kBsp && worker && req.clock() >= 0) {
     // Step `clock` cannot close before this worker pushes it, so a version
@@ -377,6 +384,7 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk* c,
     if (!waited) return;
     counters_.gate_waits++;
     counters_.gate_wait_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
+    counters_.pulls_waiting--;
     absl::MutexLock w(&waiting_mu_);
     if (--waiting_[waiter] == 0) waiting_.erase(waiter);
   });
@@ -418,6 +426,9 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk* c,
       }
       ++waiting_[waiter];
       waited = true;
+      counters_.pulls_waiting++;
+      c->pull_waiters++;
+      pinned = true;
     }
     if (c->changed.WaitWithDeadline(&c->mu, deadline) && !ready()) {
       return absl::DeadlineExceededError(absl::StrCat(

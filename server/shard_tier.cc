@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "server/shard.h"
@@ -109,13 +110,25 @@ absl::Status Shard::Spill(Chunk& c) {
 bool Shard::MakeRoom(size_t extra, bool for_read_ahead) {
   SpillStore* spill = options_.spill.get();
   if (spill == nullptr) return true;
-  while (spill->OverBudget(extra)) {
-    const std::vector<uint64_t> victims = spill->Victims(8);
+  // Tiles kept for the pulls waiting on them, and their bytes, let past the
+  // budget (within pinned_bytes): the last pull served makes room (Unpin).
+  std::vector<uint64_t> kept;
+  uint64_t kept_bytes = 0;
+  while (spill->OverBudget(extra, kept_bytes)) {
+    const std::vector<uint64_t> victims = spill->Victims(8 + kept.size());
     bool progress = false;
     for (uint64_t id : victims) {
-      if (!spill->OverBudget(extra)) return true;
+      if (!spill->OverBudget(extra, kept_bytes)) return true;
       absl::StatusOr<Chunk*> v = FindChunk(id);
       if (!v.ok() || (for_read_ahead && (*v)->read_ahead.load())) continue;
+      if (absl::c_linear_search(kept, id)) continue;
+      if ((*v)->pull_waiters.load() > 0 &&
+          kept_bytes + (*v)->tile_bytes <= spill->pinned_bytes()) {
+        kept.push_back(id);
+        kept_bytes += (*v)->tile_bytes;
+        progress = true;
+        continue;
+      }
       if (!(*v)->mu.TryLock()) continue;  // in use: the next one
       const absl::Status s = Spill(**v);
       (*v)->mu.Unlock();
@@ -131,6 +144,26 @@ bool Shard::MakeRoom(size_t extra, bool for_read_ahead) {
     if (!progress) return false;  // every candidate in use: over budget
   }
   return true;
+}
+
+void Shard::Unpin(Chunk& c) {
+  if (c.pull_waiters.fetch_sub(1) != 1) return;
+  SpillStore* spill = options_.spill.get();
+  if (spill == nullptr || !c.resident.load() || !spill->OverBudget(0) ||
+      unpinning_.exchange(true)) {
+    return;
+  }
+  {
+    absl::MutexLock lock(&tier_tasks_mu_);
+    ++tier_tasks_;
+  }
+  // Not on the pull's time: the spill may write the tile.
+  tier_io_->Schedule([this] {
+    unpinning_ = false;
+    MakeRoom(0);
+    absl::MutexLock lock(&tier_tasks_mu_);
+    --tier_tasks_;
+  });
 }
 
 void Shard::BeforeUse(const Chunk& c) {

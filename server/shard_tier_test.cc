@@ -15,6 +15,7 @@
 #include "common/splitmix.h"
 #include "server/shard.h"
 #include "server/shard_test_util.h"
+#include "server/shard_tier_test_util.h"
 #include "storage/spill_store.h"
 
 namespace strata {
@@ -22,70 +23,7 @@ namespace {
 
 using shard_test::MakeView;
 using shard_test::Opts;
-
-constexpr int kChunks = 40;
-constexpr int kNumel = 1024;
-// Adam: weights and two moments.
-constexpr size_t kTile = kNumel * 4 * 3;
-
-// A fresh directory, removed when it goes: declared before the stores in
-// it, so they close first.
-struct ScopedDir {
-  explicit ScopedDir(const std::string& name)
-      : path(std::filesystem::temp_directory_path().string() +
-             "/strata-shard-tier-" + name + "-" + std::to_string(::getpid())) {
-    std::filesystem::remove_all(path);
-  }
-  ~ScopedDir() { std::filesystem::remove_all(path); }
-  const std::string path;
-};
-
-v1::RegisterChunksRequest Model() {
-  v1::RegisterChunksRequest req;
-  auto* g = req.add_groups();
-  g->set_name("g");
-  g->mutable_optimizer()->set_kind(v1::OptimizerConfig::ADAMW);
-  g->mutable_optimizer()->set_lr(1e-2f);
-  g->mutable_optimizer()->set_weight_decay(0.1f);
-  for (int i = 0; i < kChunks; ++i) {
-    auto* c = req.add_chunks();
-    const std::string name = absl::StrCat("t", i);
-    c->set_chunk_id(ChunkId(name, 0));
-    c->set_tensor(name);
-    c->set_numel(kNumel);
-    c->set_group("g");
-    c->add_tensor_shape(kNumel);
-    c->mutable_init()->set_kind(v1::InitSpec::NORMAL);
-    c->mutable_init()->set_scale(0.02f);
-    c->mutable_init()->set_seed(7);
-  }
-  return req;
-}
-
-// With `background` off: no reads ahead, no writes behind, so which tiles
-// are resident follows from the uses alone.
-std::shared_ptr<SpillStore> Spill(
-    const std::string& dir, uint64_t budget, bool background = true,
-    SpillOptions::Eviction eviction = SpillOptions::Eviction::kLeastRecent) {
-  SpillOptions o;
-  o.ram_budget = budget;
-  o.dir = dir;
-  o.eviction = eviction;
-  if (!background) {
-    o.prefetch_depth = 0;
-    o.write_behind = false;
-  }
-  auto s = SpillStore::Open(o);
-  EXPECT_TRUE(s.ok()) << s.status();
-  return s.ok() ? std::shared_ptr<SpillStore>(*std::move(s)) : nullptr;
-}
-
-std::string Gradient(int64_t step, uint64_t worker, int chunk) {
-  std::vector<float> g(kNumel);
-  uint64_t key = ((step * 131 + worker) * 1000003 + chunk) << 20;
-  for (float& x : g) x = (SplitMix(key++) >> 40) * 0x1p-24f * 0.1f - 0.05f;
-  return std::string(reinterpret_cast<const char*>(g.data()), g.size() * 4);
-}
+using namespace shard_tier_test;  // NOLINT: the helpers of every tier test
 
 // BSP steps [from, to) with workers 1 and 2 (3 and 5 samples): each pushes
 // every chunk in backward order, then pulls them in forward order. With

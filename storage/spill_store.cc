@@ -189,8 +189,8 @@ std::pair<uint64_t, uint64_t> SpillStore::Bytes() const {
   return {counters_.resident_bytes.load(), counters_.spilled_bytes.load()};
 }
 
-bool SpillStore::OverBudget(size_t extra) const {
-  return counters_.resident_bytes.load() + extra > options_.ram_budget;
+bool SpillStore::OverBudget(size_t extra, uint64_t slack) const {
+  return counters_.resident_bytes.load() + extra > options_.ram_budget + slack;
 }
 
 std::vector<uint64_t> SpillStore::VictimsLocked(

@@ -102,6 +102,12 @@ struct SpillOptions {
   // two of each may be full at once: RAM outside the budget); 0 = an
   // eighth of the budget, 8 to 64 MiB.
   size_t write_buffer_bytes = 0;
+  // Tiles kept in RAM past the budget, this many bytes at most, because
+  // pulls are waiting on them: under BSP the next step's pulls wait at the
+  // gate while a commit applies the step, and a tile spilled the moment
+  // its update ends (as kJustUsed does) would make each of them read its
+  // weights back from disk. The last pull served lets it go.
+  uint64_t pinned_bytes = 32 << 20;
 };
 
 // Running totals, for Stats and metrics.
@@ -140,6 +146,8 @@ class SpillStore {
   SpillStore& operator=(const SpillStore&) = delete;
 
   uint64_t budget() const { return options_.ram_budget; }
+  SpillOptions::Eviction eviction() const { return options_.eviction; }
+  uint64_t pinned_bytes() const { return options_.pinned_bytes; }
   uint64_t write_behind_bytes() const {
     return options_.write_behind_bytes > 0 ? options_.write_behind_bytes
                                            : options_.ram_budget / 4;
@@ -164,8 +172,8 @@ class SpillStore {
   // The tile `id` was used: most recently used, and the successor of the
   // tile used before it in the learned order.
   void Touch(uint64_t id);
-  // Whether holding `extra` more bytes would pass the budget.
-  bool OverBudget(size_t extra) const;
+  // Whether holding `extra` more bytes would pass the budget plus `slack`.
+  bool OverBudget(size_t extra, uint64_t slack = 0) const;
   // Up to `n` resident tiles in the order to spill them: those the learned
   // order does not expect, least recently used first, then the one whose
   // next use is farthest first (storage/learned_order.h), with kFarthest;

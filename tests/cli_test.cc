@@ -59,6 +59,9 @@ INSTANTIATE_TEST_SUITE_P(
             {"server", "--scheduler", "127.0.0.1:1", "--ram_budget", "1GiB"},
             "--ram_budget needs a --data_dir"},
         Refusal{
+            {"server", "--scheduler", "127.0.0.1:1", "--pinned_bytes", "lots"},
+            "not a byte size"},
+        Refusal{
             {"worker", "--scheduler", "127.0.0.1:1", "--chunk_size", "1TiB"},
             "--chunk_size"},
         Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--sync", "gossip"},
