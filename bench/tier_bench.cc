@@ -6,7 +6,10 @@
 // A step is what a server does for one worker each step (ASP, so every
 // push applies at once): every chunk pushed in backward order (Adam
 // applied), then every chunk pulled in forward order. The first step
-// teaches the shard the order and is not timed.
+// teaches the shard the order and is not timed. By default the tier
+// spills the tile used last and reads 4 ahead in the learned order
+// (--evict just_used --prefetch_depth 4: one worker's fixed order; a
+// server's default under ASP is lru, for several workers' pushes).
 //
 // The disk limit: a step must read back every tile that does not fit in
 // the budget for its push (the whole tile), write it once (the push
@@ -257,7 +260,11 @@ int Main(int argc, char** argv) {
   uint64_t budget_mib = 256, chunk_mib = 4;
   double state_ratio = 4;
   int steps = 3;
+  // One worker using the tiles in a fixed order: spilling the tile used
+  // last is Belady's choice, and the learned order predicts the next.
   SpillOptions so;
+  so.eviction = SpillOptions::Eviction::kJustUsed;
+  so.prefetch_depth = 4;
   uint64_t write_buffer_mib = 0;
   app.add_option("--dir", dir, "directory on the disk to spill to")->required();
   app.add_option("--budget_mib", budget_mib, "RAM budget")
@@ -267,7 +274,8 @@ int Main(int argc, char** argv) {
   app.add_option("--chunk_mib", chunk_mib, "weights per chunk")
       ->capture_default_str();
   app.add_option("--steps", steps, "timed steps")->capture_default_str();
-  app.add_option("--prefetch_depth", so.prefetch_depth, "tiles read ahead")
+  app.add_option("--prefetch_depth", so.prefetch_depth,
+                 "tiles read ahead (-1: the policy's default)")
       ->capture_default_str();
   app.add_option("--io_threads", so.io_threads, "read-ahead threads")
       ->capture_default_str();
@@ -281,8 +289,7 @@ int Main(int argc, char** argv) {
       {"just_used", SpillOptions::Eviction::kJustUsed}};
   app.add_option("--evict", so.eviction,
                  "which tile to spill first: lru, farthest (next use "
-                 "farthest), just_used (used last; no read-ahead or "
-                 "write-behind)")
+                 "farthest), just_used (used last; no write-behind)")
       ->transform(CLI::CheckedTransformer(evictions))
       ->capture_default_str();
   uint64_t write_behind_mib = 0;

@@ -123,9 +123,9 @@ CommandFn AddServerCommand(CLI::App& app) {
   AddRamBudgetFlag(cmd, &o->ram_budget);
   cmd->add_option("--prefetch_depth", o->prefetch_depth,
                   "with --ram_budget: tiles read from disk ahead of use, in "
-                  "the order the previous step used them")
-      ->check(CLI::Range(0, 1024))
-      ->capture_default_str();
+                  "the order the previous step used them (default: 4, none "
+                  "with --evict just_used)")
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("--write_behind", o->write_behind,
                   "with --ram_budget: write changed cold tiles out on a "
                   "thread of their own, so a spill only frees memory (false: "

@@ -36,7 +36,9 @@ struct ServerOptions {
   // rest spill to <data_dir>/spill (storage/spill_store.h). 0 = no budget:
   // everything in RAM. Needs a data_dir.
   uint64_t ram_budget = 0;
-  int prefetch_depth = 4;  // tiles read ahead of use, with a budget
+  // Tiles read ahead of use, with a budget; -1: the eviction policy's
+  // default (SpillOptions::prefetch_depth).
+  int prefetch_depth = -1;
   // With a budget: changed cold tiles written out on a thread of their own
   // ahead of their spill (SpillOptions::write_behind).
   bool write_behind = true;

@@ -281,8 +281,16 @@ class Shard {
     // (within SpillStore::pinned_bytes), so a commit's update serves the
     // next step's pulls before its tile is spilled.
     std::atomic<int> pull_waiters{0};
-    // When the latest pull of the chunk came (Shard::pull_arrivals_).
-    std::atomic<uint64_t> last_pull{0};
+    // When the first worker's pull at each of the last two clocks came
+    // (Shard::pull_arrivals_): the order a worker asked for a step's
+    // weights in, which a deferred commit of that step follows (BSP
+    // workers are at most a step apart, so a slow worker's step is still
+    // here after a fast one's next pulls).
+    struct PullArrival {
+      int64_t clock = -1;
+      uint64_t arrival = 0;
+    };
+    PullArrival step_pulls[2] ABSL_GUARDED_BY(mu);
     size_t tile_bytes = 0;  // immutable after creation
   };
   struct ViewState {
@@ -411,8 +419,8 @@ class Shard {
     v1::PushRequest req;  // without payload
     std::vector<float> grad;
     uint64_t arrival = 0;  // when the push came
-    // When the chunk's latest pull before the push came (Chunk::last_pull):
-    // the step's pull, in the order the worker asked for its weights.
+    // When the chunk's first pull of the push's step came
+    // (Chunk::step_pulls; 0: none known).
     uint64_t pulled = 0;
   };
   absl::Mutex deferred_mu_;
@@ -497,7 +505,7 @@ class Shard {
   int tier_tasks_ ABSL_GUARDED_BY(tier_tasks_mu_) = 0;
   std::atomic<bool> writing_behind_{false};  // one write-behind at a time
   std::atomic<bool> unpinning_{false};       // one Unpin's MakeRoom at a time
-  std::atomic<uint64_t> pull_arrivals_{0};   // pulls so far (Chunk::last_pull)
+  std::atomic<uint64_t> pull_arrivals_{0};   // pulls so far (Chunk::step_pulls)
   // The tier's threads: reads ahead, and writes behind on a thread of its
   // own, so a write never holds up a read. Declared last, so they are
   // joined first, while the chunks and counters their tasks use still

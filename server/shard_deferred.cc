@@ -19,12 +19,15 @@ absl::StatusOr<v1::PushResponse> Shard::Hold(Chunk& c,
                                              const v1::PushRequest& req,
                                              std::vector<float> grad) {
   v1::PushResponse resp;
+  uint64_t pulled = 0;
   {
     absl::MutexLock lock(&c.mu);
     STRATA_RETURN_IF_ERROR(CheckGeneration(c, req.generation()));
     resp.set_version(c.rec.version);
+    for (const Chunk::PullArrival& p : c.step_pulls) {
+      if (p.clock == req.step()) pulled = p.arrival;
+    }
   }
-  const uint64_t pulled = c.last_pull.load();
   {
     // A new attempt: its commit has not failed (yet).
     absl::MutexLock failed(&commit_failed_mu_);
@@ -137,8 +140,8 @@ absl::StatusOr<v1::CommitResponse> Shard::ApplyCommit(
         " deferred pushes of step ", req.step(), " by member ", req.member_id(),
         " (it restarted, or the member left the view, since): redo the step"));
   }
-  // In RAM, in the order the step's pulls came (first layers first; the
-  // reverse of the order the pushes came where a chunk was not pulled):
+  // In RAM, in the order the step's pulls came (first layers first; if a
+  // chunk's is not known, all in the reverse of the order the pushes came):
   // the worker's next pulls, in the same order, are already waiting at the
   // gate, and each is served as soon as its chunk is applied, so the
   // worker's forward pass runs while the rest of the commit applies. So

@@ -316,7 +316,7 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk* c,
         "pull clock ", req.clock(), ": a step (>= 0), or -1 for none"));
   }
   counters_.pulls++;
-  c->last_pull = ++pull_arrivals_;
+  const uint64_t arrival = ++pull_arrivals_;
   STRATA_RETURN_IF_ERROR(AwaitGeneration(req.generation()));
   const Consistency& mode = options_.consistency;
   const uint64_t member = req.member_id();
@@ -333,6 +333,12 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk* c,
     if (pinned) Unpin(*c);
   };
   absl::MutexLock lock(&c->mu);
+  if (worker && req.clock() >= 0) {
+    Chunk::PullArrival* slots = c->step_pulls;
+    if (slots[0].clock != req.clock() && slots[1].clock != req.clock()) {
+      slots[slots[0].clock < slots[1].clock ? 0 : 1] = {req.clock(), arrival};
+    }
+  }
   if (mode.mode == Consistency::kBsp && worker && req.clock() >= 0) {
     // Step `clock` cannot close before this worker pushes it, so a version
     // beyond its clock can never come.
@@ -427,8 +433,13 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk* c,
       ++waiting_[waiter];
       waited = true;
       counters_.pulls_waiting++;
-      c->pull_waiters++;
-      pinned = true;
+      // Under BSP a commit will serve it (under SSP it waits for the
+      // slowest worker, and a pin would hold the tile past the budget
+      // that long).
+      if (mode.mode == Consistency::kBsp) {
+        c->pull_waiters++;
+        pinned = true;
+      }
     }
     if (c->changed.WaitWithDeadline(&c->mu, deadline) && !ready()) {
       return absl::DeadlineExceededError(absl::StrCat(

@@ -122,14 +122,25 @@ bool Shard::MakeRoom(size_t extra, bool for_read_ahead) {
       absl::StatusOr<Chunk*> v = FindChunk(id);
       if (!v.ok() || (for_read_ahead && (*v)->read_ahead.load())) continue;
       if (absl::c_linear_search(kept, id)) continue;
-      if ((*v)->pull_waiters.load() > 0 &&
-          kept_bytes + (*v)->tile_bytes <= spill->pinned_bytes()) {
+      auto keep = [&] {
+        if ((*v)->pull_waiters.load() == 0 ||
+            kept_bytes + (*v)->tile_bytes > spill->pinned_bytes()) {
+          return false;
+        }
         kept.push_back(id);
         kept_bytes += (*v)->tile_bytes;
+        return true;
+      };
+      if (keep()) {
         progress = true;
         continue;
       }
       if (!(*v)->mu.TryLock()) continue;  // in use: the next one
+      if (keep()) {                       // a pull came to wait on it meanwhile
+        (*v)->mu.Unlock();
+        progress = true;
+        continue;
+      }
       const absl::Status s = Spill(**v);
       (*v)->mu.Unlock();
       if (!s.ok()) {
@@ -199,7 +210,7 @@ void Shard::AfterUse(const Chunk& c) {
             next->disk_current = true;
             next->read_ahead = true;
             spill->Admit(next->spec.chunk_id(), next->tile_bytes,
-                         /*was_spilled=*/true);
+                         /*was_spilled=*/true, /*read_ahead=*/true);
             spill->counters().prefetched++;
           } else {
             // The use itself reads it again and answers the error.
@@ -209,6 +220,9 @@ void Shard::AfterUse(const Chunk& c) {
         }
       }
       next->prefetching = false;
+      // The room it took may have been a tile kept for pulls (MakeRoom),
+      // whose last pull then found the budget held and made none.
+      if (spill->OverBudget(0)) MakeRoom(0);
       absl::MutexLock lock(&tier_tasks_mu_);
       --tier_tasks_;
     });

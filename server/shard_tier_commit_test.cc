@@ -91,9 +91,16 @@ TEST(ShardTierCommit, ServesTheNextStepsWaitingPullsFromRam) {
         pulled[i] = tiered->Pull(PullReq(i, step + 1), &got[i]).status();
       });
     }
-    while (tiered->counters().pulls_waiting.load() < kChunks) {
+    // (Each pull waits up to the shard's max_wait, 5 s, then fails.)
+    const absl::Time give_up = absl::Now() + absl::Seconds(4);
+    while (tiered->counters().pulls_waiting.load() < kChunks &&
+           absl::Now() < give_up) {
       absl::SleepFor(absl::Milliseconds(1));
     }
+    ASSERT_EQ(tiered->counters().pulls_waiting.load(), kChunks) << [&] {
+      for (std::thread& t : pullers) t.join();
+      return "not every pull waits at the gate";
+    }();
     v1::StatsResponse before;
     tiered->FillStats(&before);
     auto committed = tiered->Commit(CommitReq(step));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <system_error>
 #include <utility>
 
@@ -90,9 +91,9 @@ absl::StatusOr<std::unique_ptr<SpillStore>> SpillStore::Open(
     return absl::InvalidArgumentError("a RAM budget of 0 bytes");
   if (options.dir.empty())
     return absl::InvalidArgumentError("the spill tier needs a directory");
-  if (options.prefetch_depth < 0 || options.io_threads < 1) {
+  if (options.prefetch_depth < -1 || options.io_threads < 1) {
     return absl::InvalidArgumentError(
-        "the spill tier needs prefetch_depth >= 0 and io_threads >= 1");
+        "the spill tier needs prefetch_depth >= -1 and io_threads >= 1");
   }
 
   // What a previous run spilled is stale: the shard restores from its
@@ -147,7 +148,8 @@ SpillStore::SpillStore(SpillOptions options,
 
 SpillStore::~SpillStore() = default;
 
-void SpillStore::Admit(uint64_t id, size_t bytes, bool was_spilled) {
+void SpillStore::Admit(uint64_t id, size_t bytes, bool was_spilled,
+                       bool read_ahead) {
   absl::MutexLock lock(&mu_);
   if (was_spilled) counters_.spilled_bytes -= bytes;
   auto [it, inserted] = resident_.try_emplace(id);
@@ -155,8 +157,13 @@ void SpillStore::Admit(uint64_t id, size_t bytes, bool was_spilled) {
     counters_.resident_bytes -= it->second.bytes;
     lru_.erase(it->second.pos);
   }
-  lru_.push_front(id);
-  it->second.pos = lru_.begin();
+  if (read_ahead && options_.eviction == SpillOptions::Eviction::kJustUsed) {
+    lru_.push_back(id);
+    it->second.pos = std::prev(lru_.end());
+  } else {
+    lru_.push_front(id);
+    it->second.pos = lru_.begin();
+  }
   it->second.bytes = bytes;
   counters_.resident_bytes += bytes;
 }

@@ -49,8 +49,9 @@ struct SpillOptions {
   uint64_t ram_budget = 0;
   // The spill databases' directory (emptied and created at Open).
   std::string dir;
-  // Tiles read ahead of use, following the learned order.
-  int prefetch_depth = 4;
+  // Tiles read ahead of use, following the learned order; -1: the
+  // eviction policy's default (4; none with kJustUsed).
+  int prefetch_depth = -1;
   // Threads the shard reads ahead and writes back on.
   int io_threads = 2;
   // Read and flush the spill databases past the page cache (O_DIRECT), so
@@ -88,13 +89,16 @@ struct SpillOptions {
   //   about the same order, as under BSP, where only the push that closes a
   //   step uses a tile, whatever the interleaving of the commit's threads.
   //   Wrong where a tile is used again soon after a use (two SSP/ASP
-  //   workers' pushes of one chunk). It reads and writes nothing ahead:
-  //   the learned order's read-aheads mispredict under the commit's
-  //   interleaving, and unused they would be kept over the tiles this
-  //   policy keeps (end to end 244 of 439 were spilled unused); and the
-  //   next tile to spill is the one just used, which a write-behind would
-  //   write for nothing whenever the next use hits (so prefetch_depth and
-  //   write_behind are ignored).
+  //   workers' pushes of one chunk). It writes nothing behind: the next
+  //   tile to spill is the one just used, which a write-behind would
+  //   write for nothing whenever the next use hits (write_behind is
+  //   ignored). By default it reads nothing ahead either: under a BSP
+  //   commit the learned order's read-aheads mispredict (the commit's
+  //   threads interleave it anew each step; end to end 155-179 of about
+  //   340 a server were spilled unused, and the run was 10-20% slower).
+  //   Where one thread uses the tiles in a fixed order (bench/tier.sh's
+  //   ASP worker) a prefetch_depth given reads ahead; a tile read ahead
+  //   goes last in the spill order until its use.
   enum class Eviction { kLeastRecent, kFarthest, kJustUsed };
   Eviction eviction = Eviction::kLeastRecent;
   // The spill databases' memtable size, both together (the weights'
@@ -152,11 +156,10 @@ class SpillStore {
     return options_.write_behind_bytes > 0 ? options_.write_behind_bytes
                                            : options_.ram_budget / 4;
   }
-  // Tiles to read ahead of use (none with kJustUsed).
+  // Tiles to read ahead of use.
   int prefetch_depth() const {
-    return options_.eviction == SpillOptions::Eviction::kJustUsed
-               ? 0
-               : options_.prefetch_depth;
+    if (options_.prefetch_depth >= 0) return options_.prefetch_depth;
+    return options_.eviction == SpillOptions::Eviction::kJustUsed ? 0 : 4;
   }
   // Whether changed tiles are written out ahead of their spill.
   bool write_behind() const {
@@ -165,8 +168,11 @@ class SpillStore {
   }
 
   // The tile `id` (`bytes` long) is now resident, most recently used;
-  // `was_spilled` when it came back from the spill database.
-  void Admit(uint64_t id, size_t bytes, bool was_spilled);
+  // `was_spilled` when it came back from the spill database. A tile read
+  // ahead of its use (`read_ahead`) goes last in kJustUsed's order, not
+  // first: it is needed soon, until its use makes it the tile used last.
+  void Admit(uint64_t id, size_t bytes, bool was_spilled,
+             bool read_ahead = false);
   // The tile `id` is no longer resident (it was spilled or dropped).
   void Release(uint64_t id);
   // The tile `id` was used: most recently used, and the successor of the

@@ -101,23 +101,42 @@ TEST(SpillStore, SpillingTheTileNeededLastMissesLessOftenInACycle) {
   EXPECT_EQ(MissesPerCycle(*just_used, 10, 3, 4), 8);
 }
 
-// The tile used last goes first, whatever the order of use; nothing is
-// read ahead or written behind with that policy.
+// The tile used last goes first, whatever the order of use, and a tile
+// read ahead last until its use; nothing is written behind with that
+// policy, and nothing read ahead unless asked.
 TEST(SpillStore, SpillingTheTileUsedLastGoesMostRecentFirst) {
   const ScopedDir dir("just-used");
-  auto s = Open(dir.path, 300, SpillOptions::Eviction::kJustUsed);
+  auto s = Open(dir.path, 400, SpillOptions::Eviction::kJustUsed);
   for (uint64_t id : {1, 2, 3}) s->Admit(id, 100, false);
   s->Touch(2);
   s->Touch(1);
   EXPECT_EQ(s->Victims(3), (std::vector<uint64_t>{1, 2, 3}));
   s->Touch(3);
   EXPECT_EQ(s->VictimsCovering(150), (std::vector<uint64_t>{3, 1}));
+  s->Admit(4, 100, /*was_spilled=*/true, /*read_ahead=*/true);
+  EXPECT_EQ(s->Victims(4), (std::vector<uint64_t>{3, 1, 2, 4}));
+  s->Touch(4);
+  EXPECT_EQ(s->Victims(4), (std::vector<uint64_t>{4, 3, 1, 2}));
   EXPECT_EQ(s->prefetch_depth(), 0);
   EXPECT_FALSE(s->write_behind());
   const ScopedDir lru_dir("just-used-lru");
   auto lru = Open(lru_dir.path, 300);
-  EXPECT_EQ(lru->prefetch_depth(), SpillOptions().prefetch_depth);
+  EXPECT_EQ(lru->prefetch_depth(), 4);
   EXPECT_TRUE(lru->write_behind());
+  // Under LRU a tile read ahead is the most recently admitted.
+  for (uint64_t id : {1, 2}) lru->Admit(id, 100, false);
+  lru->Admit(3, 100, /*was_spilled=*/true, /*read_ahead=*/true);
+  EXPECT_EQ(lru->Victims(3), (std::vector<uint64_t>{1, 2, 3}));
+  SpillOptions asked;
+  asked.ram_budget = 300;
+  asked.dir = dir.path + "-asked";
+  asked.eviction = SpillOptions::Eviction::kJustUsed;
+  asked.prefetch_depth = 3;
+  auto ahead = SpillStore::Open(asked);
+  ASSERT_TRUE(ahead.ok()) << ahead.status();
+  EXPECT_EQ((*ahead)->prefetch_depth(), 3);
+  ahead->reset();
+  std::filesystem::remove_all(asked.dir);
 }
 
 TEST(SpillStore, WritesAndReadsTilesBitForBit) {
