@@ -294,7 +294,8 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   uint64_t write_behind_mib = 0;
   app.add_option("--write_behind_mib", write_behind_mib,
-                 "coldest tiles kept written out (0: the store's default)")
+                 "coldest tiles kept written out (0: the store's default; "
+                 "none with just_used, which writes nothing behind)")
       ->capture_default_str();
   app.add_option("--write_buffer_mib", write_buffer_mib,
                  "spill database memtable (0: the store's default)")

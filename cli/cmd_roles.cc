@@ -124,18 +124,20 @@ CommandFn AddServerCommand(CLI::App& app) {
   cmd->add_option("--prefetch_depth", o->prefetch_depth,
                   "with --ram_budget: tiles read from disk ahead of use, in "
                   "the order the previous step used them (default: 4, none "
-                  "with --evict just_used)")
+                  "with just_used, which --evict auto picks under BSP)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--write_behind", o->write_behind,
                   "with --ram_budget: write changed cold tiles out on a "
                   "thread of their own, so a spill only frees memory (false: "
                   "each spill writes its tile, on the request's time)")
       ->capture_default_str();
-  cmd->add_option("--evict", o->evict,
-                  "with --ram_budget, which tile to spill first: lru (least "
-                  "recently used), farthest (next use farthest in the "
-                  "learned order), just_used (used last; no read-ahead or "
-                  "write-behind), auto (just_used under BSP, lru otherwise)")
+  cmd->add_option(
+         "--evict", o->evict,
+         "with --ram_budget, which tile to spill first: lru (least "
+         "recently used), farthest (next use farthest in the "
+         "learned order), just_used (used last; no write-behind, and no "
+         "read-ahead unless --prefetch_depth is given), auto "
+         "(just_used under BSP, lru otherwise)")
       ->check(CLI::IsMember({"auto", "lru", "farthest", "just_used"}))
       ->capture_default_str();
   cmd->add_option_function<std::string>(

@@ -276,10 +276,10 @@ class Shard {
     // to make its own room (with a budget of a few tiles, read-aheads would
     // spill each other before their use, and read everything twice).
     std::atomic<bool> read_ahead{false};
-    // Pulls waiting at the gate for this chunk, until each has copied the
-    // weights it answers with: MakeRoom keeps the tile in RAM for them
-    // (within SpillStore::pinned_bytes), so a commit's update serves the
-    // next step's pulls before its tile is spilled.
+    // BSP workers' pulls waiting at the gate for this chunk, until each
+    // has copied the weights it answers with: MakeRoom keeps the tile in RAM
+    // for them (within SpillStore::pinned_bytes), so a commit's update serves
+    // the next step's pulls before its tile is spilled.
     std::atomic<int> pull_waiters{0};
     // When the first worker's pull at each of the last two clocks came
     // (Shard::pull_arrivals_): the order a worker asked for a step's
@@ -359,6 +359,10 @@ class Shard {
   // Counts a tiling error if the open pushes of `c` do not cover one
   // contiguous run of samples.
   void CheckTiling(const Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // Notes the arrival of a worker's first pull at `clock` in
+  // c.step_pulls (the last two clocks).
+  void NotePullOfStep(Chunk& c, int64_t clock, uint64_t arrival)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   int64_t MinClock(const Chunk& c, const ViewState& view) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   void CaptureForSnapshot(const Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);

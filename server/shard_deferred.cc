@@ -7,7 +7,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "common/parallel.h"
 #include "common/status.h"
@@ -140,8 +139,9 @@ absl::StatusOr<v1::CommitResponse> Shard::ApplyCommit(
         " deferred pushes of step ", req.step(), " by member ", req.member_id(),
         " (it restarted, or the member left the view, since): redo the step"));
   }
-  // In RAM, in the order the step's pulls came (first layers first; if a
-  // chunk's is not known, all in the reverse of the order the pushes came):
+  // In RAM, in the order the step's pulls came (first layers first; the
+  // chunks whose pull is not known after, in the reverse of the order the
+  // pushes came):
   // the worker's next pulls, in the same order, are already waiting at the
   // gate, and each is served as soon as its chunk is applied, so the
   // worker's forward pass runs while the rest of the commit applies. So
@@ -159,12 +159,12 @@ absl::StatusOr<v1::CommitResponse> Shard::ApplyCommit(
   if (options_.spill == nullptr ||
       options_.spill->eviction() == SpillOptions::Eviction::kJustUsed) {
     std::reverse(held.begin(), held.end());
-    if (absl::c_all_of(held, [](const Deferred& d) { return d.pulled > 0; })) {
-      std::sort(held.begin(), held.end(),
-                [](const Deferred& a, const Deferred& b) {
-                  return a.pulled < b.pulled;
-                });
-    }
+    std::stable_sort(held.begin(), held.end(),
+                     [](const Deferred& a, const Deferred& b) {
+                       const uint64_t unknown = UINT64_MAX;
+                       return (a.pulled > 0 ? a.pulled : unknown) <
+                              (b.pulled > 0 ? b.pulled : unknown);
+                     });
   }
   std::vector<absl::Status> results(held.size());
   std::vector<char> applied(held.size(), 0);

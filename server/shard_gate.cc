@@ -265,6 +265,16 @@ void Shard::set_applied_sink(AppliedSink sink) {
   applied_sink_ = std::move(sink);
 }
 
+void Shard::NotePullOfStep(Chunk& c, int64_t clock, uint64_t arrival) {
+  Chunk::PullArrival* slots = c.step_pulls;
+  if (slots[0].clock == clock || slots[1].clock == clock) return;
+  // Keeps the step before (a slower worker may still commit it) and
+  // replaces the other: a clock that jumped back (a rollback, a redo)
+  // leaves no stale entry behind for long.
+  const int replace = slots[0].clock == clock - 1 ? 1 : 0;
+  slots[replace] = {clock, arrival};
+}
+
 int64_t Shard::MinClock(const Chunk& c, const ViewState& view) const {
   int64_t min_clock = INT64_MAX;
   for (uint64_t w : view.workers) {
@@ -326,19 +336,14 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk* c,
   };
   const bool worker = is_worker();
   uint64_t need_version = req.min_version();
-  // Once waiting, the pull pins the chunk's tile in RAM (Chunk::
-  // pull_waiters) until it has copied it; unpinned after the lock is let go.
+  // Once waiting, a BSP worker's pull pins the chunk's tile in RAM
+  // (Chunk::pull_waiters) until it has copied it; unpinned after the lock
+  // is let go.
   bool pinned = false;
   absl::Cleanup unpin = [&] {
     if (pinned) Unpin(*c);
   };
   absl::MutexLock lock(&c->mu);
-  if (worker && req.clock() >= 0) {
-    Chunk::PullArrival* slots = c->step_pulls;
-    if (slots[0].clock != req.clock() && slots[1].clock != req.clock()) {
-      slots[slots[0].clock < slots[1].clock ? 0 : 1] = {req.clock(), arrival};
-    }
-  }
   if (mode.mode == Consistency::kBsp && worker && req.clock() >= 0) {
     // Step `clock` cannot close before this worker pushes it, so a version
     // beyond its clock can never come.
@@ -366,6 +371,9 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk* c,
   }
   if (mode.mode == Consistency::kSsp && worker && req.clock() >= 0) {
     c->clocks.try_emplace(member, req.clock());
+  }
+  if (worker && req.clock() >= 0 && req.generation() == c->generation) {
+    NotePullOfStep(*c, req.clock(), arrival);
   }
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) {
     if (c->rec.version < need_version) return false;
@@ -433,10 +441,10 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk* c,
       ++waiting_[waiter];
       waited = true;
       counters_.pulls_waiting++;
-      // Under BSP a commit will serve it (under SSP it waits for the
-      // slowest worker, and a pin would hold the tile past the budget
-      // that long).
-      if (mode.mode == Consistency::kBsp) {
+      // A BSP worker's: a commit will serve it, most often the one
+      // applying now (under SSP it waits for the slowest worker, and a
+      // pin would hold the tile past the budget that long).
+      if (mode.mode == Consistency::kBsp && worker) {
         c->pull_waiters++;
         pinned = true;
       }

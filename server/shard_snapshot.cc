@@ -184,6 +184,7 @@ absl::Status Shard::RollBack(uint64_t generation, int64_t step,
     for (auto& [id, contrib] : c->open) GiveBuffer(std::move(contrib.grad));
     c->open.clear();
     c->clocks.clear();
+    for (Chunk::PullArrival& p : c->step_pulls) p = {};
     c->generation = generation;
     c->generation_step = step;
     c->changed.SignalAll();  // pulls of the old generation are ABORTED

@@ -1,6 +1,7 @@
 // The shard's side of the RAM tier (ShardOptions::spill): which tiles are
 // resident, reading them back on use, reading ahead in the learned order
-// (not with SpillOptions::Eviction::kJustUsed), and spilling
+// (with SpillOptions::Eviction::kJustUsed only when a depth is given),
+// keeping tiles for the BSP pulls waiting on them, and spilling
 // (SpillStore::Victims: the least recently used, the one needed last, or
 // the one used last) while the budget is passed.
 //
@@ -197,6 +198,7 @@ void Shard::AfterUse(const Chunk& c) {
       // No room without spilling other read-aheads: the use reads it.
       const bool room = MakeRoom(next->tile_bytes, /*for_read_ahead=*/true);
       if (!room) spill->counters().read_aheads_skipped++;
+      bool admitted = false;
       {
         absl::MutexLock lock(&next->mu);
         if (room && !next->resident.load()) {
@@ -212,6 +214,7 @@ void Shard::AfterUse(const Chunk& c) {
             spill->Admit(next->spec.chunk_id(), next->tile_bytes,
                          /*was_spilled=*/true, /*read_ahead=*/true);
             spill->counters().prefetched++;
+            admitted = true;
           } else {
             // The use itself reads it again and answers the error.
             spdlog::error("strata server: read-ahead of chunk {}: {}",
@@ -222,7 +225,9 @@ void Shard::AfterUse(const Chunk& c) {
       next->prefetching = false;
       // The room it took may have been a tile kept for pulls (MakeRoom),
       // whose last pull then found the budget held and made none.
-      if (spill->OverBudget(0)) MakeRoom(0);
+      if (admitted && spill->OverBudget(0)) {
+        MakeRoom(0, /*for_read_ahead=*/true);
+      }
       absl::MutexLock lock(&tier_tasks_mu_);
       --tier_tasks_;
     });

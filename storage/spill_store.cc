@@ -204,8 +204,12 @@ std::vector<uint64_t> SpillStore::VictimsLocked(
     absl::FunctionRef<bool(uint64_t)> want) {
   std::vector<uint64_t> out;
   if (options_.eviction == SpillOptions::Eviction::kJustUsed) {
-    // Most recently used (or admitted) first. (No read-aheads to keep:
-    // there are none with this policy.)
+    // Most recently used (or admitted) first; tiles read ahead and not
+    // yet used are at the back (Admit), the one read ahead last after the
+    // others: among themselves they go in the order they came, which is
+    // not Belady's (the one needed soonest came first), but a read-ahead
+    // makes room without spilling another (Shard::MakeRoom), so the order
+    // matters only when nothing else can go.
     for (auto it = lru_.begin(); it != lru_.end() && want(*it); ++it) {
       out.push_back(*it);
     }

@@ -95,7 +95,7 @@ struct SpillOptions {
   //   ignored). By default it reads nothing ahead either: under a BSP
   //   commit the learned order's read-aheads mispredict (the commit's
   //   threads interleave it anew each step; end to end 155-179 of about
-  //   340 a server were spilled unused, and the run was 10-20% slower).
+  //   340 a server were spilled unused, and 9-19% fewer tokens/s).
   //   Where one thread uses the tiles in a fixed order (bench/tier.sh's
   //   ASP worker) a prefetch_depth given reads ahead; a tile read ahead
   //   goes last in the spill order until its use.
@@ -169,8 +169,9 @@ class SpillStore {
 
   // The tile `id` (`bytes` long) is now resident, most recently used;
   // `was_spilled` when it came back from the spill database. A tile read
-  // ahead of its use (`read_ahead`) goes last in kJustUsed's order, not
-  // first: it is needed soon, until its use makes it the tile used last.
+  // ahead of its use (`read_ahead`) goes last in kJustUsed's spill order,
+  // not first: it is needed soon, until its use (Touch) makes it the tile
+  // used last.
   void Admit(uint64_t id, size_t bytes, bool was_spilled,
              bool read_ahead = false);
   // The tile `id` is no longer resident (it was spilled or dropped).

@@ -113,7 +113,7 @@ TEST(SpillStore, SpillingTheTileUsedLastGoesMostRecentFirst) {
   EXPECT_EQ(s->Victims(3), (std::vector<uint64_t>{1, 2, 3}));
   s->Touch(3);
   EXPECT_EQ(s->VictimsCovering(150), (std::vector<uint64_t>{3, 1}));
-  s->Admit(4, 100, /*was_spilled=*/true, /*read_ahead=*/true);
+  s->Admit(4, 100, /*was_spilled=*/false, /*read_ahead=*/true);
   EXPECT_EQ(s->Victims(4), (std::vector<uint64_t>{3, 1, 2, 4}));
   s->Touch(4);
   EXPECT_EQ(s->Victims(4), (std::vector<uint64_t>{4, 3, 1, 2}));
@@ -125,18 +125,20 @@ TEST(SpillStore, SpillingTheTileUsedLastGoesMostRecentFirst) {
   EXPECT_TRUE(lru->write_behind());
   // Under LRU a tile read ahead is the most recently admitted.
   for (uint64_t id : {1, 2}) lru->Admit(id, 100, false);
-  lru->Admit(3, 100, /*was_spilled=*/true, /*read_ahead=*/true);
+  lru->Admit(3, 100, /*was_spilled=*/false, /*read_ahead=*/true);
   EXPECT_EQ(lru->Victims(3), (std::vector<uint64_t>{1, 2, 3}));
+  const ScopedDir asked_dir("just-used-asked");
   SpillOptions asked;
   asked.ram_budget = 300;
-  asked.dir = dir.path + "-asked";
+  asked.dir = asked_dir.path;
   asked.eviction = SpillOptions::Eviction::kJustUsed;
   asked.prefetch_depth = 3;
   auto ahead = SpillStore::Open(asked);
   ASSERT_TRUE(ahead.ok()) << ahead.status();
   EXPECT_EQ((*ahead)->prefetch_depth(), 3);
-  ahead->reset();
-  std::filesystem::remove_all(asked.dir);
+  asked.prefetch_depth = -2;
+  EXPECT_EQ(SpillStore::Open(asked).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SpillStore, WritesAndReadsTilesBitForBit) {
