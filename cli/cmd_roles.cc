@@ -10,7 +10,6 @@
 #include "cli/commands.h"
 #include "cli/ops.h"
 #include "cli/signals.h"
-#include "common/byte_size.h"
 #include "common/consistency.h"
 #include "common/malloc_tuning.h"
 #include "common/status.h"
@@ -140,18 +139,11 @@ CommandFn AddServerCommand(CLI::App& app) {
          "(just_used under BSP, lru otherwise)")
       ->check(CLI::IsMember({"auto", "lru", "farthest", "just_used"}))
       ->capture_default_str();
-  cmd->add_option_function<std::string>(
-         "--pinned_bytes",
-         [o](const std::string& text) {
-           o->pinned_bytes = *ParseByteSize(text);
-         },
-         "with --ram_budget: RAM past the budget for tiles that pulls wait "
-         "on (a step's commit serves the next step's pulls from RAM before "
-         "it spills their tiles), e.g. 32MiB (the default); 0: none")
-      ->check([](const std::string& text) -> std::string {
-        absl::StatusOr<uint64_t> b = ParseByteSize(text);
-        return b.ok() ? "" : std::string(b.status().message());
-      });
+  AddByteSizeFlag(cmd, "--pinned_bytes", &o->pinned_bytes,
+                  "with --ram_budget: RAM past the budget for tiles that BSP "
+                  "pulls wait on (a step's commit serves the next step's "
+                  "pulls from RAM before it spills their tiles), e.g. 32MiB "
+                  "(the default); 0: none");
   cmd->add_option(
       "--consistency", o->consistency,
       "bsp | ssp:<s> | asp (default: the job's, from the scheduler)");

@@ -9,7 +9,6 @@
 #include "cli/commands.h"
 #include "cli/ops.h"
 #include "cli/signals.h"
-#include "common/byte_size.h"
 #include "common/health.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -123,21 +122,16 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "clip gradients to this global norm (0: off)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->add_option_function<std::string>(
-         "--chunk_size",
-         [o](const std::string& text) {
-           o->chunk_bytes = *ParseByteSize(text);
-         },
-         "largest piece of a tensor the servers hold as one chunk, e.g. 4MiB "
-         "(each server's --ram_budget must hold one chunk's weights and "
-         "optimizer state)")
-      ->check([](const std::string& text) -> std::string {
-        absl::StatusOr<uint64_t> b = ParseByteSize(text);
-        if (!b.ok()) return std::string(b.status().message());
-        if (*b < 4 || *b > (256ull << 20))
-          return "a chunk size must be between 4 bytes and 256MiB";
-        return "";
-      });
+  AddByteSizeFlag(cmd, "--chunk_size", &o->chunk_bytes,
+                  "largest piece of a tensor the servers hold as one chunk, "
+                  "e.g. 4MiB (each server's --ram_budget must hold one "
+                  "chunk's weights and optimizer state)",
+                  [](uint64_t b) -> std::string {
+                    return b < 4 || b > (256ull << 20)
+                               ? "a chunk size must be between 4 bytes and "
+                                 "256MiB"
+                               : "";
+                  });
   cmd->add_option("--micro_batches", o->micro_batches,
                   "compute each worker's share of a step in this many "
                   "micro-batches, accumulated and pushed once (the global "
@@ -180,20 +174,14 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "backward, and each pushes its share of the chunks)")
       ->check(CLI::IsMember({"ps", "allreduce"}))
       ->capture_default_str();
-  cmd->add_option_function<std::string>(
-         "--bucket_size",
-         [o](const std::string& text) {
-           o->bucket_bytes = *ParseByteSize(text);
-         },
-         "with --sync allreduce: all-reduce gradients in buckets of about "
-         "this size as backward finishes them, e.g. 25MiB (0: one "
-         "all-reduce per tensor)")
-      ->check([](const std::string& text) -> std::string {
-        absl::StatusOr<uint64_t> b = ParseByteSize(text);
-        if (!b.ok()) return std::string(b.status().message());
-        if (*b > (uint64_t{1} << 30)) return "a bucket is at most 1GiB";
-        return "";
-      });
+  AddByteSizeFlag(cmd, "--bucket_size", &o->bucket_bytes,
+                  "with --sync allreduce: all-reduce gradients in buckets of "
+                  "about this size as backward finishes them, e.g. 25MiB (0: "
+                  "one all-reduce per tensor)",
+                  [](uint64_t b) -> std::string {
+                    return b > (uint64_t{1} << 30) ? "a bucket is at most 1GiB"
+                                                   : "";
+                  });
   cmd->add_option("--collective_host", o->collective_host,
                   "with --sync allreduce: the address of this host the "
                   "other workers reach this worker's Gloo connections at")

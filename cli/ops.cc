@@ -21,19 +21,31 @@ void AddMetricsFlags(CLI::App* cmd, MetricsFlags* flags) {
       ->capture_default_str();
 }
 
-void AddRamBudgetFlag(CLI::App* cmd, uint64_t* bytes) {
-  cmd->add_option_function<std::string>(
-         "--ram_budget",
-         [bytes](const std::string& text) { *bytes = *ParseByteSize(text); },
-         "RAM for parameter tiles (weights and optimizer state) per server, "
-         "e.g. 2GiB; the rest spills to <data_dir>/spill on disk and is "
-         "read back ahead of use (unset: everything in RAM)")
-      ->check([](const std::string& text) -> std::string {
+CLI::Option* AddByteSizeFlag(CLI::App* cmd, const std::string& name,
+                             uint64_t* bytes, const std::string& description,
+                             std::function<std::string(uint64_t)> check) {
+  return cmd
+      ->add_option_function<std::string>(
+          name,
+          [bytes](const std::string& text) { *bytes = *ParseByteSize(text); },
+          description)
+      ->check([check](const std::string& text) -> std::string {
         absl::StatusOr<uint64_t> b = ParseByteSize(text);
         if (!b.ok()) return std::string(b.status().message());
-        if (*b == 0) return "a RAM budget must be more than 0 bytes";
-        return "";
+        return check ? check(*b) : "";
       });
+}
+
+void AddRamBudgetFlag(CLI::App* cmd, uint64_t* bytes) {
+  AddByteSizeFlag(cmd, "--ram_budget", bytes,
+                  "RAM for parameter tiles (weights and optimizer state) per "
+                  "server, e.g. 2GiB; the rest spills to <data_dir>/spill on "
+                  "disk and is read back ahead of use (unset: everything in "
+                  "RAM)",
+                  [](uint64_t b) -> std::string {
+                    return b == 0 ? "a RAM budget must be more than 0 bytes"
+                                  : "";
+                  });
 }
 
 void AddTlsFlags(CLI::App* cmd, TlsFlags* flags, bool listens) {

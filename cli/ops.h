@@ -3,6 +3,7 @@
 #ifndef STRATA_CLI_OPS_H_
 #define STRATA_CLI_OPS_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -44,8 +45,16 @@ absl::StatusOr<std::shared_ptr<const Security>> LoadSecurity(
     const TlsFlags& flags, std::optional<Role> role,
     const std::vector<std::string>& listens = {});
 
-// --ram_budget on a command that starts servers: a byte size ("2GiB";
-// common/byte_size.h) into `bytes`; unset leaves it 0.
+// A flag taking a byte size ("2GiB", "4MiB", "1024"; common/byte_size.h)
+// into `bytes`; unset leaves it as it is. `check` says what is wrong with
+// a size that parses ("" when nothing is).
+CLI::Option* AddByteSizeFlag(
+    CLI::App* cmd, const std::string& name, uint64_t* bytes,
+    const std::string& description,
+    std::function<std::string(uint64_t)> check = nullptr);
+
+// --ram_budget on a command that starts servers: a byte size into
+// `bytes`; unset leaves it 0.
 void AddRamBudgetFlag(CLI::App* cmd, uint64_t* bytes);
 
 // Writes "address\n" to `path` atomically (rename), for a parent process
