@@ -2,16 +2,19 @@
 // shard_deferred.cc, shard_tier.cc): the next step's pulls, waiting at the
 // gate while it applies, are served from the tiles it has just updated
 // (kept for them past the budget) instead of reading their weights back
-// from disk, and the budget holds again once they are served.
+// from disk, and the budget holds again once they are served; the commit
+// applies the chunks in the order the step's first pulls came.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/chunk_plan.h"
+#include "common/parallel.h"
 #include "server/shard.h"
 #include "server/shard_test_util.h"
 #include "server/shard_tier_test_util.h"
@@ -125,6 +128,77 @@ TEST(ShardTierCommit, ServesTheNextStepsWaitingPullsFromRam) {
       EXPECT_EQ(got[i], want) << "step " << step + 1 << " chunk " << i;
     }
   }
+}
+
+// Worker 1 pulls step 0 in a scrambled order, worker 2 in order; worker 2
+// commits first, and its pulls of step 1 wait at the gate when worker 1's
+// commit closes the step: that commit applies the chunks in the order of
+// the step's first pulls (worker 1's), not in that of the later ones. On
+// one thread, so the tier's learned order (the order of the tiles' uses)
+// is the commit's.
+TEST(ShardTierCommit, AppliesAStepInTheOrderOfItsFirstPulls) {
+  const int threads = NumThreads();
+  SetNumThreads(1);
+  absl::Cleanup restore = [threads] { SetNumThreads(threads); };
+  const ScopedDir dir_scope("order");
+  SpillOptions so;
+  so.ram_budget = kChunks * kTile / 4;
+  so.dir = dir_scope.path;
+  so.eviction = SpillOptions::Eviction::kJustUsed;
+  std::shared_ptr<SpillStore> spill = OpenSpill(so);
+  ShardOptions o = Opts("bsp");
+  o.spill = spill;
+  Shard shard(o);
+  ASSERT_TRUE(shard.Register(Model()).ok());
+  shard.UpdateView(MakeView(1, {1, 2}, 1));
+  std::vector<int> scrambled;
+  for (int i = 0; i < kChunks; ++i) scrambled.push_back(i * 7 % kChunks);
+  auto pull = [&](uint64_t member, int chunk, int64_t clock) {
+    v1::PullRequest r = PullReq(chunk, clock);
+    r.set_member_id(member);
+    std::string out;
+    return shard.Pull(r, &out).status();
+  };
+  auto hold = [&](uint64_t member) {
+    for (int i = kChunks - 1; i >= 0; --i) {
+      v1::PushRequest p = shard_test::PushReq(member, 0, member == 1 ? 3 : 5);
+      p.set_first_sample(member == 1 ? 0 : 3);
+      p.set_chunk_id(ChunkId(absl::StrCat("t", i), 0));
+      p.set_deferred(true);
+      ASSERT_TRUE(shard.Push(p, Gradient(0, member, i)).ok());
+    }
+  };
+  for (int i : scrambled) ASSERT_TRUE(pull(1, i, 0).ok());
+  for (int i = 0; i < kChunks; ++i) ASSERT_TRUE(pull(2, i, 0).ok());
+  hold(2);
+  v1::CommitRequest commit = CommitReq(0);
+  commit.set_member_id(2);
+  auto first = shard.Commit(commit);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->applied(), 0u);  // worker 1 has not committed
+  std::vector<std::thread> pullers;
+  std::vector<absl::Status> pulled(kChunks);
+  for (int i = kChunks - 1; i >= 0; --i) {
+    pullers.emplace_back([&, i] { pulled[i] = pull(2, i, 1); });
+  }
+  const absl::Time give_up = absl::Now() + absl::Seconds(4);
+  while (shard.counters().pulls_waiting.load() < kChunks &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  hold(1);
+  auto closing = shard.Commit(CommitReq(0));
+  for (std::thread& t : pullers) t.join();
+  ASSERT_TRUE(closing.ok()) << closing.status();
+  EXPECT_EQ(closing->applied(), static_cast<uint32_t>(kChunks));
+  for (const absl::Status& s : pulled) EXPECT_TRUE(s.ok()) << s;
+  std::vector<uint64_t> want;
+  for (int k = 2; k < kChunks; ++k) {
+    want.push_back(ChunkId(absl::StrCat("t", scrambled[k]), 0));
+  }
+  EXPECT_EQ(
+      spill->Next(ChunkId(absl::StrCat("t", scrambled[1]), 0), kChunks - 2),
+      want);
 }
 
 }  // namespace
