@@ -202,13 +202,19 @@ v1::RegisterChunksRequest Model(int chunks, size_t numel) {
   return req;
 }
 
-// Seconds per timed step (the mean of `steps` after one untimed step).
-double RunSteps(Shard& shard, int chunks, size_t numel, int steps) {
+// Seconds per timed step (the mean of `steps` after one untimed step), and
+// of those the pushes' (the pulls' are the rest).
+struct StepTimes {
+  double step_s = 0, push_s = 0;
+};
+StepTimes RunSteps(Shard& shard, int chunks, size_t numel, int steps) {
   const std::string grad(numel * 4, '\0');
   std::string out;
   Clock::time_point start;
+  double push_s = 0;
   for (int step = 0; step <= steps; ++step) {
     if (step == 1) start = Clock::now();
+    const Clock::time_point pushes = Clock::now();
     for (int i = chunks - 1; i >= 0; --i) {
       v1::PushRequest p;
       p.set_member_id(1);
@@ -222,6 +228,7 @@ double RunSteps(Shard& shard, int chunks, size_t numel, int steps) {
         std::exit(1);
       }
     }
+    if (step >= 1) push_s += Seconds(pushes);
     for (int i = 0; i < chunks; ++i) {
       v1::PullRequest r;
       r.set_member_id(1);
@@ -234,7 +241,7 @@ double RunSteps(Shard& shard, int chunks, size_t numel, int steps) {
       }
     }
   }
-  return Seconds(start) / steps;
+  return {Seconds(start) / steps, push_s / steps};
 }
 
 std::unique_ptr<Shard> NewShard(std::shared_ptr<SpillStore> spill, int chunks,
@@ -333,7 +340,7 @@ int Main(int argc, char** argv) {
   double ram_s = 0;
   {
     auto shard = NewShard(nullptr, chunks, numel);
-    ram_s = RunSteps(*shard, chunks, numel, steps);
+    ram_s = RunSteps(*shard, chunks, numel, steps).step_s;
   }
   std::printf("inram_params_per_s %.4g\n", params / ram_s);
 
@@ -355,7 +362,8 @@ int Main(int argc, char** argv) {
   const uint64_t write0 = store->counters().write_bytes;
   const uint64_t behind0 = store->counters().written_behind;
   const uint64_t inline0 = store->counters().spills_written;
-  const double tier_s = RunSteps(*shard, chunks, numel, steps);
+  const StepTimes tier = RunSteps(*shard, chunks, numel, steps);
+  const double tier_s = tier.step_s;
   const auto io1 = ProcessIo();
   // (Includes the untimed step's I/O: per step it is the same.)
   const double read_step =
@@ -395,6 +403,9 @@ int Main(int argc, char** argv) {
                   store->counters().read_aheads_skipped.load()));
   std::printf("tier_ratio_to_inram %.3f\n", ram_s / tier_s);
   std::printf("disk_limit_s %.3f\ntier_step_s %.3f\n", limit_s, tier_s);
+  // The step's pushes (backward order) and pulls (forward order).
+  std::printf("tier_push_s_per_step %.3f\ntier_pull_s_per_step %.3f\n",
+              tier.push_s, tier_s - tier.push_s);
   std::printf("tier_ratio_to_disk %.3f\n", limit_s / tier_s);
   std::printf("disk_mixed_s %.3f (buffered writes %.3f, direct %.3f)\n",
               mixed_s, mixed_buffered, disk.direct ? mixed_direct : 0.0);
