@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -47,8 +48,51 @@ std::string Fmt(std::optional<double> v, int decimals) {
   return v ? absl::StrFormat("%.*f", decimals, *v) : "-";
 }
 
+// A server's counters, and when they were read.
+struct StatsSample {
+  v1::StatsResponse stats;
+  absl::Time at;
+};
+
+// The server of `slot`'s Stats, or nullopt if it has none or did not
+// answer.
+std::optional<StatsSample> AskStats(const v1::ShardSlot& slot,
+                                    const Security& security) {
+  if (slot.address().empty()) return std::nullopt;
+  auto ps = v1::ParameterServer::NewStub(
+      security.Dial(slot.address(), Role::kServer));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + kAskTimeout));
+  StatsSample sample;
+  if (!ps->Stats(&ctx, v1::StatsRequest(), &sample.stats).ok()) {
+    return std::nullopt;
+  }
+  sample.at = absl::Now();
+  return sample;
+}
+
+// "  (12 MB/s now)" from two readings of a byte counter; "" without them.
+std::string RateNow(const std::optional<StatsSample>& before,
+                    const std::optional<StatsSample>& after,
+                    uint64_t (v1::TierStats::*bytes)() const) {
+  if (!before || !after || !before->stats.has_tier() ||
+      !after->stats.has_tier() || after->at <= before->at) {
+    return "";
+  }
+  const uint64_t b = (before->stats.tier().*bytes)();
+  const uint64_t a = (after->stats.tier().*bytes)();
+  if (a < b) return "";  // the server restarted between the readings
+  return absl::StrFormat(
+      " (%.0f MB/s now)",
+      (a - b) / 1e6 / absl::ToDoubleSeconds(after->at - before->at));
+}
+
+// One shard slot: its server's health and counters (`st`), with the RAM
+// tier's bandwidth over the second from `st` to `later`.
 void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
-                 const Security& security) {
+                 const Security& security,
+                 const std::optional<StatsSample>& sample,
+                 const std::optional<StatsSample>& later) {
   std::printf("  shard %d  %s", slot.shard(),
               slot.address().empty() ? "(no server)" : slot.address().c_str());
   if (slot.address().empty()) {
@@ -57,12 +101,9 @@ void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
   }
   std::printf("  %s",
               HealthText(slot.address(), security, Role::kServer).c_str());
-  auto ps = v1::ParameterServer::NewStub(
-      security.Dial(slot.address(), Role::kServer));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + kAskTimeout));
-  v1::StatsResponse st;
-  if (ps->Stats(&ctx, v1::StatsRequest(), &st).ok()) {
+  if (sample) {
+    // The later reading where there is one: the newest counters.
+    const v1::StatsResponse& st = later ? later->stats : sample->stats;
     std::printf(
         "  chunks %llu  applied %llu  pulls %llu  rejected(nonfinite) %llu  "
         "bsp_samples %llu  bsp_tiling_errors %llu  redone %llu",
@@ -78,11 +119,14 @@ void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
       const uint64_t uses = t.hits() + t.misses();
       std::printf(
           "  ram %.1f/%.1f MiB  spilled %.1f MiB  hit rate %.3f  "
-          "read %.1f MiB  written %.1f MiB (behind %.2f)",
+          "read %.1f MiB%s  written %.1f MiB%s (behind %.2f)",
           t.resident_bytes() / 1048576.0, t.ram_budget() / 1048576.0,
           t.spilled_bytes() / 1048576.0,
           uses == 0 ? 1.0 : static_cast<double>(t.hits()) / uses,
-          t.read_bytes() / 1048576.0, t.write_bytes() / 1048576.0,
+          t.read_bytes() / 1048576.0,
+          RateNow(sample, later, &v1::TierStats::read_bytes).c_str(),
+          t.write_bytes() / 1048576.0,
+          RateNow(sample, later, &v1::TierStats::write_bytes).c_str(),
           // The share of tile writes made off the requests' path.
           t.written_behind() + t.spills_written() == 0
               ? 1.0
@@ -169,12 +213,29 @@ CommandFn AddStatusCommand(CLI::App& app) {
         view.consistency().c_str(),
         static_cast<unsigned long long>(view.shard_map().version()),
         static_cast<unsigned long long>(view.generation()));
+    // Every server's counters, and again a second later where one has a
+    // RAM tier: its read and write bandwidth now.
+    std::vector<std::optional<StatsSample>> samples, later;
+    bool tiered = false;
     for (const auto& slot : view.shard_map().slots()) {
+      samples.push_back(AskStats(slot, security));
+      tiered = tiered || (samples.back() && samples.back()->stats.has_tier());
+    }
+    later.resize(samples.size());
+    if (tiered) {
+      absl::SleepFor(absl::Seconds(1));
+      for (int i = 0; i < view.shard_map().slots_size(); ++i) {
+        if (samples[i])
+          later[i] = AskStats(view.shard_map().slots(i), security);
+      }
+    }
+    for (int i = 0; i < view.shard_map().slots_size(); ++i) {
+      const v1::ShardSlot& slot = view.shard_map().slots(i);
       const v1::Member* member = nullptr;
       for (const auto& m : view.servers()) {
         if (m.id() == slot.member_id()) member = &m;
       }
-      PrintServer(slot, member, security);
+      PrintServer(slot, member, security, samples[i], later[i]);
     }
     PrintWorkers(view, security);
     return 0;

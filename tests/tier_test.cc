@@ -5,10 +5,12 @@
 // SIGKILL mid-run and restarts from its snapshot bit for bit.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -214,6 +216,44 @@ TEST(Tier, ASpilledServerKilledMidRunRestoresItsSnapshotBitForBit) {
   job.ps.reset();
   job.member.reset();
   EXPECT_EQ(restarted->Stop(), 0) << restarted->Output();
+  EXPECT_EQ(job.scheduler->Stop(), 0) << job.scheduler->Output();
+}
+
+// `strata status` shows the tier's bandwidth over a second while a job
+// moves tiles.
+TEST(Tier, StatusShowsTheSpillDisksBandwidthNow) {
+  const std::string dir = testing::FreshDir("tier_status");
+  Job job;
+  StartJob(job, dir, /*budget=*/true);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(job.ps->RegisterModel(BigModel()).ok());
+  std::atomic<bool> stop{false};
+  std::thread trainer([&] {
+    for (int64_t t = 0; !stop.load(); ++t) Train(*job.ps, t, 1);
+  });
+  Child status({STRATA_BINARY, "status", "--scheduler", job.address},
+               dir + "/status.log");
+  const int code = status.Wait(absl::Seconds(30));
+  stop = true;
+  trainer.join();
+  ASSERT_EQ(code, 0) << status.Output();
+  const std::string out = status.Output();
+  double read_mib = 0, read_rate = -1, written_mib = 0, write_rate = -1;
+  const size_t at = out.find("  read ");
+  ASSERT_NE(at, std::string::npos) << out;
+  ASSERT_EQ(std::sscanf(out.c_str() + at,
+                        "  read %lf MiB (%lf MB/s now)  written %lf MiB (%lf "
+                        "MB/s now)",
+                        &read_mib, &read_rate, &written_mib, &write_rate),
+            4)
+      << out;
+  // Every step reads and writes most of the 192 MiB of state through the
+  // 32 MiB budget.
+  EXPECT_GT(read_mib, 0) << out;
+  EXPECT_GT(read_rate + write_rate, 0) << out;
+  job.ps.reset();
+  job.member.reset();
+  EXPECT_EQ(job.server->Stop(), 0) << job.server->Output();
   EXPECT_EQ(job.scheduler->Stop(), 0) << job.scheduler->Output();
 }
 
