@@ -7,9 +7,9 @@
 // push applies at once): every chunk pushed in backward order (Adam
 // applied), then every chunk pulled in forward order. The first step
 // teaches the shard the order and is not timed. By default the tier
-// spills the tile used last and reads 4 ahead in the learned order
-// (--evict just_used --prefetch_depth 4: one worker's fixed order; a
-// server's default under ASP is lru, for several workers' pushes).
+// spills the tile used last, as a server does, and reads 4 ahead in the
+// learned order (--evict just_used --prefetch_depth 4: one worker's
+// fixed order; a server reads ahead only when asked).
 //
 // The disk limit: a step must read back every tile that does not fit in
 // the budget for its push (the whole tile), write it once (the push

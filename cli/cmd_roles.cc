@@ -123,7 +123,7 @@ CommandFn AddServerCommand(CLI::App& app) {
   cmd->add_option("--prefetch_depth", o->prefetch_depth,
                   "with --ram_budget: tiles read from disk ahead of use, in "
                   "the order the previous step used them (default: 4, none "
-                  "with just_used, which --evict auto picks under BSP)")
+                  "with just_used, which --evict auto picks)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--write_behind", o->write_behind,
                   "with --ram_budget: write changed cold tiles out on a "
@@ -136,7 +136,7 @@ CommandFn AddServerCommand(CLI::App& app) {
          "recently used), farthest (next use farthest in the "
          "learned order), just_used (used last; no write-behind, and no "
          "read-ahead unless --prefetch_depth is given), auto "
-         "(just_used under BSP, lru otherwise)")
+         "(just_used)")
       ->check(CLI::IsMember({"auto", "lru", "farthest", "just_used"}))
       ->capture_default_str();
   AddByteSizeFlag(cmd, "--pinned_bytes", &o->pinned_bytes,

@@ -107,17 +107,16 @@ absl::Status ParameterServer::fatal() const {
 
 namespace {
 
-// ServerOptions::evict.
-absl::StatusOr<SpillOptions::Eviction> ParseEviction(
-    const std::string& evict, const Consistency& consistency) {
+// ServerOptions::evict. "auto" is just_used under every consistency: it
+// did better than lru end to end under SSP and ASP too, with one worker
+// and with two (docs/BENCHMARKS.md), where each worker's deferred commit
+// uses each tile once a step, and two workers' commits of one chunk come
+// a step's compute apart, not close together.
+absl::StatusOr<SpillOptions::Eviction> ParseEviction(const std::string& evict) {
   using E = SpillOptions::Eviction;
   if (evict == "lru") return E::kLeastRecent;
   if (evict == "farthest") return E::kFarthest;
-  if (evict == "just_used") return E::kJustUsed;
-  if (evict == "auto") {
-    return consistency.mode == Consistency::kBsp ? E::kJustUsed
-                                                 : E::kLeastRecent;
-  }
+  if (evict == "just_used" || evict == "auto") return E::kJustUsed;
   return absl::InvalidArgumentError(absl::StrCat(
       "--evict ", evict, ": one of auto, lru, farthest, just_used"));
 }
@@ -191,7 +190,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   shard_options.clock = options.clock;
   // Checked with a budget or without: a bad value is an error either way.
   STRATA_ASSIGN_OR_RETURN(const SpillOptions::Eviction eviction,
-                          ParseEviction(options.evict, consistency));
+                          ParseEviction(options.evict));
   if (options.ram_budget > 0) {
     SpillOptions spill;
     spill.ram_budget = options.ram_budget;

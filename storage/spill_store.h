@@ -88,8 +88,10 @@ struct SpillOptions {
   // tile is used once per cycle in
   //   about the same order, as under BSP, where only the push that closes a
   //   step uses a tile, whatever the interleaving of the commit's threads.
-  //   Wrong where a tile is used again soon after a use (two SSP/ASP
-  //   workers' pushes of one chunk). It writes nothing behind: the next
+  //   Wrong where a tile is used again soon after a use (two workers'
+  //   undeferred pushes of one chunk close together); under SSP/ASP with
+  //   deferred commits, which come a step's compute apart, it still did
+  //   better than kLeastRecent end to end. It writes nothing behind: the next
   //   tile to spill is the one just used, which a write-behind would
   //   write for nothing whenever the next use hits (write_behind is
   //   ignored). By default it reads nothing ahead either: under a BSP
