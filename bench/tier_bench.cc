@@ -9,7 +9,8 @@
 // teaches the shard the order and is not timed. By default the tier
 // spills the tile used last, as a server does, and reads 4 ahead in the
 // learned order (--evict just_used --prefetch_depth 4: one worker's
-// fixed order; a server reads ahead only when asked).
+// fixed order; a server's default, just_used, reads ahead only when
+// asked).
 //
 // The disk limit: a step must read back every tile that does not fit in
 // the budget for its push (the whole tile), write it once (the push

@@ -128,7 +128,8 @@ CommandFn AddServerCommand(CLI::App& app) {
   cmd->add_option("--write_behind", o->write_behind,
                   "with --ram_budget: write changed cold tiles out on a "
                   "thread of their own, so a spill only frees memory (false: "
-                  "each spill writes its tile, on the request's time)")
+                  "each spill writes its tile, on the request's time; with "
+                  "--evict lru or farthest only)")
       ->capture_default_str();
   cmd->add_option(
          "--evict", o->evict,

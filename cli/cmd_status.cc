@@ -3,6 +3,8 @@
 // health, for container health checks).
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -12,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "cli/commands.h"
 #include "cli/ops.h"
 #include "common/health.h"
@@ -48,10 +51,10 @@ std::string Fmt(std::optional<double> v, int decimals) {
   return v ? absl::StrFormat("%.*f", decimals, *v) : "-";
 }
 
-// A server's counters, and when they were read.
+// A server's counters, and when they were read (a steady clock).
 struct StatsSample {
   v1::StatsResponse stats;
-  absl::Time at;
+  std::chrono::steady_clock::time_point at;
 };
 
 // The server of `slot`'s Stats, or nullopt if it has none or did not
@@ -67,28 +70,32 @@ std::optional<StatsSample> AskStats(const v1::ShardSlot& slot,
   if (!ps->Stats(&ctx, v1::StatsRequest(), &sample.stats).ok()) {
     return std::nullopt;
   }
-  sample.at = absl::Now();
+  sample.at = std::chrono::steady_clock::now();
   return sample;
 }
 
-// "  (12 MB/s now)" from two readings of a byte counter; "" without them.
-std::string RateNow(const std::optional<StatsSample>& before,
-                    const std::optional<StatsSample>& after,
-                    uint64_t (v1::TierStats::*bytes)() const) {
+// Whether two readings of a server's tier counters can give rates: both
+// have a tier, in that order, and no counter went back (a restart).
+bool Comparable(const std::optional<StatsSample>& before,
+                const std::optional<StatsSample>& after) {
   if (!before || !after || !before->stats.has_tier() ||
       !after->stats.has_tier() || after->at <= before->at) {
-    return "";
+    return false;
   }
-  const uint64_t b = (before->stats.tier().*bytes)();
-  const uint64_t a = (after->stats.tier().*bytes)();
-  if (a < b) return "";  // the server restarted between the readings
-  return absl::StrFormat(
-      " (%.0f MB/s now)",
-      (a - b) / 1e6 / absl::ToDoubleSeconds(after->at - before->at));
+  const v1::TierStats &b = before->stats.tier(), &a = after->stats.tier();
+  return a.read_bytes() >= b.read_bytes() &&
+         a.write_bytes() >= b.write_bytes() && a.hits() >= b.hits() &&
+         a.misses() >= b.misses() &&
+         after->stats.pulls() >= before->stats.pulls();
 }
 
-// One shard slot: its server's health and counters (`st`), with the RAM
-// tier's bandwidth over the second from `st` to `later`.
+// " (12 MB/s now)": `after - before` bytes (10^6 to the MB) over `seconds`.
+std::string RateNow(uint64_t before, uint64_t after, double seconds) {
+  return absl::StrFormat(" (%.0f MB/s now)", (after - before) / 1e6 / seconds);
+}
+
+// One shard slot: its server's health and counters (`sample`), with the
+// RAM tier's bandwidth over the second from `sample` to `later`.
 void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
                  const Security& security,
                  const std::optional<StatsSample>& sample,
@@ -104,6 +111,10 @@ void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
   if (sample) {
     // The later reading where there is one: the newest counters.
     const v1::StatsResponse& st = later ? later->stats : sample->stats;
+    const bool rates = Comparable(sample, later);
+    const double seconds =
+        rates ? std::chrono::duration<double>(later->at - sample->at).count()
+              : 0;
     std::printf(
         "  chunks %llu  applied %llu  pulls %llu  rejected(nonfinite) %llu  "
         "bsp_samples %llu  bsp_tiling_errors %llu  redone %llu",
@@ -124,9 +135,15 @@ void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
           t.spilled_bytes() / 1048576.0,
           uses == 0 ? 1.0 : static_cast<double>(t.hits()) / uses,
           t.read_bytes() / 1048576.0,
-          RateNow(sample, later, &v1::TierStats::read_bytes).c_str(),
+          rates ? RateNow(sample->stats.tier().read_bytes(), t.read_bytes(),
+                          seconds)
+                      .c_str()
+                : "",
           t.write_bytes() / 1048576.0,
-          RateNow(sample, later, &v1::TierStats::write_bytes).c_str(),
+          rates ? RateNow(sample->stats.tier().write_bytes(), t.write_bytes(),
+                          seconds)
+                      .c_str()
+                : "",
           // The share of tile writes made off the requests' path.
           t.written_behind() + t.spills_written() == 0
               ? 1.0
@@ -225,8 +242,9 @@ CommandFn AddStatusCommand(CLI::App& app) {
     if (tiered) {
       absl::SleepFor(absl::Seconds(1));
       for (int i = 0; i < view.shard_map().slots_size(); ++i) {
-        if (samples[i])
+        if (samples[i] && samples[i]->stats.has_tier()) {
           later[i] = AskStats(view.shard_map().slots(i), security);
+        }
       }
     }
     for (int i = 0; i < view.shard_map().slots_size(); ++i) {

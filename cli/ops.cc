@@ -40,7 +40,7 @@ void AddRamBudgetFlag(CLI::App* cmd, uint64_t* bytes) {
   AddByteSizeFlag(cmd, "--ram_budget", bytes,
                   "RAM for parameter tiles (weights and optimizer state) per "
                   "server, e.g. 2GiB; the rest spills to <data_dir>/spill on "
-                  "disk and is read back ahead of use (unset: everything in "
+                  "disk and is read back when used (unset: everything in "
                   "RAM)",
                   [](uint64_t b) -> std::string {
                     return b == 0 ? "a RAM budget must be more than 0 bytes"

@@ -44,8 +44,8 @@ struct ServerOptions {
   bool write_behind = true;
   // With a budget, which tile to spill first (SpillOptions::Eviction):
   // "lru" (least recently used), "farthest" (next use farthest in the
-  // learned order), "just_used" (used last), or "auto": just_used (the
-  // best of the three end to end under BSP, SSP and ASP alike, measured).
+  // learned order), "just_used" (used last), or "auto": just_used (better
+  // than lru end to end under BSP, SSP and ASP: docs/BENCHMARKS.md).
   std::string evict = "auto";
   // With a budget: RAM past it for tiles that pulls wait on
   // (SpillOptions::pinned_bytes; 0: none).

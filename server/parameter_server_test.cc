@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
 #include "cluster/scheduler_client.h"
 #include "common/clock.h"
@@ -135,6 +136,23 @@ TEST(ParameterServer, ARamBudgetNeedsADataDir) {
   EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(server.status().message().find("--data_dir"), std::string::npos)
       << server.status();
+}
+
+// --evict auto spills the tile used last under every consistency (it did
+// better than lru end to end under SSP and ASP too: docs/BENCHMARKS.md).
+TEST(ParameterServer, AutoEvictionSpillsTheTileUsedLastUnderEveryMode) {
+  for (const char* mode : {"bsp", "ssp:2", "asp"}) {
+    auto scheduler = StartScheduler(mode);
+    auto server = StartServer(
+        *scheduler, TempDir(absl::StrCat("evict-", std::string(1, mode[0]))),
+        1 << 20);
+    ASSERT_TRUE(server.ok()) << mode << ": " << server.status();
+    const SpillStore* spill = (*server)->shard().spill();
+    ASSERT_NE(spill, nullptr) << mode;
+    EXPECT_EQ(spill->eviction(), SpillOptions::Eviction::kJustUsed) << mode;
+    EXPECT_EQ(spill->prefetch_depth(), 0) << mode;
+    EXPECT_FALSE(spill->write_behind()) << mode;
+  }
 }
 
 TEST(ParameterServer, RefusesADataDirThatIsNotOurs) {

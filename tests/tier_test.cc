@@ -229,7 +229,9 @@ TEST(Tier, StatusShowsTheSpillDisksBandwidthNow) {
   ASSERT_TRUE(job.ps->RegisterModel(BigModel()).ok());
   std::atomic<bool> stop{false};
   std::thread trainer([&] {
-    for (int64_t t = 0; !stop.load(); ++t) Train(*job.ps, t, 1);
+    for (int64_t t = 0; !stop.load() && !HasFailure(); ++t) {
+      Train(*job.ps, t, 1);
+    }
   });
   Child status({STRATA_BINARY, "status", "--scheduler", job.address},
                dir + "/status.log");

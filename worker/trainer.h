@@ -71,7 +71,7 @@ struct TrainerOptions {
   // allreduce: gradients are all-reduced in buckets of about this many
   // bytes (collective/grad_buckets.h; 0: one all-reduce per tensor). DDP's
   // default size.
-  size_t bucket_bytes = size_t{25} << 20;
+  uint64_t bucket_bytes = uint64_t{25} << 20;
   absl::Duration collective_timeout = absl::Seconds(60);
   // Gradients pushed, weights pulled as bf16 (the servers keep fp32
   // weights and moments and apply fp32 math). Unset: on for a GPU worker,
