@@ -21,9 +21,18 @@ KvRendezvousStore::KvRendezvousStore(SchedulerClient* client,
 std::string KvRendezvousStore::Await(const std::string& key,
                                      absl::Time deadline) {
   constexpr absl::Duration kPoll = absl::Milliseconds(200);
+  absl::Status last = absl::DeadlineExceededError("not asked yet");
   for (;;) {
-    const absl::Duration left =
-        std::max(absl::ZeroDuration(), deadline - absl::Now());
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      // Gloo's own stores say "Timed out" for a key that never came; keep
+      // that word so the caller sees DEADLINE_EXCEEDED. (Checked before
+      // asking: a get with no time left does not wait, and a missing key
+      // would be NOT_FOUND, not a timeout.)
+      throw gloo::IoException(absl::StrCat("rendezvous KV wait for ", prefix_,
+                                           key,
+                                           ": Timed out: ", last.ToString()));
+    }
     absl::StatusOr<std::string> value = client_->KvGet(
         prefix_ + key, cancelled_ ? std::min(left, kPoll) : left);
     if (value.ok()) return *std::move(value);
@@ -31,13 +40,7 @@ std::string KvRendezvousStore::Await(const std::string& key,
       throw gloo::IoException(absl::StrCat("rendezvous KV get ", prefix_, key,
                                            ": ", value.status().ToString()));
     }
-    if (absl::Now() >= deadline) {
-      // Gloo's own stores say "Timed out" for a key that never came; keep
-      // that word so the caller sees DEADLINE_EXCEEDED.
-      throw gloo::IoException(
-          absl::StrCat("rendezvous KV wait for ", prefix_, key,
-                       ": Timed out: ", value.status().ToString()));
-    }
+    last = value.status();
     if (cancelled_ && cancelled_()) {
       throw gloo::IoException(absl::StrCat("rendezvous for ", prefix_, key,
                                            " cancelled: the group changed"));
