@@ -39,6 +39,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -324,6 +325,8 @@ class Shard {
   // A pull that waited on c is done with it (no lock held): the last one
   // makes room, on the I/O threads, if c's tile was kept past the budget.
   void Unpin(Chunk& c);
+  // Runs `task` on `pool`, counted in tier_tasks_ (WaitForTierIo).
+  void ScheduleTierTask(ThreadPool& pool, std::function<void()> task);
   // Writes c's tile out (unless the spilled copy is current) and frees it.
   absl::Status Spill(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // A spilled chunk's record as it would be resident (for captures).
@@ -431,7 +434,7 @@ class Shard {
   AppliedSink applied_sink_ ABSL_GUARDED_BY(applied_sink_mu_);
 
   absl::Mutex tier_tasks_mu_;
-  // Read-aheads and write-behinds queued or running.
+  // Read-aheads, write-behinds and Unpin's MakeRoom queued or running.
   int tier_tasks_ ABSL_GUARDED_BY(tier_tasks_mu_) = 0;
   std::atomic<bool> writing_behind_{false};  // one write-behind at a time
   std::atomic<bool> unpinning_{false};       // one Unpin's MakeRoom at a time

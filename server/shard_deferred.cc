@@ -141,30 +141,31 @@ absl::StatusOr<v1::CommitResponse> Shard::ApplyCommit(
   }
   // In RAM, in the order the step's pulls came (first layers first; the
   // chunks whose pull is not known after, in the reverse of the order the
-  // pushes came):
-  // the worker's next pulls, in the same order, are already waiting at the
-  // gate, and each is served as soon as its chunk is applied, so the
-  // worker's forward pass runs while the rest of the commit applies. So
-  // too with a RAM budget spilling the tile used last, which keeps the
-  // same tiles whatever the order (each is used once a step), and keeps
-  // each applied tile for the pulls waiting on it (MakeRoom): a chunk
-  // applied before its pull was sent (the client has a few on the wire at
-  // a time) would be spilled first, and its pull read the weights back.
-  // With the other policies, in the order the pushes came (backward
-  // order), as undeferred pushes would apply: LRU and the read-ahead
-  // follow it, and the next pulls find the last tiles applied still in RAM.
-  std::sort(held.begin(), held.end(), [](const Deferred& a, const Deferred& b) {
-    return a.arrival < b.arrival;
-  });
+  // pushes came): the worker's next pulls, in the same order, are already
+  // waiting at the gate, and each is served as soon as its chunk is applied, so
+  // the worker's forward pass runs while the rest of the commit applies. So too
+  // with a RAM budget spilling the tile used last, which keeps the same tiles
+  // whatever the order (each is used once a step), and keeps each applied tile
+  // for the pulls waiting on it (MakeRoom): a chunk applied before its pull was
+  // sent (the client has a few on the wire at a time) would be spilled first,
+  // and its pull read the weights back. With the other policies, in the order
+  // the pushes came (backward order), as undeferred pushes would apply: LRU and
+  // the read-ahead follow it, and the next pulls find the last tiles applied
+  // still in RAM.
   if (options_.spill == nullptr ||
       options_.spill->eviction() == SpillOptions::Eviction::kJustUsed) {
-    std::reverse(held.begin(), held.end());
-    std::stable_sort(held.begin(), held.end(),
-                     [](const Deferred& a, const Deferred& b) {
-                       const uint64_t unknown = UINT64_MAX;
-                       return (a.pulled > 0 ? a.pulled : unknown) <
-                              (b.pulled > 0 ? b.pulled : unknown);
-                     });
+    auto key = [](const Deferred& d) {
+      // (Arrivals are unique: the order is total.)
+      return std::pair(d.pulled > 0 ? d.pulled : UINT64_MAX, ~d.arrival);
+    };
+    std::sort(
+        held.begin(), held.end(),
+        [&](const Deferred& a, const Deferred& b) { return key(a) < key(b); });
+  } else {
+    std::sort(held.begin(), held.end(),
+              [](const Deferred& a, const Deferred& b) {
+                return a.arrival < b.arrival;
+              });
   }
   std::vector<absl::Status> results(held.size());
   std::vector<char> applied(held.size(), 0);

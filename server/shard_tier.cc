@@ -165,14 +165,20 @@ void Shard::Unpin(Chunk& c) {
       unpinning_.exchange(true)) {
     return;
   }
+  // Not on the pull's time: the spill may write the tile.
+  ScheduleTierTask(*tier_io_, [this] {
+    unpinning_ = false;
+    MakeRoom(0);
+  });
+}
+
+void Shard::ScheduleTierTask(ThreadPool& pool, std::function<void()> task) {
   {
     absl::MutexLock lock(&tier_tasks_mu_);
     ++tier_tasks_;
   }
-  // Not on the pull's time: the spill may write the tile.
-  tier_io_->Schedule([this] {
-    unpinning_ = false;
-    MakeRoom(0);
+  pool.Schedule([this, task = std::move(task)] {
+    task();
     absl::MutexLock lock(&tier_tasks_mu_);
     --tier_tasks_;
   });
@@ -190,11 +196,7 @@ void Shard::AfterUse(const Chunk& c) {
     if (!found.ok()) continue;
     Chunk* next = *found;
     if (next->resident.load() || next->prefetching.exchange(true)) continue;
-    {
-      absl::MutexLock lock(&tier_tasks_mu_);
-      ++tier_tasks_;
-    }
-    tier_io_->Schedule([this, next, spill] {
+    ScheduleTierTask(*tier_io_, [this, next, spill] {
       // No room without spilling other read-aheads: the use reads it.
       const bool room = MakeRoom(next->tile_bytes, /*for_read_ahead=*/true);
       if (!room) spill->counters().read_aheads_skipped++;
@@ -228,21 +230,13 @@ void Shard::AfterUse(const Chunk& c) {
       if (admitted && spill->OverBudget(0)) {
         MakeRoom(0, /*for_read_ahead=*/true);
       }
-      absl::MutexLock lock(&tier_tasks_mu_);
-      --tier_tasks_;
     });
   }
   if (spill->OverBudget(0)) MakeRoom(0);
   if (spill->write_behind() && !writing_behind_.exchange(true)) {
-    {
-      absl::MutexLock lock(&tier_tasks_mu_);
-      ++tier_tasks_;
-    }
-    tier_writer_->Schedule([this] {
+    ScheduleTierTask(*tier_writer_, [this] {
       WriteBehind();
       writing_behind_ = false;
-      absl::MutexLock lock(&tier_tasks_mu_);
-      --tier_tasks_;
     });
   }
 }
