@@ -7,15 +7,12 @@
 #include <regex>
 #include <string>
 
+#include "testing/temp_dir.h"
+
 namespace strata {
 namespace {
 
-std::string FreshDir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/plot_" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+using ::strata::testing::FreshDir;
 
 void Write(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::trunc) << text;

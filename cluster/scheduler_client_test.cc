@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "gtest/gtest.h"
 #include "scheduler/scheduler.h"
+#include "testing/temp_dir.h"
 
 namespace strata {
 namespace {
@@ -20,13 +21,7 @@ namespace fs = std::filesystem;
 
 constexpr absl::Duration kWait = absl::Seconds(10);
 
-std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  fs::path dir = fs::path(base != nullptr ? base : fs::temp_directory_path()) /
-                 absl::StrCat("scheduler_client_test_", getpid(), "_", name);
-  fs::remove_all(dir);
-  return dir.string();
-}
+using ::strata::testing::TempDir;
 
 std::unique_ptr<Scheduler> StartScheduler(SchedulerOptions options) {
   auto s = Scheduler::Start(std::move(options));

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/ledger_audit.h"
+#include "testing/temp_dir.h"
 
 namespace strata::scheduler_internal {
 namespace {
@@ -118,8 +119,7 @@ class LedgerTest : public ::testing::Test {
     store_.reset();
     std::string dir;
     if (on_disk) {
-      dir = (fs::path(testing::TempDir()) / absl::StrCat("ledger_", getpid()))
-                .string();
+      dir = strata::testing::TestRoot() + "/ledger";  // kept across Opens
     }
     auto store = StateStore::Open(dir);
     ASSERT_TRUE(store.ok()) << store.status();
@@ -132,8 +132,7 @@ class LedgerTest : public ::testing::Test {
   void TearDown() override {
     ledger_.reset();
     store_.reset();
-    fs::remove_all(fs::path(testing::TempDir()) /
-                   absl::StrCat("ledger_", getpid()));
+    fs::remove_all(strata::testing::TestRoot() + "/ledger");
   }
 
   std::unique_ptr<StateStore> store_;

@@ -8,18 +8,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "security/tls.h"
+#include "testing/temp_dir.h"
 
 namespace strata {
 namespace {
 
 using ::testing::HasSubstr;
 
-std::string TempDir(const std::string& name) {
-  const std::string dir =
-      std::string(::testing::TempDir()) + "/certs_test_" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+using ::strata::testing::TempDir;
 
 TEST(Certs, EachRoleFileLoadsAsThatRole) {
   const std::string dir = TempDir("roles");

@@ -10,6 +10,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "security/certs.h"
+#include "testing/temp_dir.h"
 
 namespace strata {
 namespace {
@@ -38,9 +39,8 @@ class WorkersOnly final : public Health::Service {
 class Tls : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::string(::testing::TempDir()) + "/tls_test_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
+    dir_ = strata::testing::TempDir(
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     ASSERT_TRUE(WriteClusterCerts({.out_dir = dir_ + "/a"}).ok());
     ASSERT_TRUE(WriteClusterCerts({.out_dir = dir_ + "/b"}).ok());
   }

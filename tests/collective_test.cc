@@ -20,9 +20,7 @@ namespace {
 using ::strata::testing::Child;
 
 std::string LogPath(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          absl::StrCat("collective_test_", getpid(), "_", name, ".log"))
-      .string();
+  return testing::TestRoot() + "/" + name + ".log";
 }
 
 std::unique_ptr<Child> StartPeer(const std::string& scheduler,

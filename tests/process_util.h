@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "testing/temp_dir.h"
 
 namespace strata::testing {
 
@@ -100,26 +101,12 @@ inline std::string WaitForLine(const std::string& path,
   return "";
 }
 
-// Where FreshDir makes its directories: $TEST_TMPDIR, or /tmp.
-inline std::string TempBase() {
-  const char* base = std::getenv("TEST_TMPDIR");
-  return base ? base : "/tmp";
-}
-
 // A whole file's contents ("" when it cannot be read).
 inline std::string ReadFile(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-inline std::string FreshDir(const std::string& name) {
-  std::string dir =
-      TempBase() + "/strata_" + name + "_" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
 }
 
 // A scheduler (`--num_shards 2` plus `scheduler_flags`) and two servers of

@@ -130,8 +130,8 @@ TEST(Train, AllReduceSyncTrainsLikeTheParameterServers) {
   ExpectCloseWeights(ps1, ar3);
   // The workers did reduce among themselves (the comparisons above would
   // hold through the servers too).
-  const std::string log = testing::ReadFile(absl::StrCat(
-      testing::TempBase(), "/strata_ar-ar3_", getpid(), "/worker0.log"));
+  const std::string log =
+      testing::ReadFile(testing::TestRoot() + "/ar-ar3/worker0.log");
   EXPECT_NE(log.find("all-reduce group of 3 formed"), std::string::npos) << log;
 }
 
@@ -205,8 +205,8 @@ TEST(Train, TensorAndPipelineParallelWorkersTrainLikeAnUnsplitOne) {
   for (size_t i = 0; i < whole.losses.size(); ++i)
     EXPECT_NEAR(tp.losses[i], whole.losses[i], 1e-4) << "step " << i;
   // The worker did split its model (the comparisons would hold unsplit).
-  const std::string log = testing::ReadFile(absl::StrCat(
-      testing::TempBase(), "/strata_mp-both_", getpid(), "/worker0.log"));
+  const std::string log =
+      testing::ReadFile(testing::TestRoot() + "/mp-both/worker0.log");
   EXPECT_NE(log.find("split over 2 tensor-parallel ranks x 2 pipeline"),
             std::string::npos)
       << log;
@@ -237,9 +237,8 @@ TEST(Train, GpuWorkersTrainLikeCpuWorkers) {
   const BspRun gpu = TrainBsp({"cuda"}, "gpu_vs_cpu_gpu");
   ASSERT_EQ(gpu.losses.size(), 6u);
   // Its pinned host buffers moved into the region the servers share.
-  const std::string log = testing::ReadFile(
-      absl::StrCat(testing::TempBase(), "/strata_gpu_vs_cpu_gpu_", getpid(),
-                   "/worker0.log"));
+  const std::string log =
+      testing::ReadFile(testing::TestRoot() + "/gpu_vs_cpu_gpu/worker0.log");
   EXPECT_NE(log.find("weights and gradients are in shared memory"),
             std::string::npos)
       << log;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "testing/temp_dir.h"
 
 namespace strata {
 namespace {
@@ -15,9 +16,8 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string TempPath(const std::string& name) {
-  const fs::path dir = fs::path(::testing::TempDir()) / "strata_data_test";
-  fs::create_directories(dir);
-  return (dir / name).string();
+  static const std::string dir = strata::testing::FreshDir("data_test");
+  return (fs::path(dir) / name).string();
 }
 
 void WriteBytes(const std::string& path, const std::string& bytes) {

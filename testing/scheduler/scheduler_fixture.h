@@ -20,19 +20,11 @@
 #include "gtest/gtest.h"
 #include "scheduler/scheduler.h"
 #include "strata/v1/scheduler.grpc.pb.h"
+#include "testing/temp_dir.h"
 
 namespace strata {
 
-// A fresh empty directory under the test temp dir.
-inline std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::filesystem::path dir =
-      std::filesystem::path(
-          base != nullptr ? base : std::filesystem::temp_directory_path()) /
-      absl::StrCat("scheduler_test_", getpid(), "_", name);
-  std::filesystem::remove_all(dir);
-  return dir.string();
-}
+using ::strata::testing::TempDir;
 
 class SchedulerTest : public ::testing::Test {
  protected:

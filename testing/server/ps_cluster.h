@@ -19,16 +19,9 @@
 #include "scheduler/scheduler.h"
 #include "server/parameter_server.h"
 #include "strata/v1/ps.grpc.pb.h"
+#include "testing/temp_dir.h"
 
 namespace strata::testing {
-
-inline std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(base ? base : "/tmp") + "/strata_ps_test_" +
-                    name + "_" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  return dir;
-}
 
 struct Cluster {
   std::unique_ptr<Scheduler> scheduler;

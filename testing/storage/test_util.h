@@ -2,31 +2,27 @@
 #ifndef STRATA_TESTING_STORAGE_TEST_UTIL_H_
 #define STRATA_TESTING_STORAGE_TEST_UTIL_H_
 
-#include <unistd.h>
-
 #include <atomic>
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "testing/temp_dir.h"
 
 namespace strata::testing {
 
-// A fresh directory path (not created) unique to this process and call,
-// under $TEST_TMPDIR or /tmp, removed with its contents on destruction.
+// A fresh directory path (not created) unique to this call, under the
+// test program's root (testing/temp_dir.h), removed with its contents on
+// destruction.
 class ScopedTempDir {
  public:
   ScopedTempDir() {
     static std::atomic<int> counter{0};
-    const char* root = std::getenv("TEST_TMPDIR");
     const ::testing::TestInfo* test =
         ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = absl::StrCat(root != nullptr ? root : "/tmp", "/strata-",
-                         test != nullptr ? test->name() : "test", "-",
-                         ::getpid(), "-", counter++);
-    std::filesystem::remove_all(path_);
+    path_ = TempDir(
+        absl::StrCat(test != nullptr ? test->name() : "test", "-", counter++));
   }
   ~ScopedTempDir() {
     std::error_code ec;
