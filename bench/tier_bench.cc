@@ -5,12 +5,16 @@
 //
 // A step is what a server does for one worker each step (ASP, so every
 // push applies at once): every chunk pushed in backward order (Adam
-// applied), then every chunk pulled in forward order. The first step
-// teaches the shard the order and is not timed. By default the tier
-// spills the tile used last, as a server does, and reads 4 ahead in the
-// learned order (--evict just_used --prefetch_depth 4: one worker's
-// fixed order; a server's default, just_used, reads ahead only when
-// asked).
+// applied), then every chunk pulled in forward order, each phase with
+// --in_flight requests at once, started in order, as a worker's client
+// sends them (client/ps_client.h: 4 on the wire per server). The first
+// step teaches the shard the order and is not timed. The tier is a
+// server's by default: it spills the tile used last and reads nothing
+// ahead (--evict just_used --prefetch_depth -1). With one request at a
+// time, 4 read ahead did better (bench/tier.sh's default until
+// 2026-11-26); with 4 in flight, the learned order's read-aheads
+// mispredict (the requests finish out of order) and the requests
+// themselves keep the disk busy: docs/BENCHMARKS.md.
 //
 // The disk limit: a step must read back every tile that does not fit in
 // the budget for its push (the whole tile), write it once (the push
@@ -34,18 +38,20 @@
 //   tier_ratio_to_disk_mixed = disk_mixed_s / step_s
 //
 // Usage: tier_bench --dir DIR [--budget_mib 256] [--state_ratio 4]
-//                   [--chunk_mib 4] [--steps 3]
+//                   [--chunk_mib 4] [--steps 3] [--in_flight 4]
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -203,20 +209,39 @@ v1::RegisterChunksRequest Model(int chunks, size_t numel) {
   return req;
 }
 
+// Calls `call(i)` for i in `order`, at most `in_flight` at once, each
+// started in order as one before it returns: what a worker's client does
+// with one server (client/ps_client.h: submission order, at most
+// max_in_flight_per_server on the wire).
+void InOrder(const std::vector<int>& order, int in_flight,
+             const std::function<void(int)>& call) {
+  std::atomic<size_t> next{0};
+  auto run = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < order.size();) call(order[k]);
+  };
+  std::vector<std::thread> threads;
+  for (int t = 1; t < in_flight; ++t) threads.emplace_back(run);
+  run();
+  for (auto& t : threads) t.join();
+}
+
 // Seconds per timed step (the mean of `steps` after one untimed step), and
 // of those the pushes' (the pulls' are the rest).
 struct StepTimes {
   double step_s = 0, push_s = 0;
 };
-StepTimes RunSteps(Shard& shard, int chunks, size_t numel, int steps) {
+StepTimes RunSteps(Shard& shard, int chunks, size_t numel, int steps,
+                   int in_flight) {
   const std::string grad(numel * 4, '\0');
-  std::string out;
+  std::vector<int> backward, forward;
+  for (int i = chunks - 1; i >= 0; --i) backward.push_back(i);
+  for (int i = 0; i < chunks; ++i) forward.push_back(i);
   Clock::time_point start;
   double push_s = 0;
   for (int step = 0; step <= steps; ++step) {
     if (step == 1) start = Clock::now();
     const Clock::time_point pushes = Clock::now();
-    for (int i = chunks - 1; i >= 0; --i) {
+    InOrder(backward, in_flight, [&](int i) {
       v1::PushRequest p;
       p.set_member_id(1);
       p.set_epoch(1);
@@ -228,9 +253,10 @@ StepTimes RunSteps(Shard& shard, int chunks, size_t numel, int steps) {
         std::fprintf(stderr, "push: %s\n", r.status().ToString().c_str());
         std::exit(1);
       }
-    }
+    });
     if (step >= 1) push_s += Seconds(pushes);
-    for (int i = 0; i < chunks; ++i) {
+    InOrder(forward, in_flight, [&](int i) {
+      std::string out;
       v1::PullRequest r;
       r.set_member_id(1);
       r.set_chunk_id(ChunkId(absl::StrCat("t", i), 0));
@@ -240,7 +266,7 @@ StepTimes RunSteps(Shard& shard, int chunks, size_t numel, int steps) {
         std::fprintf(stderr, "pull: %s\n", got.status().ToString().c_str());
         std::exit(1);
       }
-    }
+    });
   }
   return {Seconds(start) / steps, push_s / steps};
 }
@@ -268,11 +294,11 @@ int Main(int argc, char** argv) {
   uint64_t budget_mib = 256, chunk_mib = 4;
   double state_ratio = 4;
   int steps = 3;
-  // One worker using the tiles in a fixed order: spilling the tile used
-  // last is Belady's choice, and the learned order predicts the next.
+  int in_flight = 4;
+  // A server's tier: spilling the tile used last is Belady's choice when
+  // the tiles are used in about the same order every step.
   SpillOptions so;
   so.eviction = SpillOptions::Eviction::kJustUsed;
-  so.prefetch_depth = 4;
   uint64_t write_buffer_mib = 0;
   app.add_option("--dir", dir, "directory on the disk to spill to")->required();
   app.add_option("--budget_mib", budget_mib, "RAM budget")
@@ -282,6 +308,11 @@ int Main(int argc, char** argv) {
   app.add_option("--chunk_mib", chunk_mib, "weights per chunk")
       ->capture_default_str();
   app.add_option("--steps", steps, "timed steps")->capture_default_str();
+  app.add_option("--in_flight", in_flight,
+                 "requests at once, started in order (a client's "
+                 "max_in_flight_per_server)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   app.add_option("--prefetch_depth", so.prefetch_depth,
                  "tiles read ahead (-1: the policy's default)")
       ->capture_default_str();
@@ -341,7 +372,7 @@ int Main(int argc, char** argv) {
   double ram_s = 0;
   {
     auto shard = NewShard(nullptr, chunks, numel);
-    ram_s = RunSteps(*shard, chunks, numel, steps).step_s;
+    ram_s = RunSteps(*shard, chunks, numel, steps, in_flight).step_s;
   }
   std::printf("inram_params_per_s %.4g\n", params / ram_s);
 
@@ -363,7 +394,7 @@ int Main(int argc, char** argv) {
   const uint64_t write0 = store->counters().write_bytes;
   const uint64_t behind0 = store->counters().written_behind;
   const uint64_t inline0 = store->counters().spills_written;
-  const StepTimes tier = RunSteps(*shard, chunks, numel, steps);
+  const StepTimes tier = RunSteps(*shard, chunks, numel, steps, in_flight);
   const double tier_s = tier.step_s;
   const auto io1 = ProcessIo();
   // (Includes the untimed step's I/O: per step it is the same.)
