@@ -39,7 +39,9 @@
 //
 // Usage: tier_bench --dir DIR [--budget_mib 256] [--state_ratio 4]
 //                   [--chunk_mib 4] [--steps 3] [--in_flight 4]
+//                   [--references 0]  (the tier alone: a state beyond RAM)
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -295,6 +297,7 @@ int Main(int argc, char** argv) {
   double state_ratio = 4;
   int steps = 3;
   int in_flight = 4;
+  bool references = true;
   // A server's tier: spilling the tile used last is Belady's choice when
   // the tiles are used in about the same order every step.
   SpillOptions so;
@@ -312,6 +315,10 @@ int Main(int argc, char** argv) {
                  "requests at once, started in order (a client's "
                  "max_in_flight_per_server)")
       ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--references", references,
+                 "measure the disk and the same shard in RAM (0: the tier "
+                 "alone, for a state larger than RAM; prints its peak RSS)")
       ->capture_default_str();
   app.add_option("--prefetch_depth", so.prefetch_depth,
                  "tiles read ahead (-1: the policy's default)")
@@ -349,32 +356,32 @@ int Main(int argc, char** argv) {
   const double state = static_cast<double>(chunks) * tile;
   std::filesystem::create_directories(dir);
 
-  const Disk disk =
-      MeasureDisk(dir + "/disk-probe", static_cast<size_t>(state));
-  std::printf(
-      "disk_read_GBps %.3f\ndisk_write_GBps %.3f (direct %.3f, buffered and "
-      "synced %.3f)\ndisk_direct_io %d\n",
-      disk.read_GBps, disk.write_GBps, disk.write_direct_GBps,
-      disk.write_buffered_GBps, disk.direct ? 1 : 0);
-  // The same disk moving a step's minimum bytes, reads and writes at once
-  // (`moved`: the tiles beyond the budget), before the tier is open.
+  // The same disk moving a step's minimum bytes (`moved`: the tiles
+  // beyond the budget), reads and writes at once, before the tier is open.
   const double moved = state - budget;
-  // Rounded to whole blocks, as the tier's tiles are.
-  const size_t mixed_read =
-      static_cast<size_t>(4.0 / 3.0 * moved) / kBlock * kBlock;
-  const size_t mixed_write = static_cast<size_t>(moved) / kBlock * kBlock;
-  const double mixed_buffered =
-      TimeMixed(dir, mixed_read, mixed_write, disk.direct, false);
-  const double mixed_direct =
-      disk.direct ? TimeMixed(dir, mixed_read, mixed_write, true, true) : 1e30;
-  const double mixed_s = std::min(mixed_buffered, mixed_direct);
-
-  double ram_s = 0;
-  {
+  Disk disk;
+  double mixed_s = 0, mixed_buffered = 0, mixed_direct = 0, ram_s = 0;
+  if (references) {
+    disk = MeasureDisk(dir + "/disk-probe", static_cast<size_t>(state));
+    std::printf(
+        "disk_read_GBps %.3f\ndisk_write_GBps %.3f (direct %.3f, buffered "
+        "and synced %.3f)\ndisk_direct_io %d\n",
+        disk.read_GBps, disk.write_GBps, disk.write_direct_GBps,
+        disk.write_buffered_GBps, disk.direct ? 1 : 0);
+    // Rounded to whole blocks, as the tier's tiles are.
+    const size_t mixed_read =
+        static_cast<size_t>(4.0 / 3.0 * moved) / kBlock * kBlock;
+    const size_t mixed_write = static_cast<size_t>(moved) / kBlock * kBlock;
+    mixed_buffered =
+        TimeMixed(dir, mixed_read, mixed_write, disk.direct, false);
+    mixed_direct = disk.direct
+                       ? TimeMixed(dir, mixed_read, mixed_write, true, true)
+                       : 1e30;
+    mixed_s = std::min(mixed_buffered, mixed_direct);
     auto shard = NewShard(nullptr, chunks, numel);
     ram_s = RunSteps(*shard, chunks, numel, steps, in_flight).step_s;
+    std::printf("inram_params_per_s %.4g\n", params / ram_s);
   }
-  std::printf("inram_params_per_s %.4g\n", params / ram_s);
 
   so.ram_budget = budget;
   so.write_buffer_bytes = write_buffer_mib << 20;
@@ -402,8 +409,10 @@ int Main(int argc, char** argv) {
       (store->counters().read_bytes - read0) / static_cast<double>(steps + 1);
   const double write_step =
       (store->counters().write_bytes - write0) / static_cast<double>(steps + 1);
-  const double limit_s = 4.0 / 3.0 * moved / (disk.read_GBps * 1e9) +
-                         moved / (disk.write_GBps * 1e9);
+  const double limit_s = references
+                             ? 4.0 / 3.0 * moved / (disk.read_GBps * 1e9) +
+                                   moved / (disk.write_GBps * 1e9)
+                             : 0;
   std::printf("state_MiB %.0f\nbudget_MiB %llu\nchunks %d\n", state / 1048576.0,
               static_cast<unsigned long long>(budget_mib), chunks);
   std::printf("tier_direct_io %d\n", store->direct_io() ? 1 : 0);
@@ -433,15 +442,27 @@ int Main(int argc, char** argv) {
                   store->counters().read_ahead_unused.load()),
               static_cast<unsigned long long>(
                   store->counters().read_aheads_skipped.load()));
-  std::printf("tier_ratio_to_inram %.3f\n", ram_s / tier_s);
-  std::printf("disk_limit_s %.3f\ntier_step_s %.3f\n", limit_s, tier_s);
+  std::printf("tier_step_s %.3f\n", tier_s);
   // The step's pushes (backward order) and pulls (forward order).
   std::printf("tier_push_s_per_step %.3f\ntier_pull_s_per_step %.3f\n",
               tier.push_s, tier_s - tier.push_s);
-  std::printf("tier_ratio_to_disk %.3f\n", limit_s / tier_s);
-  std::printf("disk_mixed_s %.3f (buffered writes %.3f, direct %.3f)\n",
-              mixed_s, mixed_buffered, disk.direct ? mixed_direct : 0.0);
-  std::printf("tier_ratio_to_disk_mixed %.3f\n", mixed_s / tier_s);
+  if (references) {
+    std::printf("tier_ratio_to_inram %.3f\n", ram_s / tier_s);
+    std::printf("disk_limit_s %.3f\n", limit_s);
+    std::printf("tier_ratio_to_disk %.3f\n", limit_s / tier_s);
+    std::printf("disk_mixed_s %.3f (buffered writes %.3f, direct %.3f)\n",
+                mixed_s, mixed_buffered, disk.direct ? mixed_direct : 0.0);
+    std::printf("tier_ratio_to_disk_mixed %.3f\n", mixed_s / tier_s);
+  } else {
+    // The most this process held, against the machine's RAM: with no
+    // in-RAM run beside it, the tier's own (its budget and overhead).
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    std::printf("tier_peak_rss_MiB %.0f\nmachine_ram_MiB %.0f\n",
+                usage.ru_maxrss / 1024.0,
+                static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                    sysconf(_SC_PAGESIZE) / 1048576.0);
+  }
   uint64_t on_disk = 0;
   std::error_code walk;
   for (auto it = std::filesystem::recursive_directory_iterator(so.dir, walk);

@@ -18,9 +18,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-.gpu-bundle}"
 build="${BUILD_DIR:-build-gpu}"
-# The GPU tests, the benchmark, and the strata binary itself (so that
-# `strata local --device cuda` runs a whole cluster there).
-targets=(kernels_cuda_test gpt_cuda_test gpu_train_bench strata)
+# The GPU tests, the GPU benchmark, the RAM tier's benchmark (that
+# machine's own disk: `DIR/run tier_bench --dir /tmp/tier`), and the strata
+# binary itself (so that `strata local --device cuda` runs a whole cluster
+# there).
+targets=(kernels_cuda_test gpt_cuda_test gpu_train_bench tier_bench strata)
 
 if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
   echo "gpu-bundle: no CUDA toolkit at /usr/local/cuda" >&2
