@@ -55,7 +55,11 @@ struct ParameterServer::Impl {
   std::thread fatal_thread ABSL_GUARDED_BY(fatal_mu);
 
   // A new view: first the job's rollback, if it is newer than ours, then
-  // the live workers.
+  // the live workers: the shared-memory sessions' list before the shard's,
+  // so that a member AttachShm finds in the shard's view (AwaitWorker) is
+  // in the sessions' list too. The other way round, a worker that had just
+  // joined could be refused its attach (UNAVAILABLE) and send its first
+  // payloads in messages until it tried again.
   void OnView(ParameterServer* owner, const v1::View& view) {
     absl::MutexLock lock(&view_mu);
     if (view.generation() > shard->generation()) {
@@ -67,11 +71,11 @@ struct ParameterServer::Impl {
         return;
       }
     }
-    shard->UpdateView(view);
     std::vector<uint64_t> workers;
     for (const v1::Member& w : view.workers()) workers.push_back(w.id());
     std::sort(workers.begin(), workers.end());
     shm.RetainOnly(workers);
+    shard->UpdateView(view);
   }
 
   // Stops the server (on a thread of its own: callers may be threads the

@@ -66,8 +66,9 @@ absl::StatusOr<uint64_t> ShmSessions::Attach(const v1::AttachShmRequest& req) {
         !std::binary_search(members_->begin(), members_->end(),
                             req.member_id())) {
       // It left after the caller's check: a session now would stay mapped
-      // until the next view change. (Or it joined in a view whose members
-      // are not yet passed here: a moment later it works.)
+      // until the next view change. (A member that has just joined is
+      // here before the shard's view has it: server/parameter_server.cc
+      // passes each view here first.)
       return absl::UnavailableError(absl::StrCat(
           "member ", req.member_id(),
           " is not among the live workers this server's sessions know; "
