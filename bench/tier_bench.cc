@@ -11,7 +11,7 @@
 // step teaches the shard the order and is not timed. The tier is a
 // server's by default: it spills the tile used last and reads nothing
 // ahead (--evict just_used --prefetch_depth -1). With one request at a
-// time, 4 read ahead did better (bench/tier.sh's default until
+// time, 4 read ahead did better (this bench's default until
 // 2026-11-26); with 4 in flight, the learned order's read-aheads
 // mispredict (the requests finish out of order) and the requests
 // themselves keep the disk busy: docs/BENCHMARKS.md.
@@ -253,12 +253,13 @@ StepTimes RunSteps(Shard& shard, int chunks, size_t numel, int steps,
       auto r = shard.Push(p, grad);
       if (!r.ok()) {
         std::fprintf(stderr, "push: %s\n", r.status().ToString().c_str());
-        std::exit(1);
+        std::fflush(stderr);
+        std::_Exit(1);  // other threads are still in the shard
       }
     });
     if (step >= 1) push_s += Seconds(pushes);
     InOrder(forward, in_flight, [&](int i) {
-      std::string out;
+      thread_local std::string out;  // reused, as a server's buffers are
       v1::PullRequest r;
       r.set_member_id(1);
       r.set_chunk_id(ChunkId(absl::StrCat("t", i), 0));
@@ -266,7 +267,8 @@ StepTimes RunSteps(Shard& shard, int chunks, size_t numel, int steps,
       auto got = shard.Pull(r, &out);
       if (!got.ok()) {
         std::fprintf(stderr, "pull: %s\n", got.status().ToString().c_str());
-        std::exit(1);
+        std::fflush(stderr);
+        std::_Exit(1);
       }
     });
   }

@@ -19,7 +19,8 @@ cd "$(dirname "$0")/.."
 out="${1:-.gpu-bundle}"
 build="${BUILD_DIR:-build-gpu}"
 # The GPU tests, the GPU benchmark, the RAM tier's benchmark (that
-# machine's own disk: `DIR/run tier_bench --dir /tmp/tier`), and the strata
+# machine's own disk: `DIR/run tier_bench --dir /var/tmp/tier`, after
+# `findmnt -T /var/tmp` shows a disk, not tmpfs), and the strata
 # binary itself (so that `strata local --device cuda` runs a whole cluster
 # there).
 targets=(kernels_cuda_test gpt_cuda_test gpu_train_bench tier_bench strata)

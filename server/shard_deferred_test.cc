@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "server/shard.h"
-#include "server/shard_test_util.h"
+#include "testing/server/shard_util.h"
 
 namespace strata {
 namespace {

@@ -5,8 +5,8 @@
 #include <thread>
 
 #include "server/shard.h"
-#include "server/shard_test_util.h"
 #include "storage/ram_tier.h"
+#include "testing/server/shard_util.h"
 
 namespace strata {
 namespace {

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "common/chunk_plan.h"
-#include "server/shard_test_util.h"
+#include "testing/server/shard_util.h"
 
 namespace strata {
 namespace {

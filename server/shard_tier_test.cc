@@ -14,9 +14,9 @@
 #include "common/chunk_plan.h"
 #include "common/splitmix.h"
 #include "server/shard.h"
-#include "server/shard_test_util.h"
-#include "server/shard_tier_test_util.h"
 #include "storage/spill_store.h"
+#include "testing/server/shard_tier_util.h"
+#include "testing/server/shard_util.h"
 
 namespace strata {
 namespace {

@@ -3,7 +3,6 @@
 #include "storage/spill_store.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -11,20 +10,12 @@
 #include <set>
 #include <string>
 
+#include "testing/temp_dir.h"
+
 namespace strata {
 namespace {
 
-// A fresh directory, removed when it goes: declared before the stores in
-// it, so they close first.
-struct ScopedDir {
-  explicit ScopedDir(const std::string& name)
-      : path(std::filesystem::temp_directory_path().string() +
-             "/strata-spill-" + name + "-" + std::to_string(::getpid())) {
-    std::filesystem::remove_all(path);
-  }
-  ~ScopedDir() { std::filesystem::remove_all(path); }
-  const std::string path;
-};
+using ::strata::testing::ScopedDir;
 
 std::unique_ptr<SpillStore> Open(
     const std::string& dir, uint64_t budget,

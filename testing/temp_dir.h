@@ -1,7 +1,8 @@
 // Directories for tests: all of a test program's under one root of its own,
-// removed when the program's tests have all passed, kept (and named on
-// stderr) when one failed, for its logs. Before, each test process left its
-// directories in /tmp: tens of GB after a few full runs.
+// removed when the program ends with every test passed (over all
+// --gtest_repeat iterations), kept and named on stderr when one failed, for
+// its logs. Before, each test process left its directories in /tmp: tens of
+// GB after a few full runs.
 #ifndef STRATA_TESTING_TEMP_DIR_H_
 #define STRATA_TESTING_TEMP_DIR_H_
 
@@ -23,14 +24,57 @@ inline std::string TempBase() {
   return base != nullptr && *base != '\0' ? base : "/tmp";
 }
 
-// This process's root, TempBase()/strata-test-<pid>, made on first use.
-inline const std::string& TestRoot() {
-  static const std::string root = [] {
-    std::string dir = TempBase() + "/strata-test-" + std::to_string(::getpid());
+namespace internal {
+
+// The root, once made ("" before).
+inline std::string& Root() {
+  static std::string root;
+  return root;
+}
+
+// Removes the root at the program's end if every iteration passed.
+class RemoveTestRoot : public ::testing::EmptyTestEventListener {
+ public:
+  void OnTestIterationEnd(const ::testing::UnitTest& unit, int) override {
+    if (!unit.Passed()) failed_ = true;
+  }
+  void OnTestProgramEnd(const ::testing::UnitTest&) override {
+    const std::string& root = Root();
+    if (root.empty()) return;
+    if (failed_) {
+      std::fprintf(stderr, "test files kept in %s\n", root.c_str());
+      return;
+    }
     std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    return dir;
-  }();
+    std::filesystem::remove_all(root, ec);
+  }
+
+ private:
+  bool failed_ = false;
+};
+
+// Registered once per program, before main (gtest owns it).
+inline const bool kRemoveTestRootAdded = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new RemoveTestRoot);
+  return true;
+}();
+
+}  // namespace internal
+
+// This process's root, TempBase()/strata-test-<pid>-XXXXXX (unique, so a
+// root kept after a failure is never another process's), made on first
+// use.
+inline const std::string& TestRoot() {
+  std::string& root = internal::Root();
+  if (root.empty()) {
+    std::string pattern =
+        TempBase() + "/strata-test-" + std::to_string(::getpid()) + "-XXXXXX";
+    if (mkdtemp(pattern.data()) == nullptr) {
+      std::perror(pattern.c_str());
+      std::abort();
+    }
+    root = pattern;
+  }
   return root;
 }
 
@@ -49,28 +93,19 @@ inline std::string FreshDir(const std::string& name) {
   return dir;
 }
 
-namespace internal {
-
-class RemoveTestRoot : public ::testing::Environment {
- public:
-  void TearDown() override {
-    const std::string root =
-        TempBase() + "/strata-test-" + std::to_string(::getpid());
+// TempDir(name), removed with its contents when this goes: declared before
+// what opens files in it, so those close first.
+struct ScopedDir {
+  explicit ScopedDir(const std::string& name) : path(TempDir(name)) {}
+  ~ScopedDir() {
     std::error_code ec;
-    if (!std::filesystem::exists(root, ec)) return;
-    if (::testing::UnitTest::GetInstance()->Passed()) {
-      std::filesystem::remove_all(root, ec);
-    } else {
-      std::fprintf(stderr, "test files kept in %s\n", root.c_str());
-    }
+    std::filesystem::remove_all(path, ec);
   }
+  ScopedDir(const ScopedDir&) = delete;
+  ScopedDir& operator=(const ScopedDir&) = delete;
+  const std::string path;
 };
 
-// Registered once per program, before main (gtest runs it after the tests).
-inline ::testing::Environment* const kRemoveTestRoot =
-    ::testing::AddGlobalTestEnvironment(new RemoveTestRoot);
-
-}  // namespace internal
 }  // namespace strata::testing
 
 #endif  // STRATA_TESTING_TEMP_DIR_H_

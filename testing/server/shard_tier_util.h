@@ -1,11 +1,10 @@
-// Helpers of the tests of a shard with a RAM budget (shard_tier_test.cc,
-// shard_tier_commit_test.cc): a model of Adam chunks, a spill store in a
+// Helpers of the tests of a shard with a RAM budget (server/shard_tier_test.cc,
+// server/shard_tier_commit_test.cc): a model of Adam chunks, a spill store in a
 // scratch directory, and gradients.
-#ifndef STRATA_SERVER_SHARD_TIER_TEST_UTIL_H_
-#define STRATA_SERVER_SHARD_TIER_TEST_UTIL_H_
+#ifndef STRATA_TESTING_SERVER_SHARD_TIER_UTIL_H_
+#define STRATA_TESTING_SERVER_SHARD_TIER_UTIL_H_
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <memory>
@@ -16,6 +15,7 @@
 #include "common/chunk_plan.h"
 #include "common/splitmix.h"
 #include "storage/spill_store.h"
+#include "testing/temp_dir.h"
 
 namespace strata::shard_tier_test {
 
@@ -24,17 +24,7 @@ constexpr int kNumel = 1024;
 // Adam: weights and two moments.
 constexpr size_t kTile = kNumel * 4 * 3;
 
-// A fresh directory, removed when it goes: declared before the stores in
-// it, so they close first.
-struct ScopedDir {
-  explicit ScopedDir(const std::string& name)
-      : path(std::filesystem::temp_directory_path().string() +
-             "/strata-shard-tier-" + name + "-" + std::to_string(::getpid())) {
-    std::filesystem::remove_all(path);
-  }
-  ~ScopedDir() { std::filesystem::remove_all(path); }
-  const std::string path;
-};
+using ::strata::testing::ScopedDir;
 
 inline v1::RegisterChunksRequest Model() {
   v1::RegisterChunksRequest req;
@@ -89,4 +79,4 @@ inline std::string Gradient(int64_t step, uint64_t worker, int chunk) {
 
 }  // namespace strata::shard_tier_test
 
-#endif  // STRATA_SERVER_SHARD_TIER_TEST_UTIL_H_
+#endif  // STRATA_TESTING_SERVER_SHARD_TIER_UTIL_H_

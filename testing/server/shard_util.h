@@ -1,6 +1,6 @@
-// Helpers of the Shard tests (shard_test.cc, shard_rollback_test.cc).
-#ifndef STRATA_SERVER_SHARD_TEST_UTIL_H_
-#define STRATA_SERVER_SHARD_TEST_UTIL_H_
+// Helpers of the Shard tests (server/shard_*_test.cc).
+#ifndef STRATA_TESTING_SERVER_SHARD_UTIL_H_
+#define STRATA_TESTING_SERVER_SHARD_UTIL_H_
 
 #include <gtest/gtest.h>
 
@@ -88,4 +88,4 @@ inline ShardOptions Opts(const char* mode,
 
 }  // namespace strata::shard_test
 
-#endif  // STRATA_SERVER_SHARD_TEST_UTIL_H_
+#endif  // STRATA_TESTING_SERVER_SHARD_UTIL_H_
