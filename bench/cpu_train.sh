@@ -22,6 +22,10 @@
 # /var/tmp), and prints
 #   cpu_tokens_per_s_with_tier <config> <t>
 #   tier_ratio_to_unbounded <config> <t/z>      (target >= 0.7 for 124M)
+# MICRO_BATCHES=N makes each cluster step N micro-batches of the shape's
+# batch (N times its tokens per step, one push per step; the configs named
+# <config>_xN): the tier's cost per step is about fixed, so its ratio grows
+# with the tokens per step (docs/BENCHMARKS.md).
 # ALLREDUCE=1 also runs each cluster shape with 2 workers, once with
 # --sync ps and once with --sync allreduce, and prints
 #   cpu_tokens_per_s_2workers_ps <config> <p>
@@ -58,7 +62,9 @@ fi
 # shared memory).
 with_servers() {  # name layers heads width context batch [state ratio]
   local name=$1 dir pids=() server_flags=() figure=${FIGURE:-cpu_tokens_per_s_with_servers}
-  local workers=${WORKERS:-1}
+  local workers=${WORKERS:-1} micro=${MICRO_BATCHES:-1} batch
+  batch=$(( $6 * micro ))
+  [[ "${micro}" == 1 ]] || name="${name}_x${micro}"
   dir=$(mktemp -d "${TIER_DIR:-/var/tmp}/strata-cpu-train-XXXXXX")
   "${build}/cli/strata" scheduler --listen 127.0.0.1:0 --num_shards 2 \
     ${SCHEDULER_FLAGS:-} --address_file "${dir}/addr" 2>"${dir}/scheduler.log" & pids+=($!)
@@ -77,7 +83,7 @@ with_servers() {  # name layers heads width context batch [state ratio]
       --data_dir "${dir}/server$s" "${server_flags[@]}" ${SERVER_FLAGS:-} 2>"${dir}/server$s.log" & pids+=($!)
   done
   local worker_args=(--scheduler "${addr}" --workers "${workers}" --layers "$2" --heads "$3" \
-    --width "$4" --context "$5" --batch "$6" --vocab 50257 --steps 6 --eval_every 0 \
+    --width "$4" --context "$5" --batch "${batch}" --micro_batches "${micro}" --vocab 50257 --steps 6 --eval_every 0 \
     --data /usr/share/common-licenses)
   for w in $(seq 2 "${workers}"); do
     "${build}/cli/strata" worker "${worker_args[@]}" ${WORKER_FLAGS:-} \
@@ -86,7 +92,7 @@ with_servers() {  # name layers heads width context batch [state ratio]
   "${build}/cli/strata" worker "${worker_args[@]}" ${WORKER_FLAGS:-} \
     --metrics "${dir}/metrics.jsonl" 2>"${dir}/worker.log"
   # Steps 2..5 (after warm-up), from the elapsed time in the metrics.
-  python3 - "${dir}/metrics.jsonl" "$name" "$(( $5 * $6 ))" "$figure" <<'PY'
+  python3 - "${dir}/metrics.jsonl" "$name" "$(( $5 * batch ))" "$figure" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 t = [r["elapsed_s"] for r in rows]
