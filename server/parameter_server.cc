@@ -257,6 +257,17 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   me.push_handlers = std::make_unique<ThreadPool>(
       std::max(16, 2 * static_cast<int>(std::thread::hardware_concurrency())));
   me.pull_handlers = std::make_unique<ThreadPool>(options.max_threads);
+  // A spilled tile that cannot be read back has lost a chunk's state:
+  // serving on would serve, or apply a step without, that chunk. Stop, so
+  // that a restart restores the last snapshot and the job rolls back to it
+  // (a container's restart policy restarts it: docs/OPERATIONS.md).
+  me.shard->set_lost_state_sink(
+      [&me, self = owner.get()](const absl::Status& why) {
+        me.Fail(self, absl::DataLossError(absl::StrCat(
+                          "lost a chunk's state: ", why.message(),
+                          "; restart the server to restore its last "
+                          "snapshot")));
+      });
   me.service = NewParameterServerService(
       me.shard.get(), &me.shm, owner.get(), me.push_handlers.get(),
       me.pull_handlers.get(), &me.metrics, me.options.security.get());

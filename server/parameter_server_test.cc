@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "scheduler/scheduler.h"
 #include "server/shard.h"
+#include "storage/spill_store.h"
 #include "testing/server/ps_cluster.h"
 
 namespace strata {
@@ -128,6 +129,44 @@ TEST(ParameterServer, SnapshotRestoreIsBitIdentical) {
 // one tile keeps two thirds of the state on disk.
 TEST(ParameterServer, SnapshotRestoreOfASpilledServerIsBitIdentical) {
   ExpectSnapshotRestoreBitIdentical(1200);
+}
+
+// A spilled tile that comes back at another version (as from a corrupt or
+// stale spill database) fails the pull that met it with DATA_LOSS and stops
+// the server: serving on would serve, or apply a step without, that chunk;
+// a restart restores the last snapshot.
+TEST(ParameterServer, ALostSpilledTileStopsTheServer) {
+  Cluster c;
+  c.scheduler = StartScheduler();
+  auto server = StartServer(*c.scheduler, TempDir("lost"), 1200);
+  ASSERT_TRUE(server.ok()) << server.status();
+  c.server = std::move(*server);
+  Connect(c);
+  TrainSteps(*c.ps, 0, 2);
+  // Every tile's spilled copy replaced by one of another version. The
+  // store is thread-safe; only this test writes to it from outside.
+  SpillStore* spill = const_cast<SpillStore*>(c.server->shard().spill());
+  ASSERT_NE(spill, nullptr);
+  std::unique_ptr<ChunkTier> now = c.server->shard().CaptureAll().value();
+  ASSERT_TRUE(now->ForEach([&](const ChunkRecord& r) {
+                   ChunkRecord stale = r;
+                   stale.version += 7;
+                   return spill->Write(stale);
+                 })
+                  .ok());
+  EXPECT_TRUE(c.server->fatal().ok());
+  std::vector<float> w(250);
+  const absl::Status pulled = c.ps->PullTensor(0, w.data(), 2, 2);
+  EXPECT_EQ(pulled.code(), absl::StatusCode::kDataLoss) << pulled;
+  absl::Status fatal;
+  for (int i = 0; i < 500 && fatal.ok(); ++i) {
+    fatal = c.server->fatal();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(fatal.code(), absl::StatusCode::kDataLoss) << fatal;
+  EXPECT_NE(fatal.message().find("restore its last snapshot"),
+            std::string::npos)
+      << fatal;
 }
 
 TEST(ParameterServer, ARamBudgetNeedsADataDir) {

@@ -156,6 +156,12 @@ class Shard {
 
   void set_snapshot_sink(SnapshotSink sink);
   void set_applied_sink(AppliedSink sink);
+  // Called when a spilled tile cannot be read back, or comes back at
+  // another version (the request that met it fails with that DATA_LOSS):
+  // the chunk's state is lost here, and only a restart from a snapshot,
+  // with the job rolled back to it, can go on consistently.
+  using LostStateSink = std::function<void(const absl::Status&)>;
+  void set_lost_state_sink(LostStateSink sink);
   const ShardCounters& counters() const { return counters_; }
   // The RAM tier's books; null without a budget.
   const SpillStore* spill() const { return options_.spill.get(); }
@@ -303,6 +309,8 @@ class Shard {
   // The tier (shard_tier.cc). Resident makes c's tile resident (reading it
   // back if spilled) and counts the use; DATA_LOSS if it cannot be read.
   absl::Status Resident(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // Tells the lost-state sink about `why` (a tile read failed); returns it.
+  absl::Status LostState(absl::Status why);
   // The weights a pull of c answers with: the resident tile's, or, for a
   // spilled tile, its weights read alone into `scratch` (the tile stays on
   // disk). Counts the use; DATA_LOSS if they cannot be read.
@@ -432,6 +440,8 @@ class Shard {
   AppliedTracker applied_;
   absl::Mutex applied_sink_mu_;
   AppliedSink applied_sink_ ABSL_GUARDED_BY(applied_sink_mu_);
+  absl::Mutex lost_state_mu_;
+  LostStateSink lost_state_sink_ ABSL_GUARDED_BY(lost_state_mu_);
 
   absl::Mutex tier_tasks_mu_;
   // Read-aheads, write-behinds and Unpin's MakeRoom queued or running.

@@ -57,9 +57,13 @@ absl::Status Shard::Resident(Chunk& c) {
     spill->Touch(id);
     return absl::OkStatus();
   }
-  STRATA_ASSIGN_OR_RETURN(ChunkRecord tile, spill->Read(id));
-  STRATA_RETURN_IF_ERROR(
-      Adopt(std::move(tile), c.spec, NumStateSlots(c.group->params), &c.rec));
+  absl::StatusOr<ChunkRecord> tile = spill->Read(id);
+  if (!tile.ok()) return LostState(tile.status());
+  if (absl::Status s = Adopt(*std::move(tile), c.spec,
+                             NumStateSlots(c.group->params), &c.rec);
+      !s.ok()) {
+    return LostState(s);
+  }
   c.resident = true;
   c.disk_current = true;
   spill->Admit(id, c.tile_bytes, /*was_spilled=*/true);
@@ -76,18 +80,31 @@ absl::StatusOr<const float*> Shard::WeightsToPull(Chunk& c,
     spill->counters().hits++;
     return c.rec.weights.data();
   }
-  STRATA_ASSIGN_OR_RETURN(*scratch, spill->ReadWeights(c.spec.chunk_id()));
+  absl::StatusOr<ChunkRecord> weights = spill->ReadWeights(c.spec.chunk_id());
+  if (!weights.ok()) return LostState(weights.status());
+  *scratch = *std::move(weights);
   if (scratch->version != c.rec.version ||
       scratch->weights.size() != c.spec.numel()) {
-    return absl::DataLossError(absl::StrCat(
+    return LostState(absl::DataLossError(absl::StrCat(
         "spilled weights of chunk ", c.spec.tensor(), "#", c.spec.index(),
         " are at version ", scratch->version, " with ", scratch->weights.size(),
         " elements; the chunk is at version ", c.rec.version, " with ",
-        c.spec.numel()));
+        c.spec.numel())));
   }
   spill->counters().misses++;
   spill->counters().weight_reads++;
   return scratch->weights.data();
+}
+
+void Shard::set_lost_state_sink(LostStateSink sink) {
+  absl::MutexLock lock(&lost_state_mu_);
+  lost_state_sink_ = std::move(sink);
+}
+
+absl::Status Shard::LostState(absl::Status why) {
+  absl::MutexLock lock(&lost_state_mu_);
+  if (lost_state_sink_) lost_state_sink_(why);
+  return why;
 }
 
 absl::Status Shard::Spill(Chunk& c) {

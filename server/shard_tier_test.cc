@@ -358,9 +358,14 @@ TEST(ShardTier, ASpillTileThatCannotBeReadIsDataLossNotGarbage) {
   r.set_member_id(1);
   r.set_chunk_id(victim);
   r.set_clock(1);
+  std::vector<absl::Status> lost;
+  shard->set_lost_state_sink([&](const absl::Status& s) { lost.push_back(s); });
   std::string out;
   auto got = shard->Pull(r, &out);
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  // The server is told (it stops: a restart restores its snapshot).
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0], got.status());
 }
 
 }  // namespace
