@@ -365,6 +365,7 @@ void ParameterServer::Shutdown() {
     me.shard->set_applied_sink(nullptr);
     me.reporter.reset();
   }
+  me.shard->set_lost_state_sink(nullptr);
   me.scheduler.reset();  // leaves the cluster
   // Wake every gate and view waiter first: gRPC's Shutdown waits for every
   // call in flight to finish, and no push will come to release a pull.

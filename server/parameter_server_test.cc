@@ -167,6 +167,7 @@ TEST(ParameterServer, ALostSpilledTileStopsTheServer) {
   EXPECT_NE(fatal.message().find("restore its last snapshot"),
             std::string::npos)
       << fatal;
+  c.server->Wait();  // returns once it has stopped
 }
 
 TEST(ParameterServer, ARamBudgetNeedsADataDir) {

@@ -273,7 +273,7 @@ class Shard {
                                              float scale);
   // Closes the open BSP step of `c` if every live worker contributed,
   // reading its tile first if it is spilled: that read's error leaves the
-  // step open.
+  // step open (and is lost state: set_lost_state_sink).
   absl::Status MaybeCloseStep(Chunk& c, const ViewState& view)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // One optimizer update of `c`, whose gradient `form(begin, end, out)`
@@ -310,7 +310,7 @@ class Shard {
   // back if spilled) and counts the use; DATA_LOSS if it cannot be read.
   absl::Status Resident(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Tells the lost-state sink about `why` (a tile read failed); returns it.
-  absl::Status LostState(absl::Status why);
+  absl::Status LostState(absl::Status why) const;
   // The weights a pull of c answers with: the resident tile's, or, for a
   // spilled tile, its weights read alone into `scratch` (the tile stays on
   // disk). Counts the use; DATA_LOSS if they cannot be read.
@@ -440,7 +440,7 @@ class Shard {
   AppliedTracker applied_;
   absl::Mutex applied_sink_mu_;
   AppliedSink applied_sink_ ABSL_GUARDED_BY(applied_sink_mu_);
-  absl::Mutex lost_state_mu_;
+  mutable absl::Mutex lost_state_mu_;
   LostStateSink lost_state_sink_ ABSL_GUARDED_BY(lost_state_mu_);
 
   absl::Mutex tier_tasks_mu_;

@@ -84,9 +84,10 @@ absl::StatusOr<v1::PushResponse> Shard::PushBsp(Chunk& c,
     GiveBuffer(std::move(grad));
   }
   const uint64_t before = c.rec.version;
-  // An error reading the tile leaves the step open, this push counted: a
-  // retry of it (by hand: the error is not one the client retries) or the
-  // redo after a view change closes the step.
+  // An error reading the tile leaves the step open, this push counted; it
+  // is lost state (Shard::set_lost_state_sink), so a server stops and the
+  // job goes on from its snapshot. (A Shard with no sink: a retry of the
+  // push or the redo after a view change closes the step.)
   STRATA_RETURN_IF_ERROR(MaybeCloseStep(c, now));
   resp.set_version(c.rec.version);
   resp.set_applied(c.rec.version != before);

@@ -101,9 +101,13 @@ void Shard::set_lost_state_sink(LostStateSink sink) {
   lost_state_sink_ = std::move(sink);
 }
 
-absl::Status Shard::LostState(absl::Status why) {
-  absl::MutexLock lock(&lost_state_mu_);
-  if (lost_state_sink_) lost_state_sink_(why);
+absl::Status Shard::LostState(absl::Status why) const {
+  LostStateSink sink;
+  {
+    absl::MutexLock lock(&lost_state_mu_);
+    sink = lost_state_sink_;
+  }
+  if (sink) sink(why);
   return why;
 }
 
@@ -292,14 +296,17 @@ void Shard::WaitForTierIo() {
 
 absl::StatusOr<ChunkRecord> Shard::TileCopy(const Chunk& c) const {
   if (c.resident.load()) return c.rec;
-  STRATA_ASSIGN_OR_RETURN(ChunkRecord tile,
-                          options_.spill->Read(c.spec.chunk_id()));
+  absl::StatusOr<ChunkRecord> tile = options_.spill->Read(c.spec.chunk_id());
+  if (!tile.ok()) return LostState(tile.status());
   ChunkRecord copy;
   copy.id = c.rec.id;
   copy.version = c.rec.version;
   copy.spec = c.rec.spec;
-  STRATA_RETURN_IF_ERROR(
-      Adopt(std::move(tile), c.spec, NumStateSlots(c.group->params), &copy));
+  if (absl::Status s = Adopt(*std::move(tile), c.spec,
+                             NumStateSlots(c.group->params), &copy);
+      !s.ok()) {
+    return LostState(s);
+  }
   return copy;
 }
 
