@@ -62,6 +62,17 @@ int WaitChild(pid_t pid) {
   return -1;
 }
 
+std::pair<pid_t, int> WaitAnyChild() {
+  int status = 0;
+  pid_t pid;
+  while ((pid = waitpid(-1, &status, 0)) < 0) {
+    if (errno != EINTR) return {-1, -1};
+  }
+  if (WIFEXITED(status)) return {pid, WEXITSTATUS(status)};
+  if (WIFSIGNALED(status)) return {pid, 128 + WTERMSIG(status)};
+  return {pid, -1};
+}
+
 int StopChild(pid_t pid, absl::Duration grace) {
   kill(pid, SIGTERM);
   const absl::Time deadline = absl::Now() + grace;

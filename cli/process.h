@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,6 +22,10 @@ absl::StatusOr<pid_t> SpawnSelf(const std::vector<std::string>& args);
 
 // Waits for `pid` to exit; its exit code (128+signal if killed).
 int WaitChild(pid_t pid);
+
+// Waits for any child to exit: its pid and exit code (128+signal if
+// killed); pid -1 when there are no children left.
+std::pair<pid_t, int> WaitAnyChild();
 
 // Sends SIGTERM, waits up to `grace`, then SIGKILL. Returns the exit code.
 int StopChild(pid_t pid, absl::Duration grace);

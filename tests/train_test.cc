@@ -306,6 +306,50 @@ TEST(Train, CtrlCStopsTheWholeLocalCluster) {
       << "a process of the cluster outlived Ctrl-C";
 }
 
+// `strata local` in `run` for `steps` steps of `batch`, every server
+// snapshotting each 20 steps, no evaluation.
+std::vector<std::string> SnapshottingLocalRun(const std::string& run, int steps,
+                                              int batch,
+                                              const std::string& corpus) {
+  std::vector<std::string> args = {STRATA_BINARY,
+                                   "local",
+                                   "--dir",
+                                   run,
+                                   "--steps",
+                                   std::to_string(steps),
+                                   "--batch",
+                                   std::to_string(batch),
+                                   "--snapshot_every",
+                                   "20",
+                                   "--eval_every",
+                                   "0"};
+  for (const auto& f : TinyModelFlags(corpus)) args.push_back(f);
+  return args;
+}
+
+// Whether worker 0 of the run in `run` logs `steps` steps within 2 minutes.
+bool AtStep(const std::string& run, size_t steps) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  while (Losses(run + "/metrics-0.jsonl").size() < steps &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return Losses(run + "/metrics-0.jsonl").size() >= steps;
+}
+
+// `strata ledger --check` of the run in `run` (its scheduler stopped)
+// passes and counts `samples` samples, each applied once.
+void ExpectLedgerChecksOut(const std::string& run, const std::string& dir,
+                           int samples) {
+  Child ledger(
+      {STRATA_BINARY, "ledger", "--dir", run + "/scheduler", "--check"},
+      dir + "/ledger.log");
+  ASSERT_EQ(ledger.Wait(), 0) << ledger.Output();
+  EXPECT_NE(ledger.Output().find(absl::StrCat("samples ", samples, " ")),
+            std::string::npos)
+      << ledger.Output();
+}
+
 // A run stopped mid-way goes on from its servers' newest common snapshot
 // with `strata local --resume`, with every sample applied once in the end.
 TEST(Train, LocalResumesAStoppedRunFromItsServersSnapshots) {
@@ -313,27 +357,11 @@ TEST(Train, LocalResumesAStoppedRunFromItsServersSnapshots) {
   const std::string corpus = WriteCorpus(dir);
   const std::string run = dir + "/run";
   constexpr int kSteps = 160, kBatch = 8;
-  std::vector<std::string> args = {STRATA_BINARY,
-                                   "local",
-                                   "--dir",
-                                   run,
-                                   "--steps",
-                                   std::to_string(kSteps),
-                                   "--batch",
-                                   std::to_string(kBatch),
-                                   "--snapshot_every",
-                                   "20",
-                                   "--eval_every",
-                                   "0"};
-  for (const auto& f : TinyModelFlags(corpus)) args.push_back(f);
+  const std::vector<std::string> args =
+      SnapshottingLocalRun(run, kSteps, kBatch, corpus);
   {
     Child first(args, dir + "/first.log");
-    const absl::Time deadline = absl::Now() + absl::Seconds(120);
-    while (Losses(run + "/metrics-0.jsonl").size() < 50 &&
-           absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    ASSERT_GE(Losses(run + "/metrics-0.jsonl").size(), 50u) << first.Output();
+    ASSERT_TRUE(AtStep(run, 50)) << first.Output();
     EXPECT_EQ(first.Stop(SIGINT), 130) << first.Output();
     EXPECT_NE(first.Output().find("strata local --resume"), std::string::npos)
         << first.Output();
@@ -358,14 +386,7 @@ TEST(Train, LocalResumesAStoppedRunFromItsServersSnapshots) {
   EXPECT_GT(Losses(run + "/metrics-0.jsonl").size(), stopped_at);
   // The ledger, read from the stopped scheduler's directory: every sample
   // of the job applied exactly once across both runs.
-  Child ledger(
-      {STRATA_BINARY, "ledger", "--dir", run + "/scheduler", "--check"},
-      dir + "/ledger.log");
-  ASSERT_EQ(ledger.Wait(), 0) << ledger.Output();
-  EXPECT_NE(
-      ledger.Output().find(absl::StrCat("samples ", kSteps * kBatch, " ")),
-      std::string::npos)
-      << ledger.Output();
+  ExpectLedgerChecksOut(run, dir, kSteps * kBatch);
   // Starting a new run in it instead is refused: it holds this one.
   Child again(args, dir + "/again.log");
   EXPECT_EQ(again.Wait(), 1);
@@ -377,6 +398,53 @@ TEST(Train, LocalResumesAStoppedRunFromItsServersSnapshots) {
   EXPECT_NE(wrong.Output().find("not the directory of a `strata local` run"),
             std::string::npos)
       << wrong.Output();
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// The pid of the `strata server` whose data directory is `data_dir`.
+pid_t ServerPid(const std::string& data_dir) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream f(entry.path() / "cmdline");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    std::string line = ss.str();
+    std::replace(line.begin(), line.end(), '\0', ' ');
+    if (line.find(" server ") != std::string::npos &&
+        line.find(data_dir + " ") != std::string::npos) {
+      return static_cast<pid_t>(std::atoi(entry.path().filename().c_str()));
+    }
+  }
+  return -1;
+}
+
+// A server of a `strata local` run killed with SIGKILL mid-run is started
+// again: it restores its newest snapshot, the job rolls back to it and
+// ends, every sample applied once.
+TEST(Train, LocalStartsAServerThatDiesAgain) {
+  const std::string dir = testing::FreshDir("local_server_dies");
+  const std::string corpus = WriteCorpus(dir);
+  const std::string run = dir + "/run";
+  constexpr int kSteps = 120, kBatch = 8;
+  Child local(SnapshottingLocalRun(run, kSteps, kBatch, corpus),
+              dir + "/local.log");
+  ASSERT_TRUE(AtStep(run, 50)) << local.Output();
+  const pid_t server = ServerPid(run + "/server-1");
+  ASSERT_GT(server, 0) << local.Output();
+  ASSERT_EQ(kill(server, SIGKILL), 0);
+  ASSERT_EQ(local.Wait(absl::Minutes(5)), 0) << local.Output();
+  EXPECT_NE(local.Output().find("server 1 exited (code 137); starting it "
+                                "again"),
+            std::string::npos)
+      << local.Output();
+  EXPECT_NE(local.Output().find("rolled back to step"), std::string::npos)
+      << local.Output();
+  ExpectLedgerChecksOut(run, dir, kSteps * kBatch);
+  EXPECT_EQ(ProcessesNaming(run), 0) << "a process of the run outlived it";
 }
 
 }  // namespace
