@@ -2,7 +2,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -13,13 +12,13 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/ops.h"
 #include "cli/plot.h"
 #include "cli/process.h"
 #include "cli/signals.h"
+#include "cli/supervise.h"
 #include "common/consistency.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
@@ -208,85 +207,10 @@ absl::StatusOr<std::vector<std::string>> TlsArgs(const LocalPlan& o,
                                   "--tls_ca",   certs + "/ca.pem"};
 }
 
-// A server of the run: its shard and command line.
-struct ServerProcess {
-  int shard = 0;
-  std::vector<std::string> args;
-  int restarts = 0;
-};
-
-// A server may die and be started again this many times in a run.
-constexpr int kServerRestarts = 3;
-
-// Waits for every worker to exit; returns how many failed. A server that
-// exits meanwhile (killed, or stopped by an error such as a spilled tile
-// lost) is started again on its data directory, as a container's restart
-// policy would: it restores its newest snapshot and the job goes on, under
-// BSP rolled back to the newest step every server holds. Past
-// kServerRestarts for one server, or when the scheduler exits (a new one
-// would listen on another port), the workers are stopped. `daemons` (the
-// scheduler and servers, stopped at the end) follows the restarts.
-int SuperviseUntilWorkersEnd(const std::vector<pid_t>& workers,
-                             absl::flat_hash_map<pid_t, ServerProcess>& servers,
-                             std::vector<pid_t>& daemons,
-                             const std::atomic<bool>& interrupted) {
-  absl::flat_hash_set<pid_t> running(workers.begin(), workers.end());
-  int failed = 0;
-  while (!running.empty()) {
-    const auto [pid, code] = WaitAnyChild();
-    if (pid < 0) break;
-    if (running.erase(pid) > 0) {
-      failed += code != 0;
-      continue;
-    }
-    daemons.erase(std::remove(daemons.begin(), daemons.end(), pid),
-                  daemons.end());
-    if (interrupted) continue;
-    auto it = servers.find(pid);
-    if (it == servers.end()) {
-      spdlog::error(
-          "strata local: the scheduler exited (code {}); stopping the workers",
-          code);
-      for (pid_t w : running) kill(w, SIGTERM);
-      continue;
-    }
-    ServerProcess server = std::move(it->second);
-    servers.erase(it);
-    if (server.restarts >= kServerRestarts) {
-      spdlog::error(
-          "strata local: server {} exited (code {}) after {} restarts; "
-          "stopping the workers",
-          server.shard, code, server.restarts);
-      for (pid_t w : running) kill(w, SIGTERM);
-      continue;
-    }
-    // Not --restore_step again: that would drop the snapshots since.
-    std::vector<std::string>& args = server.args;
-    if (auto at = std::find(args.begin(), args.end(), "--restore_step");
-        at != args.end()) {
-      args.erase(at, at + 2);
-    }
-    spdlog::warn(
-        "strata local: server {} exited (code {}); starting it again: it "
-        "restores its newest snapshot",
-        server.shard, code);
-    absl::StatusOr<pid_t> again = SpawnSelf(args);
-    if (!again.ok()) {
-      spdlog::error("strata local: server {} cannot be started again: {}",
-                    server.shard, again.status().ToString());
-      for (pid_t w : running) kill(w, SIGTERM);
-      continue;
-    }
-    server.restarts++;
-    daemons.push_back(*again);
-    servers[*again] = std::move(server);
-  }
-  return failed;
-}
-
 int Launch(const LocalPlan& o, std::string dir, int64_t resume_step) {
-  if (auto c = ParseConsistency(o.consistency); !c.ok())
-    return ReportStatus("local", c.status());
+  const absl::StatusOr<Consistency> consistency =
+      ParseConsistency(o.consistency);
+  if (!consistency.ok()) return ReportStatus("local", consistency.status());
   if (dir.empty()) {
     char tmpl[] = "/tmp/strata-local-XXXXXX";
     if (mkdtemp(tmpl) == nullptr)
@@ -413,8 +337,9 @@ int Launch(const LocalPlan& o, std::string dir, int64_t resume_step) {
     spdlog::warn("strata local: interrupted; stopping the cluster");
     for (pid_t w : workers) kill(w, SIGTERM);
   });
-  const int failed =
-      SuperviseUntilWorkersEnd(workers, servers, daemons, interrupted);
+  const WorkersEnd end =
+      SuperviseUntilWorkersEnd(workers, servers, daemons, interrupted,
+                               consistency->mode == Consistency::kBsp);
   stop_all();
   if (interrupted) {
     spdlog::info(
@@ -423,8 +348,15 @@ int Launch(const LocalPlan& o, std::string dir, int64_t resume_step) {
         dir, dir);
     return 130;
   }
-  if (failed > 0) {
-    spdlog::error("strata local: {} worker(s) failed", failed);
+  if (!end.stopped_because.empty()) {
+    spdlog::error(
+        "strata local: stopped: {}; state in {} (go on with: strata local "
+        "--resume {})",
+        end.stopped_because, dir, dir);
+    return 1;
+  }
+  if (end.failed > 0) {
+    spdlog::error("strata local: {} worker(s) failed", end.failed);
     return 1;
   }
   spdlog::info("strata local: done; snapshots and metrics in {}", dir);

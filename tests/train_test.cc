@@ -449,3 +449,35 @@ TEST(Train, LocalStartsAServerThatDiesAgain) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// Under ASP a restarted server would serve its own snapshot or its initial
+// weights, with no rollback of the job: a server that dies stops the run,
+// which says so and how to go on, and exits 1.
+TEST(Train, LocalStopsAnAspRunWhoseServerDies) {
+  const std::string dir = testing::FreshDir("local_asp_server_dies");
+  const std::string run = dir + "/run";
+  std::vector<std::string> args =
+      SnapshottingLocalRun(run, 100000, 8, WriteCorpus(dir));
+  args.insert(args.end(), {"--consistency", "asp"});
+  Child local(args, dir + "/local.log");
+  ASSERT_TRUE(AtStep(run, 20)) << local.Output();
+  const pid_t server = ServerPid(run + "/server-1");
+  ASSERT_GT(server, 0) << local.Output();
+  ASSERT_EQ(kill(server, SIGKILL), 0);
+  EXPECT_EQ(local.Wait(absl::Minutes(3)), 1) << local.Output();
+  EXPECT_NE(local.Output().find("stopped: server 1 exited (code 137)"),
+            std::string::npos)
+      << local.Output();
+  EXPECT_NE(local.Output().find("strata local --resume " + run),
+            std::string::npos)
+      << local.Output();
+  EXPECT_EQ(local.Output().find("starting it again"), std::string::npos)
+      << local.Output();
+  EXPECT_EQ(ProcessesNaming(run), 0) << "a process of the run outlived it";
+}
+
+}  // namespace
+}  // namespace strata
