@@ -337,6 +337,10 @@ class Shard {
   void ScheduleTierTask(ThreadPool& pool, std::function<void()> task);
   // Writes c's tile out (unless the spilled copy is current) and frees it.
   absl::Status Spill(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // Reads c's spilled tile into `rec` (at c's version: rec->version);
+  // DATA_LOSS if it cannot be read or does not fit (callers decide whether
+  // that is lost state).
+  absl::Status ReadTileInto(const Chunk& c, ChunkRecord* rec) const;
   // A spilled chunk's record as it would be resident (for captures).
   absl::StatusOr<ChunkRecord> TileCopy(const Chunk& c) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);

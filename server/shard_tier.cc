@@ -57,13 +57,7 @@ absl::Status Shard::Resident(Chunk& c) {
     spill->Touch(id);
     return absl::OkStatus();
   }
-  absl::StatusOr<ChunkRecord> tile = spill->Read(id);
-  if (!tile.ok()) return LostState(tile.status());
-  if (absl::Status s = Adopt(*std::move(tile), c.spec,
-                             NumStateSlots(c.group->params), &c.rec);
-      !s.ok()) {
-    return LostState(s);
-  }
+  if (absl::Status s = ReadTileInto(c, &c.rec); !s.ok()) return LostState(s);
   c.resident = true;
   c.disk_current = true;
   spill->Admit(id, c.tile_bytes, /*was_spilled=*/true);
@@ -225,11 +219,7 @@ void Shard::AfterUse(const Chunk& c) {
       {
         absl::MutexLock lock(&next->mu);
         if (room && !next->resident.load()) {
-          absl::StatusOr<ChunkRecord> tile = spill->Read(next->spec.chunk_id());
-          absl::Status s =
-              tile.ok() ? Adopt(*std::move(tile), next->spec,
-                                NumStateSlots(next->group->params), &next->rec)
-                        : tile.status();
+          const absl::Status s = ReadTileInto(*next, &next->rec);
           if (s.ok()) {
             next->resident = true;
             next->disk_current = true;
@@ -296,18 +286,18 @@ void Shard::WaitForTierIo() {
 
 absl::StatusOr<ChunkRecord> Shard::TileCopy(const Chunk& c) const {
   if (c.resident.load()) return c.rec;
-  absl::StatusOr<ChunkRecord> tile = options_.spill->Read(c.spec.chunk_id());
-  if (!tile.ok()) return LostState(tile.status());
   ChunkRecord copy;
   copy.id = c.rec.id;
   copy.version = c.rec.version;
   copy.spec = c.rec.spec;
-  if (absl::Status s = Adopt(*std::move(tile), c.spec,
-                             NumStateSlots(c.group->params), &copy);
-      !s.ok()) {
-    return LostState(s);
-  }
+  if (absl::Status s = ReadTileInto(c, &copy); !s.ok()) return LostState(s);
   return copy;
+}
+
+absl::Status Shard::ReadTileInto(const Chunk& c, ChunkRecord* rec) const {
+  absl::StatusOr<ChunkRecord> tile = options_.spill->Read(c.spec.chunk_id());
+  if (!tile.ok()) return tile.status();
+  return Adopt(*std::move(tile), c.spec, NumStateSlots(c.group->params), rec);
 }
 
 absl::StatusOr<std::unique_ptr<ChunkTier>> Shard::NewScratchTier() const {
