@@ -1,8 +1,12 @@
 #include "server/init.h"
 
 #include <cmath>
+#include <memory>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/splitmix.h"
+#include "formats/safetensors.h"
 
 namespace strata {
 namespace {
@@ -12,7 +16,64 @@ double Unit(uint64_t bits) {
   return ((bits >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
+// The file of a FILE init, opened and checked against the chunk's spec;
+// `tensor` is set to its source tensor.
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> OpenSource(
+    const v1::ChunkSpec& spec, const SafetensorsTensor** tensor) {
+  const v1::InitSpec& init = spec.init();
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> file =
+      SafetensorsFile::Open(init.file());
+  if (absl::IsNotFound(file.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the initial weights of ", spec.tensor(), ": this server cannot read ",
+        init.file(), " (", file.status().message(),
+        "); the servers open it themselves, so it must be at that path on "
+        "every server's host"));
+  }
+  if (!file.ok()) return file.status();
+  if (init.file_bytes() != 0 && (*file)->file_bytes() != init.file_bytes()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(init.file(), " has ", (*file)->file_bytes(),
+                     " bytes on this server but ", init.file_bytes(),
+                     " on the worker that registered ", spec.tensor()));
+  }
+  *tensor = (*file)->Find(init.source());
+  if (*tensor == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(init.file(), " has no tensor '", init.source(), "' for ",
+                     spec.tensor()));
+  }
+  const std::vector<int64_t> dest(spec.tensor_shape().begin(),
+                                  spec.tensor_shape().end());
+  if (absl::Status s = CheckFits(**file, **tensor, init.transpose(), dest);
+      !s.ok()) {
+    return s;
+  }
+  return file;
+}
+
 }  // namespace
+
+absl::Status CheckChunkInit(const v1::ChunkSpec& spec) {
+  if (spec.init().kind() != v1::InitSpec::FILE) return absl::OkStatus();
+  const SafetensorsTensor* tensor = nullptr;
+  return OpenSource(spec, &tensor).status();
+}
+
+absl::Status FillChunkInit(const v1::ChunkSpec& spec, float* w) {
+  if (spec.init().kind() != v1::InitSpec::FILE) {
+    FillInit(spec.init(), spec.chunk_id(), w, spec.numel());
+    return absl::OkStatus();
+  }
+  const SafetensorsTensor* tensor = nullptr;
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> file =
+      OpenSource(spec, &tensor);
+  if (!file.ok()) return file.status();
+  const std::vector<int64_t> dest(spec.tensor_shape().begin(),
+                                  spec.tensor_shape().end());
+  return ReadFitted(**file, *tensor, spec.init().transpose(), dest,
+                    spec.offset(), spec.numel(), w);
+}
 
 void FillInit(const v1::InitSpec& init, uint64_t chunk_id, float* w, size_t n) {
   const uint64_t key = SplitMix(init.seed() ^ SplitMix(chunk_id));

@@ -22,6 +22,17 @@ bool SameMessage(const google::protobuf::Message& a,
   return a.SerializeAsString() == b.SerializeAsString();
 }
 
+// Whether two specs of a chunk agree in all but their init: a chunk that
+// exists keeps its weights, so how a new one would start does not matter
+// (a worker that joins without --init_from, or names the file by another
+// path, trains on the job's weights).
+bool SameChunk(const v1::ChunkSpec& a, const v1::ChunkSpec& b) {
+  v1::ChunkSpec x = a, y = b;
+  x.clear_init();
+  y.clear_init();
+  return SameMessage(x, y);
+}
+
 }  // namespace
 
 absl::Status Shard::ValidateChunkSpec(const v1::ChunkSpec& s,
@@ -142,11 +153,12 @@ absl::StatusOr<v1::RegisterChunksResponse> Shard::Register(
                        absl::StrJoin(shape, ","), "]"));
     }
     auto c = chunks_.find(s.chunk_id());
-    if (c != chunks_.end() && !SameMessage(c->second->spec, s)) {
+    if (c != chunks_.end() && !SameChunk(c->second->spec, s)) {
       return absl::FailedPreconditionError(
           absl::StrCat("chunk ", s.tensor(), "#", s.index(),
                        " is already registered with a different spec"));
     }
+    if (c == chunks_.end()) STRATA_RETURN_IF_ERROR(CheckChunkInit(s));
   }
   for (const v1::GroupSpec& g : req.groups()) {
     if (!new_groups.contains(g.name())) continue;
@@ -188,7 +200,7 @@ absl::Status Shard::CreateChunk(const v1::ChunkSpec& spec, const Group* group,
     c->rec.id = spec.chunk_id();
     c->rec.spec = spec.SerializeAsString();
     c->rec.weights.resize(n);
-    FillInit(spec.init(), spec.chunk_id(), c->rec.weights.data(), n);
+    STRATA_RETURN_IF_ERROR(FillChunkInit(spec, c->rec.weights.data()));
     c->rec.slots.assign(slots, std::vector<float>(n, 0.0f));
   }
   c->tile_bytes = n * sizeof(float) * (1 + slots);

@@ -136,7 +136,11 @@ absl::Status Shard::RollBack(uint64_t generation, int64_t step,
     absl::MutexLock lock(&table_mu_);
     for (auto& [id, c] : chunks_) all.push_back(c.get());
   }
-  // Check everything first, so a bad snapshot changes no chunk's state.
+  // Check everything first, so a bad snapshot (or an initial weights file
+  // gone since) changes no chunk's state.
+  if (records == nullptr) {
+    for (Chunk* c : all) STRATA_RETURN_IF_ERROR(CheckChunkInit(c->spec));
+  }
   if (records != nullptr) {
     for (Chunk* c : all) {
       if (!in_snapshot.contains(c->spec.chunk_id())) {
@@ -169,7 +173,13 @@ absl::Status Shard::RollBack(uint64_t generation, int64_t step,
       } else {
         const size_t n = c->spec.numel();
         c->rec.weights.resize(n);
-        FillInit(c->spec.init(), c->spec.chunk_id(), c->rec.weights.data(), n);
+        // Checked before the first chunk moved; a file that changed since
+        // loses this chunk's state, which stops the server (as a lost tile
+        // does) rather than train from zeros.
+        if (absl::Status s = FillChunkInit(c->spec, c->rec.weights.data());
+            !s.ok()) {
+          LostState(s).IgnoreError();
+        }
         c->rec.slots.resize(NumStateSlots(c->group->params));
         for (auto& slot : c->rec.slots) slot.assign(n, 0.0f);
         c->rec.version = 0;

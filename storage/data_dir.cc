@@ -72,6 +72,11 @@ absl::StatusOr<Meta> DecodeMeta(absl::string_view data, absl::string_view at) {
   return meta;
 }
 
+// Reads the snapshot of `step` in directory `dir` (META and db/) into
+// `dest`; returns its metadata. DATA_LOSS for a corrupt or incomplete one.
+absl::StatusOr<std::string> ReadSnapshotDir(const std::string& dir,
+                                            int64_t step, ChunkTier& dest);
+
 // Parses "step-<digits>"; nullopt for anything else.
 std::optional<int64_t> StepOfName(const std::string& name) {
   int64_t step = 0;
@@ -218,9 +223,16 @@ absl::Status DataDir::RemoveDirLocked(const std::string& dir) {
 }
 
 absl::StatusOr<std::vector<int64_t>> DataDir::ListSnapshots() const {
-  const std::string dir = path_ + "/snapshots";
+  return ListSnapshotsIn(path_);
+}
+
+absl::StatusOr<std::vector<int64_t>> ListSnapshotsIn(const std::string& path) {
+  const std::string dir = path + "/snapshots";
   std::vector<int64_t> steps;
   std::error_code ec;
+  if (!fs::is_directory(path, ec))
+    return absl::NotFoundError(absl::StrCat("no directory ", path));
+  if (!fs::exists(dir, ec)) return steps;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     std::optional<int64_t> step = StepOfName(e.path().filename().string());
     if (step.has_value()) steps.push_back(*step);
@@ -246,6 +258,43 @@ absl::StatusOr<std::string> DataDir::LoadSnapshot(int64_t step,
     return absl::NotFoundError(
         absl::StrCat("no snapshot of step ", step, " in ", path_));
   }
+  return ReadSnapshotDir(dir, step, dest);
+}
+
+absl::StatusOr<std::string> LoadSnapshotIn(const std::string& path,
+                                           int64_t step, ChunkTier& dest,
+                                           const std::string& scratch) {
+  const std::string dir = absl::StrCat(path, "/snapshots/", kSnapshotPrefix,
+                                       absl::StrFormat("%020d", step));
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("no snapshot of step ", step, " in ", path));
+  }
+  // Snapshot files are never written again once renamed into snapshots/:
+  // links to them are a consistent copy that a prune cannot remove.
+  fs::copy(dir, scratch,
+           fs::copy_options::recursive | fs::copy_options::create_hard_links,
+           ec);
+  if (ec) {
+    const std::string why = ec.message();
+    fs::remove_all(scratch, ec);
+    if (fs::is_directory(dir, ec)) {  // not pruned: the links failed
+      return absl::InternalError(absl::StrCat("cannot link snapshot ", dir,
+                                              " into ", scratch, ": ", why));
+    }
+    return absl::NotFoundError(absl::StrCat("snapshot of step ", step, " in ",
+                                            path, " went while being read"));
+  }
+  absl::StatusOr<std::string> metadata = ReadSnapshotDir(scratch, step, dest);
+  fs::remove_all(scratch, ec);
+  return metadata;
+}
+
+namespace {
+
+absl::StatusOr<std::string> ReadSnapshotDir(const std::string& dir,
+                                            int64_t step, ChunkTier& dest) {
   absl::StatusOr<std::string> data = ReadFile(dir + "/META", 1ull << 30);
   if (!data.ok()) {
     return absl::DataLossError(
@@ -276,6 +325,8 @@ absl::StatusOr<std::string> DataDir::LoadSnapshot(int64_t step,
   }
   return std::move(meta->metadata);
 }
+
+}  // namespace
 
 std::string ShardOwnerTag(int shard) { return absl::StrCat("shard-", shard); }
 

@@ -32,6 +32,24 @@ namespace strata {
 // its snapshots (strata generate) must give too.
 std::string ShardOwnerTag(int shard);
 
+// Reading a data directory's snapshots without claiming it, beside the
+// server that holds it (what `strata export` does during a run).
+//
+// The steps of the complete snapshots in data directory `path`, in
+// increasing order (none if it has no snapshots/ yet).
+absl::StatusOr<std::vector<int64_t>> ListSnapshotsIn(const std::string& path);
+
+// Puts every record of snapshot `step` of data directory `path` into `dest`
+// and returns its metadata, as DataDir::LoadSnapshot does. The snapshot's
+// files are hard-linked into `scratch` (which must not exist; on the same
+// file system) and read from there, so a server pruning the snapshot
+// meanwhile cannot take them away; `scratch` is removed after. NOT_FOUND
+// if there is no such snapshot or it went before it was linked (list
+// again); LoadSnapshot's errors.
+absl::StatusOr<std::string> LoadSnapshotIn(const std::string& path,
+                                           int64_t step, ChunkTier& dest,
+                                           const std::string& scratch);
+
 // An open data directory, held exclusively (a LOCK file, flock'd) from Open
 // to destruction. Thread-safe; snapshot writes and loads are serialized.
 class DataDir {

@@ -1,5 +1,7 @@
 #include "worker/snapshot_loader.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -84,6 +86,27 @@ TEST(LoadFromSnapshots, TakesTheNewestStepEveryServerHolds) {
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_EQ(*step, 20);
   ExpectSameParams(*loaded, *at20);
+}
+
+// `strata export` during a run: the servers hold their directories.
+TEST(LoadFromSnapshots, ReadsBesideRunningServersAndLeavesNothing) {
+  testing::ScopedTempDir tmp;
+  auto at10 = MakeGpt(1);
+  WriteSnapshot(tmp.path(), 0, 10, *at10);
+  WriteSnapshot(tmp.path(), 1, 10, *at10);
+  auto held0 = DataDir::Open(tmp.path() + "/server-0", ShardOwnerTag(0));
+  auto held1 = DataDir::Open(tmp.path() + "/server-1", ShardOwnerTag(1));
+  ASSERT_TRUE(held0.ok() && held1.ok());
+  auto loaded = MakeGpt(3);
+  absl::StatusOr<int64_t> step = LoadFromSnapshots(tmp.path(), *loaded);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 10);
+  ExpectSameParams(*loaded, *at10);
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path()))
+    left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"server-0", "server-1"}));
 }
 
 TEST(LoadFromSnapshots, RefusesWhatIsNotOneWholeCut) {
