@@ -1,19 +1,14 @@
+// TokenDataset: segments of tokens, their splits, and sampling windows.
 #include "worker/data.h"
 
 #include <algorithm>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "worker/data_files.h"
 
 namespace strata {
 namespace {
-
-namespace fs = std::filesystem;
-
-constexpr size_t kHeaderBytes = sizeof(kShardMagic) + 4 + 8;
 
 uint64_t Mix64(uint64_t x) {  // splitmix64's finalizer
   x ^= x >> 30;
@@ -23,125 +18,38 @@ uint64_t Mix64(uint64_t x) {  // splitmix64's finalizer
   return x ^ (x >> 31);
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::string bytes((std::istreambuf_iterator<char>(in)),
-                    std::istreambuf_iterator<char>());
-  if (in.bad())
-    return absl::InternalError(absl::StrCat("error reading ", path));
-  return bytes;
-}
-
-template <typename T>
-T LoadLE(const char* p) {  // x86 and our shards are little-endian
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-
-bool IsShard(const std::string& bytes) {
-  return bytes.size() >= sizeof(kShardMagic) &&
-         std::memcmp(bytes.data(), kShardMagic, sizeof(kShardMagic)) == 0;
-}
-
-// Appends the tokens of one file (shard or bytes) to `out`.
-absl::Status AppendFile(const std::string& path, int vocab,
-                        std::vector<uint16_t>& out) {
-  absl::StatusOr<std::string> bytes = ReadFile(path);
-  if (!bytes.ok()) return bytes.status();
-  if (IsShard(*bytes)) {
-    absl::StatusOr<std::vector<uint16_t>> t =
-        ParseTokenShard(*bytes, path, vocab);
-    if (!t.ok()) return t.status();
-    out.insert(out.end(), t->begin(), t->end());
-    return absl::OkStatus();
+// Opens `paths` onto `files`, consecutive text files as one segment.
+absl::Status OpenAll(const std::vector<std::string>& paths, int vocab,
+                     std::vector<TokenFile>& files) {
+  for (const std::string& path : paths) {
+    absl::StatusOr<TokenFile> file = TokenFile::Open(path, vocab);
+    if (!file.ok()) return file.status();
+    if (!files.empty() && files.back().text() && file->text()) {
+      files.back().Append(*file);
+    } else {
+      files.push_back(std::move(*file));
+    }
   }
-  if (vocab < kByteVocab) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, " is read as bytes, which needs vocab >= 256, not ", vocab));
-  }
-  for (unsigned char c : *bytes) out.push_back(c);
   return absl::OkStatus();
+}
+
+int64_t CountTokens(const std::vector<TokenFile>& files) {
+  int64_t n = 0;
+  for (const TokenFile& f : files) n += static_cast<int64_t>(f.tokens().size());
+  return n;
 }
 
 }  // namespace
 
-absl::StatusOr<std::vector<uint16_t>> ParseTokenShard(const std::string& bytes,
-                                                      const std::string& path,
-                                                      int vocab) {
-  if (!IsShard(bytes)) {
-    return absl::DataLossError(absl::StrCat(path, ": not a token shard"));
-  }
-  if (bytes.size() < kHeaderBytes) {
-    return absl::DataLossError(absl::StrCat(path, ": truncated header"));
-  }
-  const uint32_t version = LoadLE<uint32_t>(bytes.data() + 8);
-  if (version != kShardVersion) {
-    return absl::DataLossError(
-        absl::StrCat(path, ": unknown shard version ", version));
-  }
-  const uint64_t count = LoadLE<uint64_t>(bytes.data() + 12);
-  const uint64_t body = bytes.size() - kHeaderBytes;
-  if (count > body / 2 || body != count * 2) {
-    return absl::DataLossError(absl::StrCat(path, ": header says ", count,
-                                            " tokens but the body has ", body,
-                                            " bytes"));
-  }
-  std::vector<uint16_t> tokens(count);
-  // An empty shard's vector has no storage: memcpy must not see its null.
-  if (body > 0) std::memcpy(tokens.data(), bytes.data() + kHeaderBytes, body);
-  for (uint64_t i = 0; i < count; ++i) {
-    if (tokens[i] >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": token ", tokens[i], " at ", i, " is >= vocab ", vocab));
-    }
-  }
-  return tokens;
-}
-
-absl::Status WriteTokenShard(const std::string& path,
-                             absl::Span<const uint16_t> tokens) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  const uint32_t version = kShardVersion;
-  const uint64_t count = tokens.size();
-  out.write(kShardMagic, sizeof(kShardMagic));
-  out.write(reinterpret_cast<const char*>(&version), sizeof(version));
-  out.write(reinterpret_cast<const char*>(&count), sizeof(count));
-  out.write(reinterpret_cast<const char*>(tokens.data()),
-            static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)));
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("error writing ", path));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<uint16_t>> ReadTokenShard(const std::string& path,
-                                                     int vocab) {
-  absl::StatusOr<std::string> bytes = ReadFile(path);
-  if (!bytes.ok()) return bytes.status();
-  return ParseTokenShard(*bytes, path, vocab);
-}
-
 absl::StatusOr<std::vector<uint16_t>> LoadTokens(const std::string& path,
                                                  int vocab) {
-  std::error_code ec;
+  absl::StatusOr<std::vector<std::string>> paths = ListTokenFiles(path);
+  if (!paths.ok()) return paths.status();
   std::vector<uint16_t> tokens;
-  if (!fs::is_directory(path, ec)) {
-    if (absl::Status s = AppendFile(path, vocab, tokens); !s.ok()) return s;
-    return tokens;
-  }
-  std::vector<std::string> files;
-  for (auto it = fs::recursive_directory_iterator(path, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (it->is_regular_file()) files.push_back(it->path().string());
-  }
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("listing ", path, ": ", ec.message()));
-  }
-  std::sort(files.begin(), files.end());
-  for (const std::string& f : files) {
-    if (absl::Status s = AppendFile(f, vocab, tokens); !s.ok()) return s;
+  for (const std::string& p : *paths) {
+    absl::StatusOr<TokenFile> file = TokenFile::Open(p, vocab);
+    if (!file.ok()) return file.status();
+    tokens.insert(tokens.end(), file->tokens().begin(), file->tokens().end());
   }
   return tokens;
 }
@@ -167,14 +75,38 @@ int64_t PermuteIndex(int64_t index, int64_t n, uint64_t key) {
   return static_cast<int64_t>(x);
 }
 
-TokenDataset::TokenDataset(std::vector<uint16_t> tokens,
-                           const DatasetOptions& options, int64_t train_tokens)
-    : tokens_(std::move(tokens)),
-      options_(options),
-      train_tokens_(train_tokens) {}
+TokenDataset::TokenDataset(std::vector<TokenFile> files,
+                           const DatasetOptions& options)
+    : files_(std::move(files)), options_(options) {}
+
+TokenDataset::~TokenDataset() = default;
 
 absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Create(
     std::vector<uint16_t> tokens, const DatasetOptions& options) {
+  std::vector<TokenFile> files;
+  files.emplace_back("tokens", std::move(tokens), /*text=*/false);
+  return Build(std::move(files), std::nullopt, options);
+}
+
+absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(
+    const std::string& path, int vocab, const DatasetOptions& options) {
+  absl::StatusOr<DataFiles> found = FindDataFiles(path);
+  if (!found.ok()) return found.status();
+  std::vector<TokenFile> files, eval;
+  absl::Status s = OpenAll(found->train, vocab, files);
+  if (s.ok()) s = OpenAll(found->eval, vocab, eval);
+  if (!s.ok()) return s;
+  const int64_t train_tokens = CountTokens(files);
+  for (TokenFile& f : eval) files.push_back(std::move(f));
+  return Build(
+      std::move(files),
+      found->eval.empty() ? std::nullopt : std::optional<int64_t>(train_tokens),
+      options);
+}
+
+absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Build(
+    std::vector<TokenFile> files, std::optional<int64_t> train_tokens,
+    const DatasetOptions& options) {
   DatasetOptions o = options;
   if (o.stride == 0) o.stride = o.context;
   if (o.context < 1 || o.stride < 1) {
@@ -183,59 +115,98 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Create(
   if (!(o.eval_fraction >= 0 && o.eval_fraction < 1)) {
     return absl::InvalidArgumentError("eval_fraction must be in [0, 1)");
   }
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t eval = static_cast<int64_t>(n * o.eval_fraction);
+  std::unique_ptr<TokenDataset> d(new TokenDataset(std::move(files), o));
+  const int64_t n = d->total_tokens_ = CountTokens(d->files_);
+  d->train_tokens_ =
+      train_tokens.value_or(n - static_cast<int64_t>(n * o.eval_fraction));
+  d->CutWindows(Split::kTrain, 0, d->train_tokens_);
+  d->CutWindows(Split::kEval, d->train_tokens_, n);
   const int64_t window = int64_t{o.context} + 1;
-  if (n - eval < window || (o.eval_fraction > 0 && eval < window)) {
+  const bool need_eval = train_tokens.has_value() || o.eval_fraction > 0;
+  if (d->windows_[0] > 0 && (d->windows_[1] > 0 || !need_eval)) return d;
+  if (!train_tokens.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dataset of ", n, " tokens is too small for windows of ", window,
-        " tokens in both splits (eval fraction ", o.eval_fraction, ")"));
+        " tokens in both splits (eval fraction ", o.eval_fraction,
+        "; a window does not cross from one file into the next)"));
   }
-  return std::unique_ptr<TokenDataset>(
-      new TokenDataset(std::move(tokens), o, n - eval));
+  const bool train = d->windows_[0] == 0;
+  return absl::InvalidArgumentError(absl::StrCat(
+      train ? "the train files (" : "the validation shards (",
+      train ? *train_tokens : n - *train_tokens, " tokens, the first ",
+      train ? d->files_.front().path() : d->files_.back().path(),
+      ") hold no window of ", window,
+      " tokens (a window does not cross from one file into the next)"));
 }
 
-absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(
-    const std::string& path, int vocab, const DatasetOptions& options) {
-  absl::StatusOr<std::vector<uint16_t>> tokens = LoadTokens(path, vocab);
-  if (!tokens.ok()) return tokens.status();
-  return Create(std::move(*tokens), options);
+void TokenDataset::CutWindows(Split split, int64_t begin, int64_t end) {
+  const int64_t window = int64_t{options_.context} + 1;
+  std::vector<Piece>& pieces = pieces_[Index(split)];
+  int64_t& windows = windows_[Index(split)];
+  int64_t file_begin = 0;
+  for (const TokenFile& f : files_) {
+    const absl::Span<const uint16_t> t = f.tokens();
+    const int64_t file_end = file_begin + static_cast<int64_t>(t.size());
+    const int64_t lo = std::max(begin, file_begin);
+    const int64_t hi = std::min(end, file_end);
+    if (hi - lo >= window) {
+      pieces.push_back({lo, t.data() + (lo - file_begin), windows});
+      windows += (hi - lo - window) / options_.stride + 1;
+    }
+    file_begin = file_end;
+  }
 }
 
 int64_t TokenDataset::num_tokens(Split split) const {
-  return split == Split::kTrain
-             ? train_tokens_
-             : static_cast<int64_t>(tokens_.size()) - train_tokens_;
+  return split == Split::kTrain ? train_tokens_ : total_tokens_ - train_tokens_;
 }
 
-int64_t TokenDataset::num_windows(Split split) const {
-  const int64_t n = num_tokens(split) - (options_.context + 1);
-  return n < 0 ? 0 : n / options_.stride + 1;
+int64_t TokenDataset::mapped_tokens() const {
+  int64_t n = 0;
+  for (const TokenFile& f : files_) {
+    if (f.mapped()) n += static_cast<int64_t>(f.tokens().size());
+  }
+  return n;
 }
 
-int64_t TokenDataset::WindowStart(Split split, uint64_t seed,
-                                  int64_t sample) const {
+const TokenDataset::Piece& TokenDataset::Locate(Split split, uint64_t seed,
+                                                int64_t sample,
+                                                int64_t* offset) const {
   const int64_t windows = num_windows(split);
   const uint64_t epoch = static_cast<uint64_t>(sample / windows);
   const uint64_t key =
       Mix64(seed ^ Mix64(epoch * 2 + (split == Split::kEval ? 1 : 0)));
   const int64_t w = PermuteIndex(sample % windows, windows, key);
-  return (split == Split::kTrain ? 0 : train_tokens_) + w * options_.stride;
+  // The last piece whose first window is at or before w.
+  const std::vector<Piece>& pieces = pieces_[Index(split)];
+  const auto next = std::upper_bound(
+      pieces.begin(), pieces.end(), w,
+      [](int64_t w, const Piece& p) { return w < p.first_window; });
+  const Piece& piece = *(next - 1);
+  *offset = (w - piece.first_window) * options_.stride;
+  return piece;
+}
+
+int64_t TokenDataset::WindowStart(Split split, uint64_t seed,
+                                  int64_t sample) const {
+  int64_t offset = 0;
+  return Locate(split, seed, sample, &offset).begin + offset;
 }
 
 void TokenDataset::Sample(Split split, uint64_t seed, int64_t sample,
                           int32_t* out) const {
-  const int64_t start = WindowStart(split, seed, sample);
-  std::copy(tokens_.begin() + start,
-            tokens_.begin() + start + options_.context + 1, out);
+  int64_t offset = 0;
+  const uint16_t* w = Locate(split, seed, sample, &offset).data + offset;
+  std::copy(w, w + options_.context + 1, out);
 }
 
 void TokenDataset::Batch(Split split, uint64_t seed, int64_t first_sample,
                          int B, int32_t* tokens, int32_t* targets) const {
   const int T = options_.context;
   for (int b = 0; b < B; ++b) {
-    const int64_t start = WindowStart(split, seed, first_sample + b);
-    const uint16_t* w = tokens_.data() + start;
+    int64_t offset = 0;
+    const uint16_t* w =
+        Locate(split, seed, first_sample + b, &offset).data + offset;
     std::copy(w, w + T, tokens + int64_t{b} * T);
     std::copy(w + 1, w + T + 1, targets + int64_t{b} * T);
   }
