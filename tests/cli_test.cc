@@ -2,10 +2,12 @@
 // message and a non-zero exit, before touching anything.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
 
+#include "data/gpt2_tokenizer.h"
 #include "tests/process_util.h"
 
 namespace strata {
@@ -96,7 +98,17 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{{"scheduler", "--tls_cert", "/nonexistent/s.pem", "--tls_key",
                  "/nonexistent/s.key", "--tls_ca", "/nonexistent/ca.pem"},
                 "--tls_cert /nonexistent/s.pem: cannot be read"},
-        Refusal{{"certs"}, "--out is required"}),
+        Refusal{{"certs"}, "--out is required"},
+        Refusal{
+            {"data", "--tokenizer", "words", "--input", "x", "--output", "y"},
+            "--tokenizer"},
+        Refusal{{"data", "--tokenizer", "gpt2", "--input", "/nonexistent",
+                 "--output", "/nonexistent/y"},
+                "--tokenizer gpt2 needs --vocab (encoder.json) and --merges"},
+        Refusal{{"data", "--tokenizer", "gpt2", "--vocab", "/nonexistent/e",
+                 "--merges", "/nonexistent/m", "--input", "/proc/version",
+                 "--output", "/nonexistent/y"},
+                "/nonexistent/e: cannot be read"}),
     [](const ::testing::TestParamInfo<Refusal>& info) {
       // e.g. "3_scheduler_num_shards_0": the index keeps names unique.
       std::string name = std::to_string(info.index);
@@ -306,6 +318,74 @@ TEST(Cli, LocalStartsItsProcessesThroughStrataSelfExec) {
   EXPECT_NE(broken_rc, 0);
   EXPECT_NE(broken.Output().find("no-such-launcher"), std::string::npos)
       << broken.Output();
+}
+
+// The tokens of the Strata shard at `path` (worker/data.h's format), read
+// here so the test checks the bytes on disk; empty on a bad header.
+std::vector<uint16_t> ShardTokens(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[8];
+  uint32_t version = 0;
+  uint64_t count = 0;
+  in.read(magic, 8);
+  in.read(reinterpret_cast<char*>(&version), 4);
+  in.read(reinterpret_cast<char*>(&count), 8);
+  if (!in || std::string(magic, 8) != "STRATOK1" || version != 1) return {};
+  std::vector<uint16_t> tokens(count);
+  in.read(reinterpret_cast<char*>(tokens.data()), 2 * count);
+  return in ? tokens : std::vector<uint16_t>{};
+}
+
+// `strata data --tokenizer gpt2` on a folder: each file is a document, in
+// path order, its ids (as the library gives them) after <|endoftext|>.
+TEST(Cli, DataTokenizesAFolderWithGpt2) {
+  const std::string vocab = STRATA_GPT2_DIR;
+  if (!std::filesystem::exists(vocab + "/encoder.json")) {
+    GTEST_SKIP() << "GPT-2's files are not in " << vocab
+                 << ": run scripts/gpt2-vocab.sh build/npm";
+  }
+  const std::string dir = testing::FreshDir("cli_data_gpt2");
+  std::filesystem::create_directories(dir + "/docs/b");
+  const std::vector<std::string> texts = {"Hello world. I'll tokenize this.\n",
+                                          "<|endoftext|> is text here.",
+                                          "  caf\u00e9 \u4e2d\u6587\n\n"};
+  std::ofstream(dir + "/docs/a.txt") << texts[0];
+  std::ofstream(dir + "/docs/b/c.txt") << texts[1];
+  std::ofstream(dir + "/docs/b/d.txt") << texts[2];
+  Child child({STRATA_BINARY, "data", "--tokenizer", "gpt2", "--vocab",
+               vocab + "/encoder.json", "--merges", vocab + "/vocab.bpe",
+               "--input", dir + "/docs", "--output", dir + "/docs.tok"},
+              dir + "/data.log");
+  ASSERT_EQ(child.Wait(absl::Seconds(60)), 0) << child.Output();
+
+  auto tok = Gpt2Tokenizer::Load(vocab + "/encoder.json", vocab + "/vocab.bpe");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  std::vector<int32_t> ids;
+  for (const std::string& text : texts) {
+    ids.push_back(Gpt2Tokenizer::kEndOfText);
+    (*tok)->Encode(text, &ids);
+  }
+  const std::vector<uint16_t> want(ids.begin(), ids.end());
+  EXPECT_EQ(ShardTokens(dir + "/docs.tok"), want);
+  EXPECT_EQ(std::count(want.begin(), want.end(), Gpt2Tokenizer::kEndOfText), 3);
+  EXPECT_NE(child.Output().find(
+                absl::StrCat("wrote 3 documents, ", want.size(), " tokens")),
+            std::string::npos)
+      << child.Output();
+}
+
+// The default stays one token per byte.
+TEST(Cli, DataWritesBytesByDefault) {
+  const std::string dir = testing::FreshDir("cli_data_bytes");
+  std::ofstream(dir + "/a.txt") << "abc";
+  Child child({STRATA_BINARY, "data", "--input", dir + "/a.txt", "--output",
+               dir + "/a.tok"},
+              dir + "/data.log");
+  ASSERT_EQ(child.Wait(absl::Seconds(60)), 0) << child.Output();
+  EXPECT_EQ(ShardTokens(dir + "/a.tok"), (std::vector<uint16_t>{97, 98, 99}));
+  EXPECT_NE(child.Output().find("wrote 1 documents, 3 tokens"),
+            std::string::npos)
+      << child.Output();
 }
 
 }  // namespace
