@@ -24,7 +24,15 @@ struct DataOptions {
   std::string merges;  // GPT-2's vocab.bpe
   std::string input;
   std::string output;
+  std::string format = "strata";  // or "llmc"
 };
+
+// Writes `tokens` in the shard format `o` names.
+absl::Status WriteShard(const DataOptions& o,
+                        const std::vector<uint16_t>& tokens) {
+  return o.format == "llmc" ? WriteLlmcShard(o.output, tokens)
+                            : WriteTokenShard(o.output, tokens);
+}
 
 // The documents `input` names: the file itself, or a folder's regular
 // files, recursively, in sorted path order. NOT_FOUND for a missing path
@@ -93,14 +101,14 @@ absl::Status RunData(const DataOptions& o) {
   if (gpt2) {
     STRATA_ASSIGN_OR_RETURN(std::vector<std::string> docs, Documents(o.input));
     STRATA_ASSIGN_OR_RETURN(tokens, Gpt2Tokens(o, docs));
-    STRATA_RETURN_IF_ERROR(WriteTokenShard(o.output, tokens));
+    STRATA_RETURN_IF_ERROR(WriteShard(o, tokens));
     std::printf("wrote %zu documents, %zu tokens to %s\n", docs.size(),
                 tokens.size(), o.output.c_str());
     return absl::OkStatus();
   }
   // Bytes: the files as LoadTokens takes them (shards as shards), as before.
   STRATA_ASSIGN_OR_RETURN(tokens, LoadTokens(o.input, kByteVocab));
-  STRATA_RETURN_IF_ERROR(WriteTokenShard(o.output, tokens));
+  STRATA_RETURN_IF_ERROR(WriteShard(o, tokens));
   const auto docs = Documents(o.input);  // fails for LoadTokens' patterns
   std::printf(
       "wrote %s%zu tokens to %s\n",
@@ -131,6 +139,11 @@ CommandFn AddDataCommand(CLI::App& app) {
                   "text; a folder's files recursively, in path order)")
       ->required();
   cmd->add_option("--output", o->output, "shard to write")->required();
+  cmd->add_option("--format", o->format,
+                  "strata (STRATOK1 header) or llmc (llm.c's GPT-2 shard: "
+                  "a 1024-byte header, magic 20240520)")
+      ->check(CLI::IsMember({"strata", "llmc"}))
+      ->capture_default_str();
   return [o] { return ReportStatus("data", RunData(*o)); };
 }
 

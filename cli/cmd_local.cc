@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "cli/model_files.h"
 #include "cli/ops.h"
 #include "cli/plot.h"
 #include "cli/process.h"
@@ -41,6 +42,8 @@ struct LocalOptions {
   bool toy = false;         // least-squares demo instead of a GPT
   bool tls = false;         // mutual TLS on every channel, certificates in dir
   uint64_t ram_budget = 0;  // per server; 0 = everything in RAM
+  // GPT-2 tokenizer files, copied into <dir>/tokenizer/ ("": bytes).
+  std::string tokenizer_dir;
   TrainerOptions train = DefaultTraining();
 
   // A small byte-level GPT that learns visible structure from Debian's
@@ -74,13 +77,15 @@ struct LocalPlan {
   bool toy = false;
   bool tls = false;
   uint64_t ram_budget = 0;
+  std::string tokenizer_dir;  // copied into the run on its first launch
   // The workers' flags, without --scheduler and the per-worker --metrics.
   std::vector<std::string> worker_args;
 };
 
 LocalPlan PlanOf(const LocalOptions& o) {
-  LocalPlan p{o.servers, o.workers, o.consistency, o.snapshot_every,
-              o.toy,     o.tls,     o.ram_budget,  {}};
+  LocalPlan p{o.servers,        o.workers,       o.consistency,
+              o.snapshot_every, o.toy,           o.tls,
+              o.ram_budget,     o.tokenizer_dir, {}};
   if (o.toy) {
     p.worker_args = {"toy", "--workers", std::to_string(o.workers), "--steps",
                      std::to_string(o.train.steps)};
@@ -102,6 +107,7 @@ absl::Status SavePlan(const LocalPlan& p, const std::string& path) {
                             {"toy", p.toy},
                             {"tls", p.tls},
                             {"ram_budget", p.ram_budget},
+                            {"tokenizer_dir", p.tokenizer_dir},
                             {"worker_args", p.worker_args}};
   return WriteFileSynced(path, j.dump(1) + "\n");
 }
@@ -122,6 +128,7 @@ absl::StatusOr<LocalPlan> LoadPlan(const std::string& path) {
     p.toy = j.at("toy").get<bool>();
     p.tls = j.value("tls", false);  // absent in runs before TLS
     p.ram_budget = j.value("ram_budget", uint64_t{0});  // and before tiers
+    p.tokenizer_dir = j.value("tokenizer_dir", std::string());
     p.worker_args = j.at("worker_args").get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(path, " is malformed: ", e.what()));
@@ -150,6 +157,35 @@ absl::StatusOr<int64_t> ResumeStep(const std::string& dir, int servers) {
         " (a run resumes from its servers' snapshots: --snapshot_every)"));
   }
   return step;
+}
+
+// --tokenizer_dir (checked by loading it; --vocab follows it unless given)
+// and --init_from (the model's shape follows the file unless given).
+absl::Status ApplyTokenizerAndInit(const CLI::App& cmd, LocalOptions& o) {
+  int tokenizer_vocab = 0;
+  if (!o.tokenizer_dir.empty()) {
+    o.tokenizer_dir = std::filesystem::absolute(o.tokenizer_dir).string();
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2Tokenizer> tok,
+                            LoadTokenizerIn(o.tokenizer_dir));
+    if (tok == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(o.tokenizer_dir,
+                       " holds neither vocab.json and merges.txt nor "
+                       "encoder.json and vocab.bpe"));
+    }
+    tokenizer_vocab = tok->vocab_size();
+    if (cmd.get_option("--vocab")->count() == 0)
+      o.train.model.vocab = tokenizer_vocab;
+  }
+  STRATA_RETURN_IF_ERROR(ApplyInitFromShape(cmd, o.train));
+  if (o.train.model.vocab < tokenizer_vocab) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the tokenizer in ", o.tokenizer_dir, " has ", tokenizer_vocab,
+        " ids: the model's vocab of ", o.train.model.vocab,
+        " cannot hold them (leave --vocab out, or give at least ",
+        tokenizer_vocab, ")"));
+  }
+  return absl::OkStatus();
 }
 
 int RunLocal(const LocalOptions& o, const std::string& resume_dir) {
@@ -232,6 +268,13 @@ int Launch(const LocalPlan& o, std::string dir, int64_t resume_step) {
   if (resume_step < 0) {
     if (absl::Status s = SavePlan(o, dir + "/local.json"); !s.ok())
       return ReportStatus("local", s);
+    // `strata generate` and `strata export` find the tokenizer here.
+    if (std::optional<TokenizerFiles> files =
+            FindTokenizerFiles(o.tokenizer_dir);
+        files && !o.tokenizer_dir.empty()) {
+      absl::Status s = CopyTokenizerFiles(*files, dir + "/tokenizer");
+      if (!s.ok()) return ReportStatus("local", s);
+    }
   }
   const std::string address_file = dir + "/scheduler.address";
   std::filesystem::remove(address_file, ec);
@@ -398,6 +441,12 @@ CommandFn AddLocalCommand(CLI::App& app) {
                 "mutual TLS on every channel, as a cluster runs, with a CA "
                 "and per-role certificates made in <dir>/certs");
   AddTrainerFlags(cmd, &o->train);
+  cmd->add_option("--tokenizer_dir", o->tokenizer_dir,
+                  "a folder with GPT-2's tokenizer (vocab.json and merges.txt, "
+                  "or GPT-2's encoder.json and vocab.bpe) for data in GPT-2 "
+                  "tokens: --vocab follows it (50257) unless given, and "
+                  "`strata generate` and `strata export` use it")
+      ->check(CLI::ExistingDirectory);
   // Each worker writes <dir>/metrics-N.jsonl: a --metrics file would be
   // ignored, so it is not taken.
   cmd->remove_option(cmd->get_option("--metrics"));
@@ -426,6 +475,10 @@ CommandFn AddLocalCommand(CLI::App& app) {
                            "with the settings it was started with")));
         }
       }
+    }
+    if (resume->empty()) {
+      if (absl::Status s = ApplyTokenizerAndInit(*cmd, *o); !s.ok())
+        return ReportStatus("local", s);
     }
     return RunLocal(*o, *resume);
   };

@@ -1,22 +1,22 @@
-// `strata worker`, `strata generate`.
+// `strata worker` and the trainer's flags (`strata local` takes them too).
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "cli/model_files.h"
 #include "cli/ops.h"
 #include "cli/signals.h"
 #include "common/health.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"
-#include "worker/data.h"
 #include "worker/gpt.h"
-#include "worker/gpt_config_json.h"
-#include "worker/snapshot_loader.h"
+#include "worker/hf_gpt2.h"
 #include "worker/trainer.h"
 
 namespace strata {
@@ -108,6 +108,13 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "data order and initialization seed")
       ->capture_default_str();
+  cmd->add_option("--init_from", o->init_from,
+                  "start from the weights in this safetensors file in Hugging "
+                  "Face's GPT-2 layout (e.g. GPT-2's model.safetensors; "
+                  "`strata export` writes them): the model's shape comes "
+                  "from it and the config.json beside it unless given; the "
+                  "servers read the file at this path")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--lr", o->lr, "AdamW peak learning rate")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -236,6 +243,7 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
       "--eval_every",   std::to_string(o.eval_every),
       "--log_every",    std::to_string(o.log_every)};
   if (o.model.recompute) f.push_back("--recompute");
+  if (!o.init_from.empty()) f.insert(f.end(), {"--init_from", o.init_from});
   f.insert(f.end(), {"--device", o.device});
   // Set or not: a worker's own default follows its device.
   if (o.push_bf16)
@@ -264,6 +272,37 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
   return f;
 }
 
+absl::Status ApplyInitFromShape(const CLI::App& cmd, TrainerOptions& o) {
+  if (o.init_from.empty()) return absl::OkStatus();
+  // The servers open it too, from wherever they run.
+  o.init_from = std::filesystem::absolute(o.init_from).string();
+  const std::string dir =
+      std::filesystem::path(o.init_from).parent_path().string();
+  std::string config_json;
+  if (std::filesystem::exists(dir + "/config.json")) {
+    STRATA_ASSIGN_OR_RETURN(config_json, ReadTextFile(dir + "/config.json"));
+  }
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
+                          SafetensorsFile::Open(o.init_from));
+  STRATA_ASSIGN_OR_RETURN(GptConfig c, HfGpt2Config(*file, config_json));
+  auto unset = [&cmd](const char* flag) {
+    return cmd.get_option(flag)->count() == 0;
+  };
+  if (unset("--layers")) o.model.layers = c.layers;
+  if (unset("--width")) o.model.width = c.width;
+  if (unset("--context")) o.model.context = c.context;
+  if (unset("--vocab")) o.model.vocab = c.vocab;
+  if (unset("--heads")) {
+    if (c.heads == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no config.json beside ", o.init_from,
+                       " says how many heads it has: give --heads"));
+    }
+    o.model.heads = c.heads;
+  }
+  return absl::OkStatus();
+}
+
 CommandFn AddWorkerCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "worker", "Train a GPT through the parameter servers (one worker)");
@@ -277,7 +316,8 @@ CommandFn AddWorkerCommand(CLI::App& app) {
   AddTrainerFlags(cmd, o.get());
   cmd->add_option(
       "--model_json", o->model_json_path,
-      "rank 0 writes the model config here (for `strata generate`)");
+      "write the model config here at the start (for `strata generate` "
+      "and `strata export`)");
   cmd->add_option("--weights_out", o->weights_out,
                   "rank 0 writes the final weights here (raw fp32)");
   auto listen = std::make_shared<std::string>();
@@ -293,71 +333,11 @@ CommandFn AddWorkerCommand(CLI::App& app) {
   auto tls = std::make_shared<TlsFlags>();
   AddMetricsFlags(cmd, metrics.get());
   AddTlsFlags(cmd, tls.get(), /*listens=*/true);
-  return [o, listen, address_file, metrics, tls] {
+  return [o, listen, address_file, metrics, tls, cmd] {
+    if (absl::Status s = ApplyInitFromShape(*cmd, *o); !s.ok())
+      return ReportStatus("worker", s);
     return ReportStatus("worker",
                         RunWorker(*o, *listen, *address_file, *metrics, *tls));
-  };
-}
-
-namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
-
-CommandFn AddGenerateCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("generate",
-                                 "Sample text from a trained model's snapshot");
-  struct Options {
-    std::string dir;
-    std::string prompt = "The ";
-    int tokens = 200;
-    float temperature = 0.8f;
-    uint64_t seed = 1;
-  };
-  auto o = std::make_shared<Options>();
-  cmd->add_option("--dir", o->dir,
-                  "working directory of a finished `strata local` run")
-      ->required();
-  cmd->add_option("--prompt", o->prompt, "text to continue")
-      ->capture_default_str();
-  cmd->add_option("--tokens", o->tokens, "tokens to generate")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  cmd->add_option("--temperature", o->temperature,
-                  "sampling temperature (0: greedy)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
-  return [o] {
-    auto run = [&]() -> absl::Status {
-      STRATA_ASSIGN_OR_RETURN(std::string json,
-                              ReadFile(o->dir + "/model.json"));
-      STRATA_ASSIGN_OR_RETURN(GptConfig config, GptConfigFromJson(json));
-      if (config.vocab != kByteVocab) {
-        return absl::FailedPreconditionError(
-            "generate prints byte-level models only (vocab 256)");
-      }
-      STRATA_ASSIGN_OR_RETURN(auto gpt, Gpt::Create(config));
-      STRATA_RETURN_IF_ERROR(LoadFromSnapshots(o->dir, *gpt).status());
-      std::vector<int32_t> prompt(o->prompt.begin(), o->prompt.end());
-      if (prompt.empty()) prompt.push_back('\n');
-      for (int32_t& t : prompt) t = static_cast<unsigned char>(t);
-      STRATA_ASSIGN_OR_RETURN(
-          auto out, gpt->Generate(prompt, o->tokens, o->temperature, o->seed));
-      std::string text(o->prompt);
-      for (size_t i = prompt.size(); i < out.size(); ++i)
-        text.push_back(static_cast<char>(out[i]));
-      std::printf("%s\n", text.c_str());
-      return absl::OkStatus();
-    };
-    return ReportStatus("generate", run());
   };
 }
 

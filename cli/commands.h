@@ -26,12 +26,18 @@ CommandFn AddLedgerCommand(CLI::App& app);
 CommandFn AddCertsCommand(CLI::App& app);
 CommandFn AddWorkerCommand(CLI::App& app);
 CommandFn AddGenerateCommand(CLI::App& app);
+CommandFn AddExportCommand(CLI::App& app);
 CommandFn AddDataCommand(CLI::App& app);
 
 // The flags of a GPT trainer (model shape, data, optimization), shared by
 // `strata worker` and `strata local`; and those options as worker flags.
 void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o);
 std::vector<std::string> TrainerFlags(const TrainerOptions& o);
+// With --init_from: the model flags `cmd` was not given take the file's
+// shape (worker/hf_gpt2.h HfGpt2Config), and the path becomes absolute.
+// Errors: the file's, and INVALID_ARGUMENT when the heads are known from
+// neither --heads nor a config.json beside the file.
+absl::Status ApplyInitFromShape(const CLI::App& cmd, TrainerOptions& o);
 
 // Prints "strata <cmd>: <status>" to stderr and returns 1 when !ok.
 int ReportStatus(const char* command, const absl::Status& status);

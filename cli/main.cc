@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   add(strata::AddLocalCommand);
   add(strata::AddWorkerCommand);
   add(strata::AddGenerateCommand);
+  add(strata::AddExportCommand);
   add(strata::AddDataCommand);
   add(strata::AddStatusCommand);
   add(strata::AddHealthCommand);

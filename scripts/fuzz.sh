@@ -12,7 +12,8 @@ seconds="${1:-10}"
 shift || true
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] &&
-  targets=(chunk_record_fuzz token_shard_fuzz ps_request_fuzz scheduler_request_fuzz)
+  targets=(chunk_record_fuzz token_shard_fuzz ps_request_fuzz scheduler_request_fuzz
+    safetensors_fuzz)
 if ! command -v clang++ > /dev/null; then
   echo "fuzz: clang++ is not installed (scripts/install-deps.sh installs it)" >&2
   exit 1

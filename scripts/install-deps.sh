@@ -9,6 +9,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   libopenblas-dev libcpp-httplib-dev libssl-dev iperf3 python3 yamllint
   clang libclang-rt-dev libgloo-dev libpcre2-dev libicu-dev
+  python3-torch python3-numpy
 )
 missing=()
 for p in "${packages[@]}"; do

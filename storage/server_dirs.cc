@@ -9,40 +9,49 @@
 
 namespace strata {
 
-absl::StatusOr<std::vector<std::unique_ptr<DataDir>>> OpenServerDirs(
+absl::StatusOr<std::vector<std::string>> ServerDirPaths(
     const std::string& dir) {
-  std::vector<std::unique_ptr<DataDir>> servers;
+  std::vector<std::string> paths;
   for (int s = 0;; ++s) {
-    const std::string path = absl::StrCat(dir, "/server-", s);
+    std::string path = absl::StrCat(dir, "/server-", s);
     if (!std::filesystem::exists(path)) break;
-    STRATA_ASSIGN_OR_RETURN(auto data_dir,
-                            DataDir::Open(path, ShardOwnerTag(s)));
-    servers.push_back(std::move(data_dir));
+    paths.push_back(std::move(path));
   }
-  if (servers.empty()) {
+  if (paths.empty()) {
     return absl::NotFoundError(
         absl::StrCat("no server-N directories under ", dir));
+  }
+  return paths;
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<DataDir>>> OpenServerDirs(
+    const std::string& dir) {
+  STRATA_ASSIGN_OR_RETURN(std::vector<std::string> paths, ServerDirPaths(dir));
+  std::vector<std::unique_ptr<DataDir>> servers;
+  for (size_t s = 0; s < paths.size(); ++s) {
+    STRATA_ASSIGN_OR_RETURN(
+        auto data_dir,
+        DataDir::Open(paths[s], ShardOwnerTag(static_cast<int>(s))));
+    servers.push_back(std::move(data_dir));
   }
   return servers;
 }
 
-absl::StatusOr<int64_t> NewestCommonSnapshot(
-    const std::vector<std::unique_ptr<DataDir>>& servers, int64_t max_step) {
+absl::StatusOr<int64_t> NewestCommonStep(
+    const std::vector<std::string>& paths,
+    const std::vector<std::vector<int64_t>>& steps, int64_t max_step) {
   std::vector<int64_t> common;
-  for (size_t s = 0; s < servers.size(); ++s) {
-    STRATA_ASSIGN_OR_RETURN(std::vector<int64_t> steps,
-                            servers[s]->ListSnapshots());
-    if (steps.empty()) {
-      return absl::NotFoundError(
-          absl::StrCat(servers[s]->path(), " holds no snapshot"));
+  for (size_t s = 0; s < steps.size(); ++s) {
+    if (steps[s].empty()) {
+      return absl::NotFoundError(absl::StrCat(paths[s], " holds no snapshot"));
     }
     if (s == 0) {
-      common = std::move(steps);
+      common = steps[s];
       continue;
     }
     std::vector<int64_t> both;
-    std::set_intersection(common.begin(), common.end(), steps.begin(),
-                          steps.end(), std::back_inserter(both));
+    std::set_intersection(common.begin(), common.end(), steps[s].begin(),
+                          steps[s].end(), std::back_inserter(both));
     common = std::move(both);
   }
   while (!common.empty() && common.back() > max_step) common.pop_back();
@@ -52,6 +61,17 @@ absl::StatusOr<int64_t> NewestCommonSnapshot(
         max_step));
   }
   return common.back();
+}
+
+absl::StatusOr<int64_t> NewestCommonSnapshot(
+    const std::vector<std::unique_ptr<DataDir>>& servers, int64_t max_step) {
+  std::vector<std::string> paths;
+  std::vector<std::vector<int64_t>> steps;
+  for (const auto& server : servers) {
+    paths.push_back(server->path());
+    STRATA_ASSIGN_OR_RETURN(steps.emplace_back(), server->ListSnapshots());
+  }
+  return NewestCommonStep(paths, steps, max_step);
 }
 
 }  // namespace strata

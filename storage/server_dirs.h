@@ -15,15 +15,26 @@
 
 namespace strata {
 
-// Opens (claims) <dir>/server-0, server-1, ... up to the first missing one.
-// NOT_FOUND if there is no server-0; DataDir::Open's errors (a directory in
-// use by a running server is refused).
+// The paths <dir>/server-0, server-1, ... up to the first missing one.
+// NOT_FOUND if there is no server-0.
+absl::StatusOr<std::vector<std::string>> ServerDirPaths(const std::string& dir);
+
+// Opens (claims) the directories ServerDirPaths names. Its errors and
+// DataDir::Open's (a directory in use by a running server is refused).
 absl::StatusOr<std::vector<std::unique_ptr<DataDir>>> OpenServerDirs(
     const std::string& dir);
 
 // The newest step <= max_step of which every one of `servers` holds a
 // snapshot. NOT_FOUND if one holds none; FAILED_PRECONDITION if no such
 // step is held by all.
+// The newest step <= max_step in every list of `steps` (each server's
+// snapshot steps, sorted; `paths` names the servers in errors). NOT_FOUND
+// if a list is empty; FAILED_PRECONDITION if no such step is in all.
+absl::StatusOr<int64_t> NewestCommonStep(
+    const std::vector<std::string>& paths,
+    const std::vector<std::vector<int64_t>>& steps,
+    int64_t max_step = INT64_MAX);
+
 absl::StatusOr<int64_t> NewestCommonSnapshot(
     const std::vector<std::unique_ptr<DataDir>>& servers,
     int64_t max_step = INT64_MAX);

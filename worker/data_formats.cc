@@ -169,7 +169,11 @@ absl::Status CheckVocab(absl::Span<const uint16_t> tokens, int vocab,
   return absl::InvalidArgumentError(
       absl::StrCat(path, ": token ", *bad, " at position ",
                    first_index + static_cast<uint64_t>(bad - tokens.begin()),
-                   " is >= vocab ", vocab));
+                   " is >= vocab ", vocab,
+                   vocab < 50257 && *bad < 50257
+                       ? " (GPT-2 tokens, as llm.c's and nanoGPT's shards "
+                         "hold, need --vocab 50257)"
+                       : ""));
 }
 
 absl::Status WriteTokenShard(const std::string& path,

@@ -21,9 +21,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// <the test's folder>/name, its parent folder made.
 std::string TempPath(const std::string& name) {
   static const std::string dir = strata::testing::FreshDir("data_test");
-  return (fs::path(dir) / name).string();
+  const fs::path path = fs::path(dir) / name;
+  fs::create_directories(path.parent_path());
+  return path.string();
 }
 
 void WriteBytes(const std::string& path, const std::string& bytes) {

@@ -448,10 +448,25 @@ absl::StatusOr<float> Gpt::Loss(const int32_t* tokens, const int32_t* targets,
   return HeadLoss(targets, B * T, /*backward=*/false);
 }
 
+absl::StatusOr<std::vector<float>> Gpt::Logits(const int32_t* tokens, int B,
+                                               int T) {
+  // The tokens are their own targets: only their range is checked.
+  if (absl::Status s = ValidateBatch(config_, tokens, tokens, B, T); !s.ok())
+    return s;
+  ws_->Resize(config_, B, T);
+  STRATA_RETURN_IF_ERROR(ForwardTrunk(tokens, B, T));
+  const int C = config_.width, V = config_.vocab;
+  std::vector<float> logits(static_cast<size_t>(B) * T * V);
+  k::MatmulForward(logits.data(), ws_->lnf.data(), param_data(kWte), nullptr,
+                   B * T, C, V);
+  return logits;
+}
+
 absl::StatusOr<std::vector<int32_t>> Gpt::Generate(std::vector<int32_t> prompt,
                                                    int new_tokens,
                                                    float temperature,
-                                                   uint64_t seed) {
+                                                   uint64_t seed,
+                                                   int sample_vocab) {
   if (prompt.empty() || new_tokens < 0) {
     return absl::InvalidArgumentError(
         "Generate needs a non-empty prompt and new_tokens >= 0");
@@ -463,7 +478,10 @@ absl::StatusOr<std::vector<int32_t>> Gpt::Generate(std::vector<int32_t> prompt,
   }
   std::mt19937_64 rng(seed);
   const int C = config_.width, V = config_.vocab;
-  std::vector<double> probs(V);
+  // Sampled among the first S ids (a padded vocabulary's rows past the
+  // tokenizer's are no tokens).
+  const int S = sample_vocab > 0 ? std::min(sample_vocab, V) : V;
+  std::vector<double> probs(S);
   for (int i = 0; i < new_tokens; ++i) {
     const int T = std::min<int>(prompt.size(), config_.context);
     const int32_t* window = prompt.data() + prompt.size() - T;
@@ -474,11 +492,11 @@ absl::StatusOr<std::vector<int32_t>> Gpt::Generate(std::vector<int32_t> prompt,
                      param_data(kWte), nullptr, 1, C, V);
     if (temperature <= 0) {
       prompt.push_back(
-          static_cast<int32_t>(std::max_element(logits, logits + V) - logits));
+          static_cast<int32_t>(std::max_element(logits, logits + S) - logits));
       continue;
     }
-    const float m = *std::max_element(logits, logits + V);
-    for (int v = 0; v < V; ++v) {
+    const float m = *std::max_element(logits, logits + S);
+    for (int v = 0; v < S; ++v) {
       probs[v] = std::exp((logits[v] - m) / temperature);
     }
     std::discrete_distribution<int32_t> dist(probs.begin(), probs.end());

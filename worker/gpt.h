@@ -71,15 +71,23 @@ class Gpt : public Model {
   void SetParamWaitCallback(
       std::function<absl::Status(int param_index)> cb) override;
 
+  // The (B,T,vocab) logits of (B,T) tokens (row-major, host memory), the
+  // weights in param_data: what the LM head gives before the softmax.
+  // INVALID_ARGUMENT as ForwardBackward.
+  absl::StatusOr<std::vector<float>> Logits(const int32_t* tokens, int B,
+                                            int T);
+
   // Extends `prompt` by new_tokens tokens, sampled from the model (the last
   // `context` tokens are its input) at `temperature` (<= 0: greedy), with a
-  // generator seeded by `seed`. Returns prompt followed by the new tokens.
+  // generator seeded by `seed`, among the ids below `sample_vocab` (0: all
+  // of the vocabulary). Returns prompt followed by the new tokens.
   // INVALID_ARGUMENT for an empty prompt, a token outside [0, vocab) or a
   // negative new_tokens.
   absl::StatusOr<std::vector<int32_t>> Generate(std::vector<int32_t> prompt,
                                                 int new_tokens,
                                                 float temperature,
-                                                uint64_t seed);
+                                                uint64_t seed,
+                                                int sample_vocab = 0);
 
   // The number of parameters (wte counted once).
   int64_t num_params() const override { return num_params_; }

@@ -1,7 +1,11 @@
 // RunTrainer's setup: checks the options, builds the model and opens the
 // data (before joining anything), joins the job and declares the model to
 // the servers; then worker/trainer.cc's step loop runs.
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +16,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/data.h"
 #include "worker/gpt.h"
+#include "worker/gpt_config_json.h"
 #include "worker/server_model.h"
 #include "worker/trainer.h"
 #include "worker/trainer_loop.h"
@@ -58,10 +63,33 @@ bool PullsBf16(const TrainerOptions& o) {
   return o.pull_bf16.value_or(o.device == "cuda");
 }
 
+// Writes the model's config to o.model_json_path, if set, at the start of
+// the run, so `strata generate` and `strata export` read a running job's
+// snapshots too. Every worker writes the same text; each through a rename,
+// so a reader never sees a torn file.
+absl::Status WriteModelJson(const TrainerOptions& o) {
+  if (o.model_json_path.empty()) return absl::OkStatus();
+  const std::string temp =
+      absl::StrCat(o.model_json_path, ".tmp-", static_cast<int>(getpid()));
+  std::ofstream f(temp, std::ios::trunc);
+  f << GptConfigToJson(o.model) << "\n";
+  f.close();
+  if (!f || std::rename(temp.c_str(), o.model_json_path.c_str()) != 0) {
+    std::remove(temp.c_str());
+    return absl::InternalError(
+        absl::StrCat("cannot write ", o.model_json_path));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CheckTrainerOptions(const TrainerOptions& o) {
   STRATA_RETURN_IF_ERROR(Validate(o));
+  if (!o.init_from.empty()) {  // the model's names and shapes (on the CPU)
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(o.model));
+    STRATA_RETURN_IF_ERROR(ServerModel(*gpt, o).status());
+  }
   DatasetOptions dopts;
   dopts.context = o.model.context;
   return TokenDataset::Open(o.data_path, o.model.vocab, dopts).status();
@@ -166,7 +194,9 @@ absl::Status RunTrainer(const TrainerOptions& options) {
   po.security = o.security;
   STRATA_ASSIGN_OR_RETURN(auto ps,
                           PsClient::Create(po, session.scheduler.get()));
-  STRATA_RETURN_IF_ERROR(ps->RegisterModel(ServerModel(*gpt, o)));
+  STRATA_ASSIGN_OR_RETURN(ModelSpec spec, ServerModel(*gpt, o));
+  STRATA_RETURN_IF_ERROR(ps->RegisterModel(spec));
+  STRATA_RETURN_IF_ERROR(WriteModelJson(o));
   if (o.shared_memory) ShareModelTensors(*gpt, *ps);
   const int workers = session.workers;
   if (o.batch < workers) {

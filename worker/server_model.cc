@@ -1,13 +1,26 @@
 #include "worker/server_model.h"
 
+#include <memory>
 #include <string>
+
+#include "common/status.h"
+#include "formats/safetensors.h"
+#include "worker/hf_gpt2.h"
 
 namespace strata {
 
-ModelSpec ServerModel(const Model& gpt, const TrainerOptions& o) {
+absl::StatusOr<ModelSpec> ServerModel(const Model& gpt,
+                                      const TrainerOptions& o) {
   ModelSpec m;
   m.chunk_bytes = o.chunk_bytes;
+  if (!o.init_from.empty()) {
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
+                            SafetensorsFile::Open(o.init_from));
+    STRATA_ASSIGN_OR_RETURN(m.inits, HfGpt2InitSpecs(*file, o.init_from, gpt));
+    for (const ParamInfo& p : gpt.params()) m.tensors.push_back(p.spec);
+  }
   for (const ParamInfo& p : gpt.params()) {
+    if (!o.init_from.empty()) break;
     m.tensors.push_back(p.spec);
     v1::InitSpec init;
     switch (p.init) {

@@ -1,16 +1,21 @@
 // The model a worker declares to the servers (PsClient::RegisterModel):
 // one tensor per parameter, AdamW with decay on matrices only and the
-// trainer's learning-rate schedule, initial values drawn on the servers.
+// trainer's learning-rate schedule, initial values drawn on the servers or
+// read there from --init_from's file.
 #ifndef STRATA_WORKER_SERVER_MODEL_H_
 #define STRATA_WORKER_SERVER_MODEL_H_
 
+#include "absl/status/statusor.h"
 #include "client/ps_client.h"
 #include "worker/model.h"
 #include "worker/trainer.h"
 
 namespace strata {
 
-ModelSpec ServerModel(const Model& gpt, const TrainerOptions& o);
+// With o.init_from, every tensor starts from that file (InitSpec FILE);
+// its errors are MatchHfGpt2's (worker/hf_gpt2.h) and the file's.
+absl::StatusOr<ModelSpec> ServerModel(const Model& gpt,
+                                      const TrainerOptions& o);
 
 }  // namespace strata
 

@@ -3,8 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +11,7 @@
 #include "common/status.h"
 #include "storage/data_dir.h"
 #include "storage/ram_tier.h"
+#include "storage/server_dirs.h"
 #include "strata/v1/ps.pb.h"
 
 namespace strata {
@@ -44,48 +43,6 @@ absl::Status FillFrom(const RamTier& records, Model& model,
 
 namespace {
 
-// The servers' data directories under `dir`: server-0, server-1, ... up to
-// the first missing one.
-absl::StatusOr<std::vector<std::string>> ServerDirs(const std::string& dir) {
-  std::vector<std::string> paths;
-  for (int s = 0;; ++s) {
-    std::string path = absl::StrCat(dir, "/server-", s);
-    if (!std::filesystem::exists(path)) break;
-    paths.push_back(std::move(path));
-  }
-  if (paths.empty()) {
-    return absl::NotFoundError(
-        absl::StrCat("no server-N directories under ", dir));
-  }
-  return paths;
-}
-
-// The newest step every one of `servers` holds a snapshot of.
-absl::StatusOr<int64_t> NewestCommonStep(
-    const std::vector<std::string>& servers) {
-  std::vector<int64_t> common;
-  for (size_t s = 0; s < servers.size(); ++s) {
-    STRATA_ASSIGN_OR_RETURN(std::vector<int64_t> steps,
-                            ListSnapshotsIn(servers[s]));
-    if (steps.empty()) {
-      return absl::NotFoundError(
-          absl::StrCat(servers[s], " holds no snapshot"));
-    }
-    if (s > 0) {
-      std::vector<int64_t> both;
-      std::set_intersection(common.begin(), common.end(), steps.begin(),
-                            steps.end(), std::back_inserter(both));
-      steps = std::move(both);
-    }
-    common = std::move(steps);
-  }
-  if (common.empty()) {
-    return absl::FailedPreconditionError(
-        "the servers hold no snapshot of one same step");
-  }
-  return common.back();
-}
-
 // Fills `model` from every server's snapshot of `step`.
 absl::Status LoadStep(const std::vector<std::string>& servers, int64_t step,
                       Model& model) {
@@ -114,11 +71,17 @@ absl::Status LoadStep(const std::vector<std::string>& servers, int64_t step,
 
 absl::StatusOr<int64_t> LoadFromSnapshots(const std::string& dir,
                                           Model& model) {
-  STRATA_ASSIGN_OR_RETURN(std::vector<std::string> servers, ServerDirs(dir));
+  STRATA_ASSIGN_OR_RETURN(std::vector<std::string> servers,
+                          ServerDirPaths(dir));
   // A running server may prune the step between the listing and the read
   // (it keeps its newest few): list again then.
   for (int attempt = 1;; ++attempt) {
-    STRATA_ASSIGN_OR_RETURN(const int64_t step, NewestCommonStep(servers));
+    std::vector<std::vector<int64_t>> steps;
+    for (const std::string& server : servers) {
+      STRATA_ASSIGN_OR_RETURN(steps.emplace_back(), ListSnapshotsIn(server));
+    }
+    STRATA_ASSIGN_OR_RETURN(const int64_t step,
+                            NewestCommonStep(servers, steps));
     absl::Status s = LoadStep(servers, step, model);
     if (s.ok()) return step;
     if (!absl::IsNotFound(s) || attempt == 5) return s;

@@ -118,7 +118,8 @@ absl::Status Trainer::Run() {
       prev_epoch = 0;
       ps_->ForgetPushErrors();
       // A restarted server that held no snapshot lacks the chunks.
-      STRATA_RETURN_IF_ERROR(ps_->RegisterModel(ServerModel(*gpt_, o_)));
+      STRATA_ASSIGN_OR_RETURN(ModelSpec spec, ServerModel(*gpt_, o_));
+      STRATA_RETURN_IF_ERROR(ps_->RegisterModel(spec));
       continue;
     }
     const absl::Time t0 = absl::Now();
@@ -282,13 +283,6 @@ absl::Status Trainer::WriteOutputs() {
       spdlog::warn("strata worker: no snapshot of the final weights: {}",
                    s.ToString());
     }
-  }
-  if (!o_.model_json_path.empty()) {
-    std::ofstream f(o_.model_json_path, std::ios::trunc);
-    f << GptConfigToJson(o_.model) << "\n";
-    if (!f)
-      return absl::InternalError(
-          absl::StrCat("cannot write ", o_.model_json_path));
   }
   if (!o_.weights_out.empty()) {
     std::ofstream f(o_.weights_out, std::ios::binary | std::ios::trunc);

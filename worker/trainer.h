@@ -37,7 +37,13 @@ struct TrainerOptions {
   int tp = 1;
   int pp = 1;
   int64_t steps = 100;
-  uint64_t seed = 1;          // data order and weight init
+  uint64_t seed = 1;  // data order and weight init
+  // A safetensors file in Hugging Face's GPT-2 layout (worker/hf_gpt2.h)
+  // the servers start the weights from, instead of drawing them ("": draw).
+  // The servers open it at this path themselves; it counts only for chunks
+  // a server creates (the first registration of the job, or a server that
+  // lost its state without a snapshot).
+  std::string init_from;
   float lr = 1e-3f;           // AdamW peak learning rate
   float weight_decay = 0.1f;  // matrices only
   int64_t warmup_steps = 10;
@@ -97,7 +103,8 @@ struct TrainerOptions {
   int eval_batches = 4;
   int64_t log_every = 10;
   std::string metrics_path;  // JSON lines, one per step; "" = none
-  // Rank 0 writes the model config here (for `strata generate`); "" = none.
+  // Each worker writes the model config here once it has registered the
+  // model (for `strata generate` and `strata export`); "" = none.
   std::string model_json_path;
   // Rank 0 asks every server to snapshot at the end of training.
   bool snapshot_at_end = true;

@@ -1,0 +1,93 @@
+#include "cli/model_files.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "formats/safetensors.h"
+#include "worker/gpt_config_json.h"
+#include "worker/hf_gpt2.h"
+#include "worker/snapshot_loader.h"
+
+namespace strata {
+
+namespace fs = std::filesystem;
+
+std::optional<TokenizerFiles> FindTokenizerFiles(const std::string& dir) {
+  for (auto [encoder, merges] :
+       {std::pair{"vocab.json", "merges.txt"}, {"encoder.json", "vocab.bpe"}}) {
+    TokenizerFiles f{dir + "/" + encoder, dir + "/" + merges};
+    std::error_code ec;
+    if (fs::is_regular_file(f.encoder, ec) && fs::is_regular_file(f.merges, ec))
+      return f;
+  }
+  return std::nullopt;
+}
+
+absl::Status CopyTokenizerFiles(const TokenizerFiles& files,
+                                const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  for (auto [from, to] : {std::pair{files.encoder, dir + "/vocab.json"},
+                          {files.merges, dir + "/merges.txt"}}) {
+    if (!ec && fs::equivalent(from, to, ec)) continue;
+    ec.clear();
+    fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat("cannot copy ", from, " to ", to, ": ", ec.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> LoadTokenizerIn(
+    const std::string& dir) {
+  std::optional<TokenizerFiles> files = FindTokenizerFiles(dir);
+  if (!files) return std::unique_ptr<Gpt2Tokenizer>();
+  return Gpt2Tokenizer::Load(files->encoder, files->merges);
+}
+
+absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+absl::StatusOr<std::unique_ptr<Gpt>> LoadRunModel(const std::string& dir,
+                                                  int64_t* step) {
+  STRATA_ASSIGN_OR_RETURN(std::string json, ReadTextFile(dir + "/model.json"));
+  STRATA_ASSIGN_OR_RETURN(GptConfig config, GptConfigFromJson(json));
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(config));
+  STRATA_ASSIGN_OR_RETURN(*step, LoadFromSnapshots(dir, *gpt));
+  return gpt;
+}
+
+absl::StatusOr<std::unique_ptr<Gpt>> LoadHfModel(const std::string& path,
+                                                 int heads) {
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
+                          SafetensorsFile::Open(path));
+  const std::string config_path =
+      (fs::path(path).parent_path() / "config.json").string();
+  std::string config_json;
+  if (fs::exists(config_path)) {
+    STRATA_ASSIGN_OR_RETURN(config_json, ReadTextFile(config_path));
+  }
+  STRATA_ASSIGN_OR_RETURN(GptConfig config, HfGpt2Config(*file, config_json));
+  if (heads > 0) config.heads = heads;
+  if (config.heads == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no config.json beside ", path,
+                     " says how many heads it has: give "
+                     "--heads"));
+  }
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(config));
+  STRATA_RETURN_IF_ERROR(LoadHfGpt2(*file, *gpt));
+  return gpt;
+}
+
+}  // namespace strata
