@@ -266,15 +266,16 @@ int Launch(const LocalPlan& o, std::string dir, int64_t resume_step) {
       o.workers, o.consistency, dir,
       resume_step >= 0 ? absl::StrCat("; resuming at step ", resume_step) : "");
   if (resume_step < 0) {
-    if (absl::Status s = SavePlan(o, dir + "/local.json"); !s.ok())
-      return ReportStatus("local", s);
-    // `strata generate` and `strata export` find the tokenizer here.
+    // `strata generate` and `strata export` find the tokenizer here. Before
+    // the plan: a run whose copy failed is not taken for one that started.
     if (std::optional<TokenizerFiles> files =
             FindTokenizerFiles(o.tokenizer_dir);
         files && !o.tokenizer_dir.empty()) {
       absl::Status s = CopyTokenizerFiles(*files, dir + "/tokenizer");
       if (!s.ok()) return ReportStatus("local", s);
     }
+    if (absl::Status s = SavePlan(o, dir + "/local.json"); !s.ok())
+      return ReportStatus("local", s);
   }
   const std::string address_file = dir + "/scheduler.address";
   std::filesystem::remove(address_file, ec);

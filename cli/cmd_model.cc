@@ -87,6 +87,7 @@ absl::Status Generate(const GenerateOptions& o) {
   if (!o.model.empty()) {
     STRATA_ASSIGN_OR_RETURN(gpt, LoadHfModel(o.model, o.heads));
     tokenizer_dir = std::filesystem::path(o.model).parent_path().string();
+    if (tokenizer_dir.empty()) tokenizer_dir = ".";
   } else {
     int64_t step = 0;
     STRATA_ASSIGN_OR_RETURN(gpt, LoadRunModel(o.dir, &step));
@@ -126,6 +127,11 @@ absl::Status Export(const ExportOptions& o) {
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, LoadRunModel(o.dir, &step));
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2Tokenizer> tok,
                           LoadTokenizerIn(o.dir + "/tokenizer"));
+  if (o.vocab_size > gpt->config().vocab) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--vocab_size ", o.vocab_size, " is over the model's ",
+                     gpt->config().vocab, " token ids"));
+  }
   int vocab = o.vocab_size > 0 ? o.vocab_size : gpt->config().vocab;
   if (o.vocab_size == 0 && tok != nullptr)
     vocab = std::min(vocab, tok->vocab_size());
@@ -158,7 +164,8 @@ CommandFn AddGenerateCommand(CLI::App& app) {
       "writes one), with its config.json beside it");
   dir->excludes(model);
   cmd->add_option("--heads", o->heads,
-                  "with --model: attention heads, where no config.json says");
+                  "with --model: attention heads (over config.json's n_head; "
+                  "needed where no config.json is beside the file)");
   cmd->add_option("--prompt", o->prompt, "text to continue")
       ->capture_default_str();
   cmd->add_option("--tokens", o->tokens, "tokens to generate")

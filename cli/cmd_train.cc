@@ -276,30 +276,18 @@ absl::Status ApplyInitFromShape(const CLI::App& cmd, TrainerOptions& o) {
   if (o.init_from.empty()) return absl::OkStatus();
   // The servers open it too, from wherever they run.
   o.init_from = std::filesystem::absolute(o.init_from).string();
-  const std::string dir =
-      std::filesystem::path(o.init_from).parent_path().string();
-  std::string config_json;
-  if (std::filesystem::exists(dir + "/config.json")) {
-    STRATA_ASSIGN_OR_RETURN(config_json, ReadTextFile(dir + "/config.json"));
-  }
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
-                          SafetensorsFile::Open(o.init_from));
-  STRATA_ASSIGN_OR_RETURN(GptConfig c, HfGpt2Config(*file, config_json));
   auto unset = [&cmd](const char* flag) {
     return cmd.get_option(flag)->count() == 0;
   };
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
+                          SafetensorsFile::Open(o.init_from));
+  STRATA_ASSIGN_OR_RETURN(
+      GptConfig c, HfModelConfig(*file, unset("--heads") ? 0 : o.model.heads));
   if (unset("--layers")) o.model.layers = c.layers;
   if (unset("--width")) o.model.width = c.width;
   if (unset("--context")) o.model.context = c.context;
   if (unset("--vocab")) o.model.vocab = c.vocab;
-  if (unset("--heads")) {
-    if (c.heads == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("no config.json beside ", o.init_from,
-                       " says how many heads it has: give --heads"));
-    }
-    o.model.heads = c.heads;
-  }
+  if (unset("--heads")) o.model.heads = c.heads;
   return absl::OkStatus();
 }
 

@@ -16,9 +16,10 @@ namespace strata {
 namespace fs = std::filesystem;
 
 std::optional<TokenizerFiles> FindTokenizerFiles(const std::string& dir) {
+  const fs::path base = dir.empty() ? fs::path(".") : fs::path(dir);
   for (auto [encoder, merges] :
        {std::pair{"vocab.json", "merges.txt"}, {"encoder.json", "vocab.bpe"}}) {
-    TokenizerFiles f{dir + "/" + encoder, dir + "/" + merges};
+    TokenizerFiles f{(base / encoder).string(), (base / merges).string()};
     std::error_code ec;
     if (fs::is_regular_file(f.encoder, ec) && fs::is_regular_file(f.merges, ec))
       return f;
@@ -67,24 +68,33 @@ absl::StatusOr<std::unique_ptr<Gpt>> LoadRunModel(const std::string& dir,
   return gpt;
 }
 
-absl::StatusOr<std::unique_ptr<Gpt>> LoadHfModel(const std::string& path,
-                                                 int heads) {
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
-                          SafetensorsFile::Open(path));
+absl::StatusOr<GptConfig> HfModelConfig(const SafetensorsFile& file,
+                                        int heads) {
   const std::string config_path =
-      (fs::path(path).parent_path() / "config.json").string();
+      (fs::path(file.path()).parent_path() / "config.json").string();
   std::string config_json;
   if (fs::exists(config_path)) {
     STRATA_ASSIGN_OR_RETURN(config_json, ReadTextFile(config_path));
   }
-  STRATA_ASSIGN_OR_RETURN(GptConfig config, HfGpt2Config(*file, config_json));
+  STRATA_ASSIGN_OR_RETURN(GptConfig config, HfGpt2Config(file, config_json));
   if (heads > 0) config.heads = heads;
   if (config.heads == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("no config.json beside ", path,
-                     " says how many heads it has: give "
-                     "--heads"));
+        absl::StrCat("no config.json beside ", file.path(),
+                     " says how many heads it has: give --heads"));
   }
+  if (absl::Status s = config.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file.path(), " and its config.json make no model: ", s.message()));
+  }
+  return config;
+}
+
+absl::StatusOr<std::unique_ptr<Gpt>> LoadHfModel(const std::string& path,
+                                                 int heads) {
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
+                          SafetensorsFile::Open(path));
+  STRATA_ASSIGN_OR_RETURN(GptConfig config, HfModelConfig(*file, heads));
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(config));
   STRATA_RETURN_IF_ERROR(LoadHfGpt2(*file, *gpt));
   return gpt;

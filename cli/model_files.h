@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "data/gpt2_tokenizer.h"
+#include "formats/safetensors.h"
 #include "worker/gpt.h"
 
 namespace strata {
@@ -44,8 +45,15 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path);
 absl::StatusOr<std::unique_ptr<Gpt>> LoadRunModel(const std::string& dir,
                                                   int64_t* step);
 
+// The shape of the model in safetensors `file` (Hugging Face's GPT-2
+// layout), from its tensors and the config.json beside it (HfGpt2Config);
+// `heads` (> 0) overrides config.json's. INVALID_ARGUMENT, naming the
+// file, when the heads are known from neither or the shape is no model
+// (GptConfig::Validate); the errors of HfGpt2Config.
+absl::StatusOr<GptConfig> HfModelConfig(const SafetensorsFile& file, int heads);
+
 // A model from a safetensors file in Hugging Face's GPT-2 layout, shaped by
-// the config.json beside it; `heads` (> 0) stands in for a missing one.
+// HfModelConfig(file, heads), its weights read (LoadHfGpt2).
 absl::StatusOr<std::unique_ptr<Gpt>> LoadHfModel(const std::string& file,
                                                  int heads);
 

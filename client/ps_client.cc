@@ -56,6 +56,13 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
 absl::Status PsClient::RegisterModel(const ModelSpec& model) {
   return impl_->RegisterModel(model);
 }
+absl::Status PsClient::RegisterModelAgain() {
+  if (!impl_->model_.has_value()) {
+    return absl::FailedPreconditionError(
+        "RegisterModelAgain before RegisterModel");
+  }
+  return impl_->RegisterModel(*impl_->model_);
+}
 const ChunkPlan& PsClient::plan() const { return impl_->plan_; }
 
 void PsClient::ShareTensors(std::shared_ptr<ShmRegion> region) {

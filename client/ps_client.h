@@ -148,6 +148,11 @@ class PsClient {
   // declares each server's chunks to it. Idempotent across workers; a
   // second call declares the first call's plan again.
   absl::Status RegisterModel(const ModelSpec& model);
+  // Declares the model of the first RegisterModel call again, as it was
+  // (after a rollback, for a restarted server that lacks the chunks):
+  // nothing it named, such as an --init_from file, is read again.
+  // FAILED_PRECONDITION if RegisterModel was never called.
+  absl::Status RegisterModelAgain();
   // REQUIRES: RegisterModel succeeded.
   const ChunkPlan& plan() const;
 

@@ -376,6 +376,7 @@ absl::Status PsClient::Impl::RegisterModel(const ModelSpec& model) {
     // that lacks the chunks) declares the same plan.
     STRATA_ASSIGN_OR_RETURN(plan_,
                             MakeChunkPlan(model.tensors, model.chunk_bytes));
+    model_ = model;
     num_slots_ = view.shard_map().slots_size();
     PlaceChunks(plan_, num_slots_);
     absl::MutexLock lock(&mu_);

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <string>
 #include <thread>
@@ -182,6 +183,8 @@ class PsClient::Impl {
   PsClientOptions options_;
   SchedulerClient* scheduler_;
   ChunkPlan plan_;
+  // The model of the first RegisterModel call (RegisterModelAgain).
+  std::optional<ModelSpec> model_;
   int num_slots_ = 0;
 
  private:

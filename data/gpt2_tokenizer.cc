@@ -17,6 +17,8 @@ constexpr size_t kMaxCachedPiece = 256;
 // The cache is emptied when it holds this many pre-tokens (some tens of
 // MiB; a few GB of English text has a few million distinct ones).
 constexpr size_t kMaxCachedPieces = size_t{1} << 19;
+// And at most about this many bytes of them.
+constexpr size_t kMaxCacheBytes = size_t{48} << 20;
 
 // One thread's ids of the pre-tokens it has encoded with one tokenizer:
 // piece -> [offset, offset + count) in `ids`.
@@ -24,11 +26,13 @@ struct PieceCache {
   uint64_t owner = 0;  // the tokenizer's serial
   absl::flat_hash_map<std::string, std::pair<uint32_t, uint32_t>> spans;
   std::vector<int32_t> ids;
+  size_t bytes = 0;  // about what the entries take, keys and table included
 
   void Reset(uint64_t serial) {
     owner = serial;
     spans.clear();
     ids.clear();
+    bytes = 0;
   }
 };
 
@@ -143,7 +147,12 @@ void Gpt2Tokenizer::Encode(absl::string_view text,
     }
     const size_t first = out->size();
     EncodePiece(piece, out);
-    if (cache.spans.size() >= kMaxCachedPieces) cache.Reset(serial_);
+    if (cache.spans.size() >= kMaxCachedPieces ||
+        cache.bytes >= kMaxCacheBytes) {
+      cache.Reset(serial_);
+    }
+    // The key's bytes, its ids, and the hash table's slot with its string.
+    cache.bytes += piece.size() + 4 * (out->size() - first) + 48;
     const auto offset = static_cast<uint32_t>(cache.ids.size());
     cache.ids.insert(cache.ids.end(), out->begin() + first, out->end());
     cache.spans.emplace(

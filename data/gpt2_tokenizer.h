@@ -51,8 +51,8 @@ class Gpt2Tokenizer {
   // Decode gives `text` back. Never produces kEndOfText: callers add it
   // between documents. Thread-safe and lock-free: each thread caches the
   // ids of the pre-tokens it has seen with this tokenizer (up to 2^19 of
-  // them, some 40 MiB, kept until the thread ends; emptied when full or
-  // when the thread encodes with another tokenizer).
+  // them and about 48 MiB, kept until the thread ends; emptied when full
+  // or when the thread encodes with another tokenizer).
   void Encode(absl::string_view text, std::vector<int32_t>* out) const;
 
   // The bytes of `ids` (kEndOfText gives "<|endoftext|>", as in GPT-2),

@@ -78,7 +78,8 @@ absl::StatusOr<absl::flat_hash_map<std::string, int32_t>> ParseEncoder(
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for a number such as 1e500.
     return Bad(path, absl::StrCat("not valid JSON: ", e.what()));
   }
   if (!json.is_object()) return Bad(path, "not a JSON object of token -> id");

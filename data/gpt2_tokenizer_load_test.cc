@@ -177,6 +177,7 @@ INSTANTIATE_TEST_SUITE_P(
     Files, Gpt2TokenizerLoad,
     ::testing::Values(
         BadFiles{"Truncated", "{\"a\": 1,", "", "not valid JSON"},
+        BadFiles{"HugeNumber", "{\"a\": 1e500}", "", "not valid JSON"},
         BadFiles{"Garbage", "{\n\"a\": 1\n}}", "", "line 3"},
         BadFiles{"Array", "[1, 2]", "", "not a JSON object"},
         BadFiles{"BigId", "{\"a\": 70000}", "",

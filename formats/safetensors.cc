@@ -120,7 +120,9 @@ SafetensorsFile::~SafetensorsFile() {
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking: a FIFO at the path must not hang the open (it is then
+  // refused as not a regular file).
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     return absl::NotFoundError(
         absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
@@ -244,6 +246,35 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
+namespace {
+
+// ReadFitted's transposed case: dest (R, K) is t (K, R) transposed. The
+// destination rows the range touches are a band of t's columns, read a
+// source row's slice at a time (contiguous), then scattered.
+absl::Status ReadTransposed(const SafetensorsFile& file,
+                            const SafetensorsTensor& t,
+                            const std::vector<int64_t>& dest, uint64_t first,
+                            uint64_t count, float* out) {
+  if (count == 0) return absl::OkStatus();
+  const uint64_t rows = static_cast<uint64_t>(dest[0]);
+  const uint64_t cols = static_cast<uint64_t>(dest[1]);
+  const uint64_t r0 = first / cols, r1 = (first + count - 1) / cols + 1;
+  std::vector<float> band(r1 - r0);  // t[k][r0..r1)
+  for (uint64_t k = 0; k < cols; ++k) {
+    if (absl::Status s = file.ReadF32(t, k * rows + r0, r1 - r0, band.data());
+        !s.ok()) {
+      return s;
+    }
+    for (uint64_t r = r0; r < r1; ++r) {
+      const uint64_t i = r * cols + k;  // dest's element (r, k)
+      if (i >= first && i < first + count) out[i - first] = band[r - r0];
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status CheckFits(const SafetensorsFile& file, const SafetensorsTensor& t,
                        bool transpose, const std::vector<int64_t>& dest) {
   if (t.dtype != "F32" && t.dtype != "F16" && t.dtype != "BF16") {
@@ -278,16 +309,9 @@ absl::Status ReadFitted(const SafetensorsFile& file, const SafetensorsTensor& t,
         absl::StrCat("elements [", first, ", ", first + count,
                      ") are outside a tensor of ", numel));
   }
+  if (count == 0) return absl::OkStatus();  // numel may be 0
+  if (transpose) return ReadTransposed(file, t, dest, first, count, out);
   const uint64_t row = numel / static_cast<uint64_t>(dest[0]);
-  if (transpose) {  // dest[r][c] = t[c][r]: one strided read per element
-    const uint64_t rows = static_cast<uint64_t>(dest[0]);
-    for (uint64_t i = 0; i < count; ++i) {
-      const uint64_t r = (first + i) / row, c = (first + i) % row;
-      if (absl::Status s = file.ReadF32(t, c * rows + r, 1, out + i); !s.ok())
-        return s;
-    }
-    return absl::OkStatus();
-  }
   // Row by row: the source's rows as they are, zeros past its last.
   const uint64_t source = t.numel();
   uint64_t i = first, end = first + count;
@@ -365,7 +389,7 @@ absl::Status WriteSafetensors(
             [](auto* a, auto* b) { return a->name < b->name; });
   absl::StatusOr<std::string> header = EncodeHeader(metadata, sorted);
   if (!header.ok()) return header.status();
-  const std::string temp = path + ".tmp";
+  const std::string temp = absl::StrCat(path, ".tmp-", getpid());
   const int fd =
       open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/splitmix.h"
+#include "common/status.h"
 #include "formats/safetensors.h"
 
 namespace strata {
@@ -16,13 +17,13 @@ double Unit(uint64_t bits) {
   return ((bits >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
-// The file of a FILE init, opened and checked against the chunk's spec;
-// `tensor` is set to its source tensor.
-absl::StatusOr<std::unique_ptr<SafetensorsFile>> OpenSource(
-    const v1::ChunkSpec& spec, const SafetensorsTensor** tensor) {
+// The file of a FILE init, opened (through `files`) and checked against the
+// chunk's spec; `tensor` is set to its source tensor.
+absl::StatusOr<const SafetensorsFile*> OpenSource(
+    const v1::ChunkSpec& spec, InitFiles& files,
+    const SafetensorsTensor** tensor) {
   const v1::InitSpec& init = spec.init();
-  absl::StatusOr<std::unique_ptr<SafetensorsFile>> file =
-      SafetensorsFile::Open(init.file());
+  absl::StatusOr<const SafetensorsFile*> file = files.Get(init.file());
   if (absl::IsNotFound(file.status())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the initial weights of ", spec.tensor(), ": this server cannot read ",
@@ -45,33 +46,41 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> OpenSource(
   }
   const std::vector<int64_t> dest(spec.tensor_shape().begin(),
                                   spec.tensor_shape().end());
-  if (absl::Status s = CheckFits(**file, **tensor, init.transpose(), dest);
-      !s.ok()) {
-    return s;
-  }
+  STRATA_RETURN_IF_ERROR(CheckFits(**file, **tensor, init.transpose(), dest));
   return file;
 }
 
 }  // namespace
 
-absl::Status CheckChunkInit(const v1::ChunkSpec& spec) {
-  if (spec.init().kind() != v1::InitSpec::FILE) return absl::OkStatus();
-  const SafetensorsTensor* tensor = nullptr;
-  return OpenSource(spec, &tensor).status();
+absl::StatusOr<const SafetensorsFile*> InitFiles::Get(const std::string& path) {
+  auto it = files_.find(path);
+  if (it != files_.end()) return it->second.get();
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
+                          SafetensorsFile::Open(path));
+  return (files_[path] = std::move(file)).get();
 }
 
-absl::Status FillChunkInit(const v1::ChunkSpec& spec, float* w) {
+absl::Status CheckChunkInit(const v1::ChunkSpec& spec, InitFiles* files) {
+  if (spec.init().kind() != v1::InitSpec::FILE) return absl::OkStatus();
+  InitFiles own;
+  const SafetensorsTensor* tensor = nullptr;
+  return OpenSource(spec, files != nullptr ? *files : own, &tensor).status();
+}
+
+absl::Status FillChunkInit(const v1::ChunkSpec& spec, float* w,
+                           InitFiles* files) {
   if (spec.init().kind() != v1::InitSpec::FILE) {
     FillInit(spec.init(), spec.chunk_id(), w, spec.numel());
     return absl::OkStatus();
   }
+  InitFiles own;
   const SafetensorsTensor* tensor = nullptr;
-  absl::StatusOr<std::unique_ptr<SafetensorsFile>> file =
-      OpenSource(spec, &tensor);
-  if (!file.ok()) return file.status();
+  STRATA_ASSIGN_OR_RETURN(
+      const SafetensorsFile* file,
+      OpenSource(spec, files != nullptr ? *files : own, &tensor));
   const std::vector<int64_t> dest(spec.tensor_shape().begin(),
                                   spec.tensor_shape().end());
-  return ReadFitted(**file, *tensor, spec.init().transpose(), dest,
+  return ReadFitted(*file, *tensor, spec.init().transpose(), dest,
                     spec.offset(), spec.numel(), w);
 }
 

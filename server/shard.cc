@@ -22,14 +22,13 @@ bool SameMessage(const google::protobuf::Message& a,
   return a.SerializeAsString() == b.SerializeAsString();
 }
 
-// Whether two specs of a chunk agree in all but their init: a chunk that
-// exists keeps its weights, so how a new one would start does not matter
-// (a worker that joins without --init_from, or names the file by another
-// path, trains on the job's weights).
+// Whether two specs of a chunk agree in all but the path of an init file:
+// workers may name one file by different paths (each server opens the
+// path it was given first, and checks the file's size).
 bool SameChunk(const v1::ChunkSpec& a, const v1::ChunkSpec& b) {
   v1::ChunkSpec x = a, y = b;
-  x.clear_init();
-  y.clear_init();
+  x.mutable_init()->clear_file();
+  y.mutable_init()->clear_file();
   return SameMessage(x, y);
 }
 
@@ -88,7 +87,9 @@ absl::StatusOr<v1::RegisterChunksResponse> Shard::Register(
     const v1::RegisterChunksRequest& req) {
   absl::MutexLock lock(&table_mu_);
   // Validate everything before changing anything, so a bad request leaves
-  // the shard as it was.
+  // the shard as it was. An init file is opened once for the request (its
+  // reads happen under the table's lock, at registration only).
+  InitFiles files;
   absl::flat_hash_map<std::string, OptimizerParams> new_groups;
   for (const v1::GroupSpec& g : req.groups()) {
     if (g.name().empty())
@@ -154,11 +155,18 @@ absl::StatusOr<v1::RegisterChunksResponse> Shard::Register(
     }
     auto c = chunks_.find(s.chunk_id());
     if (c != chunks_.end() && !SameChunk(c->second->spec, s)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("chunk ", s.tensor(), "#", s.index(),
-                       " is already registered with a different spec"));
+      const v1::InitSpec& had = c->second->spec.init();
+      const bool init = had.kind() != s.init().kind() ||
+                        had.source() != s.init().source() ||
+                        had.seed() != s.init().seed();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "chunk ", s.tensor(), "#", s.index(),
+          " is already registered with a different spec",
+          init ? " (another initialization: every worker of a job needs "
+                 "the same --init_from and --seed)"
+               : ""));
     }
-    if (c == chunks_.end()) STRATA_RETURN_IF_ERROR(CheckChunkInit(s));
+    if (c == chunks_.end()) STRATA_RETURN_IF_ERROR(CheckChunkInit(s, &files));
   }
   for (const v1::GroupSpec& g : req.groups()) {
     if (!new_groups.contains(g.name())) continue;
@@ -174,14 +182,15 @@ absl::StatusOr<v1::RegisterChunksResponse> Shard::Register(
       resp.set_existing(resp.existing() + 1);
       continue;
     }
-    STRATA_RETURN_IF_ERROR(CreateChunk(s, groups_[s.group()].get(), nullptr));
+    STRATA_RETURN_IF_ERROR(
+        CreateChunk(s, groups_[s.group()].get(), nullptr, &files));
     resp.set_created(resp.created() + 1);
   }
   return resp;
 }
 
 absl::Status Shard::CreateChunk(const v1::ChunkSpec& spec, const Group* group,
-                                const ChunkRecord* restored) {
+                                const ChunkRecord* restored, InitFiles* files) {
   auto c = std::make_unique<Chunk>();
   c->spec = spec;
   c->group = group;
@@ -200,7 +209,7 @@ absl::Status Shard::CreateChunk(const v1::ChunkSpec& spec, const Group* group,
     c->rec.id = spec.chunk_id();
     c->rec.spec = spec.SerializeAsString();
     c->rec.weights.resize(n);
-    STRATA_RETURN_IF_ERROR(FillChunkInit(spec, c->rec.weights.data()));
+    STRATA_RETURN_IF_ERROR(FillChunkInit(spec, c->rec.weights.data(), files));
     c->rec.slots.assign(slots, std::vector<float>(n, 0.0f));
   }
   c->tile_bytes = n * sizeof(float) * (1 + slots);

@@ -56,6 +56,7 @@
 #include "common/thread_pool.h"
 #include "optim/optimizer.h"
 #include "server/applied_tracker.h"
+#include "server/init.h"
 #include "server/shard_options.h"
 #include "storage/ram_tier.h"
 #include "storage/spill_store.h"
@@ -304,8 +305,11 @@ class Shard {
                    uint64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   ViewState view() const;
   static bool IsLive(const ViewState& view, uint64_t member);
+  // A new chunk from `restored`, or from its init (reading init files
+  // through `files`, if given).
   absl::Status CreateChunk(const v1::ChunkSpec& spec, const Group* group,
-                           const ChunkRecord* restored);
+                           const ChunkRecord* restored,
+                           InitFiles* files = nullptr);
   // The tier (shard_tier.cc). Resident makes c's tile resident (reading it
   // back if spilled) and counts the use; DATA_LOSS if it cannot be read.
   absl::Status Resident(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);

@@ -138,8 +138,10 @@ absl::Status Shard::RollBack(uint64_t generation, int64_t step,
   }
   // Check everything first, so a bad snapshot (or an initial weights file
   // gone since) changes no chunk's state.
+  InitFiles init_files;  // each opened once for the whole rollback
   if (records == nullptr) {
-    for (Chunk* c : all) STRATA_RETURN_IF_ERROR(CheckChunkInit(c->spec));
+    for (Chunk* c : all)
+      STRATA_RETURN_IF_ERROR(CheckChunkInit(c->spec, &init_files));
   }
   if (records != nullptr) {
     for (Chunk* c : all) {
@@ -176,7 +178,8 @@ absl::Status Shard::RollBack(uint64_t generation, int64_t step,
         // Checked before the first chunk moved; a file that changed since
         // loses this chunk's state, which stops the server (as a lost tile
         // does) rather than train from zeros.
-        if (absl::Status s = FillChunkInit(c->spec, c->rec.weights.data());
+        if (absl::Status s =
+                FillChunkInit(c->spec, c->rec.weights.data(), &init_files);
             !s.ok()) {
           LostState(s).IgnoreError();
         }

@@ -272,7 +272,9 @@ absl::StatusOr<std::string> LoadSnapshotIn(const std::string& path,
         absl::StrCat("no snapshot of step ", step, " in ", path));
   }
   // Snapshot files are never written again once renamed into snapshots/:
-  // links to them are a consistent copy that a prune cannot remove.
+  // links to them are a consistent copy that a prune cannot remove. (A
+  // scratch left by a reader that died is no use to anyone.)
+  fs::remove_all(scratch, ec);
   fs::copy(dir, scratch,
            fs::copy_options::recursive | fs::copy_options::create_hard_links,
            ec);

@@ -24,9 +24,6 @@ absl::StatusOr<std::vector<std::string>> ServerDirPaths(const std::string& dir);
 absl::StatusOr<std::vector<std::unique_ptr<DataDir>>> OpenServerDirs(
     const std::string& dir);
 
-// The newest step <= max_step of which every one of `servers` holds a
-// snapshot. NOT_FOUND if one holds none; FAILED_PRECONDITION if no such
-// step is held by all.
 // The newest step <= max_step in every list of `steps` (each server's
 // snapshot steps, sorted; `paths` names the servers in errors). NOT_FOUND
 // if a list is empty; FAILED_PRECONDITION if no such step is in all.
@@ -35,6 +32,8 @@ absl::StatusOr<int64_t> NewestCommonStep(
     const std::vector<std::vector<int64_t>>& steps,
     int64_t max_step = INT64_MAX);
 
+// The newest step <= max_step of which every one of `servers` holds a
+// snapshot: NewestCommonStep of their ListSnapshots, and its errors.
 absl::StatusOr<int64_t> NewestCommonSnapshot(
     const std::vector<std::unique_ptr<DataDir>>& servers,
     int64_t max_step = INT64_MAX);

@@ -121,6 +121,24 @@ TEST(Export, InitFromAFileThatDoesNotFitIsRefusedBeforeAnythingStarts) {
     EXPECT_NE(out.find(c.file), std::string::npos) << c.what << ": " << out;
     EXPECT_FALSE(std::filesystem::exists(run + "/local.json")) << c.what;
   }
+  // generate --model without a config.json, and export asked for more
+  // token ids than the model has: refused, naming what to give.
+  std::filesystem::create_directories(dir + "/bare");
+  std::filesystem::copy_file(good, dir + "/bare/model.safetensors");
+  EXPECT_EQ(RunStrata({STRATA_BINARY, "generate", "--model",
+                       dir + "/bare/model.safetensors"},
+                      dir + "/bare.log"),
+            1);
+  EXPECT_NE(testing::ReadFile(dir + "/bare.log").find("give --heads"),
+            std::string::npos)
+      << testing::ReadFile(dir + "/bare.log");
+  EXPECT_EQ(RunStrata({STRATA_BINARY, "export", "--dir", dir + "/run", "--out",
+                       dir + "/wide", "--vocab_size", "1000"},
+                      dir + "/wide.log"),
+            1);
+  EXPECT_NE(testing::ReadFile(dir + "/wide.log").find("--vocab_size 1000"),
+            std::string::npos)
+      << testing::ReadFile(dir + "/wide.log");
 }
 
 }  // namespace

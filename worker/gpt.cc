@@ -141,8 +141,9 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& config) {
   return gpt;
 }
 
-void Gpt::BuildParams() {
-  const int64_t V = config_.vocab, C = config_.width, L = config_.layers;
+std::vector<ParamInfo> GptParams(const GptConfig& config) {
+  std::vector<ParamInfo> params;
+  const int64_t V = config.vocab, C = config.width, L = config.layers;
   const float std_dev = 0.02f;
   const float proj_std = std_dev / std::sqrt(2.0f * L);
   auto add = [&](std::string name, std::vector<int64_t> shape, bool decay,
@@ -153,10 +154,10 @@ void Gpt::BuildParams() {
     p.spec.group = decay ? "decay" : "no_decay";
     p.init = init;
     p.init_scale = scale;
-    params_.push_back(std::move(p));
+    params.push_back(std::move(p));
   };
   add("wte", {V, C}, true, ParamInfo::kNormal, std_dev);
-  add("wpe", {config_.context, C}, false, ParamInfo::kNormal, std_dev);
+  add("wpe", {config.context, C}, false, ParamInfo::kNormal, std_dev);
   for (int l = 0; l < L; ++l) {
     const std::string h = absl::StrCat("h.", l, ".");
     add(h + "ln1.weight", {C}, false, ParamInfo::kOnes, 0);
@@ -174,7 +175,11 @@ void Gpt::BuildParams() {
   }
   add("lnf.weight", {C}, false, ParamInfo::kOnes, 0);
   add("lnf.bias", {C}, false, ParamInfo::kZeros, 0);
+  return params;
+}
 
+void Gpt::BuildParams() {
+  params_ = GptParams(config_);
   int64_t offset = 0;
   for (const ParamInfo& p : params_) {
     offsets_.push_back(offset);

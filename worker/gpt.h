@@ -20,6 +20,10 @@
 
 namespace strata {
 
+// The parameters of a GPT of `config` (what Gpt::params() lists), without
+// their storage: names, shapes, groups and inits.
+std::vector<ParamInfo> GptParams(const GptConfig& config);
+
 // The model on the CPU (device "cpu"). Not thread-safe: one call at a time.
 // The kernels it calls use the process-wide thread pool
 // (common/parallel.h).

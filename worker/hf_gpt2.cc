@@ -1,9 +1,14 @@
 #include "worker/hf_gpt2.h"
 
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -18,6 +23,7 @@ namespace {
 using json = nlohmann::json;
 
 constexpr char kPrefix[] = "transformer.";
+constexpr int kGpt2EndOfText = 50256;
 
 // Strata's name inside a block ("ln1.weight") and Hugging Face's, and
 // whether the file holds its transpose.
@@ -123,25 +129,38 @@ std::string HfGpt2ConfigJson(const GptConfig& c, int vocab_size) {
             {"n_head", c.heads},
             {"n_inner", nullptr},
             {"activation_function", "gelu_new"},
-            {"layer_norm_epsilon", kernels::kLayerNormEps},
+            // kernels::kLayerNormEps, written as the decimal it stands for.
+            {"layer_norm_epsilon", 1e-5},
             {"resid_pdrop", 0.0},
             {"embd_pdrop", 0.0},
             {"attn_pdrop", 0.0},
             {"initializer_range", 0.02},
-            {"bos_token_id", 50256},
-            {"eos_token_id", 50256},
             {"tie_word_embeddings", true},
             {"torch_dtype", "float32"}};
+  static_assert(kernels::kLayerNormEps == 1e-5f);
+  if (vocab_size > kGpt2EndOfText) {  // GPT-2's <|endoftext|>
+    j["bos_token_id"] = kGpt2EndOfText;
+    j["eos_token_id"] = kGpt2EndOfText;
+  }
   return j.dump(2) + "\n";
 }
 
-absl::StatusOr<GptConfig> HfGpt2Config(const SafetensorsFile& file,
-                                       const std::string& config_json) {
+namespace {
+
+// The model's shape from the tensors alone (heads: 0).
+absl::StatusOr<GptConfig> ShapeFromTensors(const SafetensorsFile& file) {
   const SafetensorsTensor* wte = Find(file, "transformer.wte.weight");
   const SafetensorsTensor* wpe = Find(file, "transformer.wpe.weight");
   if (wte == nullptr || wpe == nullptr || wte->shape.size() != 2 ||
       wpe->shape.size() != 2) {
     return Invalid(file, "no 2-D wte.weight and wpe.weight: not a GPT-2");
+  }
+  for (int64_t d : {wte->shape[0], wte->shape[1], wpe->shape[0]}) {
+    if (d < 1 || d > (1 << 20)) {
+      return Invalid(file, absl::StrCat("wte.weight ", wte->shape[0], "x",
+                                        wte->shape[1], " or wpe.weight ",
+                                        wpe->shape[0], " rows out of range"));
+    }
   }
   GptConfig c;
   c.vocab = static_cast<int>(wte->shape[0]);
@@ -150,10 +169,52 @@ absl::StatusOr<GptConfig> HfGpt2Config(const SafetensorsFile& file,
   c.layers = CountLayers(file);
   c.heads = 0;
   if (c.layers == 0) return Invalid(file, "holds no block (h.0.*)");
+  return c;
+}
+
+// Refuses config.json settings that make another function than Strata's
+// GPT-2 (which the names and shapes alone would not show).
+absl::Status CheckSameFunction(const SafetensorsFile& file, const json& j,
+                               int width) {
+  auto refuse = [&](const char* key) {
+    return Invalid(file,
+                   absl::StrCat("config.json's '", key, "' is ", j[key].dump(),
+                                ": Strata's GPT-2 has no such variant"));
+  };
+  if (j.contains("activation_function") &&
+      (!j["activation_function"].is_string() ||
+       !absl::c_linear_search(
+           std::vector<std::string>{"gelu_new", "gelu_pytorch_tanh",
+                                    "gelu_fast"},
+           j["activation_function"].get<std::string>()))) {
+    return refuse("activation_function");
+  }
+  if (j.contains("layer_norm_epsilon") &&
+      (!j["layer_norm_epsilon"].is_number() ||
+       std::abs(j["layer_norm_epsilon"].get<double>() - 1e-5) > 1e-9)) {
+    return refuse("layer_norm_epsilon");
+  }
+  if (j.contains("n_inner") && !j["n_inner"].is_null() &&
+      j["n_inner"] != 4 * width) {
+    return refuse("n_inner");
+  }
+  if (j.value("scale_attn_weights", true) != true)
+    return refuse("scale_attn_weights");
+  if (j.value("scale_attn_by_inverse_layer_idx", false) != false)
+    return refuse("scale_attn_by_inverse_layer_idx");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<GptConfig> HfGpt2Config(const SafetensorsFile& file,
+                                       const std::string& config_json) {
+  STRATA_ASSIGN_OR_RETURN(const GptConfig c, ShapeFromTensors(file));
   if (config_json.empty()) return c;
   const json j = json::parse(config_json, nullptr, false);
   if (j.is_discarded() || !j.is_object())
     return Invalid(file, "its config.json is not a JSON object");
+  STRATA_RETURN_IF_ERROR(CheckSameFunction(file, j, c.width));
   GptConfig from_json = c;
   STRATA_RETURN_IF_ERROR(ReadField(file, j, "n_head", &from_json.heads));
   STRATA_RETURN_IF_ERROR(ReadField(file, j, "n_layer", &from_json.layers));
@@ -161,7 +222,7 @@ absl::StatusOr<GptConfig> HfGpt2Config(const SafetensorsFile& file,
   STRATA_RETURN_IF_ERROR(ReadField(file, j, "n_positions", &from_json.context));
   STRATA_RETURN_IF_ERROR(ReadField(file, j, "vocab_size", &from_json.vocab));
   if (from_json.layers != c.layers || from_json.width != c.width ||
-      from_json.context != c.context || from_json.vocab > c.vocab) {
+      from_json.context != c.context || from_json.vocab != c.vocab) {
     return Invalid(
         file, absl::StrCat("config.json (n_layer ", from_json.layers,
                            ", n_embd ", from_json.width, ", n_positions ",
@@ -173,11 +234,11 @@ absl::StatusOr<GptConfig> HfGpt2Config(const SafetensorsFile& file,
   return from_json;
 }
 
-absl::StatusOr<std::vector<HfTensor>> MatchHfGpt2(const SafetensorsFile& file,
-                                                  const Model& model) {
+absl::StatusOr<std::vector<HfTensor>> MatchHfGpt2(
+    const SafetensorsFile& file, const std::vector<ParamInfo>& params) {
   std::vector<HfTensor> out;
   std::set<const SafetensorsTensor*> used;
-  for (const ParamInfo& p : model.params()) {
+  for (const ParamInfo& p : params) {
     STRATA_ASSIGN_OR_RETURN(HfTensor hf, HfGpt2Tensor(p.spec.name));
     const SafetensorsTensor* t = Find(file, hf.name);
     if (t == nullptr) {
@@ -206,20 +267,29 @@ absl::StatusOr<std::vector<HfTensor>> MatchHfGpt2(const SafetensorsFile& file,
     used.insert(t);
     out.push_back(std::move(hf));
   }
+  // The head is tied to wte: a head of another shape is another model.
+  const SafetensorsTensor* head = file.Find("lm_head.weight");
+  const SafetensorsTensor* wte = Find(file, "transformer.wte.weight");
+  if (head != nullptr && wte != nullptr && head->shape != wte->shape) {
+    return Invalid(file,
+                   "lm_head.weight's shape is not wte.weight's: its head is "
+                   "not tied to the embedding, as Strata's GPT-2's is");
+  }
   for (const SafetensorsTensor& t : file.tensors()) {
     if (!used.contains(&t) && !Ignored(t.name)) {
       return Invalid(
           file, absl::StrCat("tensor ", t.name, " has no place in the model (",
-                             model.config().layers, " blocks)"));
+                             params.size(), " tensors)"));
     }
   }
   return out;
 }
 
 absl::StatusOr<std::vector<v1::InitSpec>> HfGpt2InitSpecs(
-    const SafetensorsFile& file, const std::string& path, const Model& model) {
+    const SafetensorsFile& file, const std::string& path,
+    const std::vector<ParamInfo>& params) {
   STRATA_ASSIGN_OR_RETURN(std::vector<HfTensor> match,
-                          MatchHfGpt2(file, model));
+                          MatchHfGpt2(file, params));
   std::vector<v1::InitSpec> specs;
   for (const HfTensor& hf : match) {
     v1::InitSpec init;
@@ -235,7 +305,7 @@ absl::StatusOr<std::vector<v1::InitSpec>> HfGpt2InitSpecs(
 
 absl::Status LoadHfGpt2(const SafetensorsFile& file, Model& model) {
   STRATA_ASSIGN_OR_RETURN(std::vector<HfTensor> match,
-                          MatchHfGpt2(file, model));
+                          MatchHfGpt2(file, model.params()));
   for (size_t i = 0; i < match.size(); ++i) {
     const TensorSpec& spec = model.params()[i].spec;
     STRATA_RETURN_IF_ERROR(ReadFitted(
@@ -283,12 +353,15 @@ absl::Status ExportHfGpt2(Model& model, int vocab_size,
   metadata["format"] = "pt";
   STRATA_RETURN_IF_ERROR(
       WriteSafetensors(out_dir + "/model.safetensors", metadata, views));
-  std::ofstream out(out_dir + "/config.json", std::ios::trunc);
+  // Through a rename, as the weights: never a torn config.json.
+  const std::string config = out_dir + "/config.json";
+  const std::string temp = absl::StrCat(config, ".tmp-", getpid());
+  std::ofstream out(temp, std::ios::trunc);
   out << HfGpt2ConfigJson(c, vocab_size);
   out.close();
-  if (!out) {
-    return absl::InternalError(
-        absl::StrCat("cannot write ", out_dir, "/config.json"));
+  if (!out || std::rename(temp.c_str(), config.c_str()) != 0) {
+    std::remove(temp.c_str());
+    return absl::InternalError(absl::StrCat("cannot write ", config));
   }
   return absl::OkStatus();
 }

@@ -16,7 +16,8 @@
 //
 // ᵀ: Hugging Face's Conv1D keeps (in, out), Strata (out, in). The LM head
 // is tied to wte, so lm_head.weight is not written, and is ignored when
-// read, as are the attention-mask buffers (attn.bias, attn.masked_bias).
+// read (one of another shape than wte is refused), as are the
+// attention-mask buffers (attn.bias, attn.masked_bias).
 // Files published without the "transformer." prefix (saved from GPT2Model)
 // are read too. Both models are the same function: pre-LN blocks, the tanh
 // GELU ("gelu_new"), LayerNorm eps 1e-5, q|k|v side by side in c_attn.
@@ -50,30 +51,34 @@ absl::StatusOr<HfTensor> HfGpt2Tensor(const std::string& name);
 std::string HfGpt2ConfigJson(const GptConfig& config, int vocab_size);
 
 // The shape a Hugging Face GPT-2 checkpoint gives a Strata model: layers,
-// width, context (n_positions) and vocab from `config_json` (config.json's
-// text) when given, checked against the file's tensors; from the tensors'
-// shapes alone otherwise, but for the heads, which only config.json holds
-// (0 then). Errors name the file and the field: INVALID_ARGUMENT for a
-// config.json that does not parse or disagrees with the tensors, a missing
-// wte, wpe or h.0 tensor.
+// width, context (n_positions) and vocab from the file's tensors, and the
+// heads from `config_json` (config.json's text; without it, 0). Errors name
+// the file and the field: INVALID_ARGUMENT for a missing wte, wpe or h.0
+// tensor, or a config.json that does not parse, disagrees with the tensors
+// (vocab_size included: the file's wte has its rows), or asks for another
+// function than Strata's GPT-2 (an activation other than the tanh GELU,
+// another layer_norm_epsilon or n_inner, unscaled or layer-scaled
+// attention).
 absl::StatusOr<GptConfig> HfGpt2Config(const SafetensorsFile& file,
                                        const std::string& config_json);
 
-// For each of model.params(), the file tensor it starts from, checked:
+// For each of `params` (a GPT's, Model::params() or GptParams), the file
+// tensor it starts from, checked:
 // every parameter's tensor is present (either name form) and fits its
 // shape (a vocabulary up to the model's, padded with zero rows; positions
 // at least the model's context, the first ones taken); every tensor of the
 // file is one of the model's or an ignored one. Errors name the file and
 // the tensor: INVALID_ARGUMENT for a missing, unfitting or unknown tensor
 // or a dtype other than F32, F16 and BF16.
-absl::StatusOr<std::vector<HfTensor>> MatchHfGpt2(const SafetensorsFile& file,
-                                                  const Model& model);
+absl::StatusOr<std::vector<HfTensor>> MatchHfGpt2(
+    const SafetensorsFile& file, const std::vector<ParamInfo>& params);
 
-// The InitSpecs (FILE) that make the servers start model's parameters from
-// `file` (what --init_from registers), one per params(), in order; `path`
-// is the file's path as the servers will open it. MatchHfGpt2's errors.
+// The InitSpecs (FILE) that make the servers start `params` from `file`
+// (what --init_from registers), one per parameter, in order; `path` is the
+// file's path as the servers will open it. MatchHfGpt2's errors.
 absl::StatusOr<std::vector<v1::InitSpec>> HfGpt2InitSpecs(
-    const SafetensorsFile& file, const std::string& path, const Model& model);
+    const SafetensorsFile& file, const std::string& path,
+    const std::vector<ParamInfo>& params);
 
 // Fills every parameter of `model` (param_data) from `file`. MatchHfGpt2's
 // errors and the file's read errors; on error the parameters are

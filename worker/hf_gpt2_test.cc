@@ -157,7 +157,7 @@ TEST(HfGpt2, ImportsThePublishedNameFormIntoAPaddedModel) {
             std::vector<float>(wpe.begin(), wpe.begin() + 64));
   EXPECT_EQ(Param(*model, "h.1.attn.qkv.weight"),
             Param(*src, "h.1.attn.qkv.weight"));
-  auto specs = HfGpt2InitSpecs(*file, "/srv/gpt2.safetensors", *model);
+  auto specs = HfGpt2InitSpecs(*file, "/srv/gpt2.safetensors", model->params());
   ASSERT_TRUE(specs.ok()) << specs.status();
   ASSERT_EQ(specs->size(), model->params().size());
   EXPECT_EQ((*specs)[2].source(), "h.0.ln_1.weight");
@@ -220,6 +220,47 @@ TEST(HfGpt2, ConfigComesFromTheTensorsAndConfigJson) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(HfGpt2Config(*file, R"({"n_head": -1})").status().code(),
             absl::StatusCode::kInvalidArgument);
+  // Another function than Strata's GPT-2, or another vocabulary than the
+  // file's rows, is named and refused.
+  for (const char* variant :
+       {R"({"n_head": 2, "activation_function": "relu"})",
+        R"({"n_head": 2, "layer_norm_epsilon": 1e-6})",
+        R"({"n_head": 2, "n_inner": 7})",
+        R"({"n_head": 2, "scale_attn_weights": false})",
+        R"({"n_head": 2, "scale_attn_by_inverse_layer_idx": true})",
+        R"({"n_head": 2, "vocab_size": 10})"}) {
+    absl::Status s = HfGpt2Config(*file, variant).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << variant;
+    EXPECT_NE(s.message().find(file->path()), std::string::npos) << s;
+  }
+  for (const char* same :
+       {R"({"n_head": 2, "activation_function": "gelu_pytorch_tanh"})",
+        R"({"n_head": 2, "layer_norm_epsilon": 1e-05, "n_inner": null})",
+        R"({"n_head": 2, "n_inner": 32, "vocab_size": 16})"}) {
+    EXPECT_TRUE(HfGpt2Config(*file, same).ok()) << same;
+  }
+}
+
+TEST(HfGpt2, RefusesAHeadThatIsNotTiedToTheEmbedding) {
+  auto gpt = MakeGpt(9);
+  const std::string dir = testing::FreshDir("hf-untied");
+  ASSERT_TRUE(ExportHfGpt2(*gpt, 16, dir).ok());
+  auto exported = Open(dir + "/model.safetensors");
+  std::vector<std::vector<float>> store;
+  std::vector<SafetensorsView> views;
+  for (const SafetensorsTensor& t : exported->tensors()) {
+    std::vector<float>& v = store.emplace_back(t.numel());
+    ASSERT_TRUE(exported->ReadF32(t, 0, t.numel(), v.data()).ok());
+    views.push_back({t.name, t.shape, v.data()});
+  }
+  const std::vector<float> head(20 * 8, 0.5f);
+  views.push_back({"lm_head.weight", {20, 8}, head.data()});
+  ASSERT_TRUE(WriteSafetensors(dir + "/untied.safetensors", {}, views).ok());
+  auto file = Open(dir + "/untied.safetensors");
+  auto model = MakeGpt(10);
+  absl::Status s = LoadHfGpt2(*file, *model);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("lm_head.weight"), std::string::npos) << s;
 }
 
 }  // namespace

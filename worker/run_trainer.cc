@@ -86,9 +86,8 @@ absl::Status WriteModelJson(const TrainerOptions& o) {
 
 absl::Status CheckTrainerOptions(const TrainerOptions& o) {
   STRATA_RETURN_IF_ERROR(Validate(o));
-  if (!o.init_from.empty()) {  // the model's names and shapes (on the CPU)
-    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(o.model));
-    STRATA_RETURN_IF_ERROR(ServerModel(*gpt, o).status());
+  if (!o.init_from.empty()) {  // the model's names and shapes
+    STRATA_RETURN_IF_ERROR(ServerModel(GptParams(o.model), o).status());
   }
   DatasetOptions dopts;
   dopts.context = o.model.context;
@@ -170,6 +169,8 @@ absl::Status RunTrainer(const TrainerOptions& options) {
   STRATA_ASSIGN_OR_RETURN(
       std::unique_ptr<TokenDataset> data,
       TokenDataset::Open(o.data_path, o.model.vocab, dopts));
+  // Before joining: an --init_from file that does not fit is refused here.
+  STRATA_ASSIGN_OR_RETURN(ModelSpec spec, ServerModel(gpt->params(), o));
 
   STRATA_ASSIGN_OR_RETURN(
       WorkerSession session,
@@ -194,7 +195,6 @@ absl::Status RunTrainer(const TrainerOptions& options) {
   po.security = o.security;
   STRATA_ASSIGN_OR_RETURN(auto ps,
                           PsClient::Create(po, session.scheduler.get()));
-  STRATA_ASSIGN_OR_RETURN(ModelSpec spec, ServerModel(*gpt, o));
   STRATA_RETURN_IF_ERROR(ps->RegisterModel(spec));
   STRATA_RETURN_IF_ERROR(WriteModelJson(o));
   if (o.shared_memory) ShareModelTensors(*gpt, *ps);

@@ -9,34 +9,41 @@
 
 namespace strata {
 
-absl::StatusOr<ModelSpec> ServerModel(const Model& gpt,
+namespace {
+
+// How the servers draw parameter `p`'s initial values.
+v1::InitSpec DrawnInit(const ParamInfo& p, uint64_t seed) {
+  v1::InitSpec init;
+  switch (p.init) {
+    case ParamInfo::kNormal:
+      init.set_kind(v1::InitSpec::NORMAL);
+      init.set_scale(p.init_scale);
+      break;
+    case ParamInfo::kOnes:
+      init.set_kind(v1::InitSpec::ONES);
+      break;
+    case ParamInfo::kZeros:
+      init.set_kind(v1::InitSpec::ZEROS);
+      break;
+  }
+  init.set_seed(seed);
+  return init;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelSpec> ServerModel(const std::vector<ParamInfo>& params,
                                       const TrainerOptions& o) {
   ModelSpec m;
   m.chunk_bytes = o.chunk_bytes;
-  if (!o.init_from.empty()) {
+  for (const ParamInfo& p : params) m.tensors.push_back(p.spec);
+  if (o.init_from.empty()) {
+    for (const ParamInfo& p : params) m.inits.push_back(DrawnInit(p, o.seed));
+  } else {
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
                             SafetensorsFile::Open(o.init_from));
-    STRATA_ASSIGN_OR_RETURN(m.inits, HfGpt2InitSpecs(*file, o.init_from, gpt));
-    for (const ParamInfo& p : gpt.params()) m.tensors.push_back(p.spec);
-  }
-  for (const ParamInfo& p : gpt.params()) {
-    if (!o.init_from.empty()) break;
-    m.tensors.push_back(p.spec);
-    v1::InitSpec init;
-    switch (p.init) {
-      case ParamInfo::kNormal:
-        init.set_kind(v1::InitSpec::NORMAL);
-        init.set_scale(p.init_scale);
-        break;
-      case ParamInfo::kOnes:
-        init.set_kind(v1::InitSpec::ONES);
-        break;
-      case ParamInfo::kZeros:
-        init.set_kind(v1::InitSpec::ZEROS);
-        break;
-    }
-    init.set_seed(o.seed);
-    m.inits.push_back(init);
+    STRATA_ASSIGN_OR_RETURN(m.inits,
+                            HfGpt2InitSpecs(*file, o.init_from, params));
   }
   for (const char* group : {"decay", "no_decay"}) {
     v1::GroupSpec g;

@@ -5,6 +5,8 @@
 #ifndef STRATA_WORKER_SERVER_MODEL_H_
 #define STRATA_WORKER_SERVER_MODEL_H_
 
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "client/ps_client.h"
 #include "worker/model.h"
@@ -14,7 +16,7 @@ namespace strata {
 
 // With o.init_from, every tensor starts from that file (InitSpec FILE);
 // its errors are MatchHfGpt2's (worker/hf_gpt2.h) and the file's.
-absl::StatusOr<ModelSpec> ServerModel(const Model& gpt,
+absl::StatusOr<ModelSpec> ServerModel(const std::vector<ParamInfo>& params,
                                       const TrainerOptions& o);
 
 }  // namespace strata

@@ -1,8 +1,12 @@
 #include "worker/snapshot_loader.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,12 +71,29 @@ absl::Status LoadStep(const std::vector<std::string>& servers, int64_t step,
   return absl::OkStatus();
 }
 
+// Removes the scratch folders (<server>.read-<pid>-<step>) that readers
+// which died mid-read left beside `servers`: their links pin the disk space
+// of snapshots the servers have pruned.
+void SweepDeadReaders(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t at = name.find(".read-");
+    if (name.rfind("server-", 0) != 0 || at == std::string::npos) continue;
+    const int pid = std::atoi(name.c_str() + at + 6);
+    if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) {
+      std::filesystem::remove_all(e.path(), ec);
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> LoadFromSnapshots(const std::string& dir,
                                           Model& model) {
   STRATA_ASSIGN_OR_RETURN(std::vector<std::string> servers,
                           ServerDirPaths(dir));
+  SweepDeadReaders(dir);
   // A running server may prune the step between the listing and the read
   // (it keeps its newest few): list again then.
   for (int attempt = 1;; ++attempt) {

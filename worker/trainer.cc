@@ -15,7 +15,6 @@
 #include "spdlog/spdlog.h"
 #include "worker/gpt_config_json.h"
 #include "worker/progress.h"
-#include "worker/server_model.h"
 #include "worker/trainer_impl.h"
 #include "worker/trainer_loop.h"
 
@@ -118,8 +117,7 @@ absl::Status Trainer::Run() {
       prev_epoch = 0;
       ps_->ForgetPushErrors();
       // A restarted server that held no snapshot lacks the chunks.
-      STRATA_ASSIGN_OR_RETURN(ModelSpec spec, ServerModel(*gpt_, o_));
-      STRATA_RETURN_IF_ERROR(ps_->RegisterModel(spec));
+      STRATA_RETURN_IF_ERROR(ps_->RegisterModelAgain());
       continue;
     }
     const absl::Time t0 = absl::Now();
