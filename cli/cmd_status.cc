@@ -17,7 +17,7 @@
 #include "absl/time/clock.h"
 #include "cli/commands.h"
 #include "cli/ops.h"
-#include "common/health.h"
+#include "rpc/health.h"
 #include "common/metrics_http.h"
 #include "common/status.h"
 #include "strata/v1/ps.grpc.pb.h"

@@ -11,7 +11,7 @@
 #include "cli/model_files.h"
 #include "cli/ops.h"
 #include "cli/signals.h"
-#include "common/health.h"
+#include "rpc/health.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"

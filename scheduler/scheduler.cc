@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/consistency.h"
-#include "common/health.h"
+#include "rpc/health.h"
 #include "common/status.h"
 #include "scheduler/kv_store.h"
 #include "scheduler/ledger.h"

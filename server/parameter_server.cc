@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "cluster/scheduler_client.h"
 #include "common/consistency.h"
-#include "common/health.h"
+#include "rpc/health.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
 #include "common/wire.h"

@@ -1,4 +1,4 @@
-#include "common/health.h"
+#include "rpc/health.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>

@@ -3,8 +3,8 @@
 // NOT_SERVING until the role is ready and after it starts to shut down.
 // `strata health` and `strata status` ask it (and Kubernetes' grpc probes
 // where there is no TLS: they present no client certificate).
-#ifndef STRATA_COMMON_HEALTH_H_
-#define STRATA_COMMON_HEALTH_H_
+#ifndef STRATA_RPC_HEALTH_H_
+#define STRATA_RPC_HEALTH_H_
 
 #include <memory>
 #include <string>
@@ -62,4 +62,4 @@ absl::StatusOr<bool> CheckHealth(
 
 }  // namespace strata
 
-#endif  // STRATA_COMMON_HEALTH_H_
+#endif  // STRATA_RPC_HEALTH_H_
