@@ -42,7 +42,8 @@ CommandFn AddSchedulerCommand(CLI::App& app) {
       "scheduler",
       "Run the scheduler: membership, view, shard map, rendezvous KV");
   auto o = std::make_shared<SchedulerOptions>();
-  auto lease_ms = std::make_shared<int64_t>(2500);
+  auto lease_ms =
+      std::make_shared<int64_t>(absl::ToInt64Milliseconds(kDefaultLease));
   auto address_file = std::make_shared<std::string>();
   auto metrics = std::make_shared<MetricsFlags>();
   auto tls = std::make_shared<TlsFlags>();

@@ -27,6 +27,7 @@ World* NewWorld() {
   if (!state.ok()) std::abort();
   MembershipOptions o;
   o.num_shards = 2;
+  o.lease = absl::Seconds(10);
   o.clock = Clock::Real();
   o.store = w->store.get();
   w->membership = std::make_unique<Membership>(o, *state);

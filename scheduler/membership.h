@@ -46,7 +46,9 @@ using RollbackRule = std::function<absl::StatusOr<std::optional<int64_t>>(
 struct MembershipOptions {
   int num_shards = 1;
   std::string consistency = "bsp";
-  absl::Duration lease = absl::Seconds(10);
+  // How long a member stays without a heartbeat. REQUIRES: > 0 (the
+  // Scheduler passes SchedulerOptions::lease).
+  absl::Duration lease = absl::ZeroDuration();
   Clock* clock = nullptr;       // not owned; must outlive the Membership
   StateStore* store = nullptr;  // not owned; must outlive the Membership
 };

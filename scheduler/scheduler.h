@@ -34,6 +34,15 @@ class Server;
 
 namespace strata {
 
+// How long a member stays in the view without a heartbeat unless told
+// otherwise (SchedulerOptions::lease, `strata scheduler --lease_ms`): the
+// one default. It trades a quick recovery (a worker killed with SIGKILL
+// leaves the view at most a lease plus the check interval after its last
+// heartbeat, and the others then redo its BSP step) against fencing a
+// member that stalls longer than this (e.g. SIGSTOP): it then registers
+// again and redoes its step.
+inline constexpr absl::Duration kDefaultLease = absl::Milliseconds(2500);
+
 namespace scheduler_internal {
 class StateStore;
 class Membership;
@@ -53,13 +62,8 @@ struct SchedulerOptions {
   // The job's consistency setting (bsp | ssp:<s> | asp), copied into every
   // view; parsed by ParseConsistency (common/consistency.h).
   std::string consistency = "bsp";
-  // How long a member stays without a heartbeat. Must be > 0. The default
-  // trades a quick recovery (a worker killed with SIGKILL leaves the view at
-  // most a lease plus lease_check_interval after its last heartbeat, and the
-  // others then redo its BSP step) against fencing a member that stalls
-  // longer than this (e.g. SIGSTOP): it then registers again and redoes its
-  // step.
-  absl::Duration lease = absl::Milliseconds(2500);
+  // How long a member stays without a heartbeat. Must be > 0.
+  absl::Duration lease = kDefaultLease;
   // How often leases are checked against clock->Now(). Must be > 0.
   absl::Duration lease_check_interval = absl::Milliseconds(100);
   // Time source for leases; not owned, must outlive the Scheduler.
