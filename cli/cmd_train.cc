@@ -11,9 +11,9 @@
 #include "cli/model_files.h"
 #include "cli/ops.h"
 #include "cli/signals.h"
-#include "rpc/health.h"
 #include "common/metrics.h"
 #include "common/status.h"
+#include "rpc/health.h"
 #include "spdlog/spdlog.h"
 #include "worker/gpt.h"
 #include "worker/hf_gpt2.h"
@@ -93,9 +93,14 @@ void AddModelFlags(CLI::App* cmd, GptConfig* m) {
 
 void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
   AddModelFlags(cmd, &o->model);
-  cmd->add_option("--device", o->device, "cpu, or cuda (bf16 on the GPU)")
+  // Names on the command line, enums in the options (checked first, so
+  // the parse cannot fail).
+  cmd->add_option_function<std::string>(
+         "--device",
+         [o](const std::string& name) { o->device = *ParseDevice(name); },
+         "cpu, or cuda (bf16 on the GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
+      ->default_str(DeviceName(o->device));
   cmd->add_option("--data", o->data_path,
                   "text file or folder (byte-level), or a token shard")
       ->capture_default_str();
@@ -174,13 +179,15 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "each layer once its weights are in (--sync ps; false: "
                   "pull them all first)")
       ->capture_default_str();
-  cmd->add_option("--sync", o->sync,
-                  "how workers combine gradients: ps (each pushes its own; "
-                  "the servers average them) or allreduce (BSP only: the "
-                  "workers all-reduce them over Gloo, overlapped with "
-                  "backward, and each pushes its share of the chunks)")
+  cmd->add_option_function<std::string>(
+         "--sync",
+         [o](const std::string& name) { o->sync = *ParseSyncMode(name); },
+         "how workers combine gradients: ps (each pushes its own; "
+         "the servers average them) or allreduce (BSP only: the "
+         "workers all-reduce them over Gloo, overlapped with "
+         "backward, and each pushes its share of the chunks)")
       ->check(CLI::IsMember({"ps", "allreduce"}))
-      ->capture_default_str();
+      ->default_str(SyncModeName(o->sync));
   AddByteSizeFlag(cmd, "--bucket_size", &o->bucket_bytes,
                   "with --sync allreduce: all-reduce gradients in buckets of "
                   "about this size as backward finishes them, e.g. 25MiB (0: "
@@ -244,7 +251,7 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
       "--log_every",    std::to_string(o.log_every)};
   if (o.model.recompute) f.push_back("--recompute");
   if (!o.init_from.empty()) f.insert(f.end(), {"--init_from", o.init_from});
-  f.insert(f.end(), {"--device", o.device});
+  f.insert(f.end(), {"--device", DeviceName(o.device)});
   // Set or not: a worker's own default follows its device.
   if (o.push_bf16)
     f.push_back(*o.push_bf16 ? "--push_bf16" : "--push_bf16=false");
@@ -262,7 +269,8 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
     f.insert(f.end(), {"--pull_during_commit", "false"});
   if (!o.forward_during_pull)
     f.insert(f.end(), {"--forward_during_pull", "false"});
-  if (o.sync != "ps") f.insert(f.end(), {"--sync", o.sync});
+  if (o.sync != SyncMode::kPs)
+    f.insert(f.end(), {"--sync", SyncModeName(o.sync)});
   if (o.bucket_bytes != TrainerOptions().bucket_bytes)
     f.insert(f.end(), {"--bucket_size", std::to_string(o.bucket_bytes)});
   if (o.collective_host != TrainerOptions().collective_host)

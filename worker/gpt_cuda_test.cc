@@ -466,7 +466,7 @@ TEST(GptCuda, ProfileTimesEachOpClass) {
 
 TEST(GptCuda, DescribesItsDevice) {
   if (kernels::cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-  auto model = CreateModel(TinyConfig(), "cuda");
+  auto model = CreateModel(TinyConfig(), Device::kCuda);
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ((*model)->device(), "cuda:0");
   EXPECT_GE((*model)->peak_flops(), 0);

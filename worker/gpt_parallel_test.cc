@@ -212,9 +212,9 @@ TEST(ParallelGpt, RefusesBadSplitsAndBadBatches) {
       ParallelGpt::Create(config, {1, 4, 1}).status()));  // 3 layers
   EXPECT_TRUE(
       absl::IsInvalidArgument(ParallelGpt::Create(config, {1, 1, 0}).status()));
-  EXPECT_TRUE(
-      absl::IsUnimplemented(CreateModel(config, "cuda", {2, 1, 1}).status()));
-  auto plain = CreateModel(config, "cpu", {1, 1, 4});
+  EXPECT_TRUE(absl::IsUnimplemented(
+      CreateModel(config, Device::kCuda, {2, 1, 1}).status()));
+  auto plain = CreateModel(config, Device::kCpu, {1, 1, 4});
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(dynamic_cast<ParallelGpt*>(plain->get()), nullptr);
 

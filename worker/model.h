@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/chunk_plan.h"
 
 namespace strata {
@@ -145,15 +146,22 @@ class Model {
 absl::Status ValidateBatch(const GptConfig& config, const int32_t* tokens,
                            const int32_t* targets, int B, int T);
 
-// Builds a model with zeroed parameters on `device`: "cpu" (Gpt, or
-// ParallelGpt when `parallelism` has more than one rank) or "cuda" (GptCuda
-// on device 0). INVALID_ARGUMENT for a bad config, a bad split or an
-// unknown device name; UNAVAILABLE for "cuda" when Strata was built without
-// CUDA or no CUDA device is present; UNIMPLEMENTED for "cuda" with more
-// than one rank (tensor and pipeline parallelism run on CPU threads only).
+// Where a model computes (`--device`).
+enum class Device { kCpu, kCuda };
+
+// "cpu" or "cuda" as a Device; INVALID_ARGUMENT for any other name.
+absl::StatusOr<Device> ParseDevice(absl::string_view name);
+// The name ParseDevice takes: "cpu" or "cuda".
+const char* DeviceName(Device device);
+
+// Builds a model with zeroed parameters on `device`: the CPU (Gpt, or
+// ParallelGpt when `parallelism` has more than one rank) or CUDA (GptCuda
+// on device 0). INVALID_ARGUMENT for a bad config or a bad split;
+// UNAVAILABLE for CUDA when Strata was built without CUDA or no CUDA
+// device is present; UNIMPLEMENTED for CUDA with more than one rank
+// (tensor and pipeline parallelism run on CPU threads only).
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(
-    const GptConfig& config, const std::string& device,
-    ModelParallelism parallelism = {});
+    const GptConfig& config, Device device, ModelParallelism parallelism = {});
 
 }  // namespace strata
 

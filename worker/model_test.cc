@@ -22,7 +22,7 @@ GptConfig TinyConfig() {
 }
 
 TEST(CreateModel, CpuBuildsTheCpuGpt) {
-  auto model = CreateModel(TinyConfig(), "cpu");
+  auto model = CreateModel(TinyConfig(), Device::kCpu);
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ((*model)->device(), "cpu");
   EXPECT_EQ((*model)->peak_flops(), 0);
@@ -36,7 +36,7 @@ TEST(CreateModel, CpuBuildsTheCpuGpt) {
 }
 
 TEST(CreateModel, CpuModelTrainsThroughTheInterface) {
-  auto model = CreateModel(TinyConfig(), "cpu");
+  auto model = CreateModel(TinyConfig(), Device::kCpu);
   ASSERT_TRUE(model.ok()) << model.status();
   Model& m = **model;
   const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -52,25 +52,30 @@ TEST(CreateModel, CpuModelTrainsThroughTheInterface) {
 }
 
 TEST(CreateModel, CudaWithoutDeviceIsUnavailable) {
-  auto model = CreateModel(TinyConfig(), "cuda");
+  auto model = CreateModel(TinyConfig(), Device::kCuda);
   if (model.ok()) GTEST_SKIP() << "a CUDA device is present";
   EXPECT_EQ(model.status().code(), absl::StatusCode::kUnavailable)
       << model.status();
   EXPECT_FALSE(model.status().message().empty());
 }
 
-TEST(CreateModel, UnknownDeviceIsInvalidArgument) {
+TEST(ParseDevice, UnknownDeviceIsInvalidArgument) {
   for (const char* device : {"tpu", "", "CPU", "cuda:0"}) {
-    auto model = CreateModel(TinyConfig(), device);
-    EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument)
+    EXPECT_EQ(ParseDevice(device).status().code(),
+              absl::StatusCode::kInvalidArgument)
         << device;
+  }
+  for (Device d : {Device::kCpu, Device::kCuda}) {
+    auto parsed = ParseDevice(DeviceName(d));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, d);
   }
 }
 
 TEST(CreateModel, BadConfigIsInvalidArgument) {
   GptConfig c = TinyConfig();
   c.heads = 3;
-  EXPECT_EQ(CreateModel(c, "cpu").status().code(),
+  EXPECT_EQ(CreateModel(c, Device::kCpu).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -43,13 +43,9 @@ absl::Status Validate(const TrainerOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--pp must be in [1, --layers (", o.model.layers, ")]"));
   }
-  if ((o.tp > 1 || o.pp > 1) && o.device != "cpu") {
+  if ((o.tp > 1 || o.pp > 1) && o.device != Device::kCpu) {
     return absl::UnimplementedError(
         "--tp and --pp run on CPU threads only so far (--device cpu)");
-  }
-  if (o.sync != "ps" && o.sync != "allreduce") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--sync must be ps or allreduce, not '", o.sync, "'"));
   }
   return absl::OkStatus();
 }
@@ -57,10 +53,10 @@ absl::Status Validate(const TrainerOptions& o) {
 // Whether `o`'s worker pushes gradients (pulls weights) as bf16: the
 // option when set, else whether it computes on a GPU.
 bool PushesBf16(const TrainerOptions& o) {
-  return o.push_bf16.value_or(o.device == "cuda");
+  return o.push_bf16.value_or(o.device == Device::kCuda);
 }
 bool PullsBf16(const TrainerOptions& o) {
-  return o.pull_bf16.value_or(o.device == "cuda");
+  return o.pull_bf16.value_or(o.device == Device::kCuda);
 }
 
 // Writes the model's config to o.model_json_path, if set, at the start of
@@ -83,6 +79,17 @@ absl::Status WriteModelJson(const TrainerOptions& o) {
 }
 
 }  // namespace
+
+absl::StatusOr<SyncMode> ParseSyncMode(absl::string_view name) {
+  if (name == "ps") return SyncMode::kPs;
+  if (name == "allreduce") return SyncMode::kAllReduce;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--sync must be ps or allreduce, not '", name, "'"));
+}
+
+const char* SyncModeName(SyncMode mode) {
+  return mode == SyncMode::kAllReduce ? "allreduce" : "ps";
+}
 
 absl::Status CheckTrainerOptions(const TrainerOptions& o) {
   STRATA_RETURN_IF_ERROR(Validate(o));
@@ -190,7 +197,7 @@ absl::Status RunTrainer(const TrainerOptions& options) {
   po.pull_fp32_through_shm = !o.pull_bf16.has_value();
   // Under all-reduce sync each chunk's pusher changes with the group: no
   // error is carried there.
-  po.push_error_feedback = o.error_feedback && o.sync == "ps";
+  po.push_error_feedback = o.error_feedback && o.sync == SyncMode::kPs;
   po.shared_memory = o.shared_memory;
   po.security = o.security;
   STRATA_ASSIGN_OR_RETURN(auto ps,

@@ -75,7 +75,7 @@ absl::Status Trainer::Run() {
     spdlog::info("strata worker: joining at step {}", first_step);
   }
   const bool bsp = mode_.mode == Consistency::kBsp;
-  if (o_.sync == "allreduce" && !bsp) {
+  if (o_.sync == SyncMode::kAllReduce && !bsp) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--sync allreduce needs BSP servers; these run ", mode_.ToString()));
   }
@@ -134,7 +134,7 @@ absl::Status Trainer::Run() {
     std::optional<absl::StatusOr<StepWork>> leased;
     std::optional<absl::StatusOr<double>> computed;
     float grad_norm = 0;
-    if (!last_pull && o_.forward_during_pull && o_.sync == "ps") {
+    if (!last_pull && o_.forward_during_pull && o_.sync == SyncMode::kPs) {
       leased = LeaseStepWork(*scheduler_, step, job_);
       if (leased->ok() && (*leased)->view.generation == generation_) {
         SetStamp(**leased);

@@ -17,12 +17,20 @@
 
 namespace strata {
 
+// How the workers of a job combine their gradients (`--sync`).
+enum class SyncMode { kPs, kAllReduce };
+
+// "ps" or "allreduce" as a SyncMode; INVALID_ARGUMENT for any other name.
+absl::StatusOr<SyncMode> ParseSyncMode(absl::string_view name);
+// The name ParseSyncMode takes.
+const char* SyncModeName(SyncMode mode);
+
 struct TrainerOptions {
   std::string scheduler_address;
   GptConfig model;
-  // "cpu", or "cuda" (bf16 compute on the GPU; fp32 master weights stay on
+  // The CPU, or CUDA (bf16 compute on the GPU; fp32 master weights stay on
   // the servers).
-  std::string device = "cpu";
+  Device device = Device::kCpu;
   // Text file or folder (byte-level tokens) or a token shard.
   std::string data_path = "/usr/share/common-licenses";
   int workers = 1;    // wait until this many workers are live, then start
@@ -64,13 +72,13 @@ struct TrainerOptions {
   // its weights have landed (ps sync only; false: pull everything first).
   // The same arithmetic either way.
   bool forward_during_pull = true;
-  // How workers combine gradients: "ps", each pushes its own and the
-  // servers average them; "allreduce" (BSP only), the workers all-reduce
+  // How workers combine gradients: kPs, each pushes its own and the
+  // servers average them; kAllReduce (BSP only), the workers all-reduce
   // them among themselves over Gloo (each gradient as backward finishes
   // it), clip the whole step's gradient, and each pushes its share of the
   // chunks (ps.proto PushRequest.whole_step). The group is formed through
   // the scheduler's KV at each new set of workers.
-  std::string sync = "ps";
+  SyncMode sync = SyncMode::kPs;
   // allreduce: the address of this host its peers reach its Gloo
   // connections at, and how long a collective may take.
   std::string collective_host = "127.0.0.1";

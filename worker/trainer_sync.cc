@@ -231,7 +231,7 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
   // the step's samples and summed among the workers as backward finishes
   // each; every worker then holds the step's gradient, clips it and pushes
   // its share of the chunks.
-  const bool reduce = o_.sync == "allreduce";
+  const bool reduce = o_.sync == SyncMode::kAllReduce;
   uint64_t total = static_cast<uint64_t>(B);
   if (reduce) {
     STRATA_ASSIGN_OR_RETURN(total, JoinGroupForStep(work));
