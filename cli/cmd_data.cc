@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "common/status.h"
+#include "data/dataset.h"
 #include "data/gpt2_tokenizer.h"
-#include "worker/data.h"
 
 namespace strata {
 namespace {

@@ -11,8 +11,8 @@
 #include "cli/commands.h"
 #include "cli/model_files.h"
 #include "common/status.h"
+#include "data/dataset.h"
 #include "spdlog/spdlog.h"
-#include "worker/data.h"
 #include "worker/hf_gpt2.h"
 
 namespace strata {

@@ -1,4 +1,4 @@
-// Token files (worker/data.h): Strata shards (written by `strata data`),
+// Token files (data/dataset.h): Strata shards (written by `strata data`),
 // llm.c's shards and nanoGPT's headerless .bin files. Any bytes give a
 // Status or tokens that are all below the vocabulary, and a layout that
 // lies exactly within the file.
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "worker/data.h"
-#include "worker/data_files.h"
+#include "data/dataset.h"
+#include "data/token_files.h"
 
 namespace {
 

@@ -320,7 +320,7 @@ TEST(Cli, LocalStartsItsProcessesThroughStrataSelfExec) {
       << broken.Output();
 }
 
-// The tokens of the Strata shard at `path` (worker/data.h's format), read
+// The tokens of the Strata shard at `path` (data/dataset.h's format), read
 // here so the test checks the bytes on disk; empty on a bad header.
 std::vector<uint16_t> ShardTokens(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "data/dataset.h"
 #include "gtest/gtest.h"
 #include "testing/temp_dir.h"
 #include "tests/process_util.h"
-#include "worker/data.h"
 #include "worker/gpt.h"
 #include "worker/hf_gpt2.h"
 

@@ -18,7 +18,7 @@
 #include "collective/communicator.h"
 #include "collective/grad_buckets.h"
 #include "common/consistency.h"
-#include "worker/data.h"
+#include "data/dataset.h"
 #include "worker/grad_accumulator.h"
 #include "worker/model.h"
 #include "worker/progress.h"

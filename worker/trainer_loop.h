@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "client/ps_client.h"
 #include "cluster/worker_session.h"
-#include "worker/data.h"
+#include "data/dataset.h"
 #include "worker/model.h"
 #include "worker/trainer.h"
 

@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "worker/data.h"
-#include "worker/data_files.h"
+#include "data/dataset.h"
+#include "data/token_files.h"
 
 namespace strata {
 

@@ -1,11 +1,11 @@
 // TokenDataset: segments of tokens, their splits, and sampling windows.
-#include "worker/data.h"
+#include "data/dataset.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "worker/data_files.h"
+#include "data/token_files.h"
 
 namespace strata {
 namespace {

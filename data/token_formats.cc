@@ -14,8 +14,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "worker/data.h"
-#include "worker/data_files.h"
+#include "data/dataset.h"
+#include "data/token_files.h"
 
 namespace strata {
 

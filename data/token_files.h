@@ -1,8 +1,8 @@
-// Private to worker/data*: the files a --data path names, how each holds
-// its tokens, and one file's tokens behind a read-only mapping. The rules
-// are documented in worker/data.h.
-#ifndef STRATA_WORKER_DATA_FILES_H_
-#define STRATA_WORKER_DATA_FILES_H_
+// Private to data/ (dataset.h and token_*.cc): the files a --data path names,
+// how each holds its tokens, and one file's tokens behind a read-only mapping.
+// The rules are documented in data/dataset.h.
+#ifndef STRATA_DATA_TOKEN_FILES_H_
+#define STRATA_DATA_TOKEN_FILES_H_
 
 #include <cstdint>
 #include <memory>
@@ -91,7 +91,7 @@ class TokenFile {
   bool text_ = false;
 };
 
-// The files `path` names, in sorted order (see worker/data.h). NOT_FOUND
+// The files `path` names, in sorted order (see data/dataset.h). NOT_FOUND
 // for a pattern with no match or a folder without regular files; a missing
 // plain path is returned as is, for opening it to report.
 absl::StatusOr<std::vector<std::string>> ListTokenFiles(
@@ -104,7 +104,7 @@ struct DataFiles {
 };
 
 // The files `path` names, split by the validation-shard rules of
-// worker/data.h. The errors of ListTokenFiles; INVALID_ARGUMENT when all
+// data/dataset.h. The errors of ListTokenFiles; INVALID_ARGUMENT when all
 // of a folder's or pattern's files are validation shards.
 absl::StatusOr<DataFiles> FindDataFiles(const std::string& path);
 
@@ -113,11 +113,11 @@ absl::StatusOr<DataFiles> FindDataFiles(const std::string& path);
 bool IsValidationShard(const std::string& file);
 
 // The glob(3) pattern of the validation shards beside the train data that
-// `path` names (rule 2 in worker/data.h), or "" if its name has no "train"
+// `path` names (rule 2 in data/dataset.h), or "" if its name has no "train"
 // word or does not end in .bin. `literal`: `path` is a file name, whose
 // glob characters are escaped, not a pattern.
 std::string ValidationPatternFor(const std::string& path, bool literal);
 
 }  // namespace strata
 
-#endif  // STRATA_WORKER_DATA_FILES_H_
+#endif  // STRATA_DATA_TOKEN_FILES_H_

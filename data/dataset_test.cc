@@ -1,6 +1,6 @@
 // Token shards (Strata's, llm.c's, nanoGPT's), text loading, validation
 // shards, splits and deterministic sampling.
-#include "worker/data.h"
+#include "data/dataset.h"
 
 #include <unistd.h>
 
@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "data/token_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/temp_dir.h"
-#include "worker/data_files.h"
 
 namespace strata {
 namespace {

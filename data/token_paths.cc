@@ -6,7 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "worker/data_files.h"
+#include "data/token_files.h"
 
 namespace strata {
 namespace {

@@ -42,8 +42,8 @@
 // against the vocabulary when a file is opened. A shard truncated in place
 // while mapped makes the process fault (SIGBUS), as for any mapped file:
 // replace shards by rename.
-#ifndef STRATA_WORKER_DATA_H_
-#define STRATA_WORKER_DATA_H_
+#ifndef STRATA_DATA_DATASET_H_
+#define STRATA_DATA_DATASET_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -117,7 +117,7 @@ struct DatasetOptions {
   int stride = 0;               // between window starts; 0 means context
 };
 
-class TokenFile;  // one file's tokens, mapped or owned (data_files.h)
+class TokenFile;  // one file's tokens, mapped or owned (token_files.h)
 
 // Tokens in segments (one per shard, per run of consecutive text files, or
 // Create's vector), numbered train segments first, then eval segments; the
@@ -210,4 +210,4 @@ int64_t PermuteIndex(int64_t index, int64_t n, uint64_t key);
 
 }  // namespace strata
 
-#endif  // STRATA_WORKER_DATA_H_
+#endif  // STRATA_DATA_DATASET_H_
