@@ -11,7 +11,8 @@
 # host networking: it adds a network alias that Podman refuses there.)
 #
 # Exit 77 (ctest: skipped) with the reason where podman, docker-compose or
-# a base image cannot be had; see ../shared/CONTAINERS.md for the setup.
+# a base image cannot be had; docs/OPERATIONS.md ("Containers with
+# Podman") has the setup.
 # The first image build compiles Strata in the container (~15 min on 2
 # cores); later ones reuse its layers and compiler cache.
 set -euo pipefail
@@ -22,7 +23,8 @@ for tool in podman docker-compose; do
   command -v "${tool}" > /dev/null ||
     skip "${tool} is missing (apt-get install podman docker-compose runc mmdebstrap)"
 done
-# This machine's cgroup setup needs runc and no ulimits (CONTAINERS.md).
+# This machine's cgroup setup needs runc and no ulimits (docs/OPERATIONS.md,
+# "Containers with Podman").
 if [ -z "${CONTAINERS_CONF:-}" ]; then
   export CONTAINERS_CONF="${TMPDIR:-/tmp}/strata-containers.conf"
   printf '[containers]\ndefault_ulimits = []\npids_limit = 0\n[engine]\nruntime = "runc"\n' \
