@@ -27,14 +27,13 @@ inline void TuneMallocForPayloads() {
 // budget, more than the 192 MiB state; tests/tier_test.cc). Mapping and
 // unmapping each tile instead (a 256 KiB threshold) bounded that, but then
 // every tile read paid its page faults and zeroing: about a quarter of a
-// tiered server's CPU by perf, and the tier's end-to-end run is CPU-bound
-// on this project's 2-core machine. So tiles come from the heap (mmap only
-// beyond 32 MiB) of at most two arenas, which recycle what the tiles free,
-// and free heap beyond 64 MiB goes back. Measured (2026-11-26, 124M shape,
-// 2 servers at a quarter budget, docs/BENCHMARKS.md): 46-50 -> 62-68
-// tokens/s, each server's peak RSS 780-800 -> 1040-1110 MiB; the budget
-// test's growth 108 -> 123-134 MiB (bound: budget + 128 MiB). Call before the
-// server's threads start (the arena cap holds for arenas made later).
+// tiered server's CPU by perf, where a tiered run is CPU-bound on few
+// cores. So tiles come from the heap (mmap only beyond 32 MiB) of at most
+// two arenas, which recycle what the tiles free, and free heap beyond 64
+// MiB goes back: a tiered run is faster, at some more peak RSS, still
+// within the budget test's bound (budget + 128 MiB; docs/BENCHMARKS.md has
+// the figures). Call before the server's threads start (the arena cap
+// holds for arenas made later).
 inline void TuneMallocForBudget() {
   mallopt(M_ARENA_MAX, 2);
   mallopt(M_MMAP_THRESHOLD, 32 << 20);

@@ -61,9 +61,9 @@ rocksdb::Options DbOptions(bool create, const RocksDbTierOptions& tier) {
     // No blob garbage collection: the tier rewrites every tile each step,
     // so a blob file's values all die together and the file goes once
     // compaction drops their keys. Relocating live values instead doubled
-    // the disk writes and added half again to the reads (bench/tier.sh,
-    // 2026-11-24) for no smaller footprint: the spill directory stays near
-    // the spilled state's size either way.
+    // the disk writes and added half again to the reads (bench/tier.sh)
+    // for no smaller footprint: the spill directory stays near the spilled
+    // state's size either way.
     options.enable_blob_garbage_collection = false;
   }
   if (tier.direct_io) {

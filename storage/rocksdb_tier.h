@@ -46,12 +46,11 @@ struct RocksDbTierOptions {
   // from and go to the disk). A flush writes one 4 MiB buffer at a time
   // (4 MiB of RAM per file being written) and waits for each: with RocksDB's
   // 1 MiB default that made the tier's writes about 3.5x slower than
-  // buffered flushes synced at each file's end (bench/tier.sh,
-  // 2026-11-25). Since RocksDB's CRC of each blob is Strata's fast one
-  // (storage/rocksdb_crc32c.h), 4 MiB O_DIRECT flushes beat buffered ones:
-  // 1.81-2.07 against 2.13-2.22 s per step, alternated (1, 2, 8 and 16 MiB
-  // buffers: 2.10, 2.01, 2.16, 2.26; 2026-11-26): this disk moves a step's
-  // reads and buffered writes at once far slower than its O_DIRECT ones
+  // buffered flushes synced at each file's end (bench/tier.sh). Since
+  // RocksDB's CRC of each blob is Strata's fast one
+  // (storage/rocksdb_crc32c.h), 4 MiB O_DIRECT flushes beat buffered ones
+  // and the other buffer sizes tried (1, 2, 8, 16 MiB): a disk moves a
+  // step's reads and buffered writes at once slower than O_DIRECT ones
   // (tier_bench's disk_mixed_s). File systems without O_DIRECT (tmpfs
   // before Linux 6.6) fail at Open with INVALID_ARGUMENT.
   bool direct_io = false;
@@ -60,7 +59,7 @@ struct RocksDbTierOptions {
   // its own (storage/chunk_record.h), which every Get checks anyway, with
   // the record's id against the key; RocksDB's check of a blob is a second
   // pass over the value, in software in Debian's portable build: a fifth
-  // of a tiered server's CPU (perf, 2026-11-25). The spill tier, whose
+  // of a tiered server's CPU by perf. The spill tier, whose
   // data is disposable (snapshots give durability), turns it off.
   bool verify_reads = true;
 };

@@ -81,9 +81,8 @@ struct SpillOptions {
   //   updates them in a fixed order (bench/tier.sh: 8% fewer bytes, the
   //   same step time), but a server committing a BSP step on several
   //   threads interleaves that order differently every step, and end to
-  //   end (124M, a quarter budget) its hit rate was lower (0.49-0.51
-  //   against 0.55) and so was its speed (46-60 against 61-64 tokens/s,
-  //   2026-11-26).
+  //   end (124M, a quarter budget) its hit rate and its speed were lower
+  //   than kJustUsed's (docs/BENCHMARKS.md).
   // - kJustUsed: the one used (or admitted) last. Belady's choice when each
   // tile is used once per cycle in
   //   about the same order, as under BSP, where only the push that closes a

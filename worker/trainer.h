@@ -91,8 +91,8 @@ struct TrainerOptions {
   // weights and moments and apply fp32 math). Unset: on for a GPU worker,
   // off on the CPU (run_trainer.cc), and then only for payloads in
   // messages (to servers on other hosts): through shared memory the copy
-  // of fp32 was cheaper than the conversion on this project's 2-core
-  // build machine (docs/BENCHMARKS.md). A GPU worker computes with
+  // of fp32 was cheaper than the conversion, measured on 2 cores
+  // (docs/BENCHMARKS.md). A GPU worker computes with
   // bf16 weights, rounded on the device from what it pulls, so a bf16 pull
   // changes nothing it computes and halves the bytes; its gradients come
   // from bf16 activations, and their rounding on the wire is carried by
