@@ -175,7 +175,7 @@ TEST(ShardDeferred, AFailedCommitAbortsTheMembersWaitingPulls) {
   ASSERT_TRUE(shard.Push(Deferred(1, 0, 1), Bytes(Grad(1.0f))).ok());
   absl::StatusOr<PullResult> waited;
   std::thread puller([&] { waited = pull_step1(); });
-  absl::SleepFor(absl::Milliseconds(100));  // at the gate (or not yet sent)
+  WaitForPullsAtTheGate(shard, 1);
   // The server holds one push where the worker counted two.
   EXPECT_TRUE(absl::IsAborted(shard.Commit(CommitReq(1, 0, 1.0f, 2)).status()));
   puller.join();
@@ -190,7 +190,7 @@ TEST(ShardDeferred, AFailedCommitAbortsTheMembersWaitingPulls) {
   // the next pull waits, serves that pull.
   ASSERT_TRUE(shard.Push(Deferred(1, 0, 1), Bytes(Grad(1.0f))).ok());
   std::thread redo_puller([&] { waited = pull_step1(); });
-  absl::SleepFor(absl::Milliseconds(100));
+  WaitForPullsAtTheGate(shard, 1);
   auto commit = shard.Commit(CommitReq(1, 0, 1.0f, 1));
   ASSERT_TRUE(commit.ok()) << commit.status();
   redo_puller.join();

@@ -94,7 +94,7 @@ TEST(ShardRollBack, StepZeroIsTheInitialWeightsAndWakesWaitingPulls) {
     std::string w;
     waited = PullIn(shard, 2, 0, &w).status();
   });
-  absl::SleepFor(absl::Milliseconds(100));
+  WaitForPullsAtTheGate(shard, 1);
   ASSERT_TRUE(shard.RollBack(1, 0, nullptr, nullptr).ok());
   waiter.join();  // would wait the full 60 s without the rollback
   EXPECT_EQ(waited.code(), absl::StatusCode::kAborted);

@@ -143,7 +143,7 @@ TEST(Shard, BspPullWaitsForTheStepAndRejectsImpossibleVersions) {
   ASSERT_TRUE(
       shard.Push(PushReq(1, 0, 1), Bytes(std::vector<float>(kN, 1.0f))).ok());
   std::thread late([&] {
-    absl::SleepFor(absl::Milliseconds(100));
+    WaitForPullsAtTheGate(shard, 1);
     ASSERT_TRUE(
         shard.Push(PushReq(2, 0, 1), Bytes(std::vector<float>(kN, 1.0f))).ok());
   });
@@ -472,9 +472,7 @@ TEST(Shard, APullBeyondItsRequestersQuotaOfWaitsIsRefused) {
   absl::Status waited[2];
   std::thread a([&] { waited[0] = stranger_pull(); });
   std::thread b([&] { waited[1] = stranger_pull(); });
-  while (shard.counters().pulls.load() < 2)
-    absl::SleepFor(absl::Milliseconds(5));
-  absl::SleepFor(absl::Milliseconds(100));  // both at the gate
+  WaitForPullsAtTheGate(shard, 2);
   absl::Status third = stranger_pull();
   EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted) << third;
   EXPECT_EQ(shard.counters().rejected_busy.load(), 1u);
@@ -508,7 +506,7 @@ TEST(Shard, CancelReleasesPullsWaitingAtTheGate) {
     std::string out;
     pulled = shard.Pull(r, &out).status();
   });
-  absl::SleepFor(absl::Milliseconds(100));
+  WaitForPullsAtTheGate(shard, 1);
   shard.Cancel();
   waiter.join();  // would take the full 60 s without Cancel
   EXPECT_EQ(pulled.code(), absl::StatusCode::kUnavailable);

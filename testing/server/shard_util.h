@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "common/chunk_plan.h"
 #include "common/consistency.h"
 #include "server/shard.h"
@@ -75,6 +76,14 @@ inline std::vector<float> PullNow(Shard& shard, uint64_t member, int64_t clock,
   std::vector<float> w(out.size() / 4);
   std::memcpy(w.data(), out.data(), out.size());
   return w;
+}
+
+// Waits until `n` pulls wait at `shard`'s gate: each is counted under its
+// chunk's lock just before it waits, so a push or a view change from now
+// on finds it waiting (no sleep guessing when the threads got there).
+inline void WaitForPullsAtTheGate(Shard& shard, int64_t n) {
+  while (shard.counters().pulls_waiting.load() < n)
+    absl::SleepFor(absl::Milliseconds(1));
 }
 
 inline ShardOptions Opts(const char* mode,
