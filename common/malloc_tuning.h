@@ -10,7 +10,7 @@ namespace strata {
 // buffers, response slices). With glibc's defaults each is a fresh mmap, or
 // heap memory trimmed back to the OS on free, so every message pays page
 // faults and zeroing for its whole size: measured at ~15% of a push/pull
-// run's CPU and 22% of its throughput (docs/BENCHMARKS.md). Serving them
+// run's CPU and 22% of its throughput before this tuning. Serving them
 // from the heap (mmap only beyond 32 MiB, glibc's maximum) and keeping
 // freed memory (trim only beyond 1 GiB) makes the memory recycle. Call at
 // the start of main, before threads start.
@@ -31,9 +31,8 @@ inline void TuneMallocForPayloads() {
 // cores. So tiles come from the heap (mmap only beyond 32 MiB) of at most
 // two arenas, which recycle what the tiles free, and free heap beyond 64
 // MiB goes back: a tiered run is faster, at some more peak RSS, still
-// within the budget test's bound (budget + 128 MiB; docs/BENCHMARKS.md has
-// the figures). Call before the server's threads start (the arena cap
-// holds for arenas made later).
+// within the budget test's bound (budget + 128 MiB). Call before the server's
+// threads start (the arena cap holds for arenas made later).
 inline void TuneMallocForBudget() {
   mallopt(M_ARENA_MAX, 2);
   mallopt(M_MMAP_THRESHOLD, 32 << 20);

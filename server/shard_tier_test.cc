@@ -257,7 +257,7 @@ TEST(ShardTier, WritesBehindSoThatSpillsOnlyFree) {
   // tasks need room as soon as a use ends, before the writer has run, and
   // every resident tile is changed each step (only a step's closing push
   // brings a tile in), so with it most spills still write (end to end,
-  // docs/BENCHMARKS.md: 35-41% of tile writes made behind).
+  // 35-41% of tile writes were made behind when it was measured).
   SpillOptions o;
   o.ram_budget = kChunks * kTile / 4;
   o.dir = dir_scope.path;
