@@ -13,10 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "cluster/scheduler_client.h"
 #include "common/consistency.h"
-#include "rpc/health.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
 #include "common/wire.h"
+#include "rpc/health.h"
 #include "server/ledger_reporter.h"
 #include "server/ps_service.h"
 #include "server/shard.h"
@@ -53,6 +53,14 @@ struct ParameterServer::Impl {
   absl::Status fatal ABSL_GUARDED_BY(fatal_mu);
   bool stopping ABSL_GUARDED_BY(fatal_mu) = false;  // Shutdown has begun
   std::thread fatal_thread ABSL_GUARDED_BY(fatal_mu);
+
+  // Start's phases after the shard is built (each a step of it, in order).
+  // Loads the snapshot --restore_step names, or the newest one, if any.
+  absl::Status RestoreSnapshot();
+  // Builds the handlers and the sinks, and starts the gRPC server.
+  absl::Status Serve(ParameterServer* self);
+  // Registers with the scheduler and follows the job's views.
+  absl::Status JoinJob(ParameterServer* self, const Consistency& consistency);
 
   // A new view: first the job's rollback, if it is newer than ours, then
   // the live workers: the shared-memory sessions' list before the shard's,
@@ -125,10 +133,9 @@ absl::StatusOr<SpillOptions::Eviction> ParseEviction(const std::string& evict) {
       "--evict ", evict, ": one of auto, lru, farthest, just_used"));
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
-    ServerOptions options) {
+// Start's checks of its options, before anything is opened; a server
+// without a scheduler that names no consistency runs BSP.
+absl::Status CheckOptions(ServerOptions& options) {
   if (options.shard < 0)
     return absl::InvalidArgumentError("--shard must be >= 0");
   if (options.snapshot_every < 0)
@@ -140,28 +147,144 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
         "--ram_budget needs a --data_dir (tiles that do not fit spill to "
         "<data_dir>/spill)");
   }
+  if (options.restore_step >= 0 && options.data_dir.empty())
+    return absl::InvalidArgumentError("--restore_step needs a --data_dir");
   if (options.scheduler_address.empty() && options.consistency.empty())
     options.consistency = "bsp";
-  auto impl = std::make_unique<Impl>();
-  impl->options = options;
-
-  // The job's consistency: ours, checked against the scheduler's when known.
-  std::unique_ptr<SchedulerClient> scheduler;
-  std::string consistency_text = options.consistency;
   if (!options.consistency.empty()) {
     STRATA_RETURN_IF_ERROR(ParseConsistency(options.consistency).status());
   }
+  // Checked with a budget or without: a bad value is an error either way.
+  return ParseEviction(options.evict).status();
+}
 
+// The job's consistency: the server's own setting, or (none given) the
+// one the scheduler's view carries, peeked at without registering: the
+// shard needs it before any request.
+absl::StatusOr<Consistency> JobConsistency(const ServerOptions& options) {
+  std::string text = options.consistency;
+  if (text.empty()) {
+    SchedulerClientOptions peek;
+    peek.scheduler_address = options.scheduler_address;
+    peek.role = v1::ROLE_CLIENT;
+    peek.security = options.security;
+    STRATA_ASSIGN_OR_RETURN(auto probe, SchedulerClient::Connect(peek));
+    text = probe->view().consistency();
+    if (text.empty()) text = "bsp";
+  }
+  return ParseConsistency(text);
+}
+
+// The shard's options, with its spill tier (opened) under a RAM budget.
+absl::StatusOr<ShardOptions> MakeShardOptions(const ServerOptions& options,
+                                              const Consistency& consistency) {
+  ShardOptions shard_options;
+  shard_options.consistency = consistency;
+  shard_options.max_wait = options.max_wait;
+  shard_options.view_wait = options.view_wait;
+  shard_options.snapshot_every = options.snapshot_every;
+  shard_options.clock = options.clock;
+  if (options.ram_budget == 0) return shard_options;
+  SpillOptions spill;
+  spill.ram_budget = options.ram_budget;
+  spill.dir = options.data_dir + "/spill";
+  spill.prefetch_depth = options.prefetch_depth;
+  spill.write_behind = options.write_behind;
+  STRATA_ASSIGN_OR_RETURN(spill.eviction, ParseEviction(options.evict));
+  spill.pinned_bytes = options.pinned_bytes;
+  absl::StatusOr<std::unique_ptr<SpillStore>> store = SpillStore::Open(spill);
+  if (!store.ok()) {
+    return absl::Status(store.status().code(),
+                        absl::StrCat("the spill tier in ", spill.dir, ": ",
+                                     store.status().message()));
+  }
+  shard_options.spill = *std::move(store);
+  spdlog::info("strata server: RocksDB's CRC-32C of spilled tiles: {}",
+               RocksDbCrc32cIsStratas() ? "Strata's (storage/rocksdb_crc32c.h)"
+                                        : "the library's own");
+  return shard_options;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
+    ServerOptions options) {
+  STRATA_RETURN_IF_ERROR(CheckOptions(options));
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
   if (!options.data_dir.empty()) {
     STRATA_ASSIGN_OR_RETURN(
         impl->data_dir,
         DataDir::Open(options.data_dir, ShardOwnerTag(options.shard)));
   }
+  STRATA_ASSIGN_OR_RETURN(const Consistency consistency,
+                          JobConsistency(options));
+  STRATA_ASSIGN_OR_RETURN(ShardOptions shard_options,
+                          MakeShardOptions(options, consistency));
+  impl->shard = std::make_unique<Shard>(std::move(shard_options));
+  STRATA_RETURN_IF_ERROR(impl->RestoreSnapshot());
+  auto owner =
+      std::unique_ptr<ParameterServer>(new ParameterServer(std::move(impl)));
+  // gRPC first: the address the server registers must already answer.
+  STRATA_RETURN_IF_ERROR(owner->impl_->Serve(owner.get()));
+  if (!options.scheduler_address.empty()) {
+    STRATA_RETURN_IF_ERROR(owner->impl_->JoinJob(owner.get(), consistency));
+  }
+  // Ready: registered (when there is a scheduler) and restored.
+  SetServing(owner->impl_->server.get(), true);
+  return owner;
+}
 
-  // Start gRPC first: the address we register must already answer.
+absl::Status ParameterServer::Impl::RestoreSnapshot() {
+  if (!data_dir) return absl::OkStatus();
+  std::optional<int64_t> latest;
+  if (options.restore_step >= 0) {
+    STRATA_ASSIGN_OR_RETURN(std::vector<int64_t> held,
+                            data_dir->ListSnapshots());
+    if (std::find(held.begin(), held.end(), options.restore_step) ==
+        held.end()) {
+      return absl::NotFoundError(absl::StrCat(options.data_dir,
+                                              " holds no snapshot of step ",
+                                              options.restore_step));
+    }
+    latest = options.restore_step;
+    STRATA_RETURN_IF_ERROR(data_dir->DropSnapshotsAfter(options.restore_step));
+  } else {
+    STRATA_ASSIGN_OR_RETURN(latest, data_dir->LatestSnapshot());
+  }
+  if (!latest.has_value()) return absl::OkStatus();
+  // On the spill disk for a shard with a budget: the snapshot may be
+  // larger than RAM.
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<ChunkTier> records,
+                          shard->NewScratchTier());
+  STRATA_ASSIGN_OR_RETURN(std::string meta,
+                          data_dir->LoadSnapshot(*latest, *records));
+  STRATA_RETURN_IF_ERROR(shard->Restore(meta, *records));
+  restored_step = *latest;
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServer::Impl::Serve(ParameterServer* self) {
+  // Pushes mostly run the optimizer, but one from a worker this server does
+  // not know yet waits up to view_wait for the view: leave room for those.
+  push_handlers = std::make_unique<ThreadPool>(
+      std::max(16, 2 * static_cast<int>(std::thread::hardware_concurrency())));
+  pull_handlers = std::make_unique<ThreadPool>(options.max_threads);
+  // A spilled tile that cannot be read back has lost a chunk's state:
+  // serving on would serve, or apply a step without, that chunk. Stop, so
+  // that a restart restores the last snapshot and the job rolls back to it
+  // (a container's restart policy restarts it: docs/OPERATIONS.md).
+  shard->set_lost_state_sink([this, self](const absl::Status& why) {
+    Fail(self, absl::DataLossError(absl::StrCat(
+                   "lost a chunk's state: ", why.message(),
+                   "; restart the server to restore its last snapshot")));
+  });
+  service = NewParameterServerService(shard.get(), &shm, self,
+                                      push_handlers.get(), pull_handlers.get(),
+                                      &metrics, options.security.get());
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address,
-                           options.security->ServerCredentials(), &impl->port);
+                           options.security->ServerCredentials(), &port);
   // A request carries at most one chunk's payload (ShardOptions'
   // max_chunk_bytes) and a small header: anything larger is refused by
   // gRPC (RESOURCE_EXHAUSTED) before it is read into memory.
@@ -171,162 +294,56 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
   grpc::ResourceQuota quota("strata-server");
   quota.SetMaxThreads(options.max_threads);
   builder.SetResourceQuota(quota);
-
-  // The shard needs the consistency before any request; with a scheduler we
-  // learn it from the view, so connect before building the shard.
-  if (!options.scheduler_address.empty() && consistency_text.empty()) {
-    // Peek at the job's setting without registering yet.
-    SchedulerClientOptions peek;
-    peek.scheduler_address = options.scheduler_address;
-    peek.role = v1::ROLE_CLIENT;
-    peek.security = options.security;
-    STRATA_ASSIGN_OR_RETURN(auto probe, SchedulerClient::Connect(peek));
-    consistency_text = probe->view().consistency();
-    if (consistency_text.empty()) consistency_text = "bsp";
-  }
-  STRATA_ASSIGN_OR_RETURN(Consistency consistency,
-                          ParseConsistency(consistency_text));
-  ShardOptions shard_options;
-  shard_options.consistency = consistency;
-  shard_options.max_wait = options.max_wait;
-  shard_options.view_wait = options.view_wait;
-  shard_options.snapshot_every = options.snapshot_every;
-  shard_options.clock = options.clock;
-  // Checked with a budget or without: a bad value is an error either way.
-  STRATA_ASSIGN_OR_RETURN(const SpillOptions::Eviction eviction,
-                          ParseEviction(options.evict));
-  if (options.ram_budget > 0) {
-    SpillOptions spill;
-    spill.ram_budget = options.ram_budget;
-    spill.dir = options.data_dir + "/spill";
-    spill.prefetch_depth = options.prefetch_depth;
-    spill.write_behind = options.write_behind;
-    spill.eviction = eviction;
-    spill.pinned_bytes = options.pinned_bytes;
-    absl::StatusOr<std::unique_ptr<SpillStore>> store = SpillStore::Open(spill);
-    if (!store.ok()) {
-      return absl::Status(store.status().code(),
-                          absl::StrCat("the spill tier in ", spill.dir, ": ",
-                                       store.status().message()));
-    }
-    shard_options.spill = *std::move(store);
-    spdlog::info("strata server: RocksDB's CRC-32C of spilled tiles: {}",
-                 RocksDbCrc32cIsStratas()
-                     ? "Strata's (storage/rocksdb_crc32c.h)"
-                     : "the library's own");
-  }
-  impl->shard = std::make_unique<Shard>(shard_options);
-
-  if (options.restore_step >= 0 && !impl->data_dir) {
-    return absl::InvalidArgumentError("--restore_step needs a --data_dir");
-  }
-  if (impl->data_dir) {
-    std::optional<int64_t> latest;
-    if (options.restore_step >= 0) {
-      STRATA_ASSIGN_OR_RETURN(std::vector<int64_t> held,
-                              impl->data_dir->ListSnapshots());
-      if (std::find(held.begin(), held.end(), options.restore_step) ==
-          held.end()) {
-        return absl::NotFoundError(absl::StrCat(options.data_dir,
-                                                " holds no snapshot of step ",
-                                                options.restore_step));
-      }
-      latest = options.restore_step;
-      STRATA_RETURN_IF_ERROR(
-          impl->data_dir->DropSnapshotsAfter(options.restore_step));
-    } else {
-      STRATA_ASSIGN_OR_RETURN(latest, impl->data_dir->LatestSnapshot());
-    }
-    if (latest.has_value()) {
-      // On the spill disk for a shard with a budget: the snapshot may be
-      // larger than RAM.
-      STRATA_ASSIGN_OR_RETURN(std::unique_ptr<ChunkTier> records,
-                              impl->shard->NewScratchTier());
-      STRATA_ASSIGN_OR_RETURN(std::string meta,
-                              impl->data_dir->LoadSnapshot(*latest, *records));
-      STRATA_RETURN_IF_ERROR(impl->shard->Restore(meta, *records));
-      impl->restored_step = *latest;
-    }
-  }
-
-  auto owner =
-      std::unique_ptr<ParameterServer>(new ParameterServer(std::move(impl)));
-  Impl& me = *owner->impl_;
-  // Pushes mostly run the optimizer, but one from a worker this server does
-  // not know yet waits up to view_wait for the view: leave room for those.
-  me.push_handlers = std::make_unique<ThreadPool>(
-      std::max(16, 2 * static_cast<int>(std::thread::hardware_concurrency())));
-  me.pull_handlers = std::make_unique<ThreadPool>(options.max_threads);
-  // A spilled tile that cannot be read back has lost a chunk's state:
-  // serving on would serve, or apply a step without, that chunk. Stop, so
-  // that a restart restores the last snapshot and the job rolls back to it
-  // (a container's restart policy restarts it: docs/OPERATIONS.md).
-  me.shard->set_lost_state_sink(
-      [&me, self = owner.get()](const absl::Status& why) {
-        me.Fail(self, absl::DataLossError(absl::StrCat(
-                          "lost a chunk's state: ", why.message(),
-                          "; restart the server to restore its last "
-                          "snapshot")));
-      });
-  me.service = NewParameterServerService(
-      me.shard.get(), &me.shm, owner.get(), me.push_handlers.get(),
-      me.pull_handlers.get(), &me.metrics, me.options.security.get());
-  builder.RegisterService(me.service.get());
+  builder.RegisterService(service.get());
   EnableHealthService();
-  me.server = builder.BuildAndStart();
-  if (!me.server || me.port == 0) {
+  server = builder.BuildAndStart();
+  if (!server || port == 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen_address));
   }
-  me.address = options.advertise_address.empty()
-                   ? absl::StrCat("127.0.0.1:", me.port)
-                   : options.advertise_address;
-  me.snapshots = std::make_unique<SnapshotKeeper>(
-      me.data_dir.get(), me.shard.get(), options.keep_snapshots);
-  me.shard->set_snapshot_sink([&me](uint64_t generation, int64_t step,
-                                    std::unique_ptr<ChunkTier> capture) {
-    me.snapshots->Queue(generation, step, std::move(capture));
+  address = options.advertise_address.empty() ? absl::StrCat("127.0.0.1:", port)
+                                              : options.advertise_address;
+  snapshots = std::make_unique<SnapshotKeeper>(data_dir.get(), shard.get(),
+                                               options.keep_snapshots);
+  shard->set_snapshot_sink([this](uint64_t generation, int64_t step,
+                                  std::unique_ptr<ChunkTier> capture) {
+    snapshots->Queue(generation, step, std::move(capture));
   });
+  return absl::OkStatus();
+}
 
-  if (!options.scheduler_address.empty()) {
-    SchedulerClientOptions so;
-    so.scheduler_address = options.scheduler_address;
-    so.role = v1::ROLE_SERVER;
-    so.security = options.security;
-    so.address = me.address;
-    so.metrics_address = options.metrics_address;
-    so.shard = options.shard;
-    so.clock = options.clock;
-    if (me.data_dir) so.data_dir_id = me.data_dir->id();
-    so.snapshots = me.snapshots->Held();
-    ParameterServer* self = owner.get();
-    so.on_refused = [&me, self](const absl::Status& s) { me.Fail(self, s); };
-    STRATA_ASSIGN_OR_RETURN(me.scheduler, SchedulerClient::Connect(so));
-    me.snapshots->set_on_change(
-        [sc = me.scheduler.get()](std::vector<int64_t> held) {
-          sc->SetSnapshots(std::move(held));
-        });
-    const v1::View view = me.scheduler->view();
-    if (!view.consistency().empty() &&
-        view.consistency() != consistency.ToString()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("this server runs '", consistency.ToString(),
-                       "' but the job runs '", view.consistency(), "'"));
-    }
-    Shard* shard = me.shard.get();
-    // The sink first: a step closed as soon as the view arrives is reported.
-    me.reporter =
-        std::make_unique<LedgerReporter>(me.scheduler.get(), options.shard);
-    shard->set_applied_sink(
-        [r = me.reporter.get()](const v1::AppliedReport& a) { r->Add(a); });
-    me.scheduler->AddViewListener(
-        [&me, self](const v1::View& v) { me.OnView(self, v); });
-    me.OnView(self, me.scheduler->view());
-    STRATA_RETURN_IF_ERROR(owner->fatal());
+absl::Status ParameterServer::Impl::JoinJob(ParameterServer* self,
+                                            const Consistency& consistency) {
+  SchedulerClientOptions so;
+  so.scheduler_address = options.scheduler_address;
+  so.role = v1::ROLE_SERVER;
+  so.security = options.security;
+  so.address = address;
+  so.metrics_address = options.metrics_address;
+  so.shard = options.shard;
+  so.clock = options.clock;
+  if (data_dir) so.data_dir_id = data_dir->id();
+  so.snapshots = snapshots->Held();
+  so.on_refused = [this, self](const absl::Status& s) { Fail(self, s); };
+  STRATA_ASSIGN_OR_RETURN(scheduler, SchedulerClient::Connect(so));
+  snapshots->set_on_change([sc = scheduler.get()](std::vector<int64_t> held) {
+    sc->SetSnapshots(std::move(held));
+  });
+  const v1::View view = scheduler->view();
+  if (!view.consistency().empty() &&
+      view.consistency() != consistency.ToString()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this server runs '", consistency.ToString(),
+                     "' but the job runs '", view.consistency(), "'"));
   }
-  // Ready: registered (when there is a scheduler) and restored.
-  SetServing(me.server.get(), true);
-  return owner;
+  // The sink first: a step closed as soon as the view arrives is reported.
+  reporter = std::make_unique<LedgerReporter>(scheduler.get(), options.shard);
+  shard->set_applied_sink(
+      [r = reporter.get()](const v1::AppliedReport& a) { r->Add(a); });
+  scheduler->AddViewListener(
+      [this, self](const v1::View& v) { OnView(self, v); });
+  OnView(self, scheduler->view());
+  return self->fatal();
 }
 
 int ParameterServer::port() const { return impl_->port; }
