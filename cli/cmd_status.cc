@@ -17,9 +17,9 @@
 #include "absl/time/clock.h"
 #include "cli/commands.h"
 #include "cli/ops.h"
-#include "rpc/health.h"
 #include "common/metrics_http.h"
 #include "common/status.h"
+#include "rpc/health.h"
 #include "strata/v1/ps.grpc.pb.h"
 #include "strata/v1/scheduler.grpc.pb.h"
 

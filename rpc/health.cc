@@ -96,8 +96,7 @@ absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(
   std::unique_ptr<HealthServer> h(new HealthServer());
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(listen, security.ServerCredentials(),
-                           &h->port_);
+  builder.AddListeningPort(listen, security.ServerCredentials(), &h->port_);
   builder.RegisterService(h->service_.get());
   h->server_ = builder.BuildAndStart();
   if (h->server_ == nullptr || h->port_ == 0) {
@@ -117,8 +116,7 @@ void HealthServer::SetServing(bool serving) { service_->Set(serving); }
 absl::StatusOr<bool> CheckHealth(const std::string& address,
                                  absl::Duration timeout,
                                  const Security& security, Role peer) {
-  auto stub =
-      grpc::health::v1::Health::NewStub(security.Dial(address, peer));
+  auto stub = grpc::health::v1::Health::NewStub(security.Dial(address, peer));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   grpc::health::v1::HealthCheckResponse resp;

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/consistency.h"
-#include "rpc/health.h"
 #include "common/status.h"
+#include "rpc/health.h"
 #include "scheduler/kv_store.h"
 #include "scheduler/ledger.h"
 #include "scheduler/membership.h"
