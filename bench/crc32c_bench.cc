@@ -24,16 +24,7 @@ namespace {
 // Best GB/s of `reps` runs of `pass` over `bytes`.
 template <typename F>
 double BestGBps(size_t bytes, int reps, F pass) {
-  double best = 0;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    pass();
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-            .count();
-    best = std::max(best, bytes / s / 1e9);
-  }
-  return best;
+  return strata::bench::BestBytesPerSecond(bytes, reps, pass) / 1e9;
 }
 
 }  // namespace

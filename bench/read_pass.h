@@ -4,9 +4,28 @@
 #ifndef STRATA_BENCH_READ_PASS_H_
 #define STRATA_BENCH_READ_PASS_H_
 
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 
 namespace strata::bench {
+
+// The best rate, in bytes per second, of `reps` runs of `pass` over
+// `bytes` bytes.
+template <typename F>
+double BestBytesPerSecond(size_t bytes, int reps, F pass) {
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pass();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+    best = std::max(best, bytes / s);
+  }
+  return best;
+}
 
 // Reads every word: an XOR over 64-bit words in independent lanes, which
 // vectorizes and leaves the memory as the only limit.

@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,9 +12,13 @@
 #include "common/status.h"
 #include "data/dataset.h"
 #include "data/gpt2_tokenizer.h"
+#include "storage/files.h"
 
 namespace strata {
 namespace {
+
+// The largest document read (each is read whole).
+constexpr size_t kMaxDocumentBytes = size_t{4} << 30;
 
 struct DataOptions {
   std::string tokenizer = "bytes";
@@ -59,15 +61,6 @@ absl::StatusOr<std::vector<std::string>> Documents(const std::string& input) {
   return paths;
 }
 
-absl::StatusOr<std::string> ReadDocument(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return ss.str();
-}
-
 // Each document's GPT-2 ids, each preceded by <|endoftext|> as in llm.c's
 // data scripts: the id that separates documents, never encoded from text.
 absl::StatusOr<std::vector<uint16_t>> Gpt2Tokens(
@@ -77,7 +70,8 @@ absl::StatusOr<std::vector<uint16_t>> Gpt2Tokens(
   std::vector<uint16_t> tokens;
   std::vector<int32_t> ids;
   for (const std::string& path : docs) {
-    STRATA_ASSIGN_OR_RETURN(std::string text, ReadDocument(path));
+    STRATA_ASSIGN_OR_RETURN(std::string text,
+                            ReadFile(path, kMaxDocumentBytes));
     ids.assign(1, Gpt2Tokenizer::kEndOfText);
     tok->Encode(text, &ids);
     // Load checked that every id fits in uint16.

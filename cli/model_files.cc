@@ -1,12 +1,11 @@
 #include "cli/model_files.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "formats/safetensors.h"
+#include "storage/files.h"
 #include "worker/gpt_config_json.h"
 #include "worker/hf_gpt2.h"
 #include "worker/snapshot_loader.h"
@@ -14,6 +13,11 @@
 namespace strata {
 
 namespace fs = std::filesystem;
+
+namespace {
+// model.json and config.json are a few hundred bytes.
+constexpr size_t kMaxJsonBytes = size_t{1} << 20;
+}  // namespace
 
 std::optional<TokenizerFiles> FindTokenizerFiles(const std::string& dir) {
   const fs::path base = dir.empty() ? fs::path(".") : fs::path(dir);
@@ -51,17 +55,10 @@ absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> LoadTokenizerIn(
   return Gpt2Tokenizer::Load(files->encoder, files->merges);
 }
 
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 absl::StatusOr<std::unique_ptr<Gpt>> LoadRunModel(const std::string& dir,
                                                   int64_t* step) {
-  STRATA_ASSIGN_OR_RETURN(std::string json, ReadTextFile(dir + "/model.json"));
+  STRATA_ASSIGN_OR_RETURN(std::string json,
+                          ReadFile(dir + "/model.json", kMaxJsonBytes));
   STRATA_ASSIGN_OR_RETURN(GptConfig config, GptConfigFromJson(json));
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(config));
   STRATA_ASSIGN_OR_RETURN(*step, LoadFromSnapshots(dir, *gpt));
@@ -74,7 +71,7 @@ absl::StatusOr<GptConfig> HfModelConfig(const SafetensorsFile& file,
       (fs::path(file.path()).parent_path() / "config.json").string();
   std::string config_json;
   if (fs::exists(config_path)) {
-    STRATA_ASSIGN_OR_RETURN(config_json, ReadTextFile(config_path));
+    STRATA_ASSIGN_OR_RETURN(config_json, ReadFile(config_path, kMaxJsonBytes));
   }
   STRATA_ASSIGN_OR_RETURN(GptConfig config, HfGpt2Config(file, config_json));
   if (heads > 0) config.heads = heads;

@@ -36,9 +36,6 @@ absl::Status CopyTokenizerFiles(const TokenizerFiles& files,
 absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> LoadTokenizerIn(
     const std::string& dir);
 
-// The whole text of `path`. NOT_FOUND if it cannot be read.
-absl::StatusOr<std::string> ReadTextFile(const std::string& path);
-
 // A run's model: the config in <dir>/model.json, with the weights of the
 // newest snapshot every server holds (LoadFromSnapshots: the servers may
 // be running). `step` is set to that snapshot's step.
