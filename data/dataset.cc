@@ -169,14 +169,17 @@ int64_t TokenDataset::mapped_tokens() const {
   return n;
 }
 
+int64_t ShuffledIndex(int64_t sample, int64_t n, uint64_t seed, Split split) {
+  const uint64_t epoch = static_cast<uint64_t>(sample / n);
+  const uint64_t key =
+      Mix64(seed ^ Mix64(epoch * 2 + (split == Split::kEval ? 1 : 0)));
+  return PermuteIndex(sample % n, n, key);
+}
+
 const TokenDataset::Piece& TokenDataset::Locate(Split split, uint64_t seed,
                                                 int64_t sample,
                                                 int64_t* offset) const {
-  const int64_t windows = num_windows(split);
-  const uint64_t epoch = static_cast<uint64_t>(sample / windows);
-  const uint64_t key =
-      Mix64(seed ^ Mix64(epoch * 2 + (split == Split::kEval ? 1 : 0)));
-  const int64_t w = PermuteIndex(sample % windows, windows, key);
+  const int64_t w = ShuffledIndex(sample, num_windows(split), seed, split);
   // The last piece whose first window is at or before w.
   const std::vector<Piece>& pieces = pieces_[Index(split)];
   const auto next = std::upper_bound(

@@ -208,6 +208,13 @@ class TokenDataset {
 // REQUIRES: 0 <= index < n.
 int64_t PermuteIndex(int64_t index, int64_t n, uint64_t key);
 
+// Which of a split's n windows (items) its sample `sample` is under `seed`:
+// each epoch of n samples is its own permutation of the n. TokenDataset
+// reads its windows in this order, and the Python package's ElasticSampler
+// hands out a dataset's items in it. REQUIRES: n > 0, sample >= 0.
+int64_t ShuffledIndex(int64_t sample, int64_t n, uint64_t seed,
+                      Split split = Split::kTrain);
+
 }  // namespace strata
 
 #endif  // STRATA_DATA_DATASET_H_

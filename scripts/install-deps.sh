@@ -9,7 +9,8 @@ packages=(
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   libopenblas-dev libcpp-httplib-dev libssl-dev iperf3 python3 yamllint
   clang libclang-rt-dev libgloo-dev libpcre2-dev libicu-dev
-  python3-torch python3-numpy
+  python3-torch python3-numpy python3-dev pybind11-dev python3-venv
+  python3-pip python3-setuptools python3-wheel
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -7,8 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
-#include "cluster/scheduler_client.h"
-#include "cluster/worker_session.h"
+#include "cluster/step_session.h"
 #include "common/consistency.h"
 #include "common/status.h"
 #include "common/work_share.h"
@@ -73,9 +72,21 @@ double UnitsGradient(const ToyProblem& p, const float* w, float b,
   return loss / total;
 }
 
-}  // namespace
+// The SSP probe's check of one read: worker j has pushed at least
+// step - s times if the bound holds.
+struct ProbeCounts {
+  int64_t reads = 0, violations = 0, stale = 0;
+  void Check(const std::vector<float>& probe, int workers, int64_t step,
+             int staleness) {
+    reads++;
+    for (int j = 0; j < workers; ++j) {
+      if (probe[j] < static_cast<float>(step - staleness)) violations++;
+      if (probe[j] < static_cast<float>(step)) stale++;
+    }
+  }
+};
 
-absl::Status RunToyWorker(const ToyWorkerOptions& o) {
+absl::Status CheckToyOptions(const ToyWorkerOptions& o) {
   if (o.workers < 1 || o.workers > kProbeSlots)
     return absl::InvalidArgumentError("--workers must be in [1, 64]");
   if (o.steps < 1 || o.batch < o.workers)
@@ -83,176 +94,90 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
         "need --steps >= 1 and --batch >= --workers");
   if (o.problem.dim < 1)
     return absl::InvalidArgumentError("--dim must be >= 1");
+  return absl::OkStatus();
+}
+
+absl::Status WriteWeights(const std::string& path, const std::vector<float>& w,
+                          float b) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(w.data()),
+          static_cast<std::streamsize>(w.size() * 4));
+  f.write(reinterpret_cast<const char*>(&b), 4);
+  if (!f) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// The step protocol (pull, lease, push, redo, rollback) is StepSession's
+// (cluster/step_session.h); this is the toy problem's compute around it.
+absl::Status RunToyWorker(const ToyWorkerOptions& o) {
+  STRATA_RETURN_IF_ERROR(CheckToyOptions(o));
   STRATA_ASSIGN_OR_RETURN(auto kind, OptimizerKind(o.optimizer));
-
-  STRATA_ASSIGN_OR_RETURN(
-      WorkerSession session,
-      JoinAsWorker(
-          SchedulerClientOptions{.scheduler_address = o.scheduler_address,
-                                 .security = o.security},
-          o.workers, absl::Seconds(60)));
-  SchedulerClient* scheduler = session.scheduler.get();
-  const Consistency mode = session.consistency;
-  const int rank = session.rank;
-  const int workers = session.workers;
-
-  PsClientOptions po;
-  po.security = o.security;
-  STRATA_ASSIGN_OR_RETURN(auto ps, PsClient::Create(po, scheduler));
-  const ModelSpec model = ToyModel(o, kind);
-  // The generation the model's state is in, read before the first pulls.
-  uint64_t generation = scheduler->view().generation();
-  STRATA_RETURN_IF_ERROR(ps->RegisterModel(model));
-
+  StepSessionOptions so;
+  so.scheduler.scheduler_address = o.scheduler_address;
+  so.scheduler.security = o.security;
+  so.ps.security = o.security;
+  so.min_workers = o.workers;
+  so.model = ToyModel(o, kind);
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<StepSession> session,
+                          StepSession::Create(std::move(so)));
+  // SSP/ASP: the job ends when the ledger has seen every sample applied,
+  // which may take this worker past --steps clocks (it took over the units
+  // of a worker that died).
+  STRATA_RETURN_IF_ERROR(
+      session->SetJob({o.steps, o.batch, o.problem.samples, o.problem.seed}));
+  const Consistency mode = session->consistency();
   const int dim = o.problem.dim;
   std::vector<float> w(dim), gw(dim), probe(kProbeSlots),
       gprobe(kProbeSlots, 0.0f);
   float b = 0.0f, gb = 0.0f;
-  gprobe[rank] = -1.0f;  // the probe slot is the rank this worker joined at
-  int64_t reads = 0, violations = 0, stale = 0;
-  const bool bsp = mode.mode == Consistency::kBsp;
-  const v1::LedgerJob job = LedgerJobFor(ps->plan(), o.steps, o.batch,
-                                         o.problem.samples, o.problem.seed);
-  // SSP/ASP: the job ends when the ledger has seen every sample applied,
-  // which may take this worker past --steps clocks (it took over the units
-  // of a worker that died).
-  bool finished = false;
-  double speed = 0;  // samples/s computing, smoothed
-  // The step loop of worker/trainer.cc's Run, on the toy problem: each
-  // step's samples are leased from the scheduler's data ledger, and a step
-  // whose view is overtaken is computed again (cluster/worker_session.h).
-  StepView last;            // the view the previous step was computed in
-  uint64_t prev_epoch = 0;  // its stamp epoch; 0: unknown (no redo check)
-  for (int64_t step = 0;;) {
-    if (std::optional<int64_t> back = AdoptRollback(*scheduler, &generation)) {
-      step = *back;
-      prev_epoch = 0;
-      // A restarted server that held no snapshot lacks the chunks.
-      STRATA_RETURN_IF_ERROR(ps->RegisterModel(model));
-      continue;
-    }
-    const bool last_pull = bsp ? step == o.steps : finished;
-    const int64_t clock = last_pull && !bsp ? -1 : step;
-    const uint64_t min_version = bsp ? step : 0;
-    const StepStamp pull_stamp{.epoch = prev_epoch, .generation = generation};
-    std::vector<OpHandle> pulls =
-        ps->PullTensorAsync(0, w.data(), clock, min_version, 0, pull_stamp);
-    for (const OpHandle& op :
-         ps->PullTensorAsync(1, &b, clock, min_version, 0, pull_stamp))
-      pulls.push_back(op);
-    const size_t model_pulls = pulls.size();
-    if (o.probe && !last_pull) {
-      // Stamped as the others, so a redone step-1 aborts it too.
-      for (const OpHandle& op :
-           ps->PullTensorAsync(2, probe.data(), step, 0, 0, pull_stamp))
-        pulls.push_back(op);
-    }
-    if (absl::Status s = WaitAll(pulls); !s.ok()) {
-      // Without a previous step to redo, ABORTED means the job rolled back.
-      if (absl::IsAborted(s) && prev_epoch == 0 &&
-          AwaitRollback(*scheduler, generation)) {
-        continue;
-      }
-      if (step > 0 && absl::IsAborted(s) &&
-          RedoInNewerView(*scheduler, s, last)) {
-        --step;  // step-1 is redone in the new view (or the job rolled back)
-        prev_epoch = 0;
-        continue;
-      }
-      return s;
-    }
-    if (last_pull) break;
-    uint64_t min_read = UINT64_MAX;
-    for (size_t i = 0; i < model_pulls; ++i)
-      min_read = std::min(min_read, pulls[i].version());
-    if (bsp && min_read > static_cast<uint64_t>(step)) {
-      // The job is past this step (we joined late): go on from there.
-      step = std::min<int64_t>(static_cast<int64_t>(min_read), o.steps);
-      prev_epoch = 0;
-      continue;
-    }
+  // The probe slot is the rank this worker joined at.
+  gprobe[session->join_rank()] = -1.0f;
+  ProbeCounts counts;
+  std::vector<float*> buffers = {w.data(), &b};
+  if (o.probe) buffers.push_back(probe.data());
+  for (;;) {
+    STRATA_ASSIGN_OR_RETURN(std::optional<StepWork> work,
+                            session->Begin(buffers));
+    if (!work) break;
+    const int64_t step = session->step();
     // The bound holds while every worker runs; past --steps clocks a
     // worker finishing the job's last samples reads the final counts of
     // workers that already left.
-    if (o.probe && step < o.steps) {
-      reads++;
-      for (int j = 0; j < workers; ++j) {
-        // Worker j has pushed at least step - s times if the bound holds.
-        if (probe[j] < static_cast<float>(step - mode.staleness)) violations++;
-        if (probe[j] < static_cast<float>(step)) stale++;
-      }
-    }
-    absl::StatusOr<StepWork> work = LeaseStepWork(*scheduler, step, job);
-    if (absl::IsOutOfRange(work.status())) {
-      // BSP: the job applied this step without us (we were fenced or
-      // joined late): go on from the next one. SSP/ASP: every sample is
-      // applied: read the final weights.
-      if (bsp) ++step;
-      finished = !bsp;
-      prev_epoch = 0;
-      continue;
-    }
-    if (!work.ok()) return work.status();
-    const StepView& sv = work->view;
-    if (sv.generation != generation) continue;  // adopt the rollback first
+    if (o.probe && step < o.steps)
+      counts.Check(probe, work->view.workers, step, mode.staleness);
     if (o.delay_ms > 0)
-      absl::SleepFor(absl::Milliseconds(o.delay_ms * sv.rank));
-    const absl::Time t0 = absl::Now();
+      absl::SleepFor(absl::Milliseconds(o.delay_ms * work->view.rank));
     const double loss =
         UnitsGradient(o.problem, w.data(), b, work->units, gw.data(), &gb);
     if (o.sample_cost_us > 0) {
       absl::SleepFor(absl::Microseconds(o.sample_cost_us * o.throttle *
                                         static_cast<double>(work->samples)));
     }
-    const double rate =
-        work->samples / std::max(absl::ToDoubleSeconds(absl::Now() - t0), 1e-9);
-    speed = speed == 0 ? rate : 0.7 * speed + 0.3 * rate;
-    const uint64_t samples = static_cast<uint64_t>(work->samples);
-    const StepStamp stamp{
-        .epoch = work->stamp_epoch,
-        .first_sample = static_cast<uint64_t>(work->units[0].first()),
-        .generation = generation};
-    std::vector<OpHandle> pushes =
-        ps->PushTensorAsync(0, gw.data(), step, samples, 0, stamp);
-    for (const OpHandle& op :
-         ps->PushTensorAsync(1, &gb, step, samples, 0, stamp))
-      pushes.push_back(op);
-    if (o.probe) {
-      for (const OpHandle& op :
-           ps->PushTensorAsync(2, gprobe.data(), step, samples, 0, stamp))
-        pushes.push_back(op);
-    }
-    if (absl::Status s = WaitAll(pushes); !s.ok()) {
-      if (RedoInNewerView(*scheduler, s, sv)) continue;
-      return s;
-    }
-    last = sv;
-    prev_epoch = work->stamp_epoch;
-    scheduler->SetProgress(step + 1, speed);
-    if (o.log_every > 0 && (step % o.log_every == 0 || step + 1 == o.steps)) {
-      std::printf("worker rank %d step %lld batch_loss %.6g\n", sv.rank,
+    session->Push(0, gw.data());
+    session->Push(1, &gb);
+    if (o.probe) session->Push(2, gprobe.data());
+    STRATA_ASSIGN_OR_RETURN(const bool applied, session->End());
+    if (applied && o.log_every > 0 &&
+        (step % o.log_every == 0 || step + 1 == o.steps)) {
+      std::printf("worker rank %d step %lld batch_loss %.6g\n", work->view.rank,
                   static_cast<long long>(step), loss);
       std::fflush(stdout);
     }
-    ++step;
   }
   if (o.probe) {
     std::printf("ssp_reads %lld ssp_violations %lld ssp_stale_reads %lld\n",
-                static_cast<long long>(reads),
-                static_cast<long long>(violations),
-                static_cast<long long>(stale));
+                static_cast<long long>(counts.reads),
+                static_cast<long long>(counts.violations),
+                static_cast<long long>(counts.stale));
   }
-  if (last.rank == 0) {
+  if (session->last_view().rank == 0) {
     std::printf("final_loss %.9g\n", ToyLoss(o.problem, w.data(), b));
-    if (!o.out.empty()) {
-      std::ofstream f(o.out, std::ios::binary | std::ios::trunc);
-      f.write(reinterpret_cast<const char*>(w.data()), dim * 4);
-      f.write(reinterpret_cast<const char*>(&b), 4);
-      if (!f) return absl::InternalError(absl::StrCat("cannot write ", o.out));
-    }
+    if (!o.out.empty()) STRATA_RETURN_IF_ERROR(WriteWeights(o.out, w, b));
   }
   std::fflush(stdout);
-  return scheduler->Leave();
+  return session->Leave();
 }
 
 }  // namespace strata

@@ -1,0 +1,230 @@
+#include "cluster/step_session.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace strata {
+namespace {
+
+double SquareSum(const float* g, uint64_t n) {
+  double s = 0;
+  for (uint64_t i = 0; i < n; ++i) s += double{g[i]} * g[i];
+  return s;
+}
+
+}  // namespace
+
+StepSession::StepSession(StepSessionOptions options)
+    : options_(std::move(options)) {}
+
+StepSession::~StepSession() = default;
+
+absl::StatusOr<std::unique_ptr<StepSession>> StepSession::Create(
+    StepSessionOptions options) {
+  if (options.model.tensors.empty())
+    return absl::InvalidArgumentError("the model has no tensors");
+  if (!(options.grad_clip >= 0) || !std::isfinite(options.grad_clip))
+    return absl::InvalidArgumentError("grad_clip must be finite and >= 0");
+  options.scheduler.role = v1::ROLE_WORKER;
+  std::unique_ptr<StepSession> s(new StepSession(std::move(options)));
+  const StepSessionOptions& o = s->options_;
+  STRATA_ASSIGN_OR_RETURN(
+      s->session_, JoinAsWorker(o.scheduler, o.min_workers, o.join_timeout));
+  s->consistency_ = s->session_.consistency;
+  STRATA_ASSIGN_OR_RETURN(s->ps_,
+                          PsClient::Create(o.ps, s->session_.scheduler.get()));
+  // The generation the model's state is in, read before the first pulls.
+  s->generation_ = s->session_.scheduler->view().generation();
+  STRATA_RETURN_IF_ERROR(s->ps_->RegisterModel(o.model));
+  return s;
+}
+
+absl::Status StepSession::SetJob(const StepJob& job) {
+  if (job.steps < 1 || job.batch < 1 || job.samples_per_epoch < 1) {
+    return absl::InvalidArgumentError(
+        "steps, batch and samples_per_epoch must be >= 1");
+  }
+  if (job.batch < options_.min_workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a batch of ", job.batch, " cannot be shared by ",
+                     options_.min_workers, " workers"));
+  }
+  job_ = LedgerJobFor(ps_->plan(), job.steps, job.batch, job.samples_per_epoch,
+                      job.seed);
+  steps_ = job.steps;
+  return absl::OkStatus();
+}
+
+StepSession::PullOutcome StepSession::Pull(absl::Span<float* const> weights,
+                                           bool last, absl::Status* failed,
+                                           uint64_t* min_read) {
+  const bool bsp = consistency_.mode == Consistency::kBsp;
+  const int64_t clock = last && !bsp ? -1 : step_;
+  const uint64_t min_version = bsp ? static_cast<uint64_t>(step_) : 0;
+  const StepStamp stamp{.epoch = prev_epoch_, .generation = generation_};
+  std::vector<OpHandle> pulls;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    for (OpHandle& op : ps_->PullTensorAsync(static_cast<int>(i), weights[i],
+                                             clock, min_version, 0, stamp))
+      pulls.push_back(std::move(op));
+  }
+  if (absl::Status s = WaitAll(pulls); !s.ok()) {
+    // Without a previous step to redo, ABORTED means the job rolled back.
+    if (absl::IsAborted(s) && prev_epoch_ == 0 &&
+        AwaitRollback(*session_.scheduler, generation_, options_.timeout)) {
+      return PullOutcome::kAgain;
+    }
+    if (step_ > 0 && absl::IsAborted(s) &&
+        RedoInNewerView(*session_.scheduler, s, last_, options_.timeout)) {
+      --step_;  // step-1 is redone in the new view (or the job rolled back)
+      prev_epoch_ = 0;
+      return PullOutcome::kAgain;
+    }
+    *failed = s;
+    return PullOutcome::kFailed;
+  }
+  *min_read = UINT64_MAX;
+  for (const OpHandle& op : pulls)
+    *min_read = std::min(*min_read, op.version());
+  return PullOutcome::kPulled;
+}
+
+absl::StatusOr<std::optional<StepWork>> StepSession::Lease() {
+  const bool bsp = consistency_.mode == Consistency::kBsp;
+  absl::StatusOr<StepWork> work =
+      LeaseStepWork(*session_.scheduler, step_, *job_, options_.timeout);
+  if (absl::IsOutOfRange(work.status())) {
+    // BSP: the job applied this step without us (we were fenced or joined
+    // late): go on from the next one. SSP/ASP: every sample is applied:
+    // read the final weights.
+    if (bsp) ++step_;
+    finished_ = !bsp;
+    prev_epoch_ = 0;
+    return std::nullopt;
+  }
+  if (!work.ok()) return work.status();
+  if (work->view.generation != generation_) return std::nullopt;  // adopt it
+  return std::optional<StepWork>(*std::move(work));
+}
+
+absl::StatusOr<std::optional<StepWork>> StepSession::Begin(
+    absl::Span<float* const> weights) {
+  if (!job_)
+    return absl::FailedPreconditionError("SetJob must come before Begin");
+  if (weights.size() != options_.model.tensors.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Begin takes ", options_.model.tensors.size(),
+                     " weight buffers (one per tensor), not ", weights.size()));
+  }
+  if (work_) return absl::FailedPreconditionError("End the step first");
+  if (done_) return std::nullopt;
+  const bool bsp = consistency_.mode == Consistency::kBsp;
+  for (;;) {
+    if (std::optional<int64_t> back =
+            AdoptRollback(*session_.scheduler, &generation_)) {
+      step_ = *back;
+      prev_epoch_ = 0;
+      // A restarted server that held no snapshot lacks the chunks.
+      STRATA_RETURN_IF_ERROR(ps_->RegisterModelAgain());
+      continue;
+    }
+    const bool last = bsp ? step_ >= steps_ : finished_;
+    absl::Status failed;
+    uint64_t min_read = 0;
+    switch (Pull(weights, last, &failed, &min_read)) {
+      case PullOutcome::kAgain:
+        continue;
+      case PullOutcome::kFailed:
+        return failed;
+      case PullOutcome::kPulled:
+        break;
+    }
+    if (last) {
+      done_ = true;
+      return std::nullopt;
+    }
+    if (bsp && min_read > static_cast<uint64_t>(step_)) {
+      // The job is past this step (we joined late): go on from there.
+      step_ = std::min<int64_t>(static_cast<int64_t>(min_read), steps_);
+      prev_epoch_ = 0;
+      continue;
+    }
+    STRATA_ASSIGN_OR_RETURN(std::optional<StepWork> work, Lease());
+    if (!work) continue;
+    ps_->ForgetDeferred(step_);  // an earlier attempt's counts
+    {
+      absl::MutexLock l(&mu_);
+      pushes_.clear();
+      square_sum_ = 0;
+    }
+    work_ = std::move(work);
+    handed_out_ = absl::Now();
+    return work_;
+  }
+}
+
+void StepSession::Push(int tensor, const float* grad, int priority) {
+  // Begin and End are in the caller's thread; work_ does not change while
+  // pushes may come.
+  const StepWork& w = *work_;
+  const StepStamp stamp{
+      .epoch = w.stamp_epoch,
+      .first_sample = static_cast<uint64_t>(w.units[0].first()),
+      .generation = generation_,
+      .deferred = options_.grad_clip > 0};
+  const double sq =
+      options_.grad_clip > 0 && tensor >= 0 &&
+              tensor < static_cast<int>(options_.model.tensors.size())
+          ? SquareSum(grad, options_.model.tensors[tensor].numel())
+          : 0;
+  std::vector<OpHandle> ops = ps_->PushTensorAsync(
+      tensor, grad, step_, static_cast<uint64_t>(w.samples), priority, stamp);
+  absl::MutexLock l(&mu_);
+  square_sum_ += sq;
+  for (OpHandle& op : ops) pushes_.push_back(std::move(op));
+}
+
+absl::StatusOr<bool> StepSession::End() {
+  if (!work_) return absl::FailedPreconditionError("no step was begun");
+  const StepWork w = *std::move(work_);
+  work_.reset();
+  const double compute_s =
+      std::max(absl::ToDoubleSeconds(absl::Now() - handed_out_), 1e-9);
+  std::vector<OpHandle> pushes;
+  double sq = 0;
+  {
+    absl::MutexLock l(&mu_);
+    pushes.swap(pushes_);
+    sq = square_sum_;
+  }
+  absl::Status s = WaitAll(pushes);
+  if (s.ok() && options_.grad_clip > 0) {
+    last_norm_ = std::sqrt(sq);
+    // In double: a norm past float's range still gives a positive factor.
+    const float scale =
+        last_norm_ > options_.grad_clip
+            ? static_cast<float>(options_.grad_clip / last_norm_)
+            : 1.0f;
+    s = ps_->Commit(step_, scale);
+  }
+  if (!s.ok()) {
+    if (RedoInNewerView(*session_.scheduler, s, w.view, options_.timeout))
+      return false;
+    return s;
+  }
+  const double rate = static_cast<double>(w.samples) / compute_s;
+  speed_ = speed_ == 0 ? rate : 0.7 * speed_ + 0.3 * rate;
+  last_ = w.view;
+  prev_epoch_ = w.stamp_epoch;
+  session_.scheduler->SetProgress(step_ + 1, speed_);
+  ++step_;
+  return true;
+}
+
+absl::Status StepSession::Leave() { return session_.scheduler->Leave(); }
+
+}  // namespace strata

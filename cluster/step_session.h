@@ -1,0 +1,156 @@
+// A worker's step protocol over the parameter servers and the data ledger,
+// for any model given as a list of tensors: each step pulls the weights
+// (through the consistency gate), leases its samples, pushes the gradients
+// the caller computed, and commits. A step whose view was overtaken is
+// handed out again (redo); a rollback hands out the step the job went back
+// to. The caller sees only steps to compute:
+//
+//   STRATA_ASSIGN_OR_RETURN(auto session, StepSession::Create(options));
+//   for (;;) {
+//     STRATA_ASSIGN_OR_RETURN(std::optional<StepWork> work,
+//                             session->Begin(weights));
+//     if (!work) break;  // every sample applied; `weights` are the final
+//     ... compute the gradient of work->units into grads[i] ...
+//     for (int i = n - 1; i >= 0; --i) session->Push(i, grads[i]);
+//     STRATA_ASSIGN_OR_RETURN(bool applied, session->End());
+//   }
+//   session->Leave();
+//
+// The toy worker (worker/toy_worker.cc) and the Python package (python/)
+// run their steps through it. The GPT trainer (worker/trainer.cc) keeps its
+// own loop, which overlaps pulls with forward and commits with pulls.
+#ifndef STRATA_CLUSTER_STEP_SESSION_H_
+#define STRATA_CLUSTER_STEP_SESSION_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "client/ps_client.h"
+#include "cluster/scheduler_client.h"
+#include "cluster/worker_session.h"
+#include "common/consistency.h"
+
+namespace strata {
+
+struct StepSessionOptions {
+  // The scheduler to join (role is set to ROLE_WORKER) and the servers'
+  // client options; both take their TLS credentials from here.
+  SchedulerClientOptions scheduler;
+  PsClientOptions ps;
+  // Wait until this many workers are live, up to join_timeout, then start.
+  int min_workers = 1;
+  absl::Duration join_timeout = absl::Seconds(60);
+  // The model as the servers hold it; registered at Create.
+  ModelSpec model;
+  // Clip each step's gradient (this worker's) to this global L2 norm (0:
+  // off). The servers hold the pushes until End sends the factor, so
+  // pushes still go out as the gradients are ready.
+  float grad_clip = 0;
+  // How long Begin and End wait for the scheduler's answers and views.
+  absl::Duration timeout = absl::Seconds(60);
+};
+
+// The job's data: `steps` steps of `batch` samples out of a training set
+// of `samples_per_epoch` samples, in the order of `seed` (the ledger hands
+// out global sample indices; sample g is item ShuffledIndex(g, n, seed)
+// of the set, data/dataset.h).
+struct StepJob {
+  int64_t steps = 0;
+  int64_t batch = 0;
+  int64_t samples_per_epoch = 0;
+  uint64_t seed = 0;
+};
+
+// Thread-safe except that Begin, End and Leave are called from one thread
+// at a time (Push may come from any thread between Begin and End).
+class StepSession {
+ public:
+  // Joins the job, connects to the servers and registers the model.
+  // Errors: JoinAsWorker's, PsClient::Create's, RegisterModel's
+  // (FAILED_PRECONDITION: the servers hold another model under these
+  // names), INVALID_ARGUMENT for an empty model.
+  static absl::StatusOr<std::unique_ptr<StepSession>> Create(
+      StepSessionOptions options);
+  ~StepSession();
+
+  // Sets the job's data. REQUIRES: before the first Begin; INVALID_ARGUMENT
+  // for a non-positive count or a batch smaller than the workers to start.
+  absl::Status SetJob(const StepJob& job);
+
+  // Pulls every tensor's weights for the next step into weights[i]
+  // (tensor i's numel floats, written only by successful pulls) and leases
+  // this worker's samples of it. The step to compute, with its samples and
+  // this worker's place in the view; nullopt once the job is over (every
+  // step applied under BSP, every sample under SSP/ASP): `weights` then
+  // hold the final weights. A step is handed out again after End said it
+  // was not applied, and an earlier one after a rollback.
+  absl::StatusOr<std::optional<StepWork>> Begin(
+      absl::Span<float* const> weights);
+  // Pushes tensor `tensor`'s gradient for the step Begin handed out: the
+  // mean over the step's samples. `grad` (numel floats) must stay valid
+  // and unchanged until End returns. With grad_clip, its sum of squares is
+  // taken here (in the caller's thread).
+  void Push(int tensor, const float* grad, int priority = 0);
+  // Waits for the step's pushes (and, with grad_clip, sends the clipping
+  // factor). True: the step is applied (the next Begin goes on to the next
+  // one); false: it was overtaken by a newer view and the next Begin hands
+  // it out again. Other failures are errors.
+  absl::StatusOr<bool> End();
+  // Leaves the job (the scheduler hands this worker's samples to others).
+  absl::Status Leave();
+
+  // The gradient norm End clipped with (with grad_clip; else 0).
+  double last_grad_norm() const { return last_norm_; }
+  // The step Begin would hand out next (the job's under BSP, this
+  // worker's clock under SSP/ASP).
+  int64_t step() const { return step_; }
+  const Consistency& consistency() const { return consistency_; }
+  // This worker's rank in the view it joined (common/work_share.h).
+  int join_rank() const { return session_.rank; }
+  // The view the last applied step was computed in.
+  const StepView& last_view() const { return last_; }
+  PsClient& ps() { return *ps_; }
+  SchedulerClient& scheduler() { return *session_.scheduler; }
+  const ModelSpec& model() const { return options_.model; }
+
+ private:
+  explicit StepSession(StepSessionOptions options);
+  // Begin's pull of every tensor for step_; what to do about a failure.
+  enum class PullOutcome { kPulled, kAgain, kFailed };
+  PullOutcome Pull(absl::Span<float* const> weights, bool last,
+                   absl::Status* failed, uint64_t* min_read);
+  // Begin's lease of step_'s samples; nullopt: look again (step_ moved).
+  absl::StatusOr<std::optional<StepWork>> Lease();
+
+  StepSessionOptions options_;
+  WorkerSession session_;
+  Consistency consistency_;
+  std::unique_ptr<PsClient> ps_;
+  std::optional<v1::LedgerJob> job_;
+  int64_t steps_ = 0;
+  uint64_t generation_ = 0;  // the rollback generation of the weights
+  int64_t step_ = 0;
+  bool finished_ = false;         // SSP/ASP: every sample applied
+  bool done_ = false;             // the final weights were pulled
+  StepView last_;                 // the view the previous step was computed in
+  uint64_t prev_epoch_ = 0;       // its stamp epoch; 0: unknown (no redo check)
+  std::optional<StepWork> work_;  // the step handed out, until End
+  absl::Time handed_out_;
+  double speed_ = 0;  // samples/s, smoothed, for the scheduler's shares
+  double last_norm_ = 0;
+
+  absl::Mutex mu_;  // Push from other threads
+  std::vector<OpHandle> pushes_ ABSL_GUARDED_BY(mu_);
+  double square_sum_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_CLUSTER_STEP_SESSION_H_
