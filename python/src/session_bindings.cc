@@ -1,0 +1,188 @@
+// strata._strata.Session: a worker's step protocol (cluster/step_session.h)
+// for Python: begin a step (pull the weights into the caller's arrays,
+// lease the samples), push each gradient as it is ready, end the step.
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "cluster/step_session.h"
+#include "data/dataset.h"
+#include "python/src/bindings.h"
+#include "python/src/convert.h"
+
+namespace strata::python {
+namespace {
+
+// What Session.begin returns: the step and this worker's part of it.
+struct Step {
+  int64_t step = 0;
+  int rank = 0;
+  int workers = 1;
+  uint64_t epoch = 0;       // the view's
+  uint64_t generation = 0;  // the rollback generation
+  int64_t samples = 0;
+  std::vector<std::pair<int64_t, int64_t>> units;  // (first, count)
+};
+
+class Session {
+ public:
+  Session(const ConnectOptions& connect, const py::list& tensors,
+          const py::list& groups, uint64_t chunk_bytes, int min_workers,
+          float grad_clip) {
+    StepSessionOptions o;
+    ClientOptions(connect, &o.scheduler, &o.ps);
+    o.model = ParseModel(tensors, groups, chunk_bytes);
+    o.min_workers = min_workers;
+    o.grad_clip = grad_clip;
+    o.join_timeout = o.timeout = absl::Seconds(connect.timeout_s);
+    py::gil_scoped_release release;
+    session_ = Take(StepSession::Create(std::move(o)));
+  }
+  ~Session() {
+    py::gil_scoped_release release;
+    session_.reset();
+  }
+
+  void SetJob(int64_t steps, int64_t batch, int64_t samples_per_epoch,
+              uint64_t seed) {
+    Check(session_->SetJob({steps, batch, samples_per_epoch, seed}));
+  }
+
+  std::optional<Step> Begin(const std::vector<py::array>& weights) {
+    const std::vector<TensorSpec>& specs = session_->model().tensors;
+    if (weights.size() != specs.size()) {
+      throw py::value_error("begin takes one array per registered tensor");
+    }
+    std::vector<float*> buffers;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      buffers.push_back(
+          FloatBuffer(weights[i], specs[i].numel(), specs[i].name, true));
+    }
+    absl::StatusOr<std::optional<StepWork>> work;
+    {
+      py::gil_scoped_release release;
+      work = session_->Begin(buffers);
+    }
+    std::optional<StepWork> w = Take(std::move(work));
+    if (!w) return std::nullopt;
+    Step s{session_->step(),
+           w->view.rank,
+           w->view.workers,
+           w->view.epoch,
+           w->view.generation,
+           w->samples,
+           {}};
+    for (const v1::WorkUnit& u : w->units)
+      s.units.emplace_back(u.first(), u.count());
+    return s;
+  }
+
+  void Push(int tensor, const py::array& grad, int priority) {
+    const std::vector<TensorSpec>& specs = session_->model().tensors;
+    if (tensor < 0 || tensor >= static_cast<int>(specs.size())) {
+      throw StatusError(absl::NotFoundError("no such tensor index"));
+    }
+    const float* data =
+        FloatBuffer(grad, specs[tensor].numel(), specs[tensor].name, false);
+    keep_.push_back(grad);  // until end()
+    py::gil_scoped_release release;
+    session_->Push(tensor, data, priority);
+  }
+
+  bool End() {
+    absl::StatusOr<bool> applied;
+    {
+      py::gil_scoped_release release;
+      applied = session_->End();
+    }
+    keep_.clear();
+    return Take(std::move(applied));
+  }
+
+  void Leave() {
+    py::gil_scoped_release release;
+    Check(session_->Leave());
+  }
+
+  std::string Consistency() const { return session_->consistency().ToString(); }
+  int64_t StepIndex() const { return session_->step(); }
+  double GradNorm() const { return session_->last_grad_norm(); }
+  int JoinRank() const { return session_->join_rank(); }
+  std::vector<std::string> Names() const {
+    std::vector<std::string> names;
+    for (const TensorSpec& t : session_->model().tensors)
+      names.push_back(t.name);
+    return names;
+  }
+
+ private:
+  std::unique_ptr<StepSession> session_;
+  std::vector<py::object> keep_;  // the arrays pushes read, until End
+};
+
+}  // namespace
+
+void BindSession(py::module_& m) {
+  py::class_<Step>(m, "Step", "A step handed out by Session.begin.")
+      .def_readonly("step", &Step::step)
+      .def_readonly("rank", &Step::rank)
+      .def_readonly("workers", &Step::workers)
+      .def_readonly("epoch", &Step::epoch)
+      .def_readonly("generation", &Step::generation)
+      .def_readonly("samples", &Step::samples)
+      .def_readonly("units", &Step::units,
+                    "(first global sample, count) runs of this worker's "
+                    "samples");
+  py::class_<Session>(m, "Session",
+                      "A worker's step protocol: joins the job and registers "
+                      "the model at construction.")
+      .def(py::init([](std::string scheduler, py::list tensors, py::list groups,
+                       uint64_t chunk_bytes, int min_workers, float grad_clip,
+                       std::string tls_cert, std::string tls_key,
+                       std::string tls_ca, std::string push_dtype,
+                       std::string pull_dtype, bool shared_memory,
+                       double timeout) {
+             return std::make_unique<Session>(
+                 ConnectOptions{scheduler, tls_cert, tls_key, tls_ca,
+                                push_dtype, pull_dtype, shared_memory, timeout},
+                 tensors, groups, chunk_bytes, min_workers, grad_clip);
+           }),
+           py::arg("scheduler"), py::arg("tensors"), py::arg("groups"),
+           py::arg("chunk_bytes") = kDefaultChunkBytes,
+           py::arg("min_workers") = 1, py::arg("grad_clip") = 0.0f,
+           py::arg("tls_cert") = "", py::arg("tls_key") = "",
+           py::arg("tls_ca") = "", py::arg("push_dtype") = "f32",
+           py::arg("pull_dtype") = "f32", py::arg("shared_memory") = true,
+           py::arg("timeout") = 60.0)
+      .def("set_job", &Session::SetJob, py::arg("steps"), py::arg("batch"),
+           py::arg("samples_per_epoch"), py::arg("seed") = 0)
+      .def("begin", &Session::Begin, py::arg("weights"),
+           "Pulls the weights into `weights` (one float32 array per tensor) "
+           "and leases this worker's samples; None once the job is over.")
+      .def("push", &Session::Push, py::arg("tensor"), py::arg("grad"),
+           py::arg("priority") = 0)
+      .def("end", &Session::End,
+           "Waits for the step's pushes; False when the step is to be "
+           "computed again (the next begin hands it out).")
+      .def("leave", &Session::Leave)
+      .def_property_readonly("consistency", &Session::Consistency)
+      .def_property_readonly("step", &Session::StepIndex)
+      .def_property_readonly("grad_norm", &Session::GradNorm)
+      .def_property_readonly("join_rank", &Session::JoinRank)
+      .def_property_readonly("names", &Session::Names);
+  m.def(
+      "shuffled_index",
+      [](int64_t sample, int64_t n, uint64_t seed) {
+        if (n < 1 || sample < 0)
+          throw py::value_error("need n >= 1, sample >= 0");
+        return ShuffledIndex(sample, n, seed);
+      },
+      py::arg("sample"), py::arg("n"), py::arg("seed"),
+      "The item of a set of n that global sample `sample` is under `seed` "
+      "(each epoch its own permutation), as Strata's own data loader reads.");
+}
+
+}  // namespace strata::python

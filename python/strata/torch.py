@@ -1,0 +1,288 @@
+"""PyTorch models trained through Strata's servers.
+
+    import strata.torch as st
+    opt = st.DistributedOptimizer(model.named_parameters(), lr=3e-4,
+                                  weight_decay=0.1, grad_clip=1.0)
+    sampler = st.ElasticSampler(opt, num_samples=len(dataset),
+                                batch_size=64, steps=1000)
+    for indices in sampler:           # this worker's share of each step
+        loss = loss_fn(model, [dataset[i] for i in indices])
+        loss.backward()               # each gradient is pushed when ready
+        opt.step()                    # the servers apply the step
+        opt.zero_grad()
+
+The optimizer runs on the servers, under the job's consistency (BSP, SSP
+or ASP, chosen when the scheduler starts). Each iteration of the sampler
+pulls the step's weights into the model's parameters (in place) and leases
+this worker's samples from the scheduler's data ledger, so every sample is
+used exactly once across worker deaths and joins. A step overtaken by a
+membership change is handed out again, and a rollback hands out the step
+the job went back to: the loop body is the same either way.
+"""
+
+import os
+import shutil
+import signal
+import tempfile
+import threading
+
+import torch
+
+from strata import _strata
+from strata import env
+from strata import model as model_spec
+
+_stop = threading.Event()
+
+
+def request_stop(*_):
+    """Leave the job after the step under way (SIGTERM's handler)."""
+    _stop.set()
+
+
+def _install_sigterm():
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, request_stop)
+
+
+def _check_parameter(name, p):
+    if p.dtype != torch.float32:
+        raise TypeError(f"parameter {name!r} is {p.dtype}; Strata's servers "
+                        "hold float32 weights (call model.float())")
+    if p.device.type != "cpu":
+        raise ValueError(f"parameter {name!r} is on {p.device}; the Python "
+                         "client moves CPU tensors (train on the CPU, or "
+                         "keep a CPU copy)")
+    if not p.is_contiguous():
+        raise ValueError(f"parameter {name!r} is not contiguous")
+
+
+class DistributedOptimizer:
+    """Pushes each parameter's gradient as backward finishes it; the
+    servers apply the optimizer. Joins the job and registers the model at
+    construction (waiting for `workers` workers, default STRATA_WORKERS).
+
+    optimizer, lr, betas, eps, weight_decay, momentum, warmup_steps,
+    total_steps, min_lr_ratio: the servers' optimizer (strata.model.group).
+    groups: optional list of dicts {"params": [names], **overrides}, like
+    torch's param groups, by parameter name; parameters in none of them
+    take the keywords above.
+    grad_clip: clip this worker's gradient to this global L2 norm (0: off);
+    the servers hold the pushes until step() sends the factor, so pushes
+    still overlap backward.
+    init: "model" (the servers start from this model's weights, written to
+    a safetensors file under init_dir, which the servers must be able to
+    read: this host, or a shared filesystem), or an init dict for every
+    tensor (strata.model.tensor), e.g. {"kind": "zeros"}. The first worker
+    to register decides; the others' weights are replaced by the servers'
+    at the first step.
+    backward_passes_per_step: backward passes that accumulate into each
+    step's gradient (scale the loss by its inverse, as for torch's own
+    accumulation): a gradient is pushed after the last of them.
+    scheduler, tls_cert, tls_key, tls_ca, bf16, shared_memory, timeout:
+    strata.env.connect_options.
+    """
+
+    def __init__(self, named_parameters, optimizer="adamw", lr=1e-3,
+                 betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 momentum=0.0, warmup_steps=0, total_steps=0,
+                 min_lr_ratio=0.0, groups=None, grad_clip=0.0, init="model",
+                 init_dir=None, workers=None, chunk_bytes=4 << 20,
+                 backward_passes_per_step=1,
+                 scheduler=None, tls_cert=None, tls_key=None, tls_ca=None,
+                 bf16=None, shared_memory=True, timeout=60.0):
+        named = [(n, p) for n, p in named_parameters if p.requires_grad]
+        if not named:
+            raise ValueError("no parameters that require a gradient")
+        for name, p in named:
+            _check_parameter(name, p)
+        self._names = [n for n, _ in named]
+        self._params = [p for _, p in named]
+        self._group_specs, self._group_of = self._groups(
+            groups, dict(optimizer=optimizer, lr=lr, betas=betas, eps=eps,
+                         weight_decay=weight_decay, momentum=momentum,
+                         warmup_steps=warmup_steps, total_steps=total_steps,
+                         min_lr_ratio=min_lr_ratio))
+        self._init_dir = None
+        connect = env.connect_options(scheduler, tls_cert, tls_key, tls_ca,
+                                      bf16, shared_memory, timeout)
+        tensors = self._tensors(init, init_dir)
+        self._hooks = []
+        try:
+            self.session = _strata.Session(
+                tensors=tensors, groups=self._group_specs,
+                chunk_bytes=int(chunk_bytes),
+                min_workers=env.min_workers(workers),
+                grad_clip=float(grad_clip), **connect)
+        except BaseException:
+            self.close()
+            raise
+        if int(backward_passes_per_step) < 1:
+            raise ValueError("backward_passes_per_step must be >= 1")
+        self._passes_per_step = int(backward_passes_per_step)
+        self._in_step = False
+        self._pushed = [False] * len(self._params)
+        self._passes = [0] * len(self._params)
+        with torch.enable_grad():
+            for i, p in enumerate(self._params):
+                # Horovod's way to run after the gradient is accumulated
+                # into p.grad: a hook on the parameter's AccumulateGrad node.
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                self._hooks.append((acc, acc.register_hook(self._hook(i))))
+        _install_sigterm()
+
+    # The parameters' groups: one spec per group, each parameter's name.
+    def _groups(self, groups, defaults):
+        specs = [model_spec.group("default", **defaults)]
+        of = {n: "default" for n in self._names}
+        for k, g in enumerate(groups or []):
+            g = dict(g)
+            names = g.pop("params")
+            unknown = [n for n in names if n not in of]
+            if unknown:
+                raise KeyError(f"group {k} names parameters the model does "
+                               f"not have (or that need no gradient): "
+                               f"{unknown}")
+            name = g.pop("name", f"group{k}")
+            specs.append(model_spec.group(name, **{**defaults, **g}))
+            for n in names:
+                of[n] = name
+        return specs, of
+
+    def _tensors(self, init, init_dir):
+        if init == "model":
+            self._init_dir = tempfile.mkdtemp(prefix="strata-init-",
+                                              dir=init_dir)
+            path = os.path.join(self._init_dir, "init.safetensors")
+            size = model_spec.write_init_file(
+                path, {n: p.detach().numpy()
+                       for n, p in zip(self._names, self._params)})
+            inits = [{"kind": "file", "file": path, "source": n,
+                      "file_bytes": size} for n in self._names]
+        elif isinstance(init, dict):
+            inits = [init] * len(self._names)
+        else:
+            raise ValueError(f"init {init!r} is neither 'model' nor a dict")
+        return [model_spec.tensor(n, list(p.shape) or [1], self._group_of[n],
+                                  it)
+                for n, p, it in zip(self._names, self._params, inits)]
+
+    def _hook(self, i):
+        def hook(*_):
+            if not self._in_step or self._pushed[i]:
+                return
+            self._passes[i] += 1
+            if self._passes[i] == self._passes_per_step:
+                self._push(i)
+        return hook
+
+    def _push(self, i):
+        p = self._params[i]
+        if p.grad is None:
+            grad = torch.zeros_like(p)  # unused this step: no change
+        else:
+            grad = p.grad
+            if (grad.dtype != torch.float32 or grad.device.type != "cpu"
+                    or not grad.is_contiguous()):
+                raise TypeError(f"the gradient of {self._names[i]!r} is not "
+                                "a contiguous float32 CPU tensor")
+        self._pushed[i] = True
+        # Later parameters first: backward produces them first, and the
+        # next forward needs the first ones first.
+        self.session.push(i, grad.detach().numpy().reshape(-1), priority=i)
+
+    def begin(self):
+        """Pulls the next step's weights into the parameters and leases its
+        samples: the strata.Step, or None once the job is over (the
+        parameters then hold the final weights). ElasticSampler calls it."""
+        if self._in_step:
+            raise RuntimeError("step() the step under way before the next")
+        with torch.no_grad():
+            arrays = [p.detach().numpy().reshape(-1) for p in self._params]
+            work = self.session.begin(arrays)
+        if work is not None:
+            self._in_step = True
+            self._pushed = [False] * len(self._params)
+            self._passes = [0] * len(self._params)
+        return work
+
+    def step(self):
+        """Pushes what backward has not pushed yet (a parameter without a
+        gradient pushes zeros) and waits for the servers to take the step.
+        True: applied; False: it was overtaken by a membership change and
+        the sampler hands it out again."""
+        if not self._in_step:
+            raise RuntimeError("no step under way: iterate an ElasticSampler")
+        try:
+            for i in reversed(range(len(self._params))):
+                if not self._pushed[i]:
+                    self._push(i)
+        finally:
+            self._in_step = False
+            applied = self.session.end()
+        return applied
+
+    def zero_grad(self, set_to_none=True):
+        for p in self._params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    @property
+    def grad_norm(self):
+        """The last step's gradient norm (with grad_clip; else 0)."""
+        return self.session.grad_norm
+
+    @property
+    def consistency(self):
+        return self.session.consistency
+
+    def leave(self):
+        """Leaves the job: the scheduler hands this worker's samples to the
+        others."""
+        self.session.leave()
+        self.close()
+
+    def close(self):
+        for _, handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+        if self._init_dir:
+            shutil.rmtree(self._init_dir, ignore_errors=True)
+            self._init_dir = None
+
+
+class ElasticSampler:
+    """The job's samples, leased step by step from the scheduler's data
+    ledger: each iteration yields this worker's indices into a dataset of
+    `num_samples` items for one step of `batch_size` (over all workers),
+    for `steps` steps, each epoch in its own order under `seed` (the order
+    Strata's own data loader uses: strata.shuffled_index). Every sample is
+    used once across worker deaths and joins. Usable as a DataLoader's
+    batch_sampler with num_workers=0 (a loader that prefetches would lease
+    a step before the last one is pushed). Leaves the job when it ends,
+    and after SIGTERM at the end of the step under way."""
+
+    def __init__(self, optimizer, num_samples, batch_size, steps, seed=0):
+        self.optimizer = optimizer
+        self.num_samples = int(num_samples)
+        self.batch_size = int(batch_size)
+        self.steps = int(steps)
+        self.seed = int(seed)
+        optimizer.session.set_job(self.steps, self.batch_size,
+                                  self.num_samples, self.seed)
+        self.current = None  # the strata.Step under way
+
+    def __len__(self):
+        return self.steps
+
+    def __iter__(self):
+        while not _stop.is_set():
+            self.current = self.optimizer.begin()
+            if self.current is None:
+                break
+            yield [_strata.shuffled_index(g, self.num_samples, self.seed)
+                   for first, count in self.current.units
+                   for g in range(first, first + count)]
+        self.optimizer.leave()

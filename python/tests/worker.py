@@ -1,0 +1,62 @@
+"""A Python worker of the tests: trains tiny_gpt through Strata's servers
+with strata.torch, as a user's script would. Writes one line per applied
+step to --log ("step samples loss") and, with --weights_at S, the weights
+it pulled for step S to --weights (torch.save of the state dict)."""
+
+import argparse
+import os
+import time
+
+import torch
+
+import strata.torch as st
+import tiny_gpt
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--lr", type=float, default=1e-2)
+    p.add_argument("--grad_clip", type=float, default=0.0)
+    p.add_argument("--log", required=True)
+    p.add_argument("--weights_at", type=int, default=-1)
+    p.add_argument("--weights", default="")
+    p.add_argument("--final", default="", help="final weights here")
+    p.add_argument("--sleep", type=float, default=0.0,
+                   help="seconds per step (a slow worker)")
+    p.add_argument("--mark_at", type=int, default=-1,
+                   help="touch <log>.mark after this many applied steps")
+    a = p.parse_args()
+
+    model = tiny_gpt.model()
+    data = tiny_gpt.dataset()
+    opt = st.DistributedOptimizer(model.named_parameters(), lr=a.lr,
+                                  weight_decay=0.1, grad_clip=a.grad_clip)
+    sampler = st.ElasticSampler(opt, num_samples=len(data),
+                                batch_size=a.batch, steps=a.steps, seed=3)
+    applied = 0
+    with open(a.log, "w", buffering=1) as log:
+        for indices in sampler:
+            step = sampler.current.step
+            if step == a.weights_at and a.weights:
+                torch.save(model.state_dict(), a.weights)
+            x, y = tiny_gpt.batch(data, indices)
+            loss = model(x, y)
+            loss.backward()
+            if a.sleep:
+                time.sleep(a.sleep)
+            if opt.step():
+                applied += 1
+                log.write(f"{step} {len(indices)} {loss.item():.9g}\n")
+                if applied == a.mark_at:
+                    open(a.log + ".mark", "w").close()
+            opt.zero_grad()
+    if a.final:
+        torch.save(model.state_dict(), a.final)
+    opt.close()
+    print("worker done", os.getpid(), "applied", applied, flush=True)
+
+
+if __name__ == "__main__":
+    main()
