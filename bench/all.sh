@@ -47,6 +47,8 @@ entries=(
   "cpu_train||no|bash bench/cpu_train.sh"
   "grad_norm|grad_norm_bench|no|build/bench/grad_norm_bench"
   "tokenizer||no|bash bench/tokenizer.sh"
+  "python_pushpull||no|bash bench/python_pushpull.sh"
+  "python_train||no|bash bench/python_train.sh"
 )
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }

@@ -91,3 +91,58 @@ in_wire_namespace() {
   [[ $status -eq 0 ]] || exit $status
   return 0
 }
+
+# with_servers NAME LAYERS HEADS WIDTH CONTEXT BATCH [RATIO]: prints
+# "cpu_tokens_per_s_with_servers NAME <tokens/s>" of that GPT shape trained
+# by one `strata worker` through two servers on loopback (BSP, AdamW on
+# the servers, the default settings: gradients clipped to norm 1 with
+# pushes streamed during backward, payloads through shared memory). With
+# RATIO, the servers' --ram_budget is 1/RATIO of their share of the state.
+# Knobs (bench/cpu_train.sh): WORKERS, MICRO_BATCHES, FIGURE, WORKER_FLAGS,
+# SERVER_FLAGS, SCHEDULER_FLAGS, TIER_DIR; `build` names the build tree.
+with_servers() {  # name layers heads width context batch [state ratio]
+  local name=$1 build=${build:-build} dir pids=() server_flags=() figure=${FIGURE:-cpu_tokens_per_s_with_servers}
+  local workers=${WORKERS:-1} micro=${MICRO_BATCHES:-1} batch
+  batch=$(( $6 * micro ))
+  [[ "${micro}" == 1 ]] || name="${name}_x${micro}"
+  dir=$(mktemp -d "${TIER_DIR:-/var/tmp}/strata-cpu-train-XXXXXX")
+  "${build}/cli/strata" scheduler --listen 127.0.0.1:0 --num_shards 2 \
+    ${SCHEDULER_FLAGS:-} --address_file "${dir}/addr" 2>"${dir}/scheduler.log" & pids+=($!)
+  for _ in $(seq 100); do [[ -s "${dir}/addr" ]] && break; sleep 0.1; done
+  local addr; addr=$(cat "${dir}/addr")
+  if [[ -n "${7:-}" ]]; then
+    # Each server's share of the state (12 bytes per parameter) / ratio.
+    local params budget
+    params=$(( 50257 * $4 + $5 * $4 + $2 * (12 * $4 * $4 + 13 * $4) + 2 * $4 ))
+    budget=$(( params * 12 / 2 / $7 ))
+    server_flags=(--ram_budget "${budget}")
+    figure=cpu_tokens_per_s_with_tier
+  fi
+  for s in 0 1; do
+    "${build}/cli/strata" server --scheduler "${addr}" --shard $s \
+      --data_dir "${dir}/server$s" "${server_flags[@]}" ${SERVER_FLAGS:-} 2>"${dir}/server$s.log" & pids+=($!)
+  done
+  local worker_args=(--scheduler "${addr}" --workers "${workers}" --layers "$2" --heads "$3" \
+    --width "$4" --context "$5" --batch "${batch}" --micro_batches "${micro}" --vocab 50257 --steps 6 --eval_every 0 \
+    --data /usr/share/common-licenses)
+  for w in $(seq 2 "${workers}"); do
+    "${build}/cli/strata" worker "${worker_args[@]}" ${WORKER_FLAGS:-} \
+      --metrics "${dir}/metrics-$w.jsonl" 2>"${dir}/worker$w.log" & pids+=($!)
+  done
+  "${build}/cli/strata" worker "${worker_args[@]}" ${WORKER_FLAGS:-} \
+    --metrics "${dir}/metrics.jsonl" 2>"${dir}/worker.log"
+  # Steps 2..5 (after warm-up), from the elapsed time in the metrics.
+  python3 - "${dir}/metrics.jsonl" "$name" "$(( $5 * batch ))" "$figure" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+t = [r["elapsed_s"] for r in rows]
+tokens = int(sys.argv[3])
+print("%s %s %.1f" % (sys.argv[4], sys.argv[2], tokens * (len(t) - 2) / (t[-1] - t[1])))
+PY
+  if [[ -n "${7:-}" ]]; then
+    "${build}/cli/strata" status --scheduler "${addr}" 2>/dev/null | grep -o 'ram [^m]*MiB  spilled [^M]*MiB  hit rate [0-9.]*' >&2 || true
+  fi
+  kill "${pids[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "${dir}"
+}

@@ -25,8 +25,8 @@ def main():
     a = p.parse_args()
     c = strata.Client(scheduler=a.scheduler, shared_memory=bool(a.shm))
     name = f"python_bench_{a.chunk_mib}MiB"
-    c.register([strata.model.tensor(name, [a.numel], "sgd")],
-               [strata.model.group("sgd", optimizer="sgd", lr=1e-6)],
+    c.register([strata.model.tensor(name, [a.numel], "python_sgd")],
+               [strata.model.group("python_sgd", optimizer="sgd", lr=1e-6)],
                chunk_bytes=a.chunk_mib << 20)
     grad = np.full(a.numel, 1e-3, np.float32)
     weights = np.empty(a.numel, np.float32)

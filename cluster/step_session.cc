@@ -6,22 +6,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "common/sum_of_squares.h"
 
 namespace strata {
-namespace {
-
-double SquareSum(const float* g, uint64_t n) {
-  double s = 0;
-  for (uint64_t i = 0; i < n; ++i) s += double{g[i]} * g[i];
-  return s;
-}
-
-}  // namespace
-
 StepSession::StepSession(StepSessionOptions options)
     : options_(std::move(options)) {}
 
-StepSession::~StepSession() = default;
+StepSession::~StepSession() { (void)CollectCommit(); }
 
 absl::StatusOr<std::unique_ptr<StepSession>> StepSession::Create(
     StepSessionOptions options) {
@@ -59,27 +50,55 @@ absl::Status StepSession::SetJob(const StepJob& job) {
   return absl::OkStatus();
 }
 
-StepSession::PullOutcome StepSession::Pull(absl::Span<float* const> weights,
-                                           bool last, absl::Status* failed,
-                                           uint64_t* min_read) {
+absl::Status StepSession::CollectCommit() {
+  return commit_.valid() ? commit_.get() : absl::OkStatus();
+}
+
+absl::Status StepSession::PullAll(absl::Span<float* const> weights, bool last,
+                                  std::vector<OpHandle>* pulls) {
   const bool bsp = consistency_.mode == Consistency::kBsp;
   const int64_t clock = last && !bsp ? -1 : step_;
   const uint64_t min_version = bsp ? static_cast<uint64_t>(step_) : 0;
   const StepStamp stamp{.epoch = prev_epoch_, .generation = generation_};
-  std::vector<OpHandle> pulls;
-  for (size_t i = 0; i < weights.size(); ++i) {
-    for (OpHandle& op : ps_->PullTensorAsync(static_cast<int>(i), weights[i],
-                                             clock, min_version, 0, stamp))
-      pulls.push_back(std::move(op));
+  auto send = [&] {
+    pulls->clear();
+    for (size_t i = 0; i < weights.size(); ++i) {
+      for (OpHandle& op : ps_->PullTensorAsync(static_cast<int>(i), weights[i],
+                                               clock, min_version, 0, stamp))
+        pulls->push_back(std::move(op));
+    }
+    return WaitAll(*pulls);
+  };
+  absl::Status pulled = send();
+  const bool during_commit = commit_.valid();
+  const absl::Status committed = CollectCommit();
+  if (during_commit && committed.ok() && absl::IsDeadlineExceeded(pulled)) {
+    // The pulls' wait at the gate (max_wait) counted the whole commit: a
+    // long one outlasts it. It is done now: pull again.
+    pulled = send();
   }
-  if (absl::Status s = WaitAll(pulls); !s.ok()) {
+  // The servers answer ABORTED to pulls of a step whose commit failed:
+  // the commit's own error says why. (A commit that failed while every
+  // chunk closed the step all the same, its retry having applied, leaves
+  // the pulls OK.)
+  return pulled.ok() || committed.ok() ? pulled : committed;
+}
+
+StepSession::PullOutcome StepSession::Pull(absl::Span<float* const> weights,
+                                           bool last, absl::Status* failed,
+                                           uint64_t* min_read) {
+  std::vector<OpHandle> pulls;
+  if (absl::Status s = PullAll(weights, last, &pulls); !s.ok()) {
     // Without a previous step to redo, ABORTED means the job rolled back.
     if (absl::IsAborted(s) && prev_epoch_ == 0 &&
         AwaitRollback(*session_.scheduler, generation_, options_.timeout)) {
       return PullOutcome::kAgain;
     }
-    if (step_ > 0 && absl::IsAborted(s) &&
+    // (FAILED_PRECONDITION: the commit of step-1, collected with these
+    // pulls, found this worker fenced; RedoInNewerView redoes only then.)
+    if (step_ > 0 && (absl::IsAborted(s) || absl::IsFailedPrecondition(s)) &&
         RedoInNewerView(*session_.scheduler, s, last_, options_.timeout)) {
+      ps_->ForgetPushErrors();  // the pushes they came from: not applied
       --step_;  // step-1 is redone in the new view (or the job rolled back)
       prev_epoch_ = 0;
       return PullOutcome::kAgain;
@@ -126,6 +145,9 @@ absl::StatusOr<std::optional<StepWork>> StepSession::Begin(
   for (;;) {
     if (std::optional<int64_t> back =
             AdoptRollback(*session_.scheduler, &generation_)) {
+      // The last commit belongs to the old generation.
+      (void)CollectCommit();
+      ps_->ForgetPushErrors();
       step_ = *back;
       prev_epoch_ = 0;
       // A restarted server that held no snapshot lacks the chunks.
@@ -179,7 +201,8 @@ void StepSession::Push(int tensor, const float* grad, int priority) {
   const double sq =
       options_.grad_clip > 0 && tensor >= 0 &&
               tensor < static_cast<int>(options_.model.tensors.size())
-          ? SquareSum(grad, options_.model.tensors[tensor].numel())
+          ? SumOfSquares(grad, static_cast<int64_t>(
+                                   options_.model.tensors[tensor].numel()))
           : 0;
   std::vector<OpHandle> ops = ps_->PushTensorAsync(
       tensor, grad, step_, static_cast<uint64_t>(w.samples), priority, stamp);
@@ -209,11 +232,24 @@ absl::StatusOr<bool> StepSession::End() {
         last_norm_ > options_.grad_clip
             ? static_cast<float>(options_.grad_clip / last_norm_)
             : 1.0f;
-    s = ps_->Commit(step_, scale);
+    if (consistency_.mode == Consistency::kBsp) {
+      // The next pulls wait at the gate for this step to close, chunk by
+      // chunk: they go out while the servers apply the commit (Begin
+      // collects its answer with theirs).
+      commit_ = std::async(std::launch::async, [this, step = step_, scale] {
+        return ps_->Commit(step, scale);
+      });
+    } else {
+      // SSP/ASP pulls do not wait for this worker's step: they would read
+      // the weights without it.
+      s = ps_->Commit(step_, scale);
+    }
   }
   if (!s.ok()) {
-    if (RedoInNewerView(*session_.scheduler, s, w.view, options_.timeout))
+    if (RedoInNewerView(*session_.scheduler, s, w.view, options_.timeout)) {
+      ps_->ForgetPushErrors();
       return false;
+    }
     return s;
   }
   const double rate = static_cast<double>(w.samples) / compute_s;
@@ -225,6 +261,9 @@ absl::StatusOr<bool> StepSession::End() {
   return true;
 }
 
-absl::Status StepSession::Leave() { return session_.scheduler->Leave(); }
+absl::Status StepSession::Leave() {
+  (void)CollectCommit();  // the last step's commit is answered first
+  return session_.scheduler->Leave();
+}
 
 }  // namespace strata

@@ -18,11 +18,12 @@
 //
 // The toy worker (worker/toy_worker.cc) and the Python package (python/)
 // run their steps through it. The GPT trainer (worker/trainer.cc) keeps its
-// own loop, which overlaps pulls with forward and commits with pulls.
+// own loop, which also overlaps pulls with forward.
 #ifndef STRATA_CLUSTER_STEP_SESSION_H_
 #define STRATA_CLUSTER_STEP_SESSION_H_
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -99,9 +100,12 @@ class StepSession {
   // taken here (in the caller's thread).
   void Push(int tensor, const float* grad, int priority = 0);
   // Waits for the step's pushes (and, with grad_clip, sends the clipping
-  // factor). True: the step is applied (the next Begin goes on to the next
-  // one); false: it was overtaken by a newer view and the next Begin hands
-  // it out again. Other failures are errors.
+  // factor). True: the step is pushed (the next Begin goes on to the next
+  // one, unless its pulls find this step overtaken: then it hands this one
+  // out again); false: it was overtaken by a newer view and the next Begin
+  // hands it out again. Other failures are errors. Under BSP the clipping
+  // factor's Commit is answered while the next Begin's pulls wait at the
+  // gate (they go out as the servers apply it, as the GPT trainer's do).
   absl::StatusOr<bool> End();
   // Leaves the job (the scheduler hands this worker's samples to others).
   absl::Status Leave();
@@ -126,6 +130,12 @@ class StepSession {
   enum class PullOutcome { kPulled, kAgain, kFailed };
   PullOutcome Pull(absl::Span<float* const> weights, bool last,
                    absl::Status* failed, uint64_t* min_read);
+  // Sends the pulls and waits for them and the commit in flight: the
+  // pulls' status, or the commit's where it explains their failure.
+  absl::Status PullAll(absl::Span<float* const> weights, bool last,
+                       std::vector<OpHandle>* pulls);
+  // The answer of the commit in flight (OK when there is none).
+  absl::Status CollectCommit();
   // Begin's lease of step_'s samples; nullopt: look again (step_ moved).
   absl::StatusOr<std::optional<StepWork>> Lease();
 
@@ -145,6 +155,8 @@ class StepSession {
   absl::Time handed_out_;
   double speed_ = 0;  // samples/s, smoothed, for the scheduler's shares
   double last_norm_ = 0;
+
+  std::future<absl::Status> commit_;  // BSP: the last step's, in flight
 
   absl::Mutex mu_;  // Push from other threads
   std::vector<OpHandle> pushes_ ABSL_GUARDED_BY(mu_);

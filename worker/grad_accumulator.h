@@ -8,14 +8,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/sum_of_squares.h"  // SumOfSquares, for callers
 #include "worker/model.h"
 
 namespace strata {
-
-// The sum of squares of g[0..n), in double, split over the process's
-// parallel loop (common/parallel.h) the same way every time, so the result
-// is reproducible.
-double SumOfSquares(const float* g, int64_t n);
 
 class GradAccumulator {
  public:

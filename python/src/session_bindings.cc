@@ -8,7 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "cluster/step_session.h"
+#include "common/shm_region.h"
 #include "data/dataset.h"
 #include "python/src/bindings.h"
 #include "python/src/convert.h"
@@ -102,6 +104,34 @@ class Session {
     return Take(std::move(applied));
   }
 
+  // A region the servers on this host map, of `floats` floats, as a numpy
+  // array that keeps it alive: weights and gradients placed in it are
+  // pulled and pushed in place (PsClient::ShareTensors). Once, before the
+  // first begin.
+  py::array ShareTensors(uint64_t floats) {
+    if (shared_) {
+      throw StatusError(
+          absl::FailedPreconditionError("share_tensors was called before"));
+    }
+    const uint64_t bytes = (floats * sizeof(float) + 4095) / 4096 * 4096;
+    if (floats == 0 || bytes > ShmRegion::kMaxBytes - ShmRegion::kHeaderBytes) {
+      throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+          "a shared region of ", floats, " floats is outside (0, ",
+          (ShmRegion::kMaxBytes - ShmRegion::kHeaderBytes) / 4, "]")));
+    }
+    std::shared_ptr<ShmRegion> region =
+        Take(ShmRegion::Create(ShmRegion::kHeaderBytes + bytes));
+    session_->ps().ShareTensors(region);
+    shared_ = true;
+    float* data =
+        reinterpret_cast<float*>(region->data() + ShmRegion::kHeaderBytes);
+    auto* owner = new std::shared_ptr<ShmRegion>(std::move(region));
+    py::capsule keep(owner, [](void* p) {
+      delete static_cast<std::shared_ptr<ShmRegion>*>(p);
+    });
+    return py::array_t<float>({static_cast<py::ssize_t>(floats)}, data, keep);
+  }
+
   void Leave() {
     py::gil_scoped_release release;
     Check(session_->Leave());
@@ -121,6 +151,7 @@ class Session {
  private:
   std::unique_ptr<StepSession> session_;
   std::vector<py::object> keep_;  // the arrays pushes read, until End
+  bool shared_ = false;           // ShareTensors was called
 };
 
 }  // namespace
@@ -167,6 +198,10 @@ void BindSession(py::module_& m) {
       .def("end", &Session::End,
            "Waits for the step's pushes; False when the step is to be "
            "computed again (the next begin hands it out).")
+      .def("share_tensors", &Session::ShareTensors, py::arg("floats"),
+           "A float32 array in a region the servers on this host map: "
+           "weights and gradients placed in it move in place. Once, before "
+           "the first begin.")
       .def("leave", &Session::Leave)
       .def_property_readonly("consistency", &Session::Consistency)
       .def_property_readonly("step", &Session::StepIndex)

@@ -25,6 +25,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import warnings
 
 import torch
 
@@ -79,7 +80,11 @@ class DistributedOptimizer:
     backward_passes_per_step: backward passes that accumulate into each
     step's gradient (scale the loss by its inverse, as for torch's own
     accumulation): a gradient is pushed after the last of them.
-    scheduler, tls_cert, tls_key, tls_ca, bf16, shared_memory, timeout:
+    shared_memory: payloads through shared memory to servers on this host,
+    and the parameters and their gradients moved into a region those
+    servers map, so pulls and pushes move them in place (zero_grad then
+    zeroes gradients instead of dropping them).
+    scheduler, tls_cert, tls_key, tls_ca, bf16, timeout:
     strata.env.connect_options.
     """
 
@@ -117,6 +122,7 @@ class DistributedOptimizer:
         except BaseException:
             self.close()
             raise
+        self._shared = shared_memory and self._share_tensors()
         if int(backward_passes_per_step) < 1:
             raise ValueError("backward_passes_per_step must be >= 1")
         self._passes_per_step = int(backward_passes_per_step)
@@ -130,6 +136,32 @@ class DistributedOptimizer:
                 acc = p.expand_as(p).grad_fn.next_functions[0][0]
                 self._hooks.append((acc, acc.register_hook(self._hook(i))))
         _install_sigterm()
+
+    def _share_tensors(self):
+        """Moves the weights, and gradients preallocated beside them, into a
+        region the servers on this host map: pulls write the weights in
+        place and pushes are read in place, as the C++ worker's are.
+        Backward accumulates into the preallocated .grad in place, so
+        zero_grad zeroes them rather than dropping them. False (slots, or
+        messages, as for other hosts) where the region cannot be made."""
+        sizes = [p.numel() for p in self._params]
+        total = sum(sizes)
+        try:
+            flat = torch.from_numpy(self.session.share_tensors(2 * total))
+        except (ValueError, _strata.StrataError) as e:
+            warnings.warn(f"strata: the weights stay where they are ({e})")
+            return False
+        offset = 0
+        with torch.no_grad():
+            for p, n in zip(self._params, sizes):
+                w = flat[offset:offset + n].view(p.shape)
+                w.copy_(p.data)
+                p.data = w
+                g = flat[total + offset:total + offset + n].view(p.shape)
+                g.zero_()
+                p.grad = g
+                offset += n
+        return True
 
     # The parameters' groups: one spec per group, each parameter's name.
     def _groups(self, groups, defaults):
@@ -223,8 +255,10 @@ class DistributedOptimizer:
         return applied
 
     def zero_grad(self, set_to_none=True):
+        """Zeroes the gradients (dropped with set_to_none, unless they live
+        in the region shared with the servers: then zeroed in place)."""
         for p in self._params:
-            if set_to_none:
+            if set_to_none and not self._shared:
                 p.grad = None
             elif p.grad is not None:
                 p.grad.zero_()
