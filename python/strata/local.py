@@ -57,10 +57,13 @@ def _tail(path, lines=20):
 class Cluster:
     """A scheduler and `servers` servers on loopback, stopped on exit.
     `dir`: their working directory (default: a new temporary one, removed
-    on exit)."""
+    on exit). With `tls`, every channel is mutual TLS with certificates
+    `strata certs` makes in dir/certs; `tls_files(role)` gives a role's
+    keyword arguments (tls_cert, tls_key, tls_ca) for Client, Session and
+    DistributedOptimizer."""
 
     def __init__(self, servers=2, consistency="bsp", dir=None, lease_ms=None,
-                 server_args=(), strata=None):
+                 server_args=(), strata=None, tls=False):
         self.binary = strata or strata_binary()
         self._own_dir = dir is None
         self.dir = dir or tempfile.mkdtemp(prefix="strata-cluster-")
@@ -70,6 +73,21 @@ class Cluster:
         self.server_args = list(server_args)
         self.procs = {}
         self.scheduler = None
+        self.tls = tls
+
+    def tls_files(self, role):
+        """{tls_cert, tls_key, tls_ca} of `role` (worker, client, server,
+        scheduler); {} without TLS."""
+        if not self.tls:
+            return {}
+        certs = os.path.join(self.dir, "certs")
+        return {"tls_cert": os.path.join(certs, role + ".pem"),
+                "tls_key": os.path.join(certs, role + ".key"),
+                "tls_ca": os.path.join(certs, "ca.pem")}
+
+    def _tls_flags(self, role):
+        return [x for key, path in self.tls_files(role).items()
+                for x in ("--" + key, path)]
 
     def __enter__(self):
         try:
@@ -95,11 +113,16 @@ class Cluster:
         return _wait_for_file(address_file, proc, log, 60)
 
     def start(self):
+        if self.tls:
+            subprocess.run([self.binary, "certs", "--out",
+                            os.path.join(self.dir, "certs")], check=True,
+                           capture_output=True)
         args = ["scheduler", "--listen", "127.0.0.1:0", "--num_shards",
                 str(self.servers), "--consistency", self.consistency,
                 "--data_dir", os.path.join(self.dir, "scheduler")]
         if self.lease_ms:
             args += ["--lease_ms", str(self.lease_ms)]
+        args += self._tls_flags("scheduler")
         self.scheduler = self._spawn("scheduler", args)
         for i in range(self.servers):
             self.start_server(i)
@@ -109,13 +132,16 @@ class Cluster:
         return self._spawn(f"server{shard}", [
             "server", "--scheduler", self.scheduler, "--listen",
             "127.0.0.1:0", "--shard", str(shard), "--data_dir",
-            os.path.join(self.dir, f"server{shard}")] + self.server_args)
+            os.path.join(self.dir, f"server{shard}")] + self.server_args
+            + self._tls_flags("server"))
 
     def run(self, *args, check=True):
-        """Runs `strata <args>` (a tool such as `ledger --check`); its
-        CompletedProcess, output as text."""
-        return subprocess.run([self.binary] + list(args), check=check,
-                              capture_output=True, text=True, timeout=120)
+        """Runs `strata <args>` (a tool such as `ledger --check`, with the
+        client's TLS files when the cluster has TLS); its CompletedProcess,
+        output as text."""
+        return subprocess.run(
+            [self.binary] + list(args) + self._tls_flags("client"),
+            check=check, capture_output=True, text=True, timeout=120)
 
     def log(self, name):
         return _tail(os.path.join(self.dir, name + ".log"), 1000)

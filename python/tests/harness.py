@@ -15,9 +15,9 @@ import tiny_gpt
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def start_worker(cluster, log, workers, *args):
+def start_worker(cluster, log, workers, *args, env=None):
     env = dict(os.environ, STRATA_SCHEDULER=cluster.scheduler,
-               STRATA_WORKERS=str(workers))
+               STRATA_WORKERS=str(workers), **(env or {}))
     with open(log + ".out", "wb") as out:
         return subprocess.Popen(
             [sys.executable, os.path.join(HERE, "worker.py"), "--log", log]

@@ -20,7 +20,7 @@ def losses(logs):
 
 
 class Elastic(unittest.TestCase):
-    def run_job(self, consistency, steps, kill=False):
+    def run_job(self, consistency, steps, kill=False, sig=signal.SIGKILL):
         d = harness.fresh_dir(self, consistency.replace(":", ""))
         logs = [os.path.join(d, f"w{i}.log") for i in range(3 if kill else 2)]
         with strata.local.Cluster(servers=2, consistency=consistency,
@@ -39,8 +39,10 @@ class Elastic(unittest.TestCase):
                                     harness.output(logs[-1]))
                     self.assertIsNone(victim.poll(), harness.output(logs[-1]))
                     time.sleep(0.02)
-                victim.send_signal(signal.SIGKILL)
-                victim.wait()
+                victim.send_signal(sig)
+                code = victim.wait(timeout=120)
+                if sig == signal.SIGTERM:
+                    self.assertEqual(code, 0, harness.output(logs[-1]))
                 procs = procs[:-1]
             for log, code in zip(logs, harness.wait_all(procs)):
                 self.assertEqual(code, 0, harness.output(log))
@@ -71,6 +73,13 @@ class Elastic(unittest.TestCase):
 
     def test_asp_survives_a_killed_worker(self):
         self.run_job("asp", 40, kill=True)
+
+    def test_sigterm_leaves_after_the_step(self):
+        logs = self.run_job("bsp", 40, kill=True, sig=signal.SIGTERM)
+        # It left cleanly; the other computed every step it did not.
+        self.assertIn("worker done", harness.output(logs[-1]))
+        steps = [set(harness.read_log(p)) for p in logs]
+        self.assertEqual(sorted(steps[0] | steps[1]), list(range(40)))
 
 
 if __name__ == "__main__":
