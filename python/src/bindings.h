@@ -8,6 +8,7 @@ namespace strata::python {
 
 void BindClient(pybind11::module_& m);   // client_bindings.cc
 void BindSession(pybind11::module_& m);  // session_bindings.cc
+void BindData(pybind11::module_& m);     // data_bindings.cc
 
 }  // namespace strata::python
 

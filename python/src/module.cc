@@ -10,4 +10,5 @@ PYBIND11_MODULE(_strata, m) {
   strata::python::RegisterExceptions(m);
   strata::python::BindClient(m);
   strata::python::BindSession(m);
+  strata::python::BindData(m);
 }

@@ -12,6 +12,7 @@ from strata._strata import (  # noqa: F401  (the C++ module)
     Session,
     Step,
     StrataError,
+    TokenDataset,
     shuffled_index,
 )
 from strata import model  # noqa: F401
@@ -23,6 +24,7 @@ __all__ = [
     "Session",
     "Step",
     "StrataError",
+    "TokenDataset",
     "connect_options",
     "shuffled_index",
 ]

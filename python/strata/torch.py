@@ -77,6 +77,10 @@ class DistributedOptimizer:
     tensor (strata.model.tensor), e.g. {"kind": "zeros"}. The first worker
     to register decides; the others' weights are replaced by the servers'
     at the first step.
+    spec: (tensors, groups) to register instead of the model the
+    keywords above describe (strata.gpt.server_model gives a C++ worker's,
+    to train in one job with it): every parameter must be among the
+    tensors under its name and shape, and vice versa.
     backward_passes_per_step: backward passes that accumulate into each
     step's gradient (scale the loss by its inverse, as for torch's own
     accumulation): a gradient is pushed after the last of them.
@@ -93,7 +97,7 @@ class DistributedOptimizer:
                  momentum=0.0, warmup_steps=0, total_steps=0,
                  min_lr_ratio=0.0, groups=None, grad_clip=0.0, init="model",
                  init_dir=None, workers=None, chunk_bytes=4 << 20,
-                 backward_passes_per_step=1,
+                 backward_passes_per_step=1, spec=None,
                  scheduler=None, tls_cert=None, tls_key=None, tls_ca=None,
                  bf16=None, shared_memory=True, timeout=60.0):
         named = [(n, p) for n, p in named_parameters if p.requires_grad]
@@ -103,15 +107,19 @@ class DistributedOptimizer:
             _check_parameter(name, p)
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
-        self._group_specs, self._group_of = self._groups(
-            groups, dict(optimizer=optimizer, lr=lr, betas=betas, eps=eps,
-                         weight_decay=weight_decay, momentum=momentum,
-                         warmup_steps=warmup_steps, total_steps=total_steps,
-                         min_lr_ratio=min_lr_ratio))
         self._init_dir = None
         connect = env.connect_options(scheduler, tls_cert, tls_key, tls_ca,
                                       bf16, shared_memory, timeout)
-        tensors = self._tensors(init, init_dir)
+        if spec is not None:
+            tensors, self._group_specs = self._follow(*spec)
+        else:
+            self._group_specs, self._group_of = self._groups(
+                groups, dict(optimizer=optimizer, lr=lr, betas=betas,
+                             eps=eps, weight_decay=weight_decay,
+                             momentum=momentum, warmup_steps=warmup_steps,
+                             total_steps=total_steps,
+                             min_lr_ratio=min_lr_ratio))
+            tensors = self._tensors(init, init_dir)
         self._hooks = []
         try:
             self.session = _strata.Session(
@@ -162,6 +170,26 @@ class DistributedOptimizer:
                 p.grad = g
                 offset += n
         return True
+
+    def _follow(self, tensors, groups):
+        """Orders the parameters as `tensors` lists them, checking that
+        they are the same names and shapes."""
+        by_name = dict(zip(self._names, self._params))
+        listed = [t["name"] for t in tensors]
+        missing = sorted(set(by_name) - set(listed))
+        extra = sorted(set(listed) - set(by_name))
+        if missing or extra:
+            raise ValueError(f"the spec and the model differ: parameters not "
+                             f"in the spec {missing}, tensors not in the "
+                             f"model {extra}")
+        for t in tensors:
+            shape = list(by_name[t["name"]].shape) or [1]
+            if list(t["shape"]) != shape:
+                raise ValueError(f"tensor {t['name']!r} is {t['shape']} in "
+                                 f"the spec and {shape} in the model")
+        self._names = listed
+        self._params = [by_name[n] for n in listed]
+        return list(tensors), list(groups)
 
     # The parameters' groups: one spec per group, each parameter's name.
     def _groups(self, groups, defaults):
@@ -295,11 +323,16 @@ class ElasticSampler:
     Strata's own data loader uses: strata.shuffled_index). Every sample is
     used once across worker deaths and joins. Usable as a DataLoader's
     batch_sampler with num_workers=0 (a loader that prefetches would lease
-    a step before the last one is pushed). Leaves the job when it ends,
+    a step before the last one is pushed). With shuffle=False it yields
+    the ledger's global sample numbers instead (strata.TokenDataset.batch
+    takes them, as C++ workers read their windows). Leaves the job when it
+    ends,
     and after SIGTERM at the end of the step under way."""
 
-    def __init__(self, optimizer, num_samples, batch_size, steps, seed=0):
+    def __init__(self, optimizer, num_samples, batch_size, steps, seed=0,
+                 shuffle=True):
         self.optimizer = optimizer
+        self.shuffle = shuffle
         self.num_samples = int(num_samples)
         self.batch_size = int(batch_size)
         self.steps = int(steps)
@@ -316,7 +349,11 @@ class ElasticSampler:
             self.current = self.optimizer.begin()
             if self.current is None:
                 break
-            yield [_strata.shuffled_index(g, self.num_samples, self.seed)
-                   for first, count in self.current.units
-                   for g in range(first, first + count)]
+            samples = [g for first, count in self.current.units
+                       for g in range(first, first + count)]
+            if self.shuffle:
+                samples = [_strata.shuffled_index(g, self.num_samples,
+                                                  self.seed)
+                           for g in samples]
+            yield samples
         self.optimizer.leave()
