@@ -59,7 +59,10 @@ absl::Status StepSession::PullAll(absl::Span<float* const> weights, bool last,
   const bool bsp = consistency_.mode == Consistency::kBsp;
   const int64_t clock = last && !bsp ? -1 : step_;
   const uint64_t min_version = bsp ? static_cast<uint64_t>(step_) : 0;
-  const StepStamp stamp{.epoch = prev_epoch_, .generation = generation_};
+  StepStamp stamp{.epoch = prev_epoch_, .generation = generation_};
+  // The final weights in fp32 whatever the pulls' dtype (bf16 pulls are
+  // for computing with).
+  if (last) stamp.dtype = v1::DTYPE_F32;
   auto send = [&] {
     pulls->clear();
     for (size_t i = 0; i < weights.size(); ++i) {
@@ -123,6 +126,7 @@ absl::StatusOr<std::optional<StepWork>> StepSession::Lease() {
     if (bsp) ++step_;
     finished_ = !bsp;
     prev_epoch_ = 0;
+    ps_->ForgetPushErrors();  // carried from pushes of a step not ours
     return std::nullopt;
   }
   if (!work.ok()) return work.status();
@@ -173,6 +177,7 @@ absl::StatusOr<std::optional<StepWork>> StepSession::Begin(
       // The job is past this step (we joined late): go on from there.
       step_ = std::min<int64_t>(static_cast<int64_t>(min_read), steps_);
       prev_epoch_ = 0;
+      ps_->ForgetPushErrors();
       continue;
     }
     STRATA_ASSIGN_OR_RETURN(std::optional<StepWork> work, Lease());
@@ -189,9 +194,15 @@ absl::StatusOr<std::optional<StepWork>> StepSession::Begin(
   }
 }
 
-void StepSession::Push(int tensor, const float* grad, int priority) {
+absl::Status StepSession::Push(int tensor, const float* grad, int priority) {
   // Begin and End are in the caller's thread; work_ does not change while
   // pushes may come.
+  if (!work_) {
+    return absl::FailedPreconditionError(
+        "no step is under way: Begin hands one out");
+  }
+  if (tensor < 0 || tensor >= static_cast<int>(options_.model.tensors.size()))
+    return absl::InvalidArgumentError(absl::StrCat("no tensor ", tensor));
   const StepWork& w = *work_;
   const StepStamp stamp{
       .epoch = w.stamp_epoch,
@@ -199,8 +210,7 @@ void StepSession::Push(int tensor, const float* grad, int priority) {
       .generation = generation_,
       .deferred = options_.grad_clip > 0};
   const double sq =
-      options_.grad_clip > 0 && tensor >= 0 &&
-              tensor < static_cast<int>(options_.model.tensors.size())
+      options_.grad_clip > 0
           ? SumOfSquares(grad, static_cast<int64_t>(
                                    options_.model.tensors[tensor].numel()))
           : 0;
@@ -209,6 +219,20 @@ void StepSession::Push(int tensor, const float* grad, int priority) {
   absl::MutexLock l(&mu_);
   square_sum_ += sq;
   for (OpHandle& op : ops) pushes_.push_back(std::move(op));
+  return absl::OkStatus();
+}
+
+void StepSession::Abandon() {
+  if (!work_) return;
+  work_.reset();
+  std::vector<OpHandle> pushes;
+  {
+    absl::MutexLock l(&mu_);
+    pushes.swap(pushes_);
+  }
+  (void)WaitAll(pushes);  // they read the caller's buffers
+  ps_->ForgetDeferred(step_);
+  ps_->ForgetPushErrors();
 }
 
 absl::StatusOr<bool> StepSession::End() {

@@ -96,13 +96,22 @@ class StepSession {
       absl::Span<float* const> weights);
   // Pushes tensor `tensor`'s gradient for the step Begin handed out: the
   // mean over the step's samples. `grad` (numel floats) must stay valid
-  // and unchanged until End returns. With grad_clip, its sum of squares is
-  // taken here (in the caller's thread).
-  void Push(int tensor, const float* grad, int priority = 0);
+  // and unchanged until End (or Abandon) returns. With grad_clip, its sum
+  // of squares is taken here (in the caller's thread).
+  // FAILED_PRECONDITION with no step handed out, INVALID_ARGUMENT for an
+  // index outside the model; nothing is sent then.
+  absl::Status Push(int tensor, const float* grad, int priority = 0);
+  // Gives up the step handed out (the caller could not push all of it):
+  // waits for the pushes sent, forgets its deferred ones, and hands the
+  // same step out at the next Begin. Under BSP the step does not close
+  // without this worker's pushes: a caller that will not compute it again
+  // leaves the job, and the others redo it without it.
+  void Abandon();
   // Waits for the step's pushes (and, with grad_clip, sends the clipping
   // factor). True: the step is pushed (the next Begin goes on to the next
   // one, unless its pulls find this step overtaken: then it hands this one
-  // out again); false: it was overtaken by a newer view and the next Begin
+  // out again, so a caller that counts applied steps counts at Begin);
+  // false: it was overtaken by a newer view and the next Begin
   // hands it out again. Other failures are errors. Under BSP the clipping
   // factor's Commit is answered while the next Begin's pulls wait at the
   // gate (they go out as the servers apply it, as the GPT trainer's do).

@@ -155,9 +155,13 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
       absl::SleepFor(absl::Microseconds(o.sample_cost_us * o.throttle *
                                         static_cast<double>(work->samples)));
     }
-    session->Push(0, gw.data());
-    session->Push(1, &gb);
-    if (o.probe) session->Push(2, gprobe.data());
+    absl::Status pushed = session->Push(0, gw.data());
+    if (pushed.ok()) pushed = session->Push(1, &gb);
+    if (pushed.ok() && o.probe) pushed = session->Push(2, gprobe.data());
+    if (!pushed.ok()) {
+      session->Abandon();  // the pushes sent read gw
+      return pushed;
+    }
     STRATA_ASSIGN_OR_RETURN(const bool applied, session->End());
     if (applied && o.log_every > 0 &&
         (step % o.log_every == 0 || step + 1 == o.steps)) {

@@ -147,7 +147,9 @@ void BindClient(py::module_& m) {
       .def("done", &Handle::Done);
   py::class_<Client>(m, "Client",
                      "The parameter-server client (no step protocol: see "
-                     "Session).")
+                     "Session). It joins the cluster as a worker: under BSP "
+                     "and SSP a job's steps wait for every live worker, so "
+                     "use it on servers of its own or under ASP.")
       .def(py::init([](std::string scheduler, std::string tls_cert,
                        std::string tls_key, std::string tls_ca,
                        std::string push_dtype, std::string pull_dtype,

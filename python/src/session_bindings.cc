@@ -68,6 +68,7 @@ class Session {
       py::gil_scoped_release release;
       work = session_->Begin(buffers);
     }
+    begun_ = true;
     std::optional<StepWork> w = Take(std::move(work));
     if (!w) return std::nullopt;
     Step s{session_->step(),
@@ -89,9 +90,21 @@ class Session {
     }
     const float* data =
         FloatBuffer(grad, specs[tensor].numel(), specs[tensor].name, false);
+    absl::Status pushed;
+    {
+      py::gil_scoped_release release;
+      pushed = session_->Push(tensor, data, priority);
+    }
+    Check(pushed);
     keep_.push_back(grad);  // until end()
-    py::gil_scoped_release release;
-    session_->Push(tensor, data, priority);
+  }
+
+  void Abandon() {
+    {
+      py::gil_scoped_release release;
+      session_->Abandon();
+    }
+    keep_.clear();
   }
 
   bool End() {
@@ -109,9 +122,9 @@ class Session {
   // pulled and pushed in place (PsClient::ShareTensors). Once, before the
   // first begin.
   py::array ShareTensors(uint64_t floats) {
-    if (shared_) {
-      throw StatusError(
-          absl::FailedPreconditionError("share_tensors was called before"));
+    if (shared_ || begun_) {
+      throw StatusError(absl::FailedPreconditionError(
+          "share_tensors comes once, before the first begin"));
     }
     const uint64_t bytes = (floats * sizeof(float) + 4095) / 4096 * 4096;
     if (floats == 0 || bytes > ShmRegion::kMaxBytes - ShmRegion::kHeaderBytes) {
@@ -152,6 +165,7 @@ class Session {
   std::unique_ptr<StepSession> session_;
   std::vector<py::object> keep_;  // the arrays pushes read, until End
   bool shared_ = false;           // ShareTensors was called
+  bool begun_ = false;            // Begin was called
 };
 
 }  // namespace
@@ -195,9 +209,15 @@ void BindSession(py::module_& m) {
            "and leases this worker's samples; None once the job is over.")
       .def("push", &Session::Push, py::arg("tensor"), py::arg("grad"),
            py::arg("priority") = 0)
+      .def("abandon", &Session::Abandon,
+           "Gives up the step under way: waits for its pushes sent; the "
+           "next begin hands the same step out (under BSP it does not "
+           "close without this worker: leave if it will not be computed).")
       .def("end", &Session::End,
            "Waits for the step's pushes; False when the step is to be "
-           "computed again (the next begin hands it out).")
+           "computed again (the next begin hands it out). True: pushed; "
+           "a later begin may still hand it out again if the servers did "
+           "not close it (a membership change).")
       .def("share_tensors", &Session::ShareTensors, py::arg("floats"),
            "A float32 array in a region the servers on this host map: "
            "weights and gradients placed in it move in place. Once, before "

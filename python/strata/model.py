@@ -41,7 +41,8 @@ def write_init_file(path, arrays):
     header, offset = {}, 0
     for name, a in arrays.items():
         n = a.size * 4
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
+        # A scalar is registered as shape [1] (DistributedOptimizer).
+        header[name] = {"dtype": "F32", "shape": list(a.shape) or [1],
                         "data_offsets": [offset, offset + n]}
         offset += n
     text = json.dumps(header, separators=(",", ":")).encode()

@@ -7,8 +7,10 @@ Each worker process gets the job's settings in the environment
 (strata.env): STRATA_SCHEDULER, STRATA_WORKERS (the workers a job waits
 for; default: --nproc), STRATA_TLS_*, STRATA_BF16, and STRATA_LOCAL_RANK
 (its index among the --nproc started here). With --nproc 1 the script runs
-in this process. SIGTERM and SIGINT reach every worker, which leaves the job
-after its step under way; the exit code is the first failure's, else 0.
+in this process (SIGTERM: it leaves the job after the step under way;
+Ctrl-C: KeyboardInterrupt). With more, each worker runs in a session of
+its own, and a SIGTERM or SIGINT (Ctrl-C) to the launcher reaches every
+worker as SIGTERM; the exit code is the first failure's, else 0.
 """
 
 import argparse
@@ -65,8 +67,11 @@ def main(argv=None):
     procs = []
     for rank in range(a.nproc):
         env = dict(os.environ, STRATA_LOCAL_RANK=str(rank))
+        # A session of its own: a terminal's Ctrl-C reaches the launcher
+        # only, which turns it into SIGTERM (leave after the step).
         procs.append(subprocess.Popen(
-            [sys.executable, a.script] + a.args, env=env))
+            [sys.executable, a.script] + a.args, env=env,
+            start_new_session=True))
 
     def forward(signum, _):
         for proc in procs:

@@ -100,6 +100,9 @@ class DistributedOptimizer:
                  backward_passes_per_step=1, spec=None,
                  scheduler=None, tls_cert=None, tls_key=None, tls_ca=None,
                  bf16=None, shared_memory=True, timeout=60.0):
+        if int(backward_passes_per_step) < 1:
+            raise ValueError("backward_passes_per_step must be >= 1")
+        self._passes_per_step = int(backward_passes_per_step)
         named = [(n, p) for n, p in named_parameters if p.requires_grad]
         if not named:
             raise ValueError("no parameters that require a gradient")
@@ -130,10 +133,17 @@ class DistributedOptimizer:
         except BaseException:
             self.close()
             raise
+        try:
+            self._joined(shared_memory)
+        except BaseException:
+            self.session.leave()  # not a worker with half a setup
+            self.close()
+            raise
+        _install_sigterm()
+
+    def _joined(self, shared_memory):
+        """What follows the join: the region, the hooks."""
         self._shared = shared_memory and self._share_tensors()
-        if int(backward_passes_per_step) < 1:
-            raise ValueError("backward_passes_per_step must be >= 1")
-        self._passes_per_step = int(backward_passes_per_step)
         self._in_step = False
         self._pushed = [False] * len(self._params)
         self._passes = [0] * len(self._params)
@@ -143,7 +153,6 @@ class DistributedOptimizer:
                 # into p.grad: a hook on the parameter's AccumulateGrad node.
                 acc = p.expand_as(p).grad_fn.next_functions[0][0]
                 self._hooks.append((acc, acc.register_hook(self._hook(i))))
-        _install_sigterm()
 
     def _share_tensors(self):
         """Moves the weights, and gradients preallocated beside them, into a
@@ -269,18 +278,26 @@ class DistributedOptimizer:
     def step(self):
         """Pushes what backward has not pushed yet (a parameter without a
         gradient pushes zeros) and waits for the servers to take the step.
-        True: applied; False: it was overtaken by a membership change and
-        the sampler hands it out again."""
+        True: pushed (a membership change may still have the sampler hand
+        it out again: count steps as the sampler hands them out); False: it
+        was overtaken and the sampler hands it out again. A gradient that
+        cannot be pushed raises, and this worker leaves the job (the others
+        redo the step without it)."""
         if not self._in_step:
             raise RuntimeError("no step under way: iterate an ElasticSampler")
         try:
             for i in reversed(range(len(self._params))):
                 if not self._pushed[i]:
                     self._push(i)
-        finally:
+        except BaseException:
+            # Part of the step went out: under BSP it cannot close without
+            # the rest. Leave, so that the others redo it without us.
             self._in_step = False
-            applied = self.session.end()
-        return applied
+            self.session.abandon()
+            self.leave()
+            raise
+        self._in_step = False
+        return self.session.end()
 
     def zero_grad(self, set_to_none=True):
         """Zeroes the gradients (dropped with set_to_none, unless they live
@@ -307,6 +324,10 @@ class DistributedOptimizer:
         self.close()
 
     def close(self):
+        """Removes the hooks and the init file. The servers read that file
+        only when they create chunks: at registration, and when a server
+        without a snapshot rolls back to step 0 (then every worker's file
+        must be there: keep snapshots)."""
         for _, handle in self._hooks:
             handle.remove()
         self._hooks = []

@@ -100,6 +100,42 @@ class ClientTest(unittest.TestCase):
                         tls_key="/nonexistent/worker.key",
                         tls_ca="/nonexistent/ca.pem")
 
+    def test_a_session_push_without_a_step_raises(self):
+        s = strata.Session(
+            scheduler=self.cluster.scheduler,
+            tensors=[strata.model.tensor("s.w", (4,), "main")],
+            groups=[sgd()])
+        with self.assertRaises(strata.StrataError) as e:
+            s.push(0, np.ones(4, np.float32))
+        self.assertEqual(e.exception.code, "FAILED_PRECONDITION")
+        with self.assertRaises(strata.StrataError):
+            s.begin([np.empty(4, np.float32)])  # set_job first
+        s.leave()
+
+    def test_a_model_with_a_scalar_parameter_starts_from_its_weights(self):
+        import torch
+        import strata.torch as st
+
+        class Scaled(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.temperature = torch.nn.Parameter(torch.tensor(0.25))
+                self.w = torch.nn.Parameter(torch.full((3,), 2.0))
+
+        model = Scaled()
+        opt = st.DistributedOptimizer(
+            [("q." + n, p) for n, p in model.named_parameters()],
+            scheduler=self.cluster.scheduler)
+        with torch.no_grad():
+            model.temperature.fill_(9.0)  # the servers hold 0.25
+        sampler = st.ElasticSampler(opt, num_samples=1, batch_size=1,
+                                    steps=1)
+        next(iter(sampler))  # pulls the servers' weights
+        self.assertEqual(model.temperature.item(), 0.25)
+        self.assertTrue(torch.equal(model.w.detach(), torch.full((3,), 2.0)))
+        opt.step()
+        opt.leave()
+
     def test_shuffled_index_permutes_each_epoch(self):
         n = 37
         first = [strata.shuffled_index(g, n, 5) for g in range(n)]
