@@ -73,8 +73,11 @@ class DistributedOptimizer:
     still overlap backward.
     init: "model" (the servers start from this model's weights, written to
     a safetensors file under init_dir, which the servers must be able to
-    read: this host, or a shared filesystem), or an init dict for every
-    tensor (strata.model.tensor), e.g. {"kind": "zeros"}. The first worker
+    read: this host, or a shared filesystem), an init dict for every
+    tensor (strata.model.tensor), e.g. {"kind": "zeros"}, or a function of
+    (name, parameter) giving each tensor's, e.g. normal(0, 0.02) for
+    matrices and ones or zeros for the rest; the servers draw those
+    themselves, on any host. The first worker
     to register decides; the others' weights are replaced by the servers'
     at the first step.
     spec: (tensors, groups) to register instead of the model the
@@ -230,8 +233,11 @@ class DistributedOptimizer:
                       "file_bytes": size} for n in self._names]
         elif isinstance(init, dict):
             inits = [init] * len(self._names)
+        elif callable(init):
+            inits = [init(n, p) for n, p in zip(self._names, self._params)]
         else:
-            raise ValueError(f"init {init!r} is neither 'model' nor a dict")
+            raise ValueError(f"init {init!r} is neither 'model', a dict nor "
+                             "a function")
         return [model_spec.tensor(n, list(p.shape) or [1], self._group_of[n],
                                   it)
                 for n, p, it in zip(self._names, self._params, inits)]

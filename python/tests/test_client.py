@@ -136,6 +136,26 @@ class ClientTest(unittest.TestCase):
         opt.step()
         opt.leave()
 
+    def test_an_init_function_says_how_the_servers_draw_each_tensor(self):
+        import torch
+        import strata.torch as st
+        model = torch.nn.Linear(3, 2)
+        # A cluster of its own: the other tests' ledger job is this one's.
+        with strata.local.Cluster(servers=1, consistency="asp") as cluster:
+            opt = st.DistributedOptimizer(
+                model.named_parameters(), scheduler=cluster.scheduler,
+                init=lambda name, p: {"kind": "constant",
+                                      "scale": 3.0 if p.dim() > 1 else -1.0})
+            sampler = st.ElasticSampler(opt, num_samples=1, batch_size=1,
+                                        steps=1)
+            next(iter(sampler))
+            self.assertTrue(torch.equal(model.weight.detach(),
+                                        torch.full((2, 3), 3.0)))
+            self.assertTrue(torch.equal(model.bias.detach(),
+                                        torch.full((2,), -1.0)))
+            opt.step()
+            opt.leave()
+
     def test_shuffled_index_permutes_each_epoch(self):
         n = 37
         first = [strata.shuffled_index(g, n, 5) for g in range(n)]
