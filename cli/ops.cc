@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
 #include "common/status.h"
+#include "security/role_check.h"
 #include "spdlog/spdlog.h"
 
 namespace strata {
@@ -73,13 +74,7 @@ absl::StatusOr<std::shared_ptr<const Security>> LoadSecurity(
     const TlsFlags& flags, std::optional<Role> role,
     const std::vector<std::string>& listens) {
   STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const Security> security,
-                          Security::Load(flags.files));
-  if (role && security->tls() && security->role() != role) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--tls_cert ", flags.files.cert, " is a ", RoleName(*security->role()),
-        "'s certificate; a ", RoleName(*role), " needs its own (",
-        RoleName(*role), ".pem from `strata certs`)"));
-  }
+                          LoadForRole(flags.files, role, "--tls_cert"));
   for (const std::string& address : listens) {
     STRATA_RETURN_IF_ERROR(CheckListen(role ? RoleName(*role) : "strata",
                                        address, *security, flags.insecure));

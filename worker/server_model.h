@@ -1,7 +1,9 @@
 // The model a worker declares to the servers (PsClient::RegisterModel):
 // one tensor per parameter, AdamW with decay on matrices only and the
 // trainer's learning-rate schedule, initial values drawn on the servers or
-// read there from --init_from's file.
+// read there from --init_from's file. python/strata/gpt.py's server_model
+// registers the same for a Python worker in the same job (the servers
+// refuse a model that differs; python/tests/test_mixed.py runs both).
 #ifndef STRATA_WORKER_SERVER_MODEL_H_
 #define STRATA_WORKER_SERVER_MODEL_H_
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "security/role_check.h"
 
 namespace strata::python {
 namespace {
@@ -141,18 +142,12 @@ void ClientOptions(const ConnectOptions& o, SchedulerClientOptions* scheduler,
   if (!(o.timeout_s > 0) || !std::isfinite(o.timeout_s))
     throw StatusError(absl::InvalidArgumentError("timeout must be > 0"));
   // A missing or bad file is a bad argument here (not a KeyError).
-  absl::StatusOr<std::shared_ptr<const Security>> loaded =
-      Security::Load(TlsFiles{o.tls_cert, o.tls_key, o.tls_ca});
+  absl::StatusOr<std::shared_ptr<const Security>> loaded = LoadForRole(
+      TlsFiles{o.tls_cert, o.tls_key, o.tls_ca}, Role::kWorker, "tls_cert");
   if (!loaded.ok()) {
     throw StatusError(absl::InvalidArgumentError(loaded.status().message()));
   }
   std::shared_ptr<const Security> security = *std::move(loaded);
-  if (security->tls() && security->role() != Role::kWorker) {
-    throw StatusError(absl::InvalidArgumentError(absl::StrCat(
-        "tls_cert ", o.tls_cert, " is a ", RoleName(*security->role()),
-        "'s certificate; a worker needs its own (worker.pem from "
-        "`strata certs`)")));
-  }
   scheduler->scheduler_address = o.scheduler;
   scheduler->role = v1::ROLE_WORKER;
   scheduler->security = security;
