@@ -1,4 +1,4 @@
-// The servers' RAM tier (storage/spill_store.h, server/shard_tier.cc): Adam
+// The servers' RAM tier (storage/spill_store.h, server/tile_cache.h): Adam
 // throughput of a shard whose state is --state_ratio times its RAM budget,
 // against the same shard with everything in RAM and against the disk's own
 // bandwidth, measured in the same run on the same directory.

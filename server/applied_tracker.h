@@ -12,6 +12,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
+#include "server/shard_options.h"
 #include "strata/v1/ledger.pb.h"
 
 namespace strata {
@@ -69,6 +70,33 @@ class AppliedTracker {
   mutable absl::Mutex mu_;
   absl::btree_map<std::pair<int64_t, uint64_t>, Entry> entries_
       ABSL_GUARDED_BY(mu_);
+};
+
+// An AppliedTracker and the sink its complete reports go to
+// (Shard::set_applied_sink). Thread-safe.
+class AppliedReports {
+ public:
+  // Notes that a chunk in rollback `generation` applied (step, worker) as
+  // AppliedTracker::Note; the last of `num_chunks` calls the sink.
+  void Note(uint64_t generation, int64_t step, uint64_t worker, uint64_t epoch,
+            size_t num_chunks) {
+    std::optional<v1::AppliedReport> done =
+        tracker_.Note(step, worker, epoch, num_chunks);
+    if (!done.has_value()) return;
+    done->set_generation(generation);
+    absl::MutexLock lock(&mu_);
+    if (sink_) sink_(*done);
+  }
+  void set_sink(AppliedSink sink) {
+    absl::MutexLock lock(&mu_);
+    sink_ = std::move(sink);
+  }
+  AppliedTracker& tracker() { return tracker_; }
+
+ private:
+  AppliedTracker tracker_;
+  absl::Mutex mu_;
+  AppliedSink sink_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace strata

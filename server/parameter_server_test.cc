@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "scheduler/scheduler.h"
 #include "server/shard.h"
+#include "storage/ram_tier.h"
 #include "storage/spill_store.h"
 #include "testing/server/ps_cluster.h"
 

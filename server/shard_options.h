@@ -42,7 +42,7 @@ struct ShardOptions {
   uint64_t max_steps_ahead = 1 << 16;
   Clock* clock = Clock::Real();
   // A RAM budget for the chunks' tiles (weights, optimizer state) with the
-  // rest spilled to disk (storage/spill_store.h; server/shard_tier.cc);
+  // rest spilled to disk (storage/spill_store.h; server/tile_cache.h);
   // null: every tile stays in RAM. Outside the budget: tiles in use at the
   // moment another is needed (at most one per handler thread and reader;
   // under BSP a tile read by a step's closing push until room is made

@@ -1,5 +1,5 @@
 // A deferred BSP commit on a shard with a RAM budget (server/
-// shard_deferred.cc, shard_tier.cc): the next step's pulls, waiting at the
+// deferred_commits.cc, tile_cache.cc): the next step's pulls, waiting at the
 // gate while it applies, are served from the tiles it has just updated
 // (kept for them past the budget) instead of reading their weights back
 // from disk, and the budget holds again once they are served; the commit

@@ -1,4 +1,4 @@
-// A shard with a RAM budget (ShardOptions::spill, server/shard_tier.cc):
+// A shard with a RAM budget (ShardOptions::spill, server/tile_cache.h):
 // the same weights, bit for bit, as a shard holding everything in RAM,
 // with most tiles on disk; captures, snapshots and rollbacks of spilled
 // tiles; budgets that cannot hold a tile refused.

@@ -208,7 +208,7 @@ std::vector<uint64_t> SpillStore::VictimsLocked(
     // yet used are at the back (Admit), the one read ahead last after the
     // others: among themselves they go in the order they came, which is
     // not Belady's (the one needed soonest came first), but a read-ahead
-    // makes room without spilling another (Shard::MakeRoom), so the order
+    // makes room without spilling another (TileCache::MakeRoom), so the order
     // matters only when nothing else can go.
     for (auto it = lru_.begin(); it != lru_.end() && want(*it); ++it) {
       out.push_back(*it);

@@ -3,7 +3,7 @@
 // with the tiles that do not fit spilled to RocksDB on the server's disk.
 //
 // SpillStore keeps the books and does the I/O; it does not own the tiles.
-// The shard (server/shard_tier.cc) owns each tile under the chunk's lock
+// The shard (server/tile_cache.h) owns each tile under the chunk's lock
 // and calls in here: Admit when a tile becomes resident, Touch on each use
 // (each update: pulls do not touch), Release when it spills one, Victims
 // to choose what to spill, Write and Read to move a tile. It also learns

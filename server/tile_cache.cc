@@ -1,30 +1,13 @@
-// The shard's side of the RAM tier (ShardOptions::spill): which tiles are
-// resident, reading them back on use, reading ahead in the learned order
-// (with SpillOptions::Eviction::kJustUsed only when a depth is given),
-// keeping tiles for the BSP pulls waiting on them, and spilling
-// (SpillStore::Victims: the least recently used, the one needed last, or
-// the one used last) while the budget is passed.
-//
-// A tile is a chunk's weights and optimizer state (rec.weights, rec.slots);
-// its version, spec and BSP state stay in RAM. It moves only under its
-// chunk's lock, so a push, pull or capture sees it whole. Spilling takes a
-// victim's lock with TryLock, holding no other chunk's, so two threads
-// making room can never wait on each other; a tile in use is skipped.
-// Only updates (SSP/ASP pushes; under BSP the push that closes a step,
-// which applies it and makes room after its use, where an SSP/ASP push
-// makes it before) bring a tile into RAM, touch it and lead the
-// read-ahead: a pull of a spilled tile reads its weights alone, a
-// third of an Adam tile, and leaves it on disk. So the recency and the
-// learned order are the updates' (backward order, every step), and the
-// read-ahead brings whole tiles only for the updates that need them.
+#include "server/tile_cache.h"
+
 #include <utility>
 #include <vector>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "server/shard.h"
 #include "spdlog/spdlog.h"
+#include "storage/ram_tier.h"
 
 namespace strata {
 namespace {
@@ -47,8 +30,71 @@ absl::Status Adopt(ChunkRecord tile, const v1::ChunkSpec& spec, int slots,
 
 }  // namespace
 
-absl::Status Shard::Resident(Chunk& c) {
-  SpillStore* spill = options_.spill.get();
+TileCache::TileCache(std::shared_ptr<SpillStore> spill, const ChunkTable& table)
+    : spill_(std::move(spill)), table_(table) {
+  if (spill_ != nullptr) {
+    io_ = std::make_unique<ThreadPool>(spill_->options().io_threads);
+    writer_ = std::make_unique<ThreadPool>(1);
+  }
+}
+
+TileCache::~TileCache() = default;
+
+absl::Status TileCache::AdmitNew(Chunk& c) {
+  SpillStore* spill = spill_.get();
+  if (spill == nullptr) return absl::OkStatus();
+  if (!spill->OverBudget(c.tile_bytes)) {
+    spill->Admit(c.spec.chunk_id(), c.tile_bytes, /*was_spilled=*/false);
+    return absl::OkStatus();
+  }
+  // Over budget already: the new tile goes straight to disk. A disk that
+  // refuses it refuses the chunk (the request's earlier chunks stay
+  // registered; a retry registers the rest).
+  if (absl::Status s = spill->Write(c.rec); !s.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot admit chunk ", c.spec.tensor(), "#", c.spec.index(),
+        ": the RAM budget is full and the spill disk refused it: ",
+        s.message()));
+  }
+  std::vector<float>().swap(c.rec.weights);
+  std::vector<std::vector<float>>().swap(c.rec.slots);
+  c.resident = false;
+  c.disk_current = true;
+  spill->NoteSpilled(c.tile_bytes);
+  return absl::OkStatus();
+}
+
+void TileCache::Replaced(Chunk& c, bool was_resident) {
+  c.Dirty();
+  if (was_resident || spill_ == nullptr) return;
+  c.resident = true;
+  spill_->Admit(c.spec.chunk_id(), c.tile_bytes, /*was_spilled=*/true);
+}
+
+void TileCache::FillStats(v1::StatsResponse* out) const {
+  const SpillStore* spill = spill_.get();
+  if (spill == nullptr) return;
+  const SpillCounters& t = spill->counters();
+  v1::TierStats* tier = out->mutable_tier();
+  tier->set_ram_budget(spill->budget());
+  const auto [resident, spilled] = spill->Bytes();
+  tier->set_resident_bytes(resident);
+  tier->set_spilled_bytes(spilled);
+  tier->set_hits(t.hits);
+  tier->set_misses(t.misses);
+  tier->set_prefetched(t.prefetched);
+  tier->set_read_bytes(t.read_bytes);
+  tier->set_write_bytes(t.write_bytes);
+  tier->set_write_errors(t.write_errors);
+  tier->set_written_behind(t.written_behind);
+  tier->set_spills_written(t.spills_written);
+  tier->set_read_ahead_unused(t.read_ahead_unused);
+  tier->set_read_aheads_skipped(t.read_aheads_skipped);
+  tier->set_weight_reads(t.weight_reads);
+}
+
+absl::Status TileCache::Resident(Chunk& c) {
+  SpillStore* spill = spill_.get();
   if (spill == nullptr) return absl::OkStatus();
   const uint64_t id = c.spec.chunk_id();
   if (c.resident.load()) {
@@ -66,9 +112,9 @@ absl::Status Shard::Resident(Chunk& c) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<const float*> Shard::WeightsToPull(Chunk& c,
-                                                  ChunkRecord* scratch) {
-  SpillStore* spill = options_.spill.get();
+absl::StatusOr<const float*> TileCache::WeightsToPull(Chunk& c,
+                                                      ChunkRecord* scratch) {
+  SpillStore* spill = spill_.get();
   if (spill == nullptr) return c.rec.weights.data();
   if (c.resident.load()) {
     spill->counters().hits++;
@@ -90,12 +136,12 @@ absl::StatusOr<const float*> Shard::WeightsToPull(Chunk& c,
   return scratch->weights.data();
 }
 
-void Shard::set_lost_state_sink(LostStateSink sink) {
+void TileCache::set_lost_state_sink(LostStateSink sink) {
   absl::MutexLock lock(&lost_state_mu_);
   lost_state_sink_ = std::move(sink);
 }
 
-absl::Status Shard::LostState(absl::Status why) const {
+absl::Status TileCache::LostState(absl::Status why) const {
   LostStateSink sink;
   {
     absl::MutexLock lock(&lost_state_mu_);
@@ -105,8 +151,8 @@ absl::Status Shard::LostState(absl::Status why) const {
   return why;
 }
 
-absl::Status Shard::Spill(Chunk& c) {
-  SpillStore* spill = options_.spill.get();
+absl::Status TileCache::Spill(Chunk& c) {
+  SpillStore* spill = spill_.get();
   if (spill == nullptr || !c.resident.load()) return absl::OkStatus();
   if (!c.disk_current) {
     STRATA_RETURN_IF_ERROR(spill->Write(c.rec));
@@ -123,8 +169,8 @@ absl::Status Shard::Spill(Chunk& c) {
   return absl::OkStatus();
 }
 
-bool Shard::MakeRoom(size_t extra, bool for_read_ahead) {
-  SpillStore* spill = options_.spill.get();
+bool TileCache::MakeRoom(size_t extra, bool for_read_ahead) {
+  SpillStore* spill = spill_.get();
   if (spill == nullptr) return true;
   // Tiles kept for the pulls waiting on them, and their bytes, let past the
   // budget (within pinned_bytes): the last pull served makes room (Unpin).
@@ -135,7 +181,7 @@ bool Shard::MakeRoom(size_t extra, bool for_read_ahead) {
     bool progress = false;
     for (uint64_t id : victims) {
       if (!spill->OverBudget(extra, kept_bytes)) return true;
-      absl::StatusOr<Chunk*> v = FindChunk(id);
+      absl::StatusOr<Chunk*> v = table_.Find(id);
       if (!v.ok() || (for_read_ahead && (*v)->read_ahead.load())) continue;
       if (absl::c_linear_search(kept, id)) continue;
       auto keep = [&] {
@@ -173,89 +219,90 @@ bool Shard::MakeRoom(size_t extra, bool for_read_ahead) {
   return true;
 }
 
-void Shard::Unpin(Chunk& c) {
+void TileCache::Unpin(Chunk& c) {
   if (c.pull_waiters.fetch_sub(1) != 1) return;
-  SpillStore* spill = options_.spill.get();
+  SpillStore* spill = spill_.get();
   if (spill == nullptr || !c.resident.load() || !spill->OverBudget(0) ||
       unpinning_.exchange(true)) {
     return;
   }
   // Not on the pull's time: the spill may write the tile.
-  ScheduleTierTask(*tier_io_, [this] {
+  Schedule(*io_, [this] {
     unpinning_ = false;
     MakeRoom(0);
   });
 }
 
-void Shard::ScheduleTierTask(ThreadPool& pool, std::function<void()> task) {
+void TileCache::Schedule(ThreadPool& pool, std::function<void()> task) {
   {
-    absl::MutexLock lock(&tier_tasks_mu_);
-    ++tier_tasks_;
+    absl::MutexLock lock(&tasks_mu_);
+    ++tasks_;
   }
   pool.Schedule([this, task = std::move(task)] {
     task();
-    absl::MutexLock lock(&tier_tasks_mu_);
-    --tier_tasks_;
+    absl::MutexLock lock(&tasks_mu_);
+    --tasks_;
   });
 }
 
-void Shard::BeforeUse(const Chunk& c) {
-  if (options_.spill != nullptr && !c.resident.load()) MakeRoom(c.tile_bytes);
+void TileCache::BeforeUse(const Chunk& c) {
+  if (spill_ != nullptr && !c.resident.load()) MakeRoom(c.tile_bytes);
 }
 
-void Shard::AfterUse(const Chunk& c) {
-  SpillStore* spill = options_.spill.get();
+void TileCache::AfterUse(const Chunk& c) {
+  SpillStore* spill = spill_.get();
   if (spill == nullptr) return;
   for (uint64_t id : spill->Next(c.spec.chunk_id(), spill->prefetch_depth())) {
-    absl::StatusOr<Chunk*> found = FindChunk(id);
+    absl::StatusOr<Chunk*> found = table_.Find(id);
     if (!found.ok()) continue;
     Chunk* next = *found;
     if (next->resident.load() || next->prefetching.exchange(true)) continue;
-    ScheduleTierTask(*tier_io_, [this, next, spill] {
-      // No room without spilling other read-aheads: the use reads it.
-      const bool room = MakeRoom(next->tile_bytes, /*for_read_ahead=*/true);
-      if (!room) spill->counters().read_aheads_skipped++;
-      bool admitted = false;
-      {
-        absl::MutexLock lock(&next->mu);
-        if (room && !next->resident.load()) {
-          const absl::Status s = ReadTileInto(*next, &next->rec);
-          if (s.ok()) {
-            next->resident = true;
-            next->disk_current = true;
-            next->read_ahead = true;
-            spill->Admit(next->spec.chunk_id(), next->tile_bytes,
-                         /*was_spilled=*/true, /*read_ahead=*/true);
-            spill->counters().prefetched++;
-            admitted = true;
-          } else {
-            // The use itself reads it again and answers the error.
-            spdlog::error("strata server: read-ahead of chunk {}: {}",
-                          next->spec.chunk_id(), s.ToString());
-          }
-        }
-      }
-      next->prefetching = false;
-      // The room it took may have been a tile kept for pulls (MakeRoom),
-      // whose last pull then found the budget held and made none.
-      if (admitted && spill->OverBudget(0)) {
-        MakeRoom(0, /*for_read_ahead=*/true);
-      }
-    });
+    Schedule(*io_, [this, next] { ReadAhead(next); });
   }
   if (spill->OverBudget(0)) MakeRoom(0);
   if (spill->write_behind() && !writing_behind_.exchange(true)) {
-    ScheduleTierTask(*tier_writer_, [this] {
+    Schedule(*writer_, [this] {
       WriteBehind();
       writing_behind_ = false;
     });
   }
 }
 
-void Shard::WriteBehind() {
-  SpillStore* spill = options_.spill.get();
+void TileCache::ReadAhead(Chunk* next) {
+  SpillStore* spill = spill_.get();
+  // No room without spilling other read-aheads: the use reads it.
+  const bool room = MakeRoom(next->tile_bytes, /*for_read_ahead=*/true);
+  if (!room) spill->counters().read_aheads_skipped++;
+  bool admitted = false;
+  {
+    absl::MutexLock lock(&next->mu);
+    if (room && !next->resident.load()) {
+      const absl::Status s = ReadTileInto(*next, &next->rec);
+      if (s.ok()) {
+        next->resident = true;
+        next->disk_current = true;
+        next->read_ahead = true;
+        spill->Admit(next->spec.chunk_id(), next->tile_bytes,
+                     /*was_spilled=*/true, /*read_ahead=*/true);
+        spill->counters().prefetched++;
+        admitted = true;
+      } else {
+        // The use itself reads it again and answers the error.
+        spdlog::error("strata server: read-ahead of chunk {}: {}",
+                      next->spec.chunk_id(), s.ToString());
+      }
+    }
+  }
+  next->prefetching = false;
+  // The room it took may have been a tile kept for pulls (MakeRoom),
+  // whose last pull then found the budget held and made none.
+  if (admitted && spill->OverBudget(0)) MakeRoom(0, /*for_read_ahead=*/true);
+}
+
+void TileCache::WriteBehind() {
+  SpillStore* spill = spill_.get();
   for (uint64_t id : spill->VictimsCovering(spill->write_behind_bytes())) {
-    absl::StatusOr<Chunk*> found = FindChunk(id);
+    absl::StatusOr<Chunk*> found = table_.Find(id);
     // In use: it is not the coldest for long, and its user may change it.
     if (!found.ok() || !(*found)->mu.TryLock()) continue;
     Chunk& c = **found;
@@ -278,13 +325,13 @@ void Shard::WriteBehind() {
   }
 }
 
-void Shard::WaitForTierIo() {
-  absl::MutexLock lock(&tier_tasks_mu_);
-  tier_tasks_mu_.Await(absl::Condition(
-      +[](int* n) { return *n == 0; }, &tier_tasks_));
+void TileCache::WaitForIo() {
+  absl::MutexLock lock(&tasks_mu_);
+  tasks_mu_.Await(absl::Condition(
+      +[](int* n) { return *n == 0; }, &tasks_));
 }
 
-absl::StatusOr<ChunkRecord> Shard::TileCopy(const Chunk& c) const {
+absl::StatusOr<ChunkRecord> TileCache::TileCopy(const Chunk& c) const {
   if (c.resident.load()) return c.rec;
   ChunkRecord copy;
   copy.id = c.rec.id;
@@ -294,14 +341,14 @@ absl::StatusOr<ChunkRecord> Shard::TileCopy(const Chunk& c) const {
   return copy;
 }
 
-absl::Status Shard::ReadTileInto(const Chunk& c, ChunkRecord* rec) const {
-  absl::StatusOr<ChunkRecord> tile = options_.spill->Read(c.spec.chunk_id());
+absl::Status TileCache::ReadTileInto(const Chunk& c, ChunkRecord* rec) const {
+  absl::StatusOr<ChunkRecord> tile = spill_->Read(c.spec.chunk_id());
   if (!tile.ok()) return tile.status();
   return Adopt(*std::move(tile), c.spec, NumStateSlots(c.group->params), rec);
 }
 
-absl::StatusOr<std::unique_ptr<ChunkTier>> Shard::NewScratchTier() const {
-  if (options_.spill != nullptr) return options_.spill->NewScratch();
+absl::StatusOr<std::unique_ptr<ChunkTier>> TileCache::NewScratch() const {
+  if (spill_ != nullptr) return spill_->NewScratch();
   return std::unique_ptr<ChunkTier>(std::make_unique<RamTier>());
 }
 

@@ -1,0 +1,113 @@
+#include "server/async_gate.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace strata {
+
+absl::Status AspGate::CheckPushEpoch(const ShardView& view,
+                                     const v1::PushRequest& req) const {
+  auto it = view.joined_epoch.find(req.member_id());
+  const uint64_t joined = it == view.joined_epoch.end() ? 0 : it->second;
+  if (req.epoch() < joined) {
+    return absl::AbortedError(
+        absl::StrCat("push stamped with epoch ", req.epoch(),
+                     " is stale: member ", req.member_id(), " joined at epoch ",
+                     joined, "; refresh the view and retry the step"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::PushResponse> AspGate::Push(Chunk& c,
+                                               const v1::PushRequest& req,
+                                               std::vector<float> grad,
+                                               float scale) {
+  parts_.tiles.BeforeUse(c);
+  absl::Cleanup after = [&] { parts_.tiles.AfterUse(c); };
+  absl::StatusOr<v1::PushResponse> r = ApplyNow(c, req, grad, scale);
+  parts_.pool.Give(std::move(grad));
+  return r;
+}
+
+absl::StatusOr<v1::PushResponse> AspGate::ApplyNow(
+    Chunk& c, const v1::PushRequest& req, const std::vector<float>& grad,
+    float scale) {
+  absl::MutexLock lock(&c.mu);
+  STRATA_RETURN_IF_ERROR(
+      CheckChunkGeneration(c, req.generation(), parts_.counters));
+  STRATA_RETURN_IF_ERROR(parts_.tiles.Resident(c));
+  const ShardView now = parts_.membership.Get();
+  if (!now.IsLive(req.member_id())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "member ", req.member_id(), " left the view (epoch ", now.epoch, ")"));
+  }
+  v1::PushResponse resp;
+  // A step this worker already pushed here is a retry of a push that was
+  // applied (e.g. its reply was lost): apply it once.
+  if (auto it = c.clocks.find(req.member_id());
+      it != c.clocks.end() && req.step() < it->second) {
+    resp.set_version(c.rec.version);
+    resp.set_applied(false);
+    return resp;
+  }
+  const float* g = grad.data();
+  if (scale == 1.0f) {
+    ApplyChunkUpdate(c, req.step(), g, parts_.counters);
+  } else {
+    ApplyChunkUpdate(
+        c, req.step(),
+        [g, scale](size_t begin, size_t end, float* out) {
+          for (size_t i = begin; i < end; ++i) out[i - begin] = g[i] * scale;
+        },
+        parts_.counters);
+  }
+  NoteApplied(c, req.step(), req.member_id(), req.epoch());
+  int64_t& clock = c.clocks[req.member_id()];
+  clock = std::max(clock, req.step() + 1);
+  c.changed.SignalAll();
+  resp.set_version(c.rec.version);
+  resp.set_applied(true);
+  return resp;
+}
+
+void AspGate::Sweep(Chunk& c, const ShardView& now) {
+  absl::erase_if(c.clocks,
+                 [&](const auto& kv) { return !now.IsLive(kv.first); });
+}
+
+absl::StatusOr<uint64_t> AspGate::PullTarget(Chunk& c,
+                                             const v1::PullRequest& req,
+                                             bool worker) {
+  STRATA_RETURN_IF_ERROR(CheckReachable(c, req, req.min_version()));
+  return req.min_version();
+}
+
+absl::StatusOr<uint64_t> SspGate::PullTarget(Chunk& c,
+                                             const v1::PullRequest& req,
+                                             bool worker) {
+  STRATA_ASSIGN_OR_RETURN(uint64_t need, AspGate::PullTarget(c, req, worker));
+  if (!worker || req.clock() < 0) return need;
+  // Clocks move one step at a time, as versions do.
+  if (static_cast<uint64_t>(req.clock()) >
+      c.rec.version + parts_.options.max_steps_ahead + staleness_) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "pull of chunk ", req.chunk_id(), " for version ", need, " at clock ",
+        req.clock(), " can never be served: the chunk is at version ",
+        c.rec.version));
+  }
+  c.clocks.try_emplace(req.member_id(), req.clock());
+  return need;
+}
+
+bool SspGate::Ready(const Chunk& c, const v1::PullRequest& req, bool worker,
+                    uint64_t need) const {
+  if (c.rec.version < need) return false;
+  if (!worker || req.clock() < 0) return true;
+  return MinClock(c, parts_.membership.Get()) >= req.clock() - staleness_;
+}
+
+}  // namespace strata

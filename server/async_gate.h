@@ -1,0 +1,68 @@
+// Asynchronous updates: every push is applied to its chunk as it comes.
+//  - asp (AspGate, --consistency asp): pulls wait only for an explicit
+//    min_version.
+//  - ssp:s (SspGate, --consistency ssp:s): a worker's pull at clock c
+//    waits until every live worker's clock on that chunk (the steps it
+//    pushed there) is >= c - s.
+// A gradient computed under an older view is still a valid gradient, so
+// only an epoch from before its member joined is stale.
+#ifndef STRATA_SERVER_ASYNC_GATE_H_
+#define STRATA_SERVER_ASYNC_GATE_H_
+
+#include "server/consistency_gate.h"
+
+namespace strata {
+
+class AspGate : public ConsistencyGate {
+ public:
+  explicit AspGate(GateParts parts) : ConsistencyGate(parts) {}
+
+  // ABORTED for an epoch from before the member joined: it cannot be this
+  // member's current work.
+  absl::Status CheckPushEpoch(const ShardView& view,
+                              const v1::PushRequest& req) const override;
+  // Applies the gradient at once; a step the member already pushed to c
+  // (a retry whose reply was lost) is applied once.
+  absl::StatusOr<v1::PushResponse> Push(Chunk& c, const v1::PushRequest& req,
+                                        std::vector<float> grad,
+                                        float scale) override;
+  // Forgets the clocks of workers that left (a worker that left mid-push
+  // is not reported; the ledger hands its units out again).
+  void Sweep(Chunk& c, const ShardView& now) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  absl::StatusOr<uint64_t> PullTarget(Chunk& c, const v1::PullRequest& req,
+                                      bool worker) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  bool Ready(const Chunk& c, const v1::PullRequest& req, bool worker,
+             uint64_t need) const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+    return c.rec.version >= need;
+  }
+
+ private:
+  absl::StatusOr<v1::PushResponse> ApplyNow(Chunk& c,
+                                            const v1::PushRequest& req,
+                                            const std::vector<float>& grad,
+                                            float scale);
+};
+
+class SspGate final : public AspGate {
+ public:
+  SspGate(GateParts parts, int64_t staleness)
+      : AspGate(parts), staleness_(staleness) {}
+
+  // A worker's pull at clock c also notes c as its clock here (a worker
+  // not yet seen is not taken for one at clock 0), and is OUT_OF_RANGE when
+  // c is too far ahead to come before its deadline.
+  absl::StatusOr<uint64_t> PullTarget(Chunk& c, const v1::PullRequest& req,
+                                      bool worker) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  bool Ready(const Chunk& c, const v1::PullRequest& req, bool worker,
+             uint64_t need) const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+
+ private:
+  const int64_t staleness_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SERVER_ASYNC_GATE_H_

@@ -1,0 +1,53 @@
+#include "server/consistency_gate.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "server/async_gate.h"
+#include "server/bsp_gate.h"
+
+namespace strata {
+
+std::unique_ptr<ConsistencyGate> ConsistencyGate::Create(GateParts parts) {
+  const Consistency& mode = parts.options.consistency;
+  switch (mode.mode) {
+    case Consistency::kBsp:
+      return std::make_unique<BspGate>(parts);
+    case Consistency::kSsp:
+      return std::make_unique<SspGate>(parts, mode.staleness);
+    case Consistency::kAsp:
+      break;
+  }
+  return std::make_unique<AspGate>(parts);
+}
+
+int64_t ConsistencyGate::MinClock(const Chunk& c, const ShardView& view) {
+  int64_t min_clock = INT64_MAX;
+  for (uint64_t w : view.workers) {
+    auto it = c.clocks.find(w);
+    // A live worker not yet seen on this chunk has pushed nothing: clock 0.
+    min_clock = std::min(min_clock, it == c.clocks.end() ? 0 : it->second);
+  }
+  return min_clock == INT64_MAX ? 0 : min_clock;
+}
+
+absl::Status ConsistencyGate::CheckReachable(const Chunk& c,
+                                             const v1::PullRequest& req,
+                                             uint64_t need) const {
+  // Steps close one at a time: a wait for one this far off is an error
+  // (or hostile), not a wait.
+  if (need <= c.rec.version + parts_.options.max_steps_ahead) {
+    return absl::OkStatus();
+  }
+  return absl::OutOfRangeError(absl::StrCat(
+      "pull of chunk ", req.chunk_id(), " for version ", need, " at clock ",
+      req.clock(), " can never be served: the chunk is at version ",
+      c.rec.version));
+}
+
+void ConsistencyGate::NoteApplied(const Chunk& c, int64_t step, uint64_t worker,
+                                  uint64_t epoch) {
+  parts_.applied.Note(c.generation, step, worker, epoch, parts_.table.size());
+}
+
+}  // namespace strata

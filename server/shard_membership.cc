@@ -1,0 +1,89 @@
+#include "server/shard_membership.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata {
+
+bool ShardMembership::Publish(const v1::View& v) {
+  absl::MutexLock lock(&mu_);
+  if (v.epoch() < view_.epoch) return false;  // views only move forward
+  view_.epoch = v.epoch();
+  view_.workers_epoch = v.workers_epoch();
+  view_.workers.clear();
+  view_.joined_epoch.clear();
+  for (const v1::Member& m : v.workers()) {
+    view_.workers.push_back(m.id());
+    view_.joined_epoch[m.id()] = m.joined_epoch();
+  }
+  std::sort(view_.workers.begin(), view_.workers.end());
+  changed_.SignalAll();
+  return true;
+}
+
+ShardView ShardMembership::Get() const {
+  absl::MutexLock lock(&mu_);
+  return view_;
+}
+
+bool ShardMembership::IsWorker(uint64_t member) const {
+  absl::MutexLock lock(&mu_);
+  return view_.IsLive(member);
+}
+
+absl::Status ShardMembership::AwaitWorker(
+    uint64_t member, uint64_t epoch,
+    absl::FunctionRef<absl::Status(const ShardView&)> also) {
+  absl::MutexLock lock(&mu_);
+  // A worker can know a newer view than this server: give ours a moment.
+  const absl::Time deadline = absl::Now() + view_wait_;
+  while (view_.epoch < epoch && !cancelled_) {
+    if (changed_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  if (cancelled_) return absl::UnavailableError("the server is shutting down");
+  if (view_.epoch < epoch) {
+    // Nothing from a view this server has not seen is applied.
+    return absl::UnavailableError(
+        absl::StrCat("request stamped with view epoch ", epoch,
+                     " but this server knows epoch ", view_.epoch,
+                     " at most; retry once it has caught up"));
+  }
+  if (!view_.IsLive(member)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "member ", member, " is not a live worker in view epoch ", view_.epoch,
+        " (its lease ran out or it left: register again)"));
+  }
+  return also(view_);
+}
+
+absl::Status ShardMembership::AwaitGeneration(uint64_t generation) {
+  if (generation_.load() >= generation) return absl::OkStatus();  // as a rule
+  absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + view_wait_;
+  while (generation_.load() < generation && !cancelled_) {
+    if (changed_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  if (cancelled_) return absl::UnavailableError("the server is shutting down");
+  if (generation_.load() < generation) {
+    return absl::UnavailableError(
+        absl::StrCat("request of rollback generation ", generation,
+                     " but this server is in generation ", generation_.load(),
+                     "; retry once it has rolled back"));
+  }
+  return absl::OkStatus();
+}
+
+void ShardMembership::SetGeneration(uint64_t generation) {
+  absl::MutexLock lock(&mu_);
+  generation_ = generation;
+  changed_.SignalAll();
+}
+
+void ShardMembership::Cancel() {
+  cancelled_ = true;
+  absl::MutexLock lock(&mu_);
+  changed_.SignalAll();
+}
+
+}  // namespace strata

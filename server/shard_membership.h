@@ -1,0 +1,65 @@
+// What a shard knows of the job's membership: the live workers and their
+// epochs (ShardView), the rollback generation requests wait for, and
+// whether the server is shutting down. Requests stamped with a newer view
+// or generation than the shard's wait here for it to catch up.
+#ifndef STRATA_SERVER_SHARD_MEMBERSHIP_H_
+#define STRATA_SERVER_SHARD_MEMBERSHIP_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/chunk.h"
+#include "strata/v1/common.pb.h"
+
+namespace strata {
+
+// Thread-safe.
+class ShardMembership {
+ public:
+  // `view_wait`: how long a request waits for a view or generation this
+  // shard has not reached (ShardOptions::view_wait).
+  explicit ShardMembership(absl::Duration view_wait) : view_wait_(view_wait) {}
+
+  // Publishes `v` and wakes the requests waiting for it; false (nothing
+  // changed) when it is older than the view held.
+  bool Publish(const v1::View& v);
+  ShardView Get() const;
+  bool IsWorker(uint64_t member) const;
+
+  // OK when `member` is a live worker once the view has reached `epoch`
+  // (waiting up to view_wait) and `also` (called under the view's lock)
+  // says OK: UNAVAILABLE if the view has not reached it,
+  // FAILED_PRECONDITION for a member that is not a live worker.
+  absl::Status AwaitWorker(
+      uint64_t member, uint64_t epoch,
+      absl::FunctionRef<absl::Status(const ShardView&)> also =
+          [](const ShardView&) { return absl::OkStatus(); });
+  // Waits up to view_wait for the shard to reach rollback `generation`;
+  // UNAVAILABLE if it does not (or the shard is cancelled).
+  absl::Status AwaitGeneration(uint64_t generation);
+  // Every chunk is in `generation` now: wakes the requests waiting for it.
+  void SetGeneration(uint64_t generation);
+  uint64_t generation() const { return generation_.load(); }
+
+  // Fails every wait with UNAVAILABLE, now and later.
+  void Cancel();
+  bool cancelled() const { return cancelled_.load(); }
+
+ private:
+  const absl::Duration view_wait_;
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;
+  ShardView view_ ABSL_GUARDED_BY(mu_);
+  // Read without a lock by every push and pull, written under mu_ (whose
+  // changed_ wakes the requests waiting for it).
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SERVER_SHARD_MEMBERSHIP_H_

@@ -1,0 +1,43 @@
+// The parts a Shard composes (server/shard.h), private to shard*.cc.
+#ifndef STRATA_SERVER_SHARD_PARTS_H_
+#define STRATA_SERVER_SHARD_PARTS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "server/applied_tracker.h"
+#include "server/chunk.h"
+#include "server/chunk_table.h"
+#include "server/consistency_gate.h"
+#include "server/deferred_commits.h"
+#include "server/gradient_pool.h"
+#include "server/pull_limiter.h"
+#include "server/shard.h"
+#include "server/shard_membership.h"
+#include "server/snapshot_capture.h"
+#include "server/tile_cache.h"
+
+namespace strata {
+
+// Declared in the order they are built; each refers only to those before
+// it, so they are destroyed (the tier's threads joined) while those exist.
+struct Shard::Parts {
+  Parts(const ShardOptions& o, ShardCounters& counters);
+
+  GradientPool pool;
+  ChunkTable table;
+  TileCache tiles;
+  ShardMembership membership;
+  AppliedReports applied;
+  SnapshotCapture snapshots;
+  FailedCommits failed;
+  DeferredCommits deferred;
+  std::unique_ptr<ConsistencyGate> gate;
+  PullLimiter limiter;
+  std::atomic<uint64_t> pull_arrivals{0};  // pulls so far (Chunk::step_pulls)
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SERVER_SHARD_PARTS_H_

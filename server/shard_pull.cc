@@ -1,0 +1,135 @@
+// A pull: its wait at the consistency gate (ConsistencyGate decides what
+// it waits for; the wait itself, its cap, its deadline and its counters
+// are the same under every consistency) and the copy of the weights out.
+#include <algorithm>
+#include <cstring>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "common/bf16.h"
+#include "common/status.h"
+#include "common/wire.h"
+#include "server/shard.h"
+#include "server/shard_parts.h"
+
+namespace strata {
+
+absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
+                                       std::string* out) {
+  return Pull(req, [out](size_t n) {
+    out->resize(n);
+    return out->data();
+  });
+}
+
+absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
+                                       PayloadAllocator alloc) {
+  STRATA_ASSIGN_OR_RETURN(Chunk * c, p_->table.Find(req.chunk_id()));
+  return PullChunk(*c, req, alloc);
+}
+
+absl::StatusOr<PullResult> Shard::PullChunk(Chunk& c,
+                                            const v1::PullRequest& req,
+                                            PayloadAllocator alloc) {
+  if (req.dtype() != v1::DTYPE_F32 && req.dtype() != v1::DTYPE_BF16 &&
+      req.dtype() != v1::DTYPE_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown pull dtype ", req.dtype()));
+  }
+  if (req.clock() < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pull clock ", req.clock(), ": a step (>= 0), or -1 for none"));
+  }
+  counters_.pulls++;
+  const uint64_t arrival = ++p_->pull_arrivals;
+  STRATA_RETURN_IF_ERROR(p_->membership.AwaitGeneration(req.generation()));
+  const bool worker = p_->membership.IsWorker(req.member_id());
+  // Once waiting, a pinning pull keeps the chunk's tile in RAM until it has
+  // copied it; unpinned after the lock is let go.
+  bool pinned = false;
+  absl::Cleanup unpin = [&] {
+    if (pinned) p_->tiles.Unpin(c);
+  };
+  absl::MutexLock lock(&c.mu);
+  STRATA_ASSIGN_OR_RETURN(const uint64_t need,
+                          p_->gate->PullTarget(c, req, worker));
+  if (worker && req.clock() >= 0 && req.generation() == c.generation) {
+    c.NotePullOfStep(req.clock(), arrival);
+  }
+  STRATA_RETURN_IF_ERROR(WaitAtGate(c, req, worker, need, &pinned));
+  return CopyOut(c, req, alloc);
+}
+
+absl::Status Shard::WaitAtGate(Chunk& c, const v1::PullRequest& req,
+                               bool worker, uint64_t need, bool* pinned) {
+  const ConsistencyGate& gate = *p_->gate;
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + options_.max_wait;
+  bool waited = false;
+  // Counts the wait however the loop ends (served, refused or timed out).
+  auto count_wait = absl::MakeCleanup([&] {
+    if (!waited) return;
+    counters_.gate_waits++;
+    counters_.gate_wait_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
+    counters_.pulls_waiting--;
+    p_->limiter.Leave(req.member_id(), worker);
+  });
+  for (;;) {
+    // Before Ready: a rolled-back chunk may be at the version wanted, but
+    // not with the weights this requester's step came from.
+    STRATA_RETURN_IF_ERROR(
+        CheckChunkGeneration(c, req.generation(), counters_));
+    if (gate.Ready(c, req, worker, need)) return absl::OkStatus();
+    if (p_->membership.cancelled())
+      return absl::UnavailableError("the server is shutting down");
+    STRATA_RETURN_IF_ERROR(gate.CheckWaiting(c, req, worker, need));
+    if (!waited) {
+      if (absl::Status s =
+              p_->limiter.Enter(req.member_id(), worker, req.chunk_id());
+          !s.ok()) {
+        counters_.rejected_busy++;
+        return s;
+      }
+      waited = true;
+      counters_.pulls_waiting++;
+      if (gate.PinsTile(worker)) {
+        p_->tiles.Pin(c);
+        *pinned = true;
+      }
+    }
+    if (c.changed.WaitWithDeadline(&c.mu, deadline) &&
+        !gate.Ready(c, req, worker, need)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "pull of chunk ", req.chunk_id(), " waited ",
+          absl::FormatDuration(options_.max_wait), " at the gate (version ",
+          c.rec.version, ", wanted ", need, ")"));
+    }
+  }
+}
+
+absl::StatusOr<PullResult> Shard::CopyOut(Chunk& c, const v1::PullRequest& req,
+                                          PayloadAllocator alloc) {
+  ChunkRecord from_disk;
+  STRATA_ASSIGN_OR_RETURN(const float* weights,
+                          p_->tiles.WeightsToPull(c, &from_disk));
+  PullResult result;
+  result.version = c.rec.version;
+  result.min_clock = ConsistencyGate::MinClock(c, p_->membership.Get());
+  const size_t n = c.spec.numel();
+  const size_t bytes = n * ElementBytes(req.dtype());
+  char* out = alloc(bytes);
+  if (out == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the pull's destination cannot hold chunk ",
+                     req.chunk_id(), "'s ", bytes, " bytes"));
+  }
+  if (req.dtype() == v1::DTYPE_BF16) {
+    FloatToBf16(weights, reinterpret_cast<uint16_t*>(out), n);
+  } else {
+    std::memcpy(out, weights, bytes);
+  }
+  counters_.bytes_out += bytes;
+  return result;
+}
+
+}  // namespace strata
