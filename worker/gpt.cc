@@ -9,13 +9,13 @@
 #include "common/check.h"
 #include "common/parallel.h"
 #include "common/status.h"
-#include "kernels/attention.h"
 #include "kernels/crossentropy.h"
 #include "kernels/encoder.h"
-#include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "worker/cpu_block_ops.h"
 #include "worker/gpt_layout.h"
+#include "worker/transformer_block.h"
 
 namespace strata {
 namespace {
@@ -304,7 +304,7 @@ absl::Status Gpt::ForwardTrunk(const int32_t* tokens, int B, int T) {
   for (int l = 0; l < config_.layers; ++l) {
     STRATA_RETURN_IF_ERROR(
         AwaitParams(kFirstBlockParam + l * kSlotsPerLayer, kSlotsPerLayer));
-    BlockForward(l, B, T);
+    STRATA_RETURN_IF_ERROR(BlockForward(l, B, T));
   }
   const int lnf = kFirstBlockParam + config_.layers * kSlotsPerLayer;
   STRATA_RETURN_IF_ERROR(AwaitParams(lnf, 2));
@@ -314,70 +314,51 @@ absl::Status Gpt::ForwardTrunk(const int32_t* tokens, int B, int T) {
   return absl::OkStatus();
 }
 
-// x[l+1] = x[l] + attn(ln1(x[l])) + mlp(ln2(...)), keeping what backward
-// needs in the layer's BlockActs.
-void Gpt::BlockForward(int l, int B, int T) {
+CpuBlockOps Gpt::LayerOps(int l, int B, int T) {
   Workspace& ws = *ws_;
   BlockActs& a = ws.blocks[config_.recompute ? 0 : l];
-  const int N = B * T, C = config_.width;
-  const float* x = ws.x.data() + int64_t{l} * N * C;
-  float* y = ws.x.data() + int64_t{l + 1} * N * C;
-  k::LayerNormForward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x,
-                      P(l, kLn1W), P(l, kLn1B), N, C);
-  k::MatmulForward(a.qkv.data(), a.ln1.data(), P(l, kQkvW), P(l, kQkvB), N, C,
-                   3 * C);
-  k::AttentionForward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, C,
-                      config_.heads);
-  // The residual adds are fused into the projections (accumulate = true).
-  std::copy(x, x + int64_t{N} * C, a.res2.data());
-  k::MatmulForward(a.res2.data(), a.atty.data(), P(l, kAttnProjW),
-                   P(l, kAttnProjB), N, C, C, /*accumulate=*/true);
-  k::LayerNormForward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(),
-                      a.res2.data(), P(l, kLn2W), P(l, kLn2B), N, C);
-  k::MatmulForward(a.fch.data(), a.ln2.data(), P(l, kFcW), P(l, kFcB), N, C,
-                   4 * C);
-  k::GeluForward(a.fch_gelu.data(), a.fch.data(), int64_t{N} * 4 * C);
-  std::copy(a.res2.data(), a.res2.data() + int64_t{N} * C, y);
-  k::MatmulForward(y, a.fch_gelu.data(), P(l, kFcProjW), P(l, kFcProjB), N,
-                   4 * C, C, /*accumulate=*/true);
+  CpuBlockOps ops;
+  ops.d = {
+      B, T, config_.width, config_.heads, config_.width, 4 * config_.width};
+  for (int slot = 0; slot < kSlotsPerLayer; ++slot) {
+    ops.weights[slot] = P(l, slot);
+    ops.grads[slot] = G(l, slot);
+  }
+  ops.saved = {a.ln1.data(),      a.ln1_mean.data(), a.ln1_rstd.data(),
+               a.qkv.data(),      a.att.data(),      a.atty.data(),
+               a.res2.data(),     a.ln2.data(),      a.ln2_mean.data(),
+               a.ln2_rstd.data(), a.fch.data(),      a.fch_gelu.data()};
+  ops.datt = ws.datt.data();
+  if (grad_ready_) {
+    ops.on_grads_ready = [this, l](int slot) {
+      GradReady(kFirstBlockParam + l * kSlotsPerLayer + slot);
+      GradReady(kFirstBlockParam + l * kSlotsPerLayer + slot + 1);
+    };
+  }
+  return ops;
 }
 
-// On entry ws.dres is dL/dx[l+1]; on exit it is dL/dx[l].
-void Gpt::BlockBackward(int l, int B, int T) {
+// x[l+1] = block(x[l]), keeping what backward needs in the layer's
+// BlockActs.
+absl::Status Gpt::BlockForward(int l, int B, int T) {
+  CpuBlockOps ops = LayerOps(l, B, T);
+  const int64_t NC = int64_t{B} * T * config_.width;
+  return block::Forward(ops, ws_->x.data() + l * NC,
+                        ws_->x.data() + (l + 1) * NC);
+}
+
+// Adds the layer's gradients and turns ws.dres into dL/dx[l].
+absl::Status Gpt::BlockBackward(int l, int B, int T) {
+  CpuBlockOps ops = LayerOps(l, B, T);
   Workspace& ws = *ws_;
-  BlockActs& a = ws.blocks[config_.recompute ? 0 : l];
-  const int N = B * T, C = config_.width;
-  const float* x = ws.x.data() + int64_t{l} * N * C;
-  float* dres = ws.dres.data();
-  float* dln = ws.dln.data();
-  float* dfch = ws.dfch.data();
-  auto ready = [&](int slot) {
-    GradReady(kFirstBlockParam + l * kSlotsPerLayer + slot);
-    GradReady(kFirstBlockParam + l * kSlotsPerLayer + slot + 1);
-  };
-  // MLP branch.
-  k::MatmulBackward(dfch, G(l, kFcProjW), G(l, kFcProjB), dres,
-                    a.fch_gelu.data(), P(l, kFcProjW), N, 4 * C, C);
-  ready(kFcProjW);
-  k::GeluBackward(dfch, a.fch.data(), dfch, int64_t{N} * 4 * C);
-  k::MatmulBackward(dln, G(l, kFcW), G(l, kFcB), dfch, a.ln2.data(), P(l, kFcW),
-                    N, C, 4 * C);
-  ready(kFcW);
-  k::LayerNormBackward(dres, G(l, kLn2W), G(l, kLn2B), dln, a.res2.data(),
-                       P(l, kLn2W), a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
-  ready(kLn2W);
-  // Attention branch; dres is now dL/dres2.
-  k::MatmulBackward(dln, G(l, kAttnProjW), G(l, kAttnProjB), dres,
-                    a.atty.data(), P(l, kAttnProjW), N, C, C);
-  ready(kAttnProjW);
-  k::AttentionBackward(ws.dqkv.data(), ws.datt.data(), dln, a.qkv.data(),
-                       a.att.data(), B, T, C, config_.heads);
-  k::MatmulBackward(dln, G(l, kQkvW), G(l, kQkvB), ws.dqkv.data(), a.ln1.data(),
-                    P(l, kQkvW), N, C, 3 * C);
-  ready(kQkvW);
-  k::LayerNormBackward(dres, G(l, kLn1W), G(l, kLn1B), dln, x, P(l, kLn1W),
-                       a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
-  ready(kLn1W);
+  const int64_t NC = int64_t{B} * T * config_.width;
+  block::BlockGrads<float> g;
+  g.dres = ws.dres.data();
+  g.dln = ws.dln.data();
+  g.dfch = ws.dfch.data();
+  g.dqkv = ws.dqkv.data();
+  g.datty = ws.dln.data();
+  return block::Backward(ops, ws.x.data() + l * NC, g);
 }
 
 float Gpt::HeadLoss(const int32_t* targets, int N, bool backward) {
@@ -434,8 +415,8 @@ absl::StatusOr<float> Gpt::ForwardBackward(const int32_t* tokens,
   GradReady(lnf);
   GradReady(lnf + 1);
   for (int l = L - 1; l >= 0; --l) {
-    if (config_.recompute) BlockForward(l, B, T);
-    BlockBackward(l, B, T);
+    if (config_.recompute) STRATA_RETURN_IF_ERROR(BlockForward(l, B, T));
+    STRATA_RETURN_IF_ERROR(BlockBackward(l, B, T));
   }
   k::EncoderBackward(grad_data(kWte), grad_data(kWpe), ws.dres.data(), tokens,
                      B, T, C);

@@ -20,6 +20,8 @@
 
 namespace strata {
 
+struct CpuBlockOps;
+
 // The parameters of a GPT of `config` (what Gpt::params() lists), without
 // their storage: names, shapes, groups and inits.
 std::vector<ParamInfo> GptParams(const GptConfig& config);
@@ -117,8 +119,10 @@ class Gpt : public Model {
   absl::Status ForwardTrunk(const int32_t* tokens, int B, int T);
   // Calls param_wait_ for parameters [first, first + count), if set.
   absl::Status AwaitParams(int first, int count);
-  void BlockForward(int layer, int B, int T);
-  void BlockBackward(int layer, int B, int T);
+  // The CPU block backend (worker/cpu_block_ops.h) for `layer`.
+  CpuBlockOps LayerOps(int layer, int B, int T);
+  absl::Status BlockForward(int layer, int B, int T);
+  absl::Status BlockBackward(int layer, int B, int T);
   // LM head and loss over chunks of positions; with backward, also writes
   // dL/d(lnf output) and adds to the wte gradient.
   float HeadLoss(const int32_t* targets, int N, bool backward);

@@ -163,7 +163,10 @@ class GptCuda : public Model {
   absl::StatusOr<float> RunForwardBackward(const int32_t* tokens,
                                            const int32_t* targets, int B, int T,
                                            bool accumulate);
-  // The enqueueing steps, as in Gpt.
+  // The enqueueing steps, as in Gpt. The block's are the transformer block
+  // (worker/transformer_block.h) over BlockOps (gpt_cuda_block.cc).
+  struct BlockOps;
+  BlockOps LayerOps(int layer, int B, int T);
   absl::Status ForwardTrunk(int B, int T);
   absl::Status BlockForward(int layer, int B, int T);
   absl::Status BlockBackward(int layer, int B, int T);

@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "common/status.h"
-#include "kernels/attention.h"
-#include "kernels/gelu.h"
 #include "kernels/layernorm.h"
+#include "worker/cpu_block_ops.h"
+#include "worker/transformer_block.h"
 
 namespace strata {
 namespace {
@@ -364,62 +364,41 @@ absl::Status GptStage::Head(Slot& s, const int32_t* targets, int N, float dloss,
 // x[j+1] = x[j] + attn(ln1(x[j])) + mlp(ln2(...)), this rank's heads and
 // hidden features; two all-reduces (the row-parallel outputs).
 absl::Status GptStage::BlockForward(Slot& s, int j, int B) {
-  Acts& a = ActsOf(s, j);
-  const Block& w = blocks_[j];
-  const int N = B * T_, C = config_.width;
-  const int Cl = head_cols_.size, Hl = hidden_.size;
-  const float* x = s.x.data() + size_t(j) * N * C;
-  float* y = s.x.data() + size_t(j + 1) * N * C;
-  k::LayerNormForward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x,
-                      w[kLn1W].w, w[kLn1B].w, N, C);
-  ColumnParallelForward(a.qkv.data(), a.ln1.data(), w[kQkvW].w, w[kQkvB].w, N,
-                        C, 3 * Cl);
-  k::AttentionForward(a.atty.data(), a.att.data(), a.qkv.data(), B, T_, Cl,
-                      heads_.size);
-  STRATA_RETURN_IF_ERROR(RowParallelForward(*tp_, tmp_.data(), a.atty.data(),
-                                            w[kAttnProjW].w, w[kAttnProjB].w, N,
-                                            Cl, C));
-  for (size_t i = 0; i < size_t(N) * C; ++i) a.res2[i] = x[i] + tmp_[i];
-  k::LayerNormForward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(),
-                      a.res2.data(), w[kLn2W].w, w[kLn2B].w, N, C);
-  ColumnParallelForward(a.fch.data(), a.ln2.data(), w[kFcW].w, w[kFcB].w, N, C,
-                        Hl);
-  k::GeluForward(a.fch_gelu.data(), a.fch.data(), int64_t{N} * Hl);
-  STRATA_RETURN_IF_ERROR(RowParallelForward(*tp_, tmp_.data(),
-                                            a.fch_gelu.data(), w[kFcProjW].w,
-                                            w[kFcProjB].w, N, Hl, C));
-  for (size_t i = 0; i < size_t(N) * C; ++i) y[i] = a.res2[i] + tmp_[i];
-  return absl::OkStatus();
+  CpuBlockOps ops = LayerOps(s, j, B);
+  const size_t NC = size_t(B) * T_ * config_.width;
+  return block::Forward(ops, s.x.data() + j * NC, s.x.data() + (j + 1) * NC);
 }
 
 // On entry dres_ is d(loss)/d(x[j+1]); on exit d(loss)/d(x[j]). Two
 // all-reduces (the column-parallel input gradients).
 absl::Status GptStage::BlockBackward(Slot& s, int j, int B) {
+  CpuBlockOps ops = LayerOps(s, j, B);
+  const size_t NC = size_t(B) * T_ * config_.width;
+  block::BlockGrads<float> g;
+  g.dres = dres_.data();
+  g.dln = dln_.data();
+  g.dfch = dfch_.data();
+  g.dqkv = dqkv_.data();
+  g.datty = datty_.data();
+  return block::Backward(ops, s.x.data() + j * NC, g);
+}
+
+CpuBlockOps GptStage::LayerOps(Slot& s, int j, int B) {
   Acts& a = ActsOf(s, j);
-  const Block& w = blocks_[j];
-  const int N = B * T_, C = config_.width;
-  const int Cl = head_cols_.size, Hl = hidden_.size;
-  const float* x = s.x.data() + size_t(j) * N * C;
-  float* dres = dres_.data();
-  float* dln = dln_.data();
-  RowParallelBackward(dfch_.data(), w[kFcProjW].g, w[kFcProjB].g, dres,
-                      a.fch_gelu.data(), w[kFcProjW].w, N, Hl, C);
-  k::GeluBackward(dfch_.data(), a.fch.data(), dfch_.data(), int64_t{N} * Hl);
-  STRATA_RETURN_IF_ERROR(ColumnParallelBackward(*tp_, dln, w[kFcW].g, w[kFcB].g,
-                                                dfch_.data(), a.ln2.data(),
-                                                w[kFcW].w, N, C, Hl));
-  k::LayerNormBackward(dres, w[kLn2W].g, w[kLn2B].g, dln, a.res2.data(),
-                       w[kLn2W].w, a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
-  RowParallelBackward(datty_.data(), w[kAttnProjW].g, w[kAttnProjB].g, dres,
-                      a.atty.data(), w[kAttnProjW].w, N, Cl, C);
-  k::AttentionBackward(dqkv_.data(), datt_.data(), datty_.data(), a.qkv.data(),
-                       a.att.data(), B, T_, Cl, heads_.size);
-  STRATA_RETURN_IF_ERROR(
-      ColumnParallelBackward(*tp_, dln, w[kQkvW].g, w[kQkvB].g, dqkv_.data(),
-                             a.ln1.data(), w[kQkvW].w, N, C, 3 * Cl));
-  k::LayerNormBackward(dres, w[kLn1W].g, w[kLn1B].g, dln, x, w[kLn1W].w,
-                       a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
-  return absl::OkStatus();
+  CpuBlockOps ops;
+  ops.d = {B, T_, config_.width, heads_.size, head_cols_.size, hidden_.size};
+  for (int slot = 0; slot < kSlotsPerLayer; ++slot) {
+    ops.weights[slot] = blocks_[j][slot].w;
+    ops.grads[slot] = blocks_[j][slot].g;
+  }
+  ops.saved = {a.ln1.data(),      a.ln1_mean.data(), a.ln1_rstd.data(),
+               a.qkv.data(),      a.att.data(),      a.atty.data(),
+               a.res2.data(),     a.ln2.data(),      a.ln2_mean.data(),
+               a.ln2_rstd.data(), a.fch.data(),      a.fch_gelu.data()};
+  ops.datt = datt_.data();
+  ops.tp = tp_;
+  ops.partial = tmp_.data();
+  return ops;
 }
 
 }  // namespace strata

@@ -32,6 +32,8 @@
 
 namespace strata {
 
+struct CpuBlockOps;
+
 // Where a rank sits: its pipeline stage and its place in that stage's
 // tensor-parallel group.
 struct StagePlace {
@@ -117,6 +119,9 @@ class GptStage {
   absl::Status Embed(Slot& s, const int32_t* tokens, int N);
   absl::Status Head(Slot& s, const int32_t* targets, int N, float dloss,
                     double* loss_sum);
+  // The CPU block backend (worker/cpu_block_ops.h) for stage block j of
+  // the micro-batch in `s`, over the tensor-parallel group.
+  CpuBlockOps LayerOps(Slot& s, int j, int B);
   absl::Status BlockForward(Slot& s, int j, int B);
   absl::Status BlockBackward(Slot& s, int j, int B);
   Acts& ActsOf(Slot& s, int j);
