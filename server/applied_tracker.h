@@ -91,7 +91,9 @@ class AppliedReports {
     absl::MutexLock lock(&mu_);
     sink_ = std::move(sink);
   }
-  AppliedTracker& tracker() { return tracker_; }
+  // AppliedTracker::Forget and Clear.
+  void Forget(absl::FunctionRef<bool(uint64_t)> live) { tracker_.Forget(live); }
+  void Clear() { tracker_.Clear(); }
 
  private:
   AppliedTracker tracker_;

@@ -94,10 +94,7 @@ absl::StatusOr<uint64_t> SspGate::PullTarget(Chunk& c,
   // Clocks move one step at a time, as versions do.
   if (static_cast<uint64_t>(req.clock()) >
       c.rec.version + parts_.options.max_steps_ahead + staleness_) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "pull of chunk ", req.chunk_id(), " for version ", need, " at clock ",
-        req.clock(), " can never be served: the chunk is at version ",
-        c.rec.version));
+    return Unreachable(c, req, need);
   }
   c.clocks.try_emplace(req.member_id(), req.clock());
   return need;

@@ -26,8 +26,8 @@ class AspGate : public ConsistencyGate {
   absl::StatusOr<v1::PushResponse> Push(Chunk& c, const v1::PushRequest& req,
                                         std::vector<float> grad,
                                         float scale) override;
-  // Forgets the clocks of workers that left (a worker that left mid-push
-  // is not reported; the ledger hands its units out again).
+  // Forgets the clocks of workers that left, so SSP pulls no longer wait
+  // for them.
   void Sweep(Chunk& c, const ShardView& now) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   absl::StatusOr<uint64_t> PullTarget(Chunk& c, const v1::PullRequest& req,

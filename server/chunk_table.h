@@ -57,7 +57,8 @@ class ChunkTable {
   std::string GroupsMetadata() const;
 
   // Chunks created from now on are in rollback `generation`, begun at
-  // `step`. Returns the chunks created before.
+  // `step`. Returns the chunks created before, which the shard's rollback
+  // moves itself (ShardMembership's generation says when all have moved).
   std::vector<Chunk*> StartGeneration(uint64_t generation, int64_t step);
 
   // A chunk spec's own checks (name, id, size, shape, overflow).

@@ -39,6 +39,12 @@ absl::Status ConsistencyGate::CheckReachable(const Chunk& c,
   if (need <= c.rec.version + parts_.options.max_steps_ahead) {
     return absl::OkStatus();
   }
+  return Unreachable(c, req, need);
+}
+
+absl::Status ConsistencyGate::Unreachable(const Chunk& c,
+                                          const v1::PullRequest& req,
+                                          uint64_t need) {
   return absl::OutOfRangeError(absl::StrCat(
       "pull of chunk ", req.chunk_id(), " for version ", need, " at clock ",
       req.clock(), " can never be served: the chunk is at version ",

@@ -9,8 +9,9 @@
 //  - asp (server/async_gate.h): pushes apply at once; pulls wait only for
 //    an explicit min_version.
 // The shard (server/shard.h) does what every mode shares: finding the
-// chunk, decoding and checking the gradient, the generation and the view,
-// the wait loop, the copy out.
+// chunk, decoding and checking the gradient, waiting for the request's view
+// and generation, the wait loop, the copy out. The gates check the chunk's
+// generation and the member's liveness again under the chunk's lock.
 #ifndef STRATA_SERVER_CONSISTENCY_GATE_H_
 #define STRATA_SERVER_CONSISTENCY_GATE_H_
 
@@ -104,6 +105,10 @@ class ConsistencyGate {
   // before the pull's deadline (ShardOptions::max_steps_ahead).
   absl::Status CheckReachable(const Chunk& c, const v1::PullRequest& req,
                               uint64_t need) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // The OUT_OF_RANGE error for a pull that can never be served.
+  static absl::Status Unreachable(const Chunk& c, const v1::PullRequest& req,
+                                  uint64_t need)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Notes that c applied (step, worker) for the data ledger.
   void NoteApplied(const Chunk& c, int64_t step, uint64_t worker,

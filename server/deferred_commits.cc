@@ -70,7 +70,7 @@ void DeferredCommits::Drop(absl::FunctionRef<bool(uint64_t member)> live) {
 }
 
 absl::StatusOr<v1::CommitResponse> DeferredCommits::Commit(
-    const v1::CommitRequest& req, ApplyFn apply) {
+    const v1::CommitRequest& req, ApplyFn apply, bool* marked_failed) {
   absl::StatusOr<v1::CommitResponse> result = ApplyCommit(req, apply);
   absl::MutexLock lock(&mu_);
   // A duplicate of a commit still applying finds nothing held and no
@@ -80,10 +80,11 @@ absl::StatusOr<v1::CommitResponse> DeferredCommits::Commit(
   const bool succeeded = last != last_commit_.end() &&
                          last->second.step == req.step() &&
                          last->second.result.ok();
-  if (result.ok() || succeeded) {
-    failed_.Clear(req.member_id());
-  } else {
+  *marked_failed = !result.ok() && !succeeded;
+  if (*marked_failed) {
     failed_.Set(req.member_id(), req.step());
+  } else {
+    failed_.Clear(req.member_id());
   }
   return result;
 }

@@ -69,9 +69,9 @@ class DeferredCommits {
   // holds another number of them than req.pushes(). A repeat of the
   // member's last commit (its answer was lost) gets the same answer
   // again. Notes a failure in FailedCommits until the member's next
-  // deferred push or successful commit.
+  // deferred push or successful commit; *marked_failed says whether it did.
   absl::StatusOr<v1::CommitResponse> Commit(const v1::CommitRequest& req,
-                                            ApplyFn apply);
+                                            ApplyFn apply, bool* marked_failed);
 
  private:
   struct Held {

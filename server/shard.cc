@@ -63,7 +63,7 @@ void Shard::UpdateView(const v1::View& v) {
   auto live = [&now](uint64_t id) { return now.IsLive(id); };
   // SSP/ASP: a worker that left mid-push is not reported; the ledger hands
   // its units out again.
-  p_->applied.tracker().Forget(live);
+  p_->applied.Forget(live);
   p_->deferred.Drop(live);
   for (Chunk* c : p_->table.All()) {
     absl::MutexLock lock(&c->mu);
@@ -78,6 +78,8 @@ absl::Status Shard::AwaitWorker(uint64_t member, uint64_t epoch) {
   return p_->membership.AwaitWorker(member, epoch);
 }
 
+// The gate's epoch rule runs under the view's lock, with the view that
+// found the member live.
 absl::Status Shard::CheckMember(const v1::PushRequest& req) {
   return p_->membership.AwaitWorker(
       req.member_id(), req.epoch(), [&](const ShardView& view) {
@@ -196,9 +198,10 @@ absl::StatusOr<v1::CommitResponse> Shard::Commit(const v1::CommitRequest& req) {
     STRATA_RETURN_IF_ERROR(CheckMember(r));
     return p_->gate->Push(*c, r, std::move(grad), scale);
   };
-  absl::StatusOr<v1::CommitResponse> result = p_->deferred.Commit(req, apply);
-  if (!result.ok())
-    WakeWaiters();  // pulls waiting for the step: it won't close
+  bool failed = false;
+  absl::StatusOr<v1::CommitResponse> result =
+      p_->deferred.Commit(req, apply, &failed);
+  if (failed) WakeWaiters();  // pulls waiting for the step: it won't close
   return result;
 }
 

@@ -156,17 +156,18 @@ class Shard {
  private:
   struct Parts;
 
-  // A checked push: held (deferred) or handed to the gate.
+  // Holds a checked deferred push until its Commit.
   absl::StatusOr<v1::PushResponse> Hold(Chunk& c, const v1::PushRequest& req,
                                         std::vector<float> grad);
   // Pull's wait at the gate and copy, on a found chunk.
   absl::StatusOr<PullResult> PullChunk(Chunk& c, const v1::PullRequest& req,
                                        PayloadAllocator alloc);
   // REQUIRES: c.mu held. Waits until the gate lets the pull through
-  // (`need`: the version PullTarget said); sets *pinned once it pins the
-  // tile.
-  absl::Status WaitAtGate(Chunk& c, const v1::PullRequest& req, bool worker,
-                          uint64_t need, bool* pinned);
+  // (`need`: the version PullTarget said), then copies the weights out;
+  // sets *pinned once it pins the tile.
+  absl::StatusOr<PullResult> ServeAtGate(Chunk& c, const v1::PullRequest& req,
+                                         bool worker, uint64_t need,
+                                         PayloadAllocator alloc, bool* pinned);
   // REQUIRES: c.mu held. Writes c's weights in req.dtype() to `alloc`'s
   // space.
   absl::StatusOr<PullResult> CopyOut(Chunk& c, const v1::PullRequest& req,

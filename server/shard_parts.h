@@ -20,8 +20,10 @@
 
 namespace strata {
 
-// Declared in the order they are built; each refers only to those before
-// it, so they are destroyed (the tier's threads joined) while those exist.
+// Declared in the order they are built, each taking references to those
+// before it (the table alone calls the tier, built after it, and only once
+// a chunk is registered). Destroyed in reverse: the tier's threads are
+// joined while the table and its chunks, which their tasks use, exist.
 struct Shard::Parts {
   Parts(const ShardOptions& o, ShardCounters& counters);
 

@@ -56,17 +56,20 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk& c,
   if (worker && req.clock() >= 0 && req.generation() == c.generation) {
     c.NotePullOfStep(req.clock(), arrival);
   }
-  STRATA_RETURN_IF_ERROR(WaitAtGate(c, req, worker, need, &pinned));
-  return CopyOut(c, req, alloc);
+  return ServeAtGate(c, req, worker, need, alloc, &pinned);
 }
 
-absl::Status Shard::WaitAtGate(Chunk& c, const v1::PullRequest& req,
-                               bool worker, uint64_t need, bool* pinned) {
+absl::StatusOr<PullResult> Shard::ServeAtGate(Chunk& c,
+                                              const v1::PullRequest& req,
+                                              bool worker, uint64_t need,
+                                              PayloadAllocator alloc,
+                                              bool* pinned) {
   const ConsistencyGate& gate = *p_->gate;
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + options_.max_wait;
   bool waited = false;
-  // Counts the wait however the loop ends (served, refused or timed out).
+  // Counts the wait however it ends (served, refused or timed out), the
+  // copy out included: the pull holds its place under the cap until then.
   auto count_wait = absl::MakeCleanup([&] {
     if (!waited) return;
     counters_.gate_waits++;
@@ -79,7 +82,7 @@ absl::Status Shard::WaitAtGate(Chunk& c, const v1::PullRequest& req,
     // not with the weights this requester's step came from.
     STRATA_RETURN_IF_ERROR(
         CheckChunkGeneration(c, req.generation(), counters_));
-    if (gate.Ready(c, req, worker, need)) return absl::OkStatus();
+    if (gate.Ready(c, req, worker, need)) return CopyOut(c, req, alloc);
     if (p_->membership.cancelled())
       return absl::UnavailableError("the server is shutting down");
     STRATA_RETURN_IF_ERROR(gate.CheckWaiting(c, req, worker, need));

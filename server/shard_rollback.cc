@@ -93,7 +93,7 @@ absl::Status Shard::RollBack(uint64_t generation, int64_t step,
       p_->tiles.MakeRoom(0);
     }
   }
-  p_->applied.tracker().Clear();
+  p_->applied.Clear();
   p_->snapshots.Reset(step);
   p_->membership.SetGeneration(generation);
   return absl::OkStatus();

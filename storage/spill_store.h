@@ -45,7 +45,7 @@ namespace strata {
 
 struct SpillOptions {
   // Bytes of tiles held in RAM at most (more only for tiles in use at the
-  // moment they are needed; server/shard.h states the overhead).
+  // moment they are needed; server/shard_options.h states the overhead).
   uint64_t ram_budget = 0;
   // The spill databases' directory (emptied and created at Open).
   std::string dir;
