@@ -102,89 +102,93 @@ void PsClient::Impl::Issue(const OpPtr& op) {
   attempt->ctx.set_deadline(
       absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   const v1::View view = scheduler_->view();
-  const ChunkInfo& chunk = plan_.chunks[op->chunk];
   static const std::string kPush = "/strata.v1.ParameterServer/Push";
   static const std::string kPull = "/strata.v1.ParameterServer/Pull";
-  if (op->kind == OpState::kPush) {
-    // fp32 through shared memory when so configured, unless an earlier
-    // attempt already sent (and carried the error of) bf16 bytes.
-    v1::DType dtype = options_.push_dtype;
-    v1::ShmRef place;
-    const bool in_shm = TakePayloadPlace(
-        op, *stubs, options_.push_fp32_through_shm && !op->encoded, op->grad,
-        &dtype, &place);
-    const size_t bytes = chunk.numel * ElementBytes(dtype);
-    v1::PushRequest header;
-    header.set_member_id(scheduler_->member_id());
-    header.set_epoch(op->stamp.epoch != 0 ? op->stamp.epoch : view.epoch());
-    header.set_first_sample(op->stamp.first_sample);
-    header.set_generation(op->stamp.generation.value_or(view.generation()));
-    header.set_chunk_id(chunk.id);
-    header.set_step(op->step);
-    header.set_num_samples(op->samples);
-    header.set_dtype(dtype);
-    header.set_deferred(op->stamp.deferred);
-    header.set_whole_step(op->stamp.whole_step);
-    // So a late read of an attempt given up on cannot replace its retry.
-    header.set_push_seq(op->seq + 1);
-    header.set_attempt(static_cast<uint32_t>(op->attempts));
-    if (in_shm) {
-      // One copy (or conversion) into the shared slot, or none from the
-      // tensor region; the server copies it out. The message carries only
-      // the payload's place.
-      char* slot = op->shm_slot.data;
-      if (op->tensors) {
-        // In place, where the caller's gradient is.
-      } else if (dtype == v1::DTYPE_BF16 && !op->bf16.empty()) {
-        std::memcpy(slot, op->bf16.data(), bytes);  // a retry: as sent before
-      } else if (dtype == v1::DTYPE_BF16) {
-        EncodeBf16(*op, reinterpret_cast<uint16_t*>(slot));
-      } else {
-        std::memcpy(slot, op->grad, bytes);
-      }
-      *header.mutable_shm() = place;
-      grpc::Slice slice(header.SerializeAsString());
-      attempt->request = grpc::ByteBuffer(&slice, 1);
-    } else {
-      // The payload slice points at the caller's buffer (no copy); the
-      // caller keeps it alive until the handle is done.
-      const void* payload = op->grad;
-      if (dtype == v1::DTYPE_BF16) {
-        if (op->bf16.empty()) {
-          op->bf16.resize(bytes);
-          EncodeBf16(*op, reinterpret_cast<uint16_t*>(op->bf16.data()));
-        }
-        payload = op->bf16.data();
-      }
-      attempt->request = SerializeWithPayload(
-          header, v1::PushRequest::kDataFieldNumber, payload, bytes);
-    }
-    (*stubs)->generic->PrepareUnaryCall(&attempt->ctx, kPush,
-                                        grpc::StubOptions(), &attempt->request,
-                                        &attempt->response, attempt);
-  } else {
-    v1::PullRequest req;
-    req.set_member_id(scheduler_->member_id());
-    req.set_chunk_id(chunk.id);
-    req.set_clock(op->step);
-    req.set_min_version(op->min_version);
-    req.set_epoch(op->stamp.epoch);
-    req.set_generation(op->stamp.generation.value_or(view.generation()));
-    v1::DType dtype = options_.pull_dtype;
-    v1::ShmRef place;
-    if (TakePayloadPlace(op, *stubs, options_.pull_fp32_through_shm, op->dst,
-                         &dtype, &place)) {
-      *req.mutable_shm() = place;
-    }
-    req.set_dtype(dtype);
-    op->pull_dtype = dtype;  // ReadResponse reads this attempt's answer
-    grpc::Slice slice(req.SerializeAsString());
-    attempt->request = grpc::ByteBuffer(&slice, 1);
-    (*stubs)->generic->PrepareUnaryCall(&attempt->ctx, kPull,
-                                        grpc::StubOptions(), &attempt->request,
-                                        &attempt->response, attempt);
-  }
+  const bool push = op->kind == OpState::kPush;
+  attempt->request =
+      push ? PushMessage(op, *stubs, view) : PullMessage(op, *stubs, view);
+  (*stubs)->generic->PrepareUnaryCall(&attempt->ctx, push ? kPush : kPull,
+                                      grpc::StubOptions(), &attempt->request,
+                                      &attempt->response, attempt);
   attempt->StartCall();
+}
+
+grpc::ByteBuffer PsClient::Impl::PushMessage(const OpPtr& op, Stubs* stubs,
+                                             const v1::View& view) {
+  const ChunkInfo& chunk = plan_.chunks[op->chunk];
+  // fp32 through shared memory when so configured, unless an earlier
+  // attempt already sent (and carried the error of) bf16 bytes.
+  v1::DType dtype = options_.push_dtype;
+  v1::ShmRef place;
+  const bool in_shm = TakePayloadPlace(
+      op, stubs, options_.push_fp32_through_shm && !op->encoded, op->grad,
+      &dtype, &place);
+  const size_t bytes = chunk.numel * ElementBytes(dtype);
+  v1::PushRequest header;
+  header.set_member_id(scheduler_->member_id());
+  header.set_epoch(op->stamp.epoch != 0 ? op->stamp.epoch : view.epoch());
+  header.set_first_sample(op->stamp.first_sample);
+  header.set_generation(op->stamp.generation.value_or(view.generation()));
+  header.set_chunk_id(chunk.id);
+  header.set_step(op->step);
+  header.set_num_samples(op->samples);
+  header.set_dtype(dtype);
+  header.set_deferred(op->stamp.deferred);
+  header.set_whole_step(op->stamp.whole_step);
+  // So a late read of an attempt given up on cannot replace its retry.
+  header.set_push_seq(op->seq + 1);
+  header.set_attempt(static_cast<uint32_t>(op->attempts));
+  if (in_shm) {
+    // One copy (or conversion) into the shared slot, or none from the
+    // tensor region; the server copies it out. The message carries only
+    // the payload's place.
+    char* slot = op->shm_slot.data;
+    if (op->tensors) {
+      // In place, where the caller's gradient is.
+    } else if (dtype == v1::DTYPE_BF16 && !op->bf16.empty()) {
+      std::memcpy(slot, op->bf16.data(), bytes);  // a retry: as sent before
+    } else if (dtype == v1::DTYPE_BF16) {
+      EncodeBf16(*op, reinterpret_cast<uint16_t*>(slot));
+    } else {
+      std::memcpy(slot, op->grad, bytes);
+    }
+    *header.mutable_shm() = place;
+    grpc::Slice slice(header.SerializeAsString());
+    return grpc::ByteBuffer(&slice, 1);
+  }
+  // The payload slice points at the caller's buffer (no copy); the caller
+  // keeps it alive until the handle is done.
+  const void* payload = op->grad;
+  if (dtype == v1::DTYPE_BF16) {
+    if (op->bf16.empty()) {
+      op->bf16.resize(bytes);
+      EncodeBf16(*op, reinterpret_cast<uint16_t*>(op->bf16.data()));
+    }
+    payload = op->bf16.data();
+  }
+  return SerializeWithPayload(header, v1::PushRequest::kDataFieldNumber,
+                              payload, bytes);
+}
+
+grpc::ByteBuffer PsClient::Impl::PullMessage(const OpPtr& op, Stubs* stubs,
+                                             const v1::View& view) {
+  v1::PullRequest req;
+  req.set_member_id(scheduler_->member_id());
+  req.set_chunk_id(plan_.chunks[op->chunk].id);
+  req.set_clock(op->step);
+  req.set_min_version(op->min_version);
+  req.set_epoch(op->stamp.epoch);
+  req.set_generation(op->stamp.generation.value_or(view.generation()));
+  v1::DType dtype = options_.pull_dtype;
+  v1::ShmRef place;
+  if (TakePayloadPlace(op, stubs, options_.pull_fp32_through_shm, op->dst,
+                       &dtype, &place)) {
+    *req.mutable_shm() = place;
+  }
+  req.set_dtype(dtype);
+  op->pull_dtype = dtype;  // ReadResponse reads this attempt's answer
+  grpc::Slice slice(req.SerializeAsString());
+  return grpc::ByteBuffer(&slice, 1);
 }
 
 void PsClient::Attempt::OnDone(const grpc::Status& status) {

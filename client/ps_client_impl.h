@@ -22,6 +22,7 @@
 #include "client/ps_client.h"
 #include "client/shm_link.h"
 #include "common/status.h"
+#include "strata/v1/common.pb.h"
 #include "strata/v1/ps.grpc.pb.h"
 
 namespace strata {
@@ -190,6 +191,12 @@ class PsClient::Impl {
  private:
   void Dispatch(int slot);
   void Issue(const OpPtr& op);
+  // The request of one attempt of a push or pull: its payload in the
+  // message, in a shared-memory slot, or in place in the tensor region.
+  grpc::ByteBuffer PushMessage(const OpPtr& op, Stubs* stubs,
+                               const v1::View& view);
+  grpc::ByteBuffer PullMessage(const OpPtr& op, Stubs* stubs,
+                               const v1::View& view);
   // Attaches a shared-memory link to every slot's server that is on this
   // host and has none yet (blocking RPCs: never on a gRPC callback thread).
   void AttachShm();

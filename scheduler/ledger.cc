@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -88,6 +89,20 @@ bool Ledger::ApplyReport(const v1::AppliedReport& r, v1::LedgerState& s,
                          std::vector<v1::LedgerRecord>& out) const {
   const bool bsp = mode_.mode == Consistency::kBsp;
   const uint64_t who = bsp ? 0 : r.worker_member_id();
+  std::optional<v1::LedgerState::Pending> done;
+  if (!NoteSlot(r, who, s, &done)) return false;
+  if (!done.has_value()) return true;  // other slots have yet to apply it
+  if (bsp) {
+    RecordStep(*done, s, out);
+    return true;
+  }
+  return RecordPush(*done, who, s, out);
+}
+
+bool Ledger::NoteSlot(const v1::AppliedReport& r, uint64_t who,
+                      v1::LedgerState& s,
+                      std::optional<v1::LedgerState::Pending>* done) const {
+  const bool bsp = mode_.mode == Consistency::kBsp;
   auto* pending = s.mutable_pending();
   auto p = std::find_if(pending->begin(), pending->end(), [&](const auto& e) {
     return e.step() == r.step() && e.worker_member_id() == who;
@@ -120,37 +135,44 @@ bool Ledger::ApplyReport(const v1::AppliedReport& r, v1::LedgerState& s,
   p->add_slots(r.slot());
   p->set_epoch(std::max(p->epoch(), r.epoch()));
   if (p->slots_size() < s.job().slots_size()) return true;
-
   // Complete: every slot applied it.
-  const v1::LedgerState::Pending done = *p;
+  *done = *p;
   pending->erase(p);
-  if (bsp) {
-    const v1::LedgerState::Split* split = nullptr;
-    for (const auto& sp : s.splits()) {
-      if (sp.step() == done.step() && sp.epoch() == done.epoch()) split = &sp;
-    }
-    if (split == nullptr) {
-      spdlog::error(
-          "ledger: step {} closed in workers epoch {}, which has no split; "
-          "its samples are not recorded",
-          done.step(), done.epoch());
-    } else {
-      for (const auto& share : split->shares()) {
-        for (const v1::WorkUnit& u : share.units()) {
-          out.push_back(Record(u, done.step(), share.worker(),
-                               share.incarnation(), share.member_id()));
-        }
+  return true;
+}
+
+void Ledger::RecordStep(const v1::LedgerState::Pending& done,
+                        v1::LedgerState& s,
+                        std::vector<v1::LedgerRecord>& out) const {
+  const v1::LedgerState::Split* split = nullptr;
+  for (const auto& sp : s.splits()) {
+    if (sp.step() == done.step() && sp.epoch() == done.epoch()) split = &sp;
+  }
+  if (split == nullptr) {
+    spdlog::error(
+        "ledger: step {} closed in workers epoch {}, which has no split; "
+        "its samples are not recorded",
+        done.step(), done.epoch());
+  } else {
+    for (const auto& share : split->shares()) {
+      for (const v1::WorkUnit& u : share.units()) {
+        out.push_back(Record(u, done.step(), share.worker(),
+                             share.incarnation(), share.member_id()));
       }
     }
-    s.set_applied_steps(std::max(s.applied_steps(), done.step() + 1));
-    auto* splits = s.mutable_splits();
-    splits->erase(std::remove_if(splits->begin(), splits->end(),
-                                 [&](const auto& sp) {
-                                   return sp.step() < s.applied_steps();
-                                 }),
-                  splits->end());
-    return true;
   }
+  s.set_applied_steps(std::max(s.applied_steps(), done.step() + 1));
+  auto* splits = s.mutable_splits();
+  splits->erase(std::remove_if(splits->begin(), splits->end(),
+                               [&](const auto& sp) {
+                                 return sp.step() < s.applied_steps();
+                               }),
+                splits->end());
+}
+
+bool Ledger::RecordPush(const v1::LedgerState::Pending& done, uint64_t who,
+                        v1::LedgerState& s,
+                        std::vector<v1::LedgerRecord>& out) const {
   auto matches = [&](const v1::LedgerState::Lease& l) {
     return l.member_id() == who && l.step() == done.step();
   };
@@ -182,8 +204,7 @@ bool Ledger::ApplyReport(const v1::AppliedReport& r, v1::LedgerState& s,
     if (taken_back < u.count()) {
       s.set_late(s.late() + 1);
       spdlog::warn(
-          "ledger: member {}'s push of clock {} was applied after its "
-          "lease "
+          "ledger: member {}'s push of clock {} was applied after its lease "
           "was handed back; {} sample(s) of unit {} were handed out again",
           who, o->step(), u.count() - taken_back, u.id());
     }

@@ -34,6 +34,7 @@
 #define STRATA_SCHEDULER_LEDGER_H_
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -109,6 +110,21 @@ class Ledger {
   // Returns whether it recorded anything.
   bool ApplyReport(const v1::AppliedReport& r, v1::LedgerState& s,
                    std::vector<v1::LedgerRecord>& out) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // ApplyReport's parts. NoteSlot counts the report's slot for the update
+  // (`who`: its worker, 0 for a BSP step); false for a duplicate or an
+  // update no lease knows; *done is the entry once every slot applied it.
+  bool NoteSlot(const v1::AppliedReport& r, uint64_t who, v1::LedgerState& s,
+                std::optional<v1::LedgerState::Pending>* done) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Records a closed BSP step's split, and drops the splits before it.
+  void RecordStep(const v1::LedgerState::Pending& done, v1::LedgerState& s,
+                  std::vector<v1::LedgerRecord>& out) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Records an SSP/ASP push's lease (or what is left of an orphan's);
+  // false for one evicted while pending.
+  bool RecordPush(const v1::LedgerState::Pending& done, uint64_t who,
+                  v1::LedgerState& s, std::vector<v1::LedgerRecord>& out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Writes `s` and `records` (numbered from s.next_record on) and adopts
   // them.
