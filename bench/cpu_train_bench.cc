@@ -14,7 +14,7 @@
 #include "CLI/CLI.hpp"
 #include "common/parallel.h"
 #include "optim/optimizer.h"
-#include "worker/gpt.h"
+#include "model/gpt.h"
 
 namespace strata {
 namespace {

@@ -25,7 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "kernels/cuda_ops.h"
 #include "optim/optimizer.h"
-#include "worker/gpt_cuda.h"
+#include "model/gpt_cuda.h"
 
 namespace strata {
 namespace {

@@ -18,7 +18,7 @@
 #include "collective/gloo_communicator.h"
 #include "collective/grad_buckets.h"
 #include "gloo/rendezvous/hash_store.h"
-#include "worker/gpt.h"
+#include "model/gpt.h"
 
 namespace strata {
 namespace {

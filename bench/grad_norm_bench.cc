@@ -1,4 +1,4 @@
-// The worker's gradient norm (SumOfSquares, worker/grad_accumulator.h),
+// The worker's gradient norm (SumOfSquares, trainer/grad_accumulator.h),
 // which clipping needs once per step over the whole gradient, by memory
 // bandwidth: against a plain read of the same array on the same threads in
 // the same run (the limit: the norm reads every byte once), and against the
@@ -17,7 +17,7 @@
 #include "CLI/CLI.hpp"
 #include "bench/read_pass.h"
 #include "common/parallel.h"
-#include "worker/grad_accumulator.h"
+#include "trainer/grad_accumulator.h"
 
 namespace {
 

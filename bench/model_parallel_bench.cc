@@ -20,8 +20,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/parallel.h"
-#include "worker/gpt.h"
-#include "worker/gpt_parallel.h"
+#include "model/gpt.h"
+#include "model/gpt_parallel.h"
 
 namespace {
 

@@ -13,7 +13,7 @@
 #include "common/status.h"
 #include "data/dataset.h"
 #include "spdlog/spdlog.h"
-#include "worker/hf_gpt2.h"
+#include "model/hf_gpt2.h"
 
 namespace strata {
 namespace {

@@ -3,7 +3,7 @@
 
 #include "cli/commands.h"
 #include "cli/ops.h"
-#include "worker/toy_worker.h"
+#include "examples/toy/toy_worker.h"
 
 namespace strata {
 

@@ -15,9 +15,9 @@
 #include "common/status.h"
 #include "rpc/health.h"
 #include "spdlog/spdlog.h"
-#include "worker/gpt.h"
-#include "worker/hf_gpt2.h"
-#include "worker/trainer.h"
+#include "model/gpt.h"
+#include "model/hf_gpt2.h"
+#include "trainer/trainer.h"
 
 namespace strata {
 namespace {

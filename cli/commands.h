@@ -8,7 +8,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
-#include "worker/trainer.h"
+#include "trainer/trainer.h"
 
 namespace strata {
 
@@ -34,7 +34,7 @@ CommandFn AddDataCommand(CLI::App& app);
 void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o);
 std::vector<std::string> TrainerFlags(const TrainerOptions& o);
 // With --init_from: the model flags `cmd` was not given take the file's
-// shape (worker/hf_gpt2.h HfGpt2Config), and the path becomes absolute.
+// shape (model/hf_gpt2.h HfGpt2Config), and the path becomes absolute.
 // Errors: the file's, and INVALID_ARGUMENT when the heads are known from
 // neither --heads nor a config.json beside the file.
 absl::Status ApplyInitFromShape(const CLI::App& cmd, TrainerOptions& o);

@@ -6,9 +6,9 @@
 #include "common/status.h"
 #include "formats/safetensors.h"
 #include "storage/files.h"
-#include "worker/gpt_config_json.h"
-#include "worker/hf_gpt2.h"
-#include "worker/snapshot_loader.h"
+#include "model/gpt_config_json.h"
+#include "model/hf_gpt2.h"
+#include "model/snapshot_loader.h"
 
 namespace strata {
 

@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "data/gpt2_tokenizer.h"
 #include "formats/safetensors.h"
-#include "worker/gpt.h"
+#include "model/gpt.h"
 
 namespace strata {
 

@@ -16,8 +16,8 @@
 //   }
 //   session->Leave();
 //
-// The toy worker (worker/toy_worker.cc) and the Python package (python/)
-// run their steps through it. The GPT trainer (worker/trainer.cc) keeps its
+// The toy worker (examples/toy/toy_worker.cc) and the Python package (python/)
+// run their steps through it. The GPT trainer (trainer/trainer.cc) keeps its
 // own loop, which also overlaps pulls with forward.
 #ifndef STRATA_CLUSTER_STEP_SESSION_H_
 #define STRATA_CLUSTER_STEP_SESSION_H_

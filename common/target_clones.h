@@ -3,7 +3,7 @@
 // multiversioning). Elsewhere it expands to nothing. A clone may round
 // differently from another where the compiler contracts a multiply and an
 // add into an FMA: build such files with -ffp-contract=off, or write loops
-// whose result does not depend on it (worker/grad_accumulator.cc).
+// whose result does not depend on it (trainer/grad_accumulator.cc).
 #ifndef STRATA_COMMON_TARGET_CLONES_H_
 #define STRATA_COMMON_TARGET_CLONES_H_
 

@@ -6,7 +6,7 @@
 //
 // SafetensorsFile reads a file through a read-only memory mapping (nothing
 // is read whole); WriteSafetensors writes fp32 tensors. Nothing here knows a
-// model's names: worker/hf_gpt2.h maps GPT-2's.
+// model's names: model/hf_gpt2.h maps GPT-2's.
 #ifndef STRATA_FORMATS_SAFETENSORS_H_
 #define STRATA_FORMATS_SAFETENSORS_H_
 

@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
-#include "worker/model.h"
+#include "model/model.h"
 
 namespace strata::testing {
 

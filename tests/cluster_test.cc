@@ -13,7 +13,7 @@
 #include "optim/optimizer.h"
 #include "tests/process_util.h"
 #include "tests/toy_reference.h"
-#include "worker/toy_problem.h"
+#include "examples/toy/toy_problem.h"
 
 namespace strata {
 namespace {

@@ -15,8 +15,8 @@
 #include "gtest/gtest.h"
 #include "testing/temp_dir.h"
 #include "tests/process_util.h"
-#include "worker/gpt.h"
-#include "worker/hf_gpt2.h"
+#include "model/gpt.h"
+#include "model/hf_gpt2.h"
 
 namespace strata {
 namespace {

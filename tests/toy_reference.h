@@ -1,4 +1,4 @@
-// The toy problem (worker/toy_problem.h) trained in one process, BSP with
+// The toy problem (examples/toy/toy_problem.h) trained in one process, BSP with
 // Adam: what a fault-free cluster of `strata toy` workers computes, up to
 // the order of float sums. Shared by the multi-process tests.
 #ifndef STRATA_TESTS_TOY_REFERENCE_H_
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "optim/optimizer.h"
-#include "worker/toy_problem.h"
+#include "examples/toy/toy_problem.h"
 
 namespace strata::testing {
 

@@ -1,9 +1,9 @@
 """Strata's own GPT in PyTorch, for a Python worker in a job with C++
 workers (`strata worker`): the same parameters under the same names and
-shapes (worker/gpt.cc's GptParams), the same math (GPT-2's: pre-LayerNorm
+shapes (model/gpt.cc's GptParams), the same math (GPT-2's: pre-LayerNorm
 blocks, tanh GELU, a causal softmax attention scaled by 1/sqrt(head size),
 the head tied to the token embedding), and the model the C++ worker
-registers with the servers (worker/server_model.cc: AdamW with betas 0.9
+registers with the servers (trainer/server_model.cc: AdamW with betas 0.9
 and 0.95, decay on matrices only, its learning-rate schedule, weights
 drawn on the servers). Together with strata.TokenDataset (the C++
 worker's windows of the same --data) and an ElasticSampler of the same
@@ -97,7 +97,7 @@ class Gpt(nn.Module):
 
 
 def _draw(name, layers):
-    """How the servers draw parameter `name` (worker/gpt.cc's GptParams):
+    """How the servers draw parameter `name` (model/gpt.cc's GptParams):
     (init kind, scale, weight-decay group)."""
     if name in ("wte", "wpe"):
         return "normal", 0.02, "decay" if name == "wte" else "no_decay"

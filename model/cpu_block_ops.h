@@ -1,0 +1,71 @@
+// The CPU backend of the transformer block (model/transformer_block.h):
+// fp32 kernels/, one layer at a time. Alone, the residual adds are fused
+// into the projections (MatmulForward's accumulate); over a tensor-parallel
+// group (`tp`), the linears are Megatron's column- and row-parallel ones
+// (model_parallel/tensor_parallel.h), with the group's all-reduces.
+#ifndef STRATA_MODEL_CPU_BLOCK_OPS_H_
+#define STRATA_MODEL_CPU_BLOCK_OPS_H_
+
+#include <array>
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/status.h"
+#include "collective/communicator.h"
+#include "model/gpt_layout.h"
+#include "model/transformer_block.h"
+
+namespace strata {
+
+// One layer's block on the CPU. Fill the fields, then run block::Forward or
+// block::Backward over it; every pointer must stay valid meanwhile.
+struct CpuBlockOps {
+  block::BlockDims d;
+  // The layer's parameters and gradients, by gpt_layout::Slot.
+  std::array<const float*, gpt_layout::kSlotsPerLayer> weights{};
+  std::array<float*, gpt_layout::kSlotsPerLayer> grads{};
+  block::BlockTensors<float, float, float> saved;
+  float* datt = nullptr;  // attention backward's scratch, as `saved.att`
+  // The stage's tensor-parallel group, or null for a whole block; with
+  // it, `partial` is (N,C) scratch for the row-parallel sums.
+  Communicator* tp = nullptr;
+  float* partial = nullptr;
+  // Told when a slot's weight and bias gradients are final (may be unset).
+  std::function<void(int slot)> on_grads_ready;
+
+  const block::BlockDims& dims() const { return d; }
+  const float* w(int slot) const { return weights[slot]; }
+  float* g(int slot) const { return grads[slot]; }
+  block::BlockTensors<float, float, float> acts() const { return saved; }
+
+  absl::Status LayerNorm(float* out, float* mean, float* rstd, const float* in,
+                         const float* w, const float* b);
+  absl::Status Linear(float* out, const float* in, const float* w,
+                      const float* b, int in_f, int out_f);
+  absl::Status LinearGelu(float* pre, float* post, const float* in,
+                          const float* w, const float* b, int in_f, int out_f);
+  absl::Status LinearResidual(float* out, const float* residual,
+                              const float* in, const float* w, const float* b,
+                              int in_f, int out_f);
+  absl::Status Attention(float* out, float* att, const float* qkv);
+  absl::Status LinearBackward(float* din, float* dw, float* db,
+                              const float* dout, const float* in,
+                              const float* w, int in_f, int out_f);
+  absl::Status LinearResidualBackward(float* din, float* dw, float* db,
+                                      const float* dout, const float* in,
+                                      const float* w, int in_f, int out_f);
+  absl::Status GeluBackward(float* din, const float* pre, const float* dout,
+                            int64_t n);
+  absl::Status LayerNormBackward(float* din, float* dw, float* db,
+                                 const float* dout, const float* in,
+                                 const float* w, const float* mean,
+                                 const float* rstd);
+  absl::Status AttentionBackward(float* dqkv, const float* dout,
+                                 const float* qkv, const float* att,
+                                 const float* out);
+  absl::Status GradsReady(int slot);
+};
+
+}  // namespace strata
+
+#endif  // STRATA_MODEL_CPU_BLOCK_OPS_H_

@@ -1,0 +1,112 @@
+#include "model/snapshot_loader.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "storage/data_dir.h"
+#include "storage/ram_tier.h"
+#include "storage/server_dirs.h"
+#include "strata/v1/ps.pb.h"
+
+namespace strata {
+namespace {
+
+// Copies the chunks of `records` into `model`, counting values per param.
+absl::Status FillFrom(const RamTier& records, Model& model,
+                      std::vector<uint64_t>& filled) {
+  return records.ForEach([&](const ChunkRecord& rec) -> absl::Status {
+    v1::ChunkSpec spec;
+    if (!spec.ParseFromString(rec.spec))
+      return absl::DataLossError("corrupt chunk spec");
+    for (size_t i = 0; i < model.params().size(); ++i) {
+      const TensorSpec& t = model.params()[i].spec;
+      if (t.name != spec.tensor()) continue;
+      if (spec.offset() + rec.weights.size() > t.numel()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "snapshot tensor ", t.name, " does not fit this model config"));
+      }
+      std::copy(rec.weights.begin(), rec.weights.end(),
+                model.param_data(static_cast<int>(i)) + spec.offset());
+      filled[i] += rec.weights.size();
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace
+
+namespace {
+
+// Fills `model` from every server's snapshot of `step`.
+absl::Status LoadStep(const std::vector<std::string>& servers, int64_t step,
+                      Model& model) {
+  std::vector<uint64_t> filled(model.params().size(), 0);
+  for (const std::string& server : servers) {
+    RamTier records;
+    // Beside the server's directory: on its file system, not in it.
+    const std::string scratch =
+        absl::StrCat(server, ".read-", getpid(), "-", step);
+    STRATA_RETURN_IF_ERROR(
+        LoadSnapshotIn(server, step, records, scratch).status());
+    STRATA_RETURN_IF_ERROR(FillFrom(records, model, filled));
+  }
+  for (size_t i = 0; i < filled.size(); ++i) {
+    const TensorSpec& t = model.params()[i].spec;
+    if (filled[i] != t.numel()) {
+      return absl::DataLossError(
+          absl::StrCat("the snapshots of step ", step, " hold ", filled[i],
+                       " of ", t.numel(), " values of ", t.name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Removes the scratch folders (<server>.read-<pid>-<step>) that readers
+// which died mid-read left beside `servers`: their links pin the disk space
+// of snapshots the servers have pruned.
+void SweepDeadReaders(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t at = name.find(".read-");
+    if (name.rfind("server-", 0) != 0 || at == std::string::npos) continue;
+    const int pid = std::atoi(name.c_str() + at + 6);
+    if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) {
+      std::filesystem::remove_all(e.path(), ec);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> LoadFromSnapshots(const std::string& dir,
+                                          Model& model) {
+  STRATA_ASSIGN_OR_RETURN(std::vector<std::string> servers,
+                          ServerDirPaths(dir));
+  SweepDeadReaders(dir);
+  // A running server may prune the step between the listing and the read
+  // (it keeps its newest few): list again then.
+  for (int attempt = 1;; ++attempt) {
+    std::vector<std::vector<int64_t>> steps;
+    for (const std::string& server : servers) {
+      STRATA_ASSIGN_OR_RETURN(steps.emplace_back(), ListSnapshotsIn(server));
+    }
+    STRATA_ASSIGN_OR_RETURN(const int64_t step,
+                            NewestCommonStep(servers, steps));
+    absl::Status s = LoadStep(servers, step, model);
+    if (s.ok()) return step;
+    if (!absl::IsNotFound(s) || attempt == 5) return s;
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,67 @@
+#include "trainer/server_model.h"
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "formats/safetensors.h"
+#include "model/hf_gpt2.h"
+
+namespace strata {
+
+namespace {
+
+// How the servers draw parameter `p`'s initial values.
+v1::InitSpec DrawnInit(const ParamInfo& p, uint64_t seed) {
+  v1::InitSpec init;
+  switch (p.init) {
+    case ParamInfo::kNormal:
+      init.set_kind(v1::InitSpec::NORMAL);
+      init.set_scale(p.init_scale);
+      break;
+    case ParamInfo::kOnes:
+      init.set_kind(v1::InitSpec::ONES);
+      break;
+    case ParamInfo::kZeros:
+      init.set_kind(v1::InitSpec::ZEROS);
+      break;
+  }
+  init.set_seed(seed);
+  return init;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelSpec> ServerModel(const std::vector<ParamInfo>& params,
+                                      const TrainerOptions& o) {
+  ModelSpec m;
+  m.chunk_bytes = o.chunk_bytes;
+  for (const ParamInfo& p : params) m.tensors.push_back(p.spec);
+  if (o.init_from.empty()) {
+    for (const ParamInfo& p : params) m.inits.push_back(DrawnInit(p, o.seed));
+  } else {
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
+                            SafetensorsFile::Open(o.init_from));
+    STRATA_ASSIGN_OR_RETURN(m.inits,
+                            HfGpt2InitSpecs(*file, o.init_from, params));
+  }
+  for (const char* group : {"decay", "no_decay"}) {
+    v1::GroupSpec g;
+    g.set_name(group);
+    v1::OptimizerConfig* opt = g.mutable_optimizer();
+    opt->set_kind(v1::OptimizerConfig::ADAMW);
+    opt->set_lr(o.lr);
+    opt->set_beta1(0.9f);
+    opt->set_beta2(0.95f);
+    opt->set_eps(1e-8f);
+    opt->set_weight_decay(std::string(group) == "decay" ? o.weight_decay
+                                                        : 0.0f);
+    opt->set_warmup_steps(o.warmup_steps);
+    opt->set_total_steps(o.steps);
+    opt->set_min_lr_ratio(o.min_lr_ratio);
+    m.groups.push_back(g);
+  }
+  return m;
+}
+
+}  // namespace strata

@@ -1,0 +1,26 @@
+// The model a worker declares to the servers (PsClient::RegisterModel):
+// one tensor per parameter, AdamW with decay on matrices only and the
+// trainer's learning-rate schedule, initial values drawn on the servers or
+// read there from --init_from's file. python/strata/gpt.py's server_model
+// registers the same for a Python worker in the same job (the servers
+// refuse a model that differs; python/tests/test_mixed.py runs both).
+#ifndef STRATA_TRAINER_SERVER_MODEL_H_
+#define STRATA_TRAINER_SERVER_MODEL_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/ps_client.h"
+#include "model/model.h"
+#include "trainer/trainer.h"
+
+namespace strata {
+
+// With o.init_from, every tensor starts from that file (InitSpec FILE);
+// its errors are MatchHfGpt2's (model/hf_gpt2.h) and the file's.
+absl::StatusOr<ModelSpec> ServerModel(const std::vector<ParamInfo>& params,
+                                      const TrainerOptions& o);
+
+}  // namespace strata
+
+#endif  // STRATA_TRAINER_SERVER_MODEL_H_

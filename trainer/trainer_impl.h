@@ -1,0 +1,248 @@
+// The step loop's state (trainer/trainer.cc runs it, a step at a time in
+// trainer/trainer_step.cc; trainer/trainer_compute.cc computes a step;
+// trainer/trainer_sync.cc syncs it with the servers and the all-reduce
+// group). Private to trainer/.
+#ifndef STRATA_TRAINER_TRAINER_IMPL_H_
+#define STRATA_TRAINER_TRAINER_IMPL_H_
+
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/ps_client.h"
+#include "cluster/scheduler_client.h"
+#include "cluster/worker_session.h"
+#include "collective/communicator.h"
+#include "collective/grad_buckets.h"
+#include "common/consistency.h"
+#include "data/dataset.h"
+#include "trainer/grad_accumulator.h"
+#include "model/model.h"
+#include "trainer/progress.h"
+#include "trainer/trainer.h"
+#include "trainer/worker_metrics.h"
+
+namespace strata {
+
+// One worker's training state and step.
+class Trainer {
+ public:
+  Trainer(const TrainerOptions& o, std::unique_ptr<Model> gpt,
+          std::unique_ptr<TokenDataset> data,
+          std::unique_ptr<SchedulerClient> scheduler,
+          std::unique_ptr<PsClient> ps, Consistency mode, int rank, int workers)
+      : o_(o),
+        gpt_(std::move(gpt)),
+        data_(std::move(data)),
+        scheduler_(std::move(scheduler)),
+        ps_(std::move(ps)),
+        mode_(mode),
+        rank_(rank),
+        workers_(workers) {
+    if (o.metrics != nullptr)
+      metrics_ = std::make_unique<WorkerMetrics>(*o.metrics);
+  }
+
+  absl::Status Run();
+
+ private:
+  // A step computed and pushed, recorded once its commit is answered.
+  struct StepRecord {
+    StepMetrics m;
+    int64_t samples = 0;
+    double compute_s = 0;
+    double sync_s = 0;
+  };
+  // The step loop's state between steps (Run).
+  struct Loop {
+    int64_t step = 0;         // the next step to compute
+    StepView last;            // the view the previous step was computed in
+    uint64_t prev_epoch = 0;  // its stamp epoch; 0: unknown (no redo check)
+    // SSP/ASP: the job ends when the ledger has seen every sample applied,
+    // which may take this worker past --steps clocks (it took over the
+    // units of a worker that died): then the final weights are pulled.
+    bool finished = false;
+    // The last step computed, until the next step's pulls answer for its
+    // commit. Set exactly when there is a previous step this loop could
+    // redo.
+    std::optional<StepRecord> unanswered;
+    double tokens_per_s = 0;  // smoothed
+    absl::Time start;
+    Progress* progress = nullptr;
+  };
+  // Where a step (Step) leaves the loop: the transitions of the worker's
+  // state machine.
+  enum class Next {
+    kStep,          // computed and pushed: on to the next step
+    kAgain,         // this step again (a rollback to adopt first, or a
+                    // redo with a newer view's shares)
+    kRedoPrevious,  // step-1 again, with the new view's shares
+    kSkip,          // the job is past this step without us: on from there
+    kFinal,         // SSP/ASP: every sample applied: the final weights next
+    kDone,          // the final weights are in
+  };
+  // What a step computed while its pulls were in flight.
+  struct Early {
+    std::optional<absl::StatusOr<StepWork>> leased;
+    std::optional<absl::StatusOr<double>> computed;
+    float grad_norm = 0;
+  };
+
+  bool bsp() const { return mode_.mode == Consistency::kBsp; }
+  void LogStart() const;
+  // The step this worker starts at (FirstStep, after any rollback under
+  // way); FAILED_PRECONDITION when the job is done already,
+  // INVALID_ARGUMENT for all-reduce sync without BSP.
+  absl::StatusOr<int64_t> Join();
+  // Leaves between steps (o_.stop).
+  absl::Status Leave(Loop& loop);
+  // Adopts the scheduler's rollback, if the view is in a newer generation:
+  // the loop goes on from its step. Errors: re-registering the model.
+  absl::StatusOr<bool> TakeRollback(Loop& loop);
+  // One step from its pulls to its pushes (trainer/trainer_step.cc).
+  absl::StatusOr<Next> Step(Loop& loop);
+  // Leases and computes `step` while its pulls are in flight, if the
+  // options let forward run over the pulls.
+  Early ComputeDuringPull(int64_t step);
+  // What the finished pulls say: a transition, or nothing (the step goes
+  // on); errors end the loop.
+  absl::StatusOr<std::optional<Next>> JudgePull(
+      Loop& loop, const absl::StatusOr<uint64_t>& pulled, bool last_pull);
+  // Notes a computed step: its metrics, held in loop.unanswered until its
+  // commit is answered; the loop moves on to the next step.
+  void NoteStep(Loop& loop, const StepWork& work, double loss, float grad_norm,
+                absl::Time t0);
+
+  // The pulls of one step's weights, from StartPull to FinishPull.
+  struct Pull {
+    int64_t clock = 0;        // BSP: the step; -1: no gate
+    uint64_t prev_epoch = 0;  // the epoch step-1 was computed in (0: unknown)
+    bool final = false;       // the final weights: in fp32 whatever pull_bf16
+    std::vector<std::vector<OpHandle>> ops;  // per parameter
+    bool finished = true;
+    absl::StatusOr<uint64_t> result = 0;  // FinishPull's, once finished
+    // A wait of the model's pass (AwaitParam) failed: the step is computed
+    // again if FinishPull succeeds (its second try after a gate deadline).
+    bool broke_pass = false;
+    absl::Duration waited;          // this worker's time sending and waiting
+    absl::Duration waited_in_pass;  // of which in the model's waits
+  };
+  // Sends the pulls of the weights for `clock` (the step's, or -1: the
+  // final weights without the gate), first layers first: forward needs
+  // them first. `final`: the weights the job ends with.
+  void StartPull(int64_t clock, uint64_t prev_epoch, bool final);
+  void SendPulls();
+  // Waits for parameter i's pulls (the model's param-wait hook).
+  absl::Status AwaitParam(int i);
+  // Waits for every pull, failed or not (one in flight would write into
+  // param_data while a redone step computes), and for step-1's commit
+  // (commit_), which ran meanwhile. Returns the smallest chunk version
+  // read. Later calls return the first one's result.
+  absl::StatusOr<uint64_t> FinishPull();
+  // Whether the finished pull lets this worker push `step`: it succeeded
+  // and (BSP) the step is still open. Finishes the pull first.
+  bool PullAllowsStep(int64_t step);
+  void SetStamp(const StepWork& work);
+  // The step to start at: where the servers are (0 for a new job; later
+  // for a worker that joins a running one or restarts).
+  absl::StatusOr<int64_t> FirstStep();
+  // Computes `work` of `step` and pushes the gradients stamped with
+  // stamp_. Sets compute_s_ to the forward and backward time. With pull_
+  // still in flight, forward waits for each layer's weights, and nothing is
+  // pushed unless PullAllowsStep (else ABORTED, or the wait's error).
+  absl::StatusOr<double> ComputeAndPush(int64_t step, const StepWork& work,
+                                        float* grad_norm);
+  absl::Status PushParam(int param, int64_t step, uint64_t samples,
+                         std::vector<OpHandle>& ops);
+  // One step's computation and sync as ComputeAndPush runs it
+  // (trainer/trainer_compute.cc).
+  struct Pass {
+    int64_t step = 0;
+    int B = 0;            // this worker's samples
+    uint64_t total = 0;   // the step's, over the all-reduce group (else B)
+    float share = 1;      // B / total
+    bool reduce = false;  // all-reduce sync
+    bool clip = false;
+    bool stream = false;      // each gradient pushed as backward finishes it
+    std::vector<int> pieces;  // micro-batch sizes
+    std::optional<bool> may_push;  // PullAllowsStep, once asked
+    bool reducing = false;         // all-reduces started
+    std::vector<OpHandle> ops;     // pushes in flight
+    // Each parameter's sum of squared gradients, where taken in backward.
+    std::vector<std::optional<double>> square_sums;
+  };
+  // The step's samples into tokens_ and targets_.
+  void LoadBatch(const StepWork& work);
+  // How the step is synced (joining the all-reduce group for it), and the
+  // stamp its pushes carry.
+  absl::StatusOr<Pass> PlanPass(int64_t step, const StepWork& work);
+  // Forward and backward over the micro-batches, the last one's gradients
+  // pushed or reduced as backward finishes each. Returns the mean loss.
+  absl::StatusOr<double> ForwardBackward(Pass& p);
+  // The grad-ready hook when streaming: completes, measures and pushes.
+  void StreamGrad(Pass& p, int param);
+  // Adds the kept micro-batches' gradients into parameter `param`'s.
+  void FinishParam(const Pass& p, int param);
+  // Scales by the share and hands the gradient to the all-reduce buckets.
+  void ReduceParam(Pass& p, int param);
+  // Whether the pulls let this worker push the step (asked once).
+  bool MayPush(Pass& p);
+  // After a failed pass: waits for the pushes in flight and aborts the
+  // all-reduce group's step.
+  void Abandon(Pass& p);
+  // Completes the gradients (accumulated, reduced) and returns the factor
+  // clipping scales them by; *grad_norm is their norm.
+  absl::StatusOr<float> FinishGradients(Pass& p, float* grad_norm);
+  // Pushes what was not streamed, waits for every push, and commits
+  // (deferred pushes; under BSP in the background, beside the next pulls).
+  absl::Status PushAndCommit(Pass& p, float scale);
+  // All-reduce sync: the group of the workers `work` was split among
+  // (formed again when they change), and the step's sample count over all
+  // of them. Errors come back ABORTED, so the step is redone in a newer
+  // view (a worker that died leaves the group and the view).
+  absl::StatusOr<uint64_t> JoinGroupForStep(const StepWork& work);
+  // Waits for the all-reduces of a step (buckets_); the first error as
+  // ABORTED.
+  absl::Status WaitReduced();
+  absl::StatusOr<double> EvalLoss();
+  absl::Status WriteOutputs();
+  // Counts the step in the metrics, if any, and writes its progress line.
+  void RecordStep(const StepRecord& r, Progress& progress);
+
+  const TrainerOptions& o_;
+  std::unique_ptr<Model> gpt_;
+  std::unique_ptr<TokenDataset> data_;
+  std::unique_ptr<SchedulerClient> scheduler_;
+  std::unique_ptr<PsClient> ps_;
+  Consistency mode_;
+  int rank_;
+  int workers_;
+  StepStamp stamp_;          // of the step being computed
+  uint64_t generation_ = 0;  // the rollback generation steps are computed in
+  v1::LedgerJob job_;        // this job, as the data ledger knows it
+  double speed_ = 0;         // samples/s computing, smoothed
+  double compute_s_ = 0;
+  double sync_s_ = 0;  // after backward, until the step is pushed
+  // BSP with deferred pushes: the step's commit, in flight while the next
+  // pulls wait at the servers' gates for it to apply.
+  std::future<absl::Status> commit_;
+  Pull pull_;
+  int64_t commit_step_ = -1;                // the step commit_ commits
+  std::unique_ptr<WorkerMetrics> metrics_;  // null: no metrics
+  std::vector<int32_t> tokens_, targets_;
+  GradAccumulator accumulator_;
+  // All-reduce sync: the group and the (generation, workers epoch) it was
+  // formed for.
+  std::unique_ptr<Communicator> comm_;
+  std::string comm_key_;
+  std::unique_ptr<GradBuckets> buckets_;  // over comm_
+};
+
+}  // namespace strata
+
+#endif  // STRATA_TRAINER_TRAINER_IMPL_H_
