@@ -13,8 +13,8 @@
 
 #include "CLI/CLI.hpp"
 #include "common/parallel.h"
-#include "optim/optimizer.h"
 #include "model/gpt.h"
+#include "optim/optimizer.h"
 
 namespace strata {
 namespace {

@@ -24,8 +24,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "kernels/cuda_ops.h"
-#include "optim/optimizer.h"
 #include "model/gpt_cuda.h"
+#include "optim/optimizer.h"
 
 namespace strata {
 namespace {

@@ -12,8 +12,8 @@
 #include "cli/model_files.h"
 #include "common/status.h"
 #include "data/dataset.h"
-#include "spdlog/spdlog.h"
 #include "model/hf_gpt2.h"
+#include "spdlog/spdlog.h"
 
 namespace strata {
 namespace {

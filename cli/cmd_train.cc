@@ -13,10 +13,10 @@
 #include "cli/signals.h"
 #include "common/metrics.h"
 #include "common/status.h"
-#include "rpc/health.h"
-#include "spdlog/spdlog.h"
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
+#include "rpc/health.h"
+#include "spdlog/spdlog.h"
 #include "trainer/trainer.h"
 
 namespace strata {

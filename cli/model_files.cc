@@ -5,10 +5,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "formats/safetensors.h"
-#include "storage/files.h"
 #include "model/gpt_config_json.h"
 #include "model/hf_gpt2.h"
 #include "model/snapshot_loader.h"
+#include "storage/files.h"
 
 namespace strata {
 

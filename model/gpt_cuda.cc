@@ -10,10 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cuda_ops.h"
-#include "spdlog/spdlog.h"
 #include "model/gpt_cuda_convert.h"
 #include "model/gpt_cuda_device.h"
 #include "model/gpt_layout.h"
+#include "spdlog/spdlog.h"
 
 namespace strata {
 namespace {

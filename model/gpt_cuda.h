@@ -24,9 +24,9 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "optim/optimizer.h"
 #include "model/gpt.h"
 #include "model/model.h"
+#include "optim/optimizer.h"
 
 namespace strata {
 

@@ -16,10 +16,10 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda_ops.h"
-#include "optim/optimizer.h"
 #include "model/gpt_cuda.h"
 #include "model/gpt_cuda_profile.h"
 #include "model/gpt_layout.h"
+#include "optim/optimizer.h"
 
 namespace strata::gpt_cuda {
 

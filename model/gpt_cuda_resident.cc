@@ -6,10 +6,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cuda_ops.h"
-#include "optim/optimizer.h"
 #include "model/gpt_cuda.h"
 #include "model/gpt_cuda_convert.h"
 #include "model/gpt_cuda_device.h"
+#include "optim/optimizer.h"
 
 namespace strata {
 

@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "collective/inproc_communicator.h"
 #include "common/status.h"
-#include "model_parallel/pipeline.h"
 #include "model/gpt_layout.h"
+#include "model_parallel/pipeline.h"
 
 namespace strata {
 namespace {

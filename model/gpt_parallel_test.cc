@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "testing/model_test_util.h"
 #include "model/gpt.h"
+#include "testing/model_test_util.h"
 
 namespace strata {
 namespace {

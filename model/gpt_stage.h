@@ -26,9 +26,9 @@
 
 #include "absl/status/statusor.h"
 #include "collective/communicator.h"
-#include "model_parallel/tensor_parallel.h"
 #include "model/gpt_layout.h"
 #include "model/model.h"
+#include "model_parallel/tensor_parallel.h"
 
 namespace strata {
 

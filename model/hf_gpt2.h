@@ -31,8 +31,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "formats/safetensors.h"
-#include "strata/v1/ps.pb.h"
 #include "model/model.h"
+#include "strata/v1/ps.pb.h"
 
 namespace strata {
 

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "model/gpt.h"
 #include "nlohmann/json.hpp"
 #include "testing/temp_dir.h"
-#include "model/gpt.h"
 
 namespace strata {
 namespace {

@@ -7,11 +7,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "model/gpt.h"
 #include "storage/data_dir.h"
 #include "storage/ram_tier.h"
 #include "strata/v1/ps.pb.h"
 #include "testing/storage/test_util.h"
-#include "model/gpt.h"
 
 namespace strata {
 namespace {

@@ -10,10 +10,10 @@
 #include <regex>
 
 #include "absl/strings/str_cat.h"
+#include "examples/toy/toy_problem.h"
 #include "optim/optimizer.h"
 #include "tests/process_util.h"
 #include "tests/toy_reference.h"
-#include "examples/toy/toy_problem.h"
 
 namespace strata {
 namespace {

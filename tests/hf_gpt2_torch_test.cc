@@ -13,10 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "data/dataset.h"
 #include "gtest/gtest.h"
-#include "testing/temp_dir.h"
-#include "tests/process_util.h"
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
+#include "testing/temp_dir.h"
+#include "tests/process_util.h"
 
 namespace strata {
 namespace {

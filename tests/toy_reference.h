@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "optim/optimizer.h"
 #include "examples/toy/toy_problem.h"
+#include "optim/optimizer.h"
 
 namespace strata::testing {
 

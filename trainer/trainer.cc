@@ -11,9 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "model/gpt_config_json.h"
 #include "optim/optimizer.h"
 #include "spdlog/spdlog.h"
-#include "model/gpt_config_json.h"
 #include "trainer/progress.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/trainer_loop.h"

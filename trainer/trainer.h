@@ -12,8 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
-#include "security/tls.h"
 #include "model/model.h"
+#include "security/tls.h"
 
 namespace strata {
 

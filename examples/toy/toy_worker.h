@@ -8,8 +8,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "security/tls.h"
 #include "examples/toy/toy_problem.h"
+#include "security/tls.h"
 
 namespace strata {
 
