@@ -39,7 +39,9 @@ ninja -C "${build}" "${targets[@]}" >&2
 rm -rf "${out}"
 mkdir -p "${out}/bin" "${out}/lib"
 for t in "${targets[@]}"; do
-  bin="$(find "${build}" -name "${t}" -type f -perm -u+x | head -1)"
+  # The newest: a folder a target moved out of may keep its old binary.
+  bin="$(find "${build}" -name "${t}" -type f -perm -u+x -printf '%T@ %p\n' |
+    sort -rn | head -1 | cut -d' ' -f2-)"
   strip -o "${out}/bin/${t}" "${bin}"
   # Every resolved library except CUDA's, which the GPU machine provides
   # in the version that matches its driver.
