@@ -302,7 +302,12 @@ TEST(PsClient, HigherPriorityOperationsGoFirst) {
   std::vector<float> w(250), bias(3), w_seen(250), bias_seen(3);
   OpHandle blocker =
       (*a)->Pull(0, w.data(), -1, /*min_version=*/1, /*priority=*/100);
-  absl::SleepFor(absl::Milliseconds(100));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while ((*server)->shard().counters().pulls_waiting.load() == 0 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ((*server)->shard().counters().pulls_waiting.load(), 1);
   std::vector<float> g_w(250, 1.0f), g_b(3, 1.0f);
   OpHandle low_push = (*a)->Push(1, g_b.data(), 0, 1, /*priority=*/1);
   OpHandle top_push = (*a)->Push(0, g_w.data(), 0, 1, /*priority=*/5);

@@ -36,7 +36,7 @@ Shard::Parts::Parts(const ShardOptions& o, ShardCounters& counters)
       // (The tier is built next; the table calls it only at registration.)
       table(TableOptions(o, &tiles)),
       tiles(o.spill, table),
-      membership(o.view_wait),
+      membership(o.view_wait, counters),
       snapshots(tiles, table),
       deferred(CommitOrder(o), pool, counters, failed),
       gate(ConsistencyGate::Create(GateParts{o, counters, pool, tiles, table,

@@ -38,6 +38,7 @@ absl::Status ShardMembership::AwaitWorker(
   absl::MutexLock lock(&mu_);
   // A worker can know a newer view than this server: give ours a moment.
   const absl::Time deadline = absl::Now() + view_wait_;
+  if (view_.epoch < epoch) counters_.view_waits++;
   while (view_.epoch < epoch && !cancelled_) {
     if (changed_.WaitWithDeadline(&mu_, deadline)) break;
   }
@@ -61,6 +62,7 @@ absl::Status ShardMembership::AwaitGeneration(uint64_t generation) {
   if (generation_.load() >= generation) return absl::OkStatus();  // as a rule
   absl::MutexLock lock(&mu_);
   const absl::Time deadline = absl::Now() + view_wait_;
+  if (generation_.load() < generation) counters_.view_waits++;
   while (generation_.load() < generation && !cancelled_) {
     if (changed_.WaitWithDeadline(&mu_, deadline)) break;
   }

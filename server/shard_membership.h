@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/chunk.h"
+#include "server/shard_options.h"
 #include "strata/v1/common.pb.h"
 
 namespace strata {
@@ -21,8 +22,10 @@ namespace strata {
 class ShardMembership {
  public:
   // `view_wait`: how long a request waits for a view or generation this
-  // shard has not reached (ShardOptions::view_wait).
-  explicit ShardMembership(absl::Duration view_wait) : view_wait_(view_wait) {}
+  // shard has not reached (ShardOptions::view_wait); each such wait is
+  // counted in counters.view_waits.
+  ShardMembership(absl::Duration view_wait, ShardCounters& counters)
+      : view_wait_(view_wait), counters_(counters) {}
 
   // Publishes `v` and wakes the requests waiting for it; false (nothing
   // changed) when it is older than the view held.
@@ -51,6 +54,7 @@ class ShardMembership {
 
  private:
   const absl::Duration view_wait_;
+  ShardCounters& counters_;
   mutable absl::Mutex mu_;
   absl::CondVar changed_;
   ShardView view_ ABSL_GUARDED_BY(mu_);

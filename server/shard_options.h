@@ -75,6 +75,9 @@ struct ShardCounters {
   std::atomic<int64_t> pulls_waiting{0};  // at the gate now
   // Pulls refused because their requester had too many waiting already.
   std::atomic<uint64_t> rejected_busy{0};
+  // Requests that waited for this shard to reach the view epoch or the
+  // rollback generation they were stamped with (counted as they start).
+  std::atomic<uint64_t> view_waits{0};
 };
 
 // What a pull returns besides the data.

@@ -231,7 +231,12 @@ TEST(Shard, BspRedoPushWaitingForTheViewCounts) {
   const std::string g = Bytes(std::vector<float>(kN, 1.0f));
   absl::StatusOr<v1::PushResponse> early;
   std::thread pusher([&] { early = shard.Push(Share(1, 0, 0, 2, 2), g); });
-  absl::SleepFor(absl::Milliseconds(10));  // let it wait for epoch 2
+  // Once it waits for epoch 2:
+  const absl::Time deadline = absl::Now() + absl::Seconds(4);
+  while (shard.counters().view_waits.load() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(shard.counters().view_waits.load(), 1u);
   shard.UpdateView(ViewAt(2, {1, 3}, 2));
   pusher.join();
   ASSERT_TRUE(early.ok()) << early.status();
