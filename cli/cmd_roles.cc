@@ -58,8 +58,10 @@ CommandFn AddSchedulerCommand(CLI::App& app) {
                   "number of parameter-server shard slots")
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();
-  cmd->add_option("--consistency", o->consistency, "bsp | ssp:<s> | asp")
-      ->capture_default_str();
+  AddConsistencyFlag(
+      cmd, [o](const Consistency& c) { o->consistency = c; },
+      "bsp | ssp:<s> | asp")
+      ->default_str(o->consistency.ToString());
   cmd->add_option("--lease_ms", *lease_ms,
                   "member lease; a member silent this long is removed")
       ->check(CLI::Range(int64_t{100}, int64_t{3600000}))
@@ -74,8 +76,6 @@ CommandFn AddSchedulerCommand(CLI::App& app) {
   AddMetricsFlags(cmd, metrics.get());
   AddTlsFlags(cmd, tls.get(), /*listens=*/true);
   return [o, lease_ms, address_file, metrics, tls] {
-    if (auto c = ParseConsistency(o->consistency); !c.ok())
-      return ReportStatus("scheduler", c.status());
     auto security = LoadSecurity(*tls, Role::kScheduler, {o->listen_address});
     if (!security.ok()) return ReportStatus("scheduler", security.status());
     o->security = *security;
@@ -146,8 +146,8 @@ CommandFn AddServerCommand(CLI::App& app) {
                   "pulls wait on (a step's commit serves the next step's "
                   "pulls from RAM before it spills their tiles), e.g. 32MiB "
                   "(the default); 0: none");
-  cmd->add_option(
-      "--consistency", o->consistency,
+  AddConsistencyFlag(
+      cmd, [o](const Consistency& c) { o->consistency = c; },
       "bsp | ssp:<s> | asp (default: the job's, from the scheduler)");
   cmd->add_option("--snapshot_every", o->snapshot_every,
                   "BSP: snapshot every N steps (0: never)")

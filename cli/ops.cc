@@ -37,6 +37,20 @@ CLI::Option* AddByteSizeFlag(CLI::App* cmd, const std::string& name,
       });
 }
 
+CLI::Option* AddConsistencyFlag(CLI::App* cmd,
+                                std::function<void(const Consistency&)> set,
+                                const std::string& description) {
+  return cmd
+      ->add_option_function<std::string>(
+          "--consistency",
+          [set](const std::string& text) { set(*ParseConsistency(text)); },
+          description)
+      ->check([](const std::string& text) -> std::string {
+        absl::StatusOr<Consistency> c = ParseConsistency(text);
+        return c.ok() ? "" : std::string(c.status().message());
+      });
+}
+
 void AddRamBudgetFlag(CLI::App* cmd, uint64_t* bytes) {
   AddByteSizeFlag(cmd, "--ram_budget", bytes,
                   "RAM for parameter tiles (weights and optimizer state) per "

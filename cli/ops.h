@@ -9,6 +9,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "common/consistency.h"
 #include "common/metrics_http.h"
 #include "security/tls.h"
 
@@ -52,6 +53,12 @@ CLI::Option* AddByteSizeFlag(
     CLI::App* cmd, const std::string& name, uint64_t* bytes,
     const std::string& description,
     std::function<std::string(uint64_t)> check = nullptr);
+
+// --consistency (bsp | ssp:<s> | asp), checked by ParseConsistency:
+// `set` gets the parsed setting; unset calls nothing.
+CLI::Option* AddConsistencyFlag(CLI::App* cmd,
+                                std::function<void(const Consistency&)> set,
+                                const std::string& description);
 
 // --ram_budget on a command that starts servers: a byte size into
 // `bytes`; unset leaves it 0.

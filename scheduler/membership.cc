@@ -332,7 +332,7 @@ void Membership::RebuildViewLocked() {
   v1::View v;
   v.set_epoch(epoch_);
   v.set_workers_epoch(workers_epoch_);
-  v.set_consistency(options_.consistency);
+  v.set_consistency(options_.consistency.ToString());
   v.set_generation(generation_);
   v.set_rollback_step(rollback_step_);
   v1::ShardMap* map = v.mutable_shard_map();

@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/consistency.h"
 #include "scheduler/state_store.h"
 #include "strata/v1/scheduler.pb.h"
 
@@ -45,7 +46,7 @@ using RollbackRule = std::function<absl::StatusOr<std::optional<int64_t>>(
 
 struct MembershipOptions {
   int num_shards = 1;
-  std::string consistency = "bsp";
+  Consistency consistency;
   // How long a member stays without a heartbeat. REQUIRES: > 0 (the
   // Scheduler passes SchedulerOptions::lease).
   absl::Duration lease = absl::ZeroDuration();

@@ -45,8 +45,10 @@ absl::Status ValidateOptions(const SchedulerOptions& o) {
   if (o.listen_address.empty()) {
     return absl::InvalidArgumentError("scheduler: listen_address is empty");
   }
-  // The one parser the servers and the CLI use too.
-  return ParseConsistency(o.consistency).status();
+  if (o.consistency.mode == Consistency::kSsp && o.consistency.staleness < 0) {
+    return absl::InvalidArgumentError("scheduler: ssp staleness must be >= 0");
+  }
+  return absl::OkStatus();
 }
 
 // The address clients dial: the listen host, or loopback for a wildcard.
@@ -69,8 +71,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(
 }
 
 absl::Status Scheduler::Init(SchedulerOptions options) {
-  STRATA_ASSIGN_OR_RETURN(const Consistency mode,
-                          ParseConsistency(options.consistency));
+  const Consistency mode = options.consistency;
   if (options.resume_step >= 0 && mode.mode != Consistency::kBsp) {
     return absl::InvalidArgumentError(
         "scheduler: resuming at a step needs a BSP job (only BSP servers "
@@ -123,7 +124,7 @@ absl::Status Scheduler::Init(SchedulerOptions options) {
       "scheduler: serving on {} ({}; {} shard slots, {}, data_dir '{}', {} "
       "member(s), epoch {})",
       address_, options.security->tls() ? "mutual TLS" : "plaintext",
-      options.num_shards, options.consistency, options.data_dir,
+      options.num_shards, options.consistency.ToString(), options.data_dir,
       state.members.size(), membership_->View().epoch());
   return absl::OkStatus();
 }

@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/consistency.h"
 #include "common/metrics.h"
 #include "security/tls.h"
 #include "strata/v1/common.pb.h"
@@ -59,9 +60,9 @@ struct SchedulerOptions {
   std::string data_dir;
   // Number of shard slots; each server registers into one. Must be > 0.
   int num_shards = 1;
-  // The job's consistency setting (bsp | ssp:<s> | asp), copied into every
-  // view; parsed by ParseConsistency (common/consistency.h).
-  std::string consistency = "bsp";
+  // The job's consistency, copied into every view (as
+  // Consistency::ToString: bsp | ssp:<s> | asp).
+  Consistency consistency;
   // How long a member stays without a heartbeat. Must be > 0.
   absl::Duration lease = kDefaultLease;
   // How often leases are checked against clock->Now(). Must be > 0.

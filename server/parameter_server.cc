@@ -149,11 +149,8 @@ absl::Status CheckOptions(ServerOptions& options) {
   }
   if (options.restore_step >= 0 && options.data_dir.empty())
     return absl::InvalidArgumentError("--restore_step needs a --data_dir");
-  if (options.scheduler_address.empty() && options.consistency.empty())
-    options.consistency = "bsp";
-  if (!options.consistency.empty()) {
-    STRATA_RETURN_IF_ERROR(ParseConsistency(options.consistency).status());
-  }
+  if (options.scheduler_address.empty() && !options.consistency.has_value())
+    options.consistency = Consistency();
   // Checked with a budget or without: a bad value is an error either way.
   return ParseEviction(options.evict).status();
 }
@@ -162,17 +159,14 @@ absl::Status CheckOptions(ServerOptions& options) {
 // one the scheduler's view carries, peeked at without registering: the
 // shard needs it before any request.
 absl::StatusOr<Consistency> JobConsistency(const ServerOptions& options) {
-  std::string text = options.consistency;
-  if (text.empty()) {
-    SchedulerClientOptions peek;
-    peek.scheduler_address = options.scheduler_address;
-    peek.role = v1::ROLE_CLIENT;
-    peek.security = options.security;
-    STRATA_ASSIGN_OR_RETURN(auto probe, SchedulerClient::Connect(peek));
-    text = probe->view().consistency();
-    if (text.empty()) text = "bsp";
-  }
-  return ParseConsistency(text);
+  if (options.consistency.has_value()) return *options.consistency;
+  SchedulerClientOptions peek;
+  peek.scheduler_address = options.scheduler_address;
+  peek.role = v1::ROLE_CLIENT;
+  peek.security = options.security;
+  STRATA_ASSIGN_OR_RETURN(auto probe, SchedulerClient::Connect(peek));
+  const std::string text = probe->view().consistency();
+  return ParseConsistency(text.empty() ? "bsp" : text);
 }
 
 // The shard's options, with its spill tier (opened) under a RAM budget.

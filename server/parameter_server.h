@@ -4,11 +4,13 @@
 #define STRATA_SERVER_PARAMETER_SERVER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/consistency.h"
 #include "common/metrics.h"
 #include "security/tls.h"
 
@@ -50,9 +52,10 @@ struct ServerOptions {
   // With a budget: RAM past it for tiles that pulls wait on
   // (SpillOptions::pinned_bytes; 0: none).
   uint64_t pinned_bytes = 32 << 20;
-  // bsp | ssp:<s> | asp. With a scheduler, "" means "the job's setting from
-  // the view"; a setting that differs from the view's is an error.
-  std::string consistency;
+  // With a scheduler, unset means "the job's setting from the view"; a
+  // setting that differs from the view's is an error. Without one, unset
+  // is BSP.
+  std::optional<Consistency> consistency;
   int64_t snapshot_every = 0;  // BSP: automatic snapshot every N steps
   int keep_snapshots = 3;
   absl::Duration max_wait = absl::Seconds(120);  // longest gate wait

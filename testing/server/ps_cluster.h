@@ -34,7 +34,7 @@ inline std::unique_ptr<Scheduler> StartScheduler(
     const std::string& consistency = "bsp") {
   SchedulerOptions so;
   so.num_shards = 1;
-  so.consistency = consistency;
+  so.consistency = ParseConsistency(consistency).value();
   auto s = Scheduler::Start(so);
   EXPECT_TRUE(s.ok()) << s.status();
   return std::move(*s);
