@@ -94,11 +94,13 @@ absl::StatusOr<float> ParallelGpt::ForwardBackward(const int32_t* tokens,
     broken_ = false;
   }
   const int ranks = par_.tp * par_.pp;
-  const std::vector<int> rows = SplitRows(B, par_.micro_batches);
-  const int m = static_cast<int>(rows.size());
-  std::vector<int> first_row(m, 0);
-  for (int k = 1; k < m; ++k) first_row[k] = first_row[k - 1] + rows[k - 1];
-  const float dloss = 1.0f / (static_cast<float>(B) * T);
+  Batch batch{tokens, targets, T, SplitRows(B, par_.micro_batches), {}, 0};
+  const int m = static_cast<int>(batch.rows.size());
+  batch.first_row.assign(m, 0);
+  for (int k = 1; k < m; ++k) {
+    batch.first_row[k] = batch.first_row[k - 1] + batch.rows[k - 1];
+  }
+  batch.dloss = 1.0f / (static_cast<float>(B) * T);
 
   // Ranks write their gradients into the host's (model/gpt_stage.h).
   if (!accumulate) {
@@ -112,25 +114,7 @@ absl::StatusOr<float> ParallelGpt::ForwardBackward(const int32_t* tokens,
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
-      GptStage& stage = *stages_[r];
-      // A stage holds at most (stages - stage) micro-batches in flight
-      // under 1F1B, and finishes them in order: micro-batch k's slot is
-      // free again by the forward of k + slots.
-      const int slots = std::min(par_.pp - r / par_.tp, m);
-      stage.LoadWeights(*host_);
-      stage.Prepare(rows[0], T, slots);
-      StageFunctions f;
-      f.forward = [&, r, slots](int mb, std::vector<float> input) {
-        const size_t at = static_cast<size_t>(first_row[mb]) * T;
-        return stage.Forward(mb % slots, tokens + at, targets + at, rows[mb],
-                             dloss, std::move(input), &loss[r]);
-      };
-      f.backward = [&, slots](int mb, std::vector<float> grad_output) {
-        const size_t at = static_cast<size_t>(first_row[mb]) * T;
-        return stage.Backward(mb % slots, tokens + at, rows[mb],
-                              std::move(grad_output));
-      };
-      status[r] = RunPipelineStep(*pp_comms_[r], m, stage.boundary_elems(), f);
+      status[r] = RunRank(r, batch, &loss[r]);
       if (!status[r].ok()) {
         tp_comms_[r]->Abort();  // the stage's other ranks wait on this one
         pp_comms_[r]->Abort();
@@ -153,6 +137,29 @@ absl::StatusOr<float> ParallelGpt::ForwardBackward(const int32_t* tokens,
   const int last_stage_rank = (par_.pp - 1) * par_.tp;
   return static_cast<float>(loss[last_stage_rank] /
                             (static_cast<double>(B) * T));
+}
+
+absl::Status ParallelGpt::RunRank(int r, const Batch& b, double* loss) {
+  GptStage& stage = *stages_[r];
+  const int m = static_cast<int>(b.rows.size());
+  // A stage holds at most (stages - stage) micro-batches in flight under
+  // 1F1B, and finishes them in order: micro-batch k's slot is free again by
+  // the forward of k + slots.
+  const int slots = std::min(par_.pp - r / par_.tp, m);
+  stage.LoadWeights(*host_);
+  stage.Prepare(b.rows[0], b.T, slots);
+  StageFunctions f;
+  f.forward = [&](int mb, std::vector<float> input) {
+    const size_t at = static_cast<size_t>(b.first_row[mb]) * b.T;
+    return stage.Forward(mb % slots, b.tokens + at, b.targets + at, b.rows[mb],
+                         b.dloss, std::move(input), loss);
+  };
+  f.backward = [&](int mb, std::vector<float> grad_output) {
+    const size_t at = static_cast<size_t>(b.first_row[mb]) * b.T;
+    return stage.Backward(mb % slots, b.tokens + at, b.rows[mb],
+                          std::move(grad_output));
+  };
+  return RunPipelineStep(*pp_comms_[r], m, stage.boundary_elems(), f);
 }
 
 void ParallelGpt::ReportGradsReady() {

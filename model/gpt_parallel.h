@@ -81,6 +81,20 @@ class ParallelGpt : public Model {
   void ReportGradsReady();
   // Calls param_wait_ for every parameter, in order, if set.
   absl::Status AwaitAllParams();
+  // A step's batch as the ranks share it: (rows, T) micro-batches starting
+  // at first_row, the loss gradient scaled by dloss.
+  struct Batch {
+    const int32_t* tokens;
+    const int32_t* targets;
+    int T;
+    std::vector<int> rows;
+    std::vector<int> first_row;
+    float dloss;
+  };
+  // Rank r's share of the step: its stage's 1F1B schedule over the
+  // micro-batches, adding the last stage's summed loss to *loss. Errors:
+  // the communicators'.
+  absl::Status RunRank(int r, const Batch& b, double* loss);
 
   const ModelParallelism par_;
   std::unique_ptr<Gpt> host_;  // the whole weights and gradients

@@ -22,41 +22,48 @@ absl::StatusOr<v1::PushResponse> BspGate::Push(Chunk& c,
   return r;
 }
 
-absl::StatusOr<v1::PushResponse> BspGate::Collect(Chunk& c,
-                                                  const v1::PushRequest& req,
-                                                  std::vector<float> grad,
-                                                  float scale) {
-  absl::MutexLock lock(&c.mu);
-  absl::Status refused =
-      CheckChunkGeneration(c, req.generation(), parts_.counters);
-  // The view read under the chunk's lock: a view change sweeps each chunk
-  // under its lock after publishing, so a push from a worker that has left
-  // is either refused here or dropped by the sweep, never counted.
-  const ShardView now = parts_.membership.Get();
-  if (refused.ok() && !now.IsLive(req.member_id())) {
-    refused = absl::FailedPreconditionError(absl::StrCat(
+absl::Status BspGate::CheckPush(const Chunk& c, const v1::PushRequest& req,
+                                const ShardView& now) const {
+  STRATA_RETURN_IF_ERROR(
+      CheckChunkGeneration(c, req.generation(), parts_.counters));
+  if (!now.IsLive(req.member_id())) {
+    return absl::FailedPreconditionError(absl::StrCat(
         "member ", req.member_id(), " left the view (epoch ", now.epoch, ")"));
   }
   // The step's shares were cut for an older set of workers. Checked under
   // the chunk's lock, so a view change's sweep of this chunk comes either
   // before (refused here) or after (dropped by the sweep).
-  if (refused.ok() && req.epoch() < now.workers_epoch) {
+  if (req.epoch() < now.workers_epoch) {
     parts_.counters.aborted_stale_epoch++;
-    refused = absl::AbortedError(absl::StrCat(
+    return absl::AbortedError(absl::StrCat(
         "step ", req.step(), " was computed in view epoch ", req.epoch(),
         " but the live workers changed at epoch ", now.workers_epoch,
         "; redo the step with the new view's shares"));
   }
-  // The tile stays where it is (a spilled one keeps its version in RAM):
-  // only the push that closes the step needs it (MaybeCloseStep), so each
-  // step reads a spilled tile once, not once per worker.
   const int64_t open_step = static_cast<int64_t>(c.rec.version);
-  if (refused.ok() && req.step() > open_step) {
-    refused = absl::FailedPreconditionError(absl::StrCat(
+  if (req.step() > open_step) {
+    return absl::FailedPreconditionError(absl::StrCat(
         "push for step ", req.step(), " but chunk ", req.chunk_id(),
         " is at step ", open_step, ": pull version ", req.step(),
         " before computing that step"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::PushResponse> BspGate::Collect(Chunk& c,
+                                                  const v1::PushRequest& req,
+                                                  std::vector<float> grad,
+                                                  float scale) {
+  absl::MutexLock lock(&c.mu);
+  // The view read under the chunk's lock: a view change sweeps each chunk
+  // under its lock after publishing, so a push from a worker that has left
+  // is either refused here or dropped by the sweep, never counted.
+  const ShardView now = parts_.membership.Get();
+  const absl::Status refused = CheckPush(c, req, now);
+  // The tile stays where it is (a spilled one keeps its version in RAM):
+  // only the push that closes the step needs it (MaybeCloseStep), so each
+  // step reads a spilled tile once, not once per worker.
+  const int64_t open_step = static_cast<int64_t>(c.rec.version);
   v1::PushResponse resp;
   resp.set_version(c.rec.version);
   // A step that closed on pushes that covered all of its samples: this

@@ -55,6 +55,11 @@ class BspGate final : public ConsistencyGate {
   bool PinsTile(bool worker) const override { return worker; }
 
  private:
+  // The push's fencing under c's lock: its generation, its member live in
+  // `now`, its epoch not older than the live workers', its step not ahead.
+  absl::Status CheckPush(const Chunk& c, const v1::PushRequest& req,
+                         const ShardView& now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Adds the push to c's open step; closes it if it is complete.
   absl::StatusOr<v1::PushResponse> Collect(Chunk& c, const v1::PushRequest& req,
                                            std::vector<float> grad,
