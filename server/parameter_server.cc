@@ -169,6 +169,14 @@ absl::StatusOr<Consistency> JobConsistency(const ServerOptions& options) {
   return ParseConsistency(text.empty() ? "bsp" : text);
 }
 
+// Threads serving pushes. Pushes mostly run the optimizer, but one from a
+// worker this server does not know yet waits up to view_wait for the view:
+// leave room for those (half of them at most: ShardOptions::max_view_waits).
+int PushHandlerThreads() {
+  return std::max(16,
+                  2 * static_cast<int>(std::thread::hardware_concurrency()));
+}
+
 // The shard's options, with its spill tier (opened) under a RAM budget.
 absl::StatusOr<ShardOptions> MakeShardOptions(const ServerOptions& options,
                                               const Consistency& consistency) {
@@ -176,6 +184,7 @@ absl::StatusOr<ShardOptions> MakeShardOptions(const ServerOptions& options,
   shard_options.consistency = consistency;
   shard_options.max_wait = options.max_wait;
   shard_options.view_wait = options.view_wait;
+  shard_options.max_view_waits = PushHandlerThreads() / 2;
   shard_options.snapshot_every = options.snapshot_every;
   shard_options.clock = options.clock;
   if (options.ram_budget == 0) return shard_options;
@@ -259,10 +268,7 @@ absl::Status ParameterServer::Impl::RestoreSnapshot() {
 }
 
 absl::Status ParameterServer::Impl::Serve(ParameterServer* self) {
-  // Pushes mostly run the optimizer, but one from a worker this server does
-  // not know yet waits up to view_wait for the view: leave room for those.
-  push_handlers = std::make_unique<ThreadPool>(
-      std::max(16, 2 * static_cast<int>(std::thread::hardware_concurrency())));
+  push_handlers = std::make_unique<ThreadPool>(PushHandlerThreads());
   pull_handlers = std::make_unique<ThreadPool>(options.max_threads);
   // A spilled tile that cannot be read back has lost a chunk's state:
   // serving on would serve, or apply a step without, that chunk. Stop, so

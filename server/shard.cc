@@ -36,7 +36,7 @@ Shard::Parts::Parts(const ShardOptions& o, ShardCounters& counters)
       // (The tier is built next; the table calls it only at registration.)
       table(TableOptions(o, &tiles)),
       tiles(o.spill, table),
-      membership(o.view_wait, counters),
+      membership(o, counters),
       snapshots(tiles, table),
       deferred(CommitOrder(o), pool, counters, failed),
       gate(ConsistencyGate::Create(GateParts{o, counters, pool, tiles, table,
@@ -160,7 +160,8 @@ absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req,
       return absl::InvalidArgumentError(
           "a whole-step push (all-reduce sync) needs BSP and no deferral");
     }
-    STRATA_RETURN_IF_ERROR(p_->membership.AwaitGeneration(req.generation()));
+    STRATA_RETURN_IF_ERROR(
+        p_->membership.AwaitGeneration(req.generation(), req.member_id()));
     STRATA_RETURN_IF_ERROR(CheckMember(req));
     std::vector<float> grad;
     STRATA_RETURN_IF_ERROR(DecodeGradient(req, payload_bytes, read,

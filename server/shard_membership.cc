@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace strata {
 
@@ -37,10 +38,12 @@ absl::Status ShardMembership::AwaitWorker(
     absl::FunctionRef<absl::Status(const ShardView&)> also) {
   absl::MutexLock lock(&mu_);
   // A worker can know a newer view than this server: give ours a moment.
-  const absl::Time deadline = absl::Now() + view_wait_;
-  if (view_.epoch < epoch) counters_.view_waits++;
-  while (view_.epoch < epoch && !cancelled_) {
-    if (changed_.WaitWithDeadline(&mu_, deadline)) break;
+  if (view_.epoch < epoch && !cancelled_) {
+    STRATA_RETURN_IF_ERROR(EnterWait(member));
+    WaitFor([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return view_.epoch >= epoch;
+    });
+    LeaveWait(member);
   }
   if (cancelled_) return absl::UnavailableError("the server is shutting down");
   if (view_.epoch < epoch) {
@@ -58,13 +61,14 @@ absl::Status ShardMembership::AwaitWorker(
   return also(view_);
 }
 
-absl::Status ShardMembership::AwaitGeneration(uint64_t generation) {
+absl::Status ShardMembership::AwaitGeneration(uint64_t generation,
+                                              uint64_t member) {
   if (generation_.load() >= generation) return absl::OkStatus();  // as a rule
   absl::MutexLock lock(&mu_);
-  const absl::Time deadline = absl::Now() + view_wait_;
-  if (generation_.load() < generation) counters_.view_waits++;
-  while (generation_.load() < generation && !cancelled_) {
-    if (changed_.WaitWithDeadline(&mu_, deadline)) break;
+  if (generation_.load() < generation && !cancelled_) {
+    STRATA_RETURN_IF_ERROR(EnterWait(member));
+    WaitFor([&] { return generation_.load() >= generation; });
+    LeaveWait(member);
   }
   if (cancelled_) return absl::UnavailableError("the server is shutting down");
   if (generation_.load() < generation) {
@@ -74,6 +78,37 @@ absl::Status ShardMembership::AwaitGeneration(uint64_t generation) {
                      "; retry once it has rolled back"));
   }
   return absl::OkStatus();
+}
+
+absl::Status ShardMembership::EnterWait(uint64_t member) {
+  int& mine = waiting_[member];
+  if (mine >= max_waits_per_member_ || waiting_total_ >= max_waits_) {
+    if (mine == 0) waiting_.erase(member);
+    counters_.view_waits_refused++;
+    return absl::UnavailableError(absl::StrCat(
+        "this server is behind the request's view or rollback generation "
+        "and ",
+        mine >= max_waits_per_member_
+            ? absl::StrCat(mine, " requests of member ", member)
+            : absl::StrCat(waiting_total_, " requests"),
+        " wait for it already; retry"));
+  }
+  ++mine;
+  ++waiting_total_;
+  counters_.view_waits++;
+  return absl::OkStatus();
+}
+
+void ShardMembership::LeaveWait(uint64_t member) {
+  --waiting_total_;
+  if (--waiting_[member] == 0) waiting_.erase(member);
+}
+
+void ShardMembership::WaitFor(absl::FunctionRef<bool()> done) {
+  const absl::Time deadline = absl::Now() + view_wait_;
+  while (!done() && !cancelled_) {
+    if (changed_.WaitWithDeadline(&mu_, deadline)) break;
+  }
 }
 
 void ShardMembership::SetGeneration(uint64_t generation) {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -21,11 +22,15 @@ namespace strata {
 // Thread-safe.
 class ShardMembership {
  public:
-  // `view_wait`: how long a request waits for a view or generation this
-  // shard has not reached (ShardOptions::view_wait); each such wait is
-  // counted in counters.view_waits.
-  ShardMembership(absl::Duration view_wait, ShardCounters& counters)
-      : view_wait_(view_wait), counters_(counters) {}
+  // Waits for a view or generation this shard has not reached last up to
+  // options.view_wait, at most options.max_view_waits_per_member of a
+  // member's and options.max_view_waits in all at once; each is counted in
+  // counters.view_waits, each refused in counters.view_waits_refused.
+  ShardMembership(const ShardOptions& options, ShardCounters& counters)
+      : view_wait_(options.view_wait),
+        max_waits_per_member_(options.max_view_waits_per_member),
+        max_waits_(options.max_view_waits),
+        counters_(counters) {}
 
   // Publishes `v` and wakes the requests waiting for it; false (nothing
   // changed) when it is older than the view held.
@@ -35,15 +40,17 @@ class ShardMembership {
 
   // OK when `member` is a live worker once the view has reached `epoch`
   // (waiting up to view_wait) and `also` (called under the view's lock)
-  // says OK: UNAVAILABLE if the view has not reached it,
-  // FAILED_PRECONDITION for a member that is not a live worker.
+  // says OK: UNAVAILABLE if the view has not reached it (or too many
+  // requests wait for it already), FAILED_PRECONDITION for a member that
+  // is not a live worker.
   absl::Status AwaitWorker(
       uint64_t member, uint64_t epoch,
       absl::FunctionRef<absl::Status(const ShardView&)> also =
           [](const ShardView&) { return absl::OkStatus(); });
-  // Waits up to view_wait for the shard to reach rollback `generation`;
-  // UNAVAILABLE if it does not (or the shard is cancelled).
-  absl::Status AwaitGeneration(uint64_t generation);
+  // Waits up to view_wait for the shard to reach rollback `generation`
+  // (for a request of `member`); UNAVAILABLE if it does not (or too many
+  // requests wait already, or the shard is cancelled).
+  absl::Status AwaitGeneration(uint64_t generation, uint64_t member);
   // Every chunk is in `generation` now: wakes the requests waiting for it.
   void SetGeneration(uint64_t generation);
   uint64_t generation() const { return generation_.load(); }
@@ -53,11 +60,23 @@ class ShardMembership {
   bool cancelled() const { return cancelled_.load(); }
 
  private:
+  // Counts a wait of `member`'s in; UNAVAILABLE when it or all have their
+  // fill. Each OK is matched by a LeaveWait.
+  absl::Status EnterWait(uint64_t member) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LeaveWait(uint64_t member) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits on changed_ until `done` or view_wait passes or cancellation.
+  void WaitFor(absl::FunctionRef<bool()> done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const absl::Duration view_wait_;
+  const int max_waits_per_member_;
+  const int max_waits_;
   ShardCounters& counters_;
   mutable absl::Mutex mu_;
   absl::CondVar changed_;
   ShardView view_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, int> waiting_ ABSL_GUARDED_BY(mu_);
+  int waiting_total_ ABSL_GUARDED_BY(mu_) = 0;
   // Read without a lock by every push and pull, written under mu_ (whose
   // changed_ wakes the requests waiting for it).
   std::atomic<uint64_t> generation_{0};

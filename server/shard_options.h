@@ -26,6 +26,14 @@ struct ShardOptions {
   // How long a push from a member not yet in this shard's view waits for the
   // view to catch up before FAILED_PRECONDITION.
   absl::Duration view_wait = absl::Seconds(5);
+  // Requests waiting for a view or rollback generation this shard has not
+  // reached, per member and in all: one more is UNAVAILABLE at once (the
+  // client retries). A wait holds a handler thread, and its member cannot
+  // be told from a stranger until the view comes: these keep requests
+  // stamped with a future epoch (a flood of them, from anyone) from
+  // holding the threads the job's pushes need.
+  int max_view_waits_per_member = 4;
+  int max_view_waits = 8;
   // BSP: capture a consistent snapshot every N closed steps (0: never).
   int64_t snapshot_every = 0;
   // Largest chunk a peer may register (each costs up to 3x in RAM with
@@ -76,8 +84,10 @@ struct ShardCounters {
   // Pulls refused because their requester had too many waiting already.
   std::atomic<uint64_t> rejected_busy{0};
   // Requests that waited for this shard to reach the view epoch or the
-  // rollback generation they were stamped with (counted as they start).
+  // rollback generation they were stamped with (counted as they start),
+  // and those refused because their member or all had their fill waiting.
   std::atomic<uint64_t> view_waits{0};
+  std::atomic<uint64_t> view_waits_refused{0};
 };
 
 // What a pull returns besides the data.

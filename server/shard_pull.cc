@@ -42,7 +42,8 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk& c,
   }
   counters_.pulls++;
   const uint64_t arrival = ++p_->pull_arrivals;
-  STRATA_RETURN_IF_ERROR(p_->membership.AwaitGeneration(req.generation()));
+  STRATA_RETURN_IF_ERROR(
+      p_->membership.AwaitGeneration(req.generation(), req.member_id()));
   const bool worker = p_->membership.IsWorker(req.member_id());
   // Once waiting, a pinning pull keeps the chunk's tile in RAM until it has
   // copied it; unpinned after the lock is let go.
