@@ -17,6 +17,24 @@ bool SameMessage(const google::protobuf::Message& a,
   return a.SerializeAsString() == b.SerializeAsString();
 }
 
+// Names (tensors, groups) and shapes a peer may register: long enough for
+// any model's parameter names, short enough that every error echoing one
+// stays short, and that a view or snapshot holding thousands stays small.
+constexpr size_t kMaxNameBytes = 256;
+constexpr int kMaxDims = 16;
+
+// A path, as the OS takes one.
+constexpr size_t kMaxPathBytes = 4096;
+
+// INVALID_ARGUMENT for a `name` over `limit` bytes, quoting only its start.
+absl::Status CheckNameLength(absl::string_view what, const std::string& name,
+                             size_t limit = kMaxNameBytes) {
+  if (name.size() <= limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " '", absl::string_view(name).substr(0, 32), "...' is ",
+      name.size(), " bytes long, over the limit of ", limit));
+}
+
 // Whether two specs of a chunk agree in all but the path of an init file:
 // workers may name one file by different paths (each server opens the
 // path it was given first, and checks the file's size).
@@ -36,6 +54,15 @@ absl::Status ChunkTable::ValidateSpec(const v1::ChunkSpec& s,
                                       uint64_t max_chunk_bytes) {
   if (s.tensor().empty())
     return absl::InvalidArgumentError("chunk spec without a tensor name");
+  STRATA_RETURN_IF_ERROR(CheckNameLength("tensor name", s.tensor()));
+  STRATA_RETURN_IF_ERROR(CheckNameLength("optimizer group name", s.group()));
+  STRATA_RETURN_IF_ERROR(
+      CheckNameLength("init file", s.init().file(), kMaxPathBytes));
+  if (s.tensor_shape_size() > kMaxDims) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", s.tensor(), " has ", s.tensor_shape_size(),
+                     " dimensions, over the limit of ", kMaxDims));
+  }
   if (s.numel() == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk ", s.tensor(), "#", s.index(), " is empty"));
@@ -83,6 +110,7 @@ absl::StatusOr<v1::RegisterChunksResponse> ChunkTable::Register(
   for (const v1::GroupSpec& g : req.groups()) {
     if (g.name().empty())
       return absl::InvalidArgumentError("optimizer group without a name");
+    STRATA_RETURN_IF_ERROR(CheckNameLength("optimizer group name", g.name()));
     STRATA_ASSIGN_OR_RETURN(OptimizerParams params,
                             OptimizerParamsFromProto(g.optimizer()));
     if (new_groups.contains(g.name())) {

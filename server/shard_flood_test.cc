@@ -98,5 +98,30 @@ TEST(ShardFlood, FutureGenerationPullsWaitAFewAtATime) {
   for (const absl::Status& s : got) EXPECT_TRUE(absl::IsUnavailable(s)) << s;
 }
 
+// Names past 256 bytes and shapes past 16 dimensions are refused, and the
+// error quotes only the start of a name (issue: a 3 MiB group name and a
+// 1 MiB tensor name were accepted, and an error echoed 3 MiB back).
+TEST(ShardFlood, LongNamesAreRefusedAndNotEchoed) {
+  Shard shard(Opts("asp"));
+  const std::string huge(1 << 20, 'x');
+  auto long_group = OneChunk();
+  long_group.mutable_groups(0)->set_name(huge);
+  long_group.mutable_chunks(0)->set_group(huge);
+  auto long_tensor = OneChunk();
+  long_tensor.mutable_chunks(0)->set_tensor(huge);
+  long_tensor.mutable_chunks(0)->set_chunk_id(ChunkId(huge, 0));
+  auto deep = OneChunk();
+  for (int d = 0; d < 16; ++d) deep.mutable_chunks(0)->add_tensor_shape(1);
+  for (const auto* req : {&long_group, &long_tensor, &deep}) {
+    const absl::Status s = shard.Register(*req).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_LT(s.message().size(), 200u) << s.message().substr(0, 300);
+  }
+  EXPECT_EQ(shard.num_chunks(), 0u);
+  // At the limit, a name is fine.
+  auto at_limit = OneChunk(std::string(256, 't'));
+  EXPECT_TRUE(shard.Register(at_limit).ok());
+}
+
 }  // namespace
 }  // namespace strata
