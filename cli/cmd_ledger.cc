@@ -73,7 +73,8 @@ CommandFn AddLedgerCommand(CLI::App& app) {
   f->scheduler = "127.0.0.1:7070";
   auto* from = cmd->add_option_group("source");
   from->add_option("--scheduler", f->scheduler,
-                   "a running scheduler's host:port");
+                   "a running scheduler's host:port")
+      ->check(DialAddress());
   from->add_option("--dir", f->dir,
                    "a stopped scheduler's --data_dir (read offline)")
       ->check(CLI::ExistingDirectory);

@@ -193,7 +193,7 @@ CommandFn AddLocalCommand(CLI::App& app) {
   AddRamBudgetFlag(cmd, &o->ram_budget);
   cmd->add_option("--snapshot_every", o->snapshot_every,
                   "snapshot every N steps (0: never)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegativeNumber())
       ->capture_default_str();
   auto resume = std::make_shared<std::string>();
   cmd->add_option("--resume", *resume,

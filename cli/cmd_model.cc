@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/model_files.h"
+#include "cli/ops.h"
 #include "common/status.h"
 #include "data/dataset.h"
 #include "model/hf_gpt2.h"
@@ -173,7 +174,7 @@ CommandFn AddGenerateCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--temperature", o->temperature,
                   "sampling temperature (0: greedy)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegativeNumber())
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--tokens_out", o->tokens_out,
@@ -208,7 +209,7 @@ CommandFn AddExportCommand(CLI::App& app) {
                   "token ids to keep (the rest of a padded vocabulary is "
                   "left out; default: the run's tokenizer's, else the "
                   "model's)")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveNumber());
   return [o] { return ReportStatus("export", Export(*o)); };
 }
 

@@ -72,7 +72,7 @@ CommandFn AddSchedulerCommand(CLI::App& app) {
                   "BSP: the job resumes at this step (its servers restored "
                   "that snapshot): forget the old members and the ledger's "
                   "later steps")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeNumber());
   AddMetricsFlags(cmd, metrics.get());
   AddTlsFlags(cmd, tls.get(), /*listens=*/true);
   return [o, lease_ms, address_file, metrics, tls] {
@@ -105,21 +105,22 @@ CommandFn AddServerCommand(CLI::App& app) {
   auto metrics = std::make_shared<MetricsFlags>();
   auto tls = std::make_shared<TlsFlags>();
   cmd->add_option("--scheduler", o->scheduler_address, "scheduler host:port")
-      ->required();
+      ->required()
+      ->check(DialAddress());
   cmd->add_option("--listen", o->listen_address,
                   "host:port to serve on (port 0: any free port)")
       ->capture_default_str();
   cmd->add_option("--advertise", o->advertise_address,
                   "address other members dial (default: 127.0.0.1:<port>)");
   cmd->add_option("--shard", o->shard, "shard slot to serve")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegativeNumber())
       ->capture_default_str();
   cmd->add_option("--data_dir", o->data_dir,
                   "directory for snapshots; the latest one is loaded at start");
   cmd->add_option("--restore_step", o->restore_step,
                   "load the snapshot of this step instead of the latest (a "
                   "job resuming at a step every server holds)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeNumber());
   AddRamBudgetFlag(cmd, &o->ram_budget);
   cmd->add_option("--prefetch_depth", o->prefetch_depth,
                   "with --ram_budget: tiles read from disk ahead of use, in "
@@ -151,12 +152,12 @@ CommandFn AddServerCommand(CLI::App& app) {
       "bsp | ssp:<s> | asp (default: the job's, from the scheduler)");
   cmd->add_option("--snapshot_every", o->snapshot_every,
                   "BSP: snapshot every N steps (0: never)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeNumber());
   cmd->add_option("--keep_snapshots", o->keep_snapshots, "snapshots kept")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveNumber());
   cmd->add_option("--max_wait_s", *max_wait_s,
                   "longest a pull waits at the consistency gate")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--address_file", *address_file,
                   "write the advertised address here once serving");

@@ -202,7 +202,8 @@ CommandFn AddStatusCommand(CLI::App& app) {
       "counters, each worker's step, speed and share");
   auto address = std::make_shared<std::string>("127.0.0.1:7070");
   cmd->add_option("--scheduler", *address, "scheduler host:port")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(DialAddress());
   auto tls = std::make_shared<TlsFlags>();
   AddTlsFlags(cmd, tls.get(), /*listens=*/false);
   return [address, tls] {
@@ -275,7 +276,7 @@ CommandFn AddHealthCommand(CLI::App& app) {
   by_address->excludes(by_file);
   auto timeout_s = std::make_shared<double>(5);
   cmd->add_option("--timeout_s", *timeout_s, "how long to wait for an answer")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   auto role = std::make_shared<std::string>();
   cmd->add_option("--role", *role,

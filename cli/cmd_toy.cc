@@ -13,22 +13,23 @@ CommandFn AddToyCommand(CLI::App& app) {
       "Train a least-squares toy model through the servers (one worker)");
   auto o = std::make_shared<ToyWorkerOptions>();
   cmd->add_option("--scheduler", o->scheduler_address, "scheduler host:port")
-      ->required();
+      ->required()
+      ->check(DialAddress());
   cmd->add_option("--workers", o->workers,
                   "start once this many workers are live")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "training steps")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--batch", o->batch, "global batch (split over workers)")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--dim", o->problem.dim, "features")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
   cmd->add_option("--samples", o->problem.samples, "dataset size")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--seed", o->problem.seed, "dataset seed")
       ->capture_default_str();
@@ -36,20 +37,20 @@ CommandFn AddToyCommand(CLI::App& app) {
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->capture_default_str();
   cmd->add_option("--lr", o->lr, "learning rate")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--chunk_bytes", o->chunk_bytes,
                   "chunk size in bytes (multiple of 4)")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_flag("--probe", o->probe,
                 "check the SSP staleness bound on every read");
   cmd->add_option("--delay_ms", o->delay_ms,
                   "sleep rank*delay_ms per step (simulates slow workers)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeNumber());
   cmd->add_option("--sample_cost_us", o->sample_cost_us,
                   "emulated compute: sleep this long per sample")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeNumber());
   cmd->add_option("--throttle", o->throttle,
                   "multiply the emulated compute time (a slow worker)")
       ->check(CLI::Range(1.0, 1000.0))
@@ -57,7 +58,7 @@ CommandFn AddToyCommand(CLI::App& app) {
   cmd->add_option("--out", o->out, "rank 0 writes the final weights here");
   cmd->add_option("--log_every", o->log_every,
                   "print a progress line every N steps (0: never)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegativeNumber())
       ->capture_default_str();
   auto tls = std::make_shared<TlsFlags>();
   AddTlsFlags(cmd, tls.get(), /*listens=*/false);

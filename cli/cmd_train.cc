@@ -106,10 +106,10 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
       ->capture_default_str();
   cmd->add_option("--batch", o->batch,
                   "global batch in sequences, split over workers")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "training steps")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "data order and initialization seed")
       ->capture_default_str();
@@ -121,18 +121,18 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "servers read the file at this path")
       ->check(CLI::ExistingFile);
   cmd->add_option("--lr", o->lr, "AdamW peak learning rate")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--weight_decay", o->weight_decay,
                   "AdamW decoupled weight decay (matrices)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegativeNumber())
       ->capture_default_str();
   cmd->add_option("--warmup", o->warmup_steps, "learning-rate warm-up steps")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegativeNumber())
       ->capture_default_str();
   cmd->add_option("--grad_clip", o->grad_clip,
                   "clip gradients to this global norm (0: off)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegativeNumber())
       ->capture_default_str();
   AddByteSizeFlag(cmd, "--chunk_size", &o->chunk_bytes,
                   "largest piece of a tensor the servers hold as one chunk, "
@@ -222,11 +222,11 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
       ->capture_default_str();
   cmd->add_option("--eval_every", o->eval_every,
                   "evaluate held-out loss every N steps (0: never)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegativeNumber())
       ->capture_default_str();
   cmd->add_option("--log_every", o->log_every,
                   "progress line every N steps when not on a terminal")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--metrics", o->metrics_path,
                   "append JSON-lines metrics here");
@@ -304,7 +304,8 @@ CommandFn AddWorkerCommand(CLI::App& app) {
       "worker", "Train a GPT through the parameter servers (one worker)");
   auto o = std::make_shared<TrainerOptions>();
   cmd->add_option("--scheduler", o->scheduler_address, "scheduler host:port")
-      ->required();
+      ->required()
+      ->check(DialAddress());
   cmd->add_option("--workers", o->workers,
                   "start once this many workers are live")
       ->check(CLI::Range(1, 4096))

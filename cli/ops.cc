@@ -1,10 +1,13 @@
 #include "cli/ops.h"
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
+#include "common/host_port.h"
 #include "common/status.h"
 #include "security/role_check.h"
 #include "spdlog/spdlog.h"
@@ -35,6 +38,45 @@ CLI::Option* AddByteSizeFlag(CLI::App* cmd, const std::string& name,
         if (!b.ok()) return std::string(b.status().message());
         return check ? check(*b) : "";
       });
+}
+
+namespace {
+
+CLI::Validator NumberAtLeast(double lowest, bool inclusive,
+                             const std::string& want) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        const std::string quoted =
+            text.size() > 32 ? text.substr(0, 32) + "..." : text;
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end == nullptr || *end != '\0' ||
+            !std::isfinite(v) || v < lowest || (!inclusive && v == lowest)) {
+          return absl::StrCat("'", quoted, "' is not ", want);
+        }
+        return "";
+      },
+      want);
+}
+
+}  // namespace
+
+CLI::Validator PositiveNumber() {
+  return NumberAtLeast(0, /*inclusive=*/false, "a positive number");
+}
+
+CLI::Validator NonNegativeNumber() {
+  return NumberAtLeast(0, /*inclusive=*/true, "a number >= 0");
+}
+
+CLI::Validator DialAddress() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        absl::StatusOr<HostPort> a = ParseHostPort(text);
+        if (!a.ok()) return std::string(a.status().message());
+        return a->port == 0 ? "port 0 cannot be dialed" : "";
+      },
+      "HOST:PORT");
 }
 
 CLI::Option* AddConsistencyFlag(CLI::App* cmd,

@@ -54,6 +54,14 @@ CLI::Option* AddByteSizeFlag(
     const std::string& description,
     std::function<std::string(uint64_t)> check = nullptr);
 
+// CLI11's PositiveNumber and NonNegativeNumber say what is wanted in words
+// (theirs print the whole double range: 300 digits) and quote only the
+// start of what was given.
+CLI::Validator PositiveNumber();
+CLI::Validator NonNegativeNumber();
+// host:port a peer can dial (common/host_port.h; port 0 refused).
+CLI::Validator DialAddress();
+
 // --consistency (bsp | ssp:<s> | asp), checked by ParseConsistency:
 // `set` gets the parsed setting; unset calls nothing.
 CLI::Option* AddConsistencyFlag(CLI::App* cmd,

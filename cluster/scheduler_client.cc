@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/host_port.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"
 
@@ -45,6 +46,15 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Connect(
   }
   if (options.clock == nullptr) {
     return absl::InvalidArgumentError("scheduler client: clock must be set");
+  }
+  // Checked here: gRPC would retry a malformed one until the deadline.
+  absl::StatusOr<HostPort> dial = ParseHostPort(options.scheduler_address);
+  if (dial.ok() && dial->port == 0) {
+    dial = absl::InvalidArgumentError("port 0 cannot be dialed");
+  }
+  if (!dial.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scheduler client: ", dial.status().message()));
   }
   const std::string address = options.scheduler_address;
   const absl::Duration timeout = options.connect_timeout;

@@ -98,8 +98,10 @@ absl::string_view HostOf(absl::string_view address) {
 bool IsLoopback(absl::string_view host) {
   if (host == "localhost") return true;
   const std::string h(host);
+  // inet_aton, not inet_pton: it takes the short forms (127.1) that
+  // getaddrinfo, and so gRPC, resolve to 127.0.0.1.
   in_addr v4;
-  if (inet_pton(AF_INET, h.c_str(), &v4) == 1) {
+  if (inet_aton(h.c_str(), &v4) != 0) {
     return (ntohl(v4.s_addr) >> 24) == 127;
   }
   in6_addr v6;

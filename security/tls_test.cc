@@ -199,11 +199,14 @@ TEST(CheckListen, PlaintextOnlyOnLoopbackUnlessInsecure) {
   EXPECT_TRUE(CheckListen("server", "127.3.2.1:7070", plain, false).ok());
   EXPECT_TRUE(CheckListen("server", "localhost:7070", plain, false).ok());
   EXPECT_TRUE(CheckListen("server", "[::1]:7070", plain, false).ok());
+  // The short form getaddrinfo (and gRPC) resolve to 127.0.0.1.
+  EXPECT_TRUE(CheckListen("server", "127.1:7070", plain, false).ok());
   absl::Status wild = CheckListen("server", "0.0.0.0:7070", plain, false);
   EXPECT_TRUE(absl::IsFailedPrecondition(wild)) << wild;
   EXPECT_THAT(wild.message(), HasSubstr("--insecure"));
   EXPECT_FALSE(CheckListen("server", "[::]:7070", plain, false).ok());
   EXPECT_FALSE(CheckListen("server", "10.0.0.5:7070", plain, false).ok());
+  EXPECT_FALSE(CheckListen("server", "10.1:7070", plain, false).ok());
   EXPECT_TRUE(CheckListen("server", "0.0.0.0:7070", plain, true).ok());
 }
 
