@@ -34,15 +34,24 @@ absl::StatusOr<Consistency> ParseConsistency(absl::string_view text) {
     // Digits only: SimpleAtoi alone would also take a sign and spaces.
     if (!digits.empty() && digits.size() <= 7 &&
         std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) &&
-        absl::SimpleAtoi(digits, &s) && s <= 1000000) {
+        absl::SimpleAtoi(digits, &s) && s <= kMaxStaleness) {
       c.mode = Consistency::kSsp;
       c.staleness = s;
       return c;
     }
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("bad consistency '", text,
-                   "': expected bsp, asp or ssp:<s> with 0 <= s <= 1000000"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "bad consistency '", text.substr(0, 32), text.size() > 32 ? "..." : "",
+      "': expected bsp, asp or ssp:<s> with 0 <= s <= ", kMaxStaleness));
+}
+
+absl::Status ValidateConsistency(const Consistency& c) {
+  if (c.mode != Consistency::kSsp ||
+      (c.staleness >= 0 && c.staleness <= kMaxStaleness)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "ssp staleness ", c.staleness, " is not in [0, ", kMaxStaleness, "]"));
 }
 
 }  // namespace strata

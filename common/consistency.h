@@ -17,9 +17,15 @@ struct Consistency {
   std::string ToString() const;
 };
 
-// Parses "bsp", "asp" or "ssp:<s>" with 0 <= s <= 1000000. INVALID_ARGUMENT
-// with the accepted forms otherwise.
+inline constexpr int kMaxStaleness = 1000000;
+
+// Parses "bsp", "asp" or "ssp:<s>" with 0 <= s <= kMaxStaleness.
+// INVALID_ARGUMENT with the accepted forms otherwise.
 absl::StatusOr<Consistency> ParseConsistency(absl::string_view text);
+
+// INVALID_ARGUMENT for a setting ParseConsistency would not give (an SSP
+// staleness outside [0, kMaxStaleness]).
+absl::Status ValidateConsistency(const Consistency& c);
 
 }  // namespace strata
 

@@ -30,5 +30,16 @@ TEST(Consistency, RejectsMalformedAndOutOfRange) {
   }
 }
 
+// A setting built in code is held to the parser's bounds.
+TEST(Consistency, ValidatesWhatTheParserWouldGive) {
+  EXPECT_TRUE(ValidateConsistency(*ParseConsistency("ssp:1000000")).ok());
+  EXPECT_TRUE(ValidateConsistency(Consistency{}).ok());
+  for (int bad : {-1, kMaxStaleness + 1}) {
+    EXPECT_TRUE(
+        absl::IsInvalidArgument(ValidateConsistency({Consistency::kSsp, bad})))
+        << bad;
+  }
+}
+
 }  // namespace
 }  // namespace strata

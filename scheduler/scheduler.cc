@@ -45,10 +45,7 @@ absl::Status ValidateOptions(const SchedulerOptions& o) {
   if (o.listen_address.empty()) {
     return absl::InvalidArgumentError("scheduler: listen_address is empty");
   }
-  if (o.consistency.mode == Consistency::kSsp && o.consistency.staleness < 0) {
-    return absl::InvalidArgumentError("scheduler: ssp staleness must be >= 0");
-  }
-  return absl::OkStatus();
+  return ValidateConsistency(o.consistency);
 }
 
 // The address clients dial: the listen host, or loopback for a wildcard.

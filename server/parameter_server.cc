@@ -151,6 +151,9 @@ absl::Status CheckOptions(ServerOptions& options) {
     return absl::InvalidArgumentError("--restore_step needs a --data_dir");
   if (options.scheduler_address.empty() && !options.consistency.has_value())
     options.consistency = Consistency();
+  if (options.consistency.has_value()) {
+    STRATA_RETURN_IF_ERROR(ValidateConsistency(*options.consistency));
+  }
   // Checked with a budget or without: a bad value is an error either way.
   return ParseEviction(options.evict).status();
 }

@@ -41,8 +41,7 @@ Shard::Parts::Parts(const ShardOptions& o, ShardCounters& counters)
       deferred(CommitOrder(o), pool, counters, failed),
       gate(ConsistencyGate::Create(GateParts{o, counters, pool, tiles, table,
                                              membership, applied, snapshots,
-                                             failed})),
-      limiter(o.max_waiting_pulls_per_worker, o.max_waiting_pulls_others) {}
+                                             failed})) {}
 
 Shard::Shard(ShardOptions options)
     : options_(std::move(options)),

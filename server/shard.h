@@ -12,7 +12,7 @@
 //  - server/snapshot_capture.h: BSP auto-snapshots' consistent cuts;
 //  - server/shard_membership.h: the view of live workers, the rollback
 //    generation;
-//  - server/gradient_pool.h, server/pull_limiter.h, server/applied_tracker.h.
+//  - server/gradient_pool.h, server/wait_quota.h, server/applied_tracker.h.
 // What joins them is here: shard.cc (registration, push, commit, views),
 // shard_pull.cc (the pull's wait), shard_rollback.cc (captures, restores
 // and rollbacks).

@@ -43,7 +43,7 @@ absl::Status ShardMembership::AwaitWorker(
     WaitFor([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return view_.epoch >= epoch;
     });
-    LeaveWait(member);
+    waits_.Leave(member);
   }
   if (cancelled_) return absl::UnavailableError("the server is shutting down");
   if (view_.epoch < epoch) {
@@ -68,7 +68,7 @@ absl::Status ShardMembership::AwaitGeneration(uint64_t generation,
   if (generation_.load() < generation && !cancelled_) {
     STRATA_RETURN_IF_ERROR(EnterWait(member));
     WaitFor([&] { return generation_.load() >= generation; });
-    LeaveWait(member);
+    waits_.Leave(member);
   }
   if (cancelled_) return absl::UnavailableError("the server is shutting down");
   if (generation_.load() < generation) {
@@ -81,27 +81,18 @@ absl::Status ShardMembership::AwaitGeneration(uint64_t generation,
 }
 
 absl::Status ShardMembership::EnterWait(uint64_t member) {
-  int& mine = waiting_[member];
-  if (mine >= max_waits_per_member_ || waiting_total_ >= max_waits_) {
-    if (mine == 0) waiting_.erase(member);
-    counters_.view_waits_refused++;
-    return absl::UnavailableError(absl::StrCat(
-        "this server is behind the request's view or rollback generation "
-        "and ",
-        mine >= max_waits_per_member_
-            ? absl::StrCat(mine, " requests of member ", member)
-            : absl::StrCat(waiting_total_, " requests"),
-        " wait for it already; retry"));
+  const WaitQuota::Full full = waits_.Enter(member, max_waits_per_member_);
+  if (full == WaitQuota::Full::kNo) {
+    counters_.view_waits++;
+    return absl::OkStatus();
   }
-  ++mine;
-  ++waiting_total_;
-  counters_.view_waits++;
-  return absl::OkStatus();
-}
-
-void ShardMembership::LeaveWait(uint64_t member) {
-  --waiting_total_;
-  if (--waiting_[member] == 0) waiting_.erase(member);
+  counters_.view_waits_refused++;
+  return absl::UnavailableError(absl::StrCat(
+      "this server is behind the request's view or rollback generation and ",
+      full == WaitQuota::Full::kKey
+          ? absl::StrCat(max_waits_per_member_, " requests of member ", member)
+          : absl::StrCat(max_waits_, " requests"),
+      " wait for it already; retry"));
 }
 
 void ShardMembership::WaitFor(absl::FunctionRef<bool()> done) {

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "server/chunk.h"
 #include "server/shard_options.h"
+#include "server/wait_quota.h"
 #include "strata/v1/common.pb.h"
 
 namespace strata {
@@ -30,7 +31,8 @@ class ShardMembership {
       : view_wait_(options.view_wait),
         max_waits_per_member_(options.max_view_waits_per_member),
         max_waits_(options.max_view_waits),
-        counters_(counters) {}
+        counters_(counters),
+        waits_(options.max_view_waits) {}
 
   // Publishes `v` and wakes the requests waiting for it; false (nothing
   // changed) when it is older than the view held.
@@ -61,9 +63,8 @@ class ShardMembership {
 
  private:
   // Counts a wait of `member`'s in; UNAVAILABLE when it or all have their
-  // fill. Each OK is matched by a LeaveWait.
-  absl::Status EnterWait(uint64_t member) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LeaveWait(uint64_t member) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // fill. Each OK is matched by waits_.Leave(member).
+  absl::Status EnterWait(uint64_t member);
   // Waits on changed_ until `done` or view_wait passes or cancellation.
   void WaitFor(absl::FunctionRef<bool()> done)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -75,8 +76,7 @@ class ShardMembership {
   mutable absl::Mutex mu_;
   absl::CondVar changed_;
   ShardView view_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, int> waiting_ ABSL_GUARDED_BY(mu_);
-  int waiting_total_ ABSL_GUARDED_BY(mu_) = 0;
+  WaitQuota waits_;  // requests waiting for the view or generation
   // Read without a lock by every push and pull, written under mu_ (whose
   // changed_ wakes the requests waiting for it).
   std::atomic<uint64_t> generation_{0};

@@ -12,11 +12,11 @@
 #include "server/consistency_gate.h"
 #include "server/deferred_commits.h"
 #include "server/gradient_pool.h"
-#include "server/pull_limiter.h"
 #include "server/shard.h"
 #include "server/shard_membership.h"
 #include "server/snapshot_capture.h"
 #include "server/tile_cache.h"
+#include "server/wait_quota.h"
 
 namespace strata {
 
@@ -36,7 +36,7 @@ struct Shard::Parts {
   FailedCommits failed;
   DeferredCommits deferred;
   std::unique_ptr<ConsistencyGate> gate;
-  PullLimiter limiter;
+  WaitQuota pull_waits;  // pulls waiting at the gate, by requester
   std::atomic<uint64_t> pull_arrivals{0};  // pulls so far (Chunk::step_pulls)
 };
 

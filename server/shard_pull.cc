@@ -69,6 +69,7 @@ absl::StatusOr<PullResult> Shard::ServeAtGate(Chunk& c,
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + options_.max_wait;
   bool waited = false;
+  const uint64_t waiter = worker ? req.member_id() : 0;
   // Counts the wait however it ends (served, refused or timed out), the
   // copy out included: the pull holds its place under the cap until then.
   auto count_wait = absl::MakeCleanup([&] {
@@ -76,7 +77,7 @@ absl::StatusOr<PullResult> Shard::ServeAtGate(Chunk& c,
     counters_.gate_waits++;
     counters_.gate_wait_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
     counters_.pulls_waiting--;
-    p_->limiter.Leave(req.member_id(), worker);
+    p_->pull_waits.Leave(waiter);
   });
   for (;;) {
     // Before Ready: a rolled-back chunk may be at the version wanted, but
@@ -88,11 +89,15 @@ absl::StatusOr<PullResult> Shard::ServeAtGate(Chunk& c,
       return absl::UnavailableError("the server is shutting down");
     STRATA_RETURN_IF_ERROR(gate.CheckWaiting(c, req, worker, need));
     if (!waited) {
-      if (absl::Status s =
-              p_->limiter.Enter(req.member_id(), worker, req.chunk_id());
-          !s.ok()) {
+      // Every non-worker shares one place (0).
+      const int cap = worker ? options_.max_waiting_pulls_per_worker
+                             : options_.max_waiting_pulls_others;
+      if (p_->pull_waits.Enter(waiter, cap) != WaitQuota::Full::kNo) {
         counters_.rejected_busy++;
-        return s;
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "pull of chunk ", req.chunk_id(), ": ", cap, " pulls of ",
+            worker ? absl::StrCat("worker ", req.member_id()) : "non-workers",
+            " wait at the gate already"));
       }
       waited = true;
       counters_.pulls_waiting++;
