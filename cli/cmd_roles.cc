@@ -97,6 +97,25 @@ CommandFn AddSchedulerCommand(CLI::App& app) {
   };
 }
 
+namespace {
+
+// Where the served state comes from, for the serving line: the snapshot
+// restored from the data directory and, when joining rolled the server back
+// to the job's step, that step too (the newest snapshot of a restarted
+// server may be newer than the job's last common one, or tagged by hand).
+std::string StateNote(int64_t restored, int64_t state) {
+  if (state < 0) return "";
+  if (state == restored)
+    return absl::StrCat(" (restored snapshot of step ", state, ")");
+  if (restored < 0)
+    return absl::StrCat(" (rolled back to the job's step ", state, ")");
+  return absl::StrCat(" (state of step ", state, ": loaded snapshot of step ",
+                      restored, ", then rolled back to the job's step ", state,
+                      ")");
+}
+
+}  // namespace
+
 CommandFn AddServerCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("server", "Run one parameter-server shard");
   auto o = std::make_shared<ServerOptions>();
@@ -185,10 +204,7 @@ CommandFn AddServerCommand(CLI::App& app) {
     OnShutdownSignal([s] { s->Shutdown(); });
     spdlog::info("strata server: shard {} serving on {} ({}){}", o->shard,
                  s->address(), o->security->tls() ? "mutual TLS" : "plaintext",
-                 s->restored_step() >= 0
-                     ? absl::StrCat(" (restored snapshot of step ",
-                                    s->restored_step(), ")")
-                     : "");
+                 StateNote(s->restored_step(), s->state_step()));
     if (int rc = ReportStatus("server",
                               WriteAddressFile(*address_file, s->address())))
       return rc;

@@ -46,6 +46,7 @@ struct ParameterServer::Impl {
   int port = 0;
   std::string address;
   int64_t restored_step = -1;
+  std::atomic<int64_t> state_step{-1};  // written under view_mu
   absl::Mutex shutdown_mu;
   bool shut_down ABSL_GUARDED_BY(shutdown_mu) = false;
   absl::Mutex view_mu;  // one view handled at a time
@@ -78,6 +79,7 @@ struct ParameterServer::Impl {
         Fail(owner, s);
         return;
       }
+      state_step = view.rollback_step();
     }
     std::vector<uint64_t> workers;
     for (const v1::Member& w : view.workers()) workers.push_back(w.id());
@@ -267,6 +269,7 @@ absl::Status ParameterServer::Impl::RestoreSnapshot() {
                           data_dir->LoadSnapshot(*latest, *records));
   STRATA_RETURN_IF_ERROR(shard->Restore(meta, *records));
   restored_step = *latest;
+  state_step = *latest;
   return absl::OkStatus();
 }
 
@@ -354,6 +357,8 @@ Metrics& ParameterServer::metrics() { return impl_->metrics; }
 std::string ParameterServer::address() const { return impl_->address; }
 Shard& ParameterServer::shard() { return *impl_->shard; }
 int64_t ParameterServer::restored_step() const { return impl_->restored_step; }
+
+int64_t ParameterServer::state_step() const { return impl_->state_step; }
 
 absl::StatusOr<std::string> ParameterServer::SnapshotNow(int64_t step) {
   const uint64_t generation = impl_->shard->generation();

@@ -90,8 +90,13 @@ class ParameterServer {
   Shard& shard();
   // Writes a snapshot of the current state tagged `step`; returns its path.
   absl::StatusOr<std::string> SnapshotNow(int64_t step);
-  // Step of the snapshot restored at start, or -1.
+  // Step of the snapshot restored from the data directory at start, or -1.
   int64_t restored_step() const;
+  // Step of the snapshot the served state comes from: restored_step(), or
+  // the job's rollback step once a view rolled this server back (a restarted
+  // server joining a BSP job rolls back to the job's last common snapshot,
+  // which may be older than its own newest). -1 for a fresh state.
+  int64_t state_step() const;
   // Blocks until automatic snapshots queued so far are written.
   void FlushSnapshots();
   // Why the server stopped itself, or OK: it could not roll back to the

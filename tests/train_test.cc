@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "tests/process_util.h"
 #include "tests/train_util.h"
@@ -182,8 +183,17 @@ TEST(Train, GptWorkersGoOnAfterAServerRestartsWithOverlappedClipping) {
   for (auto& t : trainers) {
     EXPECT_EQ(t->Wait(absl::Minutes(3)), 0) << t->Output();
   }
-  EXPECT_NE(restarted->Output().find("rolled back to step"), std::string::npos)
-      << restarted->Output();
+  const std::string log = restarted->Output();
+  const size_t rolled = log.find("rolled back to step ");
+  ASSERT_NE(rolled, std::string::npos) << log;
+  // The serving line names the step the state comes from: the job's, not
+  // the newest snapshot on the restarted server's disk.
+  const int64_t step = std::atoll(log.c_str() + rolled + 20);
+  const size_t serving = log.find(" serving on ");
+  ASSERT_NE(serving, std::string::npos) << log;
+  const std::string line =
+      log.substr(serving, log.find('\n', serving) - serving);
+  EXPECT_TRUE(absl::EndsWith(line, absl::StrCat(" step ", step, ")"))) << line;
   const testing::LedgerCheck ledger =
       testing::CheckLedger(STRATA_BINARY, address, dir, kSteps * kBatch);
   testing::ExpectAppliedOnce(ledger, kSteps * kBatch);
