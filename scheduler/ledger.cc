@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/check.h"
 #include "common/status.h"
 #include "scheduler/ledger_workers.h"
 #include "spdlog/spdlog.h"
@@ -247,31 +248,58 @@ absl::Status Ledger::Sweep(const v1::View& view) {
 }
 
 absl::Status Ledger::RollBack(int64_t step) {
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<PendingRollback> pending,
+                          BeginRollBack());
+  StateBatch batch;
+  pending->To(step, batch);
+  STRATA_RETURN_IF_ERROR(store_->Write(batch));
+  pending->Adopt();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Ledger::PendingRollback>>
+Ledger::BeginRollBack() {
   if (mode_.mode != Consistency::kBsp) {
     return absl::UnimplementedError(
         "ledger: rolling back is defined for BSP jobs only");
   }
-  absl::MutexLock lock(&mu_);
-  v1::LedgerState s = state_;
-  s.set_applied_steps(std::min(s.applied_steps(), step));
-  s.clear_splits();
-  s.clear_pending();
-  StateBatch batch;
-  std::vector<std::pair<uint64_t, v1::LedgerRecord>> kept;
-  for (auto& [seq, rec] : applied_) {
+  return std::unique_ptr<PendingRollback>(new PendingRollback(this));
+}
+
+Ledger::PendingRollback::PendingRollback(Ledger* ledger) : ledger_(ledger) {
+  ledger_->mu_.Lock();
+}
+
+Ledger::PendingRollback::~PendingRollback() { ledger_->mu_.Unlock(); }
+
+const v1::LedgerState& Ledger::PendingRollback::state() const {
+  return ledger_->state_;
+}
+
+void Ledger::PendingRollback::To(int64_t step, StateBatch& batch) {
+  STRATA_CHECK(!step_.has_value());
+  step_ = step;
+  next_ = ledger_->state_;
+  next_.set_applied_steps(std::min(next_.applied_steps(), step));
+  next_.clear_splits();
+  next_.clear_pending();
+  for (const auto& [seq, rec] : ledger_->applied_) {
     if (rec.step() >= step) {
       batch.DeleteLedgerRecord(seq);
     } else {
-      kept.emplace_back(seq, rec);
+      kept_.emplace_back(seq, rec);
     }
   }
-  batch.PutLedgerState(s);
-  STRATA_RETURN_IF_ERROR(store_->Write(batch));
-  spdlog::info("ledger: rolled back to step {} ({} record(s) dropped)", step,
-               applied_.size() - kept.size());
-  state_ = std::move(s);
-  applied_ = std::move(kept);
-  return absl::OkStatus();
+  batch.PutLedgerState(next_);
+}
+
+void Ledger::PendingRollback::Adopt() {
+  if (!step_.has_value()) return;
+  spdlog::info("ledger: rolled back to step {} ({} record(s) dropped)", *step_,
+               ledger_->applied_.size() - kept_.size());
+  ledger_->state_ = std::move(next_);
+  ledger_->applied_ = std::move(kept_);
+  step_.reset();
 }
 
 absl::Status Ledger::Commit(v1::LedgerState s,

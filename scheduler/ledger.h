@@ -34,6 +34,7 @@
 #define STRATA_SCHEDULER_LEDGER_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -86,6 +87,38 @@ class Ledger {
   // BSP: forgets that steps >= `step` were applied (their records, splits
   // and reports), as when the servers roll back to a snapshot of `step`.
   absl::Status RollBack(int64_t step);
+
+  // A rollback written in someone else's write batch, so that it and the
+  // change that causes it (the view's new generation) are stored at once:
+  // a scheduler killed between two writes would restart with one and not
+  // the other. Holds the ledger's lock from BeginRollBack to its end, so no
+  // report or lease lands between the state it was computed from and its
+  // adoption. Use: BeginRollBack; read state(); To(step, batch) to add the
+  // rollback to the batch; write the batch; Adopt() once it is stored.
+  // Ending without Adopt leaves the ledger as it was (the write failed).
+  class PendingRollback {
+   public:
+    ~PendingRollback();
+    PendingRollback(const PendingRollback&) = delete;
+    PendingRollback& operator=(const PendingRollback&) = delete;
+    // The ledger's state as of BeginRollBack (unchanged while this lives).
+    const v1::LedgerState& state() const;
+    // Adds the rollback to `step` to `batch`. REQUIRES: BSP; called once.
+    void To(int64_t step, StateBatch& batch);
+    // Takes the rollback To added as the ledger's own (its batch is stored).
+    void Adopt();
+
+   private:
+    friend class Ledger;
+    explicit PendingRollback(Ledger* ledger);
+    Ledger* const ledger_;
+    std::optional<int64_t> step_;
+    v1::LedgerState next_;
+    std::vector<std::pair<uint64_t, v1::LedgerRecord>> kept_;
+  };
+  // Locks the ledger until the result ends. UNIMPLEMENTED unless the job is
+  // BSP (the only mode that rolls back).
+  absl::StatusOr<std::unique_ptr<PendingRollback>> BeginRollBack();
 
   // The applied records, in the order they were applied.
   std::vector<v1::LedgerRecord> Applied() const;

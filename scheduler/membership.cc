@@ -162,13 +162,17 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
   if (InView(req.role())) ++c.epoch;
   if (req.role() == v1::ROLE_WORKER) c.workers_epoch = c.epoch;
   if (req.role() == v1::ROLE_SERVER) ++c.shard_map_version;
+  // The rollback rule adds what it changes (the ledger's rollback) to the
+  // same batch: the view's generation and the ledger move in one write.
+  StateBatch batch;
   if (rollback) {
     v1::View after = view_;  // the other servers as they will be
     after.clear_servers();
     for (const v1::Member& m : view_.servers()) {
       if (m.id() != superseded) *after.add_servers() = m;
     }
-    STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> step, rollback(req, after));
+    STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> step,
+                            rollback(req, after, batch));
     if (step.has_value()) {
       ++c.generation;
       c.rollback_step = static_cast<uint64_t>(*step);
@@ -192,7 +196,6 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
   }
 
   // Store first, so a storage error leaves the table as it was.
-  StateBatch batch;
   batch.PutMember(m);
   if (superseded != 0) batch.DeleteMember(superseded);
   PutCounters(c, batch);

@@ -42,7 +42,7 @@ namespace strata::scheduler_internal {
 // back and to which step; `after` is the current view less a server it
 // supersedes. An error refuses the registration.
 using RollbackRule = std::function<absl::StatusOr<std::optional<int64_t>>(
-    const v1::RegisterRequest& req, const v1::View& after)>;
+    const v1::RegisterRequest& req, const v1::View& after, StateBatch& batch)>;
 
 struct MembershipOptions {
   int num_shards = 1;

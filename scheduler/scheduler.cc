@@ -76,11 +76,19 @@ absl::Status Scheduler::Init(SchedulerOptions options) {
   }
   STRATA_ASSIGN_OR_RETURN(store_, StateStore::Open(options.data_dir));
   STRATA_ASSIGN_OR_RETURN(PersistedState state, store_->Load());
-  if (options.resume_step >= 0 && !state.members.empty()) {
-    // Everyone of the stopped job is gone; their slots are free at once.
+  ledger_ =
+      std::make_unique<Ledger>(mode, store_.get(), std::move(state.ledger),
+                               std::move(state.ledger_applied));
+  if (options.resume_step >= 0) {
+    // Everyone of the stopped job is gone, their slots free at once; the
+    // ledger forgets the steps after resume_step. One write.
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Ledger::PendingRollback> pending,
+                            ledger_->BeginRollBack());
     scheduler_internal::StateBatch batch;
     for (const v1::Member& m : state.members) batch.DeleteMember(m.id());
+    pending->To(options.resume_step, batch);
     STRATA_RETURN_IF_ERROR(store_->Write(batch));
+    pending->Adopt();
     spdlog::info("scheduler: resuming at step {}: {} old member(s) dropped",
                  options.resume_step, state.members.size());
     state.members.clear();
@@ -90,12 +98,6 @@ absl::Status Scheduler::Init(SchedulerOptions options) {
                         options.clock, store_.get()},
       state);
   kv_ = std::make_unique<KvStore>(store_.get(), std::move(state.kv));
-  ledger_ =
-      std::make_unique<Ledger>(mode, store_.get(), std::move(state.ledger),
-                               std::move(state.ledger_applied));
-  if (options.resume_step >= 0) {
-    STRATA_RETURN_IF_ERROR(ledger_->RollBack(options.resume_step));
-  }
   service_ = std::make_unique<SchedulerService>(
       membership_.get(), kv_.get(), ledger_.get(), options.security.get());
   security_ = options.security;

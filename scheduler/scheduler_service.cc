@@ -70,27 +70,27 @@ grpc::Status SchedulerService::Register(grpc::ServerContext* ctx,
                                         v1::RegisterResponse* resp) {
   STRATA_RETURN_GRPC_IF_ERROR(AllowRegister(*ctx, req->role()));
   // Every registration takes the lock (they are rare); only a server's first
-  // one into a BSP job under way rolls back (RollbackStep).
+  // one into a BSP job under way rolls back (RollbackStep). The view's new
+  // generation and the ledger's rollback are one write: the ledger stays
+  // locked from the state the step is computed from until it adopts it.
   absl::MutexLock lock(&rollback_mu_);
-  std::optional<int64_t> rolled;
+  std::unique_ptr<Ledger::PendingRollback> pending;
   absl::StatusOr<v1::RegisterResponse> r = membership_->Register(
       *req,
-      [&](const v1::RegisterRequest& q,
-          const v1::View& after) -> absl::StatusOr<std::optional<int64_t>> {
-        if (q.role() != v1::ROLE_SERVER) return rolled;  // no ledger copy
-        rolled = RollbackStep(q, after, ledger_->State(), ledger_->mode());
+      [&](const v1::RegisterRequest& q, const v1::View& after,
+          StateBatch& batch) -> absl::StatusOr<std::optional<int64_t>> {
+        if (q.role() != v1::ROLE_SERVER ||
+            ledger_->mode().mode != Consistency::kBsp) {
+          return std::nullopt;
+        }
+        STRATA_ASSIGN_OR_RETURN(pending, ledger_->BeginRollBack());
+        std::optional<int64_t> rolled =
+            RollbackStep(q, after, pending->state(), ledger_->mode());
+        if (rolled.has_value()) pending->To(*rolled, batch);
         return rolled;
       });
   if (!r.ok()) return ToGrpcStatus(r.status());
-  if (rolled.has_value()) {
-    // The view already says so. A ledger that cannot follow is logged as an
-    // error: its steps after the rollback would count twice (the two writes
-    // are a known limit, docs/ARCHITECTURE.md).
-    if (absl::Status s = ledger_->RollBack(*rolled); !s.ok()) {
-      spdlog::error("scheduler: the ledger cannot roll back to step {}: {}",
-                    *rolled, s.ToString());
-    }
-  }
+  if (pending != nullptr) pending->Adopt();
   *resp = *std::move(r);
   return grpc::Status::OK;
 }
