@@ -1,11 +1,14 @@
 // Servers' data-directory leases: a restarted server supersedes its old
 // lease, and a server joining a running BSP job rolls it back.
 
+#include <cerrno>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "storage/fault_fs.h"
 #include "testing/scheduler/scheduler_fixture.h"
 
 namespace strata {
@@ -38,16 +41,31 @@ TEST_F(SchedulerTest, ARestartedServerSupersedesTheLeaseOfItsDataDirectory) {
   EXPECT_THAT(std::string(zombie.status().message()), HasSubstr("superseded"));
 }
 
-TEST_F(SchedulerTest, AServerJoiningARunningBspJobRollsItBack) {
-  Start({.num_shards = 2, .lease = absl::Seconds(10)});
-  auto s0 = RegisterServer(*stub_, 0, "dir-0", {});
-  auto s1 = RegisterServer(*stub_, 1, "dir-1", {});
-  auto w = Register(v1::ROLE_WORKER);
-  ASSERT_TRUE(s0.ok() && s1.ok() && w.ok());
-  // The job: batch 8, slots 0 and 1; steps 0..5 applied on both slots.
-  auto lease = [&](int64_t step) {
+// A BSP job of batch 8 over slots 0 and 1 with one worker, and what its
+// tests do to it: lease a step, report a slot's update of a step.
+class RollbackTest : public SchedulerTest {
+ protected:
+  // Starts the scheduler (on `data_dir`, "" for none), registers servers
+  // of slots 0 and 1 and a worker, and applies steps 0..5 on both slots.
+  void StartJob(const std::string& data_dir = "") {
+    Start({.data_dir = data_dir, .num_shards = 2, .lease = absl::Seconds(10)});
+    auto s0 = RegisterServer(*stub_, 0, "dir-0", {});
+    auto s1 = RegisterServer(*stub_, 1, "dir-1", {});
+    auto w = Register(v1::ROLE_WORKER);
+    ASSERT_TRUE(s0.ok() && s1.ok() && w.ok());
+    s0_ = s0->member_id();
+    s1_ = s1->member_id();
+    worker_ = w->member_id();
+    for (int64_t step = 0; step < 6; ++step) {
+      ASSERT_TRUE(LeaseStep(step).ok()) << step;
+      Report(s0_, 0, step, 0);
+      Report(s1_, 1, step, 0);
+    }
+  }
+
+  absl::Status LeaseStep(int64_t step) {
     v1::LeaseWorkRequest req;
-    req.set_member_id(w->member_id());
+    req.set_member_id(worker_);
     req.set_step(step);
     req.mutable_job()->set_batch(8);
     req.mutable_job()->set_samples_per_epoch(100);
@@ -56,9 +74,11 @@ TEST_F(SchedulerTest, AServerJoiningARunningBspJobRollsItBack) {
     grpc::ClientContext ctx;
     v1::LeaseWorkResponse resp;
     return FromGrpcStatus(stub_->LeaseWork(&ctx, req, &resp));
-  };
-  auto report = [&](uint64_t member, int slot, int64_t step,
-                    uint64_t generation) {
+  }
+
+  // Returns how many reports the ledger recorded.
+  uint64_t Report(uint64_t member, int slot, int64_t step,
+                  uint64_t generation) {
     v1::ReportAppliedRequest req;
     req.set_member_id(member);
     v1::AppliedReport* r = req.add_reports();
@@ -70,21 +90,24 @@ TEST_F(SchedulerTest, AServerJoiningARunningBspJobRollsItBack) {
     v1::ReportAppliedResponse resp;
     EXPECT_TRUE(stub_->ReportApplied(&ctx, req, &resp).ok());
     return resp.recorded();
-  };
-  for (int64_t step = 0; step < 6; ++step) {
-    ASSERT_TRUE(lease(step).ok()) << step;
-    report(s0->member_id(), 0, step, 0);
-    report(s1->member_id(), 1, step, 0);
   }
-  // Slot 0 holds snapshots of steps 2 and 4 (its heartbeat says so).
-  v1::HeartbeatRequest hb;
-  hb.set_member_id(s0->member_id());
-  hb.add_snapshots(2);
-  hb.add_snapshots(4);
-  grpc::ClientContext hb_ctx;
-  v1::HeartbeatResponse hb_resp;
-  ASSERT_TRUE(stub_->Heartbeat(&hb_ctx, hb, &hb_resp).ok());
 
+  // Slot 0's heartbeat says it holds snapshots of `held`.
+  void Holds(std::vector<int64_t> held) {
+    v1::HeartbeatRequest hb;
+    hb.set_member_id(s0_);
+    for (int64_t step : held) hb.add_snapshots(step);
+    grpc::ClientContext ctx;
+    v1::HeartbeatResponse resp;
+    ASSERT_TRUE(stub_->Heartbeat(&ctx, hb, &resp).ok());
+  }
+
+  uint64_t s0_ = 0, s1_ = 0, worker_ = 0;
+};
+
+TEST_F(RollbackTest, AServerJoiningARunningBspJobRollsItBack) {
+  StartJob();
+  Holds({2, 4});
   // Slot 1 restarts holding 2 and 6 (6 is past what slot 0 holds; 4 it
   // lacks): the newest step both hold is 2.
   auto restarted = RegisterServer(*stub_, 1, "dir-1", {2, 6});
@@ -93,15 +116,48 @@ TEST_F(SchedulerTest, AServerJoiningARunningBspJobRollsItBack) {
   EXPECT_EQ(restarted->view().rollback_step(), 2);
   // The ledger forgot steps 2..5: step 2 is leased again, and a report of
   // the old generation no longer counts.
-  EXPECT_TRUE(lease(2).ok());
-  EXPECT_EQ(report(s0->member_id(), 0, 2, 0), 0u);
-  EXPECT_EQ(report(s0->member_id(), 0, 2, 1), 1u);
+  EXPECT_TRUE(LeaseStep(2).ok());
+  EXPECT_EQ(Report(s0_, 0, 2, 0), 0u);
+  EXPECT_EQ(Report(s0_, 0, 2, 1), 1u);
 
   // A server of a slot restarting with no snapshot rolls back to step 0.
   auto fresh = RegisterServer(*stub_, 0, "dir-0", {});
   ASSERT_TRUE(fresh.ok()) << fresh.status();
   EXPECT_EQ(fresh->view().generation(), 2u);
   EXPECT_EQ(fresh->view().rollback_step(), 0);
+}
+
+// The view's rollback and the ledger's are one write: a disk that refuses
+// it leaves both as they were (the registration fails; nothing is half
+// rolled back), and a scheduler restarted on its directory then rolls back
+// both at the next registration.
+TEST_F(RollbackTest, ARollbackTheDiskRefusesChangesNeitherViewNorLedger) {
+  FaultInjection& faults = FaultInjection::Install();  // before the store
+  faults.Clear();
+  const std::string dir = TempDir("rollback_fault");
+  StartJob(dir);
+  Holds({2, 4});
+  faults.Add(FaultRule{dir + "/", "", FaultOp::kWrite, EIO, 0, -1});
+  auto refused = RegisterServer(*stub_, 1, "dir-1", {2, 6});
+  faults.Clear();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("injected"));
+  EXPECT_EQ(scheduler_->CurrentView().generation(), 0u);
+  // The ledger still holds step 2 as applied: it is not leased again.
+  EXPECT_EQ(LeaseStep(2).code(), absl::StatusCode::kOutOfRange);
+
+  // Restarted on its directory: neither was stored.
+  scheduler_->Shutdown();
+  scheduler_.reset();
+  Start({.data_dir = dir, .num_shards = 2, .lease = absl::Seconds(10)});
+  EXPECT_EQ(scheduler_->CurrentView().generation(), 0u);
+  EXPECT_EQ(LeaseStep(2).code(), absl::StatusCode::kOutOfRange);
+  Holds({2, 4});
+  auto restarted = RegisterServer(*stub_, 1, "dir-1", {2, 6});
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  EXPECT_EQ(restarted->view().generation(), 1u);
+  EXPECT_EQ(restarted->view().rollback_step(), 2);
+  EXPECT_TRUE(LeaseStep(2).ok());
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include "absl/strings/strip.h"
 #include "common/status.h"
 #include "rocksdb/options.h"
+#include "storage/fault_fs.h"
+#include "storage/rocksdb_resume.h"
 #include "storage/rocksdb_status.h"
 
 namespace strata::scheduler_internal {
@@ -129,6 +131,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
       std::unique_ptr<DirClaim> claim,
       DirClaim::Acquire(data_dir, kSchedulerOwnerTag, kLegacyMarkerFile));
   rocksdb::Options options;
+  if (rocksdb::Env* env = FaultEnvOrNull()) options.env = env;  // tests only
   options.create_if_missing = true;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s =
@@ -156,7 +159,13 @@ absl::StatusOr<PersistedState> StateStore::Load() const {
 
 absl::Status StateStore::Write(StateBatch& batch) {
   if (db_ == nullptr) return absl::OkStatus();
-  return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch.batch_), "write");
+  // A stopped database (a disk that was full) takes writes again once the
+  // disk does (storage/rocksdb_resume.h).
+  return FromRocks(
+      WriteResuming(
+          *db_,
+          [&] { return db_->Write(rocksdb::WriteOptions(), &batch.batch_); }),
+      "write");
 }
 
 }  // namespace strata::scheduler_internal

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "storage/fault_fs.h"
 
 namespace strata {
 
@@ -22,7 +23,16 @@ absl::Status ErrnoError(absl::string_view what, const std::string& path) {
   return FsError(what, path, std::error_code(errno, std::generic_category()));
 }
 
+absl::Status InjectedError(absl::string_view what, const std::string& path,
+                           int error) {
+  return FsError(absl::StrCat(what, " (injected)"), path,
+                 std::error_code(error, std::generic_category()));
+}
+
 absl::Status SyncPath(const std::string& path) {
+  if (const Fault f = FaultAt(FaultOp::kSync, path); f.error != 0) {
+    return InjectedError("fsync", path, f.error);
+  }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoError("open", path);
   const int rc = ::fsync(fd);
@@ -32,6 +42,14 @@ absl::Status SyncPath(const std::string& path) {
 
 absl::Status WriteFileSynced(const std::string& path,
                              absl::string_view contents) {
+  if (const Fault f = FaultAt(FaultOp::kWrite, path); f.error != 0) {
+    if (f.torn) {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out.write(contents.data(),
+                static_cast<std::streamsize>(contents.size() / 2));
+    }
+    return InjectedError("write", path, f.error);
+  }
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
@@ -52,6 +70,9 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, size_t limit) {
   }
   if (size > limit) {
     return absl::DataLossError(absl::StrCat(path, " is implausibly large"));
+  }
+  if (const Fault f = FaultAt(FaultOp::kRead, path); f.error != 0) {
+    return InjectedError("read", path, f.error);
   }
   std::string data(size, '\0');
   std::ifstream in(path, std::ios::binary);

@@ -10,6 +10,8 @@
 #include "rocksdb/options.h"
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
+#include "storage/fault_fs.h"
+#include "storage/rocksdb_resume.h"
 #include "storage/rocksdb_status.h"
 
 namespace strata {
@@ -55,6 +57,7 @@ absl::StatusOr<ChunkRecord> DecodeStored(uint64_t id, absl::string_view value,
 
 rocksdb::Options DbOptions(bool create, const RocksDbTierOptions& tier) {
   rocksdb::Options options;
+  if (rocksdb::Env* env = FaultEnvOrNull()) options.env = env;  // tests only
   if (tier.blob_files) {
     options.enable_blob_files = true;
     options.min_blob_size = 4096;
@@ -184,7 +187,7 @@ absl::Status RocksDbTier::PutRef(const ChunkRecordRef& record) {
   rocksdb::WriteOptions write;
   write.disableWAL = !options_.write_ahead_log;
   absl::MutexLock lock(&mu_);
-  s = db_->Write(write, &batch);
+  s = WriteResuming(*db_, [&] { return db_->Write(write, &batch); });
   if (!s.ok()) {
     return FromRocksDb(s, absl::StrCat(path_, ": put chunk ", record.id));
   }
@@ -210,7 +213,8 @@ absl::Status RocksDbTier::Delete(uint64_t id) {
   if (!ids_.contains(id)) {
     return absl::NotFoundError(absl::StrCat(path_, ": no chunk ", id));
   }
-  const rocksdb::Status s = db_->Delete(write, Key(id));
+  const rocksdb::Status s =
+      WriteResuming(*db_, [&] { return db_->Delete(write, Key(id)); });
   if (!s.ok()) return FromRocksDb(s, absl::StrCat(path_, ": delete ", id));
   ids_.erase(id);
   return absl::OkStatus();
@@ -239,7 +243,7 @@ absl::Status RocksDbTier::Flush() {
   if (absl::Status s = CheckWritable(); !s.ok()) return s;
   rocksdb::FlushOptions flush;
   flush.wait = true;
-  rocksdb::Status s = db_->Flush(flush);
+  rocksdb::Status s = WriteResuming(*db_, [&] { return db_->Flush(flush); });
   if (s.ok()) s = db_->SyncWAL();
   return FromRocksDb(s, absl::StrCat("flushing ", path_));
 }
