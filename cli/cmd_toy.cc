@@ -55,6 +55,11 @@ CommandFn AddToyCommand(CLI::App& app) {
                   "multiply the emulated compute time (a slow worker)")
       ->check(CLI::Range(1.0, 1000.0))
       ->capture_default_str();
+  cmd->add_option("--lease_ahead_s", o->lease_ahead_s,
+                  "lease steps ahead to train through a scheduler outage "
+                  "this long (0: lease each step as it comes)")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
   cmd->add_option("--out", o->out, "rank 0 writes the final weights here");
   cmd->add_option("--log_every", o->log_every,
                   "print a progress line every N steps (0: never)")

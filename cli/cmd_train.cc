@@ -174,6 +174,12 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "while the servers apply the clipping commit (false: wait "
                   "for its answer first)")
       ->capture_default_str();
+  cmd->add_option("--lease_ahead_s", o->lease_ahead_s,
+                  "lease steps ahead to train through a scheduler outage "
+                  "this long (0: lease each step as it comes; BSP shares "
+                  "follow a speed change this much later)")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
   cmd->add_option("--forward_during_pull", o->forward_during_pull,
                   "start forward while the step's weights are being pulled, "
                   "each layer once its weights are in (--sync ps; false: "
@@ -269,6 +275,8 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
     f.insert(f.end(), {"--pull_during_commit", "false"});
   if (!o.forward_during_pull)
     f.insert(f.end(), {"--forward_during_pull", "false"});
+  if (o.lease_ahead_s != TrainerOptions().lease_ahead_s)
+    f.insert(f.end(), {"--lease_ahead_s", absl::StrCat(o.lease_ahead_s)});
   if (o.sync != SyncMode::kPs)
     f.insert(f.end(), {"--sync", SyncModeName(o.sync)});
   if (o.bucket_bytes != TrainerOptions().bucket_bytes)

@@ -390,10 +390,11 @@ absl::StatusOr<uint64_t> SchedulerClient::KvDeleteRange(
 }
 
 absl::StatusOr<v1::LeaseWorkResponse> SchedulerClient::LeaseWork(
-    int64_t step, const v1::LedgerJob& job) {
+    int64_t step, const v1::LedgerJob& job, int ahead) {
   v1::LeaseWorkRequest req;
   req.set_member_id(member_id());
   req.set_step(step);
+  req.set_ahead(ahead);
   *req.mutable_job() = job;
   v1::LeaseWorkResponse resp;
   STRATA_RETURN_IF_ERROR(FromGrpcStatus(stub_->LeaseWork(

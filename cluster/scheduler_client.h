@@ -144,10 +144,12 @@ class SchedulerClient {
                                          const std::string& end);
 
   // The data ledger (ledger.proto), as this member: its work for `step` of
-  // `job`, the servers' reports, and every applied record. Errors as the
-  // scheduler answers (scheduler.proto).
+  // `job` (and for `ahead` steps after it: LeaseWorkRequest.ahead), the
+  // servers' reports, and every applied record. Errors as the scheduler
+  // answers (scheduler.proto).
   absl::StatusOr<v1::LeaseWorkResponse> LeaseWork(int64_t step,
-                                                  const v1::LedgerJob& job);
+                                                  const v1::LedgerJob& job,
+                                                  int ahead = 0);
   absl::StatusOr<v1::ReportAppliedResponse> ReportApplied(
       const std::vector<v1::AppliedReport>& reports);
   absl::StatusOr<std::vector<v1::LedgerRecord>> ExportLedger();

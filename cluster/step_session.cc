@@ -10,7 +10,7 @@
 
 namespace strata {
 StepSession::StepSession(StepSessionOptions options)
-    : options_(std::move(options)) {}
+    : options_(std::move(options)), leases_(options_.lease_ahead) {}
 
 StepSession::~StepSession() { (void)CollectCommit(); }
 
@@ -117,8 +117,8 @@ StepSession::PullOutcome StepSession::Pull(absl::Span<float* const> weights,
 
 absl::StatusOr<std::optional<StepWork>> StepSession::Lease() {
   const bool bsp = consistency_.mode == Consistency::kBsp;
-  absl::StatusOr<StepWork> work =
-      LeaseStepWork(*session_.scheduler, step_, *job_, options_.timeout);
+  absl::StatusOr<StepWork> work = LeaseStepWork(
+      *session_.scheduler, step_, *job_, options_.timeout, &leases_);
   if (absl::IsOutOfRange(work.status())) {
     // BSP: the job applied this step without us (we were fenced or joined
     // late): go on from the next one. SSP/ASP: every sample is applied:

@@ -56,6 +56,9 @@ struct StepSessionOptions {
   float grad_clip = 0;
   // How long Begin and End wait for the scheduler's answers and views.
   absl::Duration timeout = absl::Seconds(60);
+  // Lease steps ahead to train through a scheduler outage this long
+  // (cluster/lease_ahead.h; zero: lease each step as it comes).
+  absl::Duration lease_ahead = absl::Seconds(30);
 };
 
 // The job's data: `steps` steps of `batch` samples out of a training set
@@ -153,6 +156,7 @@ class StepSession {
   Consistency consistency_;
   std::unique_ptr<PsClient> ps_;
   std::optional<v1::LedgerJob> job_;
+  LeaseAhead leases_;  // steps leased ahead (through a scheduler outage)
   int64_t steps_ = 0;
   uint64_t generation_ = 0;  // the rollback generation of the weights
   int64_t step_ = 0;

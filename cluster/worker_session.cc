@@ -66,17 +66,65 @@ v1::LedgerJob LedgerJobFor(const ChunkPlan& plan, int64_t steps, int64_t batch,
   return job;
 }
 
+namespace {
+
+StepWork ToStepWork(const StepView& sv, const v1::LeaseWorkResponse& lease) {
+  StepWork w;
+  w.view = sv;
+  w.stamp_epoch = lease.epoch();
+  if (lease.workers() > 0) {  // BSP: the split's ranks
+    w.view.rank = lease.rank();
+    w.view.workers = lease.workers();
+  }
+  w.units.assign(lease.units().begin(), lease.units().end());
+  for (const v1::WorkUnit& u : w.units) w.samples += u.count();
+  return w;
+}
+
+// Leases more steps after `step` into `ahead` when it holds few; a
+// scheduler that does not answer is asked again a second later, the step
+// goes on meanwhile.
+void TopUp(SchedulerClient& scheduler, int64_t step, const v1::LedgerJob& job,
+           const StepView& sv, LeaseAhead& ahead) {
+  const int want = ahead.WantAhead(step, absl::Now());
+  if (want == 0) return;
+  absl::StatusOr<v1::LeaseWorkResponse> more =
+      scheduler.LeaseWork(step + 1, job, want - 1);
+  if (!more.ok()) {
+    ahead.AskFailed(absl::Now());
+    return;
+  }
+  // The first of them too: it is a lease of its own (leased_ahead holds
+  // those after it).
+  v1::LeaseWorkResponse first = *more;
+  first.clear_leased_ahead();
+  *more->mutable_leased_ahead()->Add() = std::move(first);
+  ahead.Keep(*more, sv.member, sv.generation);
+}
+
+}  // namespace
+
 absl::StatusOr<StepWork> LeaseStepWork(SchedulerClient& scheduler, int64_t step,
                                        const v1::LedgerJob& job,
-                                       absl::Duration timeout) {
+                                       absl::Duration timeout,
+                                       LeaseAhead* ahead) {
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
     STRATA_ASSIGN_OR_RETURN(
         const StepView sv,
         CurrentStepView(
             scheduler, std::max(deadline - absl::Now(), absl::ZeroDuration())));
+    if (ahead != nullptr) {
+      if (std::optional<v1::LeaseWorkResponse> held =
+              ahead->Take(step, scheduler.view(), sv.member, absl::Now())) {
+        TopUp(scheduler, step, job, sv, *ahead);
+        return ToStepWork(sv, *held);
+      }
+    }
+    const int want =
+        ahead == nullptr ? 0 : ahead->WantAhead(step, absl::InfiniteFuture());
     absl::StatusOr<v1::LeaseWorkResponse> lease =
-        scheduler.LeaseWork(step, job);
+        scheduler.LeaseWork(step, job, want);
     if ((absl::IsNotFound(lease.status()) ||
          absl::IsUnavailable(lease.status())) &&
         absl::Now() < deadline) {
@@ -88,16 +136,8 @@ absl::StatusOr<StepWork> LeaseStepWork(SchedulerClient& scheduler, int64_t step,
       continue;
     }
     if (!lease.ok()) return lease.status();
-    StepWork w;
-    w.view = sv;
-    w.stamp_epoch = lease->epoch();
-    if (lease->workers() > 0) {  // BSP: the split's ranks
-      w.view.rank = lease->rank();
-      w.view.workers = lease->workers();
-    }
-    w.units.assign(lease->units().begin(), lease->units().end());
-    for (const v1::WorkUnit& u : w.units) w.samples += u.count();
-    return w;
+    if (ahead != nullptr) ahead->Keep(*lease, sv.member, sv.generation);
+    return ToStepWork(sv, *lease);
   }
 }
 

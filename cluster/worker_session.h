@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cluster/lease_ahead.h"
 #include "cluster/scheduler_client.h"
 #include "common/chunk_plan.h"
 #include "common/consistency.h"
@@ -74,13 +75,15 @@ struct StepWork {
 // Leases this worker's samples for `step` (BSP: the job's step; SSP/ASP:
 // this worker's clock), waiting first, up to `timeout`, for a view that
 // lists this worker (a fenced worker registers again); NOT_FOUND and
-// UNAVAILABLE answers are asked again until then. Errors: LeaseWork's
-// (OUT_OF_RANGE: a BSP step already applied, or every sample of an SSP/ASP
-// job; FAILED_PRECONDITION: another job's ledger, too many workers),
-// DEADLINE_EXCEEDED.
+// UNAVAILABLE answers are asked again until then. With `ahead`, a lease
+// held there is used first and later steps are leased ahead into it
+// (cluster/lease_ahead.h): with enough held, a step does not wait for a
+// scheduler that is away. Errors: LeaseWork's (OUT_OF_RANGE: a BSP step
+// already applied, or every sample of an SSP/ASP job; FAILED_PRECONDITION:
+// another job's ledger, too many workers), DEADLINE_EXCEEDED.
 absl::StatusOr<StepWork> LeaseStepWork(
     SchedulerClient& scheduler, int64_t step, const v1::LedgerJob& job,
-    absl::Duration timeout = absl::Seconds(60));
+    absl::Duration timeout = absl::Seconds(60), LeaseAhead* ahead = nullptr);
 
 // Whether `status`, the outcome of a step computed in `computed`, means the
 // step is to be computed again in a newer view; waits for that view first.

@@ -57,6 +57,12 @@ namespace strata::scheduler_internal {
 std::vector<int64_t> Apportion(int64_t total,
                                const std::vector<double>& weights);
 
+// The most steps a lease may take ahead of the one asked for: enough for a
+// 30 s scheduler outage at 17 steps/s. Each BSP step leased ahead is a
+// split in the ledger's state (tens of bytes a worker), which every commit
+// writes whole.
+inline constexpr int kMaxLeaseAhead = 512;
+
 class Ledger {
  public:
   // Restores `state` and the applied records (by rising sequence number).
@@ -70,7 +76,8 @@ class Ledger {
   // ledger; more live workers than samples per step), OUT_OF_RANGE (a BSP
   // step already applied; SSP/ASP: every sample of the job applied),
   // UNAVAILABLE (SSP/ASP: every sample handed out, some not yet applied:
-  // ask again later), storage errors (nothing changed).
+  // ask again later), storage errors (nothing changed). With req.ahead,
+  // the next steps' leases too (leased_ahead), as many as can be made.
   absl::StatusOr<v1::LeaseWorkResponse> Lease(const v1::LeaseWorkRequest& req,
                                               const v1::View& view);
 
@@ -127,6 +134,17 @@ class Ledger {
   const Consistency& mode() const { return mode_; }
 
  private:
+  // SSP/ASP: how many leases of `per_lease` samples a worker may take
+  // ahead: at most half its even part of the samples not yet handed out,
+  // so that no other worker waits for samples held ahead by this one (under
+  // SSP it could not catch up, and this one could not go on past it) and
+  // the job's end waits on no long tail of them. BSP: kMaxLeaseAhead.
+  int AsyncAheadLimit(const v1::LedgerState& s, const v1::View& view,
+                      int64_t per_lease) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Whether a BSP step is inside the job (total_samples; SSP/ASP: always,
+  // their leases end when the samples do).
+  bool InJob(const v1::LedgerState& s, int64_t step) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The pieces of [first, first + count) cut at data epoch ends, each with
   // a new id from `s`.
   static std::vector<v1::WorkUnit> CutUnits(v1::LedgerState& s, int64_t first,

@@ -26,6 +26,12 @@ absl::Status NotALiveWorker(uint64_t id) {
       "register again"));
 }
 
+int64_t Samples(const google::protobuf::RepeatedPtrField<v1::WorkUnit>& units) {
+  int64_t n = 0;
+  for (const v1::WorkUnit& u : units) n += u.count();
+  return n;
+}
+
 // The share counts of `workers` for a batch of `batch`.
 absl::StatusOr<std::vector<int64_t>> Shares(
     int64_t batch, const std::vector<const v1::Member*>& workers) {
@@ -152,12 +158,47 @@ absl::StatusOr<v1::LeaseWorkResponse> Ledger::Lease(
   absl::MutexLock lock(&mu_);
   v1::LedgerState s = state_;
   STRATA_RETURN_IF_ERROR(CheckJob(req.job(), s));
-  absl::StatusOr<v1::LeaseWorkResponse> resp = mode_.mode == Consistency::kBsp
-                                                   ? LeaseBsp(req, view, s)
-                                                   : LeaseAsync(req, view, s);
+  auto lease_one = [&](const v1::LeaseWorkRequest& r) {
+    return mode_.mode == Consistency::kBsp ? LeaseBsp(r, view, s)
+                                           : LeaseAsync(r, view, s);
+  };
+  absl::StatusOr<v1::LeaseWorkResponse> resp = lease_one(req);
   if (!resp.ok()) return resp.status();
+  resp->set_step(req.step());
+  // The steps ahead: as many as the job has, each leased as if asked alone.
+  // The first that cannot be (the job's end, SSP/ASP samples all out)
+  // ends them; its error is not the request's.
+  const int ahead = std::min(std::clamp(req.ahead(), 0, kMaxLeaseAhead),
+                             AsyncAheadLimit(s, view, Samples(resp->units())));
+  v1::LeaseWorkRequest next = req;
+  for (int i = 1; i <= ahead; ++i) {
+    next.set_step(req.step() + i);
+    if (!InJob(s, next.step())) break;
+    absl::StatusOr<v1::LeaseWorkResponse> r = lease_one(next);
+    if (!r.ok() || r->units().empty()) break;
+    r->set_step(next.step());
+    *resp->add_leased_ahead() = *std::move(r);
+  }
   STRATA_RETURN_IF_ERROR(Commit(std::move(s), {}));
   return resp;
+}
+
+int Ledger::AsyncAheadLimit(const v1::LedgerState& s, const v1::View& view,
+                            int64_t per_lease) const {
+  const int64_t total = s.job().total_samples();
+  if (mode_.mode == Consistency::kBsp || total <= 0) return kMaxLeaseAhead;
+  if (per_lease <= 0) return 0;
+  const int64_t left = total - s.cursor() + Samples(s.requeued());
+  const int64_t workers =
+      std::max<int64_t>(1, static_cast<int64_t>(Workers(view).size()));
+  return static_cast<int>(
+      std::min<int64_t>(kMaxLeaseAhead, left / (2 * workers) / per_lease));
+}
+
+bool Ledger::InJob(const v1::LedgerState& s, int64_t step) const {
+  const int64_t total = s.job().total_samples();
+  if (mode_.mode != Consistency::kBsp || total <= 0) return true;
+  return step < total / s.job().batch() + (total % s.job().batch() != 0);
 }
 
 absl::StatusOr<v1::LeaseWorkResponse> Ledger::LeaseBsp(

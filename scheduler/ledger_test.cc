@@ -403,6 +403,79 @@ TEST_F(LedgerTest, AsyncJobEndsOnceEverySampleIsApplied) {
   EXPECT_TRUE(audit->exactly_once());
 }
 
+// Steps leased ahead are the leases those steps get when asked alone: the
+// same split for every worker of the epoch, stored (a restarted scheduler
+// answers them the same), no step past the job's end.
+TEST_F(LedgerTest, BspStepsLeasedAheadAreTheStepsOwnSplits) {
+  Open("bsp", /*on_disk=*/true);
+  v1::LedgerJob job = Job();
+  job.set_total_samples(60);  // steps 0..5
+  const v1::View v = MakeView(3, {5, 9});
+  v1::LeaseWorkRequest req = LeaseReq(9, 0, job);
+  req.set_ahead(10);
+  auto a = ledger_->Lease(req, v);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->step(), 0);
+  ASSERT_EQ(a->leased_ahead_size(), 5);  // steps 1..5: the job ends there
+  for (int i = 0; i < 5; ++i) {
+    const v1::LeaseWorkResponse& ahead = a->leased_ahead(i);
+    EXPECT_EQ(ahead.step(), 1 + i);
+    EXPECT_EQ(ahead.epoch(), 3u);
+    EXPECT_EQ(ahead.rank(), 1);
+    EXPECT_EQ(ahead.workers(), 2);
+    EXPECT_TRUE(ahead.leased_ahead().empty());
+  }
+  EXPECT_THAT(Runs(a->leased_ahead(3).units()), ElementsAre(std::pair{45, 5}));
+  // The other worker, asking step 4 alone (after a restart), gets the other
+  // half of the same split; worker 9 asking again gets the same units.
+  Open("bsp", /*on_disk=*/true);
+  auto b = ledger_->Lease(LeaseReq(5, 4, job), v);
+  auto again = ledger_->Lease(LeaseReq(9, 4, job), v);
+  ASSERT_TRUE(b.ok() && again.ok());
+  EXPECT_THAT(Runs(b->units()), ElementsAre(std::pair{40, 5}));
+  EXPECT_EQ(again->units(0).id(), a->leased_ahead(3).units(0).id());
+  // Recorded once each, whoever leased them.
+  for (int64_t step = 0; step < 6; ++step) ReportBoth(*ledger_, v, step, 3);
+  auto audit = AuditLedger(ledger_->Applied());
+  ASSERT_TRUE(audit.ok());
+  EXPECT_EQ(audit->samples, 60);
+  EXPECT_TRUE(audit->exactly_once());
+}
+
+// SSP/ASP: a worker leases ahead at most half its even part of what is left,
+// so the other worker still finds samples, and none is handed out twice.
+TEST_F(LedgerTest, AsyncLeasesAheadLeaveOtherWorkersTheirPart) {
+  Open("ssp:1");
+  v1::LedgerJob job = Job(10, 1000);
+  job.set_total_samples(200);
+  const v1::View v = MakeView(1, {1, 2});
+  v1::LeaseWorkRequest req = LeaseReq(1, 0, job);
+  req.set_ahead(100);
+  auto a = ledger_->Lease(req, v);
+  ASSERT_TRUE(a.ok()) << a.status();
+  // 195 left after its own 5: at most 195 / 4 = 48 samples ahead, 9 leases.
+  EXPECT_EQ(a->leased_ahead_size(), 9);
+  std::map<int64_t, int> seen;
+  auto note = [&](const v1::LeaseWorkResponse& r) {
+    for (const v1::WorkUnit& u : r.units())
+      for (int64_t i = 0; i < u.count(); ++i) ++seen[u.first() + i];
+  };
+  note(*a);
+  for (const auto& ahead : a->leased_ahead()) note(ahead);
+  // The other worker leases the rest, step by step, up to the end.
+  int64_t clock = 0;
+  for (;;) {
+    auto b = ledger_->Lease(LeaseReq(2, clock++, job), v);
+    if (!b.ok()) {
+      EXPECT_EQ(b.status().code(), absl::StatusCode::kUnavailable);
+      break;
+    }
+    note(*b);
+  }
+  EXPECT_EQ(seen.size(), 200u);
+  for (const auto& [sample, n] : seen) EXPECT_EQ(n, 1) << sample;
+}
+
 v1::LedgerRecord Rec(uint64_t epoch, int64_t first, int64_t count) {
   v1::LedgerRecord r;
   r.set_data_epoch(epoch);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -207,6 +208,84 @@ TEST(Chaos, BspJobRollsBackWhenAServerIsKilledAndRestarted) {
   EXPECT_EQ(restarted->Stop(), 0) << restarted->Output();
   EXPECT_EQ(scheduler->Stop(), 0) << scheduler->Output();
 }
+
+// The newest step a toy worker printed (its --log_every lines), or -1.
+int64_t LastLoggedStep(const std::string& output) {
+  static const std::regex kStep("step ([0-9]+) batch_loss");
+  int64_t last = -1;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), kStep);
+       it != std::sregex_iterator(); ++it) {
+    last = std::max<int64_t>(last, std::stoll((*it)[1]));
+  }
+  return last;
+}
+
+// The scheduler killed for 3 s while two workers train: they go on with the
+// steps they leased ahead (cluster/lease_ahead.h) and the servers keep
+// their reports until it is back on its data directory; the job ends with
+// every sample applied once. Parameter: the consistency.
+class SchedulerOutage : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SchedulerOutage, WorkersTrainThroughIt) {
+  const std::string mode = GetParam();
+  const std::string dir = testing::FreshDir(absl::StrCat("outage_", mode));
+  auto start_scheduler = [&](const std::string& listen, int n) {
+    return std::make_unique<Child>(
+        std::vector<std::string>{STRATA_BINARY, "scheduler", "--listen", listen,
+                                 "--num_shards", "2", "--consistency", mode,
+                                 "--data_dir", dir + "/scheduler_state",
+                                 "--lease_ms", "800", "--address_file",
+                                 absl::StrCat(dir, "/addr", n)},
+        absl::StrCat(dir, "/scheduler", n, ".log"));
+  };
+  auto scheduler = start_scheduler("127.0.0.1:0", 0);
+  const std::string address = testing::WaitForLine(dir + "/addr0");
+  ASSERT_FALSE(address.empty()) << scheduler->Output();
+  std::vector<std::unique_ptr<Child>> servers;
+  for (int s = 0; s < 2; ++s) {
+    servers.push_back(std::make_unique<Child>(
+        std::vector<std::string>{STRATA_BINARY, "server", "--scheduler",
+                                 address, "--shard", std::to_string(s),
+                                 "--consistency", mode},
+        absl::StrCat(dir, "/server", s, ".log")));
+  }
+  constexpr int64_t kJobSteps = 600;
+  std::vector<std::unique_ptr<Child>> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.push_back(
+        testing::ToyWorker(STRATA_BINARY, address, dir, w, 2, kJobSteps, kBatch,
+                           {"--dim", std::to_string(kDim), "--chunk_bytes",
+                            "64", "--sample_cost_us", "300", "--lr", "0.002"}));
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(90);
+  while (LastLoggedStep(workers[0]->Output()) < 30 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_GE(LastLoggedStep(workers[0]->Output()), 30) << workers[0]->Output();
+  EXPECT_EQ(scheduler->Stop(SIGKILL), 128 + SIGKILL);
+  const int64_t at_kill = LastLoggedStep(workers[0]->Output());
+  absl::SleepFor(absl::Seconds(3));
+  const int64_t at_restart = LastLoggedStep(workers[0]->Output());
+  scheduler = start_scheduler(address, 1);
+  ASSERT_FALSE(testing::WaitForLine(dir + "/addr1").empty())
+      << scheduler->Output();
+  // Trained on while the scheduler was away: dozens of steps (a few ms
+  // each), not none.
+  EXPECT_GE(at_restart, at_kill + 30) << workers[0]->Output();
+  for (auto& w : workers)
+    ASSERT_EQ(w->Wait(absl::Minutes(3)), 0) << w->Output();
+  const testing::LedgerCheck ledger =
+      testing::CheckLedger(STRATA_BINARY, address, dir, kJobSteps * kBatch);
+  testing::ExpectAppliedOnce(ledger, kJobSteps * kBatch);
+  for (auto& s : servers) EXPECT_EQ(s->Stop(), 0) << s->Output();
+  EXPECT_EQ(scheduler->Stop(), 0) << scheduler->Output();
+}
+
+INSTANTIATE_TEST_SUITE_P(Consistency, SchedulerOutage,
+                         ::testing::Values("bsp", "asp"),
+                         [](const ::testing::TestParamInfo<const char*>& p) {
+                           return std::string(p.param);
+                         });
 
 }  // namespace
 }  // namespace strata

@@ -294,10 +294,13 @@ TEST(Cluster, BspSharesFollowEachWorkersSpeed) {
   const std::string address = cluster.address();
   ASSERT_FALSE(address.empty());
   constexpr int kSteps = 120, kBatch = 48;
+  // Each step leased as it comes: a split is made when it is leased, and
+  // steps leased ahead (to train through a scheduler outage) would keep the
+  // shares of the speeds known then.
   auto worker = [&](int w, const char* throttle) {
-    return testing::ToyWorker(
-        STRATA_BINARY, address, dir, w, 2, kSteps, kBatch,
-        {"--dim", "16", "--sample_cost_us", "400", "--throttle", throttle});
+    return testing::ToyWorker(STRATA_BINARY, address, dir, w, 2, kSteps, kBatch,
+                              {"--dim", "16", "--sample_cost_us", "400",
+                               "--throttle", throttle, "--lease_ahead_s", "0"});
   };
 
   // The slow worker registers first: it has the lower member id.

@@ -72,6 +72,11 @@ struct TrainerOptions {
   // its weights have landed (ps sync only; false: pull everything first).
   // The same arithmetic either way.
   bool forward_during_pull = true;
+  // Lease steps ahead to train through a scheduler outage this long, in
+  // seconds (cluster/lease_ahead.h; 0: lease each step as it comes). BSP
+  // splits are made when leased: a worker's speed change moves the shares
+  // of the steps leased after it, up to this long later.
+  double lease_ahead_s = 30;
   // How workers combine gradients: kPs, each pushes its own and the
   // servers average them; kAllReduce (BSP only), the workers all-reduce
   // them among themselves over Gloo (each gradient as backward finishes

@@ -46,6 +46,7 @@ class Trainer {
         workers_(workers) {
     if (o.metrics != nullptr)
       metrics_ = std::make_unique<WorkerMetrics>(*o.metrics);
+    leases_ = LeaseAhead(absl::Seconds(o.lease_ahead_s));
   }
 
   absl::Status Run();
@@ -225,6 +226,7 @@ class Trainer {
   StepStamp stamp_;          // of the step being computed
   uint64_t generation_ = 0;  // the rollback generation steps are computed in
   v1::LedgerJob job_;        // this job, as the data ledger knows it
+  LeaseAhead leases_;        // steps leased ahead (through a scheduler outage)
   double speed_ = 0;         // samples/s computing, smoothed
   double compute_s_ = 0;
   double sync_s_ = 0;  // after backward, until the step is pushed

@@ -35,7 +35,8 @@ absl::StatusOr<Trainer::Next> Trainer::Step(Loop& loop) {
   if (after_pull.has_value()) return *after_pull;
   absl::StatusOr<StepWork> work =
       early.leased.has_value() ? *std::move(early.leased)
-                               : LeaseStepWork(*scheduler_, loop.step, job_);
+                               : LeaseStepWork(*scheduler_, loop.step, job_,
+                                               absl::Seconds(60), &leases_);
   if (absl::IsOutOfRange(work.status())) {
     // BSP: the job applied this step without us (we were fenced or joined
     // late): go on from the next one. SSP/ASP: every sample is applied:
@@ -77,7 +78,8 @@ Trainer::Early Trainer::ComputeDuringPull(int64_t step) {
   // pulls have said the step is its to compute.
   Early early;
   if (!o_.forward_during_pull || o_.sync != SyncMode::kPs) return early;
-  early.leased = LeaseStepWork(*scheduler_, step, job_);
+  early.leased =
+      LeaseStepWork(*scheduler_, step, job_, absl::Seconds(60), &leases_);
   if (early.leased->ok() && (*early.leased)->view.generation == generation_) {
     SetStamp(**early.leased);
     early.computed = ComputeAndPush(step, **early.leased, &early.grad_norm);

@@ -119,6 +119,7 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
   so.scheduler.security = o.security;
   so.ps.security = o.security;
   so.min_workers = o.workers;
+  so.lease_ahead = absl::Seconds(o.lease_ahead_s);
   so.model = ToyModel(o, kind);
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<StepSession> session,
                           StepSession::Create(std::move(so)));

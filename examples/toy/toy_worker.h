@@ -35,6 +35,9 @@ struct ToyWorkerOptions {
   // smaller share of each BSP step (scheduler/ledger.h).
   double sample_cost_us = 0;
   double throttle = 1.0;
+  // Lease steps ahead to train through a scheduler outage this long, in
+  // seconds (cluster/lease_ahead.h; 0: each step as it comes).
+  double lease_ahead_s = 30;
   // TLS for the channels to the scheduler and servers (security/tls.h).
   std::shared_ptr<const Security> security = Security::Plaintext();
 };
