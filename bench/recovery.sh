@@ -12,6 +12,13 @@
 # after the job rolled back, median as `server_recovery_s <y>`, with its
 # ratio to the lease (which the restart does not wait for: it supersedes
 # the old server's lease).
+# Then the scheduler killed with SIGKILL and started again on its data
+# directory OUTAGE_S seconds later: the workers train on with the steps
+# they leased ahead (cluster/lease_ahead.h). It prints the steps a worker
+# completed during the outage against the steps it completes in as long
+# before it (`scheduler_outage_steps`, its ratio) and the longest stall of
+# that worker's steps from the kill to the restart
+# (`scheduler_outage_max_stall_s`; without leases ahead it is the outage).
 # Run from the repository root: bash bench/recovery.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +27,7 @@ bench_build strata
 KILLS=${KILLS:-5}
 SERVER_KILLS=${SERVER_KILLS:-3}
 LEASE_MS=${LEASE_MS:-2500}
+OUTAGE_S=${OUTAGE_S:-5}
 export SNAPSHOT_EVERY=${SNAPSHOT_EVERY:-20}
 
 dir=$(mktemp -d /tmp/strata-recovery-XXXXXX)
@@ -27,7 +35,8 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; if [ -n "${KEEP:-}" ]; then rm -rf "$KEEP"; cp -r "$dir" "$KEEP"; fi; rm -rf "$dir"; }
 trap cleanup EXIT
 
-start_cluster "$dir" --lease_ms "$LEASE_MS"
+start_cluster "$dir" --lease_ms "$LEASE_MS" --data_dir "$dir/scheduler_state"
+scheduler_pid=${pids[0]}
 
 # start_worker N: a toy worker logging every step to $dir/workerN.log.
 workers=()
@@ -106,3 +115,36 @@ done
 median=$(printf "%s\n" "${server_times[@]}" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}')
 echo "server_recovery_s $median"
 python3 -c "print('server_recovery_ratio_to_lease %.3f' % ($median / ($LEASE_MS / 1000)))"
+
+# The scheduler's outage: kill it, start it again OUTAGE_S later on the same
+# address and data directory; watch the newest live worker's log (a line a
+# step) before and during the outage.
+outage='
+import os, signal, subprocess, sys, time
+pid, log, outage, restart = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4:]
+lines = lambda: sum(1 for _ in open(log))
+def watch(seconds):
+    """Steps logged in `seconds`, and the longest gap between two of them."""
+    t0 = time.time(); n0 = lines(); last_n, last_t, gap = n0, t0, 0.0
+    while time.time() - t0 < seconds:
+        n = lines()
+        if n != last_n:
+            gap = max(gap, time.time() - last_t); last_n, last_t = n, time.time()
+        time.sleep(0.005)
+    return lines() - n0, max(gap, time.time() - last_t)
+before, _ = watch(outage)
+os.kill(pid, signal.SIGKILL)
+during, stall = watch(outage)
+restarted = subprocess.Popen(restart, stdout=subprocess.DEVNULL,
+                             stderr=open(os.environ["RESTART_LOG"], "a")).pid
+print(before, during, "%.3f" % stall, restarted)
+'
+read -r before during stall scheduler_pid < <(RESTART_LOG="$dir/scheduler.log" \
+  python3 -c "$outage" "$scheduler_pid" "$dir/worker$watch.log" "$OUTAGE_S" \
+  ./build/cli/strata scheduler --listen "$addr" --num_shards 2 \
+  --lease_ms "$LEASE_MS" --data_dir "$dir/scheduler_state")
+pids+=("$scheduler_pid")
+echo "scheduler_outage_steps $during (in ${OUTAGE_S} s before it: $before)"
+python3 -c "print('scheduler_outage_steps_ratio %.3f' % ($during / max($before, 1)))"
+echo "scheduler_outage_max_stall_s $stall (outage ${OUTAGE_S} s)"
+sleep 2

@@ -6,13 +6,6 @@
 #include <utility>
 
 namespace strata {
-namespace {
-
-// The ledger's cap (scheduler/ledger.h kMaxLeaseAhead), which the request
-// is clamped to anyway.
-constexpr int kMaxAhead = 512;
-
-}  // namespace
 
 LeaseAhead::LeaseAhead(absl::Duration cover) : cover_(cover) {}
 

@@ -3,8 +3,8 @@
 // ledger (scheduler/ledger.h), and a worker asking for each one as it
 // comes would wait out the whole outage. A worker asks for enough steps
 // ahead to cover `cover` of training at its measured step rate (at most
-// kMaxLeaseAhead, the ledger's cap), keeps them here, and asks for more
-// when fewer than half remain. Membership changes still wait for the
+// kMaxAhead), keeps them here, and asks for more when fewer than half
+// remain. Membership changes still wait for the
 // scheduler, and a held lease is used only in the view it was made for:
 // - BSP: the same workers epoch (the split's shares follow the live
 //   workers) and rollback generation;
@@ -29,6 +29,9 @@ class LeaseAhead {
  public:
   // Steps asked ahead before a step rate is measured.
   static constexpr int kFirstAhead = 8;
+  // The most asked for at once: the ledger's cap (scheduler/ledger.h
+  // kMaxLeaseAhead), which clamps the request anyway.
+  static constexpr int kMaxAhead = 2048;
 
   explicit LeaseAhead(absl::Duration cover = absl::Seconds(30));
 

@@ -94,7 +94,7 @@ TEST(LeaseAhead, AsksForTheCoverAtTheMeasuredStepRate) {
     fast.Take(step, View(1), 7, t);
     t += absl::Milliseconds(1);
   }
-  EXPECT_EQ(fast.WantAhead(19, t), 512);
+  EXPECT_EQ(fast.WantAhead(19, t), LeaseAhead::kMaxAhead);
   // No cover: nothing ahead.
   LeaseAhead off(absl::ZeroDuration());
   EXPECT_EQ(off.WantAhead(0, t), 0);

@@ -22,11 +22,16 @@ constexpr int kMaxOrphans = 256;
 }  // namespace
 
 Ledger::Ledger(Consistency mode, StateStore* store, v1::LedgerState state,
-               std::vector<std::pair<uint64_t, v1::LedgerRecord>> applied)
+               std::vector<std::pair<uint64_t, v1::LedgerRecord>> applied,
+               std::vector<v1::LedgerState::Split> splits)
     : mode_(mode),
       store_(store),
       state_(std::move(state)),
-      applied_(std::move(applied)) {}
+      applied_(std::move(applied)),
+      splits_(std::move(splits),
+              {state_.splits().begin(), state_.splits().end()}) {
+  state_.clear_splits();
+}
 
 absl::StatusOr<v1::ReportAppliedResponse> Ledger::Report(
     const v1::ReportAppliedRequest& req, const v1::View& view) {
@@ -54,18 +59,20 @@ absl::StatusOr<v1::ReportAppliedResponse> Ledger::Report(
     }
   }
   v1::LedgerState s = state_;
+  SplitTable::Edit splits(splits_);
   std::vector<v1::LedgerRecord> records;
   v1::ReportAppliedResponse resp;
   for (const v1::AppliedReport& r : req.reports()) {
     // An update of another rollback generation: the job rolled back past
     // it (or the server has not rolled back yet); it does not count.
-    if (r.generation() == view.generation() && ApplyReport(r, s, records)) {
+    if (r.generation() == view.generation() &&
+        ApplyReport(r, s, splits, records)) {
       resp.set_recorded(resp.recorded() + 1);
     } else {
       resp.set_ignored(resp.ignored() + 1);
     }
   }
-  STRATA_RETURN_IF_ERROR(Commit(std::move(s), std::move(records)));
+  STRATA_RETURN_IF_ERROR(Commit(std::move(s), std::move(records), &splits));
   return resp;
 }
 
@@ -87,6 +94,7 @@ v1::LedgerRecord Ledger::Record(const v1::WorkUnit& u, int64_t step,
 }
 
 bool Ledger::ApplyReport(const v1::AppliedReport& r, v1::LedgerState& s,
+                         SplitTable::Edit& splits,
                          std::vector<v1::LedgerRecord>& out) const {
   const bool bsp = mode_.mode == Consistency::kBsp;
   const uint64_t who = bsp ? 0 : r.worker_member_id();
@@ -94,7 +102,7 @@ bool Ledger::ApplyReport(const v1::AppliedReport& r, v1::LedgerState& s,
   if (!NoteSlot(r, who, s, &done)) return false;
   if (!done.has_value()) return true;  // other slots have yet to apply it
   if (bsp) {
-    RecordStep(*done, s, out);
+    RecordStep(*done, s, splits, out);
     return true;
   }
   return RecordPush(*done, who, s, out);
@@ -143,12 +151,9 @@ bool Ledger::NoteSlot(const v1::AppliedReport& r, uint64_t who,
 }
 
 void Ledger::RecordStep(const v1::LedgerState::Pending& done,
-                        v1::LedgerState& s,
+                        v1::LedgerState& s, SplitTable::Edit& splits,
                         std::vector<v1::LedgerRecord>& out) const {
-  const v1::LedgerState::Split* split = nullptr;
-  for (const auto& sp : s.splits()) {
-    if (sp.step() == done.step() && sp.epoch() == done.epoch()) split = &sp;
-  }
+  const v1::LedgerState::Split* split = splits.Find(done.step(), done.epoch());
   if (split == nullptr) {
     spdlog::error(
         "ledger: step {} closed in workers epoch {}, which has no split; "
@@ -163,12 +168,7 @@ void Ledger::RecordStep(const v1::LedgerState::Pending& done,
     }
   }
   s.set_applied_steps(std::max(s.applied_steps(), done.step() + 1));
-  auto* splits = s.mutable_splits();
-  splits->erase(std::remove_if(splits->begin(), splits->end(),
-                               [&](const auto& sp) {
-                                 return sp.step() < s.applied_steps();
-                               }),
-                splits->end());
+  splits.DropBefore(s.applied_steps());
 }
 
 bool Ledger::RecordPush(const v1::LedgerState::Pending& done, uint64_t who,
@@ -281,8 +281,10 @@ void Ledger::PendingRollback::To(int64_t step, StateBatch& batch) {
   step_ = step;
   next_ = ledger_->state_;
   next_.set_applied_steps(std::min(next_.applied_steps(), step));
-  next_.clear_splits();
   next_.clear_pending();
+  splits_.emplace(ledger_->splits_);
+  splits_->DropAll();
+  splits_->Write(batch);
   for (const auto& [seq, rec] : ledger_->applied_) {
     if (rec.step() >= step) {
       batch.DeleteLedgerRecord(seq);
@@ -299,12 +301,15 @@ void Ledger::PendingRollback::Adopt() {
                ledger_->applied_.size() - kept_.size());
   ledger_->state_ = std::move(next_);
   ledger_->applied_ = std::move(kept_);
+  ledger_->splits_.Adopt(*splits_);
   step_.reset();
 }
 
 absl::Status Ledger::Commit(v1::LedgerState s,
-                            std::vector<v1::LedgerRecord> records) {
+                            std::vector<v1::LedgerRecord> records,
+                            const SplitTable::Edit* splits) {
   StateBatch batch;
+  if (splits != nullptr) splits->Write(batch);
   std::vector<std::pair<uint64_t, v1::LedgerRecord>> numbered;
   for (v1::LedgerRecord& r : records) {
     const uint64_t seq = s.next_record();
@@ -315,6 +320,7 @@ absl::Status Ledger::Commit(v1::LedgerState s,
   batch.PutLedgerState(s);
   STRATA_RETURN_IF_ERROR(store_->Write(batch));
   state_ = std::move(s);
+  if (splits != nullptr) splits_.Adopt(*splits);
   for (auto& n : numbered) applied_.push_back(std::move(n));
   return absl::OkStatus();
 }

@@ -157,9 +157,10 @@ absl::StatusOr<v1::LeaseWorkResponse> Ledger::Lease(
   }
   absl::MutexLock lock(&mu_);
   v1::LedgerState s = state_;
+  SplitTable::Edit splits(splits_);
   STRATA_RETURN_IF_ERROR(CheckJob(req.job(), s));
   auto lease_one = [&](const v1::LeaseWorkRequest& r) {
-    return mode_.mode == Consistency::kBsp ? LeaseBsp(r, view, s)
+    return mode_.mode == Consistency::kBsp ? LeaseBsp(r, view, s, splits)
                                            : LeaseAsync(r, view, s);
   };
   absl::StatusOr<v1::LeaseWorkResponse> resp = lease_one(req);
@@ -179,7 +180,7 @@ absl::StatusOr<v1::LeaseWorkResponse> Ledger::Lease(
     r->set_step(next.step());
     *resp->add_leased_ahead() = *std::move(r);
   }
-  STRATA_RETURN_IF_ERROR(Commit(std::move(s), {}));
+  STRATA_RETURN_IF_ERROR(Commit(std::move(s), {}, &splits));
   return resp;
 }
 
@@ -202,7 +203,8 @@ bool Ledger::InJob(const v1::LedgerState& s, int64_t step) const {
 }
 
 absl::StatusOr<v1::LeaseWorkResponse> Ledger::LeaseBsp(
-    const v1::LeaseWorkRequest& req, const v1::View& view, v1::LedgerState& s) {
+    const v1::LeaseWorkRequest& req, const v1::View& view, v1::LedgerState& s,
+    SplitTable::Edit& splits) {
   if (req.step() < s.applied_steps()) {
     return absl::OutOfRangeError(absl::StrCat(
         "ledger: step ", req.step(), " is applied already; the job is at step ",
@@ -212,19 +214,15 @@ absl::StatusOr<v1::LeaseWorkResponse> Ledger::LeaseBsp(
   if (FindWorker(workers, req.member_id()) == nullptr)
     return NotALiveWorker(req.member_id());
   const uint64_t epoch = view.workers_epoch();
-  v1::LedgerState::Split* split = nullptr;
-  for (auto& sp : *s.mutable_splits()) {
-    if (sp.step() == req.step() && sp.epoch() == epoch) split = &sp;
-  }
+  const v1::LedgerState::Split* split = splits.Find(req.step(), epoch);
   if (split == nullptr) {
     STRATA_ASSIGN_OR_RETURN(std::vector<int64_t> counts,
                             Shares(s.job().batch(), workers));
-    split = s.add_splits();
-    split->set_step(req.step());
-    split->set_epoch(epoch);
+    v1::LedgerState::Split* made = splits.Add(req.step(), epoch);
+    split = made;
     int64_t first = req.step() * s.job().batch();
     for (size_t i = 0; i < workers.size(); ++i) {
-      v1::LedgerState::Share* share = split->add_shares();
+      v1::LedgerState::Share* share = made->add_shares();
       share->set_member_id(workers[i]->id());
       share->set_worker(workers[i]->worker());
       share->set_incarnation(workers[i]->incarnation());

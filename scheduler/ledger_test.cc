@@ -127,7 +127,8 @@ class LedgerTest : public ::testing::Test {
     auto state = store_->Load();
     ASSERT_TRUE(state.ok()) << state.status();
     ledger_ = std::make_unique<Ledger>(*ParseConsistency(mode), store_.get(),
-                                       state->ledger, state->ledger_applied);
+                                       state->ledger, state->ledger_applied,
+                                       state->ledger_splits);
   }
   void TearDown() override {
     ledger_.reset();
@@ -440,6 +441,44 @@ TEST_F(LedgerTest, BspStepsLeasedAheadAreTheStepsOwnSplits) {
   ASSERT_TRUE(audit.ok());
   EXPECT_EQ(audit->samples, 60);
   EXPECT_TRUE(audit->exactly_once());
+}
+
+// An older scheduler kept the BSP splits inside the state record: they are
+// used as they are, and the first commit stores them under their own keys.
+TEST_F(LedgerTest, SplitsOfAnOlderStateRecordMoveUnderTheirOwnKeys) {
+  Open("bsp", /*on_disk=*/true);
+  const v1::View v = MakeView(3, {5, 9});
+  auto made = ledger_->Lease(LeaseReq(9, 0), v);
+  ASSERT_TRUE(made.ok()) << made.status();
+  // The older layout: the split inside the state, none under its key.
+  v1::LedgerState legacy = ledger_->State();
+  v1::LedgerState::Split* split = legacy.add_splits();
+  split->set_step(0);
+  split->set_epoch(3);
+  for (uint64_t m : {5u, 9u}) {
+    v1::LedgerState::Share* share = split->add_shares();
+    share->set_member_id(m);
+    share->set_worker(m);
+    share->set_incarnation(1);
+    v1::WorkUnit* u = share->add_units();
+    u->set_id(700 + m);
+    u->set_first(m == 5 ? 0 : 5);
+    u->set_count(5);
+  }
+  StateBatch batch;
+  batch.PutLedgerState(legacy);
+  batch.DeleteLedgerSplit(0, 3);
+  ASSERT_TRUE(store_->Write(batch).ok());
+  Open("bsp", /*on_disk=*/true);
+  auto old = ledger_->Lease(LeaseReq(9, 0), v);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->units(0).id(), 709u);
+  // That lease committed: the split is under its key now.
+  Open("bsp", /*on_disk=*/true);
+  auto kept = ledger_->Lease(LeaseReq(5, 0), v);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->units(0).id(), 705u);
+  EXPECT_EQ(ledger_->State().splits_size(), 0);  // none inside the state
 }
 
 // SSP/ASP: a worker leases ahead at most half its even part of what is left,

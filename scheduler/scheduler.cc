@@ -76,9 +76,9 @@ absl::Status Scheduler::Init(SchedulerOptions options) {
   }
   STRATA_ASSIGN_OR_RETURN(store_, StateStore::Open(options.data_dir));
   STRATA_ASSIGN_OR_RETURN(PersistedState state, store_->Load());
-  ledger_ =
-      std::make_unique<Ledger>(mode, store_.get(), std::move(state.ledger),
-                               std::move(state.ledger_applied));
+  ledger_ = std::make_unique<Ledger>(
+      mode, store_.get(), std::move(state.ledger),
+      std::move(state.ledger_applied), std::move(state.ledger_splits));
   if (options.resume_step >= 0) {
     // Everyone of the stopped job is gone, their slots free at once; the
     // ledger forgets the steps after resume_step. One write.

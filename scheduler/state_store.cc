@@ -23,6 +23,7 @@ constexpr char kMemberPrefix[] = "member/";
 constexpr char kKvPrefix[] = "kv/";
 constexpr char kLedgerStateKey[] = "ledger/state";
 constexpr char kLedgerAppliedPrefix[] = "ledger/applied/";
+constexpr char kLedgerSplitPrefix[] = "ledger/split/";
 
 std::string MemberKey(uint64_t id) {
   return absl::StrFormat("%s%020d", kMemberPrefix, id);
@@ -30,6 +31,10 @@ std::string MemberKey(uint64_t id) {
 
 std::string LedgerRecordKey(uint64_t seq) {
   return absl::StrFormat("%s%020d", kLedgerAppliedPrefix, seq);
+}
+
+std::string LedgerSplitKey(int64_t step, uint64_t epoch) {
+  return absl::StrFormat("%s%020d/%020d", kLedgerSplitPrefix, step, epoch);
 }
 
 absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
@@ -75,6 +80,14 @@ absl::Status LoadRecord(absl::string_view key, absl::string_view value,
     }
     return absl::OkStatus();
   }
+  if (absl::ConsumePrefix(&key, kLedgerSplitPrefix)) {
+    v1::LedgerState::Split split;
+    if (!split.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+      return absl::DataLossError(absl::StrCat("bad ledger split ", key));
+    }
+    state.ledger_splits.push_back(std::move(split));  // keys sort by step
+    return absl::OkStatus();
+  }
   if (absl::ConsumePrefix(&key, kLedgerAppliedPrefix)) {
     uint64_t seq = 0;
     v1::LedgerRecord r;
@@ -114,6 +127,15 @@ void StateBatch::PutLedgerState(const v1::LedgerState& state) {
 
 void StateBatch::PutLedgerRecord(uint64_t seq, const v1::LedgerRecord& record) {
   batch_.Put(LedgerRecordKey(seq), record.SerializeAsString());
+}
+
+void StateBatch::PutLedgerSplit(const v1::LedgerState::Split& split) {
+  batch_.Put(LedgerSplitKey(split.step(), split.epoch()),
+             split.SerializeAsString());
+}
+
+void StateBatch::DeleteLedgerSplit(int64_t step, uint64_t epoch) {
+  batch_.Delete(LedgerSplitKey(step, epoch));
 }
 
 void StateBatch::DeleteLedgerRecord(uint64_t seq) {

@@ -8,7 +8,10 @@
 //                    shard_map_version, generation, rollback_step)
 //   member/<id>   -> serialized v1::Member (id as 20 zero-padded digits)
 //   kv/<key>      -> serialized v1::KvGetResponse (value and revision)
-//   ledger/state  -> serialized v1::LedgerState (scheduler/ledger.h)
+//   ledger/state  -> serialized v1::LedgerState (scheduler/ledger.h), its
+//                    BSP splits apart (older versions kept them inside)
+//   ledger/split/<step>/<epoch> -> serialized v1::LedgerState::Split (20
+//                    digits each; scheduler/ledger_splits.h)
 //   ledger/applied/<seq> -> serialized v1::LedgerRecord (seq: 20 digits)
 // Leases are not stored: a restarted scheduler grants every member a full
 // lease, since absolute times from before the restart mean nothing.
@@ -51,6 +54,9 @@ struct PersistedState {
   std::vector<v1::Member> members;              // by rising id
   std::map<std::string, v1::KvGetResponse> kv;  // value and revision
   v1::LedgerState ledger;
+  // The ledger's BSP splits stored under keys of their own, by rising
+  // (step, workers epoch).
+  std::vector<v1::LedgerState::Split> ledger_splits;
   // Applied ledger records by rising sequence number.
   std::vector<std::pair<uint64_t, v1::LedgerRecord>> ledger_applied;
 };
@@ -65,6 +71,8 @@ class StateBatch {
   void DeleteKv(const std::string& key);
   void PutLedgerState(const v1::LedgerState& state);
   void PutLedgerRecord(uint64_t seq, const v1::LedgerRecord& record);
+  void PutLedgerSplit(const v1::LedgerState::Split& split);
+  void DeleteLedgerSplit(int64_t step, uint64_t epoch);
   void DeleteLedgerRecord(uint64_t seq);
 
  private:
