@@ -28,7 +28,12 @@ KILLS=${KILLS:-5}
 SERVER_KILLS=${SERVER_KILLS:-3}
 LEASE_MS=${LEASE_MS:-2500}
 OUTAGE_S=${OUTAGE_S:-5}
-export SNAPSHOT_EVERY=${SNAPSHOT_EVERY:-20}
+# A snapshot every 200 steps (about a second of these toy steps): the
+# scheduler picks the rollback step from the servers' snapshot lists, which
+# come with their heartbeats (a fifth of the lease); with the default 3
+# kept, snapshots made faster than that would leave no step both servers
+# are known to hold, and the job would roll back to step 0.
+export SNAPSHOT_EVERY=${SNAPSHOT_EVERY:-200}
 
 dir=$(mktemp -d /tmp/strata-recovery-XXXXXX)
 pids=()
@@ -108,7 +113,9 @@ for k in $(seq "$SERVER_KILLS"); do
   t=${out% *}
   server_pids[1]=${out#* }
   pids+=("${server_pids[1]}")
-  echo "server kill $k: ${t} s"
+  sleep 0.5
+  rolled=$(grep -o "job's step [0-9]*\|restored snapshot of step [0-9]*" "$dir/server1.log" | tail -1)
+  echo "server kill $k: ${t} s (${rolled:-no rollback logged})"
   server_times+=("$t")
   sleep 2
 done

@@ -41,8 +41,9 @@ int Run(const LedgerFlags& f) {
     std::ofstream file;
     if (!f.out.empty()) file.open(f.out, std::ios::trunc);
     std::ostream& os = f.out.empty() ? std::cout : file;
-    for (const v1::LedgerRecord& r : *records)
-      os << LedgerRecordJson(r) << "\n";
+    for (const v1::LedgerRecord& r : *records) {
+      if (!r.in_flight()) os << LedgerRecordJson(r) << "\n";
+    }
     os.flush();
     if (!os) {
       return ReportStatus(

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/check.h"
 #include "common/status.h"
+#include "scheduler/ledger_audit.h"
 #include "scheduler/ledger_workers.h"
 #include "spdlog/spdlog.h"
 
@@ -330,6 +331,16 @@ std::vector<v1::LedgerRecord> Ledger::Applied() const {
   std::vector<v1::LedgerRecord> out;
   out.reserve(applied_.size());
   for (const auto& [seq, rec] : applied_) out.push_back(rec);
+  return out;
+}
+
+std::vector<v1::LedgerRecord> Ledger::Export() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::LedgerRecord> out;
+  out.reserve(applied_.size());
+  for (const auto& [seq, rec] : applied_) out.push_back(rec);
+  for (v1::LedgerRecord& r : InFlightRecords(state_))
+    out.push_back(std::move(r));
   return out;
 }
 

@@ -134,6 +134,9 @@ class Ledger {
 
   // The applied records, in the order they were applied.
   std::vector<v1::LedgerRecord> Applied() const;
+  // Applied(), then the in_flight records (ledger_audit.h InFlightRecords),
+  // read at one moment: what ExportLedger sends.
+  std::vector<v1::LedgerRecord> Export() const;
   // A copy of the state (tests, status).
   v1::LedgerState State() const;
   const Consistency& mode() const { return mode_; }

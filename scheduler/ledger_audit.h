@@ -22,6 +22,9 @@ struct LedgerAudit {
   // Samples never applied: of finished epochs, and holes in the last one
   // (before its furthest applied sample).
   int64_t missing = 0;
+  // Samples leased or queued and not yet applied (in_flight records), which
+  // close holes a job under way has: not missing.
+  int64_t in_flight = 0;
   int64_t last_epoch = -1;         // the last data epoch seen
   int64_t last_epoch_covered = 0;  // its distinct samples applied
   int64_t epoch_samples = 0;
@@ -30,8 +33,9 @@ struct LedgerAudit {
   std::string ToString() const;
 };
 
-// Audits `records`. INVALID_ARGUMENT for records that disagree on
-// epoch_samples or lie outside their epoch.
+// Audits `records` (in_flight ones count as neither applied nor missing).
+// INVALID_ARGUMENT for records that disagree on epoch_samples or lie
+// outside their epoch.
 absl::StatusOr<LedgerAudit> AuditLedger(
     const std::vector<v1::LedgerRecord>& records);
 
@@ -40,8 +44,14 @@ absl::StatusOr<LedgerAudit> AuditLedger(
 // data epoch E.
 std::string LedgerRecordJson(const v1::LedgerRecord& r);
 
-// Reads the applied records of the scheduler directory `data_dir` (the
-// scheduler must not be running there: the directory is claimed).
+// The in_flight records of a ledger's state: the SSP/ASP leases' units and
+// the queued ones (BSP steps apply in order: a step not yet applied leaves
+// no hole before it).
+std::vector<v1::LedgerRecord> InFlightRecords(const v1::LedgerState& state);
+
+// Reads the applied records of the scheduler directory `data_dir`, then its
+// in_flight ones (the scheduler must not be running there: the directory
+// is claimed).
 absl::StatusOr<std::vector<v1::LedgerRecord>> ReadLedgerDir(
     const std::string& data_dir);
 

@@ -227,7 +227,7 @@ grpc::Status SchedulerService::ExportLedger(
     grpc::ServerWriter<v1::LedgerRecord>* writer) {
   STRATA_RETURN_GRPC_IF_ERROR(
       security_->Authorize(*ctx, "Scheduler.ExportLedger", kReaders));
-  for (const v1::LedgerRecord& r : ledger_->Applied()) {
+  for (const v1::LedgerRecord& r : ledger_->Export()) {
     if (!writer->Write(r)) break;  // the reader went away
   }
   return grpc::Status::OK;
