@@ -27,7 +27,12 @@ bench_build strata
 KILLS=${KILLS:-5}
 SERVER_KILLS=${SERVER_KILLS:-3}
 LEASE_MS=${LEASE_MS:-2500}
-OUTAGE_S=${OUTAGE_S:-5}
+OUTAGE_S=${OUTAGE_S:-10}
+# Emulated compute per sample (strata toy --sample_cost_us): 400 us makes a
+# step of 48 samples over three workers about 10 ms, so the 2048 steps a
+# worker may lease ahead (scheduler/ledger.h kMaxLeaseAhead) cover the
+# outage.
+SAMPLE_COST_US=${SAMPLE_COST_US:-400}
 # A snapshot every 200 steps (about a second of these toy steps): the
 # scheduler picks the rollback step from the servers' snapshot lists, which
 # come with their heartbeats (a fifth of the lease); with the default 3
@@ -47,7 +52,8 @@ scheduler_pid=${pids[0]}
 workers=()
 start_worker() {
   ./build/cli/strata toy --scheduler "$addr" --workers 3 --steps 100000000 --batch 48 \
-    --dim 64 --samples 960 --chunk_bytes 64 --log_every 1 >"$dir/worker$1.log" 2>&1 &
+    --dim 64 --samples 960 --chunk_bytes 64 --log_every 1 \
+    --sample_cost_us "$SAMPLE_COST_US" >"$dir/worker$1.log" 2>&1 &
   pids+=($!)
   workers+=($!)
   disown  # the kills are the point: no "Killed" notices
