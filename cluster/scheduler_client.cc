@@ -194,6 +194,11 @@ void SchedulerClient::SetProgress(int64_t clock, double samples_per_sec) {
   samples_per_sec_ = samples_per_sec;
 }
 
+int64_t SchedulerClient::common_snapshot() const {
+  absl::MutexLock lock(&mu_);
+  return common_snapshot_;
+}
+
 void SchedulerClient::SetSnapshots(std::vector<int64_t> steps) {
   absl::MutexLock lock(&mu_);
   snapshots_ = std::move(steps);
@@ -291,6 +296,7 @@ absl::Status SchedulerClient::HeartbeatOnce() {
   absl::MutexLock lock(&mu_);
   lease_ = absl::Milliseconds(resp.lease_ms());
   last_renewed_ = options_.clock->Now();
+  if (resp.has_common_snapshot()) common_snapshot_ = resp.common_snapshot();
   return absl::OkStatus();
 }
 

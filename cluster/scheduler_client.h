@@ -115,6 +115,10 @@ class SchedulerClient {
   void SetProgress(int64_t clock, double samples_per_sec);
   // Servers: the snapshot steps held now; sent with the next heartbeat.
   void SetSnapshots(std::vector<int64_t> steps);
+  // Servers: the newest snapshot step every server holding snapshots was
+  // known to hold at the last heartbeat (HeartbeatResponse.common_snapshot),
+  // or -1: prune none at or after it.
+  int64_t common_snapshot() const;
 
   // Adds `cb`, called with each newer view (rising epochs) from the client's
   // threads, never under its lock. Callbacks must not block for long, and
@@ -190,6 +194,7 @@ class SchedulerClient {
   int64_t progress_clock_ ABSL_GUARDED_BY(mu_) = 0;
   double samples_per_sec_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> snapshots_ ABSL_GUARDED_BY(mu_);
+  int64_t common_snapshot_ ABSL_GUARDED_BY(mu_) = -1;
   bool left_ ABSL_GUARDED_BY(mu_) = false;     // Leave() was called
   bool closing_ ABSL_GUARDED_BY(mu_) = false;  // the destructor runs
   grpc::ClientContext* watch_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -1,6 +1,9 @@
 #include "scheduler/membership.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -52,6 +55,27 @@ absl::Status ValidateSnapshots(
     }
   }
   return absl::OkStatus();
+}
+
+// The newest step in the snapshot list of every server of `view` that holds
+// any (a server of a slot without chunks holds none), or nullopt.
+std::optional<int64_t> CommonSnapshot(const v1::View& view) {
+  std::optional<std::vector<int64_t>> common;
+  for (const v1::Member& s : view.servers()) {
+    if (s.snapshots().empty()) continue;
+    std::vector<int64_t> held(s.snapshots().begin(), s.snapshots().end());
+    std::sort(held.begin(), held.end());
+    if (!common) {
+      common = std::move(held);
+      continue;
+    }
+    std::vector<int64_t> both;
+    std::set_intersection(common->begin(), common->end(), held.begin(),
+                          held.end(), std::back_inserter(both));
+    common = std::move(both);
+  }
+  if (!common || common->empty()) return std::nullopt;
+  return common->back();
 }
 
 }  // namespace
@@ -270,6 +294,11 @@ absl::StatusOr<v1::HeartbeatResponse> Membership::Heartbeat(
   v1::HeartbeatResponse resp;
   resp.set_epoch(epoch_);
   resp.set_lease_ms(LeaseMs());
+  if (e.member.role() == v1::ROLE_SERVER) {
+    if (std::optional<int64_t> common = CommonSnapshot(view_)) {
+      resp.set_common_snapshot(*common);
+    }
+  }
   return resp;
 }
 

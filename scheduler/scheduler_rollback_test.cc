@@ -92,14 +92,16 @@ class RollbackTest : public SchedulerTest {
     return resp.recorded();
   }
 
-  // Slot 0's heartbeat says it holds snapshots of `held`.
-  void Holds(std::vector<int64_t> held) {
+  // Slot 0's (or `member`'s) heartbeat says it holds snapshots of `held`;
+  // returns the answer.
+  v1::HeartbeatResponse Holds(std::vector<int64_t> held, uint64_t member = 0) {
     v1::HeartbeatRequest hb;
-    hb.set_member_id(s0_);
+    hb.set_member_id(member == 0 ? s0_ : member);
     for (int64_t step : held) hb.add_snapshots(step);
     grpc::ClientContext ctx;
     v1::HeartbeatResponse resp;
-    ASSERT_TRUE(stub_->Heartbeat(&ctx, hb, &resp).ok());
+    EXPECT_TRUE(stub_->Heartbeat(&ctx, hb, &resp).ok());
+    return resp;
   }
 
   uint64_t s0_ = 0, s1_ = 0, worker_ = 0;
@@ -125,6 +127,18 @@ TEST_F(RollbackTest, AServerJoiningARunningBspJobRollsItBack) {
   ASSERT_TRUE(fresh.ok()) << fresh.status();
   EXPECT_EQ(fresh->view().generation(), 2u);
   EXPECT_EQ(fresh->view().rollback_step(), 0);
+}
+
+// Servers learn from their heartbeats the newest snapshot step every server
+// holds, which they then keep (storage/data_dir.h): a rollback goes there
+// or newer.
+TEST_F(RollbackTest, HeartbeatsTellServersTheNewestCommonSnapshot) {
+  StartJob();
+  // Servers holding no snapshot (a slot without chunks) do not count.
+  EXPECT_EQ(Holds({2, 4}).common_snapshot(), 4);
+  EXPECT_EQ(Holds({2, 4, 6}, s1_).common_snapshot(), 4);
+  EXPECT_EQ(Holds({4, 6, 8}).common_snapshot(), 6);
+  EXPECT_FALSE(Holds({10}).has_common_snapshot());  // none in common
 }
 
 // The view's rollback and the ledger's are one write: a disk that refuses

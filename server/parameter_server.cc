@@ -335,6 +335,8 @@ absl::Status ParameterServer::Impl::JoinJob(ParameterServer* self,
   snapshots->set_on_change([sc = scheduler.get()](std::vector<int64_t> held) {
     sc->SetSnapshots(std::move(held));
   });
+  snapshots->set_protect(
+      [sc = scheduler.get()] { return sc->common_snapshot(); });
   const v1::View view = scheduler->view();
   if (!view.consistency().empty() &&
       view.consistency() != consistency.ToString()) {
@@ -383,7 +385,10 @@ void ParameterServer::Shutdown() {
     me.stopping = true;
   }
   // No snapshot news for a scheduler client about to go.
-  if (me.snapshots) me.snapshots->set_on_change(nullptr);
+  if (me.snapshots) {
+    me.snapshots->set_on_change(nullptr);
+    me.snapshots->set_protect(nullptr);
+  }
   if (me.reporter) {
     // What the shard applied reaches the ledger before we leave.
     me.reporter->Flush(absl::Seconds(2));

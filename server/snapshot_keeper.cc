@@ -1,6 +1,7 @@
 #include "server/snapshot_keeper.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -40,8 +41,8 @@ void SnapshotKeeper::Drain() {
     // Taken before a rollback that has finished since: its step is redone.
     if (cut.generation != shard_->generation()) continue;
     if (dir_ == nullptr) continue;
-    absl::Status s = dir_->WriteSnapshot(cut.step, *cut.capture,
-                                         shard_->GroupsMetadata(), keep_);
+    absl::Status s = dir_->WriteSnapshot(
+        cut.step, *cut.capture, shard_->GroupsMetadata(), keep_, ProtectFrom());
     if (!s.ok()) {
       spdlog::error("strata server: snapshot of step {} failed: {}", cut.step,
                     s.ToString());
@@ -61,8 +62,8 @@ absl::StatusOr<std::string> SnapshotKeeper::Write(int64_t step,
     return absl::AbortedError(
         "the job rolled back while the snapshot was taken; take it again");
   }
-  STRATA_RETURN_IF_ERROR(
-      dir_->WriteSnapshot(step, capture, shard_->GroupsMetadata(), keep_));
+  STRATA_RETURN_IF_ERROR(dir_->WriteSnapshot(
+      step, capture, shard_->GroupsMetadata(), keep_, ProtectFrom()));
   Changed();
   return dir_->SnapshotPath(step);
 }
@@ -91,6 +92,24 @@ void SnapshotKeeper::set_on_change(
     std::function<void(std::vector<int64_t>)> cb) {
   absl::MutexLock lock(&cb_mu_);
   on_change_ = std::move(cb);
+}
+
+void SnapshotKeeper::set_protect(std::function<int64_t()> protect) {
+  absl::MutexLock lock(&cb_mu_);
+  protect_ = std::move(protect);
+}
+
+int64_t SnapshotKeeper::ProtectFrom() {
+  int64_t from = -1;
+  {
+    // Called under the lock, as on_change_: set_protect(nullptr) returns
+    // once no call is under way.
+    absl::MutexLock lock(&cb_mu_);
+    if (protect_) from = protect_();
+  }
+  // Step 0 is the initial weights, made from the chunk specs: never kept
+  // for it.
+  return from > 0 ? from : std::numeric_limits<int64_t>::max();
 }
 
 void SnapshotKeeper::Changed() {

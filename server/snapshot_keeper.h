@@ -49,6 +49,10 @@ class SnapshotKeeper {
   std::vector<int64_t> Held() const;
   // Called with Held() after each snapshot written or dropped.
   void set_on_change(std::function<void(std::vector<int64_t>)> cb);
+  // Asked before each prune: snapshots of this step and after are kept
+  // beyond `keep` (SchedulerClient::common_snapshot: the newest step every
+  // server holds, where a rollback may go). Without it, -1: none.
+  void set_protect(std::function<int64_t()> protect);
 
   // Rolls the shard back to `step` in `generation` (Shard::RollBack): to the
   // snapshot of `step`, or the initial weights for step 0. Queued cuts are
@@ -79,6 +83,9 @@ class SnapshotKeeper {
   absl::Mutex write_mu_;  // one write (or rollback) at a time
   absl::Mutex cb_mu_;
   std::function<void(std::vector<int64_t>)> on_change_ ABSL_GUARDED_BY(cb_mu_);
+  std::function<int64_t()> protect_ ABSL_GUARDED_BY(cb_mu_);
+  // The step to keep snapshots from (protect_'s answer; INT64_MAX: none).
+  int64_t ProtectFrom();
   ThreadPool writer_{1};  // last: destroyed (joined) first
 };
 

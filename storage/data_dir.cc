@@ -144,7 +144,8 @@ std::string DataDir::NewTempPathLocked(absl::string_view name) {
 }
 
 absl::Status DataDir::WriteSnapshot(int64_t step, const ChunkTier& source,
-                                    absl::string_view metadata, int keep) {
+                                    absl::string_view metadata, int keep,
+                                    int64_t protect) {
   if (step < 0 || keep < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "snapshot step ", step, " must be >= 0 and keep ", keep, " >= 1"));
@@ -157,7 +158,7 @@ absl::Status DataDir::WriteSnapshot(int64_t step, const ChunkTier& source,
     fs::remove_all(temp, ec);  // best effort; Open clears tmp/ anyway
     return s;
   }
-  return PruneLocked(keep);
+  return PruneLocked(keep, protect);
 }
 
 absl::Status DataDir::WriteSnapshotLocked(int64_t step, const std::string& temp,
@@ -192,11 +193,12 @@ absl::Status DataDir::WriteSnapshotLocked(int64_t step, const std::string& temp,
   return RenameSynced(temp, final_path);
 }
 
-absl::Status DataDir::PruneLocked(int keep) {
+absl::Status DataDir::PruneLocked(int keep, int64_t protect) {
   absl::StatusOr<std::vector<int64_t>> steps = ListSnapshots();
   if (!steps.ok()) return steps.status();
   const int excess = static_cast<int>(steps->size()) - keep;
   for (int i = 0; i < excess; ++i) {
+    if ((*steps)[i] >= protect) break;  // rising: the rest are kept too
     if (absl::Status s = RemoveDirLocked(SnapshotPath((*steps)[i])); !s.ok()) {
       return s;
     }

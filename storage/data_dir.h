@@ -12,6 +12,7 @@
 #define STRATA_STORAGE_DATA_DIR_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,12 +68,15 @@ class DataDir {
   // Writes a snapshot of every record `source` yields, tagged with `step`,
   // with `metadata` (opaque bytes; the server stores its optimizer groups'
   // configs there). Replaces an existing snapshot of the same step, then
-  // deletes all but the newest `keep` snapshots. REQUIRES of the caller:
+  // deletes all but the newest `keep` snapshots and those of `protect` and
+  // after (the newest step every server of the job holds: a rollback may
+  // go there). REQUIRES of the caller:
   // no updates to `source` while this runs (a step boundary). Errors:
   // INVALID_ARGUMENT for step < 0 or keep < 1; the errors of source.ForEach;
   // RocksDB and file system errors. On error no new snapshot is visible.
-  absl::Status WriteSnapshot(int64_t step, const ChunkTier& source,
-                             absl::string_view metadata, int keep = 3);
+  absl::Status WriteSnapshot(
+      int64_t step, const ChunkTier& source, absl::string_view metadata,
+      int keep = 3, int64_t protect = std::numeric_limits<int64_t>::max());
 
   // The steps of the complete snapshots, in increasing order.
   absl::StatusOr<std::vector<int64_t>> ListSnapshots() const;
@@ -108,7 +112,8 @@ class DataDir {
                                    const ChunkTier& source,
                                    absl::string_view metadata)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status PruneLocked(int keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PruneLocked(int keep, int64_t protect)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves `dir` under tmp/ (atomically) and removes it there.
   absl::Status RemoveDirLocked(const std::string& dir)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

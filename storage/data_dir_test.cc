@@ -111,6 +111,22 @@ TEST(DataDir, EmptySourceMakesAnEmptySnapshot) {
   EXPECT_EQ(loaded.size(), 0u);
 }
 
+// The newest step every server holds (protect) is kept with every newer
+// one, however many: a rollback may go there.
+TEST(DataDir, KeepsTheProtectedStepAndNewerBeyondKeep) {
+  testing::ScopedTempDir tmp;
+  auto dir = DataDir::Open(tmp.path(), "shard-0");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  for (int64_t step : {5, 10, 15, 20, 25, 30}) {
+    ASSERT_TRUE(
+        (*dir)->WriteSnapshot(step, *MakeSource(1, step), "m", 2, 15).ok());
+  }
+  EXPECT_EQ(*(*dir)->ListSnapshots(), (std::vector<int64_t>{15, 20, 25, 30}));
+  // Once the protected step moves on, the older ones go.
+  ASSERT_TRUE((*dir)->WriteSnapshot(35, *MakeSource(1, 35), "m", 2, 30).ok());
+  EXPECT_EQ(*(*dir)->ListSnapshots(), (std::vector<int64_t>{30, 35}));
+}
+
 TEST(DataDir, KeepsOnlyTheNewestSnapshotsAndSurvivesReopen) {
   testing::ScopedTempDir tmp;
   {
