@@ -52,16 +52,28 @@ void ExpectFaultFreeLoss(double final_loss, int64_t steps) {
       << "fault-free " << ref_loss;
 }
 
+// Start `n` (from 0) of a scheduler of two slots and a 0.8 s lease that
+// keeps its state in `dir`/scheduler_state, listening on `listen` and
+// writing its address to `dir`/addr<n>; `flags` added.
+std::unique_ptr<Child> StartScheduler(const std::string& dir,
+                                      const std::string& listen, int n,
+                                      std::vector<std::string> flags = {}) {
+  std::vector<std::string> args = {
+      STRATA_BINARY,    "scheduler",
+      "--listen",       listen,
+      "--num_shards",   "2",
+      "--data_dir",     dir + "/scheduler_state",
+      "--lease_ms",     "800",
+      "--address_file", absl::StrCat(dir, "/addr", n)};
+  args.insert(args.end(), flags.begin(), flags.end());
+  return std::make_unique<Child>(args,
+                                 absl::StrCat(dir, "/scheduler", n, ".log"));
+}
+
 TEST(Chaos, BspJobSurvivesKillsJoinsStopsAndServerAndSchedulerRestarts) {
   const std::string dir = testing::FreshDir("chaos");
-  const std::string state = dir + "/scheduler_state";
   auto start_scheduler = [&](const std::string& listen, int n) {
-    return std::make_unique<Child>(
-        std::vector<std::string>{STRATA_BINARY, "scheduler", "--listen", listen,
-                                 "--num_shards", "2", "--data_dir", state,
-                                 "--lease_ms", "800", "--address_file",
-                                 absl::StrCat(dir, "/addr", n)},
-        absl::StrCat(dir, "/scheduler", n, ".log"));
+    return StartScheduler(dir, listen, n);
   };
   auto scheduler = start_scheduler("127.0.0.1:0", 0);
   const std::string address = testing::WaitForLine(dir + "/addr0");
@@ -236,13 +248,7 @@ TEST_P(SchedulerOutage, WorkersTrainThroughIt) {
   const std::string mode = GetParam();
   const std::string dir = testing::FreshDir(absl::StrCat("outage_", mode));
   auto start_scheduler = [&](const std::string& listen, int n) {
-    return std::make_unique<Child>(
-        std::vector<std::string>{STRATA_BINARY, "scheduler", "--listen", listen,
-                                 "--num_shards", "2", "--consistency", mode,
-                                 "--data_dir", dir + "/scheduler_state",
-                                 "--lease_ms", "800", "--address_file",
-                                 absl::StrCat(dir, "/addr", n)},
-        absl::StrCat(dir, "/scheduler", n, ".log"));
+    return StartScheduler(dir, listen, n, {"--consistency", mode});
   };
   auto scheduler = start_scheduler("127.0.0.1:0", 0);
   const std::string address = testing::WaitForLine(dir + "/addr0");
