@@ -59,13 +59,15 @@ int LeaseAhead::WantAhead(int64_t step, absl::Time now) const {
 void LeaseAhead::Keep(const v1::LeaseWorkResponse& resp, uint64_t member,
                       uint64_t generation) {
   retry_after_ = absl::InfinitePast();
+  backoff_ = absl::Seconds(1);
   for (const v1::LeaseWorkResponse& ahead : resp.leased_ahead()) {
     held_[ahead.step()] = Held{ahead, member, generation};
   }
 }
 
 void LeaseAhead::AskFailed(absl::Time now) {
-  retry_after_ = now + absl::Seconds(1);
+  retry_after_ = now + backoff_;
+  backoff_ = std::min(backoff_ * 2, absl::Seconds(16));
 }
 
 }  // namespace strata

@@ -30,7 +30,8 @@ class LeaseAhead {
   // Steps asked ahead before a step rate is measured.
   static constexpr int kFirstAhead = 8;
   // The most asked for at once: the ledger's cap (scheduler/ledger.h
-  // kMaxLeaseAhead), which clamps the request anyway.
+  // kMaxLeaseAhead, which clamps the request anyway;
+  // cluster/lease_ahead_test.cc checks they are equal).
   static constexpr int kMaxAhead = 2048;
 
   explicit LeaseAhead(absl::Duration cover = absl::Seconds(30));
@@ -53,7 +54,8 @@ class LeaseAhead {
             uint64_t generation);
 
   // An ask for leases ahead failed (the scheduler is away): no ask again for
-  // a second, so that the steps the held leases cover do not wait on it.
+  // a second, doubling with each failure up to 16 s (Keep resets it), so
+  // that the steps the held leases cover seldom wait on it.
   void AskFailed(absl::Time now);
 
   // Leases held now (tests, metrics).
@@ -77,6 +79,7 @@ class LeaseAhead {
   absl::Time last_time_;
   absl::Duration step_time_;
   absl::Time retry_after_ = absl::InfinitePast();
+  absl::Duration backoff_ = absl::Seconds(1);
 };
 
 }  // namespace strata

@@ -4,8 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include "scheduler/ledger.h"
+
 namespace strata {
 namespace {
+
+static_assert(LeaseAhead::kMaxAhead == scheduler_internal::kMaxLeaseAhead,
+              "a worker asks for at most what the ledger gives");
 
 v1::View View(uint64_t workers_epoch, uint64_t generation = 0) {
   v1::View v;
@@ -84,10 +89,13 @@ TEST(LeaseAhead, AsksForTheCoverAtTheMeasuredStepRate) {
   // Half or less: the whole cover again.
   EXPECT_TRUE(leases.Take(20, View(1), 7, t).has_value());
   EXPECT_EQ(leases.WantAhead(20, t), 300);
-  // A failed ask waits a second before the next.
+  // A failed ask waits a second before the next, then two.
   leases.AskFailed(t);
   EXPECT_EQ(leases.WantAhead(20, t + absl::Milliseconds(500)), 0);
   EXPECT_EQ(leases.WantAhead(20, t + absl::Seconds(1)), 300);
+  leases.AskFailed(t + absl::Seconds(1));
+  EXPECT_EQ(leases.WantAhead(20, t + absl::Seconds(2)), 0);
+  EXPECT_EQ(leases.WantAhead(20, t + absl::Seconds(3)), 300);
   // Fast steps are capped by the ledger's limit.
   LeaseAhead fast(absl::Seconds(30));
   for (int64_t step = 0; step < 20; ++step) {

@@ -396,7 +396,7 @@ absl::StatusOr<uint64_t> SchedulerClient::KvDeleteRange(
 }
 
 absl::StatusOr<v1::LeaseWorkResponse> SchedulerClient::LeaseWork(
-    int64_t step, const v1::LedgerJob& job, int ahead) {
+    int64_t step, const v1::LedgerJob& job, int ahead, absl::Duration timeout) {
   v1::LeaseWorkRequest req;
   req.set_member_id(member_id());
   req.set_step(step);
@@ -404,7 +404,10 @@ absl::StatusOr<v1::LeaseWorkResponse> SchedulerClient::LeaseWork(
   *req.mutable_job() = job;
   v1::LeaseWorkResponse resp;
   STRATA_RETURN_IF_ERROR(FromGrpcStatus(stub_->LeaseWork(
-      NewContext(options_.connect_timeout).get(), req, &resp)));
+      NewContext(timeout > absl::ZeroDuration() ? timeout
+                                                : options_.connect_timeout)
+          .get(),
+      req, &resp)));
   return resp;
 }
 

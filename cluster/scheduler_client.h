@@ -151,9 +151,10 @@ class SchedulerClient {
   // `job` (and for `ahead` steps after it: LeaseWorkRequest.ahead), the
   // servers' reports, and every applied record. Errors as the scheduler
   // answers (scheduler.proto).
-  absl::StatusOr<v1::LeaseWorkResponse> LeaseWork(int64_t step,
-                                                  const v1::LedgerJob& job,
-                                                  int ahead = 0);
+  // `timeout`: the call's deadline (zero: connect_timeout).
+  absl::StatusOr<v1::LeaseWorkResponse> LeaseWork(
+      int64_t step, const v1::LedgerJob& job, int ahead = 0,
+      absl::Duration timeout = absl::ZeroDuration());
   absl::StatusOr<v1::ReportAppliedResponse> ReportApplied(
       const std::vector<v1::AppliedReport>& reports);
   absl::StatusOr<std::vector<v1::LedgerRecord>> ExportLedger();

@@ -81,15 +81,16 @@ StepWork ToStepWork(const StepView& sv, const v1::LeaseWorkResponse& lease) {
   return w;
 }
 
-// Leases more steps after `step` into `ahead` when it holds few; a
-// scheduler that does not answer is asked again a second later, the step
-// goes on meanwhile.
+// Leases more steps after `step` into `ahead` when it holds few, on the
+// step's time: within half a second, so that a scheduler that hangs (not
+// only one that refuses connections) holds the step that long at most;
+// one that does not answer is asked again after a backoff (LeaseAhead).
 void TopUp(SchedulerClient& scheduler, int64_t step, const v1::LedgerJob& job,
            const StepView& sv, LeaseAhead& ahead) {
   const int want = ahead.WantAhead(step, absl::Now());
   if (want == 0) return;
   absl::StatusOr<v1::LeaseWorkResponse> more =
-      scheduler.LeaseWork(step + 1, job, want - 1);
+      scheduler.LeaseWork(step + 1, job, want - 1, absl::Milliseconds(500));
   if (!more.ok()) {
     ahead.AskFailed(absl::Now());
     return;

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/check.h"
@@ -19,6 +20,11 @@ namespace {
 
 // Orphaned leases kept to match late reports against.
 constexpr int kMaxOrphans = 256;
+// A departed worker's leases that may have pushes in flight: its lowest
+// clocks (it computes them in order, one or two overlapped). The rest were
+// leased ahead (cluster/lease_ahead.h) and never started; orphaning them
+// too would push the ones that matter out of the kMaxOrphans.
+constexpr int64_t kInFlightClocks = 4;
 
 }  // namespace
 
@@ -224,6 +230,13 @@ absl::Status Ledger::Sweep(const v1::View& view) {
     gone = gone || FindWorker(workers, l.member_id()) == nullptr;
   if (!gone) return absl::OkStatus();
   v1::LedgerState s = state_;
+  // Each departed member's lowest leased clock.
+  absl::flat_hash_map<uint64_t, int64_t> lowest;
+  for (const auto& l : s.leases()) {
+    if (FindWorker(workers, l.member_id()) != nullptr) continue;
+    auto [it, fresh] = lowest.emplace(l.member_id(), l.step());
+    if (!fresh) it->second = std::min(it->second, l.step());
+  }
   google::protobuf::RepeatedPtrField<v1::WorkUnit> front;
   auto* leases = s.mutable_leases();
   for (auto l = leases->begin(); l != leases->end();) {
@@ -231,14 +244,17 @@ absl::Status Ledger::Sweep(const v1::View& view) {
       ++l;
       continue;
     }
-    spdlog::info(
-        "ledger: member {} left with clock {} leased; its {} unit(s) go "
-        "back "
-        "to the queue",
-        l->member_id(), l->step(), l->units_size());
     for (const v1::WorkUnit& u : l->units()) *front.Add() = u;
-    *s.add_orphans() = *l;
+    if (l->step() < lowest[l->member_id()] + kInFlightClocks) {
+      *s.add_orphans() = *l;
+    }
     l = leases->erase(l);
+  }
+  for (const auto& [member, clock] : lowest) {
+    spdlog::info(
+        "ledger: member {} left with clocks from {} leased; their units go "
+        "back to the queue",
+        member, clock);
   }
   front.MergeFrom(s.requeued());
   s.mutable_requeued()->Swap(&front);

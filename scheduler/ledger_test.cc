@@ -334,6 +334,29 @@ TEST_F(LedgerTest, AsyncPushAppliedAfterItsLeaseWasHandedBack) {
   EXPECT_EQ(ledger_->Applied().size(), 1u);
 }
 
+// A worker that leased hundreds of clocks ahead leaves: its clock 0 push,
+// which may be in flight, is still matched when it lands (only its lowest
+// clocks are kept as orphans, so 300 leases ahead do not push it out), and
+// its samples are taken back off the queue, not handed out twice.
+TEST_F(LedgerTest, AsyncPushOfAWorkerThatLeasedFarAheadStillCounts) {
+  Open("asp");
+  const v1::View v = MakeView(1, {1, 2});
+  v1::LeaseWorkRequest req = LeaseReq(1, 0);
+  req.set_ahead(300);
+  auto a = ledger_->Lease(req, v);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->leased_ahead_size(), 300);
+  ASSERT_TRUE(ledger_->Sweep(MakeView(2, {2})).ok());
+  EXPECT_LE(ledger_->State().orphans_size(), 4);
+  ReportBoth(*ledger_, v, 0, 0, 1);
+  ASSERT_EQ(ledger_->Applied().size(), 1u);
+  EXPECT_EQ(ledger_->Applied()[0].first(), 0);
+  // Worker 2 now gets the samples after clock 0's, never [0, 5) again.
+  auto b = ledger_->Lease(LeaseReq(2, 0), MakeView(2, {2}));
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_GE(b->units(0).first(), 5);
+}
+
 TEST_F(LedgerTest, PersistsAndContinuesAtTheSameCursor) {
   Open("asp", /*on_disk=*/true);
   v1::View v = MakeView(1, {1, 2});

@@ -141,10 +141,12 @@ TEST_F(RollbackTest, HeartbeatsTellServersTheNewestCommonSnapshot) {
   EXPECT_FALSE(Holds({10}).has_common_snapshot());  // none in common
 }
 
-// The view's rollback and the ledger's are one write: a disk that refuses
-// it leaves both as they were (the registration fails; nothing is half
-// rolled back), and a scheduler restarted on its directory then rolls back
-// both at the next registration.
+// A disk that refuses a rollback's write leaves view and ledger as they
+// were (the registration fails; nothing is half rolled back), and a
+// scheduler restarted on its directory then rolls back both at the next
+// registration. (That they are one write, not two, is in the code:
+// Register's batch carries the ledger's rollback; a kill between two
+// writes is not injected here.)
 TEST_F(RollbackTest, ARollbackTheDiskRefusesChangesNeitherViewNorLedger) {
   FaultInjection& faults = FaultInjection::Install();  // before the store
   faults.Clear();

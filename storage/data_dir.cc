@@ -197,8 +197,13 @@ absl::Status DataDir::PruneLocked(int keep, int64_t protect) {
   absl::StatusOr<std::vector<int64_t>> steps = ListSnapshots();
   if (!steps.ok()) return steps.status();
   const int excess = static_cast<int>(steps->size()) - keep;
+  // Protected snapshots beyond `keep`, at most kMaxProtectedExtra of them:
+  // a protected step that stops moving (the scheduler away, a server whose
+  // snapshots fail) must not fill the disk.
+  constexpr int kMaxProtectedExtra = 16;
   for (int i = 0; i < excess; ++i) {
-    if ((*steps)[i] >= protect) break;  // rising: the rest are kept too
+    // Rising: once one is kept, so are the rest.
+    if ((*steps)[i] >= protect && excess - i <= kMaxProtectedExtra) break;
     if (absl::Status s = RemoveDirLocked(SnapshotPath((*steps)[i])); !s.ok()) {
       return s;
     }

@@ -70,7 +70,7 @@ class DataDir {
   // configs there). Replaces an existing snapshot of the same step, then
   // deletes all but the newest `keep` snapshots and those of `protect` and
   // after (the newest step every server of the job holds: a rollback may
-  // go there). REQUIRES of the caller:
+  // go there; at most 16 of those beyond `keep`). REQUIRES of the caller:
   // no updates to `source` while this runs (a step boundary). Errors:
   // INVALID_ARGUMENT for step < 0 or keep < 1; the errors of source.ForEach;
   // RocksDB and file system errors. On error no new snapshot is visible.

@@ -125,6 +125,14 @@ TEST(DataDir, KeepsTheProtectedStepAndNewerBeyondKeep) {
   // Once the protected step moves on, the older ones go.
   ASSERT_TRUE((*dir)->WriteSnapshot(35, *MakeSource(1, 35), "m", 2, 30).ok());
   EXPECT_EQ(*(*dir)->ListSnapshots(), (std::vector<int64_t>{30, 35}));
+  // A protected step that stops moving keeps 16 beyond `keep`, no more.
+  for (int64_t step = 40; step < 200; step += 5) {
+    ASSERT_TRUE(
+        (*dir)->WriteSnapshot(step, *MakeSource(1, step), "m", 2, 30).ok());
+  }
+  const std::vector<int64_t> held = *(*dir)->ListSnapshots();
+  EXPECT_EQ(held.size(), 18u);
+  EXPECT_EQ(held.back(), 195);
 }
 
 TEST(DataDir, KeepsOnlyTheNewestSnapshotsAndSurvivesReopen) {
