@@ -78,10 +78,11 @@ class Ledger {
   // view. Errors: INVALID_ARGUMENT (a malformed job or step), NOT_FOUND (not
   // a live worker: register again), FAILED_PRECONDITION (another job's
   // ledger; more live workers than samples per step), OUT_OF_RANGE (a BSP
-  // step already applied; SSP/ASP: every sample of the job applied),
-  // UNAVAILABLE (SSP/ASP: every sample handed out, some not yet applied:
-  // ask again later), storage errors (nothing changed). With req.ahead,
-  // the next steps' leases too (leased_ahead), as many as can be made.
+  // step already applied or past the job's end; SSP/ASP: every sample of the
+  // job applied), UNAVAILABLE (SSP/ASP: every sample handed out, some not yet
+  // applied: ask again later), storage errors (nothing changed). With
+  // req.ahead, the next steps' leases too (leased_ahead), as many as can be
+  // made.
   absl::StatusOr<v1::LeaseWorkResponse> Lease(const v1::LeaseWorkRequest& req,
                                               const v1::View& view);
 

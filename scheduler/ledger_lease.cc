@@ -163,6 +163,12 @@ absl::StatusOr<v1::LeaseWorkResponse> Ledger::Lease(
     return mode_.mode == Consistency::kBsp ? LeaseBsp(r, view, s, splits)
                                            : LeaseAsync(r, view, s);
   };
+  if (!InJob(s, req.step())) {
+    // A worker's top-up of leases ahead at the job's last step: no split
+    // is made for a step the job does not have.
+    return absl::OutOfRangeError(
+        absl::StrCat("ledger: step ", req.step(), " is past the job's end"));
+  }
   absl::StatusOr<v1::LeaseWorkResponse> resp = lease_one(req);
   if (!resp.ok()) return resp.status();
   resp->set_step(req.step());

@@ -450,6 +450,9 @@ TEST_F(LedgerTest, BspStepsLeasedAheadAreTheStepsOwnSplits) {
     EXPECT_TRUE(ahead.leased_ahead().empty());
   }
   EXPECT_THAT(Runs(a->leased_ahead(3).units()), ElementsAre(std::pair{45, 5}));
+  // Past the job's end (a top-up at its last step): no split is made.
+  EXPECT_EQ(ledger_->Lease(LeaseReq(9, 6, job), v).status().code(),
+            absl::StatusCode::kOutOfRange);
   // The other worker, asking step 4 alone (after a restart), gets the other
   // half of the same split; worker 9 asking again gets the same units.
   Open("bsp", /*on_disk=*/true);
