@@ -122,6 +122,9 @@ absl::StatusOr<StepWork> LeaseStepWork(SchedulerClient& scheduler, int64_t step,
         return ToStepWork(sv, *held);
       }
     }
+    // No lease in hand: this ask is the step's own, so a backoff from a
+    // failed top-up does not hold back its leases ahead (a time past any
+    // backoff).
     const int want =
         ahead == nullptr ? 0 : ahead->WantAhead(step, absl::InfiniteFuture());
     absl::StatusOr<v1::LeaseWorkResponse> lease =

@@ -21,6 +21,17 @@ rocksdb::IOStatus ToIoStatus(const Fault& f, absl::string_view path) {
   return rocksdb::IOStatus::IOError(msg, strerror(f.error));
 }
 
+// Writes `data` with `write` unless a fault is injected for `path`: then
+// only its first half for a torn write, and the fault.
+template <typename WriteFn>
+rocksdb::IOStatus WriteOrFail(const std::string& path,
+                              const rocksdb::Slice& data, WriteFn write) {
+  const Fault f = FaultAt(FaultOp::kWrite, path);
+  if (f.error == 0) return write(data);
+  if (f.torn) write(rocksdb::Slice(data.data(), data.size() / 2));
+  return ToIoStatus(f, path);
+}
+
 class FaultyWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
  public:
   FaultyWritableFile(std::unique_ptr<rocksdb::FSWritableFile> f,
@@ -30,13 +41,9 @@ class FaultyWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
   rocksdb::IOStatus Append(const rocksdb::Slice& data,
                            const rocksdb::IOOptions& options,
                            rocksdb::IODebugContext* dbg) override {
-    const Fault f = FaultAt(FaultOp::kWrite, path_);
-    if (f.error == 0) return target()->Append(data, options, dbg);
-    if (f.torn) {
-      target()->Append(rocksdb::Slice(data.data(), data.size() / 2), options,
-                       dbg);
-    }
-    return ToIoStatus(f, path_);
+    return WriteOrFail(path_, data, [&](const rocksdb::Slice& d) {
+      return target()->Append(d, options, dbg);
+    });
   }
   rocksdb::IOStatus Append(const rocksdb::Slice& data,
                            const rocksdb::IOOptions& options,
@@ -48,15 +55,9 @@ class FaultyWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
                                      uint64_t offset,
                                      const rocksdb::IOOptions& options,
                                      rocksdb::IODebugContext* dbg) override {
-    const Fault f = FaultAt(FaultOp::kWrite, path_);
-    if (f.error == 0) {
-      return target()->PositionedAppend(data, offset, options, dbg);
-    }
-    if (f.torn) {
-      target()->PositionedAppend(rocksdb::Slice(data.data(), data.size() / 2),
-                                 offset, options, dbg);
-    }
-    return ToIoStatus(f, path_);
+    return WriteOrFail(path_, data, [&](const rocksdb::Slice& d) {
+      return target()->PositionedAppend(d, offset, options, dbg);
+    });
   }
   rocksdb::IOStatus PositionedAppend(
       const rocksdb::Slice& data, uint64_t offset,
@@ -152,6 +153,17 @@ class FaultySequentialFile : public rocksdb::FSSequentialFileOwnerWrapper {
   const std::string path_;
 };
 
+// `open`s a file into `file` and, if it opened, puts it in `out` wrapped
+// as a `Faulty` of path `f`.
+template <typename Faulty, typename File, typename OpenFn>
+rocksdb::IOStatus OpenWrapped(const std::string& f, std::unique_ptr<File>* out,
+                              OpenFn open) {
+  std::unique_ptr<File> file;
+  rocksdb::IOStatus s = open(&file);
+  if (s.ok()) *out = std::make_unique<Faulty>(std::move(file), f);
+  return s;
+}
+
 // Wraps each file RocksDB opens for reading or writing.
 class FaultyFileSystem : public rocksdb::FileSystemWrapper {
  public:
@@ -162,49 +174,42 @@ class FaultyFileSystem : public rocksdb::FileSystemWrapper {
       const std::string& f, const rocksdb::FileOptions& o,
       std::unique_ptr<rocksdb::FSSequentialFile>* r,
       rocksdb::IODebugContext* dbg) override {
-    std::unique_ptr<rocksdb::FSSequentialFile> file;
-    rocksdb::IOStatus s = target()->NewSequentialFile(f, o, &file, dbg);
-    if (s.ok()) *r = std::make_unique<FaultySequentialFile>(std::move(file), f);
-    return s;
+    return OpenWrapped<FaultySequentialFile>(f, r, [&](auto* file) {
+      return target()->NewSequentialFile(f, o, file, dbg);
+    });
   }
   rocksdb::IOStatus NewRandomAccessFile(
       const std::string& f, const rocksdb::FileOptions& o,
       std::unique_ptr<rocksdb::FSRandomAccessFile>* r,
       rocksdb::IODebugContext* dbg) override {
-    std::unique_ptr<rocksdb::FSRandomAccessFile> file;
-    rocksdb::IOStatus s = target()->NewRandomAccessFile(f, o, &file, dbg);
-    if (s.ok()) {
-      *r = std::make_unique<FaultyRandomAccessFile>(std::move(file), f);
-    }
-    return s;
+    return OpenWrapped<FaultyRandomAccessFile>(f, r, [&](auto* file) {
+      return target()->NewRandomAccessFile(f, o, file, dbg);
+    });
   }
   rocksdb::IOStatus NewWritableFile(const std::string& f,
                                     const rocksdb::FileOptions& o,
                                     std::unique_ptr<rocksdb::FSWritableFile>* r,
                                     rocksdb::IODebugContext* dbg) override {
-    std::unique_ptr<rocksdb::FSWritableFile> file;
-    rocksdb::IOStatus s = target()->NewWritableFile(f, o, &file, dbg);
-    if (s.ok()) *r = std::make_unique<FaultyWritableFile>(std::move(file), f);
-    return s;
+    return OpenWrapped<FaultyWritableFile>(f, r, [&](auto* file) {
+      return target()->NewWritableFile(f, o, file, dbg);
+    });
   }
   rocksdb::IOStatus ReopenWritableFile(
       const std::string& f, const rocksdb::FileOptions& o,
       std::unique_ptr<rocksdb::FSWritableFile>* r,
       rocksdb::IODebugContext* dbg) override {
-    std::unique_ptr<rocksdb::FSWritableFile> file;
-    rocksdb::IOStatus s = target()->ReopenWritableFile(f, o, &file, dbg);
-    if (s.ok()) *r = std::make_unique<FaultyWritableFile>(std::move(file), f);
-    return s;
+    return OpenWrapped<FaultyWritableFile>(f, r, [&](auto* file) {
+      return target()->ReopenWritableFile(f, o, file, dbg);
+    });
   }
   rocksdb::IOStatus ReuseWritableFile(
       const std::string& f, const std::string& old,
       const rocksdb::FileOptions& o,
       std::unique_ptr<rocksdb::FSWritableFile>* r,
       rocksdb::IODebugContext* dbg) override {
-    std::unique_ptr<rocksdb::FSWritableFile> file;
-    rocksdb::IOStatus s = target()->ReuseWritableFile(f, old, o, &file, dbg);
-    if (s.ok()) *r = std::make_unique<FaultyWritableFile>(std::move(file), f);
-    return s;
+    return OpenWrapped<FaultyWritableFile>(f, r, [&](auto* file) {
+      return target()->ReuseWritableFile(f, old, o, file, dbg);
+    });
   }
 };
 

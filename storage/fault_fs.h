@@ -1,9 +1,10 @@
 // Faults injected below Strata's storage, for tests: EIO or ENOSPC on a
 // read, a write or a file's fsync, and torn writes, under every file the
-// servers and the scheduler keep (directories' fsyncs through RocksDB and
-// its random read-write files are not wrapped): RocksDB's files (the spill tier, snapshots' record
-// databases, the scheduler's state) through a rocksdb::FileSystem wrapper,
-// and the small files of storage/files.h (snapshots' META, DIR_ID, claims).
+// servers and the scheduler keep: RocksDB's files (the spill tier,
+// snapshots' record databases, the scheduler's state) through a
+// rocksdb::FileSystem wrapper, and the small files of storage/files.h
+// (snapshots' META, DIR_ID, claims). Not wrapped: the fsyncs of
+// directories RocksDB makes, and its random read-write files.
 // leveldb's Env and RocksDB's fault-injection file system do the same job
 // for their own tests; this one is Strata's (RocksDB's is not in its public
 // headers).
