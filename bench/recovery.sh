@@ -19,6 +19,14 @@
 # before it (`scheduler_outage_steps`, its ratio) and the longest stall of
 # that worker's steps from the kill to the restart
 # (`scheduler_outage_max_stall_s`; without leases ahead it is the outage).
+# Last, failover: a second cluster whose two slots have a primary and a
+# backup each (--replicas 2) and three workers; each slot's primary is
+# killed with SIGKILL in turn. It prints the median seconds from a kill to
+# the first step the workers complete after stalling on it
+# (`server_failover_s`, with its ratio to the lease: the backup takes over
+# when the primary's lease runs out) and the steps computed twice in the
+# watched worker's log (`failover_steps_recomputed`: a rollback would redo
+# the steps since a snapshot; the target is 0).
 # Run from the repository root: bash bench/recovery.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -161,3 +169,42 @@ echo "scheduler_outage_steps $during (in ${OUTAGE_S} s before it: $before)"
 python3 -c "print('scheduler_outage_steps_ratio %.3f' % ($during / max($before, 1)))"
 echo "scheduler_outage_max_stall_s $stall (outage ${OUTAGE_S} s)"
 sleep 2
+
+# Failover: a replicated cluster of its own (primaries registered first:
+# a slot's oldest server is its primary), workers logging every step.
+fdir="$dir/failover"
+mkdir -p "$fdir"
+./build/cli/strata scheduler --listen 127.0.0.1:0 --num_shards 2 --replicas 2 \
+  --lease_ms "$LEASE_MS" --address_file "$fdir/addr" 2>"$fdir/scheduler.log" &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$fdir/addr" ] && break; sleep 0.1; done
+faddr=$(cat "$fdir/addr")
+primaries=()
+for n in 0 1 2 3; do
+  ./build/cli/strata server --scheduler "$faddr" --shard $((n % 2)) \
+    2>"$fdir/server$n.log" &
+  pids+=($!)
+  [ "$n" -lt 2 ] && primaries+=($!)
+  for _ in $(seq 100); do grep -q "serving on" "$fdir/server$n.log" && break; sleep 0.1; done
+done
+for w in 0 1 2; do
+  ./build/cli/strata toy --scheduler "$faddr" --workers 3 --steps 100000000 --batch 48 \
+    --dim 64 --samples 960 --chunk_bytes 64 --log_every 1 \
+    --sample_cost_us "$SAMPLE_COST_US" >"$fdir/worker$w.log" 2>&1 &
+  pids+=($!)
+  disown
+done
+failover_times=()
+for s in 0 1; do
+  t=$(python3 -c "$measure" "${primaries[$s]}" "$fdir/worker0.log")
+  t=${t% }
+  echo "primary of slot $s killed: ${t} s"
+  failover_times+=("$t")
+  sleep 2
+done
+median=$(printf "%s\n" "${failover_times[@]}" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}')
+echo "server_failover_s $median"
+python3 -c "print('server_failover_ratio_to_lease %.3f' % ($median / ($LEASE_MS / 1000)))"
+recomputed=$(grep -o "step [0-9]* batch_loss" "$fdir/worker0.log" | sort | uniq -d | wc -l)
+rollbacks=$(grep -c "rolls back" "$fdir/scheduler.log" || true)
+echo "failover_steps_recomputed $recomputed (rollbacks: $rollbacks; steps logged: $(grep -c 'batch_loss' "$fdir/worker0.log"))"

@@ -15,6 +15,7 @@
 #include "common/consistency.h"
 #include "common/status.h"
 #include "scheduler/ledger_audit.h"
+#include "scheduler/scheduler.h"
 #include "spdlog/spdlog.h"
 #include "storage/server_dirs.h"
 
@@ -23,6 +24,7 @@ namespace {
 
 struct LocalOptions {
   int servers = 2;
+  int replicas = 1;
   int workers = 2;
   std::string consistency = "bsp";
   std::string work_dir;  // "" = a fresh /tmp/strata-local-XXXXXX
@@ -53,9 +55,16 @@ struct LocalOptions {
 };
 
 LocalPlan PlanOf(const LocalOptions& o) {
-  LocalPlan p{o.servers,        o.workers,       o.consistency,
-              o.snapshot_every, o.toy,           o.tls,
-              o.ram_budget,     o.tokenizer_dir, {}};
+  LocalPlan p;
+  p.servers = o.servers;
+  p.replicas = o.replicas;
+  p.workers = o.workers;
+  p.consistency = o.consistency;
+  p.snapshot_every = o.snapshot_every;
+  p.toy = o.toy;
+  p.tls = o.tls;
+  p.ram_budget = o.ram_budget;
+  p.tokenizer_dir = o.tokenizer_dir;
   if (o.toy) {
     p.worker_args = {"toy", "--workers", std::to_string(o.workers), "--steps",
                      std::to_string(o.train.steps)};
@@ -69,17 +78,24 @@ LocalPlan PlanOf(const LocalOptions& o) {
   return p;
 }
 
-// The step to resume the run in `dir` at: the newest every server holds a
-// snapshot of, and not past the steps the ledger saw applied (a crash can
-// lose the last reports; steps it never recorded must be computed again).
-absl::StatusOr<int64_t> ResumeStep(const std::string& dir, int servers) {
+// The step to resume the run in `dir` at: the newest every server (every
+// replica) holds a snapshot of, and not past the steps the ledger saw
+// applied (a crash can lose the last reports; steps it never recorded must
+// be computed again).
+absl::StatusOr<int64_t> ResumeStep(const std::string& dir, int servers,
+                                   int replicas) {
   STRATA_ASSIGN_OR_RETURN(const int64_t applied,
                           ReadLedgerAppliedSteps(dir + "/scheduler"));
-  STRATA_ASSIGN_OR_RETURN(auto dirs, OpenServerDirs(dir));
-  if (static_cast<int>(dirs.size()) != servers) {
-    return absl::DataLossError(absl::StrCat(dir, " has ", dirs.size(),
-                                            " server directories; the run had ",
-                                            servers));
+  std::vector<std::unique_ptr<DataDir>> dirs;
+  for (int r = 0; r < replicas; ++r) {
+    const std::string set = r == 0 ? dir : absl::StrCat(dir, "/replica-", r);
+    STRATA_ASSIGN_OR_RETURN(auto some, OpenServerDirs(set));
+    if (static_cast<int>(some.size()) != servers) {
+      return absl::DataLossError(
+          absl::StrCat(set, " has ", some.size(),
+                       " server directories; the run had ", servers));
+    }
+    for (auto& d : some) dirs.push_back(std::move(d));
   }
   absl::StatusOr<int64_t> step = NewestCommonSnapshot(dirs, applied);
   if (!step.ok()) {
@@ -133,7 +149,8 @@ int RunLocal(const LocalOptions& o, const std::string& resume_dir) {
                        "cannot resume a '", plan.consistency,
                        "' run: only BSP servers take consistent snapshots")));
     }
-    absl::StatusOr<int64_t> step = ResumeStep(resume_dir, plan.servers);
+    absl::StatusOr<int64_t> step =
+        ResumeStep(resume_dir, plan.servers, plan.replicas);
     if (!step.ok()) return ReportStatus("local", step.status());
     resume_step = *step;
   }
@@ -164,8 +181,14 @@ CommandFn AddLocalCommand(CLI::App& app) {
       "local",
       "Run a scheduler, servers and workers on this machine and train");
   auto o = std::make_shared<LocalOptions>();
-  cmd->add_option("--servers", o->servers, "parameter-server processes")
+  cmd->add_option("--servers", o->servers,
+                  "shard slots, each served by --replicas server processes")
       ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--replicas", o->replicas,
+                  "servers per slot: a primary and its backups; one killed, "
+                  "the job goes on with no rollback")
+      ->check(CLI::Range(1, kMaxReplicas))
       ->capture_default_str();
   cmd->add_option("--workers", o->workers, "worker processes")
       ->check(CLI::Range(1, 64))

@@ -58,6 +58,11 @@ CommandFn AddSchedulerCommand(CLI::App& app) {
                   "number of parameter-server shard slots")
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();
+  cmd->add_option("--replicas", o->replicas,
+                  "servers per slot: a primary and its backups, each holding "
+                  "every update the primary acknowledged")
+      ->check(CLI::Range(1, kMaxReplicas))
+      ->capture_default_str();
   AddConsistencyFlag(
       cmd, [o](const Consistency& c) { o->consistency = c; },
       "bsp | ssp:<s> | asp")

@@ -117,14 +117,16 @@ void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
               : 0;
     std::printf(
         "  chunks %llu  applied %llu  pulls %llu  rejected(nonfinite) %llu  "
-        "bsp_samples %llu  bsp_tiling_errors %llu  redone %llu",
+        "bsp_samples %llu  bsp_tiling_errors %llu  redone %llu  "
+        "forwarded %llu",
         static_cast<unsigned long long>(st.chunks()),
         static_cast<unsigned long long>(st.pushes_applied()),
         static_cast<unsigned long long>(st.pulls()),
         static_cast<unsigned long long>(st.pushes_rejected_nonfinite()),
         static_cast<unsigned long long>(st.bsp_samples_applied()),
         static_cast<unsigned long long>(st.bsp_tiling_errors()),
-        static_cast<unsigned long long>(st.aborted_stale_epoch()));
+        static_cast<unsigned long long>(st.aborted_stale_epoch()),
+        static_cast<unsigned long long>(st.replica_forwards()));
     if (st.has_tier()) {
       const v1::TierStats& t = st.tier();
       const uint64_t uses = t.hits() + t.misses();
@@ -255,6 +257,11 @@ CommandFn AddStatusCommand(CLI::App& app) {
         if (m.id() == slot.member_id()) member = &m;
       }
       PrintServer(slot, member, security, samples[i], later[i]);
+      for (const v1::ShardReplica& b : slot.backups()) {
+        std::printf("    backup %s (member %llu)  %s\n", b.address().c_str(),
+                    static_cast<unsigned long long>(b.member_id()),
+                    HealthText(b.address(), security, Role::kServer).c_str());
+      }
     }
     PrintWorkers(view, security);
     return 0;

@@ -30,6 +30,7 @@ namespace strata {
 
 absl::Status SavePlan(const LocalPlan& p, const std::string& path) {
   const nlohmann::json j = {{"servers", p.servers},
+                            {"replicas", p.replicas},
                             {"workers", p.workers},
                             {"consistency", p.consistency},
                             {"snapshot_every", p.snapshot_every},
@@ -39,6 +40,12 @@ absl::Status SavePlan(const LocalPlan& p, const std::string& path) {
                             {"tokenizer_dir", p.tokenizer_dir},
                             {"worker_args", p.worker_args}};
   return WriteFileSynced(path, j.dump(1) + "\n");
+}
+
+std::string ReplicaDir(const std::string& dir, int replica, int slot) {
+  return replica == 0
+             ? absl::StrCat(dir, "/server-", slot)
+             : absl::StrCat(dir, "/replica-", replica, "/server-", slot);
 }
 
 absl::StatusOr<LocalPlan> LoadPlan(const std::string& path) {
@@ -52,6 +59,7 @@ absl::StatusOr<LocalPlan> LoadPlan(const std::string& path) {
   try {
     p.servers = j.at("servers").get<int>();
     p.workers = j.at("workers").get<int>();
+    p.replicas = j.value("replicas", 1);  // absent in runs before replicas
     p.consistency = j.at("consistency").get<std::string>();
     p.snapshot_every = j.at("snapshot_every").get<int64_t>();
     p.toy = j.at("toy").get<bool>();
@@ -62,7 +70,7 @@ absl::StatusOr<LocalPlan> LoadPlan(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(path, " is malformed: ", e.what()));
   }
-  if (p.servers < 1 || p.workers < 1 || p.worker_args.empty())
+  if (p.servers < 1 || p.workers < 1 || p.replicas < 1 || p.worker_args.empty())
     return absl::DataLossError(absl::StrCat(path, " is malformed"));
   return p;
 }
@@ -138,11 +146,12 @@ absl::Status LocalLaunch::PrepareDir() {
         absl::StrCat("cannot create the run's directory ", dir_, ": ",
                      ec.message(), " (pick another --dir)"));
   }
-  spdlog::info("strata local: {} servers, {} workers, {}, state in {}{}",
-               o_.servers, o_.workers, o_.consistency, dir_,
-               resume_step_ >= 0
-                   ? absl::StrCat("; resuming at step ", resume_step_)
-                   : "");
+  spdlog::info(
+      "strata local: {} servers x {} replica(s), {} workers, {}, "
+      "state in {}{}",
+      o_.servers, o_.replicas, o_.workers, o_.consistency, dir_,
+      resume_step_ >= 0 ? absl::StrCat("; resuming at step ", resume_step_)
+                        : "");
   if (resume_step_ < 0) {
     // `strata generate` and `strata export` find the tokenizer here. Before
     // the plan: a run whose copy failed is not taken for one that started.
@@ -172,6 +181,8 @@ absl::Status LocalLaunch::StartScheduler() {
                                    "127.0.0.1:0",
                                    "--num_shards",
                                    std::to_string(o_.servers),
+                                   "--replicas",
+                                   std::to_string(o_.replicas),
                                    "--consistency",
                                    o_.consistency,
                                    "--data_dir",
@@ -192,14 +203,15 @@ absl::Status LocalLaunch::StartScheduler() {
 }
 
 absl::Status LocalLaunch::StartServers() {
-  for (int s = 0; s < o_.servers; ++s) {
+  for (int n = 0; n < o_.servers * o_.replicas; ++n) {
+    const int s = n % o_.servers;
     std::vector<std::string> args = {"server",
                                      "--scheduler",
                                      address_,
                                      "--shard",
                                      std::to_string(s),
                                      "--data_dir",
-                                     absl::StrCat(dir_, "/server-", s),
+                                     ReplicaDir(dir_, n / o_.servers, s),
                                      "--snapshot_every",
                                      std::to_string(o_.snapshot_every),
                                      "--metrics_port",

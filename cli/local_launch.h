@@ -16,7 +16,8 @@ namespace strata {
 // What a run starts, saved as <dir>/local.json so `--resume` starts the
 // same job again.
 struct LocalPlan {
-  int servers = 2;
+  int servers = 2;   // shard slots
+  int replicas = 1;  // servers per slot (server-<slot>, replica-<r>/...)
   int workers = 2;
   std::string consistency = "bsp";
   int64_t snapshot_every = 100;
@@ -32,6 +33,11 @@ struct LocalPlan {
 // for a directory that is no run's, DATA_LOSS for a malformed file.
 absl::Status SavePlan(const LocalPlan& p, const std::string& path);
 absl::StatusOr<LocalPlan> LoadPlan(const std::string& path);
+
+// The data directory of `slot`'s replica number `replica` in the run in
+// `dir`: <dir>/server-<slot> for the first, <dir>/replica-<r>/server-<slot>
+// for the others (so storage/server_dirs.h reads each replica's set alike).
+std::string ReplicaDir(const std::string& dir, int replica, int slot);
 
 // Starts the run of `o` in `dir` ("": a fresh /tmp/strata-local-XXXXXX),
 // at `resume_step` (-1: a new run), and supervises it until its workers

@@ -14,6 +14,18 @@
 
 namespace strata {
 
+namespace {
+
+bool SlotServed(const absl::flat_hash_map<pid_t, ServerProcess>& servers,
+                int shard) {
+  for (const auto& [pid, s] : servers) {
+    if (s.shard == shard) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 WorkersEnd SuperviseUntilWorkersEnd(
     const std::vector<pid_t>& workers,
     absl::flat_hash_map<pid_t, ServerProcess>& servers,
@@ -45,6 +57,13 @@ WorkersEnd SuperviseUntilWorkersEnd(
     servers.erase(it);
     const std::string exited =
         absl::StrCat("server ", server.shard, " exited (code ", code, ")");
+    if (code != 0 && SlotServed(servers, server.shard)) {
+      // A replica of its slot serves on, with every update acknowledged:
+      // the job goes on without a restart (a replica joins only before
+      // the job starts).
+      spdlog::warn("strata local: {}; its slot goes on with a replica", exited);
+      continue;
+    }
     if (code == 0 || !restart_servers) {
       stop_workers(exited);
       continue;

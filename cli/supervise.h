@@ -31,7 +31,9 @@ struct WorkersEnd {
   std::string stopped_because;
 };
 
-// Waits for every worker to exit. Under BSP (`restart_servers`), a server
+// Waits for every worker to exit. A server that fails while another server
+// of its slot (a replica) runs is left dead: the slot goes on. Otherwise,
+// under BSP (`restart_servers`), a server
 // that fails meanwhile (killed, or stopped by an error such as a lost
 // spilled tile) is started again on its data directory, as a container's
 // restart policy would: it restores its newest snapshot and the job rolls

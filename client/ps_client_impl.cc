@@ -407,14 +407,19 @@ absl::Status PsClient::Impl::RegisterModel(const ModelSpec& model) {
   }
   for (int slot = 0; slot < num_slots_; ++slot) {
     absl::Status last;
-    for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
+    // Retried for as long as the servers may take to come up: a slot
+    // whose job wants replicas answers UNAVAILABLE until they joined.
+    const absl::Time give_up = absl::Now() + options_.servers_timeout;
+    for (int attempt = 0;
+         attempt < options_.max_attempts || absl::Now() < give_up; ++attempt) {
       STRATA_ASSIGN_OR_RETURN(auto* stub, StubForSlot(slot));
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
       v1::RegisterChunksResponse resp;
       last = FromGrpcStatus(stub->RegisterChunks(&ctx, reqs[slot], &resp));
       if (!IsRetryable(last)) break;
-      absl::SleepFor(options_.initial_backoff * (attempt + 1));
+      absl::SleepFor(std::min(options_.initial_backoff * (attempt + 1),
+                              options_.max_backoff));
     }
     if (!last.ok()) {
       return absl::Status(last.code(),

@@ -54,15 +54,20 @@ absl::StatusOr<v1::ReportAppliedResponse> Ledger::Report(
           "ledger: slot ", r.slot(), " holds no chunks of this job"));
     }
     bool owner = false;
+    // Any replica of the slot: each applied what the primary acknowledged,
+    // and a backup's reports stand for a primary that died before sending
+    // its own (duplicates are ignored).
     for (const v1::ShardSlot& slot : view.shard_map().slots()) {
-      owner = owner ||
-              (slot.shard() == r.slot() &&
-               slot.member_id() == req.member_id() && req.member_id() != 0);
+      if (slot.shard() != r.slot() || req.member_id() == 0) continue;
+      owner = owner || slot.member_id() == req.member_id();
+      for (const v1::ShardReplica& b : slot.backups()) {
+        owner = owner || b.member_id() == req.member_id();
+      }
     }
     if (!owner) {
       return absl::PermissionDeniedError(
           absl::StrCat("ledger: member ", req.member_id(),
-                       " is not the live server of slot ", r.slot()));
+                       " is not a live server of slot ", r.slot()));
     }
   }
   v1::LedgerState s = state_;

@@ -148,27 +148,34 @@ absl::StatusOr<uint64_t> Membership::ValidateRegister(
     return absl::InvalidArgumentError(
         "register: a server must give the address it serves on");
   }
+  // The slot's live servers. The same data directory, opened by a new
+  // process: the old one is dead (a live server holds the directory's
+  // lock), so its lease is void. A server registering again after a lost
+  // lease never supersedes: it is the old process, and the new one took its
+  // place.
+  std::vector<const v1::Member*> serving;
   for (const auto& [id, e] : members_) {
     if (e.member.role() != v1::ROLE_SERVER || e.member.shard() != req.shard()) {
       continue;
     }
-    // The same data directory, opened by a new process: the old one is
-    // dead (a live server holds the directory's lock), so its lease is
-    // void. A server registering again after a lost lease never
-    // supersedes: it is the old process, and the new one took its place.
     if (first && !req.data_dir_id().empty() &&
         req.data_dir_id() == e.member.data_dir_id()) {
       return id;
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "register: shard slot ", req.shard(), " is already served by member ",
-        id, " at ", e.member.address(),
-        !first && !req.data_dir_id().empty() &&
-                req.data_dir_id() == e.member.data_dir_id()
-            ? " (this server was superseded: stop it)"
-            : ""));
+    serving.push_back(&e.member);
   }
-  return 0;
+  if (static_cast<int>(serving.size()) < options_.replicas) return 0;
+  const v1::Member& taken = *serving.front();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "register: shard slot ", req.shard(), " is already served by member ",
+      taken.id(), " at ", taken.address(),
+      options_.replicas > 1
+          ? absl::StrCat(" and its ", options_.replicas - 1, " replica(s)")
+          : "",
+      !first && !req.data_dir_id().empty() &&
+              req.data_dir_id() == taken.data_dir_id()
+          ? " (this server was superseded: stop it)"
+          : ""));
 }
 
 absl::StatusOr<v1::RegisterResponse> Membership::Register(
@@ -367,6 +374,7 @@ void Membership::RebuildViewLocked() {
   v.set_consistency(options_.consistency.ToString());
   v.set_generation(generation_);
   v.set_rollback_step(rollback_step_);
+  v.set_replicas(static_cast<uint32_t>(options_.replicas));
   v1::ShardMap* map = v.mutable_shard_map();
   map->set_version(shard_map_version_);
   for (int s = 0; s < options_.num_shards; ++s) map->add_slots()->set_shard(s);
@@ -374,9 +382,17 @@ void Membership::RebuildViewLocked() {
     switch (e.member.role()) {
       case v1::ROLE_SERVER: {
         *v.add_servers() = e.member;
+        // Members in id order: the slot's first is its primary, so a
+        // backup is promoted the moment its primary leaves the view.
         v1::ShardSlot* slot = map->mutable_slots(e.member.shard());
-        slot->set_member_id(id);
-        slot->set_address(e.member.address());
+        if (slot->member_id() == 0) {
+          slot->set_member_id(id);
+          slot->set_address(e.member.address());
+        } else {
+          v1::ShardReplica* backup = slot->add_backups();
+          backup->set_member_id(id);
+          backup->set_address(e.member.address());
+        }
         break;
       }
       case v1::ROLE_WORKER:

@@ -5,10 +5,12 @@
 //  - Register gives a fresh member id (never reused: the counter is stored)
 //    and a lease; Heartbeat renews it; Leave or a lease that runs out removes
 //    the member. Each of these changes of membership raises the epoch once.
-//  - Servers occupy one shard slot each; a slot holds at most one live
-//    server. Taking or freeing a slot raises the shard map version. A
-//    server's first registration with the data directory of the slot's
-//    live server supersedes it (one change: one epoch step).
+//  - Servers occupy one shard slot each; a slot holds at most `replicas`
+//    live servers, the one with the lowest member id its primary (so the
+//    oldest backup is promoted when the primary leaves). Taking or freeing
+//    a place in a slot raises the shard map version. A server's first
+//    registration with the data directory of one of the slot's live
+//    servers supersedes it (one change: one epoch step).
 //  - A registration may roll the job back (RollbackRule): the same change
 //    raises the view's generation and sets its rollback step.
 //  - ROLE_CLIENT members hold a lease but are not in the view, so their
@@ -46,6 +48,7 @@ using RollbackRule = std::function<absl::StatusOr<std::optional<int64_t>>(
 
 struct MembershipOptions {
   int num_shards = 1;
+  int replicas = 1;  // live servers a slot may hold; >= 1
   Consistency consistency;
   // How long a member stays without a heartbeat. REQUIRES: > 0 (the
   // Scheduler passes SchedulerOptions::lease).

@@ -34,6 +34,11 @@ absl::Status ValidateOptions(const SchedulerOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("scheduler: num_shards must be > 0, got ", o.num_shards));
   }
+  if (o.replicas < 1 || o.replicas > kMaxReplicas) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scheduler: replicas must be in [1, ", kMaxReplicas,
+                     "], got ", o.replicas));
+  }
   if (o.lease <= absl::ZeroDuration() ||
       o.lease_check_interval <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -94,8 +99,9 @@ absl::Status Scheduler::Init(SchedulerOptions options) {
     state.members.clear();
   }
   membership_ = std::make_unique<Membership>(
-      MembershipOptions{options.num_shards, options.consistency, options.lease,
-                        options.clock, store_.get()},
+      MembershipOptions{options.num_shards, options.replicas,
+                        options.consistency, options.lease, options.clock,
+                        store_.get()},
       state);
   kv_ = std::make_unique<KvStore>(store_.get(), std::move(state.kv));
   service_ = std::make_unique<SchedulerService>(

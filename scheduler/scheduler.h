@@ -43,6 +43,8 @@ namespace strata {
 // member that stalls longer than this (e.g. SIGSTOP): it then registers
 // again and redoes its step.
 inline constexpr absl::Duration kDefaultLease = absl::Milliseconds(2500);
+// The most servers a slot may hold (SchedulerOptions::replicas).
+inline constexpr int kMaxReplicas = 3;
 
 namespace scheduler_internal {
 class StateStore;
@@ -60,6 +62,10 @@ struct SchedulerOptions {
   std::string data_dir;
   // Number of shard slots; each server registers into one. Must be > 0.
   int num_shards = 1;
+  // Servers per slot (primary and backups, server/replica_forwarder.h):
+  // an update a primary acknowledged is on every replica, and the oldest
+  // backup takes over when the primary's lease runs out. 1..kMaxReplicas.
+  int replicas = 1;
   // The job's consistency, copied into every view (as
   // Consistency::ToString: bsp | ssp:<s> | asp).
   Consistency consistency;

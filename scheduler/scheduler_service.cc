@@ -65,6 +65,25 @@ absl::Status SchedulerService::AllowFor(const grpc::ServerContext& ctx,
   return absl::OkStatus();
 }
 
+bool SchedulerService::SlotIsServed(int slot, const v1::View& view) {
+  for (const v1::Member& s : view.servers()) {
+    if (s.shard() == slot) return true;
+  }
+  return false;
+}
+
+absl::Status SchedulerService::AllowReplicaJoin(int slot) const {
+  // A replica that joins once the job has begun would have to be brought
+  // up to the live one's state while training runs; that state transfer is
+  // not built, so the slot runs on the replicas it has.
+  if (!ledger_->State().has_job()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "register: shard slot ", slot,
+      " is served by a live replica and its job is under way; a replica "
+      "joins only before the job starts (catching a new replica up while "
+      "training runs is not built)"));
+}
+
 grpc::Status SchedulerService::Register(grpc::ServerContext* ctx,
                                         const v1::RegisterRequest* req,
                                         v1::RegisterResponse* resp) {
@@ -79,10 +98,13 @@ grpc::Status SchedulerService::Register(grpc::ServerContext* ctx,
       *req,
       [&](const v1::RegisterRequest& q, const v1::View& after,
           StateBatch& batch) -> absl::StatusOr<std::optional<int64_t>> {
-        if (q.role() != v1::ROLE_SERVER ||
-            ledger_->mode().mode != Consistency::kBsp) {
+        if (q.role() != v1::ROLE_SERVER) return std::nullopt;
+        if (SlotIsServed(q.shard(), after)) {
+          // A replica joins a slot that still serves: nothing rolls back.
+          STRATA_RETURN_IF_ERROR(AllowReplicaJoin(q.shard()));
           return std::nullopt;
         }
+        if (ledger_->mode().mode != Consistency::kBsp) return std::nullopt;
         STRATA_ASSIGN_OR_RETURN(pending, ledger_->BeginRollBack());
         std::optional<int64_t> rolled =
             RollbackStep(q, after, pending->state(), ledger_->mode());

@@ -72,6 +72,11 @@ class SchedulerService final : public v1::Scheduler::Service {
   // of the role `req_role` (Register) or for member `member_id`.
   absl::Status AllowRegister(const grpc::ServerContext& ctx,
                              v1::Role req_role) const;
+  // Whether a server of `view` serves `slot`.
+  static bool SlotIsServed(int slot, const v1::View& view);
+  // FAILED_PRECONDITION once the job has begun: a replica joining a slot
+  // that serves would start without the slot's state.
+  absl::Status AllowReplicaJoin(int slot) const;
   absl::Status AllowFor(const grpc::ServerContext& ctx,
                         absl::string_view method, uint64_t member_id) const;
 

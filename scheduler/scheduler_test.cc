@@ -108,6 +108,49 @@ TEST_F(SchedulerTest, ClientsHoldLeasesButStayOutOfTheView) {
   EXPECT_EQ(scheduler_->CurrentView().epoch(), epoch);
 }
 
+// --replicas 2: a slot holds a primary (its oldest member) and a backup;
+// a third server is refused; when the primary's lease runs out the backup
+// is the primary in the same view change, with no rollback; a replica
+// joining a slot that serves once the job has begun is refused.
+TEST_F(SchedulerTest, ReplicatedSlotsPromoteTheirBackup) {
+  Start({.num_shards = 1, .replicas = 2, .lease = absl::Seconds(10)});
+  auto primary = Register(v1::ROLE_SERVER, 0, "a:1");
+  ASSERT_TRUE(primary.ok()) << primary.status();
+  auto backup = Register(v1::ROLE_SERVER, 0, "b:1");
+  ASSERT_TRUE(backup.ok()) << backup.status();
+  v1::View view = scheduler_->CurrentView();
+  EXPECT_EQ(view.replicas(), 2u);
+  ASSERT_EQ(view.shard_map().slots_size(), 1);
+  const v1::ShardSlot& slot = view.shard_map().slots(0);
+  EXPECT_EQ(slot.member_id(), primary->member_id());
+  EXPECT_EQ(slot.address(), "a:1");
+  ASSERT_EQ(slot.backups_size(), 1);
+  EXPECT_EQ(slot.backups(0).member_id(), backup->member_id());
+  EXPECT_EQ(slot.backups(0).address(), "b:1");
+  auto third = Register(v1::ROLE_SERVER, 0, "c:1");
+  EXPECT_TRUE(absl::IsFailedPrecondition(third.status())) << third.status();
+  EXPECT_THAT(third.status().message(), HasSubstr("1 replica(s)"));
+
+  const uint64_t worker = Register(v1::ROLE_WORKER)->member_id();
+  ASSERT_TRUE(LeaseWork(worker, 0).ok());  // the job has begun
+  const uint64_t generation = scheduler_->CurrentView().generation();
+  clock_.Advance(absl::Seconds(6));
+  ASSERT_TRUE(Heartbeat(backup->member_id()).ok());
+  ASSERT_TRUE(Heartbeat(worker).ok());
+  clock_.Advance(absl::Seconds(5));  // the primary is 11 s silent
+  scheduler_->CheckLeasesNow();
+  view = scheduler_->CurrentView();
+  EXPECT_EQ(view.shard_map().slots(0).member_id(), backup->member_id());
+  EXPECT_EQ(view.shard_map().slots(0).address(), "b:1");
+  EXPECT_EQ(view.shard_map().slots(0).backups_size(), 0);
+  EXPECT_EQ(view.generation(), generation);
+
+  auto late = Register(v1::ROLE_SERVER, 0, "d:1");
+  EXPECT_TRUE(absl::IsFailedPrecondition(late.status())) << late.status();
+  EXPECT_THAT(late.status().message(), HasSubstr("job is under way"));
+  EXPECT_EQ(scheduler_->CurrentView().generation(), generation);
+}
+
 TEST_F(SchedulerTest, ServersOccupyOneShardSlotEach) {
   Start({.num_shards = 2, .lease = absl::Seconds(10)});
   auto s0 = Register(v1::ROLE_SERVER, 0, "a:1");

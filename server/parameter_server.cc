@@ -19,6 +19,7 @@
 #include "rpc/health.h"
 #include "server/ledger_reporter.h"
 #include "server/ps_service.h"
+#include "server/replica_forwarder.h"
 #include "server/shard.h"
 #include "server/shm_sessions.h"
 #include "server/snapshot_keeper.h"
@@ -39,6 +40,7 @@ struct ParameterServer::Impl {
   std::unique_ptr<SnapshotKeeper> snapshots;  // uses `data_dir` and `shard`
   std::unique_ptr<ThreadPool> push_handlers;
   std::unique_ptr<ThreadPool> pull_handlers;
+  std::unique_ptr<ReplicaForwarder> replicas;  // used by `service`
   std::unique_ptr<grpc::Service> service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<SchedulerClient> scheduler;
@@ -63,13 +65,13 @@ struct ParameterServer::Impl {
   // Registers with the scheduler and follows the job's views.
   absl::Status JoinJob(ParameterServer* self, const Consistency& consistency);
 
-  // A new view: first the job's rollback, if it is newer than ours, then
-  // the live workers: the shared-memory sessions' list before the shard's,
-  // so that a member AttachShm finds in the shard's view (AwaitWorker) is
-  // in the sessions' list too. The other way round, a worker that had just
-  // joined could be refused its attach (UNAVAILABLE) and send its first
-  // payloads in messages until it tried again.
-  void OnView(ParameterServer* owner, const v1::View& view) {
+  // A new view, in which this server is member `self_id`: first the job's
+  // rollback, if it is newer than ours, then the live workers: the
+  // shared-memory sessions' list before the shard's, so that a member AttachShm
+  // finds in the shard's view (AwaitWorker) is in the sessions' list too. The
+  // other way round, a worker that had just joined could be refused its attach
+  // (UNAVAILABLE) and send its first payloads in messages until it tried again.
+  void OnView(ParameterServer* owner, const v1::View& view, uint64_t self_id) {
     absl::MutexLock lock(&view_mu);
     if (view.generation() > shard->generation()) {
       absl::Status s =
@@ -86,6 +88,7 @@ struct ParameterServer::Impl {
     std::sort(workers.begin(), workers.end());
     shm.RetainOnly(workers);
     shard->UpdateView(view);
+    replicas->UpdateView(view, self_id);
   }
 
   // Stops the server (on a thread of its own: callers may be threads the
@@ -285,7 +288,9 @@ absl::Status ParameterServer::Impl::Serve(ParameterServer* self) {
                    "lost a chunk's state: ", why.message(),
                    "; restart the server to restore its last snapshot")));
   });
-  service = NewParameterServerService(shard.get(), &shm, self,
+  replicas =
+      std::make_unique<ReplicaForwarder>(options.shard, options.security);
+  service = NewParameterServerService(shard.get(), &shm, self, replicas.get(),
                                       push_handlers.get(), pull_handlers.get(),
                                       &metrics, options.security.get());
   grpc::ServerBuilder builder;
@@ -349,8 +354,10 @@ absl::Status ParameterServer::Impl::JoinJob(ParameterServer* self,
   shard->set_applied_sink(
       [r = reporter.get()](const v1::AppliedReport& a) { r->Add(a); });
   scheduler->AddViewListener(
-      [this, self](const v1::View& v) { OnView(self, v); });
-  OnView(self, scheduler->view());
+      [this, self, sc = scheduler.get()](const v1::View& v) {
+        OnView(self, v, sc->member_id());
+      });
+  OnView(self, scheduler->view(), scheduler->member_id());
   return self->fatal();
 }
 

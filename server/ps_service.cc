@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "common/wire.h"
 #include "server/parameter_server.h"
+#include "server/replica_forwarder.h"
 #include "server/server_metrics.h"
 #include "spdlog/spdlog.h"
 #include "strata/v1/ps.grpc.pb.h"
@@ -34,10 +35,11 @@ class Service final : public ServiceBase {
   // Pushes and pulls have separate pools: pulls waiting at a BSP gate must
   // never hold the threads the pushes that close the step need.
   Service(Shard* shard, ShmSessions* shm, ParameterServer* owner,
-          ThreadPool* push_pool, ThreadPool* pull_pool, Metrics* metrics,
-          const Security* security)
+          ReplicaForwarder* replicas, ThreadPool* push_pool,
+          ThreadPool* pull_pool, Metrics* metrics, const Security* security)
       : security_(security),
         shard_(shard),
+        replicas_(replicas),
         shm_(shm),
         owner_(owner),
         push_pool_(push_pool),
@@ -53,7 +55,7 @@ class Service final : public ServiceBase {
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    if (absl::Status s = security_->Authorize(*ctx, "Push", kWorkers);
+    if (absl::Status s = security_->Authorize(*ctx, "Push", kWriters);
         !s.ok()) {
       Finish(ServerMetrics::kPush, absl::Now(), ctx, reactor, s);
       return reactor;
@@ -87,7 +89,13 @@ class Service final : public ServiceBase {
                               const v1::RegisterChunksRequest* req,
                               v1::RegisterChunksResponse* resp) override {
     STRATA_RETURN_GRPC_IF_ERROR(
-        security_->Authorize(*ctx, "RegisterChunks", kWorkers));
+        security_->Authorize(*ctx, "RegisterChunks", kWriters));
+    if (replicas_->missing_backups() && shard_->num_chunks() == 0) {
+      // Chunks made now would be missing on the backups still to join.
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "this slot waits for its backup replicas to join");
+    }
+    STRATA_RETURN_GRPC_IF_ERROR(replicas_->Register(*req));
     auto r = shard_->Register(*req);
     if (r.ok()) *resp = *r;
     return ToGrpcStatus(r.status());
@@ -115,14 +123,18 @@ class Service final : public ServiceBase {
     resp->set_shm_payloads(shm_payloads_.load(std::memory_order_relaxed));
     resp->set_shm_tensor_payloads(
         shm_tensor_payloads_.load(std::memory_order_relaxed));
+    resp->set_replica_forwards(replicas_->forwarded());
     return grpc::Status::OK;
   }
 
   grpc::Status Commit(grpc::ServerContext* ctx, const v1::CommitRequest* req,
                       v1::CommitResponse* resp) override {
-    STRATA_RETURN_GRPC_IF_ERROR(security_->Authorize(*ctx, "Commit", kWorkers));
+    STRATA_RETURN_GRPC_IF_ERROR(security_->Authorize(*ctx, "Commit", kWriters));
     const absl::Time start = absl::Now();
-    auto r = shard_->Commit(*req);
+    const absl::Status forwarded = replicas_->Commit(*req);
+    absl::StatusOr<v1::CommitResponse> r =
+        forwarded.ok() ? shard_->Commit(*req)
+                       : absl::StatusOr<v1::CommitResponse>(forwarded);
     if (r.ok()) *resp = *r;
     metrics_.Answered(ServerMetrics::kCommit, r.status(), absl::Now() - start);
     return ToGrpcStatus(r.status());
@@ -189,21 +201,12 @@ class Service final : public ServiceBase {
       }
       STRATA_ASSIGN_OR_RETURN(ShmSpan span,
                               shm_->Resolve(req.shm(), req.member_id()));
-      // Each block is copied out of the shared bytes before anything checks
-      // it: the caller could change them meanwhile. The use spans the
-      // copies only: a detach waits for them, not for the update.
-      ShmUse use(span);
-      resp =
-          shard_->Push(req, span.size,
-                       [&](char* dst, size_t begin, size_t n) -> absl::Status {
-                         if (!use.Begin())
-                           return ShmUse::NoSessionError(req.shm().session());
-                         std::memcpy(dst, span.data + begin, n);
-                         if (begin + n == span.size) use.End();
-                         return absl::OkStatus();
-                       });
+      resp = replicas_->forwarding() ? PushShmReplicated(req, span)
+                                     : PushShm(req, span);
       if (resp.ok()) CountShm(span);
     } else {
+      // The backups get the request as it came, before it applies here.
+      STRATA_RETURN_IF_ERROR(replicas_->Push(request));
       resp = shard_->Push(req, message.payload_size(),
                           [&message](char* dst, size_t begin, size_t n) {
                             message.CopyPayload(dst, begin, n);
@@ -212,6 +215,47 @@ class Service final : public ServiceBase {
     }
     STRATA_RETURN_IF_ERROR(resp.status());
     return SerializeMessage(*resp, response);
+  }
+
+  // A push through shared memory. Each block is copied out of the shared
+  // bytes before anything checks it: the caller could change them
+  // meanwhile. The use spans the copies only: a detach waits for them, not
+  // for the update.
+  absl::StatusOr<v1::PushResponse> PushShm(const v1::PushRequest& req,
+                                           const ShmSpan& span) {
+    ShmUse use(span);
+    return shard_->Push(req, span.size,
+                        [&](char* dst, size_t begin, size_t n) -> absl::Status {
+                          if (!use.Begin())
+                            return ShmUse::NoSessionError(req.shm().session());
+                          std::memcpy(dst, span.data + begin, n);
+                          if (begin + n == span.size) use.End();
+                          return absl::OkStatus();
+                        });
+  }
+
+  // The same, on a primary with backups: the bytes are copied out once,
+  // sent to the backups in a message, then applied here from that copy, so
+  // every replica applies the same bytes.
+  absl::StatusOr<v1::PushResponse> PushShmReplicated(const v1::PushRequest& req,
+                                                     const ShmSpan& span) {
+    grpc::Slice copy = AllocateSlice(span.size);
+    char* bytes = reinterpret_cast<char*>(const_cast<uint8_t*>(copy.begin()));
+    {
+      ShmUse use(span);
+      if (!use.Begin()) return ShmUse::NoSessionError(req.shm().session());
+      std::memcpy(bytes, span.data, span.size);
+      use.End();
+    }
+    v1::PushRequest header = req;
+    header.clear_shm();
+    STRATA_RETURN_IF_ERROR(
+        replicas_->Push(SerializeWithPayload(header, kPushDataField, copy)));
+    return shard_->Push(req, span.size,
+                        [bytes](char* dst, size_t begin, size_t n) {
+                          std::memcpy(dst, bytes + begin, n);
+                          return absl::OkStatus();
+                        });
   }
 
   absl::Status HandlePull(const grpc::ByteBuffer& request,
@@ -267,6 +311,10 @@ class Service final : public ServiceBase {
   }
 
   static constexpr std::initializer_list<Role> kWorkers = {Role::kWorker};
+  // Requests that change the shard: from workers, and from the slot's
+  // primary forwarding them to its backups (server/replica_forwarder.h).
+  static constexpr std::initializer_list<Role> kWriters = {Role::kWorker,
+                                                           Role::kServer};
   static constexpr std::initializer_list<Role> kWorkersAndClients = {
       Role::kWorker, Role::kClient};
   static constexpr std::initializer_list<Role> kReaders = {
@@ -274,6 +322,7 @@ class Service final : public ServiceBase {
 
   const Security* security_;
   Shard* shard_;
+  ReplicaForwarder* replicas_;
   ShmSessions* shm_;
   ParameterServer* owner_;
   ThreadPool* push_pool_;
@@ -287,10 +336,10 @@ class Service final : public ServiceBase {
 
 std::unique_ptr<grpc::Service> NewParameterServerService(
     Shard* shard, ShmSessions* shm, ParameterServer* owner,
-    ThreadPool* push_pool, ThreadPool* pull_pool, Metrics* metrics,
-    const Security* security) {
-  return std::make_unique<Service>(shard, shm, owner, push_pool, pull_pool,
-                                   metrics, security);
+    ReplicaForwarder* replicas, ThreadPool* push_pool, ThreadPool* pull_pool,
+    Metrics* metrics, const Security* security) {
+  return std::make_unique<Service>(shard, shm, owner, replicas, push_pool,
+                                   pull_pool, metrics, security);
 }
 
 }  // namespace strata

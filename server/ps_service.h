@@ -21,18 +21,21 @@ class Service;
 namespace strata {
 
 class ParameterServer;
+class ReplicaForwarder;
 
 // None of the pointers is owned; each must outlive the service. `owner`
-// takes snapshots (the Snapshot RPC); the series go to `metrics`;
+// takes snapshots (the Snapshot RPC); `replicas` sends what changes the
+// shard to the slot's backups first; the series go to `metrics`;
 // `security` says who may call what:
-//   Push, Pull, RegisterChunks, AttachShm,
-//   DetachShm, Commit                               workers
+//   Push, RegisterChunks, Commit                    workers, servers (a
+//                                                   primary forwarding)
+//   Pull, AttachShm, DetachShm                      workers
 //   Snapshot                                        workers, clients
 //   Stats                                           any role
 std::unique_ptr<grpc::Service> NewParameterServerService(
     Shard* shard, ShmSessions* shm, ParameterServer* owner,
-    ThreadPool* push_pool, ThreadPool* pull_pool, Metrics* metrics,
-    const Security* security);
+    ReplicaForwarder* replicas, ThreadPool* push_pool, ThreadPool* pull_pool,
+    Metrics* metrics, const Security* security);
 
 }  // namespace strata
 

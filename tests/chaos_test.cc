@@ -293,6 +293,97 @@ TEST_P(SchedulerOutage, WorkersTrainThroughIt) {
   EXPECT_EQ(scheduler->Stop(), 0) << scheduler->Output();
 }
 
+// Waits up to `timeout` for `text` in `child`'s output.
+bool WaitForOutput(const Child& child, const std::string& text,
+                   absl::Duration timeout = absl::Seconds(60)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (child.Output().find(text) == std::string::npos) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return true;
+}
+
+// Each slot served by a primary and a backup (--replicas 2); the primary
+// of slot 0 is killed with SIGKILL while two workers train. The backup
+// takes over when the primary's lease runs out: the job goes on with no
+// rollback and ends with every sample applied once (and, under BSP, the
+// loss of a fault-free run). Parameter: the consistency.
+class ReplicaFailover : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ReplicaFailover, PrimaryKilledNothingRollsBack) {
+  const std::string mode = GetParam();
+  const std::string dir = testing::FreshDir(
+      absl::StrCat("failover_", mode[0] == 's' ? "ssp" : mode));
+  auto scheduler = StartScheduler(dir, "127.0.0.1:0", 0,
+                                  {"--consistency", mode, "--replicas", "2"});
+  const std::string address = testing::WaitForLine(dir + "/addr0");
+  ASSERT_FALSE(address.empty()) << scheduler->Output();
+  // Primaries first (the slot's oldest member is its primary), then the
+  // backups.
+  std::vector<std::unique_ptr<Child>> servers;
+  for (int n = 0; n < 4; ++n) {
+    const int slot = n % 2;
+    servers.push_back(std::make_unique<Child>(
+        std::vector<std::string>{STRATA_BINARY, "server", "--scheduler",
+                                 address, "--shard", std::to_string(slot),
+                                 "--consistency", mode},
+        absl::StrCat(dir, "/server", n, ".log")));
+    ASSERT_TRUE(WaitForOutput(*servers.back(), "serving on"))
+        << servers.back()->Output();
+  }
+  constexpr int64_t kJobSteps = 300;
+  std::vector<std::unique_ptr<Child>> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.push_back(testing::ToyWorker(
+        STRATA_BINARY, address, dir, w, 2, kJobSteps, kBatch,
+        {"--dim", std::to_string(kDim), "--chunk_bytes", "64",
+         "--sample_cost_us", "1000", "--lr", "0.002"}));
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(90);
+  while (LastLoggedStep(workers[0]->Output()) < 50 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_GE(LastLoggedStep(workers[0]->Output()), 50) << workers[0]->Output();
+  EXPECT_EQ(servers[0]->Stop(SIGKILL), 128 + SIGKILL);
+  const int64_t at_kill = LastLoggedStep(workers[0]->Output());
+
+  double final_loss = -1;
+  for (auto& w : workers) {
+    ASSERT_EQ(w->Wait(absl::Minutes(3)), 0) << w->Output();
+    if (const double l = FinalLoss(w->Output()); l >= 0) final_loss = l;
+  }
+  EXPECT_GT(LastLoggedStep(workers[0]->Output()), at_kill);
+  // The backup became slot 0's primary; nothing rolled back anywhere.
+  EXPECT_NE(servers[2]->Output().find("slot 0 backup of member"),
+            std::string::npos)
+      << servers[2]->Output();
+  EXPECT_NE(servers[2]->Output().find("slot 0 primary, forwarding to 0"),
+            std::string::npos)
+      << servers[2]->Output();
+  EXPECT_EQ(scheduler->Output().find("rolls back"), std::string::npos)
+      << scheduler->Output();
+  for (auto& w : workers) {
+    EXPECT_EQ(w->Output().find("rolled back"), std::string::npos)
+        << w->Output();
+  }
+  const testing::LedgerCheck ledger =
+      testing::CheckLedger(STRATA_BINARY, address, dir, kJobSteps * kBatch);
+  testing::ExpectAppliedOnce(ledger, kJobSteps * kBatch);
+  if (mode == "bsp") ExpectFaultFreeLoss(final_loss, kJobSteps);
+  for (size_t n = 1; n < servers.size(); ++n) {
+    EXPECT_EQ(servers[n]->Stop(), 0) << servers[n]->Output();
+  }
+  EXPECT_EQ(scheduler->Stop(), 0) << scheduler->Output();
+}
+
+INSTANTIATE_TEST_SUITE_P(Consistency, ReplicaFailover,
+                         ::testing::Values("bsp", "ssp:2", "asp"),
+                         [](const ::testing::TestParamInfo<const char*>& p) {
+                           const std::string m = p.param;
+                           return m == "ssp:2" ? std::string("ssp") : m;
+                         });
+
 INSTANTIATE_TEST_SUITE_P(Consistency, SchedulerOutage,
                          ::testing::Values("bsp", "asp"),
                          [](const ::testing::TestParamInfo<const char*>& p) {

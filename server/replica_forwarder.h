@@ -1,0 +1,105 @@
+// The primary's side of a replicated shard slot (View.replicas > 1).
+//
+// Every request that changes a shard (RegisterChunks, Push, Commit) is
+// sent to each of the slot's backups before the primary applies it, and
+// the primary answers only after every backup accepted it. So an update
+// the primary acknowledged is on every live replica, and one it had not
+// acknowledged when it died is retried by its worker at the promoted
+// backup, where it applies once (pushes are idempotent per member and
+// step: BspGate, AspGate). Forwarding first, not after the local apply,
+// keeps the backups at least as far as anything the primary served or
+// reported: a pull answered with an update, or a ledger report of it,
+// never outlives the update on a primary's death.
+//
+// Which server is the primary follows the view alone: the slot's live
+// server with the lowest member id (scheduler/membership.h). A backup that
+// cannot be reached fails the request with UNAVAILABLE (the worker's
+// client retries) until the scheduler drops it from the view at the end of
+// its lease; then the primary goes on with the backups left. Private to
+// server/.
+#ifndef STRATA_SERVER_REPLICA_FORWARDER_H_
+#define STRATA_SERVER_REPLICA_FORWARDER_H_
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/support/byte_buffer.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "security/tls.h"
+#include "strata/v1/common.pb.h"
+#include "strata/v1/ps.grpc.pb.h"
+
+namespace strata {
+
+class ReplicaForwarder {
+ public:
+  // `slot` is the server's shard slot; `security` dials the backups.
+  ReplicaForwarder(int slot, std::shared_ptr<const Security> security,
+                   absl::Duration timeout = absl::Seconds(30));
+
+  // Follows `view`, in which this server is member `self`.
+  void UpdateView(const v1::View& view, uint64_t self);
+
+  // This server is its slot's primary in a job that wants more replicas
+  // than the slot has: it must not create chunks the missing backups would
+  // never get (RegisterChunks waits, UNAVAILABLE, until they join).
+  bool missing_backups() const;
+
+  // Whether requests go to backups now (this server is a primary that has
+  // some).
+  bool forwarding() const;
+
+  // Each sends the request to every backup of the current view (none: OK
+  // at once). UNAVAILABLE when a backup cannot be reached or does not
+  // answer in time; otherwise a backup's error as it answered it.
+  absl::Status Push(const grpc::ByteBuffer& request);
+  absl::Status Commit(const v1::CommitRequest& req);
+  absl::Status Register(const v1::RegisterChunksRequest& req);
+
+  // Requests forwarded to backups since the start.
+  uint64_t forwarded() const;
+
+ private:
+  struct Stubs {
+    std::unique_ptr<v1::ParameterServer::Stub> typed;
+    std::unique_ptr<grpc::GenericStub> generic;
+  };
+  struct Backup {
+    uint64_t member_id = 0;
+    std::string address;
+    std::shared_ptr<Stubs> stubs;
+  };
+
+  std::vector<Backup> Backups() const;
+  std::shared_ptr<Stubs> StubsFor(const std::string& address)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A backup's answer as the primary's: a transport failure is UNAVAILABLE
+  // (the client retries), naming the backup.
+  static absl::Status FromBackup(const Backup& b, const grpc::Status& s);
+  template <typename Call>
+  absl::Status Each(Call call);
+
+  const int slot_;
+  const std::shared_ptr<const Security> security_;
+  const absl::Duration timeout_;
+  mutable absl::Mutex mu_;
+  std::vector<Backup> backups_ ABSL_GUARDED_BY(mu_);
+  bool known_ ABSL_GUARDED_BY(mu_) = false;  // a replicated view was seen
+  bool primary_ ABSL_GUARDED_BY(mu_) = false;
+  bool missing_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<std::string, std::shared_ptr<Stubs>> stubs_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t forwarded_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SERVER_REPLICA_FORWARDER_H_
