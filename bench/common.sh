@@ -98,6 +98,8 @@ in_wire_namespace() {
 # the servers, the default settings: gradients clipped to norm 1 with
 # pushes streamed during backward, payloads through shared memory). With
 # RATIO, the servers' --ram_budget is 1/RATIO of their share of the state.
+# With REPLICATE=N each slot has N servers (--replicas N), the figure named
+# cpu_tokens_per_s_with_replicas.
 # Knobs (bench/cpu_train.sh): WORKERS, MICRO_BATCHES, FIGURE, WORKER_FLAGS,
 # SERVER_FLAGS, SCHEDULER_FLAGS, TIER_DIR; `build` names the build tree.
 with_servers() {  # name layers heads width context batch [state ratio]
@@ -106,7 +108,9 @@ with_servers() {  # name layers heads width context batch [state ratio]
   batch=$(( $6 * micro ))
   [[ "${micro}" == 1 ]] || name="${name}_x${micro}"
   dir=$(mktemp -d "${TIER_DIR:-/var/tmp}/strata-cpu-train-XXXXXX")
-  "${build}/cli/strata" scheduler --listen 127.0.0.1:0 --num_shards 2 \
+  local replicas=${REPLICATE:-1}
+  [[ "${replicas}" == 1 ]] || figure=cpu_tokens_per_s_with_replicas
+  "${build}/cli/strata" scheduler --listen 127.0.0.1:0 --num_shards 2 --replicas "${replicas}" \
     ${SCHEDULER_FLAGS:-} --address_file "${dir}/addr" 2>"${dir}/scheduler.log" & pids+=($!)
   for _ in $(seq 100); do [[ -s "${dir}/addr" ]] && break; sleep 0.1; done
   local addr; addr=$(cat "${dir}/addr")
@@ -118,9 +122,14 @@ with_servers() {  # name layers heads width context batch [state ratio]
     server_flags=(--ram_budget "${budget}")
     figure=cpu_tokens_per_s_with_tier
   fi
-  for s in 0 1; do
-    "${build}/cli/strata" server --scheduler "${addr}" --shard $s \
-      --data_dir "${dir}/server$s" "${server_flags[@]}" ${SERVER_FLAGS:-} 2>"${dir}/server$s.log" & pids+=($!)
+  local r
+  for r in $(seq 0 $((replicas - 1))); do
+    # A slot's first server is its primary: the first replicas register first.
+    [[ "$r" == 0 ]] || sleep 1
+    for s in 0 1; do
+      "${build}/cli/strata" server --scheduler "${addr}" --shard $s \
+        --data_dir "${dir}/server$s-$r" "${server_flags[@]}" ${SERVER_FLAGS:-} 2>"${dir}/server$s-$r.log" & pids+=($!)
+    done
   done
   local worker_args=(--scheduler "${addr}" --workers "${workers}" --layers "$2" --heads "$3" \
     --width "$4" --context "$5" --batch "${batch}" --micro_batches "${micro}" --vocab 50257 --steps 6 --eval_every 0 \

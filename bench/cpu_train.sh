@@ -22,6 +22,10 @@
 # /var/tmp), and prints
 #   cpu_tokens_per_s_with_tier <config> <t>
 #   tier_ratio_to_unbounded <config> <t/z>      (target >= 0.7 for 124M)
+# REPLICAS=2 also runs each cluster shape with a primary and a backup per
+# slot (--replicas 2) and prints
+#   cpu_tokens_per_s_with_replicas <config> <r>
+#   replicas_ratio_to_one <config> <r/z>         (target >= 0.8)
 # MICRO_BATCHES=N makes each cluster step N micro-batches of the shape's
 # batch (N times its tokens per step, one push per step; the configs named
 # <config>_xN): the tier's cost per step is about fixed, so its ratio grows
@@ -64,6 +68,12 @@ if [[ "${WITH_SERVERS:-1}" != 0 ]]; then
     tiered="$(with_servers L4_C256_H4_B8_T256 4 4 256 256 8 "${TIER}"; with_servers L12_C768_H12_B4_T64 12 12 768 64 4 "${TIER}")"
     echo "${tiered}"
     join_figures cpu_tokens_per_s_with_tier "${tiered}" "${servers}" tier_ratio_to_unbounded "x / y"
+  fi
+  if [[ -n "${REPLICAS:-}" ]]; then
+    replicated="$(REPLICATE="${REPLICAS}" with_servers L4_C256_H4_B8_T256 4 4 256 256 8
+      REPLICATE="${REPLICAS}" with_servers L12_C768_H12_B4_T64 12 12 768 64 4)"
+    echo "${replicated}"
+    join_figures cpu_tokens_per_s_with_replicas "${replicated}" "${servers}" replicas_ratio_to_one "x / y"
   fi
   if [[ -n "${ALLREDUCE:-}" ]]; then
     two() {  # sync

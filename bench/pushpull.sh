@@ -15,6 +15,10 @@
 # Then BF16_CONFIGS with gradients pushed and weights pulled as bf16 (a GPU
 # worker's default), counted in the model's fp32 bytes, each against its
 # fp32 figure (pushpull_bf16_speedup).
+# Then REPLICA_CONFIGS on a cluster whose slots have a primary and a
+# backup each (--replicas 2: every push goes on to the backup before it is
+# answered), each against its figure with one server per slot
+# (pushpull_replicas_ratio; target >= 0.8).
 # With WIRE_GBIT=N everything runs in a network namespace whose loopback a
 # token bucket holds to N Gbit/s (bench/common.sh, in_wire_namespace), as
 # between hosts: iperf3 then measures that link, and the ratios say how
@@ -93,5 +97,22 @@ for config in ${TLS_CONFIGS:-4:1:0 4:2:0 64:1:0 64:2:0}; do
   python3 -c "print('pushpull_ratio_to_tcp tls_$name %.3f' % ($pp / $tcp))"
   if [ -n "${plain[$name]:-}" ]; then
     python3 -c "print('pushpull_tls_ratio_to_plaintext $name %.3f' % ($pp / ${plain[$name]}))"
+  fi
+done
+
+# Replicated slots: a primary and a backup per slot, plaintext.
+for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+wait 2>/dev/null || true
+pids=()
+unset TLS_DIR
+mkdir -p "$dir/replicas" && start_cluster "$dir/replicas" --consistency asp --replicas 2
+sleep 1  # the primaries first: a slot's oldest server is its primary
+for s in 0 1; do start_server "$dir/replicas" $s; done
+for config in ${REPLICA_CONFIGS:-4:1:1 4:1:0 64:1:0 4:2:0}; do
+  run_config "$config"
+  printf "pushpull_GBps replicas2_%s %.3f\n" "$name" "$pp"
+  python3 -c "print('pushpull_ratio_to_tcp replicas2_$name %.3f' % ($pp / $tcp))"
+  if [ -n "${plain[$name]:-}" ]; then
+    python3 -c "print('pushpull_replicas_ratio $name %.3f' % ($pp / ${plain[$name]}))"
   fi
 done

@@ -185,6 +185,7 @@ for n in 0 1 2 3; do
     2>"$fdir/server$n.log" &
   pids+=($!)
   [ "$n" -lt 2 ] && primaries+=($!)
+  disown  # killed on purpose: no "Killed" notices
   for _ in $(seq 100); do grep -q "serving on" "$fdir/server$n.log" && break; sleep 0.1; done
 done
 for w in 0 1 2; do
