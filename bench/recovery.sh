@@ -19,14 +19,16 @@
 # before it (`scheduler_outage_steps`, its ratio) and the longest stall of
 # that worker's steps from the kill to the restart
 # (`scheduler_outage_max_stall_s`; without leases ahead it is the outage).
-# Last, failover: a second cluster whose two slots have a primary and a
-# backup each (--replicas 2) and three workers; each slot's primary is
+# Last, failover: a second cluster whose two slots have a primary and two
+# backups each (--replicas 3) and three workers; each slot's primary is
 # killed with SIGKILL in turn. It prints the median seconds from a kill to
 # the first step the workers complete after stalling on it
-# (`server_failover_s`, with its ratio to the lease: the backup takes over
-# when the primary's lease runs out) and the steps computed twice in the
-# watched worker's log (`failover_steps_recomputed`: a rollback would redo
-# the steps since a snapshot; the target is 0).
+# (`server_failover_s`, with its ratio to the lease: a backup takes over
+# when the primary's lease runs out), then the same for a backup stopped
+# with SIGSTOP (`backup_lost_s`: its primary's forwards fail until the view
+# drops it), and the steps computed twice in the watched worker's log
+# (`failover_steps_recomputed`: a rollback would redo the steps since a
+# snapshot; the target is 0).
 # Run from the repository root: bash bench/recovery.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,7 +71,7 @@ start_worker() {
 for w in 0 1 2; do start_worker $w; done
 
 # Measures one kill: waits until a survivor's log (a file) grows steadily,
-# kills the pid, starts the command given after the log (if any: a
+# kills the pid (with $SIGNAL, default SIGKILL), starts the command given after the log (if any: a
 # restart; its stderr goes to $RESTART_LOG), then watches the log: the
 # recovery is the time from the kill to the first line written after a
 # stall of at least 0.3 s (or to the first line, if the survivors never
@@ -83,7 +85,7 @@ while size() == s0:
     if time.time() - t > 60: sys.exit("the workers are not stepping")
     time.sleep(0.01)
 time.sleep(0.5)
-os.kill(pid, signal.SIGKILL)
+os.kill(pid, getattr(signal, os.environ.get("SIGNAL", "SIGKILL")))
 t_kill = time.time()
 if restart:
     restart = subprocess.Popen(restart, stdout=subprocess.DEVNULL,
@@ -170,21 +172,22 @@ python3 -c "print('scheduler_outage_steps_ratio %.3f' % ($during / max($before, 
 echo "scheduler_outage_max_stall_s $stall (outage ${OUTAGE_S} s)"
 sleep 2
 
-# Failover: a replicated cluster of its own (primaries registered first:
-# a slot's oldest server is its primary), workers logging every step.
+# Failover: a replicated cluster of its own, three servers a slot (primaries
+# registered first: a slot's oldest server is its primary), workers logging
+# every step. Server n serves slot n % 2; 0 and 1 start as the primaries.
 fdir="$dir/failover"
 mkdir -p "$fdir"
-./build/cli/strata scheduler --listen 127.0.0.1:0 --num_shards 2 --replicas 2 \
+./build/cli/strata scheduler --listen 127.0.0.1:0 --num_shards 2 --replicas 3 \
   --lease_ms "$LEASE_MS" --address_file "$fdir/addr" 2>"$fdir/scheduler.log" &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$fdir/addr" ] && break; sleep 0.1; done
 faddr=$(cat "$fdir/addr")
-primaries=()
-for n in 0 1 2 3; do
+fservers=()
+for n in 0 1 2 3 4 5; do
   ./build/cli/strata server --scheduler "$faddr" --shard $((n % 2)) \
     2>"$fdir/server$n.log" &
   pids+=($!)
-  [ "$n" -lt 2 ] && primaries+=($!)
+  fservers+=($!)
   disown  # killed on purpose: no "Killed" notices
   for _ in $(seq 100); do grep -q "serving on" "$fdir/server$n.log" && break; sleep 0.1; done
 done
@@ -197,7 +200,7 @@ for w in 0 1 2; do
 done
 failover_times=()
 for s in 0 1; do
-  t=$(python3 -c "$measure" "${primaries[$s]}" "$fdir/worker0.log")
+  t=$(python3 -c "$measure" "${fservers[$s]}" "$fdir/worker0.log")
   t=${t% }
   echo "primary of slot $s killed: ${t} s"
   failover_times+=("$t")
@@ -206,6 +209,13 @@ done
 median=$(printf "%s\n" "${failover_times[@]}" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}')
 echo "server_failover_s $median"
 python3 -c "print('server_failover_ratio_to_lease %.3f' % ($median / ($LEASE_MS / 1000)))"
+# A backup whose host vanishes (SIGSTOP: it answers nothing; server 5, slot
+# 1's last backup): the primary's forwards to it fail once the view drops
+# it (cancelled, not left to their 30 s deadline) and the job goes on.
+t=$(SIGNAL=SIGSTOP python3 -c "$measure" "${fservers[5]}" "$fdir/worker0.log")
+t=${t% }
+kill -CONT "${fservers[5]}" 2>/dev/null || true
+echo "backup_lost_s $t (a backup stopped with SIGSTOP)"
 recomputed=$(grep -o "step [0-9]* batch_loss" "$fdir/worker0.log" | sort | uniq -d | wc -l)
 rollbacks=$(grep -c "rolls back" "$fdir/scheduler.log" || true)
 echo "failover_steps_recomputed $recomputed (rollbacks: $rollbacks; steps logged: $(grep -c 'batch_loss' "$fdir/worker0.log"))"

@@ -1,5 +1,6 @@
 // `strata local`: a whole cluster on this machine, as separate processes.
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -78,26 +79,37 @@ LocalPlan PlanOf(const LocalOptions& o) {
   return p;
 }
 
-// The step to resume the run in `dir` at: the newest every server (every
-// replica) holds a snapshot of, and not past the steps the ledger saw
-// applied (a crash can lose the last reports; steps it never recorded must
-// be computed again).
+// The step to resume the run in `dir` at: the newest of which every slot
+// holds a snapshot (in one of its replicas' directories at least: a
+// replica that died long before the stop may hold only older ones), and
+// not past the steps the ledger saw applied (a crash can lose the last
+// reports; steps it never recorded must be computed again).
 absl::StatusOr<int64_t> ResumeStep(const std::string& dir, int servers,
                                    int replicas) {
   STRATA_ASSIGN_OR_RETURN(const int64_t applied,
                           ReadLedgerAppliedSteps(dir + "/scheduler"));
-  std::vector<std::unique_ptr<DataDir>> dirs;
+  std::vector<std::string> slots(servers);
+  std::vector<std::vector<int64_t>> held(servers);
   for (int r = 0; r < replicas; ++r) {
     const std::string set = r == 0 ? dir : absl::StrCat(dir, "/replica-", r);
-    STRATA_ASSIGN_OR_RETURN(auto some, OpenServerDirs(set));
-    if (static_cast<int>(some.size()) != servers) {
+    STRATA_ASSIGN_OR_RETURN(auto dirs, OpenServerDirs(set));
+    if (static_cast<int>(dirs.size()) != servers) {
       return absl::DataLossError(
-          absl::StrCat(set, " has ", some.size(),
+          absl::StrCat(set, " has ", dirs.size(),
                        " server directories; the run had ", servers));
     }
-    for (auto& d : some) dirs.push_back(std::move(d));
+    for (int s = 0; s < servers; ++s) {
+      slots[s] = absl::StrCat(dir, "/server-", s, " (and its replicas)");
+      STRATA_ASSIGN_OR_RETURN(std::vector<int64_t> steps,
+                              dirs[s]->ListSnapshots());
+      held[s].insert(held[s].end(), steps.begin(), steps.end());
+    }
   }
-  absl::StatusOr<int64_t> step = NewestCommonSnapshot(dirs, applied);
+  for (std::vector<int64_t>& h : held) {
+    std::sort(h.begin(), h.end());
+    h.erase(std::unique(h.begin(), h.end()), h.end());
+  }
+  absl::StatusOr<int64_t> step = NewestCommonStep(slots, held, applied);
   if (!step.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot resume ", dir, ": ", step.status().message(),

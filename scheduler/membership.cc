@@ -22,6 +22,9 @@ bool InView(v1::Role role) { return role != v1::ROLE_CLIENT; }
 constexpr int64_t kMaxReportedClock = int64_t{1} << 48;
 constexpr double kMaxSamplesPerSec = 1e12;
 
+// The least lease a member restored at a scheduler's restart starts with.
+constexpr absl::Duration kRestoreGrace = absl::Seconds(3);
+
 struct Counters {
   uint64_t epoch;
   uint64_t workers_epoch;
@@ -91,7 +94,12 @@ Membership::Membership(MembershipOptions options, const PersistedState& state)
       rollback_step_(static_cast<int64_t>(state.rollback_step)) {
   STRATA_CHECK(options_.clock != nullptr && options_.store != nullptr);
   STRATA_CHECK(options_.num_shards > 0);
-  const absl::Time lease_end = options_.clock->Now() + options_.lease;
+  // Members restored from the directory get at least kRestoreGrace to
+  // reach the restarted scheduler: their channels reconnect up to a second
+  // apart (cluster/scheduler_client.cc), and a member that loses its lease
+  // here registers again, which a replica of a slot under way cannot.
+  const absl::Time lease_end =
+      options_.clock->Now() + std::max(options_.lease, kRestoreGrace);
   absl::MutexLock lock(&mu_);
   for (const v1::Member& m : state.members) {
     members_[m.id()] = Entry{m, lease_end};

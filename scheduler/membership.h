@@ -60,7 +60,8 @@ struct MembershipOptions {
 // The member table and the view derived from it. Thread-safe.
 class Membership {
  public:
-  // Restores `state` (members get a full lease from now). REQUIRES: the
+  // Restores `state` (members get a full lease from now, at least 3 s).
+  // REQUIRES: the
   // options' clock and store are set and num_shards > 0.
   Membership(MembershipOptions options, const PersistedState& state);
 

@@ -105,7 +105,8 @@ absl::Status Scheduler::Init(SchedulerOptions options) {
       state);
   kv_ = std::make_unique<KvStore>(store_.get(), std::move(state.kv));
   service_ = std::make_unique<SchedulerService>(
-      membership_.get(), kv_.get(), ledger_.get(), options.security.get());
+      membership_.get(), kv_.get(), ledger_.get(), options.security.get(),
+      options.resume_step >= 0);
   security_ = options.security;
 
   EnableHealthService();

@@ -76,7 +76,8 @@ absl::Status SchedulerService::AllowReplicaJoin(int slot) const {
   // A replica that joins once the job has begun would have to be brought
   // up to the live one's state while training runs; that state transfer is
   // not built, so the slot runs on the replicas it has.
-  if (!ledger_->State().has_job()) return absl::OkStatus();
+  const bool begun = resumed_ ? leased_.load() : ledger_->State().has_job();
+  if (!begun) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "register: shard slot ", slot,
       " is served by a live replica and its job is under way; a replica "
@@ -227,6 +228,7 @@ grpc::Status SchedulerService::LeaseWork(grpc::ServerContext* ctx,
   absl::StatusOr<v1::LeaseWorkResponse> r =
       ledger_->Lease(*req, membership_->View());
   if (!r.ok()) return ToGrpcStatus(r.status());
+  leased_ = true;
   *resp = *std::move(r);
   return grpc::Status::OK;
 }

@@ -4,6 +4,8 @@
 #ifndef STRATA_SCHEDULER_SCHEDULER_SERVICE_H_
 #define STRATA_SCHEDULER_SCHEDULER_SERVICE_H_
 
+#include <atomic>
+
 #include "absl/synchronization/mutex.h"
 #include "scheduler/kv_store.h"
 #include "scheduler/ledger.h"
@@ -30,12 +32,15 @@ namespace strata::scheduler_internal {
 //   ReportApplied                 server
 class SchedulerService final : public v1::Scheduler::Service {
  public:
+  // `resumed`: the job resumes from its servers' snapshots (--resume_step),
+  // so every server starts from the same state.
   SchedulerService(Membership* membership, KvStore* kv, Ledger* ledger,
-                   const Security* security)
+                   const Security* security, bool resumed = false)
       : membership_(membership),
         kv_(kv),
         ledger_(ledger),
-        security_(security) {}
+        security_(security),
+        resumed_(resumed) {}
 
   grpc::Status Register(grpc::ServerContext* ctx,
                         const v1::RegisterRequest* req,
@@ -74,7 +79,8 @@ class SchedulerService final : public v1::Scheduler::Service {
                              v1::Role req_role) const;
   // Whether a server of `view` serves `slot`.
   static bool SlotIsServed(int slot, const v1::View& view);
-  // FAILED_PRECONDITION once the job has begun: a replica joining a slot
+  // FAILED_PRECONDITION once the job has begun (its first lease, in this
+  // scheduler if it resumed the job, else ever): a replica joining a slot
   // that serves would start without the slot's state.
   absl::Status AllowReplicaJoin(int slot) const;
   absl::Status AllowFor(const grpc::ServerContext& ctx,
@@ -84,6 +90,8 @@ class SchedulerService final : public v1::Scheduler::Service {
   KvStore* const kv_;
   Ledger* const ledger_;
   const Security* const security_;
+  const bool resumed_;
+  std::atomic<bool> leased_{false};  // a LeaseWork succeeded here
   // A registration that rolls the job back changes the view and then the
   // ledger: reports (which check the view's generation) wait for both.
   absl::Mutex rollback_mu_;

@@ -87,8 +87,49 @@ struct ParameterServer::Impl {
     for (const v1::Member& w : view.workers()) workers.push_back(w.id());
     std::sort(workers.begin(), workers.end());
     shm.RetainOnly(workers);
-    shard->UpdateView(view);
+    // The replicas' roles before the shard's workers: a backup promoted in
+    // this view forwards every push the new view lets in.
     replicas->UpdateView(view, self_id);
+    if (std::string primary = replicas->FirstPrimaryAddress();
+        !primary.empty()) {
+      if (absl::Status s = CheckSameStateAs(primary); !s.ok()) {
+        Fail(owner, s);
+        return;
+      }
+    }
+    shard->UpdateView(view);
+  }
+
+  // A backup joining its slot: OK when it holds the chunks the primary at
+  // `primary` holds, at the same versions (both new, or both restored
+  // from one snapshot); else FAILED_PRECONDITION: it would miss what the
+  // primary applied before it (a replica is not caught up while training
+  // runs).
+  absl::Status CheckSameStateAs(const std::string& primary) {
+    auto stub = v1::ParameterServer::NewStub(
+        options.security->Dial(primary, Role::kServer));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    v1::StatsResponse theirs, ours;
+    STRATA_RETURN_IF_ERROR(
+        FromGrpcStatus(stub->Stats(&ctx, v1::StatsRequest(), &theirs)));
+    shard->FillStats(&ours);
+    const auto& a = theirs.chunk_versions();
+    const auto& b = ours.chunk_versions();
+    const bool same = a.size() == b.size() &&
+                      std::all_of(a.begin(), a.end(), [&b](const auto& kv) {
+                        auto it = b.find(kv.first);
+                        return it != b.end() && it->second == kv.second;
+                      });
+    if (same) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "joined slot ", options.shard, " as a backup, but its primary at ",
+        primary, " holds ", a.size(),
+        " chunks at other versions than this "
+        "server's ",
+        b.size(),
+        ": it would miss what the primary applied "
+        "before (a replica is not caught up while training runs)"));
   }
 
   // Stops the server (on a thread of its own: callers may be threads the

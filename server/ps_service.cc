@@ -90,6 +90,7 @@ class Service final : public ServiceBase {
                               v1::RegisterChunksResponse* resp) override {
     STRATA_RETURN_GRPC_IF_ERROR(
         security_->Authorize(*ctx, "RegisterChunks", kWriters));
+    STRATA_RETURN_GRPC_IF_ERROR(replicas_->Admit(req->forwarded_by()));
     if (replicas_->missing_backups() && shard_->num_chunks() == 0) {
       // Chunks made now would be missing on the backups still to join.
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -130,6 +131,7 @@ class Service final : public ServiceBase {
   grpc::Status Commit(grpc::ServerContext* ctx, const v1::CommitRequest* req,
                       v1::CommitResponse* resp) override {
     STRATA_RETURN_GRPC_IF_ERROR(security_->Authorize(*ctx, "Commit", kWriters));
+    STRATA_RETURN_GRPC_IF_ERROR(replicas_->Admit(req->forwarded_by()));
     const absl::Time start = absl::Now();
     const absl::Status forwarded = replicas_->Commit(*req);
     absl::StatusOr<v1::CommitResponse> r =
@@ -193,6 +195,7 @@ class Service final : public ServiceBase {
     PayloadMessage message;
     v1::PushRequest req;
     STRATA_RETURN_IF_ERROR(message.Parse(request, kPushDataField, &req));
+    STRATA_RETURN_IF_ERROR(replicas_->Admit(req.forwarded_by()));
     absl::StatusOr<v1::PushResponse> resp;
     if (req.has_shm()) {
       if (message.has_payload()) {

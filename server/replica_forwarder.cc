@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,9 +20,11 @@ ReplicaForwarder::ReplicaForwarder(int slot,
 void ReplicaForwarder::UpdateView(const v1::View& view, uint64_t self) {
   std::vector<Backup> backups;
   uint64_t primary = 0;
+  std::string primary_address;
   for (const v1::ShardSlot& s : view.shard_map().slots()) {
     if (s.shard() != slot_) continue;
     primary = s.member_id();
+    primary_address = s.address();
     if (primary != self || self == 0) continue;
     for (const v1::ShardReplica& r : s.backups()) {
       backups.push_back(Backup{r.member_id(), r.address(), nullptr});
@@ -31,6 +34,17 @@ void ReplicaForwarder::UpdateView(const v1::View& view, uint64_t self) {
   const int wanted = static_cast<int>(view.replicas()) - 1;
   absl::MutexLock lock(&mu_);
   for (Backup& b : backups) b.stubs = StubsFor(b.address);
+  // Forwards to a backup the view no longer has end now (UNAVAILABLE: the
+  // client retries, and the retry goes on without it), not at their
+  // deadline: a backup whose host vanished answers nothing.
+  for (auto& [member, calls] : in_flight_) {
+    const bool kept = std::any_of(
+        backups.begin(), backups.end(),
+        [member = member](const Backup& b) { return b.member_id == member; });
+    if (!kept) {
+      for (grpc::ClientContext* ctx : calls) ctx->TryCancel();
+    }
+  }
   if (view.replicas() > 1 && (!known_ || is_primary != primary_ ||
                               backups.size() != backups_.size())) {
     if (is_primary) {
@@ -43,15 +57,43 @@ void ReplicaForwarder::UpdateView(const v1::View& view, uint64_t self) {
                    primary);
     }
   }
+  if (view.replicas() > 1 && !is_primary && self != 0 && !was_backup_) {
+    was_backup_ = true;
+    first_primary_ = primary_address;
+  }
   known_ = view.replicas() > 1;
+  self_ = self;
+  primary_id_ = primary;
+  epoch_ = view.epoch();
   primary_ = is_primary;
   backups_ = std::move(backups);
   missing_ = is_primary && static_cast<int>(backups_.size()) < wanted;
 }
 
+absl::Status ReplicaForwarder::Admit(uint64_t forwarded_by) const {
+  absl::MutexLock lock(&mu_);
+  if (forwarded_by == 0) {
+    if (!known_ || primary_) return absl::OkStatus();
+    return absl::UnavailableError(absl::StrCat(
+        "this server is a backup of slot ", slot_, " (its primary is member ",
+        primary_id_, " in view epoch ", epoch_, "): retry at the primary"));
+  }
+  if (known_ && !primary_ && forwarded_by == primary_id_)
+    return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "a change forwarded by member ", forwarded_by, ", which is not slot ",
+      slot_, "'s primary in this server's view (epoch ", epoch_, ", primary ",
+      primary_id_, ")"));
+}
+
 bool ReplicaForwarder::missing_backups() const {
   absl::MutexLock lock(&mu_);
   return missing_;
+}
+
+std::string ReplicaForwarder::FirstPrimaryAddress() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(first_primary_, std::string());
 }
 
 bool ReplicaForwarder::forwarding() const {
@@ -62,6 +104,11 @@ bool ReplicaForwarder::forwarding() const {
 uint64_t ReplicaForwarder::forwarded() const {
   absl::MutexLock lock(&mu_);
   return forwarded_;
+}
+
+uint64_t ReplicaForwarder::Self() const {
+  absl::MutexLock lock(&mu_);
+  return self_;
 }
 
 std::vector<ReplicaForwarder::Backup> ReplicaForwarder::Backups() const {
@@ -109,13 +156,34 @@ absl::Status ReplicaForwarder::Each(Call call) {
   for (const Backup& b : backups) {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-    STRATA_RETURN_IF_ERROR(FromBackup(b, call(*b.stubs, ctx)));
+    {
+      absl::MutexLock lock(&mu_);
+      in_flight_[b.member_id].insert(&ctx);
+    }
+    const grpc::Status status = call(*b.stubs, ctx);
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = in_flight_.find(b.member_id);
+      it->second.erase(&ctx);
+      if (it->second.empty()) in_flight_.erase(it);
+    }
+    STRATA_RETURN_IF_ERROR(FromBackup(b, status));
   }
   return absl::OkStatus();
 }
 
-absl::Status ReplicaForwarder::Push(const grpc::ByteBuffer& request) {
+absl::Status ReplicaForwarder::Push(const grpc::ByteBuffer& original) {
   static const std::string kPush = "/strata.v1.ParameterServer/Push";
+  // The request as it came, with forwarded_by appended: of a field given
+  // twice, protobuf keeps the last.
+  v1::PushRequest mark;
+  mark.set_forwarded_by(Self());
+  std::vector<grpc::Slice> slices;
+  if (!original.Dump(&slices).ok()) {
+    return absl::InternalError("cannot read the push to forward");
+  }
+  slices.emplace_back(mark.SerializeAsString());
+  const grpc::ByteBuffer request(slices.data(), slices.size());
   return Each([&request](Stubs& stubs, grpc::ClientContext& ctx) {
     grpc::ByteBuffer response;
     grpc::Status status;
@@ -130,14 +198,19 @@ absl::Status ReplicaForwarder::Push(const grpc::ByteBuffer& request) {
   });
 }
 
-absl::Status ReplicaForwarder::Commit(const v1::CommitRequest& req) {
+absl::Status ReplicaForwarder::Commit(const v1::CommitRequest& original) {
+  v1::CommitRequest req = original;
+  req.set_forwarded_by(Self());
   return Each([&req](Stubs& stubs, grpc::ClientContext& ctx) {
     v1::CommitResponse resp;
     return stubs.typed->Commit(&ctx, req, &resp);
   });
 }
 
-absl::Status ReplicaForwarder::Register(const v1::RegisterChunksRequest& req) {
+absl::Status ReplicaForwarder::Register(
+    const v1::RegisterChunksRequest& original) {
+  v1::RegisterChunksRequest req = original;
+  req.set_forwarded_by(Self());
   return Each([&req](Stubs& stubs, grpc::ClientContext& ctx) {
     v1::RegisterChunksResponse resp;
     return stubs.typed->RegisterChunks(&ctx, req, &resp);

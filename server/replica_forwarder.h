@@ -12,11 +12,18 @@
 // never outlives the update on a primary's death.
 //
 // Which server is the primary follows the view alone: the slot's live
-// server with the lowest member id (scheduler/membership.h). A backup that
+// server with the lowest member id (scheduler/membership.h). Forwarded
+// requests carry the primary's member id (`forwarded_by`), and each server
+// admits a change only from whom its own view allows (Admit): a primary
+// takes workers' requests, a backup only its primary's. So a backup that
+// has not yet seen the view promoting it sends a worker away (UNAVAILABLE:
+// the client retries) instead of applying a push it would not forward, and
+// a primary that lost its lease while still running cannot have its
+// requests applied by the promoted backup. A backup that
 // cannot be reached fails the request with UNAVAILABLE (the worker's
 // client retries) until the scheduler drops it from the view at the end of
-// its lease; then the primary goes on with the backups left. Private to
-// server/.
+// its lease; then the primary goes on with the backups left (forwards to
+// it still under way are cancelled). Private to server/.
 #ifndef STRATA_SERVER_REPLICA_FORWARDER_H_
 #define STRATA_SERVER_REPLICA_FORWARDER_H_
 
@@ -30,6 +37,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -48,10 +56,22 @@ class ReplicaForwarder {
   // Follows `view`, in which this server is member `self`.
   void UpdateView(const v1::View& view, uint64_t self);
 
+  // Whether this server applies a change `forwarded_by` sent (0: from a
+  // worker): a worker's at a primary or in an unreplicated job (or before
+  // any view), a forward from the primary of this server's view at a
+  // backup. UNAVAILABLE for a worker's request at a backup (its view is
+  // newer than ours, or older: either way, retry), FAILED_PRECONDITION for
+  // a forward from a server that is not our primary.
+  absl::Status Admit(uint64_t forwarded_by) const;
+
   // This server is its slot's primary in a job that wants more replicas
   // than the slot has: it must not create chunks the missing backups would
   // never get (RegisterChunks waits, UNAVAILABLE, until they join).
   bool missing_backups() const;
+
+  // The primary's address the first time a view shows this server as a
+  // backup ("" otherwise, and every later time).
+  std::string FirstPrimaryAddress();
 
   // Whether requests go to backups now (this server is a primary that has
   // some).
@@ -60,9 +80,9 @@ class ReplicaForwarder {
   // Each sends the request to every backup of the current view (none: OK
   // at once). UNAVAILABLE when a backup cannot be reached or does not
   // answer in time; otherwise a backup's error as it answered it.
-  absl::Status Push(const grpc::ByteBuffer& request);
-  absl::Status Commit(const v1::CommitRequest& req);
-  absl::Status Register(const v1::RegisterChunksRequest& req);
+  absl::Status Push(const grpc::ByteBuffer& original);
+  absl::Status Commit(const v1::CommitRequest& original);
+  absl::Status Register(const v1::RegisterChunksRequest& original);
 
   // Requests forwarded to backups since the start.
   uint64_t forwarded() const;
@@ -79,6 +99,7 @@ class ReplicaForwarder {
   };
 
   std::vector<Backup> Backups() const;
+  uint64_t Self() const;
   std::shared_ptr<Stubs> StubsFor(const std::string& address)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A backup's answer as the primary's: a transport failure is UNAVAILABLE
@@ -93,11 +114,20 @@ class ReplicaForwarder {
   mutable absl::Mutex mu_;
   std::vector<Backup> backups_ ABSL_GUARDED_BY(mu_);
   bool known_ ABSL_GUARDED_BY(mu_) = false;  // a replicated view was seen
+  bool was_backup_ ABSL_GUARDED_BY(mu_) = false;
+  std::string first_primary_ ABSL_GUARDED_BY(mu_);  // for FirstPrimaryAddress
+  uint64_t self_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t primary_id_ ABSL_GUARDED_BY(mu_) = 0;  // the slot's, in the view
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool primary_ ABSL_GUARDED_BY(mu_) = false;
   bool missing_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<std::string, std::shared_ptr<Stubs>> stubs_
       ABSL_GUARDED_BY(mu_);
   uint64_t forwarded_ ABSL_GUARDED_BY(mu_) = 0;
+  // The forwards under way, by backup member id (cancelled when the view
+  // drops it).
+  absl::flat_hash_map<uint64_t, absl::flat_hash_set<grpc::ClientContext*>>
+      in_flight_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace strata

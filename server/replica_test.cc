@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <memory>
+#include <string>
 
 #include "client/ps_client.h"
 #include "cluster/scheduler_client.h"
@@ -61,14 +62,25 @@ void ExpectSameState(Shard& a, Shard& b) {
           .ok());
 }
 
+std::unique_ptr<v1::ParameterServer::Stub> StubOf(ParameterServer& s) {
+  return v1::ParameterServer::NewStub(
+      grpc::CreateChannel(s.address(), grpc::InsecureChannelCredentials()));
+}
+
 // The forwards `s` counted, as its Stats RPC answers.
 uint64_t Forwards(ParameterServer& s) {
-  auto stub = v1::ParameterServer::NewStub(
-      grpc::CreateChannel(s.address(), grpc::InsecureChannelCredentials()));
+  auto stub = StubOf(s);
   grpc::ClientContext ctx;
   v1::StatsResponse st;
   EXPECT_TRUE(stub->Stats(&ctx, v1::StatsRequest(), &st).ok());
   return st.replica_forwards();
+}
+
+// The id of one chunk `shard` holds.
+uint64_t AChunk(Shard& shard) {
+  v1::StatsResponse st;
+  shard.FillStats(&st);
+  return st.chunk_versions().empty() ? 0 : st.chunk_versions().begin()->first;
 }
 
 class Replicas : public ::testing::TestWithParam<bool> {};
@@ -98,6 +110,47 @@ TEST_P(Replicas, BackupHoldsWhatThePrimaryAckedAndTakesOver) {
     EXPECT_GT((*stats)[0].shm_payloads(), 0u);
   }
 
+  // A backup takes changes from its primary only: a worker's push is sent
+  // back to the primary (UNAVAILABLE), a forward from another server and a
+  // forward to the primary are refused.
+  const uint64_t chunk = AChunk(c.server->shard());
+  v1::PushRequest push;
+  push.set_member_id(c.worker->member_id());
+  push.set_epoch(c.scheduler->CurrentView().epoch());
+  push.set_chunk_id(chunk);
+  push.set_step(5);
+  push.set_num_samples(4);
+  {
+    grpc::ClientContext ctx;
+    v1::PushResponse r;
+    EXPECT_EQ(StubOf(**backup)->Push(&ctx, push, &r).error_code(),
+              grpc::StatusCode::UNAVAILABLE);
+  }
+  push.set_forwarded_by(view.shard_map().slots(0).member_id() + 100);
+  {
+    grpc::ClientContext ctx;
+    v1::PushResponse r;
+    const grpc::Status refused = StubOf(**backup)->Push(&ctx, push, &r);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(refused.error_message().find("not slot 0's primary"),
+              std::string::npos)
+        << refused.error_message();
+  }
+  v1::CommitRequest commit;
+  commit.set_member_id(c.worker->member_id());
+  commit.set_step(5);
+  commit.set_forwarded_by(view.shard_map().slots(0).backups(0).member_id());
+  {
+    grpc::ClientContext ctx;
+    v1::CommitResponse r;
+    const grpc::Status refused = StubOf(*c.server)->Commit(&ctx, commit, &r);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(refused.error_message().find("not slot 0's primary"),
+              std::string::npos)
+        << refused.error_message();
+  }
+  ExpectSameState(c.server->shard(), (*backup)->shard());
+
   // The primary leaves: the backup is the slot's primary in that view
   // change, and the worker's next steps reach it.
   const uint64_t generation = c.scheduler->CurrentView().generation();
@@ -110,6 +163,32 @@ TEST_P(Replicas, BackupHoldsWhatThePrimaryAckedAndTakesOver) {
   v1::StatsResponse st;
   (*backup)->shard().FillStats(&st);
   for (const auto& [id, version] : st.chunk_versions()) EXPECT_EQ(version, 8u);
+}
+
+// A server that joins a slot whose primary already applied updates stops:
+// it would miss them (no state transfer while training runs). The slot
+// goes on with its primary.
+TEST(ReplicaJoin, AReplicaJoiningAfterUpdatesStops) {
+  Cluster c;
+  c.scheduler = StartReplicatedScheduler();
+  auto primary = StartServer(*c.scheduler, "");
+  ASSERT_TRUE(primary.ok()) << primary.status();
+  auto backup = StartServer(*c.scheduler, "");
+  ASSERT_TRUE(backup.ok()) << backup.status();
+  c.server = std::move(*primary);
+  Connect(c);
+  TrainSteps(*c.ps, 0, 2);
+  (*backup)->Shutdown();
+  auto late = StartServer(*c.scheduler, "");
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(late.status().message().find("joined slot 0 as a backup"),
+            std::string::npos)
+      << late.status();
+  TrainSteps(*c.ps, 2, 2);  // the primary goes on alone
+  v1::StatsResponse st;
+  c.server->shard().FillStats(&st);
+  for (const auto& [id, version] : st.chunk_versions()) EXPECT_EQ(version, 4u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Payloads, Replicas, ::testing::Bool(),

@@ -305,10 +305,11 @@ bool WaitForOutput(const Child& child, const std::string& text,
 }
 
 // Each slot served by a primary and a backup (--replicas 2); the primary
-// of slot 0 is killed with SIGKILL while two workers train. The backup
-// takes over when the primary's lease runs out: the job goes on with no
-// rollback and ends with every sample applied once (and, under BSP, the
-// loss of a fault-free run). Parameter: the consistency.
+// of slot 0 is killed with SIGKILL while two workers train, then the
+// scheduler (restarted on its data directory). The backup takes over when
+// the primary's lease runs out: the job goes on with no rollback and ends
+// with every sample applied once (and, under BSP, the loss of a
+// fault-free run). Parameter: the consistency.
 class ReplicaFailover : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ReplicaFailover, PrimaryKilledNothingRollsBack) {
@@ -347,6 +348,16 @@ TEST_P(ReplicaFailover, PrimaryKilledNothingRollsBack) {
   ASSERT_GE(LastLoggedStep(workers[0]->Output()), 50) << workers[0]->Output();
   EXPECT_EQ(servers[0]->Stop(SIGKILL), 128 + SIGKILL);
   const int64_t at_kill = LastLoggedStep(workers[0]->Output());
+  // Once the backup is the primary, the scheduler is killed too, and
+  // started again on its data directory 2 s later.
+  ASSERT_TRUE(WaitForOutput(*servers[2], "slot 0 primary, forwarding to 0"))
+      << servers[2]->Output();
+  EXPECT_EQ(scheduler->Stop(SIGKILL), 128 + SIGKILL);
+  absl::SleepFor(absl::Seconds(2));
+  scheduler = StartScheduler(dir, address, 1,
+                             {"--consistency", mode, "--replicas", "2"});
+  ASSERT_FALSE(testing::WaitForLine(dir + "/addr1").empty())
+      << scheduler->Output();
 
   double final_loss = -1;
   for (auto& w : workers) {
@@ -361,8 +372,11 @@ TEST_P(ReplicaFailover, PrimaryKilledNothingRollsBack) {
   EXPECT_NE(servers[2]->Output().find("slot 0 primary, forwarding to 0"),
             std::string::npos)
       << servers[2]->Output();
-  EXPECT_EQ(scheduler->Output().find("rolls back"), std::string::npos)
-      << scheduler->Output();
+  for (int n = 0; n < 2; ++n) {
+    const std::string log =
+        testing::ReadFile(absl::StrCat(dir, "/scheduler", n, ".log"));
+    EXPECT_EQ(log.find("rolls back"), std::string::npos) << log;
+  }
   for (auto& w : workers) {
     EXPECT_EQ(w->Output().find("rolled back"), std::string::npos)
         << w->Output();

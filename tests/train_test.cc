@@ -489,5 +489,28 @@ TEST(Train, LocalStopsAnAspRunWhoseServerDies) {
   EXPECT_EQ(ProcessesNaming(run), 0) << "a process of the run outlived it";
 }
 
+// With --replicas 2 the same kill costs nothing: the slot goes on with its
+// other replica, the run ends on its own and every sample is applied once.
+TEST(Train, LocalReplicatedAspRunGoesOnWhenAServerDies) {
+  const std::string dir = testing::FreshDir("local_replicas");
+  const std::string run = dir + "/run";
+  constexpr int kSteps = 120, kBatch = 8;
+  std::vector<std::string> args =
+      SnapshottingLocalRun(run, kSteps, kBatch, WriteCorpus(dir));
+  args.insert(args.end(), {"--consistency", "asp", "--replicas", "2"});
+  Child local(args, dir + "/local.log");
+  ASSERT_TRUE(AtStep(run, 20)) << local.Output();
+  const pid_t server = ServerPid(run + "/server-1");
+  ASSERT_GT(server, 0) << local.Output();
+  ASSERT_GT(ServerPid(run + "/replica-1/server-1"), 0) << local.Output();
+  ASSERT_EQ(kill(server, SIGKILL), 0);
+  ASSERT_EQ(local.Wait(absl::Minutes(5)), 0) << local.Output();
+  EXPECT_NE(local.Output().find("its slot goes on with a replica"),
+            std::string::npos)
+      << local.Output();
+  ExpectLedgerChecksOut(run, dir, kSteps * kBatch);
+  EXPECT_EQ(ProcessesNaming(run), 0) << "a process of the run outlived it";
+}
+
 }  // namespace
 }  // namespace strata
