@@ -331,6 +331,17 @@ absl::Status ParameterServer::Impl::Serve(ParameterServer* self) {
   });
   replicas =
       std::make_unique<ReplicaForwarder>(options.shard, options.security);
+  // A failing spill disk (an I/O error, not a full one): with a replica of
+  // the slot serving on, stop (it takes over, nothing rolls back) rather
+  // than serve on a disk that fails; alone, serve on from RAM (the tiles
+  // that cannot be spilled stay there) and say so.
+  shard->set_disk_error_sink([this, self](const absl::Status& why) {
+    if (replicas->has_peer()) {
+      Fail(self, absl::UnavailableError(absl::StrCat(
+                     "the spill disk failed (", why.message(),
+                     "); a replica of slot ", options.shard, " serves on")));
+    }
+  });
   service = NewParameterServerService(shard.get(), &shm, self, replicas.get(),
                                       push_handlers.get(), pull_handlers.get(),
                                       &metrics, options.security.get());
@@ -444,6 +455,7 @@ void ParameterServer::Shutdown() {
     me.reporter.reset();
   }
   me.shard->set_lost_state_sink(nullptr);
+  me.shard->set_disk_error_sink(nullptr);
   me.scheduler.reset();  // leaves the cluster
   // Wake every gate and view waiter first: gRPC's Shutdown waits for every
   // call in flight to finish, and no push will come to release a pull.

@@ -80,7 +80,7 @@ absl::Status ReplicaForwarder::Admit(uint64_t forwarded_by) const {
   }
   if (known_ && !primary_ && forwarded_by == primary_id_)
     return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
+  return absl::UnavailableError(absl::StrCat(
       "a change forwarded by member ", forwarded_by, ", which is not slot ",
       slot_, "'s primary in this server's view (epoch ", epoch_, ", primary ",
       primary_id_, ")"));
@@ -94,6 +94,11 @@ bool ReplicaForwarder::missing_backups() const {
 std::string ReplicaForwarder::FirstPrimaryAddress() {
   absl::MutexLock lock(&mu_);
   return std::exchange(first_primary_, std::string());
+}
+
+bool ReplicaForwarder::has_peer() const {
+  absl::MutexLock lock(&mu_);
+  return known_ && (!primary_ || !backups_.empty());
 }
 
 bool ReplicaForwarder::forwarding() const {

@@ -59,9 +59,10 @@ class ReplicaForwarder {
   // Whether this server applies a change `forwarded_by` sent (0: from a
   // worker): a worker's at a primary or in an unreplicated job (or before
   // any view), a forward from the primary of this server's view at a
-  // backup. UNAVAILABLE for a worker's request at a backup (its view is
-  // newer than ours, or older: either way, retry), FAILED_PRECONDITION for
-  // a forward from a server that is not our primary.
+  // backup. Else UNAVAILABLE, which the worker's client retries at the
+  // primary of its view: a worker's request at a backup (the worker's view
+  // is newer than ours, or older), a forward from a server that is not our
+  // primary (it was replaced; its answer goes back to the worker).
   absl::Status Admit(uint64_t forwarded_by) const;
 
   // This server is its slot's primary in a job that wants more replicas
@@ -72,6 +73,11 @@ class ReplicaForwarder {
   // The primary's address the first time a view shows this server as a
   // backup ("" otherwise, and every later time).
   std::string FirstPrimaryAddress();
+
+  // Whether another live server of this slot holds every update this one
+  // acknowledged (this server is a primary with a backup, or a backup):
+  // this one may stop without a rollback.
+  bool has_peer() const;
 
   // Whether requests go to backups now (this server is a primary that has
   // some).

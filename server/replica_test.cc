@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -17,6 +18,7 @@
 #include "server/parameter_server.h"
 #include "server/shard.h"
 #include "storage/chunk_tier.h"
+#include "storage/fault_fs.h"
 #include "strata/v1/ps.grpc.pb.h"
 #include "testing/server/ps_cluster.h"
 
@@ -26,6 +28,7 @@ namespace {
 using ::strata::testing::Cluster;
 using ::strata::testing::Connect;
 using ::strata::testing::StartServer;
+using ::strata::testing::TempDir;
 using ::strata::testing::TrainSteps;
 
 std::unique_ptr<Scheduler> StartReplicatedScheduler() {
@@ -110,9 +113,9 @@ TEST_P(Replicas, BackupHoldsWhatThePrimaryAckedAndTakesOver) {
     EXPECT_GT((*stats)[0].shm_payloads(), 0u);
   }
 
-  // A backup takes changes from its primary only: a worker's push is sent
-  // back to the primary (UNAVAILABLE), a forward from another server and a
-  // forward to the primary are refused.
+  // A backup takes changes from its primary only: a worker's push, a
+  // forward from another server and a forward to the primary are all sent
+  // back (UNAVAILABLE: the worker's client retries at its view's primary).
   const uint64_t chunk = AChunk(c.server->shard());
   v1::PushRequest push;
   push.set_member_id(c.worker->member_id());
@@ -131,7 +134,7 @@ TEST_P(Replicas, BackupHoldsWhatThePrimaryAckedAndTakesOver) {
     grpc::ClientContext ctx;
     v1::PushResponse r;
     const grpc::Status refused = StubOf(**backup)->Push(&ctx, push, &r);
-    EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
     EXPECT_NE(refused.error_message().find("not slot 0's primary"),
               std::string::npos)
         << refused.error_message();
@@ -144,7 +147,7 @@ TEST_P(Replicas, BackupHoldsWhatThePrimaryAckedAndTakesOver) {
     grpc::ClientContext ctx;
     v1::CommitResponse r;
     const grpc::Status refused = StubOf(*c.server)->Commit(&ctx, commit, &r);
-    EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
     EXPECT_NE(refused.error_message().find("not slot 0's primary"),
               std::string::npos)
         << refused.error_message();
@@ -189,6 +192,51 @@ TEST(ReplicaJoin, AReplicaJoiningAfterUpdatesStops) {
   v1::StatsResponse st;
   c.server->shard().FillStats(&st);
   for (const auto& [id, version] : st.chunk_versions()) EXPECT_EQ(version, 4u);
+}
+
+// A primary whose spill disk fails (EIO on every write below RocksDB,
+// injected) stops when a flush meets it: the backup, which holds every update
+// it acknowledged, serves on and the worker's next steps reach it, with no
+// rollback.
+TEST(ReplicaDisk, APrimaryWhoseSpillDiskFailsStopsAndTheBackupServesOn) {
+  FaultInjection& faults = FaultInjection::Install();  // before RocksDB opens
+  faults.Clear();
+  Cluster c;
+  c.scheduler = StartReplicatedScheduler();
+  const std::string primary_dir = TempDir("disk_primary");
+  // w's tiles are 100 floats with Adam's moments (1200 bytes): a budget of
+  // one tile spills at every step.
+  auto primary = StartServer(*c.scheduler, primary_dir, 1200);
+  ASSERT_TRUE(primary.ok()) << primary.status();
+  auto backup = StartServer(*c.scheduler, TempDir("disk_backup"), 1200);
+  ASSERT_TRUE(backup.ok()) << backup.status();
+  c.server = std::move(*primary);
+  Connect(c);
+  TrainSteps(*c.ps, 0, 2);
+  ASSERT_TRUE(c.server->fatal().ok());
+  faults.Add(FaultRule{primary_dir + "/spill/", "", FaultOp::kWrite, EIO});
+  // The spill database's memtables (2 MiB at least) hold a thousand and
+  // more of these tiles: the disk is met at their first flush.
+  int64_t step = 2;
+  while (c.server->fatal().ok() && step < 4000) {
+    TrainSteps(*c.ps, step, 50);
+    step += 50;
+  }
+  TrainSteps(*c.ps, step, 2);  // at the backup
+  step += 2;
+  faults.Clear();
+  EXPECT_TRUE(absl::IsUnavailable(c.server->fatal())) << c.server->fatal();
+  EXPECT_NE(c.server->fatal().message().find("spill disk failed"),
+            std::string::npos)
+      << c.server->fatal();
+  const v1::View view = c.scheduler->CurrentView();
+  EXPECT_EQ(view.shard_map().slots(0).address(), (*backup)->address());
+  EXPECT_EQ(view.generation(), 0u);
+  v1::StatsResponse st;
+  (*backup)->shard().FillStats(&st);
+  for (const auto& [id, version] : st.chunk_versions()) {
+    EXPECT_EQ(version, static_cast<uint64_t>(step));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Payloads, Replicas, ::testing::Bool(),

@@ -233,6 +233,10 @@ void Shard::set_lost_state_sink(LostStateSink sink) {
   p_->tiles.set_lost_state_sink(std::move(sink));
 }
 
+void Shard::set_disk_error_sink(LostStateSink sink) {
+  p_->tiles.set_disk_error_sink(std::move(sink));
+}
+
 void Shard::WaitForTierIo() { p_->tiles.WaitForIo(); }
 
 void Shard::FillStats(v1::StatsResponse* out) const {

@@ -144,6 +144,9 @@ class Shard {
   // with the job rolled back to it, can go on consistently.
   using LostStateSink = std::function<void(const absl::Status&)>;
   void set_lost_state_sink(LostStateSink sink);
+  // Called when the spill disk fails a write with an I/O error (not a full
+  // disk): the state is whole, in RAM, but the disk is failing.
+  void set_disk_error_sink(LostStateSink sink);
   const ShardCounters& counters() const { return counters_; }
   // The RAM tier's books; null without a budget.
   const SpillStore* spill() const { return options_.spill.get(); }

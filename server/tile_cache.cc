@@ -141,6 +141,21 @@ void TileCache::set_lost_state_sink(LostStateSink sink) {
   lost_state_sink_ = std::move(sink);
 }
 
+void TileCache::set_disk_error_sink(DiskErrorSink sink) {
+  absl::MutexLock lock(&lost_state_mu_);
+  disk_error_sink_ = std::move(sink);
+}
+
+void TileCache::DiskError(const absl::Status& s) const {
+  if (absl::IsResourceExhausted(s)) return;  // full: it takes writes again
+  DiskErrorSink sink;
+  {
+    absl::MutexLock lock(&lost_state_mu_);
+    sink = disk_error_sink_;
+  }
+  if (sink) sink(s);
+}
+
 absl::Status TileCache::LostState(absl::Status why) const {
   LostStateSink sink;
   {
@@ -210,6 +225,7 @@ bool TileCache::MakeRoom(size_t extra, bool for_read_ahead) {
         // shard runs over budget until the disk takes writes again.
         spdlog::error("strata server: cannot spill chunk {}: {}", id,
                       s.ToString());
+        DiskError(s);
         return false;
       }
       progress = true;
@@ -320,6 +336,7 @@ void TileCache::WriteBehind() {
       // and report the error where it matters.
       spdlog::warn("strata server: write-behind of chunk {}: {}", id,
                    s.ToString());
+      DiskError(s);
       return;
     }
   }
