@@ -91,15 +91,33 @@ void SweepDeadReaders(const std::string& dir) {
 
 absl::StatusOr<int64_t> LoadFromSnapshots(const std::string& dir,
                                           Model& model) {
-  STRATA_ASSIGN_OR_RETURN(std::vector<std::string> servers,
-                          ServerDirPaths(dir));
+  STRATA_ASSIGN_OR_RETURN(std::vector<std::vector<std::string>> slots,
+                          ServerDirsBySlot(dir));
   SweepDeadReaders(dir);
+  for (int r = 1; std::filesystem::exists(absl::StrCat(dir, "/replica-", r));
+       ++r) {
+    SweepDeadReaders(absl::StrCat(dir, "/replica-", r));
+  }
   // A running server may prune the step between the listing and the read
   // (it keeps its newest few): list again then.
   for (int attempt = 1;; ++attempt) {
+    // Of a slot's replicas, the one with the newest snapshot: a replica
+    // that died early holds only older ones.
+    std::vector<std::string> servers;
     std::vector<std::vector<int64_t>> steps;
-    for (const std::string& server : servers) {
-      STRATA_ASSIGN_OR_RETURN(steps.emplace_back(), ListSnapshotsIn(server));
+    for (const std::vector<std::string>& replicas : slots) {
+      servers.emplace_back();
+      steps.emplace_back();
+      for (const std::string& replica : replicas) {
+        STRATA_ASSIGN_OR_RETURN(std::vector<int64_t> held,
+                                ListSnapshotsIn(replica));
+        if (servers.back().empty() ||
+            (!held.empty() &&
+             (steps.back().empty() || held.back() > steps.back().back()))) {
+          servers.back() = replica;
+          steps.back() = std::move(held);
+        }
+      }
     }
     STRATA_ASSIGN_OR_RETURN(const int64_t step,
                             NewestCommonStep(servers, steps));

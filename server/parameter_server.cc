@@ -100,11 +100,11 @@ struct ParameterServer::Impl {
     shard->UpdateView(view);
   }
 
-  // A backup joining its slot: OK when it holds the chunks the primary at
-  // `primary` holds, at the same versions (both new, or both restored
-  // from one snapshot); else FAILED_PRECONDITION: it would miss what the
-  // primary applied before it (a replica is not caught up while training
-  // runs).
+  // A backup joining its slot: OK when it holds every chunk the primary at
+  // `primary` holds, at the same version or newer (both new, both restored
+  // from one snapshot, or forwards already applied here); else
+  // FAILED_PRECONDITION: it would miss what the primary applied before it
+  // (a replica is not caught up while training runs).
   absl::Status CheckSameStateAs(const std::string& primary) {
     auto stub = v1::ParameterServer::NewStub(
         options.security->Dial(primary, Role::kServer));
@@ -116,20 +116,19 @@ struct ParameterServer::Impl {
     shard->FillStats(&ours);
     const auto& a = theirs.chunk_versions();
     const auto& b = ours.chunk_versions();
-    const bool same = a.size() == b.size() &&
-                      std::all_of(a.begin(), a.end(), [&b](const auto& kv) {
-                        auto it = b.find(kv.first);
-                        return it != b.end() && it->second == kv.second;
-                      });
-    if (same) return absl::OkStatus();
+    // At least as far: a primary applies a change after its backups did,
+    // so a backup that already got a forward is ahead of its Stats.
+    const bool has_all = std::all_of(a.begin(), a.end(), [&b](const auto& kv) {
+      auto it = b.find(kv.first);
+      return it != b.end() && it->second >= kv.second;
+    });
+    if (has_all) return absl::OkStatus();
     return absl::FailedPreconditionError(absl::StrCat(
         "joined slot ", options.shard, " as a backup, but its primary at ",
-        primary, " holds ", a.size(),
-        " chunks at other versions than this "
-        "server's ",
-        b.size(),
-        ": it would miss what the primary applied "
-        "before (a replica is not caught up while training runs)"));
+        primary, " holds chunks (", a.size(),
+        ") this server lacks or holds at older versions (it has ", b.size(),
+        "): it would miss what the primary applied before (a replica is not "
+        "caught up while training runs)"));
   }
 
   // Stops the server (on a thread of its own: callers may be threads the

@@ -106,11 +106,18 @@ class Service final : public ServiceBase {
                         const v1::SnapshotRequest* req,
                         v1::SnapshotResponse* resp) override {
     STRATA_RETURN_GRPC_IF_ERROR(
-        security_->Authorize(*ctx, "Snapshot", kWorkersAndClients));
+        security_->Authorize(*ctx, "Snapshot", kSnapshotters));
     if (req->step() < 0)
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "negative step");
     auto path = owner_->SnapshotNow(req->step());
     if (!path.ok()) return ToGrpcStatus(path.status());
+    // The backups take one too, so that every replica's directory holds
+    // the step (a reader picks each slot's replica with the newest). The
+    // caller's snapshot is this one: a backup's failure is only logged.
+    if (absl::Status s = replicas_->Snapshot(*req); !s.ok()) {
+      spdlog::warn("strata server: a backup's snapshot of step {}: {}",
+                   req->step(), s.ToString());
+    }
     resp->set_step(req->step());
     resp->set_path(*path);
     resp->set_chunks(shard_->num_chunks());
@@ -318,8 +325,10 @@ class Service final : public ServiceBase {
   // primary forwarding them to its backups (server/replica_forwarder.h).
   static constexpr std::initializer_list<Role> kWriters = {Role::kWorker,
                                                            Role::kServer};
-  static constexpr std::initializer_list<Role> kWorkersAndClients = {
-      Role::kWorker, Role::kClient};
+  // Snapshots: asked by workers and tools, and by a primary of its
+  // backups.
+  static constexpr std::initializer_list<Role> kSnapshotters = {
+      Role::kWorker, Role::kClient, Role::kServer};
   static constexpr std::initializer_list<Role> kReaders = {
       Role::kWorker, Role::kClient, Role::kScheduler, Role::kServer};
 

@@ -30,7 +30,8 @@ class ReplicaForwarder;
 //   Push, RegisterChunks, Commit                    workers, servers (a
 //                                                   primary forwarding)
 //   Pull, AttachShm, DetachShm                      workers
-//   Snapshot                                        workers, clients
+//   Snapshot                                        workers, clients,
+//                                                   servers (a primary)
 //   Stats                                           any role
 std::unique_ptr<grpc::Service> NewParameterServerService(
     Shard* shard, ShmSessions* shm, ParameterServer* owner,

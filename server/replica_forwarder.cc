@@ -212,6 +212,13 @@ absl::Status ReplicaForwarder::Commit(const v1::CommitRequest& original) {
   });
 }
 
+absl::Status ReplicaForwarder::Snapshot(const v1::SnapshotRequest& req) {
+  return Each([&req](Stubs& stubs, grpc::ClientContext& ctx) {
+    v1::SnapshotResponse resp;
+    return stubs.typed->Snapshot(&ctx, req, &resp);
+  });
+}
+
 absl::Status ReplicaForwarder::Register(
     const v1::RegisterChunksRequest& original) {
   v1::RegisterChunksRequest req = original;

@@ -89,6 +89,7 @@ class ReplicaForwarder {
   absl::Status Push(const grpc::ByteBuffer& original);
   absl::Status Commit(const v1::CommitRequest& original);
   absl::Status Register(const v1::RegisterChunksRequest& original);
+  absl::Status Snapshot(const v1::SnapshotRequest& req);
 
   // Requests forwarded to backups since the start.
   uint64_t forwarded() const;

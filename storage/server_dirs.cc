@@ -24,6 +24,22 @@ absl::StatusOr<std::vector<std::string>> ServerDirPaths(
   return paths;
 }
 
+absl::StatusOr<std::vector<std::vector<std::string>>> ServerDirsBySlot(
+    const std::string& dir) {
+  STRATA_ASSIGN_OR_RETURN(std::vector<std::string> first, ServerDirPaths(dir));
+  std::vector<std::vector<std::string>> slots;
+  for (std::string& path : first) slots.push_back({std::move(path)});
+  for (int r = 1;; ++r) {
+    const std::string set = absl::StrCat(dir, "/replica-", r);
+    if (!std::filesystem::exists(set)) break;
+    for (size_t s = 0; s < slots.size(); ++s) {
+      std::string path = absl::StrCat(set, "/server-", s);
+      if (std::filesystem::exists(path)) slots[s].push_back(std::move(path));
+    }
+  }
+  return slots;
+}
+
 absl::StatusOr<std::vector<std::unique_ptr<DataDir>>> OpenServerDirs(
     const std::string& dir) {
   STRATA_ASSIGN_OR_RETURN(std::vector<std::string> paths, ServerDirPaths(dir));

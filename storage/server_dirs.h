@@ -19,6 +19,13 @@ namespace strata {
 // NOT_FOUND if there is no server-0.
 absl::StatusOr<std::vector<std::string>> ServerDirPaths(const std::string& dir);
 
+// Each slot's directories: ServerDirPaths' <dir>/server-<s>, then those of
+// the other replicas of a `strata local --replicas` run, <dir>/replica-<r>/
+// server-<s> for r = 1, 2, ... up to the first missing replica-<r>.
+// ServerDirPaths' errors.
+absl::StatusOr<std::vector<std::vector<std::string>>> ServerDirsBySlot(
+    const std::string& dir);
+
 // Opens (claims) the directories ServerDirPaths names. Its errors and
 // DataDir::Open's (a directory in use by a running server is refused).
 absl::StatusOr<std::vector<std::unique_ptr<DataDir>>> OpenServerDirs(
