@@ -50,6 +50,9 @@ SAMPLE_COST_US=${SAMPLE_COST_US:-400}
 # are known to hold, and the job would roll back to step 0.
 export SNAPSHOT_EVERY=${SNAPSHOT_EVERY:-200}
 
+# median X...: the median of the numbers given.
+median() { printf "%s\n" "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
 dir=$(mktemp -d /tmp/strata-recovery-XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; if [ -n "${KEEP:-}" ]; then rm -rf "$KEEP"; cp -r "$dir" "$KEEP"; fi; rm -rf "$dir"; }
@@ -113,7 +116,7 @@ for k in $(seq "$KILLS"); do
   start_worker $((k + 2))
   sleep 1
 done
-median=$(printf "%s\n" "${times[@]}" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}')
+median=$(median "${times[@]}")
 echo "worker_recovery_s $median"
 python3 -c "print('worker_recovery_ratio_to_lease %.3f' % ($median / ($LEASE_MS / 1000)))"
 
@@ -135,7 +138,7 @@ for k in $(seq "$SERVER_KILLS"); do
   server_times+=("$t")
   sleep 2
 done
-median=$(printf "%s\n" "${server_times[@]}" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}')
+median=$(median "${server_times[@]}")
 echo "server_recovery_s $median"
 python3 -c "print('server_recovery_ratio_to_lease %.3f' % ($median / ($LEASE_MS / 1000)))"
 
@@ -206,7 +209,7 @@ for s in 0 1; do
   failover_times+=("$t")
   sleep 2
 done
-median=$(printf "%s\n" "${failover_times[@]}" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}')
+median=$(median "${failover_times[@]}")
 echo "server_failover_s $median"
 python3 -c "print('server_failover_ratio_to_lease %.3f' % ($median / ($LEASE_MS / 1000)))"
 # A backup whose host vanishes (SIGSTOP: it answers nothing; server 5, slot

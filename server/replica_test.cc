@@ -86,27 +86,41 @@ uint64_t AChunk(Shard& shard) {
   return st.chunk_versions().empty() ? 0 : st.chunk_versions().begin()->first;
 }
 
+// Starts `c`'s replicated scheduler, its primary (c.server) and a backup,
+// which it returns (nullptr, with the failure added, if one did not
+// start); each server with its data directory and RAM budget.
+std::unique_ptr<ParameterServer> StartPair(Cluster& c,
+                                           const std::string& primary_dir = "",
+                                           const std::string& backup_dir = "",
+                                           uint64_t ram_budget = 0) {
+  c.scheduler = StartReplicatedScheduler();
+  auto primary = StartServer(*c.scheduler, primary_dir, ram_budget);
+  auto backup = StartServer(*c.scheduler, backup_dir, ram_budget);
+  if (!primary.ok() || !backup.ok()) {
+    ADD_FAILURE() << primary.status() << " " << backup.status();
+    return nullptr;
+  }
+  c.server = std::move(*primary);
+  return std::move(*backup);
+}
+
 class Replicas : public ::testing::TestWithParam<bool> {};
 
 TEST_P(Replicas, BackupHoldsWhatThePrimaryAckedAndTakesOver) {
   Cluster c;
-  c.scheduler = StartReplicatedScheduler();
-  auto primary = StartServer(*c.scheduler, "");
-  ASSERT_TRUE(primary.ok()) << primary.status();
-  auto backup = StartServer(*c.scheduler, "");
-  ASSERT_TRUE(backup.ok()) << backup.status();
+  std::unique_ptr<ParameterServer> backup = StartPair(c);
+  ASSERT_NE(backup, nullptr);
   const v1::View view = c.scheduler->CurrentView();
   ASSERT_EQ(view.shard_map().slots(0).backups_size(), 1);
-  EXPECT_EQ(view.shard_map().slots(0).address(), (*primary)->address());
-  c.server = std::move(*primary);
+  EXPECT_EQ(view.shard_map().slots(0).address(), c.server->address());
   PsClientOptions options;
   options.shared_memory = GetParam();
   Connect(c, options);
 
   TrainSteps(*c.ps, 0, 5);
-  ExpectSameState(c.server->shard(), (*backup)->shard());
+  ExpectSameState(c.server->shard(), backup->shard());
   EXPECT_GE(Forwards(*c.server), 5u * 4);  // at least 4 chunk pushes a step
-  EXPECT_EQ(Forwards(**backup), 0u);       // a backup forwards nothing
+  EXPECT_EQ(Forwards(*backup), 0u);        // a backup forwards nothing
   auto stats = c.ps->Stats();
   ASSERT_TRUE(stats.ok()) << stats.status();
   if (GetParam()) {
@@ -126,14 +140,14 @@ TEST_P(Replicas, BackupHoldsWhatThePrimaryAckedAndTakesOver) {
   {
     grpc::ClientContext ctx;
     v1::PushResponse r;
-    EXPECT_EQ(StubOf(**backup)->Push(&ctx, push, &r).error_code(),
+    EXPECT_EQ(StubOf(*backup)->Push(&ctx, push, &r).error_code(),
               grpc::StatusCode::UNAVAILABLE);
   }
   push.set_forwarded_by(view.shard_map().slots(0).member_id() + 100);
   {
     grpc::ClientContext ctx;
     v1::PushResponse r;
-    const grpc::Status refused = StubOf(**backup)->Push(&ctx, push, &r);
+    const grpc::Status refused = StubOf(*backup)->Push(&ctx, push, &r);
     EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
     EXPECT_NE(refused.error_message().find("not slot 0's primary"),
               std::string::npos)
@@ -152,7 +166,7 @@ TEST_P(Replicas, BackupHoldsWhatThePrimaryAckedAndTakesOver) {
               std::string::npos)
         << refused.error_message();
   }
-  ExpectSameState(c.server->shard(), (*backup)->shard());
+  ExpectSameState(c.server->shard(), backup->shard());
 
   // The primary leaves: the backup is the slot's primary in that view
   // change, and the worker's next steps reach it.
@@ -160,11 +174,11 @@ TEST_P(Replicas, BackupHoldsWhatThePrimaryAckedAndTakesOver) {
   c.server->Shutdown();
   TrainSteps(*c.ps, 5, 3);
   const v1::View after = c.scheduler->CurrentView();
-  EXPECT_EQ(after.shard_map().slots(0).address(), (*backup)->address());
+  EXPECT_EQ(after.shard_map().slots(0).address(), backup->address());
   EXPECT_EQ(after.shard_map().slots(0).backups_size(), 0);
   EXPECT_EQ(after.generation(), generation);
   v1::StatsResponse st;
-  (*backup)->shard().FillStats(&st);
+  backup->shard().FillStats(&st);
   for (const auto& [id, version] : st.chunk_versions()) EXPECT_EQ(version, 8u);
 }
 
@@ -173,15 +187,11 @@ TEST_P(Replicas, BackupHoldsWhatThePrimaryAckedAndTakesOver) {
 // goes on with its primary.
 TEST(ReplicaJoin, AReplicaJoiningAfterUpdatesStops) {
   Cluster c;
-  c.scheduler = StartReplicatedScheduler();
-  auto primary = StartServer(*c.scheduler, "");
-  ASSERT_TRUE(primary.ok()) << primary.status();
-  auto backup = StartServer(*c.scheduler, "");
-  ASSERT_TRUE(backup.ok()) << backup.status();
-  c.server = std::move(*primary);
+  std::unique_ptr<ParameterServer> backup = StartPair(c);
+  ASSERT_NE(backup, nullptr);
   Connect(c);
   TrainSteps(*c.ps, 0, 2);
-  (*backup)->Shutdown();
+  backup->Shutdown();
   auto late = StartServer(*c.scheduler, "");
   ASSERT_FALSE(late.ok());
   EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -202,15 +212,12 @@ TEST(ReplicaDisk, APrimaryWhoseSpillDiskFailsStopsAndTheBackupServesOn) {
   FaultInjection& faults = FaultInjection::Install();  // before RocksDB opens
   faults.Clear();
   Cluster c;
-  c.scheduler = StartReplicatedScheduler();
   const std::string primary_dir = TempDir("disk_primary");
   // w's tiles are 100 floats with Adam's moments (1200 bytes): a budget of
   // one tile spills at every step.
-  auto primary = StartServer(*c.scheduler, primary_dir, 1200);
-  ASSERT_TRUE(primary.ok()) << primary.status();
-  auto backup = StartServer(*c.scheduler, TempDir("disk_backup"), 1200);
-  ASSERT_TRUE(backup.ok()) << backup.status();
-  c.server = std::move(*primary);
+  std::unique_ptr<ParameterServer> backup =
+      StartPair(c, primary_dir, TempDir("disk_backup"), 1200);
+  ASSERT_NE(backup, nullptr);
   Connect(c);
   TrainSteps(*c.ps, 0, 2);
   ASSERT_TRUE(c.server->fatal().ok());
@@ -230,10 +237,10 @@ TEST(ReplicaDisk, APrimaryWhoseSpillDiskFailsStopsAndTheBackupServesOn) {
             std::string::npos)
       << c.server->fatal();
   const v1::View view = c.scheduler->CurrentView();
-  EXPECT_EQ(view.shard_map().slots(0).address(), (*backup)->address());
+  EXPECT_EQ(view.shard_map().slots(0).address(), backup->address());
   EXPECT_EQ(view.generation(), 0u);
   v1::StatsResponse st;
-  (*backup)->shard().FillStats(&st);
+  backup->shard().FillStats(&st);
   for (const auto& [id, version] : st.chunk_versions()) {
     EXPECT_EQ(version, static_cast<uint64_t>(step));
   }
