@@ -101,26 +101,36 @@ absl::StatusOr<int64_t> LoadFromSnapshots(const std::string& dir,
   // A running server may prune the step between the listing and the read
   // (it keeps its newest few): list again then.
   for (int attempt = 1;; ++attempt) {
-    // Of a slot's replicas, the one with the newest snapshot: a replica
-    // that died early holds only older ones.
-    std::vector<std::string> servers;
+    // The steps a slot holds: those of any of its replicas (one that died
+    // early holds only older ones).
+    std::vector<std::string> names;
+    std::vector<std::vector<std::vector<int64_t>>> held(slots.size());
     std::vector<std::vector<int64_t>> steps;
-    for (const std::vector<std::string>& replicas : slots) {
-      servers.emplace_back();
+    for (size_t s = 0; s < slots.size(); ++s) {
+      names.push_back(slots[s].front());
       steps.emplace_back();
-      for (const std::string& replica : replicas) {
-        STRATA_ASSIGN_OR_RETURN(std::vector<int64_t> held,
+      for (const std::string& replica : slots[s]) {
+        STRATA_ASSIGN_OR_RETURN(held[s].emplace_back(),
                                 ListSnapshotsIn(replica));
-        if (servers.back().empty() ||
-            (!held.empty() &&
-             (steps.back().empty() || held.back() > steps.back().back()))) {
-          servers.back() = replica;
-          steps.back() = std::move(held);
+        steps.back().insert(steps.back().end(), held[s].back().begin(),
+                            held[s].back().end());
+      }
+      std::sort(steps.back().begin(), steps.back().end());
+      steps.back().erase(std::unique(steps.back().begin(), steps.back().end()),
+                         steps.back().end());
+    }
+    STRATA_ASSIGN_OR_RETURN(const int64_t step, NewestCommonStep(names, steps));
+    // Each slot read from a replica that holds the step.
+    std::vector<std::string> servers;
+    for (size_t s = 0; s < slots.size(); ++s) {
+      for (size_t r = 0; r < slots[s].size(); ++r) {
+        if (std::find(held[s][r].begin(), held[s][r].end(), step) !=
+            held[s][r].end()) {
+          servers.push_back(slots[s][r]);
+          break;
         }
       }
     }
-    STRATA_ASSIGN_OR_RETURN(const int64_t step,
-                            NewestCommonStep(servers, steps));
     absl::Status s = LoadStep(servers, step, model);
     if (s.ok()) return step;
     if (!absl::IsNotFound(s) || attempt == 5) return s;

@@ -92,22 +92,34 @@ struct ParameterServer::Impl {
     replicas->UpdateView(view, self_id);
     if (std::string primary = replicas->FirstPrimaryAddress();
         !primary.empty()) {
-      if (absl::Status s = CheckSameStateAs(primary); !s.ok()) {
+      absl::Status s = CheckSameStateAs(primary);
+      if (absl::IsFailedPrecondition(s)) {
         Fail(owner, s);
         return;
+      }
+      if (!s.ok()) {
+        // The primary did not answer (it may be dying: then this server is
+        // promoted); checked again at the next view.
+        spdlog::warn("strata server: cannot compare state with primary {}: {}",
+                     primary, s.ToString());
+        replicas->RecheckPrimary();
       }
     }
     shard->UpdateView(view);
   }
 
   // A backup joining its slot: OK when it holds every chunk the primary at
-  // `primary` holds, at the same version or newer (both new, both restored
-  // from one snapshot, or forwards already applied here); else
-  // FAILED_PRECONDITION: it would miss what the primary applied before it
-  // (a replica is not caught up while training runs).
+  // `primary` holds, at the same version (both new, or both restored from
+  // one snapshot; it may hold more chunks: registrations forwarded to it
+  // are applied here before the primary applies them); else
+  // FAILED_PRECONDITION: it would miss what the primary applied before it,
+  // or hold what the primary lacks (a replica is not caught up while
+  // training runs); another error if the primary did not answer.
   absl::Status CheckSameStateAs(const std::string& primary) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);  // a version per chunk
     auto stub = v1::ParameterServer::NewStub(
-        options.security->Dial(primary, Role::kServer));
+        options.security->Dial(primary, Role::kServer, args));
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     v1::StatsResponse theirs, ours;
@@ -116,17 +128,15 @@ struct ParameterServer::Impl {
     shard->FillStats(&ours);
     const auto& a = theirs.chunk_versions();
     const auto& b = ours.chunk_versions();
-    // At least as far: a primary applies a change after its backups did,
-    // so a backup that already got a forward is ahead of its Stats.
     const bool has_all = std::all_of(a.begin(), a.end(), [&b](const auto& kv) {
       auto it = b.find(kv.first);
-      return it != b.end() && it->second >= kv.second;
+      return it != b.end() && it->second == kv.second;
     });
     if (has_all) return absl::OkStatus();
     return absl::FailedPreconditionError(absl::StrCat(
         "joined slot ", options.shard, " as a backup, but its primary at ",
         primary, " holds chunks (", a.size(),
-        ") this server lacks or holds at older versions (it has ", b.size(),
+        ") this server lacks or holds at other versions (it has ", b.size(),
         "): it would miss what the primary applied before (a replica is not "
         "caught up while training runs)"));
   }
@@ -330,12 +340,15 @@ absl::Status ParameterServer::Impl::Serve(ParameterServer* self) {
   });
   replicas =
       std::make_unique<ReplicaForwarder>(options.shard, options.security);
-  // A failing spill disk (an I/O error, not a full one): with a replica of
-  // the slot serving on, stop (it takes over, nothing rolls back) rather
-  // than serve on a disk that fails; alone, serve on from RAM (the tiles
-  // that cannot be spilled stay there) and say so.
+  // A failing spill disk (an I/O error, not a full one) under a primary
+  // with backups: stop, and a backup, which holds every update this one
+  // acknowledged, takes over (nothing rolls back) rather than serve on a
+  // disk that fails. A backup, or a server alone, serves on from RAM (the
+  // tiles that cannot be spilled stay there): stopping a backup would
+  // leave its slot one copy fewer, and its primary may be the one that
+  // just died.
   shard->set_disk_error_sink([this, self](const absl::Status& why) {
-    if (replicas->has_peer()) {
+    if (replicas->forwarding()) {
       Fail(self, absl::UnavailableError(absl::StrCat(
                      "the spill disk failed (", why.message(),
                      "); a replica of slot ", options.shard, " serves on")));

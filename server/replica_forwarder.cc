@@ -96,9 +96,9 @@ std::string ReplicaForwarder::FirstPrimaryAddress() {
   return std::exchange(first_primary_, std::string());
 }
 
-bool ReplicaForwarder::has_peer() const {
+void ReplicaForwarder::RecheckPrimary() {
   absl::MutexLock lock(&mu_);
-  return known_ && (!primary_ || !backups_.empty());
+  was_backup_ = false;
 }
 
 bool ReplicaForwarder::forwarding() const {
@@ -151,16 +151,19 @@ absl::Status ReplicaForwarder::FromBackup(const Backup& b,
 }
 
 template <typename Call>
-absl::Status ReplicaForwarder::Each(Call call) {
+absl::Status ReplicaForwarder::Each(Call call, bool every,
+                                    absl::Duration timeout) {
   const std::vector<Backup> backups = Backups();
   if (backups.empty()) return absl::OkStatus();
+  absl::Status first;
   {
     absl::MutexLock lock(&mu_);
     forwarded_ += backups.size();
   }
   for (const Backup& b : backups) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+    ctx.set_deadline(absl::ToChronoTime(
+        absl::Now() + (timeout == absl::ZeroDuration() ? timeout_ : timeout)));
     {
       absl::MutexLock lock(&mu_);
       in_flight_[b.member_id].insert(&ctx);
@@ -172,9 +175,12 @@ absl::Status ReplicaForwarder::Each(Call call) {
       it->second.erase(&ctx);
       if (it->second.empty()) in_flight_.erase(it);
     }
-    STRATA_RETURN_IF_ERROR(FromBackup(b, status));
+    const absl::Status s = FromBackup(b, status);
+    if (s.ok()) continue;
+    if (!every) return s;
+    if (first.ok()) first = s;
   }
-  return absl::OkStatus();
+  return first;
 }
 
 absl::Status ReplicaForwarder::Push(const grpc::ByteBuffer& original) {
@@ -213,10 +219,13 @@ absl::Status ReplicaForwarder::Commit(const v1::CommitRequest& original) {
 }
 
 absl::Status ReplicaForwarder::Snapshot(const v1::SnapshotRequest& req) {
-  return Each([&req](Stubs& stubs, grpc::ClientContext& ctx) {
-    v1::SnapshotResponse resp;
-    return stubs.typed->Snapshot(&ctx, req, &resp);
-  });
+  // Every backup, however long its write takes (the caller's deadline).
+  return Each(
+      [&req](Stubs& stubs, grpc::ClientContext& ctx) {
+        v1::SnapshotResponse resp;
+        return stubs.typed->Snapshot(&ctx, req, &resp);
+      },
+      /*every=*/true, absl::Minutes(5));
 }
 
 absl::Status ReplicaForwarder::Register(

@@ -73,11 +73,9 @@ class ReplicaForwarder {
   // The primary's address the first time a view shows this server as a
   // backup ("" otherwise, and every later time).
   std::string FirstPrimaryAddress();
-
-  // Whether another live server of this slot holds every update this one
-  // acknowledged (this server is a primary with a backup, or a backup):
-  // this one may stop without a rollback.
-  bool has_peer() const;
+  // FirstPrimaryAddress answers again at the next view (the check it was
+  // for could not be made).
+  void RecheckPrimary();
 
   // Whether requests go to backups now (this server is a primary that has
   // some).
@@ -112,8 +110,12 @@ class ReplicaForwarder {
   // A backup's answer as the primary's: a transport failure is UNAVAILABLE
   // (the client retries), naming the backup.
   static absl::Status FromBackup(const Backup& b, const grpc::Status& s);
+  // Sends `call` to every backup in turn (stopping at the first error
+  // unless `every`), each with `timeout` (zero: the forwarder's); the
+  // first error.
   template <typename Call>
-  absl::Status Each(Call call);
+  absl::Status Each(Call call, bool every = false,
+                    absl::Duration timeout = absl::ZeroDuration());
 
   const int slot_;
   const std::shared_ptr<const Security> security_;

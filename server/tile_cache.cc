@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "spdlog/spdlog.h"
 #include "storage/ram_tier.h"
+#include "storage/rocksdb_status.h"
 
 namespace strata {
 namespace {
@@ -51,6 +52,7 @@ absl::Status TileCache::AdmitNew(Chunk& c) {
   // refuses it refuses the chunk (the request's earlier chunks stay
   // registered; a retry registers the rest).
   if (absl::Status s = spill->Write(c.rec); !s.ok()) {
+    DiskError(s);
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot admit chunk ", c.spec.tensor(), "#", c.spec.index(),
         ": the RAM budget is full and the spill disk refused it: ",
@@ -147,7 +149,7 @@ void TileCache::set_disk_error_sink(DiskErrorSink sink) {
 }
 
 void TileCache::DiskError(const absl::Status& s) const {
-  if (absl::IsResourceExhausted(s)) return;  // full: it takes writes again
+  if (!IsDiskIoError(s)) return;  // full, busy: it takes writes again
   DiskErrorSink sink;
   {
     absl::MutexLock lock(&lost_state_mu_);

@@ -93,9 +93,9 @@ class TileCache {
   void set_lost_state_sink(LostStateSink sink);
   // Tells the lost-state sink about `why`; returns it.
   absl::Status LostState(absl::Status why) const;
-  // Called when the spill disk fails a write for another reason than room
-  // (an I/O error): the tile stays in RAM, whole, and the shard may run
-  // over its budget.
+  // Called when the spill disk fails a write with an I/O error (not for
+  // room): the tile stays in RAM, whole, and the shard may run over its
+  // budget.
   using DiskErrorSink = std::function<void(const absl::Status&)>;
   void set_disk_error_sink(DiskErrorSink sink);
 
@@ -120,8 +120,8 @@ class TileCache {
   mutable absl::Mutex lost_state_mu_;
   LostStateSink lost_state_sink_ ABSL_GUARDED_BY(lost_state_mu_);
   DiskErrorSink disk_error_sink_ ABSL_GUARDED_BY(lost_state_mu_);
-  // Tells the disk-error sink about a failed write `s` unless the disk was
-  // only full.
+  // Tells the disk-error sink about a failed write `s` if it was the
+  // disk's I/O error (IsDiskIoError), not a full disk or a busy database.
   void DiskError(const absl::Status& s) const;
   absl::Mutex tasks_mu_;
   // Read-aheads, write-behinds and Unpin's MakeRoom queued or running.

@@ -4,18 +4,28 @@
 #define STRATA_STORAGE_ROCKSDB_STATUS_H_
 
 #include "absl/status/status.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "rocksdb/status.h"
 
 namespace strata {
 
+// The payload that marks an I/O error of the disk (not a busy or timed-out
+// database) among UNAVAILABLE results.
+inline constexpr char kDiskIoErrorPayload[] = "strata.dev/disk-io-error";
+
+// Whether `s` came from a disk's I/O error (FromRocksDb).
+inline bool IsDiskIoError(const absl::Status& s) {
+  return s.GetPayload(kDiskIoErrorPayload).has_value();
+}
+
 // Maps `s` to a Status with `context` in front of RocksDB's message:
 // NotFound -> NOT_FOUND, Corruption -> DATA_LOSS, no space ->
 // RESOURCE_EXHAUSTED, Busy/TimedOut/TryAgain -> UNAVAILABLE,
 // InvalidArgument/NotSupported -> INVALID_ARGUMENT, other I/O errors ->
-// UNAVAILABLE (the disk or volume may come back: a caller may retry), the
-// rest -> INTERNAL.
+// UNAVAILABLE (the disk or volume may come back: a caller may retry; the
+// status carries kDiskIoErrorPayload, IsDiskIoError), the rest -> INTERNAL.
 inline absl::Status FromRocksDb(const rocksdb::Status& s,
                                 absl::string_view context) {
   if (s.ok()) return absl::OkStatus();
@@ -29,7 +39,11 @@ inline absl::Status FromRocksDb(const rocksdb::Status& s,
   if (s.IsInvalidArgument() || s.IsNotSupported()) {
     return absl::InvalidArgumentError(msg);
   }
-  if (s.IsIOError()) return absl::UnavailableError(msg);
+  if (s.IsIOError()) {
+    absl::Status io = absl::UnavailableError(msg);
+    io.SetPayload(kDiskIoErrorPayload, absl::Cord("1"));
+    return io;
+  }
   return absl::InternalError(msg);
 }
 
