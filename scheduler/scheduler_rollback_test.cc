@@ -176,5 +176,52 @@ TEST_F(RollbackTest, ARollbackTheDiskRefusesChangesNeitherViewNorLedger) {
   EXPECT_TRUE(LeaseStep(2).ok());
 }
 
+// A job resumed from its servers' snapshots (--resume_step) starts every
+// server from the same state: a replica may join a slot that serves until
+// the first lease since the resume, and not after it (as in a job that
+// was not resumed, once it leased work).
+TEST_F(RollbackTest, ReplicasJoinAResumedJobUntilItsFirstLease) {
+  const std::string dir = TempDir("resume_replicas");
+  Start({.data_dir = dir,
+         .num_shards = 2,
+         .replicas = 2,
+         .lease = absl::Seconds(10)});
+  auto s0 = RegisterServer(*stub_, 0, "dir-0", {});
+  auto s1 = RegisterServer(*stub_, 1, "dir-1", {});
+  auto w = Register(v1::ROLE_WORKER);
+  ASSERT_TRUE(s0.ok() && s1.ok() && w.ok());
+  worker_ = w->member_id();
+  for (int64_t step = 0; step < 4; ++step) {
+    ASSERT_TRUE(LeaseStep(step).ok()) << step;
+    Report(s0->member_id(), 0, step, 0);
+    Report(s1->member_id(), 1, step, 0);
+  }
+  auto late = RegisterServer(*stub_, 0, "dir-0b", {});
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(late.status().message()),
+              HasSubstr("job is under way"));
+
+  scheduler_->Shutdown();
+  scheduler_.reset();
+  Start({.data_dir = dir,
+         .num_shards = 2,
+         .replicas = 2,
+         .lease = absl::Seconds(10),
+         .resume_step = 2});
+  ASSERT_TRUE(RegisterServer(*stub_, 0, "dir-0", {2}).ok());
+  ASSERT_TRUE(RegisterServer(*stub_, 1, "dir-1", {2}).ok());
+  auto joined = RegisterServer(*stub_, 0, "dir-0b", {2});
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->view().shard_map().slots(0).backups_size(), 1);
+  auto again = Register(v1::ROLE_WORKER);
+  ASSERT_TRUE(again.ok());
+  worker_ = again->member_id();
+  ASSERT_TRUE(LeaseStep(2).ok());
+  auto after = RegisterServer(*stub_, 1, "dir-1b", {2});
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(after.status().message()),
+              HasSubstr("job is under way"));
+}
+
 }  // namespace
 }  // namespace strata
