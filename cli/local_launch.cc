@@ -108,6 +108,8 @@ class LocalLaunch {
   absl::Status PrepareDir();
   absl::Status LoadTls();
   absl::Status StartScheduler();
+  // The servers: with replicas, each slot's first (<dir>/server-<s>)
+  // before the others (AwaitFirstReplicas).
   absl::Status StartServers();
   absl::Status StartWorkers();
   // Until the workers end (restarting dead servers under BSP) or a signal;
@@ -121,6 +123,9 @@ class LocalLaunch {
     args.insert(args.end(), t.begin(), t.end());
   }
   int Report(const WorkersEnd& end, bool interrupted) const;
+  // Where slot `slot`'s first replica writes its address once serving.
+  std::string FirstReplicaAddressFile(int slot) const;
+  void AwaitFirstReplicas();
 
   const LocalPlan& o_;
   std::string dir_;
@@ -205,6 +210,7 @@ absl::Status LocalLaunch::StartScheduler() {
 absl::Status LocalLaunch::StartServers() {
   for (int n = 0; n < o_.servers * o_.replicas; ++n) {
     const int s = n % o_.servers;
+    if (n == o_.servers) AwaitFirstReplicas();
     std::vector<std::string> args = {"server",
                                      "--scheduler",
                                      address_,
@@ -222,12 +228,36 @@ absl::Status LocalLaunch::StartServers() {
     if (o_.ram_budget > 0) {
       args.insert(args.end(), {"--ram_budget", std::to_string(o_.ram_budget)});
     }
+    if (n < o_.servers && o_.replicas > 1) {
+      std::error_code ec;
+      std::filesystem::remove(FirstReplicaAddressFile(s), ec);
+      args.insert(args.end(), {"--address_file", FirstReplicaAddressFile(s)});
+    }
     WithTls(args, Role::kServer);
     STRATA_ASSIGN_OR_RETURN(const pid_t pid, SpawnSelf(args));
     daemons_.push_back(pid);
     servers_[pid] = ServerProcess{s, std::move(args)};
   }
   return absl::OkStatus();
+}
+
+std::string LocalLaunch::FirstReplicaAddressFile(int slot) const {
+  return absl::StrCat(dir_, "/server-", slot, ".address");
+}
+
+void LocalLaunch::AwaitFirstReplicas() {
+  // A slot's oldest server is its primary: the first replicas serve (and
+  // have registered) before the others start, so <dir>/server-<s> is the
+  // primary until it dies. One that does not come up is left to the
+  // supervision; its slot's next replica is the primary then.
+  for (int s = 0; s < o_.servers; ++s) {
+    absl::StatusOr<std::string> serving =
+        WaitForFile(FirstReplicaAddressFile(s), absl::Seconds(30));
+    if (!serving.ok()) {
+      spdlog::warn("strata local: server {} did not start serving: {}", s,
+                   serving.status().ToString());
+    }
+  }
 }
 
 absl::Status LocalLaunch::StartWorkers() {
