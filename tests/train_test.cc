@@ -504,6 +504,19 @@ TEST(Train, LocalReplicatedAspRunGoesOnWhenAServerDies) {
   const pid_t server = ServerPid(run + "/server-1");
   ASSERT_GT(server, 0) << local.Output();
   ASSERT_GT(ServerPid(run + "/replica-1/server-1"), 0) << local.Output();
+  // `strata status` shows each slot's primary and its backup.
+  Child status({STRATA_BINARY, "status", "--scheduler",
+                testing::WaitForLine(run + "/scheduler.address")},
+               dir + "/status.log");
+  ASSERT_EQ(status.Wait(), 0) << status.Output();
+  size_t backups = 0;
+  for (size_t at = status.Output().find("    backup "); at != std::string::npos;
+       at = status.Output().find("    backup ", at + 1)) {
+    ++backups;
+  }
+  EXPECT_EQ(backups, 2u) << status.Output();
+  EXPECT_NE(status.Output().find("forwarded "), std::string::npos)
+      << status.Output();
   ASSERT_EQ(kill(server, SIGKILL), 0);
   ASSERT_EQ(local.Wait(absl::Minutes(5)), 0) << local.Output();
   EXPECT_NE(local.Output().find("its slot goes on with a replica"),
