@@ -213,6 +213,13 @@ void PsClient::Impl::OnDone(const OpPtr& op, const grpc::Status& grpc_status,
     // through the region attached meanwhile.
     status = absl::UnavailableError(status.message());
   }
+  if (absl::IsCancelled(status)) {
+    // A server that stops cancels the calls it has not answered within
+    // its shutdown grace (ParameterServer::Shutdown); this client cancels
+    // none of its own. Retried as for a server that is gone: a replica may
+    // serve the slot now (a repeated push applies once).
+    status = absl::UnavailableError(status.message());
+  }
   {
     absl::MutexLock lock(&mu_);
     in_flight_[op->slot]--;
