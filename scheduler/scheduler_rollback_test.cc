@@ -45,10 +45,14 @@ TEST_F(SchedulerTest, ARestartedServerSupersedesTheLeaseOfItsDataDirectory) {
 // tests do to it: lease a step, report a slot's update of a step.
 class RollbackTest : public SchedulerTest {
  protected:
-  // Starts the scheduler (on `data_dir`, "" for none), registers servers
-  // of slots 0 and 1 and a worker, and applies steps 0..5 on both slots.
-  void StartJob(const std::string& data_dir = "") {
-    Start({.data_dir = data_dir, .num_shards = 2, .lease = absl::Seconds(10)});
+  // Starts the scheduler (on `data_dir`, "" for none; `replicas` servers
+  // a slot at most), registers servers of slots 0 and 1 and a worker, and
+  // applies steps 0..5 on both slots.
+  void StartJob(const std::string& data_dir = "", int replicas = 1) {
+    Start({.data_dir = data_dir,
+           .num_shards = 2,
+           .replicas = replicas,
+           .lease = absl::Seconds(10)});
     auto s0 = RegisterServer(*stub_, 0, "dir-0", {});
     auto s1 = RegisterServer(*stub_, 1, "dir-1", {});
     auto w = Register(v1::ROLE_WORKER);
@@ -182,20 +186,7 @@ TEST_F(RollbackTest, ARollbackTheDiskRefusesChangesNeitherViewNorLedger) {
 // was not resumed, once it leased work).
 TEST_F(RollbackTest, ReplicasJoinAResumedJobUntilItsFirstLease) {
   const std::string dir = TempDir("resume_replicas");
-  Start({.data_dir = dir,
-         .num_shards = 2,
-         .replicas = 2,
-         .lease = absl::Seconds(10)});
-  auto s0 = RegisterServer(*stub_, 0, "dir-0", {});
-  auto s1 = RegisterServer(*stub_, 1, "dir-1", {});
-  auto w = Register(v1::ROLE_WORKER);
-  ASSERT_TRUE(s0.ok() && s1.ok() && w.ok());
-  worker_ = w->member_id();
-  for (int64_t step = 0; step < 4; ++step) {
-    ASSERT_TRUE(LeaseStep(step).ok()) << step;
-    Report(s0->member_id(), 0, step, 0);
-    Report(s1->member_id(), 1, step, 0);
-  }
+  StartJob(dir, /*replicas=*/2);
   auto late = RegisterServer(*stub_, 0, "dir-0b", {});
   EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(late.status().message()),
