@@ -433,6 +433,9 @@ absl::StatusOr<std::vector<v1::LedgerRecord>> SchedulerClient::ExportLedger() {
   return out;
 }
 
+// A member whose lease ran out (a process stopped past its lease that wakes
+// to find the job over) is already gone: NOT_FOUND is what it wanted, so it
+// is logged, not returned.
 absl::Status SchedulerClient::Leave() {
   v1::LeaveRequest req;
   {
@@ -441,8 +444,14 @@ absl::Status SchedulerClient::Leave() {
     req.set_member_id(member_id_);
   }
   v1::LeaveResponse resp;
-  return FromGrpcStatus(
+  absl::Status s = FromGrpcStatus(
       stub_->Leave(NewContext(options_.connect_timeout).get(), req, &resp));
+  if (absl::IsNotFound(s)) {
+    spdlog::warn("scheduler client: lease of member {} ran out before it left",
+                 req.member_id());
+    return absl::OkStatus();
+  }
+  return s;
 }
 
 }  // namespace strata
