@@ -454,4 +454,13 @@ absl::Status SchedulerClient::Leave() {
   return s;
 }
 
+absl::Status SchedulerClient::CaughtUp(uint64_t primary) {
+  v1::CaughtUpRequest req;
+  req.set_member_id(member_id());
+  req.set_primary_member_id(primary);
+  v1::CaughtUpResponse resp;
+  return FromGrpcStatus(
+      stub_->CaughtUp(NewContext(options_.connect_timeout).get(), req, &resp));
+}
+
 }  // namespace strata

@@ -160,8 +160,13 @@ class SchedulerClient {
   absl::StatusOr<std::vector<v1::LedgerRecord>> ExportLedger();
 
   // Leaves the cluster now and stops heartbeating (the view keeps being
-  // watched). Errors: as the scheduler answers (NOT_FOUND if already gone).
+  // watched). A lease that already ran out is logged, not an error; other
+  // errors as the scheduler answers.
   absl::Status Leave();
+
+  // Servers joining their slot: this member caught up from the slot's
+  // primary `primary` (scheduler.proto CaughtUp). Errors as it answers.
+  absl::Status CaughtUp(uint64_t primary);
 
  private:
   explicit SchedulerClient(SchedulerClientOptions options);

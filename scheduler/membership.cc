@@ -65,7 +65,8 @@ absl::Status ValidateSnapshots(
 std::optional<int64_t> CommonSnapshot(const v1::View& view) {
   std::optional<std::vector<int64_t>> common;
   for (const v1::Member& s : view.servers()) {
-    if (s.snapshots().empty()) continue;
+    // A server still catching up holds its own old state, not the job's.
+    if (s.snapshots().empty() || s.catching_up()) continue;
     std::vector<int64_t> held(s.snapshots().begin(), s.snapshots().end());
     std::sort(held.begin(), held.end());
     if (!common) {
@@ -232,6 +233,7 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
   if (req.role() == v1::ROLE_SERVER) {
     m.set_data_dir_id(req.data_dir_id());
     *m.mutable_snapshots() = req.snapshots();
+    m.set_catching_up(SlotServedLocked(req.shard(), superseded));
   }
 
   // Store first, so a storage error leaves the table as it was.
@@ -317,6 +319,53 @@ absl::StatusOr<v1::HeartbeatResponse> Membership::Heartbeat(
   return resp;
 }
 
+bool Membership::SlotServedLocked(int slot, uint64_t except) const {
+  for (const auto& [id, e] : members_) {
+    if (id != except && e.member.role() == v1::ROLE_SERVER &&
+        e.member.shard() == slot && !e.member.catching_up()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::Status Membership::CaughtUp(uint64_t member_id, uint64_t primary) {
+  absl::MutexLock lock(&mu_);
+  ExpireLocked(options_.clock->Now());
+  auto it = members_.find(member_id);
+  if (it == members_.end() || !it->second.member.catching_up()) {
+    return absl::NotFoundError(absl::StrCat(
+        "caught up: member ", member_id,
+        " is not a live server catching up from its slot's primary"));
+  }
+  const int slot = it->second.member.shard();
+  const uint64_t now_primary = view_.shard_map().slots(slot).member_id();
+  if (now_primary != primary) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "caught up: member ", member_id, " caught up from member ", primary,
+        ", but slot ", slot, "'s primary is member ", now_primary,
+        " now: it missed that one's changes; start it again"));
+  }
+  v1::Member m = it->second.member;
+  m.set_catching_up(false);
+  Counters c{epoch_ + 1,      workers_epoch_,
+             next_member_id_, shard_map_version_ + 1,
+             generation_,     static_cast<uint64_t>(rollback_step_)};
+  StateBatch batch;
+  batch.PutMember(m);
+  PutCounters(c, batch);
+  STRATA_RETURN_IF_ERROR(options_.store->Write(batch));
+  it->second.member = std::move(m);
+  epoch_ = c.epoch;
+  shard_map_version_ = c.shard_map_version;
+  RebuildViewLocked();
+  spdlog::info(
+      "scheduler: member {} caught up from member {}: a backup of slot {}, "
+      "epoch {}",
+      member_id, primary, slot, epoch_);
+  return absl::OkStatus();
+}
+
 absl::Status Membership::Leave(uint64_t member_id) {
   absl::MutexLock lock(&mu_);
   if (!members_.contains(member_id)) {
@@ -391,9 +440,14 @@ void Membership::RebuildViewLocked() {
       case v1::ROLE_SERVER: {
         *v.add_servers() = e.member;
         // Members in id order: the slot's first is its primary, so a
-        // backup is promoted the moment its primary leaves the view.
+        // backup is promoted the moment its primary leaves the view. A
+        // server still catching up is never either.
         v1::ShardSlot* slot = map->mutable_slots(e.member.shard());
-        if (slot->member_id() == 0) {
+        if (e.member.catching_up()) {
+          v1::ShardReplica* joining = slot->add_joining();
+          joining->set_member_id(id);
+          joining->set_address(e.member.address());
+        } else if (slot->member_id() == 0) {
           slot->set_member_id(id);
           slot->set_address(e.member.address());
         } else {

@@ -7,8 +7,11 @@
 //    the member. Each of these changes of membership raises the epoch once.
 //  - Servers occupy one shard slot each; a slot holds at most `replicas`
 //    live servers, the one with the lowest member id its primary (so the
-//    oldest backup is promoted when the primary leaves). Taking or freeing
-//    a place in a slot raises the shard map version. A server's first
+//    oldest backup is promoted when the primary leaves). A server that
+//    registers into a slot already served joins it catching up
+//    (Member.catching_up, ShardSlot.joining): neither primary nor backup
+//    until CaughtUp. Taking or freeing a place in a slot, and catching
+//    up, raise the shard map version. A server's first
 //    registration with the data directory of one of the slot's live
 //    servers supersedes it (one change: one epoch step).
 //  - A registration may roll the job back (RollbackRule): the same change
@@ -81,6 +84,11 @@ class Membership {
 
   // Removes a member at once. Errors: NOT_FOUND if unknown.
   absl::Status Leave(uint64_t member_id);
+  // Member `member_id`, a server catching up (Member.catching_up), caught
+  // up from its slot's primary `primary`: a backup from this view on.
+  // FAILED_PRECONDITION if `primary` is no longer the slot's primary;
+  // NOT_FOUND if the member is not live or not catching up.
+  absl::Status CaughtUp(uint64_t member_id, uint64_t primary);
 
   // Removes every member whose lease ended by clock->Now().
   void ExpireLeases();
@@ -116,6 +124,10 @@ class Membership {
   void RemoveLocked(const std::vector<uint64_t>& ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RebuildViewLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a live server other than `except`, not catching up, serves
+  // `slot`.
+  bool SlotServedLocked(int slot, uint64_t except) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   int64_t LeaseMs() const;
 
   const MembershipOptions options_;

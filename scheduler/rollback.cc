@@ -37,6 +37,8 @@ std::optional<int64_t> RollbackStep(const v1::RegisterRequest& req,
     if (step > ledger.applied_steps()) continue;
     bool everywhere = true;
     for (const v1::Member& s : after.servers()) {
+      // A server catching up takes its state from its slot's primary.
+      if (s.catching_up()) continue;
       if (in_job(s.shard()) && s.shard() != req.shard()) {
         everywhere = everywhere && holds(s.snapshots(), step);
       }

@@ -105,8 +105,7 @@ absl::Status Scheduler::Init(SchedulerOptions options) {
       state);
   kv_ = std::make_unique<KvStore>(store_.get(), std::move(state.kv));
   service_ = std::make_unique<SchedulerService>(
-      membership_.get(), kv_.get(), ledger_.get(), options.security.get(),
-      options.resume_step >= 0);
+      membership_.get(), kv_.get(), ledger_.get(), options.security.get());
   security_ = options.security;
 
   EnableHealthService();

@@ -67,22 +67,9 @@ absl::Status SchedulerService::AllowFor(const grpc::ServerContext& ctx,
 
 bool SchedulerService::SlotIsServed(int slot, const v1::View& view) {
   for (const v1::Member& s : view.servers()) {
-    if (s.shard() == slot) return true;
+    if (s.shard() == slot && !s.catching_up()) return true;
   }
   return false;
-}
-
-absl::Status SchedulerService::AllowReplicaJoin(int slot) const {
-  // A replica that joins once the job has begun would have to be brought
-  // up to the live one's state while training runs; that state transfer is
-  // not built, so the slot runs on the replicas it has.
-  const bool begun = resumed_ ? leased_.load() : ledger_->State().has_job();
-  if (!begun) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "register: shard slot ", slot,
-      " is served by a live replica and its job is under way; a replica "
-      "joins only before the job starts (catching a new replica up while "
-      "training runs is not built)"));
 }
 
 grpc::Status SchedulerService::Register(grpc::ServerContext* ctx,
@@ -101,8 +88,8 @@ grpc::Status SchedulerService::Register(grpc::ServerContext* ctx,
           StateBatch& batch) -> absl::StatusOr<std::optional<int64_t>> {
         if (q.role() != v1::ROLE_SERVER) return std::nullopt;
         if (SlotIsServed(q.shard(), after)) {
-          // A replica joins a slot that still serves: nothing rolls back.
-          STRATA_RETURN_IF_ERROR(AllowReplicaJoin(q.shard()));
+          // A replica joins a slot that still serves, catching up from its
+          // primary: nothing rolls back.
           return std::nullopt;
         }
         if (ledger_->mode().mode != Consistency::kBsp) return std::nullopt;
@@ -135,6 +122,15 @@ grpc::Status SchedulerService::Leave(grpc::ServerContext* ctx,
   STRATA_RETURN_GRPC_IF_ERROR(
       AllowFor(*ctx, "Scheduler.Leave", req->member_id()));
   return ToGrpcStatus(membership_->Leave(req->member_id()));
+}
+
+grpc::Status SchedulerService::CaughtUp(grpc::ServerContext* ctx,
+                                        const v1::CaughtUpRequest* req,
+                                        v1::CaughtUpResponse* resp) {
+  STRATA_RETURN_GRPC_IF_ERROR(
+      AllowFor(*ctx, "Scheduler.CaughtUp", req->member_id()));
+  return ToGrpcStatus(
+      membership_->CaughtUp(req->member_id(), req->primary_member_id()));
 }
 
 grpc::Status SchedulerService::GetView(grpc::ServerContext* ctx,
@@ -228,7 +224,6 @@ grpc::Status SchedulerService::LeaseWork(grpc::ServerContext* ctx,
   absl::StatusOr<v1::LeaseWorkResponse> r =
       ledger_->Lease(*req, membership_->View());
   if (!r.ok()) return ToGrpcStatus(r.status());
-  leased_ = true;
   *resp = *std::move(r);
   return grpc::Status::OK;
 }

@@ -22,7 +22,7 @@ namespace strata::scheduler_internal {
 // Who may call what, under TLS (security/tls.h; everyone under plaintext):
 //   Register                      worker, server (as themselves), or any
 //                                 role as a client (reads the view)
-//   Heartbeat, Leave              a member of the same role as the member
+//   Heartbeat, Leave, CaughtUp    a member of the same role as the member
 //                                 named (a worker cannot remove a server)
 //   GetView, WatchView, ExportLedger   any role (the scheduler's own
 //                                 certificate: `strata status` run in its
@@ -32,15 +32,12 @@ namespace strata::scheduler_internal {
 //   ReportApplied                 server
 class SchedulerService final : public v1::Scheduler::Service {
  public:
-  // `resumed`: the job resumes from its servers' snapshots (--resume_step),
-  // so every server starts from the same state.
   SchedulerService(Membership* membership, KvStore* kv, Ledger* ledger,
-                   const Security* security, bool resumed = false)
+                   const Security* security)
       : membership_(membership),
         kv_(kv),
         ledger_(ledger),
-        security_(security),
-        resumed_(resumed) {}
+        security_(security) {}
 
   grpc::Status Register(grpc::ServerContext* ctx,
                         const v1::RegisterRequest* req,
@@ -50,6 +47,9 @@ class SchedulerService final : public v1::Scheduler::Service {
                          v1::HeartbeatResponse* resp) override;
   grpc::Status Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* req,
                      v1::LeaveResponse* resp) override;
+  grpc::Status CaughtUp(grpc::ServerContext* ctx,
+                        const v1::CaughtUpRequest* req,
+                        v1::CaughtUpResponse* resp) override;
   grpc::Status GetView(grpc::ServerContext* ctx, const v1::GetViewRequest* req,
                        v1::View* resp) override;
   grpc::Status WatchView(grpc::ServerContext* ctx,
@@ -77,12 +77,8 @@ class SchedulerService final : public v1::Scheduler::Service {
   // of the role `req_role` (Register) or for member `member_id`.
   absl::Status AllowRegister(const grpc::ServerContext& ctx,
                              v1::Role req_role) const;
-  // Whether a server of `view` serves `slot`.
+  // Whether a server of `view` that is not catching up serves `slot`.
   static bool SlotIsServed(int slot, const v1::View& view);
-  // FAILED_PRECONDITION once the job has begun (its first lease, in this
-  // scheduler if it resumed the job, else ever): a replica joining a slot
-  // that serves would start without the slot's state.
-  absl::Status AllowReplicaJoin(int slot) const;
   absl::Status AllowFor(const grpc::ServerContext& ctx,
                         absl::string_view method, uint64_t member_id) const;
 
@@ -90,8 +86,6 @@ class SchedulerService final : public v1::Scheduler::Service {
   KvStore* const kv_;
   Ledger* const ledger_;
   const Security* const security_;
-  const bool resumed_;
-  std::atomic<bool> leased_{false};  // a LeaseWork succeeded here
   // A registration that rolls the job back changes the view and then the
   // ledger: reports (which check the view's generation) wait for both.
   absl::Mutex rollback_mu_;

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/shard_options.h"
 #include "strata/v1/ledger.pb.h"
+#include "strata/v1/ps.pb.h"
 
 namespace strata {
 
@@ -57,6 +58,27 @@ class AppliedTracker {
     entries_.clear();
   }
 
+  // Partly applied updates, for a joining replica (Shard::ExportState): as
+  // state entries, and replacing these from them.
+  void Export(v1::ShardStateHeader* out) const {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, e] : entries_) {
+      v1::AppliedEntryState* a = out->add_applied();
+      a->set_step(key.first);
+      a->set_worker(key.second);
+      a->set_chunks(e.chunks);
+      a->set_epoch(e.epoch);
+    }
+  }
+  void Import(const v1::ShardStateHeader& in) {
+    absl::MutexLock lock(&mu_);
+    entries_.clear();
+    for (const v1::AppliedEntryState& a : in.applied()) {
+      entries_[{a.step(), a.worker()}] =
+          Entry{static_cast<size_t>(a.chunks()), a.epoch()};
+    }
+  }
+
   size_t pending() const {
     absl::MutexLock lock(&mu_);
     return entries_.size();
@@ -94,6 +116,8 @@ class AppliedReports {
   // AppliedTracker::Forget and Clear.
   void Forget(absl::FunctionRef<bool(uint64_t)> live) { tracker_.Forget(live); }
   void Clear() { tracker_.Clear(); }
+  void Export(v1::ShardStateHeader* out) const { tracker_.Export(out); }
+  void Import(const v1::ShardStateHeader& in) { tracker_.Import(in); }
 
  private:
   AppliedTracker tracker_;

@@ -309,4 +309,9 @@ std::vector<Chunk*> ChunkTable::StartGeneration(uint64_t generation,
   return all;
 }
 
+std::pair<uint64_t, int64_t> ChunkTable::generation_start() const {
+  absl::MutexLock lock(&mu_);
+  return {generation_, generation_step_};
+}
+
 }  // namespace strata

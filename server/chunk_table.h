@@ -60,6 +60,8 @@ class ChunkTable {
   // `step`. Returns the chunks created before, which the shard's rollback
   // moves itself (ShardMembership's generation says when all have moved).
   std::vector<Chunk*> StartGeneration(uint64_t generation, int64_t step);
+  // The generation StartGeneration began last, and its step.
+  std::pair<uint64_t, int64_t> generation_start() const;
 
   // A chunk spec's own checks (name, id, size, shape, overflow).
   static absl::Status ValidateSpec(const v1::ChunkSpec& s,

@@ -1,6 +1,7 @@
 #include "server/deferred_commits.h"
 
 #include <algorithm>
+#include <cstring>
 #include <tuple>
 #include <utility>
 
@@ -28,6 +29,82 @@ void FailedCommits::Clear(uint64_t member) {
 void FailedCommits::Forget(absl::FunctionRef<bool(uint64_t member)> live) {
   absl::MutexLock lock(&mu_);
   absl::erase_if(failed_, [&](const auto& kv) { return !live(kv.first); });
+}
+
+void FailedCommits::Export(v1::ShardStateHeader* out) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [member, step] : failed_) {
+    v1::FailedCommitState* f = out->add_failed();
+    f->set_member_id(member);
+    f->set_step(step);
+  }
+}
+
+void FailedCommits::Import(const v1::ShardStateHeader& in) {
+  absl::MutexLock lock(&mu_);
+  failed_.clear();
+  for (const v1::FailedCommitState& f : in.failed())
+    failed_[f.member_id()] = f.step();
+}
+
+void DeferredCommits::Export(v1::ShardStateHeader* out) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [member, chunks] : held_) {
+    for (const auto& [chunk, d] : chunks) {
+      v1::HeldPushState* h = out->add_held();
+      *h->mutable_req() = d.req;
+      h->set_grad(reinterpret_cast<const char*>(d.grad.data()),
+                  d.grad.size() * sizeof(float));
+      h->set_arrival(d.arrival);
+      h->set_pulled(d.pulled);
+    }
+  }
+  for (const auto& [member, last] : last_commit_) {
+    v1::LastCommitState* c = out->add_last_commits();
+    c->set_member_id(member);
+    c->set_step(last.step);
+    c->set_pushes(last.pushes);
+    c->set_code(static_cast<int>(last.result.status().code()));
+    c->set_message(std::string(last.result.status().message()));
+    if (last.result.ok()) *c->mutable_response() = *last.result;
+  }
+}
+
+absl::Status DeferredCommits::Import(const v1::ShardStateHeader& in) {
+  for (const v1::HeldPushState& h : in.held()) {
+    if (h.grad().size() % sizeof(float) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a held push of chunk ", h.req().chunk_id(), " has ", h.grad().size(),
+          " bytes of gradient: not whole floats"));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  for (auto& [member, chunks] : held_) {
+    for (auto& [chunk, d] : chunks) pool_.Give(std::move(d.grad));
+  }
+  held_.clear();
+  last_commit_.clear();
+  for (const v1::HeldPushState& h : in.held()) {
+    Held& d = held_[h.req().member_id()][h.req().chunk_id()];
+    d.req = h.req();
+    d.grad = pool_.Take(h.grad().size() / sizeof(float));
+    std::memcpy(d.grad.data(), h.grad().data(), h.grad().size());
+    d.arrival = h.arrival();
+    d.pulled = h.pulled();
+    arrivals_ = std::max(arrivals_, h.arrival());
+  }
+  for (const v1::LastCommitState& c : in.last_commits()) {
+    LastCommit& last = last_commit_[c.member_id()];
+    last.step = c.step();
+    last.pushes = c.pushes();
+    if (c.code() == 0) {
+      last.result = c.response();
+    } else {
+      last.result =
+          absl::Status(static_cast<absl::StatusCode>(c.code()), c.message());
+    }
+  }
+  return absl::OkStatus();
 }
 
 void DeferredCommits::Hold(const v1::PushRequest& req, std::vector<float> grad,

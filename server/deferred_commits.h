@@ -30,6 +30,10 @@ class FailedCommits {
   void Clear(uint64_t member);
   // Forgets the members for which `live` is false.
   void Forget(absl::FunctionRef<bool(uint64_t member)> live);
+  // What a joining replica takes over from its primary (Shard::ExportState):
+  // written into, and replacing this one's from, a state header.
+  void Export(v1::ShardStateHeader* out) const;
+  void Import(const v1::ShardStateHeader& in);
 
  private:
   mutable absl::Mutex mu_;
@@ -72,6 +76,11 @@ class DeferredCommits {
   // deferred push or successful commit; *marked_failed says whether it did.
   absl::StatusOr<v1::CommitResponse> Commit(const v1::CommitRequest& req,
                                             ApplyFn apply, bool* marked_failed);
+
+  // The held pushes and last commits, as FailedCommits::Export; Import
+  // INVALID_ARGUMENT for a held gradient that is not whole floats.
+  void Export(v1::ShardStateHeader* out);
+  absl::Status Import(const v1::ShardStateHeader& in);
 
  private:
   struct Held {

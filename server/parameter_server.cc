@@ -19,6 +19,7 @@
 #include "rpc/health.h"
 #include "server/ledger_reporter.h"
 #include "server/ps_service.h"
+#include "server/replica_catch_up.h"
 #include "server/replica_forwarder.h"
 #include "server/shard.h"
 #include "server/shm_sessions.h"
@@ -41,6 +42,7 @@ struct ParameterServer::Impl {
   std::unique_ptr<ThreadPool> push_handlers;
   std::unique_ptr<ThreadPool> pull_handlers;
   std::unique_ptr<ReplicaForwarder> replicas;  // used by `service`
+  std::unique_ptr<ReplicaCatchUp> catch_up;    // uses `replicas`, `scheduler`
   std::unique_ptr<grpc::Service> service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<SchedulerClient> scheduler;
@@ -90,55 +92,13 @@ struct ParameterServer::Impl {
     // The replicas' roles before the shard's workers: a backup promoted in
     // this view forwards every push the new view lets in.
     replicas->UpdateView(view, self_id);
-    if (std::string primary = replicas->FirstPrimaryAddress();
-        !primary.empty()) {
-      absl::Status s = CheckSameStateAs(primary);
-      if (absl::IsFailedPrecondition(s)) {
-        Fail(owner, s);
-        return;
-      }
-      if (!s.ok()) {
-        // The primary did not answer (it may be dying: then this server is
-        // promoted); checked again at the next view.
-        spdlog::warn("strata server: cannot compare state with primary {}: {}",
-                     primary, s.ToString());
-        replicas->RecheckPrimary();
-      }
-    }
     shard->UpdateView(view);
-  }
-
-  // A backup joining its slot: OK when it holds every chunk the primary at
-  // `primary` holds, at the same version (both new, or both restored from
-  // one snapshot; it may hold more chunks: registrations forwarded to it
-  // are applied here before the primary applies them); else
-  // FAILED_PRECONDITION: it would miss what the primary applied before it,
-  // or hold what the primary lacks (a replica is not caught up while
-  // training runs); another error if the primary did not answer.
-  absl::Status CheckSameStateAs(const std::string& primary) {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(-1);  // a version per chunk
-    auto stub = v1::ParameterServer::NewStub(
-        options.security->Dial(primary, Role::kServer, args));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    v1::StatsResponse theirs, ours;
-    STRATA_RETURN_IF_ERROR(
-        FromGrpcStatus(stub->Stats(&ctx, v1::StatsRequest(), &theirs)));
-    shard->FillStats(&ours);
-    const auto& a = theirs.chunk_versions();
-    const auto& b = ours.chunk_versions();
-    const bool has_all = std::all_of(a.begin(), a.end(), [&b](const auto& kv) {
-      auto it = b.find(kv.first);
-      return it != b.end() && it->second == kv.second;
-    });
-    if (has_all) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "joined slot ", options.shard, " as a backup, but its primary at ",
-        primary, " holds chunks (", a.size(),
-        ") this server lacks or holds at other versions (it has ", b.size(),
-        "): it would miss what the primary applied before (a replica is not "
-        "caught up while training runs)"));
+    // A server joining its slot while the job runs catches up from the
+    // slot's primary (server/replica_catch_up.h).
+    catch_up->OnView(ReplicaCatchUp::Joiner{
+        address,
+        [this](uint64_t primary) { return scheduler->CaughtUp(primary); },
+        [this, owner](const absl::Status& why) { Fail(owner, why); }});
   }
 
   // Stops the server (on a thread of its own: callers may be threads the
@@ -340,6 +300,8 @@ absl::Status ParameterServer::Impl::Serve(ParameterServer* self) {
   });
   replicas =
       std::make_unique<ReplicaForwarder>(options.shard, options.security);
+  catch_up = std::make_unique<ReplicaCatchUp>(shard.get(), replicas.get(),
+                                              options.security);
   // A failing spill disk (an I/O error, not a full one) under a primary
   // with backups: stop, and a backup, which holds every update this one
   // acknowledged, takes over (nothing rolls back) rather than serve on a
@@ -355,8 +317,9 @@ absl::Status ParameterServer::Impl::Serve(ParameterServer* self) {
     }
   });
   service = NewParameterServerService(shard.get(), &shm, self, replicas.get(),
-                                      push_handlers.get(), pull_handlers.get(),
-                                      &metrics, options.security.get());
+                                      catch_up.get(), push_handlers.get(),
+                                      pull_handlers.get(), &metrics,
+                                      options.security.get());
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address,
                            options.security->ServerCredentials(), &port);
@@ -468,7 +431,8 @@ void ParameterServer::Shutdown() {
   }
   me.shard->set_lost_state_sink(nullptr);
   me.shard->set_disk_error_sink(nullptr);
-  me.scheduler.reset();  // leaves the cluster
+  if (me.catch_up) me.catch_up->Stop();  // it calls the scheduler
+  me.scheduler.reset();                  // leaves the cluster
   // Wake every gate and view waiter first: gRPC's Shutdown waits for every
   // call in flight to finish, and no push will come to release a pull.
   me.shard->Cancel();

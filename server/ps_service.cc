@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "common/wire.h"
 #include "server/parameter_server.h"
+#include "server/replica_catch_up.h"
 #include "server/replica_forwarder.h"
 #include "server/server_metrics.h"
 #include "spdlog/spdlog.h"
@@ -35,11 +36,13 @@ class Service final : public ServiceBase {
   // Pushes and pulls have separate pools: pulls waiting at a BSP gate must
   // never hold the threads the pushes that close the step need.
   Service(Shard* shard, ShmSessions* shm, ParameterServer* owner,
-          ReplicaForwarder* replicas, ThreadPool* push_pool,
-          ThreadPool* pull_pool, Metrics* metrics, const Security* security)
+          ReplicaForwarder* replicas, ReplicaCatchUp* catch_up,
+          ThreadPool* push_pool, ThreadPool* pull_pool, Metrics* metrics,
+          const Security* security)
       : security_(security),
         shard_(shard),
         replicas_(replicas),
+        catch_up_(catch_up),
         shm_(shm),
         owner_(owner),
         push_pool_(push_pool),
@@ -90,6 +93,7 @@ class Service final : public ServiceBase {
                               v1::RegisterChunksResponse* resp) override {
     STRATA_RETURN_GRPC_IF_ERROR(
         security_->Authorize(*ctx, "RegisterChunks", kWriters));
+    ReplicaForwarder::Change change(*replicas_);
     STRATA_RETURN_GRPC_IF_ERROR(replicas_->Admit(req->forwarded_by()));
     if (replicas_->missing_backups() && shard_->num_chunks() == 0) {
       // Chunks made now would be missing on the backups still to join.
@@ -138,6 +142,7 @@ class Service final : public ServiceBase {
   grpc::Status Commit(grpc::ServerContext* ctx, const v1::CommitRequest* req,
                       v1::CommitResponse* resp) override {
     STRATA_RETURN_GRPC_IF_ERROR(security_->Authorize(*ctx, "Commit", kWriters));
+    ReplicaForwarder::Change change(*replicas_);
     STRATA_RETURN_GRPC_IF_ERROR(replicas_->Admit(req->forwarded_by()));
     const absl::Time start = absl::Now();
     const absl::Status forwarded = replicas_->Commit(*req);
@@ -146,6 +151,26 @@ class Service final : public ServiceBase {
                        : absl::StatusOr<v1::CommitResponse>(forwarded);
     if (r.ok()) *resp = *r;
     metrics_.Answered(ServerMetrics::kCommit, r.status(), absl::Now() - start);
+    return ToGrpcStatus(r.status());
+  }
+
+  grpc::Status CatchUp(grpc::ServerContext* ctx, const v1::CatchUpRequest* req,
+                       v1::CatchUpResponse* resp) override {
+    STRATA_RETURN_GRPC_IF_ERROR(
+        security_->Authorize(*ctx, "CatchUp", kServers));
+    absl::StatusOr<v1::CatchUpResponse> r = catch_up_->Serve(*req);
+    if (r.ok()) *resp = *std::move(r);
+    return ToGrpcStatus(r.status());
+  }
+
+  grpc::Status InstallState(grpc::ServerContext* ctx,
+                            grpc::ServerReader<v1::ShardStatePart>* reader,
+                            v1::InstallStateResponse* resp) override {
+    STRATA_RETURN_GRPC_IF_ERROR(
+        security_->Authorize(*ctx, "InstallState", kServers));
+    absl::StatusOr<uint64_t> r = catch_up_->Install(
+        [reader](v1::ShardStatePart* part) { return reader->Read(part); });
+    if (r.ok()) resp->set_chunks(*r);
     return ToGrpcStatus(r.status());
   }
 
@@ -202,6 +227,7 @@ class Service final : public ServiceBase {
     PayloadMessage message;
     v1::PushRequest req;
     STRATA_RETURN_IF_ERROR(message.Parse(request, kPushDataField, &req));
+    ReplicaForwarder::Change change(*replicas_);
     STRATA_RETURN_IF_ERROR(replicas_->Admit(req.forwarded_by()));
     absl::StatusOr<v1::PushResponse> resp;
     if (req.has_shm()) {
@@ -321,6 +347,7 @@ class Service final : public ServiceBase {
   }
 
   static constexpr std::initializer_list<Role> kWorkers = {Role::kWorker};
+  static constexpr std::initializer_list<Role> kServers = {Role::kServer};
   // Requests that change the shard: from workers, and from the slot's
   // primary forwarding them to its backups (server/replica_forwarder.h).
   static constexpr std::initializer_list<Role> kWriters = {Role::kWorker,
@@ -335,6 +362,7 @@ class Service final : public ServiceBase {
   const Security* security_;
   Shard* shard_;
   ReplicaForwarder* replicas_;
+  ReplicaCatchUp* catch_up_;
   ShmSessions* shm_;
   ParameterServer* owner_;
   ThreadPool* push_pool_;
@@ -348,10 +376,10 @@ class Service final : public ServiceBase {
 
 std::unique_ptr<grpc::Service> NewParameterServerService(
     Shard* shard, ShmSessions* shm, ParameterServer* owner,
-    ReplicaForwarder* replicas, ThreadPool* push_pool, ThreadPool* pull_pool,
-    Metrics* metrics, const Security* security) {
-  return std::make_unique<Service>(shard, shm, owner, replicas, push_pool,
-                                   pull_pool, metrics, security);
+    ReplicaForwarder* replicas, ReplicaCatchUp* catch_up, ThreadPool* push_pool,
+    ThreadPool* pull_pool, Metrics* metrics, const Security* security) {
+  return std::make_unique<Service>(shard, shm, owner, replicas, catch_up,
+                                   push_pool, pull_pool, metrics, security);
 }
 
 }  // namespace strata

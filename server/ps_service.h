@@ -21,22 +21,25 @@ class Service;
 namespace strata {
 
 class ParameterServer;
+class ReplicaCatchUp;
 class ReplicaForwarder;
 
 // None of the pointers is owned; each must outlive the service. `owner`
 // takes snapshots (the Snapshot RPC); `replicas` sends what changes the
-// shard to the slot's backups first; the series go to `metrics`;
+// shard to the slot's backups first; `catch_up` serves and installs a
+// joining replica's state; the series go to `metrics`;
 // `security` says who may call what:
 //   Push, RegisterChunks, Commit                    workers, servers (a
 //                                                   primary forwarding)
 //   Pull, AttachShm, DetachShm                      workers
 //   Snapshot                                        workers, clients,
 //                                                   servers (a primary)
+//   CatchUp, InstallState                           servers
 //   Stats                                           any role
 std::unique_ptr<grpc::Service> NewParameterServerService(
     Shard* shard, ShmSessions* shm, ParameterServer* owner,
-    ReplicaForwarder* replicas, ThreadPool* push_pool, ThreadPool* pull_pool,
-    Metrics* metrics, const Security* security);
+    ReplicaForwarder* replicas, ReplicaCatchUp* catch_up, ThreadPool* push_pool,
+    ThreadPool* pull_pool, Metrics* metrics, const Security* security);
 
 }  // namespace strata
 

@@ -18,13 +18,16 @@ ReplicaForwarder::ReplicaForwarder(int slot,
     : slot_(slot), security_(std::move(security)), timeout_(timeout) {}
 
 void ReplicaForwarder::UpdateView(const v1::View& view, uint64_t self) {
-  std::vector<Backup> backups;
+  std::vector<Backup> backups, joining;
   uint64_t primary = 0;
   std::string primary_address;
   for (const v1::ShardSlot& s : view.shard_map().slots()) {
     if (s.shard() != slot_) continue;
     primary = s.member_id();
     primary_address = s.address();
+    for (const v1::ShardReplica& r : s.joining()) {
+      joining.push_back(Backup{r.member_id(), r.address(), nullptr});
+    }
     if (primary != self || self == 0) continue;
     for (const v1::ShardReplica& r : s.backups()) {
       backups.push_back(Backup{r.member_id(), r.address(), nullptr});
@@ -34,40 +37,101 @@ void ReplicaForwarder::UpdateView(const v1::View& view, uint64_t self) {
   const int wanted = static_cast<int>(view.replicas()) - 1;
   absl::MutexLock lock(&mu_);
   for (Backup& b : backups) b.stubs = StubsFor(b.address);
-  // Forwards to a backup the view no longer has end now (UNAVAILABLE: the
+  // A joiner caught up from here stays a target while the view lists it
+  // as joining; once listed as a backup it is one of those.
+  std::vector<Backup> joined;
+  if (is_primary) {
+    for (const Backup& j : joined_) {
+      if (Contains(joining, j.member_id)) joined.push_back(j);
+    }
+  }
+  // Forwards to a target the view no longer has end now (UNAVAILABLE: the
   // client retries, and the retry goes on without it), not at their
   // deadline: a backup whose host vanished answers nothing.
   for (auto& [member, calls] : in_flight_) {
-    const bool kept = std::any_of(
-        backups.begin(), backups.end(),
-        [member = member](const Backup& b) { return b.member_id == member; });
-    if (!kept) {
+    if (!Contains(backups, member) && !Contains(joined, member)) {
       for (grpc::ClientContext* ctx : calls) ctx->TryCancel();
     }
   }
-  if (view.replicas() > 1 && (!known_ || is_primary != primary_ ||
-                              backups.size() != backups_.size())) {
+  const bool self_joining = self != 0 && Contains(joining, self);
+  if (view.replicas() > 1 &&
+      (!known_ || is_primary != primary_ || self_joining != self_joining_ ||
+       primary != primary_id_ || backups.size() != backups_.size())) {
     if (is_primary) {
       spdlog::info(
           "strata server: slot {} primary, forwarding to {} "
           "backup(s)",
           slot_, backups.size());
+    } else if (self_joining) {
+      spdlog::info("strata server: slot {} joining, catching up from member {}",
+                   slot_, primary);
     } else {
       spdlog::info("strata server: slot {} backup of member {}", slot_,
                    primary);
     }
   }
-  if (view.replicas() > 1 && !is_primary && self != 0 && !was_backup_) {
-    was_backup_ = true;
-    first_primary_ = primary_address;
-  }
+  self_joining_ = self_joining;
   known_ = view.replicas() > 1;
   self_ = self;
   primary_id_ = primary;
+  primary_address_ = primary_address;
   epoch_ = view.epoch();
   primary_ = is_primary;
   backups_ = std::move(backups);
+  joining_ = std::move(joining);
+  joined_ = std::move(joined);
   missing_ = is_primary && static_cast<int>(backups_.size()) < wanted;
+}
+
+bool ReplicaForwarder::Contains(const std::vector<Backup>& list,
+                                uint64_t member) {
+  return std::any_of(list.begin(), list.end(), [member](const Backup& b) {
+    return b.member_id == member;
+  });
+}
+
+bool ReplicaForwarder::primary() const {
+  absl::MutexLock lock(&mu_);
+  return primary_;
+}
+
+uint64_t ReplicaForwarder::primary_id() const {
+  absl::MutexLock lock(&mu_);
+  return primary_id_;
+}
+
+std::string ReplicaForwarder::primary_address() const {
+  absl::MutexLock lock(&mu_);
+  return primary_address_;
+}
+
+bool ReplicaForwarder::self_joining() const {
+  absl::MutexLock lock(&mu_);
+  return self_joining_;
+}
+
+bool ReplicaForwarder::IsJoining(uint64_t member) const {
+  absl::MutexLock lock(&mu_);
+  return Contains(joining_, member);
+}
+
+absl::Status ReplicaForwarder::AddJoiner(uint64_t member,
+                                         const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  if (!primary_ || !Contains(joining_, member)) {
+    return absl::UnavailableError(
+        absl::StrCat("member ", member, " is not joining slot ", slot_,
+                     " in this server's view (epoch ", epoch_, ")"));
+  }
+  if (!Contains(joined_, member))
+    joined_.push_back(Backup{member, address, StubsFor(address)});
+  return absl::OkStatus();
+}
+
+absl::Status ReplicaForwarder::WhilePaused(
+    absl::FunctionRef<absl::Status()> fn) {
+  absl::MutexLock lock(&hold_);
+  return fn();
 }
 
 absl::Status ReplicaForwarder::Admit(uint64_t forwarded_by) const {
@@ -91,19 +155,9 @@ bool ReplicaForwarder::missing_backups() const {
   return missing_;
 }
 
-std::string ReplicaForwarder::FirstPrimaryAddress() {
-  absl::MutexLock lock(&mu_);
-  return std::exchange(first_primary_, std::string());
-}
-
-void ReplicaForwarder::RecheckPrimary() {
-  absl::MutexLock lock(&mu_);
-  was_backup_ = false;
-}
-
 bool ReplicaForwarder::forwarding() const {
   absl::MutexLock lock(&mu_);
-  return !backups_.empty();
+  return !backups_.empty() || !joined_.empty();
 }
 
 uint64_t ReplicaForwarder::forwarded() const {
@@ -118,7 +172,9 @@ uint64_t ReplicaForwarder::Self() const {
 
 std::vector<ReplicaForwarder::Backup> ReplicaForwarder::Backups() const {
   absl::MutexLock lock(&mu_);
-  return backups_;
+  std::vector<Backup> all = backups_;
+  all.insert(all.end(), joined_.begin(), joined_.end());
+  return all;
 }
 
 std::shared_ptr<ReplicaForwarder::Stubs> ReplicaForwarder::StubsFor(

@@ -38,6 +38,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -70,15 +71,37 @@ class ReplicaForwarder {
   // never get (RegisterChunks waits, UNAVAILABLE, until they join).
   bool missing_backups() const;
 
-  // The primary's address the first time a view shows this server as a
-  // backup ("" otherwise, and every later time).
-  std::string FirstPrimaryAddress();
-  // FirstPrimaryAddress answers again at the next view (the check it was
-  // for could not be made).
-  void RecheckPrimary();
+  // This server's member id in the current view, and whether it is its
+  // slot's primary there.
+  uint64_t self() const { return Self(); }
+  bool primary() const;
+  // The slot's primary in the current view (0 and "": none).
+  uint64_t primary_id() const;
+  std::string primary_address() const;
+  // Whether the view lists this server, or `member`, among the slot's
+  // joining servers (ShardSlot.joining): not yet caught up.
+  bool self_joining() const;
+  bool IsJoining(uint64_t member) const;
+  // A joiner that installed this primary's state (server/replica_catch_up.h)
+  // gets every later change, as a backup does, while the view lists it as
+  // joining or as a backup. UNAVAILABLE if this server is not the slot's
+  // primary or the view no longer lists `member` as joining.
+  absl::Status AddJoiner(uint64_t member, const std::string& address);
+
+  // Changes (RegisterChunks, Push, Commit) are forwarded and applied inside
+  // a Change; WhilePaused runs `fn` while none is under way and none
+  // begins (a catch-up's copy of the state, and its new target).
+  class Change {
+   public:
+    explicit Change(ReplicaForwarder& f) : lock_(&f.hold_) {}
+
+   private:
+    absl::ReaderMutexLock lock_;
+  };
+  absl::Status WhilePaused(absl::FunctionRef<absl::Status()> fn);
 
   // Whether requests go to backups now (this server is a primary that has
-  // some).
+  // some, or joiners it caught up).
   bool forwarding() const;
 
   // Each sends the request to every backup of the current view (none: OK
@@ -103,7 +126,9 @@ class ReplicaForwarder {
     std::shared_ptr<Stubs> stubs;
   };
 
+  // The backups of the view, then the joiners added since.
   std::vector<Backup> Backups() const;
+  static bool Contains(const std::vector<Backup>& list, uint64_t member);
   uint64_t Self() const;
   std::shared_ptr<Stubs> StubsFor(const std::string& address)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -120,13 +145,17 @@ class ReplicaForwarder {
   const int slot_;
   const std::shared_ptr<const Security> security_;
   const absl::Duration timeout_;
+  absl::Mutex hold_;  // Change holds it shared, WhilePaused exclusive
   mutable absl::Mutex mu_;
   std::vector<Backup> backups_ ABSL_GUARDED_BY(mu_);
+  // The view's joining servers, and those of them caught up from here.
+  std::vector<Backup> joining_ ABSL_GUARDED_BY(mu_);
+  std::vector<Backup> joined_ ABSL_GUARDED_BY(mu_);
   bool known_ ABSL_GUARDED_BY(mu_) = false;  // a replicated view was seen
-  bool was_backup_ ABSL_GUARDED_BY(mu_) = false;
-  std::string first_primary_ ABSL_GUARDED_BY(mu_);  // for FirstPrimaryAddress
   uint64_t self_ ABSL_GUARDED_BY(mu_) = 0;
+  bool self_joining_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t primary_id_ ABSL_GUARDED_BY(mu_) = 0;  // the slot's, in the view
+  std::string primary_address_ ABSL_GUARDED_BY(mu_);
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool primary_ ABSL_GUARDED_BY(mu_) = false;
   bool missing_ ABSL_GUARDED_BY(mu_) = false;

@@ -7,10 +7,12 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "client/ps_client.h"
 #include "cluster/scheduler_client.h"
@@ -86,6 +88,20 @@ uint64_t AChunk(Shard& shard) {
   return st.chunk_versions().empty() ? 0 : st.chunk_versions().begin()->first;
 }
 
+// Waits until `s`'s view shows slot 0 with `backups` backups and none
+// joining (a server joining a served slot catches up first).
+bool AwaitBackups(const Scheduler& s, int backups) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < deadline) {
+    const v1::ShardSlot slot = s.CurrentView().shard_map().slots(0);
+    if (slot.backups_size() == backups && slot.joining_size() == 0) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ADD_FAILURE() << "no view with " << backups
+                << " caught-up backup(s): " << s.CurrentView().DebugString();
+  return false;
+}
+
 // Starts `c`'s replicated scheduler, its primary (c.server) and a backup,
 // which it returns (nullptr, with the failure added, if one did not
 // start); each server with its data directory and RAM budget.
@@ -101,6 +117,7 @@ std::unique_ptr<ParameterServer> StartPair(Cluster& c,
     return nullptr;
   }
   c.server = std::move(*primary);
+  if (!AwaitBackups(*c.scheduler, 1)) return nullptr;
   return std::move(*backup);
 }
 
@@ -182,26 +199,50 @@ TEST_P(Replicas, BackupHoldsWhatThePrimaryAckedAndTakesOver) {
   for (const auto& [id, version] : st.chunk_versions()) EXPECT_EQ(version, 8u);
 }
 
-// A server that joins a slot whose primary already applied updates stops:
-// it would miss them (no state transfer while training runs). The slot
-// goes on with its primary.
-TEST(ReplicaJoin, AReplicaJoiningAfterUpdatesStops) {
+// A server that joins a slot while its worker trains (its backup died)
+// catches up from the primary with no step lost: it holds the primary's
+// state bit for bit, takes every later change as a backup, and serves on
+// when the primary leaves.
+TEST(ReplicaJoin, AServerJoiningWhileTrainingRunsCatchesUpAndTakesOver) {
   Cluster c;
   std::unique_ptr<ParameterServer> backup = StartPair(c);
   ASSERT_NE(backup, nullptr);
   Connect(c);
   TrainSteps(*c.ps, 0, 2);
   backup->Shutdown();
+  ASSERT_TRUE(AwaitBackups(*c.scheduler, 0));
+  // Training goes on while the new server joins, catches up and becomes
+  // the backup.
+  std::atomic<bool> joined{false};
+  std::thread trainer([&] {
+    int64_t step = 2;
+    while (!joined.load() && step < 2000) TrainSteps(*c.ps, step++, 1);
+    TrainSteps(*c.ps, step, 3);  // with the new backup
+    step += 3;
+    EXPECT_GT(step, 5);
+  });
   auto late = StartServer(*c.scheduler, "");
-  ASSERT_FALSE(late.ok());
-  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(late.status().message().find("joined slot 0 as a backup"),
-            std::string::npos)
-      << late.status();
-  TrainSteps(*c.ps, 2, 2);  // the primary goes on alone
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_TRUE(AwaitBackups(*c.scheduler, 1));
+  joined = true;
+  trainer.join();
+  ExpectSameState(c.server->shard(), (*late)->shard());
+  EXPECT_EQ(
+      c.scheduler->CurrentView().shard_map().slots(0).backups(0).address(),
+      (*late)->address());
+
+  // The primary leaves: the caught-up server serves on, nothing rolls back.
+  v1::StatsResponse before;
+  c.server->shard().FillStats(&before);
+  c.server->Shutdown();
+  const uint64_t version = before.chunk_versions().begin()->second;
+  TrainSteps(*c.ps, static_cast<int64_t>(version), 2);
+  const v1::View after = c.scheduler->CurrentView();
+  EXPECT_EQ(after.shard_map().slots(0).address(), (*late)->address());
+  EXPECT_EQ(after.generation(), 0u);
   v1::StatsResponse st;
-  c.server->shard().FillStats(&st);
-  for (const auto& [id, version] : st.chunk_versions()) EXPECT_EQ(version, 4u);
+  (*late)->shard().FillStats(&st);
+  for (const auto& [id, v] : st.chunk_versions()) EXPECT_EQ(v, version + 2);
 }
 
 // A primary whose spill disk fails (EIO on every write below RocksDB,

@@ -15,7 +15,7 @@
 //  - server/gradient_pool.h, server/wait_quota.h, server/applied_tracker.h.
 // What joins them is here: shard.cc (registration, push, commit, views),
 // shard_pull.cc (the pull's wait), shard_rollback.cc (captures, restores
-// and rollbacks).
+// and rollbacks), shard_transfer.cc (a joining replica's state).
 //
 // Rollbacks (BSP; View.generation): RollBack puts every chunk back to a
 // snapshot's state (or the initial weights for step 0) in a new generation.
@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -132,6 +133,26 @@ class Shard {
                         const std::string* metadata, const ChunkTier* records);
   uint64_t generation() const;
 
+  // A joining replica's catch-up (server/replica_catch_up.h).
+  // ExportState sends this shard's whole state through `emit`: a header
+  // (`from_member` is this server's member id), then every chunk, each
+  // copied under its own lock; the caller keeps every change out
+  // meanwhile. *bytes: the chunks' encoded records.
+  using StateEmitter = absl::FunctionRef<absl::Status(v1::ShardStatePart&)>;
+  absl::Status ExportState(uint64_t from_member, StateEmitter emit,
+                           uint64_t* bytes);
+  // Replaces this shard's state with the one `header` begins and `next`
+  // yields chunk by chunk (false at the end). FAILED_PRECONDITION, with
+  // nothing changed, if this shard holds a chunk the header does not
+  // list; DATA_LOSS for a chunk record that is corrupt, unlisted or does
+  // not match its spec, or a listed chunk that never came (the state is
+  // then part installed: the server must not serve). Returns the number
+  // of chunks installed.
+  using ChunkStateReader =
+      absl::FunctionRef<absl::StatusOr<bool>(v1::ChunkState* chunk)>;
+  absl::StatusOr<uint64_t> InstallState(const v1::ShardStateHeader& header,
+                                        ChunkStateReader next);
+
   // Wakes every pull waiting at a gate with UNAVAILABLE, now and later
   // (the server is shutting down).
   void Cancel();
@@ -192,6 +213,11 @@ class Shard {
                              std::vector<uint64_t>* ids, InitFiles* files);
   void ResetChunk(Chunk& c, uint64_t generation, int64_t step, ChunkRecord* rec,
                   bool init, InitFiles* files);
+  // InstallState's part for one chunk.
+  absl::Status InstallChunk(v1::ChunkState& state,
+                            const absl::flat_hash_set<uint64_t>& listed,
+                            const absl::flat_hash_set<uint64_t>& held_before,
+                            uint64_t* max_version);
 
   const ShardOptions options_;
   ShardCounters counters_;

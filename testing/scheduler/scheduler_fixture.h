@@ -68,6 +68,15 @@ class SchedulerTest : public ::testing::Test {
     return resp;
   }
 
+  absl::Status CaughtUp(uint64_t id, uint64_t primary) {
+    v1::CaughtUpRequest req;
+    req.set_member_id(id);
+    req.set_primary_member_id(primary);
+    grpc::ClientContext ctx;
+    v1::CaughtUpResponse resp;
+    return FromGrpcStatus(stub_->CaughtUp(&ctx, req, &resp));
+  }
+
   absl::Status Leave(uint64_t id) {
     v1::LeaveRequest req;
     req.set_member_id(id);
