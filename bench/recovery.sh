@@ -26,9 +26,11 @@
 # (`server_failover_s`, with its ratio to the lease: a backup takes over
 # when the primary's lease runs out), then the same for a backup stopped
 # with SIGSTOP (`backup_lost_s`: its primary's forwards fail until the view
-# drops it), and the steps computed twice in the watched worker's log
-# (`failover_steps_recomputed`: a rollback would redo the steps since a
-# snapshot; the target is 0).
+# drops it), a new server of slot 0 catching up while the workers train
+# (`replica_catch_up_s`, `replica_catch_up_pause_s`: how long the primary
+# paused the slot's changes to send its state), and the steps computed
+# twice in the watched worker's log (`failover_steps_recomputed`: a
+# rollback would redo the steps since a snapshot; the target is 0).
 # Run from the repository root: bash bench/recovery.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -219,6 +221,26 @@ t=$(SIGNAL=SIGSTOP python3 -c "$measure" "${fservers[5]}" "$fdir/worker0.log")
 t=${t% }
 kill -CONT "${fservers[5]}" 2>/dev/null || true
 echo "backup_lost_s $t (a backup stopped with SIGSTOP)"
+# A new server of slot 0 joins while the workers train: it catches up from
+# the slot's primary, which pauses the slot's changes while it sends its
+# state (`replica_catch_up_pause_s`, its ratio to the lease: a failover
+# stalls the workers about a lease), and becomes a backup
+# (`replica_catch_up_s`: from its start to its state installed).
+start=$(date +%s.%N)
+./build/cli/strata server --scheduler "$faddr" --shard 0 2>"$fdir/server6.log" &
+pids+=($!)
+disown
+for _ in $(seq 600); do
+  grep -q "installed the state of member" "$fdir/server6.log" && break
+  sleep 0.05
+done
+end=$(date +%s.%N)
+caught=$(grep -ho "caught member [0-9]* up: .* paused [0-9.]*" "$fdir"/server*.log | tail -1)
+pause=${caught##* }
+echo "replica_catch_up_s $(python3 -c "print('%.3f' % ($end - $start))") ($caught s)"
+echo "replica_catch_up_pause_s $pause"
+python3 -c "print('replica_catch_up_pause_ratio_to_lease %.4f' % ($pause / ($LEASE_MS / 1000)))"
+sleep 1
 recomputed=$(grep -o "step [0-9]* batch_loss" "$fdir/worker0.log" | sort | uniq -d | wc -l)
 rollbacks=$(grep -c "rolls back" "$fdir/scheduler.log" || true)
 echo "failover_steps_recomputed $recomputed (rollbacks: $rollbacks; steps logged: $(grep -c 'batch_loss' "$fdir/worker0.log"))"

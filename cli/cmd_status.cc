@@ -262,6 +262,11 @@ CommandFn AddStatusCommand(CLI::App& app) {
                     static_cast<unsigned long long>(b.member_id()),
                     HealthText(b.address(), security, Role::kServer).c_str());
       }
+      for (const v1::ShardReplica& j : slot.joining()) {
+        std::printf("    joining %s (member %llu, catching up)\n",
+                    j.address().c_str(),
+                    static_cast<unsigned long long>(j.member_id()));
+      }
     }
     PrintWorkers(view, security);
     return 0;

@@ -57,14 +57,11 @@ WorkersEnd SuperviseUntilWorkersEnd(
     servers.erase(it);
     const std::string exited =
         absl::StrCat("server ", server.shard, " exited (code ", code, ")");
-    if (code != 0 && SlotServed(servers, server.shard)) {
-      // A replica of its slot serves on, with every update acknowledged:
-      // the job goes on without a restart (a replica joins only before
-      // the job starts).
-      spdlog::warn("strata local: {}; its slot goes on with a replica", exited);
-      continue;
-    }
-    if (code == 0 || !restart_servers) {
+    // A replica of its slot serves on, with every update acknowledged: the
+    // job goes on, and the server started again catches up from it while
+    // training runs, under every consistency.
+    const bool replica_serves = code != 0 && SlotServed(servers, server.shard);
+    if (code == 0 || (!restart_servers && !replica_serves)) {
       stop_workers(exited);
       continue;
     }
@@ -80,10 +77,9 @@ WorkersEnd SuperviseUntilWorkersEnd(
         at != args.end()) {
       args.erase(at, at + 2);
     }
-    spdlog::warn(
-        "strata local: {}; starting it again: it restores its newest "
-        "snapshot",
-        exited);
+    spdlog::warn("strata local: {}; starting it again: {}", exited,
+                 replica_serves ? "it catches up from its slot's live replica"
+                                : "it restores its newest snapshot");
     absl::SleepFor(absl::Seconds(1));
     absl::StatusOr<pid_t> again = SpawnSelf(args);
     if (!again.ok()) {

@@ -1,5 +1,5 @@
 // `strata local`'s watch over its children while the workers run:
-// restarting a BSP job's server that dies (cli/cmd_local.cc starts them).
+// restarting a server that dies (cli/cmd_local.cc starts them).
 #ifndef STRATA_CLI_SUPERVISE_H_
 #define STRATA_CLI_SUPERVISE_H_
 
@@ -32,8 +32,10 @@ struct WorkersEnd {
 };
 
 // Waits for every worker to exit. A server that fails while another server
-// of its slot (a replica) runs is left dead: the slot goes on. Otherwise,
-// under BSP (`restart_servers`), a server
+// of its slot (a replica) runs is started again on its data directory: the
+// slot goes on, and the new process catches up from the live replica
+// (server/replica_catch_up.h). Otherwise, under BSP (`restart_servers`), a
+// server
 // that fails meanwhile (killed, or stopped by an error such as a lost
 // spilled tile) is started again on its data directory, as a container's
 // restart policy would: it restores its newest snapshot and the job rolls

@@ -307,7 +307,8 @@ bool WaitForOutput(const Child& child, const std::string& text,
 // Each slot served by a primary and a backup (--replicas 2); the primary
 // of slot 0 is killed with SIGKILL while two workers train, then the
 // scheduler (restarted on its data directory). The backup takes over when
-// the primary's lease runs out: the job goes on with no rollback and ends
+// the primary's lease runs out, and a new server of slot 0 catches up from
+// it while the workers train: the job goes on with no rollback and ends
 // with every sample applied once (and, under BSP, the loss of a
 // fault-free run). Parameter: the consistency.
 class ReplicaFailover : public ::testing::TestWithParam<const char*> {};
@@ -358,6 +359,12 @@ TEST_P(ReplicaFailover, PrimaryKilledNothingRollsBack) {
                              {"--consistency", mode, "--replicas", "2"});
   ASSERT_FALSE(testing::WaitForLine(dir + "/addr1").empty())
       << scheduler->Output();
+  // A new server for slot 0 joins while the workers train: it catches up
+  // from the promoted primary and becomes its backup.
+  servers.push_back(std::make_unique<Child>(
+      std::vector<std::string>{STRATA_BINARY, "server", "--scheduler", address,
+                               "--shard", "0", "--consistency", mode},
+      absl::StrCat(dir, "/server4.log")));
 
   double final_loss = -1;
   for (auto& w : workers) {
@@ -372,6 +379,10 @@ TEST_P(ReplicaFailover, PrimaryKilledNothingRollsBack) {
   EXPECT_NE(servers[2]->Output().find("slot 0 primary, forwarding to 0"),
             std::string::npos)
       << servers[2]->Output();
+  EXPECT_TRUE(WaitForOutput(*servers[4], "installed the state of member"))
+      << servers[4]->Output();
+  EXPECT_TRUE(WaitForOutput(*servers[4], "slot 0 backup of member"))
+      << servers[4]->Output();
   for (int n = 0; n < 2; ++n) {
     const std::string log =
         testing::ReadFile(absl::StrCat(dir, "/scheduler", n, ".log"));
