@@ -23,7 +23,10 @@
 // cannot be reached fails the request with UNAVAILABLE (the worker's
 // client retries) until the scheduler drops it from the view at the end of
 // its lease; then the primary goes on with the backups left (forwards to
-// it still under way are cancelled). Private to server/.
+// it still under way are cancelled). A server joining the slot
+// (ShardSlot.joining) gets the forwards too once it installed the
+// primary's state (AddJoiner, server/replica_catch_up.h), taken while no
+// change was under way (WhilePaused). Private to server/.
 #ifndef STRATA_SERVER_REPLICA_FORWARDER_H_
 #define STRATA_SERVER_REPLICA_FORWARDER_H_
 
