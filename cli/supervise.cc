@@ -65,6 +65,13 @@ WorkersEnd SuperviseUntilWorkersEnd(
       stop_workers(exited);
       continue;
     }
+    if (server.restarts >= kServerRestarts && replica_serves) {
+      spdlog::warn(
+          "strata local: {} after {} restarts; its slot goes on with "
+          "a replica",
+          exited, server.restarts);
+      continue;
+    }
     if (server.restarts >= kServerRestarts) {
       stop_workers(
           absl::StrCat(exited, " after ", server.restarts, " restarts"));

@@ -34,8 +34,11 @@ struct WorkersEnd {
 // Waits for every worker to exit. A server that fails while another server
 // of its slot (a replica) runs is started again on its data directory: the
 // slot goes on, and the new process catches up from the live replica
-// (server/replica_catch_up.h). Otherwise, under BSP (`restart_servers`), a
-// server
+// (server/replica_catch_up.h); past kServerRestarts it is left dead. (A
+// replica still catching up counts as live here: under SSP/ASP the
+// scheduler refuses a server into a slot whose primary died before its
+// joiner caught up, and the run stops.) Otherwise, under BSP
+// (`restart_servers`), a server
 // that fails meanwhile (killed, or stopped by an error such as a lost
 // spilled tile) is started again on its data directory, as a container's
 // restart policy would: it restores its newest snapshot and the job rolls

@@ -234,6 +234,7 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
     m.set_data_dir_id(req.data_dir_id());
     *m.mutable_snapshots() = req.snapshots();
     m.set_catching_up(SlotServedLocked(req.shard(), superseded));
+    if (!m.catching_up()) m.set_serving_epoch(c.epoch);
   }
 
   // Store first, so a storage error leaves the table as it was.
@@ -333,13 +334,19 @@ absl::Status Membership::CaughtUp(uint64_t member_id, uint64_t primary) {
   absl::MutexLock lock(&mu_);
   ExpireLocked(options_.clock->Now());
   auto it = members_.find(member_id);
-  if (it == members_.end() || !it->second.member.catching_up()) {
+  if (it == members_.end() || it->second.member.role() != v1::ROLE_SERVER) {
     return absl::NotFoundError(absl::StrCat(
         "caught up: member ", member_id,
         " is not a live server catching up from its slot's primary"));
   }
   const int slot = it->second.member.shard();
   const uint64_t now_primary = view_.shard_map().slots(slot).member_id();
+  if (!it->second.member.catching_up()) {
+    // A retry whose first answer was lost: done if it is that one's backup.
+    if (now_primary == primary) return absl::OkStatus();
+    return absl::NotFoundError(
+        absl::StrCat("caught up: member ", member_id, " is not catching up"));
+  }
   if (now_primary != primary) {
     return absl::FailedPreconditionError(absl::StrCat(
         "caught up: member ", member_id, " caught up from member ", primary,
@@ -348,6 +355,7 @@ absl::Status Membership::CaughtUp(uint64_t member_id, uint64_t primary) {
   }
   v1::Member m = it->second.member;
   m.set_catching_up(false);
+  m.set_serving_epoch(epoch_ + 1);
   Counters c{epoch_ + 1,      workers_epoch_,
              next_member_id_, shard_map_version_ + 1,
              generation_,     static_cast<uint64_t>(rollback_step_)};
@@ -435,26 +443,24 @@ void Membership::RebuildViewLocked() {
   v1::ShardMap* map = v.mutable_shard_map();
   map->set_version(shard_map_version_);
   for (int s = 0; s < options_.num_shards; ++s) map->add_slots()->set_shard(s);
+  // Each slot's serving servers in the order they began to serve (an id
+  // breaks ties): the first is its primary, so a backup is promoted the
+  // moment its primary leaves the view, and a server that caught up comes
+  // after the one it caught up from. A server still catching up is never
+  // either.
+  std::vector<std::vector<const v1::Member*>> serving(options_.num_shards);
   for (const auto& [id, e] : members_) {
     switch (e.member.role()) {
       case v1::ROLE_SERVER: {
         *v.add_servers() = e.member;
-        // Members in id order: the slot's first is its primary, so a
-        // backup is promoted the moment its primary leaves the view. A
-        // server still catching up is never either.
-        v1::ShardSlot* slot = map->mutable_slots(e.member.shard());
-        if (e.member.catching_up()) {
-          v1::ShardReplica* joining = slot->add_joining();
-          joining->set_member_id(id);
-          joining->set_address(e.member.address());
-        } else if (slot->member_id() == 0) {
-          slot->set_member_id(id);
-          slot->set_address(e.member.address());
-        } else {
-          v1::ShardReplica* backup = slot->add_backups();
-          backup->set_member_id(id);
-          backup->set_address(e.member.address());
+        if (!e.member.catching_up()) {
+          serving[e.member.shard()].push_back(&e.member);
+          break;
         }
+        v1::ShardReplica* joining =
+            map->mutable_slots(e.member.shard())->add_joining();
+        joining->set_member_id(id);
+        joining->set_address(e.member.address());
         break;
       }
       case v1::ROLE_WORKER:
@@ -462,6 +468,25 @@ void Membership::RebuildViewLocked() {
         break;
       default:
         break;
+    }
+  }
+  for (int s = 0; s < options_.num_shards; ++s) {
+    std::vector<const v1::Member*>& servers = serving[s];
+    std::sort(servers.begin(), servers.end(),
+              [](const v1::Member* a, const v1::Member* b) {
+                return std::pair(a->serving_epoch(), a->id()) <
+                       std::pair(b->serving_epoch(), b->id());
+              });
+    v1::ShardSlot* slot = map->mutable_slots(s);
+    for (const v1::Member* m : servers) {
+      if (slot->member_id() == 0) {
+        slot->set_member_id(m->id());
+        slot->set_address(m->address());
+      } else {
+        v1::ShardReplica* backup = slot->add_backups();
+        backup->set_member_id(m->id());
+        backup->set_address(m->address());
+      }
     }
   }
   view_ = std::move(v);

@@ -211,5 +211,47 @@ TEST_F(RollbackTest, AJoinerLeftAloneInItsSlotServesNothing) {
             restarted->member_id());
 }
 
+// A slot's order follows when each server began to serve: a primary
+// restarted on its directory while another server was catching up stays
+// the primary once that one caught up from it (the joiner's id is lower).
+TEST_F(SchedulerTest, ACaughtUpServerComesAfterThePrimaryItCaughtUpFrom) {
+  Start({.num_shards = 1, .replicas = 2, .lease = absl::Seconds(10)});
+  auto first = RegisterServer(*stub_, 0, "dir-a", {});
+  auto joiner = RegisterServer(*stub_, 0, "dir-j", {});
+  ASSERT_TRUE(first.ok() && joiner.ok());
+  auto restarted = RegisterServer(*stub_, 0, "dir-a", {});
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  EXPECT_EQ(scheduler_->CurrentView().shard_map().slots(0).member_id(),
+            restarted->member_id());
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      CaughtUp(joiner->member_id(), first->member_id())));
+  ASSERT_TRUE(CaughtUp(joiner->member_id(), restarted->member_id()).ok());
+  const v1::ShardSlot slot = scheduler_->CurrentView().shard_map().slots(0);
+  EXPECT_EQ(slot.member_id(), restarted->member_id());
+  ASSERT_EQ(slot.backups_size(), 1);
+  EXPECT_EQ(slot.backups(0).member_id(), joiner->member_id());
+}
+
+// Under ASP nothing rolls back: once a slot's primary died while its only
+// other server was still catching up, a server registering there is
+// refused (it would serve an old state as if it were the job's).
+TEST_F(SchedulerTest, AnAspSlotThatLostItsStateRefusesANewPrimary) {
+  Start({.num_shards = 1,
+         .replicas = 2,
+         .consistency = *ParseConsistency("asp"),
+         .lease = absl::Seconds(10)});
+  auto first = RegisterServer(*stub_, 0, "dir-a", {});
+  ASSERT_TRUE(first.ok());
+  const uint64_t worker = Register(v1::ROLE_WORKER)->member_id();
+  ASSERT_TRUE(LeaseWork(worker, 0).ok());  // the job has begun
+  auto joiner = RegisterServer(*stub_, 0, "dir-j", {});
+  ASSERT_TRUE(joiner.ok());
+  auto restarted = RegisterServer(*stub_, 0, "dir-a", {});
+  EXPECT_TRUE(absl::IsFailedPrecondition(restarted.status()))
+      << restarted.status();
+  EXPECT_THAT(std::string(restarted.status().message()),
+              HasSubstr("nothing rolls back"));
+}
+
 }  // namespace
 }  // namespace strata

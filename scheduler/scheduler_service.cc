@@ -45,6 +45,13 @@ absl::Status SchedulerService::AllowRegister(const grpc::ServerContext& ctx,
       v1::Role_Name(req_role)));
 }
 
+bool SchedulerService::SlotHasJoiners(int slot, const v1::View& view) {
+  for (const v1::Member& s : view.servers()) {
+    if (s.shard() == slot && s.catching_up()) return true;
+  }
+  return false;
+}
+
 absl::Status SchedulerService::AllowFor(const grpc::ServerContext& ctx,
                                         absl::string_view method,
                                         uint64_t member_id) const {
@@ -92,7 +99,19 @@ grpc::Status SchedulerService::Register(grpc::ServerContext* ctx,
           // primary: nothing rolls back.
           return std::nullopt;
         }
-        if (ledger_->mode().mode != Consistency::kBsp) return std::nullopt;
+        if (ledger_->mode().mode != Consistency::kBsp) {
+          // Under SSP/ASP nothing rolls back: a slot whose servers all died
+          // while one was still catching up has lost its state.
+          if (SlotHasJoiners(q.shard(), after) && ledger_->State().has_job()) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "register: shard slot ", q.shard(),
+                " lost its primary before its joining server caught up; "
+                "under ",
+                ledger_->mode().ToString(),
+                " nothing rolls back, so the job cannot go on"));
+          }
+          return std::nullopt;
+        }
         STRATA_ASSIGN_OR_RETURN(pending, ledger_->BeginRollBack());
         std::optional<int64_t> rolled =
             RollbackStep(q, after, pending->state(), ledger_->mode());

@@ -79,6 +79,8 @@ class SchedulerService final : public v1::Scheduler::Service {
                              v1::Role req_role) const;
   // Whether a server of `view` that is not catching up serves `slot`.
   static bool SlotIsServed(int slot, const v1::View& view);
+  // Whether a server of `view` is joining `slot`, catching up.
+  static bool SlotHasJoiners(int slot, const v1::View& view);
   absl::Status AllowFor(const grpc::ServerContext& ctx,
                         absl::string_view method, uint64_t member_id) const;
 

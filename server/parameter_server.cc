@@ -75,7 +75,10 @@ struct ParameterServer::Impl {
   // (UNAVAILABLE) and send its first payloads in messages until it tried again.
   void OnView(ParameterServer* owner, const v1::View& view, uint64_t self_id) {
     absl::MutexLock lock(&view_mu);
-    if (view.generation() > shard->generation()) {
+    // A server joining its slot takes the primary's state, rolled back
+    // already, rather than roll back its own (it may not hold the step).
+    if (view.generation() > shard->generation() &&
+        !(Joining(view, self_id) && !catch_up->installed())) {
       absl::Status s =
           snapshots->RollBack(view.generation(), view.rollback_step());
       if (!s.ok()) {
@@ -99,6 +102,16 @@ struct ParameterServer::Impl {
         address,
         [this](uint64_t primary) { return scheduler->CaughtUp(primary); },
         [this, owner](const absl::Status& why) { Fail(owner, why); }});
+  }
+
+  // Whether `view` lists member `self_id` as joining its slot.
+  static bool Joining(const v1::View& view, uint64_t self_id) {
+    for (const v1::ShardSlot& slot : view.shard_map().slots()) {
+      for (const v1::ShardReplica& j : slot.joining()) {
+        if (j.member_id() == self_id) return true;
+      }
+    }
+    return false;
   }
 
   // Stops the server (on a thread of its own: callers may be threads the
@@ -431,6 +444,9 @@ void ParameterServer::Shutdown() {
   }
   me.shard->set_lost_state_sink(nullptr);
   me.shard->set_disk_error_sink(nullptr);
+  // A catch-up's state stream and the forwards under way end now: the
+  // view thread the scheduler client joins may wait for a paused change.
+  if (me.replicas) me.replicas->CancelAll();
   if (me.catch_up) me.catch_up->Stop();  // it calls the scheduler
   me.scheduler.reset();                  // leaves the cluster
   // Wake every gate and view waiter first: gRPC's Shutdown waits for every

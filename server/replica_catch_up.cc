@@ -42,15 +42,17 @@ ReplicaCatchUp::~ReplicaCatchUp() { Stop(); }
 absl::StatusOr<v1::CatchUpResponse> ReplicaCatchUp::Serve(
     const v1::CatchUpRequest& req) {
   const uint64_t self = replicas_->self();
-  if (!replicas_->primary() || !replicas_->IsJoining(req.member_id())) {
+  // Sent to the address the view gives, not the one the request names.
+  const std::string address = replicas_->JoiningAddress(req.member_id());
+  if (!replicas_->primary() || address.empty()) {
     return absl::UnavailableError(absl::StrCat(
         "member ", req.member_id(), " is not joining a slot member ", self,
         " is the primary of, in its view: retry"));
   }
   v1::CatchUpResponse resp;
   const absl::Time start = absl::Now();
-  STRATA_RETURN_IF_ERROR(
-      replicas_->WhilePaused([&]() { return SendState(req, self, &resp); }));
+  STRATA_RETURN_IF_ERROR(replicas_->WhilePaused(
+      [&]() { return SendState(req.member_id(), address, self, &resp); }));
   resp.set_paused_seconds(absl::ToDoubleSeconds(absl::Now() - start));
   spdlog::info(
       "strata server: caught member {} up: {} chunks, {} bytes, changes "
@@ -59,12 +61,16 @@ absl::StatusOr<v1::CatchUpResponse> ReplicaCatchUp::Serve(
   return resp;
 }
 
-absl::Status ReplicaCatchUp::SendState(const v1::CatchUpRequest& req,
+absl::Status ReplicaCatchUp::SendState(uint64_t member,
+                                       const std::string& address,
                                        uint64_t self,
                                        v1::CatchUpResponse* resp) {
-  auto stub = Dial(*security_, req.address());
+  auto stub = Dial(*security_, address);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + kTransferTimeout));
+  // Ends when the view drops the joiner, or this server stops: the pause
+  // does not outlast the joiner.
+  replicas_->Track(member, &ctx);
   v1::InstallStateResponse installed;
   std::unique_ptr<grpc::ClientWriter<v1::ShardStatePart>> writer =
       stub->InstallState(&ctx, &installed);
@@ -75,19 +81,24 @@ absl::Status ReplicaCatchUp::SendState(const v1::CatchUpRequest& req,
         if (part.has_chunk()) ++chunks;
         if (writer->Write(part)) return absl::OkStatus();
         return absl::UnavailableError(
-            absl::StrCat("joining member ", req.member_id(), " at ",
-                         req.address(), " stopped taking the state"));
+            absl::StrCat("joining member ", member, " at ", address,
+                         " stopped taking the state"));
       },
       &bytes);
-  if (sent.ok()) writer->WritesDone();
+  if (sent.ok()) {
+    writer->WritesDone();
+  } else {
+    ctx.TryCancel();  // the joiner must not wait for parts that never come
+  }
   // The joiner's own answer says more than a broken stream.
   const absl::Status answer = FromGrpcStatus(writer->Finish());
-  STRATA_RETURN_IF_ERROR(answer);
+  replicas_->Untrack(member, &ctx);
   STRATA_RETURN_IF_ERROR(sent);
+  STRATA_RETURN_IF_ERROR(answer);
   resp->set_chunks(chunks);
   resp->set_bytes(bytes);
   // Every change from now on goes to it too.
-  return replicas_->AddJoiner(req.member_id(), req.address());
+  return replicas_->AddJoiner(member);
 }
 
 absl::StatusOr<uint64_t> ReplicaCatchUp::Install(PartReader read) {
@@ -106,15 +117,38 @@ absl::StatusOr<uint64_t> ReplicaCatchUp::Install(PartReader read) {
         ", which is not this slot's primary in this server's view (member ",
         replicas_->primary_id(), ")"));
   }
-  return shard_->InstallState(
-      header, [&](v1::ChunkState* chunk) -> absl::StatusOr<bool> {
-        if (!read(&part)) return false;
-        if (!part.has_chunk()) {
-          return absl::InvalidArgumentError("a second header in one state");
-        }
-        *chunk = std::move(*part.mutable_chunk());
-        return true;
-      });
+  if (header.generation() < replicas_->view_generation()) {
+    return absl::UnavailableError(absl::StrCat(
+        "the primary's state is of rollback generation ", header.generation(),
+        ", older than this server's view's (", replicas_->view_generation(),
+        "): retry once it rolled back"));
+  }
+  // No forward of an earlier attempt may apply while the state is replaced.
+  absl::StatusOr<uint64_t> installed;
+  replicas_
+      ->WhilePaused([&]() {
+        installed = shard_->InstallState(
+            header, [&](v1::ShardStatePart* next) -> absl::StatusOr<bool> {
+              if (!read(next)) return false;
+              if (next->has_header()) {
+                return absl::InvalidArgumentError(
+                    "a second header in one state");
+              }
+              return true;
+            });
+        return installed.status();
+      })
+      .IgnoreError();
+  if (installed.ok()) {
+    absl::MutexLock lock(&mu_);
+    installed_ = true;
+  }
+  return installed;
+}
+
+bool ReplicaCatchUp::installed() {
+  absl::MutexLock lock(&mu_);
+  return installed_;
 }
 
 void ReplicaCatchUp::OnView(const Joiner& joiner) {
@@ -137,6 +171,7 @@ void ReplicaCatchUp::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    if (call_ != nullptr) call_->TryCancel();
     thread = std::move(thread_);
   }
   if (thread.joinable()) thread.join();
@@ -158,9 +193,18 @@ void ReplicaCatchUp::Run(Joiner joiner) {
     req.set_address(joiner.address);
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + kTransferTimeout));
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) break;
+      call_ = &ctx;  // Stop cancels it
+    }
     v1::CatchUpResponse resp;
     result = FromGrpcStatus(Dial(*security_, replicas_->primary_address())
                                 ->CatchUp(&ctx, req, &resp));
+    {
+      absl::MutexLock lock(&mu_);
+      call_ = nullptr;
+    }
     if (result.ok()) {
       spdlog::info(
           "strata server: installed the state of member {}: {} chunks, {} "

@@ -2,7 +2,7 @@
 // the primary's state (ShardSlot.joining, ps.proto CatchUp). Private to
 // server/.
 //
-// The joiner asks the primary (Join). The primary pauses every change
+// The joiner asks the primary (CatchUp). The primary pauses every change
 // (ReplicaForwarder::WhilePaused: the requests under way finish, on every
 // backup too, and new ones wait), sends its whole shard state to the
 // joiner (Shard::ExportState into the joiner's InstallState), and, once
@@ -28,6 +28,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "grpcpp/client_context.h"
 #include "security/tls.h"
 #include "server/replica_forwarder.h"
 #include "server/shard.h"
@@ -58,6 +59,8 @@ class ReplicaCatchUp {
   // Shard::InstallState's.
   using PartReader = absl::FunctionRef<bool(v1::ShardStatePart* part)>;
   absl::StatusOr<uint64_t> Install(PartReader read);
+  // Whether this server installed a primary's state.
+  bool installed();
 
   // After each view: when it lists this server as joining its slot and no
   // catch-up is under way, starts one on a thread of its own (retried
@@ -70,9 +73,9 @@ class ReplicaCatchUp {
  private:
   // The joiner's thread: CatchUp at the primary, then CaughtUp.
   void Run(Joiner joiner);
-  // Sends the state to the joiner at `address`, inside the pause.
-  absl::Status SendState(const v1::CatchUpRequest& req, uint64_t self,
-                         v1::CatchUpResponse* resp);
+  // Sends the state to joining `member` at `address`, inside the pause.
+  absl::Status SendState(uint64_t member, const std::string& address,
+                         uint64_t self, v1::CatchUpResponse* resp);
   bool Stopping();
 
   Shard* const shard_;
@@ -82,6 +85,8 @@ class ReplicaCatchUp {
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool caught_up_ ABSL_GUARDED_BY(mu_) = false;  // the scheduler knows
+  bool installed_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* call_ ABSL_GUARDED_BY(mu_) = nullptr;  // CatchUp
   std::thread thread_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -49,7 +49,7 @@ void ReplicaForwarder::UpdateView(const v1::View& view, uint64_t self) {
   // client retries, and the retry goes on without it), not at their
   // deadline: a backup whose host vanished answers nothing.
   for (auto& [member, calls] : in_flight_) {
-    if (!Contains(backups, member) && !Contains(joined, member)) {
+    if (!Contains(backups, member) && !Contains(joining, member)) {
       for (grpc::ClientContext* ctx : calls) ctx->TryCancel();
     }
   }
@@ -76,6 +76,7 @@ void ReplicaForwarder::UpdateView(const v1::View& view, uint64_t self) {
   primary_id_ = primary;
   primary_address_ = primary_address;
   epoch_ = view.epoch();
+  generation_ = view.generation();
   primary_ = is_primary;
   backups_ = std::move(backups);
   joining_ = std::move(joining);
@@ -115,17 +116,54 @@ bool ReplicaForwarder::IsJoining(uint64_t member) const {
   return Contains(joining_, member);
 }
 
-absl::Status ReplicaForwarder::AddJoiner(uint64_t member,
-                                         const std::string& address) {
+absl::Status ReplicaForwarder::AddJoiner(uint64_t member) {
   absl::MutexLock lock(&mu_);
-  if (!primary_ || !Contains(joining_, member)) {
+  auto it =
+      std::find_if(joining_.begin(), joining_.end(),
+                   [member](const Backup& b) { return b.member_id == member; });
+  if (!primary_ || it == joining_.end()) {
     return absl::UnavailableError(
         absl::StrCat("member ", member, " is not joining slot ", slot_,
                      " in this server's view (epoch ", epoch_, ")"));
   }
   if (!Contains(joined_, member))
-    joined_.push_back(Backup{member, address, StubsFor(address)});
+    joined_.push_back(Backup{member, it->address, StubsFor(it->address)});
   return absl::OkStatus();
+}
+
+std::string ReplicaForwarder::JoiningAddress(uint64_t member) const {
+  absl::MutexLock lock(&mu_);
+  for (const Backup& b : joining_) {
+    if (b.member_id == member) return b.address;
+  }
+  return "";
+}
+
+uint64_t ReplicaForwarder::view_generation() const {
+  absl::MutexLock lock(&mu_);
+  return generation_;
+}
+
+void ReplicaForwarder::Track(uint64_t member, grpc::ClientContext* ctx) {
+  absl::MutexLock lock(&mu_);
+  if (cancelled_) ctx->TryCancel();
+  in_flight_[member].insert(ctx);
+}
+
+void ReplicaForwarder::Untrack(uint64_t member, grpc::ClientContext* ctx) {
+  absl::MutexLock lock(&mu_);
+  auto it = in_flight_.find(member);
+  if (it == in_flight_.end()) return;
+  it->second.erase(ctx);
+  if (it->second.empty()) in_flight_.erase(it);
+}
+
+void ReplicaForwarder::CancelAll() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  for (auto& [member, calls] : in_flight_) {
+    for (grpc::ClientContext* ctx : calls) ctx->TryCancel();
+  }
 }
 
 absl::Status ReplicaForwarder::WhilePaused(
@@ -220,17 +258,9 @@ absl::Status ReplicaForwarder::Each(Call call, bool every,
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(
         absl::Now() + (timeout == absl::ZeroDuration() ? timeout_ : timeout)));
-    {
-      absl::MutexLock lock(&mu_);
-      in_flight_[b.member_id].insert(&ctx);
-    }
+    Track(b.member_id, &ctx);
     const grpc::Status status = call(*b.stubs, ctx);
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = in_flight_.find(b.member_id);
-      it->second.erase(&ctx);
-      if (it->second.empty()) in_flight_.erase(it);
-    }
+    Untrack(b.member_id, &ctx);
     const absl::Status s = FromBackup(b, status);
     if (s.ok()) continue;
     if (!every) return s;

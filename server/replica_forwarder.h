@@ -89,7 +89,18 @@ class ReplicaForwarder {
   // gets every later change, as a backup does, while the view lists it as
   // joining or as a backup. UNAVAILABLE if this server is not the slot's
   // primary or the view no longer lists `member` as joining.
-  absl::Status AddJoiner(uint64_t member, const std::string& address);
+  absl::Status AddJoiner(uint64_t member);
+  // The address the view gives joining `member` ("" if it lists none).
+  std::string JoiningAddress(uint64_t member) const;
+  // The rollback generation of the current view.
+  uint64_t view_generation() const;
+
+  // A call to `member` that ends (cancelled) when the view no longer lists
+  // it as a backup or joining, or at CancelAll: a catch-up's state stream.
+  void Track(uint64_t member, grpc::ClientContext* ctx);
+  void Untrack(uint64_t member, grpc::ClientContext* ctx);
+  // Cancels every call under way (the server is stopping).
+  void CancelAll();
 
   // Changes (RegisterChunks, Push, Commit) are forwarded and applied inside
   // a Change; WhilePaused runs `fn` while none is under way and none
@@ -160,6 +171,8 @@ class ReplicaForwarder {
   uint64_t primary_id_ ABSL_GUARDED_BY(mu_) = 0;  // the slot's, in the view
   std::string primary_address_ ABSL_GUARDED_BY(mu_);
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;  // CancelAll was called
   bool primary_ ABSL_GUARDED_BY(mu_) = false;
   bool missing_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<std::string, std::shared_ptr<Stubs>> stubs_

@@ -58,6 +58,10 @@ void Shard::UpdateView(const v1::View& v) {
   // One update at a time: a stale sweep must never undo a newer one.
   absl::MutexLock update_lock(&update_mu_);
   if (!p_->membership.Publish(v)) return;
+  Sweep();
+}
+
+void Shard::Sweep() {
   const ShardView now = p_->membership.Get();
   auto live = [&now](uint64_t id) { return now.IsLive(id); };
   // SSP/ASP: a worker that left mid-push is not reported; the ledger hands

@@ -137,21 +137,26 @@ class Shard {
   // ExportState sends this shard's whole state through `emit`: a header
   // (`from_member` is this server's member id), then every chunk, each
   // copied under its own lock; the caller keeps every change out
-  // meanwhile. *bytes: the chunks' encoded records.
+  // meanwhile. Each part stays within one chunk's gradient in size (a
+  // record goes in pieces). *bytes: the chunks' encoded records.
   using StateEmitter = absl::FunctionRef<absl::Status(v1::ShardStatePart&)>;
   absl::Status ExportState(uint64_t from_member, StateEmitter emit,
                            uint64_t* bytes);
   // Replaces this shard's state with the one `header` begins and `next`
-  // yields chunk by chunk (false at the end). FAILED_PRECONDITION, with
-  // nothing changed, if this shard holds a chunk the header does not
-  // list; DATA_LOSS for a chunk record that is corrupt, unlisted or does
-  // not match its spec, or a listed chunk that never came (the state is
-  // then part installed: the server must not serve). Returns the number
-  // of chunks installed.
-  using ChunkStateReader =
-      absl::FunctionRef<absl::StatusOr<bool>(v1::ChunkState* chunk)>;
+  // yields part by part (false at the end; ps.proto ShardStatePart), then
+  // lets go what the workers this shard's view does not list held (its
+  // view may be newer than the sender's). UNAVAILABLE, with nothing
+  // changed, while this shard's view is older than the sender's;
+  // FAILED_PRECONDITION, with nothing changed, if this shard holds a chunk
+  // the header does not list; INVALID_ARGUMENT or DATA_LOSS for parts out
+  // of order, a record that is corrupt, unlisted, sent twice or does not
+  // match its spec, a gradient of another size than its chunk's, or a
+  // listed chunk that never came (the state is then part installed: the
+  // server must not serve). Returns the number of chunks installed.
+  using PartReader =
+      absl::FunctionRef<absl::StatusOr<bool>(v1::ShardStatePart* part)>;
   absl::StatusOr<uint64_t> InstallState(const v1::ShardStateHeader& header,
-                                        ChunkStateReader next);
+                                        PartReader next);
 
   // Wakes every pull waiting at a gate with UNAVAILABLE, now and later
   // (the server is shutting down).
@@ -213,11 +218,18 @@ class Shard {
                              std::vector<uint64_t>* ids, InitFiles* files);
   void ResetChunk(Chunk& c, uint64_t generation, int64_t step, ChunkRecord* rec,
                   bool init, InitFiles* files);
+  // Lets go what the workers the view does not list held up or counted
+  // on (UpdateView's work once it published a newer view).
+  void Sweep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(update_mu_);
   // InstallState's part for one chunk.
-  absl::Status InstallChunk(v1::ChunkState& state,
+  struct ChunkInstall;
+  absl::Status InstallChunk(ChunkInstall& chunk,
                             const absl::flat_hash_set<uint64_t>& listed,
                             const absl::flat_hash_set<uint64_t>& held_before,
+                            absl::flat_hash_set<uint64_t>& seen,
                             uint64_t* max_version);
+  // Sends one chunk's parts (ExportState).
+  absl::Status ExportChunk(Chunk& c, StateEmitter emit, uint64_t* bytes);
 
   const ShardOptions options_;
   ShardCounters counters_;

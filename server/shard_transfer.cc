@@ -8,16 +8,21 @@
 // the next whole one.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "server/shard.h"
 #include "server/shard_parts.h"
 #include "storage/chunk_record.h"
 
 namespace strata {
 namespace {
+
+// A record's pieces: within a push's size whatever the chunk's optimizer.
+constexpr size_t kRecordPiece = size_t{4} << 20;
 
 std::string FloatBytes(const std::vector<float>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()),
@@ -26,6 +31,13 @@ std::string FloatBytes(const std::vector<float>& v) {
 
 }  // namespace
 
+// One chunk as InstallState assembles it from its parts.
+struct Shard::ChunkInstall {
+  v1::ChunkState meta;
+  std::string record;
+  std::vector<v1::OpenPushState> open;
+};
+
 absl::Status Shard::ExportState(uint64_t from_member, StateEmitter emit,
                                 uint64_t* bytes) {
   absl::MutexLock update_lock(&update_mu_);  // no view sweep or rollback
@@ -33,6 +45,7 @@ absl::Status Shard::ExportState(uint64_t from_member, StateEmitter emit,
   v1::ShardStatePart part;
   v1::ShardStateHeader* header = part.mutable_header();
   header->set_from_member(from_member);
+  header->set_view_epoch(p_->membership.Get().epoch);
   header->set_groups(p_->table.GroupsMetadata());
   const auto [generation, generation_step] = p_->table.generation_start();
   header->set_generation(generation);
@@ -41,42 +54,69 @@ absl::Status Shard::ExportState(uint64_t from_member, StateEmitter emit,
   p_->deferred.Export(header);
   p_->failed.Export(header);
   p_->applied.Export(header);
+  // The held pushes (a chunk's gradient each) go in parts of their own.
+  google::protobuf::RepeatedPtrField<v1::HeldPushState> held;
+  held.Swap(header->mutable_held());
   STRATA_RETURN_IF_ERROR(emit(part));
-  *bytes = 0;
-  for (Chunk* c : all) {
+  for (v1::HeldPushState& h : held) {
     part.Clear();
-    v1::ChunkState* state = part.mutable_chunk();
-    absl::StatusOr<ChunkRecord> copy;
-    {
-      absl::MutexLock lock(&c->mu);
-      copy = p_->tiles.TileCopy(*c);
-      state->set_generation(c->generation);
-      state->set_generation_step(c->generation_step);
-      for (const auto& [member, contrib] : c->open) {
-        v1::OpenPushState* o = state->add_open();
-        o->set_member_id(member);
-        o->set_samples(contrib.samples);
-        o->set_first_sample(contrib.first_sample);
-        o->set_epoch(contrib.epoch);
-        o->set_whole_step(contrib.whole_step);
-        o->set_scale(contrib.scale);
-        o->set_grad(FloatBytes(contrib.grad));
-      }
-      for (const auto& [member, clock] : c->clocks)
-        (*state->mutable_clocks())[member] = clock;
+    part.mutable_held()->Swap(&h);
+    STRATA_RETURN_IF_ERROR(emit(part));
+  }
+  *bytes = 0;
+  for (Chunk* c : all) STRATA_RETURN_IF_ERROR(ExportChunk(*c, emit, bytes));
+  return absl::OkStatus();
+}
+
+absl::Status Shard::ExportChunk(Chunk& c, StateEmitter emit, uint64_t* bytes) {
+  v1::ShardStatePart part;
+  v1::ChunkState* meta = part.mutable_chunk();
+  std::vector<v1::OpenPushState> open;
+  absl::StatusOr<ChunkRecord> copy;
+  {
+    absl::MutexLock lock(&c.mu);
+    copy = p_->tiles.TileCopy(c);
+    meta->set_generation(c.generation);
+    meta->set_generation_step(c.generation_step);
+    for (const auto& [member, contrib] : c.open) {
+      v1::OpenPushState& o = open.emplace_back();
+      o.set_member_id(member);
+      o.set_samples(contrib.samples);
+      o.set_first_sample(contrib.first_sample);
+      o.set_epoch(contrib.epoch);
+      o.set_whole_step(contrib.whole_step);
+      o.set_scale(contrib.scale);
+      o.set_grad(FloatBytes(contrib.grad));
     }
-    STRATA_RETURN_IF_ERROR(copy.status());
-    STRATA_ASSIGN_OR_RETURN(std::string record, EncodeChunkRecord(*copy));
-    *bytes += record.size();
-    state->set_record(std::move(record));
+    for (const auto& [member, clock] : c.clocks)
+      (*meta->mutable_clocks())[member] = clock;
+  }
+  STRATA_RETURN_IF_ERROR(copy.status());
+  STRATA_ASSIGN_OR_RETURN(std::string record, EncodeChunkRecord(*copy));
+  *bytes += record.size();
+  meta->set_record_bytes(record.size());
+  STRATA_RETURN_IF_ERROR(emit(part));
+  for (size_t at = 0; at < record.size(); at += kRecordPiece) {
+    part.Clear();
+    part.set_record_piece(record.substr(at, kRecordPiece));
+    STRATA_RETURN_IF_ERROR(emit(part));
+  }
+  for (v1::OpenPushState& o : open) {
+    part.Clear();
+    part.mutable_open()->Swap(&o);
     STRATA_RETURN_IF_ERROR(emit(part));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> Shard::InstallState(const v1::ShardStateHeader& header,
-                                             ChunkStateReader next) {
+                                             PartReader next) {
   absl::MutexLock update_lock(&update_mu_);
+  if (p_->membership.Get().epoch < header.view_epoch()) {
+    return absl::UnavailableError(absl::StrCat(
+        "this server's view (epoch ", p_->membership.Get().epoch,
+        ") is older than the primary's (", header.view_epoch(), "): retry"));
+  }
   const absl::flat_hash_set<uint64_t> listed(header.chunk_ids().begin(),
                                              header.chunk_ids().end());
   absl::flat_hash_set<uint64_t> held_before;
@@ -93,47 +133,99 @@ absl::StatusOr<uint64_t> Shard::InstallState(const v1::ShardStateHeader& header,
   }
   STRATA_RETURN_IF_ERROR(p_->table.RegisterGroups(header.groups()));
   p_->table.StartGeneration(header.generation(), header.generation_step());
-  uint64_t installed = 0, max_version = 0;
+  v1::ShardStateHeader parts = header;  // with the held pushes added
   absl::flat_hash_set<uint64_t> seen;
-  v1::ChunkState state;
+  uint64_t max_version = 0;
+  std::optional<ChunkInstall> chunk;
+  auto finish = [&]() -> absl::Status {
+    if (!chunk.has_value()) return absl::OkStatus();
+    absl::Status s =
+        InstallChunk(*chunk, listed, held_before, seen, &max_version);
+    chunk.reset();
+    return s;
+  };
+  v1::ShardStatePart part;
   while (true) {
-    STRATA_ASSIGN_OR_RETURN(bool more, next(&state));
+    STRATA_ASSIGN_OR_RETURN(bool more, next(&part));
     if (!more) break;
-    STRATA_RETURN_IF_ERROR(
-        InstallChunk(state, listed, held_before, &max_version));
-    ++installed;
+    switch (part.part_case()) {
+      case v1::ShardStatePart::kHeld:
+        if (chunk.has_value() || !seen.empty()) {
+          return absl::InvalidArgumentError("a held push after the chunks");
+        }
+        parts.add_held()->Swap(part.mutable_held());
+        break;
+      case v1::ShardStatePart::kChunk:
+        STRATA_RETURN_IF_ERROR(finish());
+        chunk.emplace();
+        chunk->meta.Swap(part.mutable_chunk());
+        chunk->record.reserve(chunk->meta.record_bytes());
+        break;
+      case v1::ShardStatePart::kRecordPiece:
+        if (!chunk.has_value() ||
+            chunk->record.size() + part.record_piece().size() >
+                chunk->meta.record_bytes()) {
+          return absl::InvalidArgumentError(
+              "a record piece outside its chunk's record");
+        }
+        chunk->record += part.record_piece();
+        break;
+      case v1::ShardStatePart::kOpen:
+        if (!chunk.has_value()) {
+          return absl::InvalidArgumentError("an open push before any chunk");
+        }
+        chunk->open.emplace_back().Swap(part.mutable_open());
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            "a part of a shard's state that is none of held, chunk, record "
+            "piece or open push");
+    }
   }
-  if (installed != listed.size()) {
+  STRATA_RETURN_IF_ERROR(finish());
+  if (seen.size() != listed.size()) {
     return absl::DataLossError(absl::StrCat("the primary's state lists ",
                                             listed.size(), " chunks; ",
-                                            installed, " came"));
+                                            seen.size(), " came"));
   }
-  STRATA_RETURN_IF_ERROR(p_->deferred.Import(header));
-  p_->failed.Import(header);
-  p_->applied.Import(header);
+  for (const v1::HeldPushState& h : parts.held()) {
+    absl::StatusOr<Chunk*> c = p_->table.Find(h.req().chunk_id());
+    if (!c.ok() || h.grad().size() != (*c)->spec.numel() * sizeof(float)) {
+      return absl::DataLossError(
+          absl::StrCat("a held push of chunk ", h.req().chunk_id(),
+                       " does not match a chunk of the state"));
+    }
+  }
+  STRATA_RETURN_IF_ERROR(p_->deferred.Import(parts));
+  p_->failed.Import(parts);
+  p_->applied.Import(parts);
   p_->snapshots.Reset(static_cast<int64_t>(max_version));
   p_->membership.SetGeneration(header.generation());
-  return installed;
+  Sweep();  // this view may have dropped workers the sender's had
+  return seen.size();
 }
 
 absl::Status Shard::InstallChunk(
-    v1::ChunkState& state, const absl::flat_hash_set<uint64_t>& listed,
-    const absl::flat_hash_set<uint64_t>& held_before, uint64_t* max_version) {
-  STRATA_ASSIGN_OR_RETURN(ChunkRecord rec, DecodeChunkRecord(state.record()));
-  if (!listed.contains(rec.id)) {
-    return absl::DataLossError(
-        absl::StrCat("the primary sent chunk ", rec.id, ", not in its list"));
+    ChunkInstall& chunk, const absl::flat_hash_set<uint64_t>& listed,
+    const absl::flat_hash_set<uint64_t>& held_before,
+    absl::flat_hash_set<uint64_t>& seen, uint64_t* max_version) {
+  STRATA_ASSIGN_OR_RETURN(ChunkRecord rec, DecodeChunkRecord(chunk.record));
+  if (!listed.contains(rec.id) || !seen.insert(rec.id).second) {
+    return absl::DataLossError(absl::StrCat("the primary sent chunk ", rec.id,
+                                            ", not in its list or twice"));
   }
   STRATA_RETURN_IF_ERROR(p_->table.RestoreChunk(rec));
   STRATA_ASSIGN_OR_RETURN(Chunk * c, p_->table.Find(rec.id));
   const size_t numel = c->spec.numel();
-  if (rec.weights.size() != numel ||
+  v1::ChunkSpec spec;
+  if (rec.weights.size() != numel || !spec.ParseFromString(rec.spec) ||
+      !google::protobuf::util::MessageDifferencer::Equals(spec, c->spec) ||
       static_cast<int>(rec.slots.size()) != NumStateSlots(c->group->params)) {
     return absl::DataLossError(
         absl::StrCat("the primary's chunk ", c->spec.tensor(), "#",
                      c->spec.index(), " does not match"));
   }
-  for (const v1::OpenPushState& o : state.open()) {
+  for (const v1::OpenPushState& o : chunk.open) {
     if (o.grad().size() != numel * sizeof(float)) {
       return absl::DataLossError(absl::StrCat(
           "an open push of chunk ", rec.id, " has ", o.grad().size(),
@@ -143,15 +235,16 @@ absl::Status Shard::InstallChunk(
   *max_version = std::max(*max_version, rec.version);
   // A chunk this server held already (restored from its own snapshot)
   // takes the primary's record as a rollback would; a new one has it.
+  const v1::ChunkState& meta = chunk.meta;
   if (held_before.contains(rec.id)) {
-    ResetChunk(*c, state.generation(), state.generation_step(), &rec,
+    ResetChunk(*c, meta.generation(), meta.generation_step(), &rec,
                /*init=*/false, /*files=*/nullptr);
   }
   {
     absl::MutexLock lock(&c->mu);
-    c->generation = state.generation();
-    c->generation_step = state.generation_step();
-    for (const v1::OpenPushState& o : state.open()) {
+    c->generation = meta.generation();
+    c->generation_step = meta.generation_step();
+    for (const v1::OpenPushState& o : chunk.open) {
       Contribution& contrib = c->open[o.member_id()];
       contrib.samples = o.samples();
       contrib.first_sample = o.first_sample();
@@ -161,8 +254,7 @@ absl::Status Shard::InstallChunk(
       contrib.grad = p_->pool.Take(numel);
       std::memcpy(contrib.grad.data(), o.grad().data(), o.grad().size());
     }
-    for (const auto& [member, clock] : state.clocks())
-      c->clocks[member] = clock;
+    for (const auto& [member, clock] : meta.clocks()) c->clocks[member] = clock;
     c->changed.SignalAll();
   }
   p_->tiles.MakeRoom(0);  // within the budget, chunk by chunk

@@ -4,6 +4,7 @@
 // deferred pushes, partly applied updates) and SSP (clocks).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -16,6 +17,18 @@ namespace strata {
 namespace {
 
 using namespace shard_test;  // NOLINT: the helpers of every Shard test
+
+// Installs `parts` (a header first) into `to`.
+absl::StatusOr<uint64_t> Install(Shard& to,
+                                 const std::vector<v1::ShardStatePart>& parts) {
+  size_t next = 1;
+  return to.InstallState(parts.at(0).header(),
+                         [&](v1::ShardStatePart* p) -> absl::StatusOr<bool> {
+                           if (next == parts.size()) return false;
+                           *p = parts[next++];
+                           return true;
+                         });
+}
 
 // `from`'s state into `to`, through the parts a stream would carry.
 absl::StatusOr<uint64_t> Transfer(
@@ -31,13 +44,7 @@ absl::StatusOr<uint64_t> Transfer(
       &bytes);
   if (!s.ok()) return s;
   if (parts != nullptr) *parts = sent;
-  size_t next = 1;
-  return to.InstallState(sent.at(0).header(),
-                         [&](v1::ChunkState* c) -> absl::StatusOr<bool> {
-                           if (next == sent.size()) return false;
-                           *c = sent[next++].chunk();
-                           return true;
-                         });
+  return Install(to, sent);
 }
 
 void ExpectSameState(Shard& a, Shard& b) {
@@ -200,17 +207,58 @@ TEST(ShardTransfer, ReplacesOlderStateAndRefusesAnotherJobs) {
 
   std::vector<v1::ShardStatePart> parts;
   Shard scratch(Opts("asp"));
+  scratch.UpdateView(view);
   ASSERT_TRUE(Transfer(primary, scratch, &parts).ok());
-  parts[1].mutable_chunk()->mutable_record()->back() ^= 1;
-  Shard corrupt(Opts("asp"));
-  size_t next = 1;
-  auto bad = corrupt.InstallState(
-      parts[0].header(), [&](v1::ChunkState* c) -> absl::StatusOr<bool> {
-        if (next == parts.size()) return false;
-        *c = parts[next++].chunk();
-        return true;
-      });
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss) << bad.status();
+  // A corrupt record piece, a chunk sent twice, a part out of place.
+  auto install = [&](std::vector<v1::ShardStatePart> changed) {
+    Shard s(Opts("asp"));
+    s.UpdateView(view);
+    return Install(s, changed).status();
+  };
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (!parts[i].has_record_piece()) continue;
+    std::vector<v1::ShardStatePart> bad = parts;
+    bad[i].mutable_record_piece()->back() ^= 1;
+    EXPECT_EQ(install(bad).code(), absl::StatusCode::kDataLoss);
+    break;
+  }
+  std::vector<v1::ShardStatePart> twice = parts;
+  twice.insert(twice.end(), parts.begin() + 1, parts.begin() + 3);
+  EXPECT_EQ(install(twice).code(), absl::StatusCode::kDataLoss);
+  std::vector<v1::ShardStatePart> piece_first = {parts[0], parts[2]};
+  EXPECT_EQ(install(piece_first).code(), absl::StatusCode::kInvalidArgument);
+  // A joiner whose view is older than the primary's waits for its own.
+  Shard behind(Opts("asp"));
+  EXPECT_EQ(Install(behind, parts).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(behind.num_chunks(), 0u);
+}
+
+// A record larger than a piece goes in pieces, and comes back whole.
+TEST(ShardTransfer, LargeChunksGoInPieces) {
+  Shard primary(Opts("asp")), joiner(Opts("asp"));
+  const v1::View view = MakeView(1, {1}, 1);
+  primary.UpdateView(view);
+  joiner.UpdateView(view);
+  v1::RegisterChunksRequest big = TwoChunks();
+  constexpr uint64_t kBig = uint64_t{1} << 20;  // 4 MiB of weights, 12 of state
+  big.mutable_chunks(0)->set_numel(kBig);
+  big.mutable_chunks(0)->set_tensor_shape(0, kBig);
+  ASSERT_TRUE(primary.Register(big).ok());
+  std::vector<float> g(kBig);
+  for (uint64_t i = 0; i < kBig; ++i)
+    g[i] = 1e-3f * static_cast<float>(i % 977);
+  ASSERT_TRUE(primary.Push(Push(1, "w", 0), Bytes(g)).ok());
+  std::vector<v1::ShardStatePart> parts;
+  ASSERT_TRUE(Transfer(primary, joiner, &parts).ok());
+  size_t pieces = 0, largest = 0;
+  for (const auto& p : parts) {
+    pieces += p.has_record_piece();
+    largest = std::max(largest, p.ByteSizeLong());
+  }
+  EXPECT_GE(pieces, 4u);
+  EXPECT_LE(largest, (size_t{4} << 20) + 1024);
+  ExpectSameState(primary, joiner);
 }
 
 }  // namespace
