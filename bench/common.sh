@@ -155,3 +155,13 @@ PY
   wait 2>/dev/null || true
   rm -rf "${dir}"
 }
+
+# loopback_tcp_GBps SECONDS: TCP's rate on 127.0.0.1 (iperf3, 1 MiB
+# writes) in GB/s, the bound a transfer to another host meets first.
+loopback_tcp_GBps() {
+  local port=$((20000 + RANDOM % 20000))
+  iperf3 -s -B 127.0.0.1 -p $port -1 >/dev/null 2>&1 &
+  sleep 0.5
+  iperf3 -c 127.0.0.1 -p $port -l 1M -t "$1" -J |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e9)'
+}

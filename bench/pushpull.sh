@@ -45,10 +45,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
 
-port=$((20000 + RANDOM % 20000))
-iperf3 -s -B 127.0.0.1 -p $port -1 >/dev/null 2>&1 & pids+=($!)
-sleep 0.5
-tcp=$(iperf3 -c 127.0.0.1 -p $port -l 1M -t 5 -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e9)')
+tcp=$(loopback_tcp_GBps 5)
 printf "loopback_tcp_GBps %.3f\n" "$tcp"
 
 # run_config CONFIG [BENCH FLAGS...]: one configuration against the
