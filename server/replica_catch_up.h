@@ -15,7 +15,12 @@
 // else the joiner stops, and started again it catches up afresh.
 //
 // The pause is the cost: no push or commit is answered in the slot while
-// its state is copied and sent (docs/BENCHMARKS.md, bench/recovery.sh).
+// its state is copied and sent, and the primary's own view changes wait
+// for it too (the export holds the shard's view lock, so no sweep or
+// rollback runs half way through it). The state stream is tracked with
+// the forwards (ReplicaForwarder::Track): a view that drops the joiner, or
+// the primary's shutdown, cancels it and so ends the pause
+// (docs/BENCHMARKS.md, bench/recovery.sh, bench/catch_up.sh).
 #ifndef STRATA_SERVER_REPLICA_CATCH_UP_H_
 #define STRATA_SERVER_REPLICA_CATCH_UP_H_
 
