@@ -14,6 +14,8 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "client/ps_client.h"
 #include "cluster/scheduler_client.h"
 #include "scheduler/scheduler.h"
@@ -243,6 +245,90 @@ TEST(ReplicaJoin, AServerJoiningWhileTrainingRunsCatchesUpAndTakesOver) {
   v1::StatsResponse st;
   (*late)->shard().FillStats(&st);
   for (const auto& [id, v] : st.chunk_versions()) EXPECT_EQ(v, version + 2);
+}
+
+// A joining server that stops reading the primary's state (it keeps its
+// lease) holds the primary's pause only until the view drops it: its
+// leaving cancels the state stream, the catch-up fails, and the worker's
+// push waiting on the pause goes through.
+class StalledJoiner : public v1::ParameterServer::Service {
+ public:
+  grpc::Status InstallState(grpc::ServerContext* ctx,
+                            grpc::ServerReader<v1::ShardStatePart>* reader,
+                            v1::InstallStateResponse*) override {
+    v1::ShardStatePart part;
+    if (reader->Read(&part)) header_read_.Notify();
+    while (!ctx->IsCancelled()) absl::SleepFor(absl::Milliseconds(10));
+    return grpc::Status(grpc::StatusCode::CANCELLED, "stalled");
+  }
+  absl::Notification header_read_;
+};
+
+TEST(ReplicaJoin, AJoinerThatStopsReadingEndsThePauseWhenItLeaves) {
+  Cluster c;
+  std::unique_ptr<ParameterServer> backup = StartPair(c);
+  ASSERT_NE(backup, nullptr);
+  // The model with a 16 MiB tensor (48 MiB of state with Adam's moments):
+  // more than the stream's windows hold, so the primary's writes wait.
+  ModelSpec model = testing::Model();
+  model.chunk_bytes = 4 << 20;
+  model.tensors.push_back({"big", {4 << 20}, "adam"});
+  model.inits.push_back(v1::InitSpec());
+  SchedulerClientOptions wo;
+  wo.scheduler_address = c.scheduler->address();
+  c.worker = SchedulerClient::Connect(wo).value();
+  c.ps = PsClient::Create({}, c.worker.get()).value();
+  ASSERT_TRUE(c.ps->RegisterModel(model).ok());
+  ASSERT_TRUE(
+      c.worker
+          ->WaitForView([](const v1::View& v) { return v.workers_size() == 1; },
+                        absl::Seconds(10))
+          .ok());
+  TrainSteps(*c.ps, 0, 1);
+  backup->Shutdown();
+  ASSERT_TRUE(AwaitBackups(*c.scheduler, 0));
+
+  StalledJoiner stalled;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&stalled);
+  std::unique_ptr<grpc::Server> fake = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  SchedulerClientOptions jo;
+  jo.scheduler_address = c.scheduler->address();
+  jo.role = v1::ROLE_SERVER;
+  jo.shard = 0;
+  jo.address = absl::StrCat("127.0.0.1:", port);
+  std::unique_ptr<SchedulerClient> joiner =
+      SchedulerClient::Connect(jo).value();
+  ASSERT_EQ(c.scheduler->CurrentView().shard_map().slots(0).joining_size(), 1);
+
+  grpc::Status caught;
+  std::thread catch_up([&] {
+    v1::CatchUpRequest req;
+    req.set_member_id(joiner->member_id());
+    req.set_address(jo.address);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    v1::CatchUpResponse resp;
+    caught = StubOf(*c.server)->CatchUp(&ctx, req, &resp);
+  });
+  ASSERT_TRUE(
+      stalled.header_read_.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  std::thread trainer([&] { TrainSteps(*c.ps, 1, 1); });  // waits on the pause
+  ASSERT_TRUE(joiner->Leave().ok());
+  catch_up.join();
+  trainer.join();
+  EXPECT_FALSE(caught.ok());
+  EXPECT_EQ(c.scheduler->CurrentView().shard_map().slots(0).joining_size(), 0);
+  v1::StatsResponse st;
+  c.server->shard().FillStats(&st);
+  int trained = 0;  // w's and b's chunks took both steps ("big" none)
+  for (const auto& [id, version] : st.chunk_versions()) trained += version == 2;
+  EXPECT_EQ(trained, 2);
+  fake->Shutdown();
 }
 
 // A primary whose spill disk fails (EIO on every write below RocksDB,
