@@ -210,8 +210,8 @@ absl::Status ChunkTable::CheckChunk(
 }
 
 absl::Status ChunkTable::Create(const v1::ChunkSpec& spec,
-                                const ChunkGroup* group,
-                                const ChunkRecord* restored, InitFiles* files) {
+                                const ChunkGroup* group, ChunkRecord* restored,
+                                InitFiles* files) {
   auto c = std::make_unique<Chunk>();
   c->spec = spec;
   c->group = group;
@@ -225,7 +225,7 @@ absl::Status ChunkTable::Create(const v1::ChunkSpec& spec,
                                               spec.tensor(), "#", spec.index(),
                                               " does not match its spec"));
     }
-    c->rec = *restored;
+    c->rec = std::move(*restored);
   } else {
     c->rec.id = spec.chunk_id();
     c->rec.spec = spec.SerializeAsString();
@@ -278,7 +278,7 @@ absl::Status ChunkTable::RegisterGroups(const std::string& metadata) {
   return Register(meta).status();
 }
 
-absl::Status ChunkTable::RestoreChunk(const ChunkRecord& rec) {
+absl::Status ChunkTable::RestoreChunk(ChunkRecord rec) {
   v1::ChunkSpec spec;
   if (!spec.ParseFromString(rec.spec)) {
     return absl::DataLossError(

@@ -45,9 +45,10 @@ class ChunkTable {
       const v1::RegisterChunksRequest& req);
   // The groups of snapshot metadata (GroupsMetadata), registered.
   absl::Status RegisterGroups(const std::string& metadata);
-  // One snapshot record as a new chunk; nothing for a chunk already held.
-  // DATA_LOSS for a corrupt record or one whose group is not registered.
-  absl::Status RestoreChunk(const ChunkRecord& rec);
+  // One snapshot record as a new chunk (its arrays moved in); nothing for
+  // a chunk already held. DATA_LOSS for a corrupt record or one whose
+  // group is not registered.
+  absl::Status RestoreChunk(ChunkRecord rec);
 
   // INVALID_ARGUMENT for a chunk this table does not hold.
   absl::StatusOr<Chunk*> Find(uint64_t id) const;
@@ -68,10 +69,10 @@ class ChunkTable {
                                    uint64_t max_chunk_bytes);
 
  private:
-  // A new chunk from `restored`, or from its init (reading init files
-  // through `files`, if given).
+  // A new chunk from `restored` (moved from), or from its init (reading
+  // init files through `files`, if given).
   absl::Status Create(const v1::ChunkSpec& spec, const ChunkGroup* group,
-                      const ChunkRecord* restored, InitFiles* files)
+                      ChunkRecord* restored, InitFiles* files)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Register's checks of one chunk spec, against the table and the groups
   // and shapes the request adds.

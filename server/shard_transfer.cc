@@ -92,15 +92,31 @@ absl::Status Shard::ExportChunk(Chunk& c, StateEmitter emit, uint64_t* bytes) {
       (*meta->mutable_clocks())[member] = clock;
   }
   STRATA_RETURN_IF_ERROR(copy.status());
-  STRATA_ASSIGN_OR_RETURN(std::string record, EncodeChunkRecord(*copy));
-  *bytes += record.size();
-  meta->set_record_bytes(record.size());
+  // The encoding's pieces view the copy's arrays: each part's bytes are
+  // copied once, from them.
+  std::string scratch;
+  std::vector<absl::string_view> views;
+  STRATA_RETURN_IF_ERROR(EncodeChunkRecordPieces(*copy, &scratch, &views));
+  size_t record_bytes = 0;
+  for (absl::string_view v : views) record_bytes += v.size();
+  *bytes += record_bytes;
+  meta->set_record_bytes(record_bytes);
   STRATA_RETURN_IF_ERROR(emit(part));
-  for (size_t at = 0; at < record.size(); at += kRecordPiece) {
-    part.Clear();
-    part.set_record_piece(record.substr(at, kRecordPiece));
-    STRATA_RETURN_IF_ERROR(emit(part));
+  part.Clear();
+  std::string* piece = part.mutable_record_piece();
+  piece->reserve(std::min(kRecordPiece, record_bytes));
+  for (absl::string_view v : views) {
+    while (!v.empty()) {
+      const size_t n = std::min(v.size(), kRecordPiece - piece->size());
+      piece->append(v.data(), n);
+      v.remove_prefix(n);
+      if (piece->size() == kRecordPiece) {
+        STRATA_RETURN_IF_ERROR(emit(part));
+        piece->clear();
+      }
+    }
   }
+  if (!piece->empty()) STRATA_RETURN_IF_ERROR(emit(part));
   for (v1::OpenPushState& o : open) {
     part.Clear();
     part.mutable_open()->Swap(&o);
@@ -210,33 +226,38 @@ absl::Status Shard::InstallChunk(
     const absl::flat_hash_set<uint64_t>& held_before,
     absl::flat_hash_set<uint64_t>& seen, uint64_t* max_version) {
   STRATA_ASSIGN_OR_RETURN(ChunkRecord rec, DecodeChunkRecord(chunk.record));
-  if (!listed.contains(rec.id) || !seen.insert(rec.id).second) {
-    return absl::DataLossError(absl::StrCat("the primary sent chunk ", rec.id,
+  chunk.record = std::string();  // its bytes are in `rec` now
+  const uint64_t id = rec.id;
+  if (!listed.contains(id) || !seen.insert(id).second) {
+    return absl::DataLossError(absl::StrCat("the primary sent chunk ", id,
                                             ", not in its list or twice"));
-  }
-  STRATA_RETURN_IF_ERROR(p_->table.RestoreChunk(rec));
-  STRATA_ASSIGN_OR_RETURN(Chunk * c, p_->table.Find(rec.id));
-  const size_t numel = c->spec.numel();
-  v1::ChunkSpec spec;
-  if (rec.weights.size() != numel || !spec.ParseFromString(rec.spec) ||
-      !google::protobuf::util::MessageDifferencer::Equals(spec, c->spec) ||
-      static_cast<int>(rec.slots.size()) != NumStateSlots(c->group->params)) {
-    return absl::DataLossError(
-        absl::StrCat("the primary's chunk ", c->spec.tensor(), "#",
-                     c->spec.index(), " does not match"));
-  }
-  for (const v1::OpenPushState& o : chunk.open) {
-    if (o.grad().size() != numel * sizeof(float)) {
-      return absl::DataLossError(absl::StrCat(
-          "an open push of chunk ", rec.id, " has ", o.grad().size(),
-          " bytes of gradient; the chunk holds ", numel, " values"));
-    }
   }
   *max_version = std::max(*max_version, rec.version);
   // A chunk this server held already (restored from its own snapshot)
-  // takes the primary's record as a rollback would; a new one has it.
+  // takes the primary's record as a rollback would, once checked against
+  // it; a new one is made from the record (whose sizes Create checks),
+  // taking its arrays.
+  const bool held = held_before.contains(id);
+  if (!held) STRATA_RETURN_IF_ERROR(p_->table.RestoreChunk(std::move(rec)));
+  STRATA_ASSIGN_OR_RETURN(Chunk * c, p_->table.Find(id));
+  const size_t numel = c->spec.numel();
+  for (const v1::OpenPushState& o : chunk.open) {
+    if (o.grad().size() != numel * sizeof(float)) {
+      return absl::DataLossError(absl::StrCat(
+          "an open push of chunk ", id, " has ", o.grad().size(),
+          " bytes of gradient; the chunk holds ", numel, " values"));
+    }
+  }
   const v1::ChunkState& meta = chunk.meta;
-  if (held_before.contains(rec.id)) {
+  if (held) {
+    v1::ChunkSpec spec;
+    if (rec.weights.size() != numel || !spec.ParseFromString(rec.spec) ||
+        !google::protobuf::util::MessageDifferencer::Equals(spec, c->spec) ||
+        static_cast<int>(rec.slots.size()) != NumStateSlots(c->group->params)) {
+      return absl::DataLossError(
+          absl::StrCat("the primary's chunk ", c->spec.tensor(), "#",
+                       c->spec.index(), " does not match"));
+    }
     ResetChunk(*c, meta.generation(), meta.generation_step(), &rec,
                /*init=*/false, /*files=*/nullptr);
   }
