@@ -248,9 +248,7 @@ TEST(ReplicaJoin, AServerJoiningWhileTrainingRunsCatchesUpAndTakesOver) {
 }
 
 // A joining server that stops reading the primary's state (it keeps its
-// lease) holds the primary's pause only until the view drops it: its
-// leaving cancels the state stream, the catch-up fails, and the worker's
-// push waiting on the pause goes through.
+// lease): it reads the header, then waits until its stream is cancelled.
 class StalledJoiner : public v1::ParameterServer::Service {
  public:
   grpc::Status InstallState(grpc::ServerContext* ctx,
@@ -264,71 +262,96 @@ class StalledJoiner : public v1::ParameterServer::Service {
   absl::Notification header_read_;
 };
 
-TEST(ReplicaJoin, AJoinerThatStopsReadingEndsThePauseWhenItLeaves) {
-  Cluster c;
-  std::unique_ptr<ParameterServer> backup = StartPair(c);
-  ASSERT_NE(backup, nullptr);
-  // The model with a 16 MiB tensor (48 MiB of state with Adam's moments):
-  // more than the stream's windows hold, so the primary's writes wait.
-  ModelSpec model = testing::Model();
-  model.chunk_bytes = 4 << 20;
-  model.tensors.push_back({"big", {4 << 20}, "adam"});
-  model.inits.push_back(v1::InitSpec());
-  SchedulerClientOptions wo;
-  wo.scheduler_address = c.scheduler->address();
-  c.worker = SchedulerClient::Connect(wo).value();
-  c.ps = PsClient::Create({}, c.worker.get()).value();
-  ASSERT_TRUE(c.ps->RegisterModel(model).ok());
-  ASSERT_TRUE(
-      c.worker
-          ->WaitForView([](const v1::View& v) { return v.workers_size() == 1; },
+// A primary (its backup gone) in the middle of catching a StalledJoiner
+// up: its pause holds, its writes waiting on the stream's windows.
+class StalledCatchUp : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::unique_ptr<ParameterServer> backup = StartPair(c_);
+    ASSERT_NE(backup, nullptr);
+    // The model with a 16 MiB tensor (48 MiB of state with Adam's
+    // moments): more than the stream's windows hold.
+    ModelSpec model = testing::Model();
+    model.chunk_bytes = 4 << 20;
+    model.tensors.push_back({"big", {4 << 20}, "adam"});
+    model.inits.push_back(v1::InitSpec());
+    SchedulerClientOptions wo;
+    wo.scheduler_address = c_.scheduler->address();
+    c_.worker = SchedulerClient::Connect(wo).value();
+    c_.ps = PsClient::Create({}, c_.worker.get()).value();
+    ASSERT_TRUE(c_.ps->RegisterModel(model).ok());
+    ASSERT_TRUE(c_.worker
+                    ->WaitForView(
+                        [](const v1::View& v) { return v.workers_size() == 1; },
                         absl::Seconds(10))
-          .ok());
-  TrainSteps(*c.ps, 0, 1);
-  backup->Shutdown();
-  ASSERT_TRUE(AwaitBackups(*c.scheduler, 0));
+                    .ok());
+    TrainSteps(*c_.ps, 0, 1);
+    backup->Shutdown();
+    ASSERT_TRUE(AwaitBackups(*c_.scheduler, 0));
 
-  StalledJoiner stalled;
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&stalled);
-  std::unique_ptr<grpc::Server> fake = builder.BuildAndStart();
-  ASSERT_NE(port, 0);
-  SchedulerClientOptions jo;
-  jo.scheduler_address = c.scheduler->address();
-  jo.role = v1::ROLE_SERVER;
-  jo.shard = 0;
-  jo.address = absl::StrCat("127.0.0.1:", port);
-  std::unique_ptr<SchedulerClient> joiner =
-      SchedulerClient::Connect(jo).value();
-  ASSERT_EQ(c.scheduler->CurrentView().shard_map().slots(0).joining_size(), 1);
+    int port = 0;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(&stalled_);
+    fake_ = builder.BuildAndStart();
+    ASSERT_NE(port, 0);
+    SchedulerClientOptions jo;
+    jo.scheduler_address = c_.scheduler->address();
+    jo.role = v1::ROLE_SERVER;
+    jo.shard = 0;
+    jo.address = absl::StrCat("127.0.0.1:", port);
+    joiner_ = SchedulerClient::Connect(jo).value();
+    ASSERT_EQ(c_.scheduler->CurrentView().shard_map().slots(0).joining_size(),
+              1);
+    catch_up_ = std::thread([this, address = jo.address] {
+      v1::CatchUpRequest req;
+      req.set_member_id(joiner_->member_id());
+      req.set_address(address);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+      v1::CatchUpResponse resp;
+      caught_ = StubOf(*c_.server)->CatchUp(&ctx, req, &resp);
+    });
+    ASSERT_TRUE(stalled_.header_read_.WaitForNotificationWithTimeout(
+        absl::Seconds(30)));
+  }
+  void TearDown() override {
+    if (catch_up_.joinable()) catch_up_.join();
+    if (fake_) fake_->Shutdown();
+  }
 
-  grpc::Status caught;
-  std::thread catch_up([&] {
-    v1::CatchUpRequest req;
-    req.set_member_id(joiner->member_id());
-    req.set_address(jo.address);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
-    v1::CatchUpResponse resp;
-    caught = StubOf(*c.server)->CatchUp(&ctx, req, &resp);
-  });
-  ASSERT_TRUE(
-      stalled.header_read_.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  std::thread trainer([&] { TrainSteps(*c.ps, 1, 1); });  // waits on the pause
-  ASSERT_TRUE(joiner->Leave().ok());
-  catch_up.join();
+  Cluster c_;
+  StalledJoiner stalled_;
+  std::unique_ptr<grpc::Server> fake_;
+  std::unique_ptr<SchedulerClient> joiner_;
+  std::thread catch_up_;
+  grpc::Status caught_;
+};
+
+// The joiner's leaving (the view drops it) cancels the state stream: the
+// catch-up fails, and the worker's push waiting on the pause goes through.
+// (Without the cancel this test hangs.)
+TEST_F(StalledCatchUp, TheJoinerLeavingEndsThePause) {
+  std::thread trainer([&] { TrainSteps(*c_.ps, 1, 1); });  // waits
+  ASSERT_TRUE(joiner_->Leave().ok());
+  catch_up_.join();
   trainer.join();
-  EXPECT_FALSE(caught.ok());
-  EXPECT_EQ(c.scheduler->CurrentView().shard_map().slots(0).joining_size(), 0);
+  EXPECT_FALSE(caught_.ok());
+  EXPECT_EQ(c_.scheduler->CurrentView().shard_map().slots(0).joining_size(), 0);
   v1::StatsResponse st;
-  c.server->shard().FillStats(&st);
+  c_.server->shard().FillStats(&st);
   int trained = 0;  // w's and b's chunks took both steps ("big" none)
   for (const auto& [id, version] : st.chunk_versions()) trained += version == 2;
   EXPECT_EQ(trained, 2);
-  fake->Shutdown();
+}
+
+// The primary stopping cancels it too: its shutdown does not wait for the
+// stalled stream. (Without the cancel this test hangs.)
+TEST_F(StalledCatchUp, ThePrimaryStoppingEndsThePause) {
+  c_.server->Shutdown();
+  catch_up_.join();
+  EXPECT_FALSE(caught_.ok());
 }
 
 // A primary whose spill disk fails (EIO on every write below RocksDB,
