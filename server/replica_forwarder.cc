@@ -111,11 +111,6 @@ bool ReplicaForwarder::self_joining() const {
   return self_joining_;
 }
 
-bool ReplicaForwarder::IsJoining(uint64_t member) const {
-  absl::MutexLock lock(&mu_);
-  return Contains(joining_, member);
-}
-
 absl::Status ReplicaForwarder::AddJoiner(uint64_t member) {
   absl::MutexLock lock(&mu_);
   auto it =

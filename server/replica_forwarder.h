@@ -81,10 +81,9 @@ class ReplicaForwarder {
   // The slot's primary in the current view (0 and "": none).
   uint64_t primary_id() const;
   std::string primary_address() const;
-  // Whether the view lists this server, or `member`, among the slot's
-  // joining servers (ShardSlot.joining): not yet caught up.
+  // Whether the view lists this server among the slot's joining servers
+  // (ShardSlot.joining): not yet caught up.
   bool self_joining() const;
-  bool IsJoining(uint64_t member) const;
   // A joiner that installed this primary's state (server/replica_catch_up.h)
   // gets every later change, as a backup does, while the view lists it as
   // joining or as a backup. UNAVAILABLE if this server is not the slot's
