@@ -7,7 +7,9 @@
 # CONFIGS="4:1:1 64:2:0" picks configurations (chunk MiB:workers:shm), shm
 # 0 for gRPC messages, 1 for shared-memory slots, 2 for the client's
 # buffers in a region the servers map (a worker's model: PsClient::
-# ShareTensors).
+# ShareTensors), 3 for the bulk plane (--wire ucx, shared memory off; UCX
+# on its TCP transport, UCX_TLS=tcp, as between hosts), each also against
+# its gRPC-message figure (pushpull_ucx_ratio_to_grpc).
 # Then the gRPC configurations (TLS_CONFIGS) again on a second cluster with
 # mutual TLS on every channel, each against its plaintext figure
 # (pushpull_tls_ratio_to_plaintext). Shared memory carries payloads
@@ -33,13 +35,16 @@ if [[ -z "${STRATA_WIRE_NS:-}" ]]; then
   need_cmd iperf3 iperf3
 fi
 in_wire_namespace "$0" "$@" && exit 0
-default_configs="4:1:2 4:1:1 4:1:0 4:2:1 4:2:0 64:1:2 64:1:1 64:1:0 64:2:1 64:2:0"
+default_configs="4:1:2 4:1:1 4:1:0 4:1:3 4:2:1 4:2:0 4:2:3 64:1:2 64:1:1 64:1:0 64:1:3 64:2:1 64:2:0 64:2:3"
 bf16_default_configs="4:1:1 4:1:0 64:1:0"
 if [[ -n "${WIRE_GBIT:-}" ]]; then
-  default_configs="4:1:0 4:2:0 64:1:0 64:2:0"
+  default_configs="4:1:0 4:1:3 4:2:0 4:2:3 64:1:0 64:1:3 64:2:0 64:2:3"
   bf16_default_configs="4:1:0 64:1:0"
 fi
 
+# The bulk plane's UCX, servers' and workers' alike, on TCP: on one host
+# it would pick shared memory, which is not what crosses hosts.
+export UCX_TLS="${UCX_TLS:-tcp}"
 dir=$(mktemp -d /tmp/strata-pushpull-XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
@@ -53,11 +58,13 @@ printf "loopback_tcp_GBps %.3f\n" "$tcp"
 run_config() {
   local chunk workers shm
   IFS=: read -r chunk workers shm <<<"$1"; shift
-  local kinds=(grpc shm tensors)
+  local kinds=(grpc shm tensors ucx)
   name="chunk${chunk}MiB_workers${workers}_${kinds[$shm]}"
+  local wire=grpc
+  [ "$shm" = 3 ] && wire=ucx
   ./build/bench/pushpull_bench --scheduler "$addr" --model_mib "${MODEL_MIB:-256}" \
-    --chunk_mib "$chunk" --workers "$workers" --shm "$((shm > 0))" \
-    --tensors "$((shm == 2))" \
+    --chunk_mib "$chunk" --workers "$workers" --shm "$((shm == 1 || shm == 2))" \
+    --tensors "$((shm == 2))" --wire "$wire" \
     --rounds "${ROUNDS:-4}" --repeats 3 "$@" >"$dir/pp.out" 2>"$dir/pp.err" ||
     { cat "$dir/pp.err" >&2; exit 1; }
   pp=$(awk '/^pushpull_GBps/ {print $2}' "$dir/pp.out")
@@ -70,6 +77,10 @@ for config in ${CONFIGS:-$default_configs}; do
   plain[$name]=$pp
   printf "pushpull_GBps %s %.3f\n" "$name" "$pp"
   python3 -c "print('pushpull_ratio_to_tcp $name %.3f' % ($pp / $tcp))"
+  grpc_name=${name%_ucx}_grpc
+  if [[ "$name" == *_ucx && -n "${plain[$grpc_name]:-}" ]]; then
+    python3 -c "print('pushpull_ucx_ratio_to_grpc $name %.3f' % ($pp / ${plain[$grpc_name]}))"
+  fi
 done
 
 for config in ${BF16_CONFIGS:-$bf16_default_configs}; do

@@ -86,7 +86,12 @@ int main(int argc, char** argv) {
   int model_mib = 256, chunk_mib = 4, rounds = 4, repeats = 3, in_flight = 8;
   int workers = 1;
   bool shm = true, bf16 = false, tensors = false;
+  std::string wire = "grpc";
   app.add_option("--scheduler", scheduler);
+  app.add_option("--wire", wire,
+                 "grpc, or ucx: payloads the shared memory does not carry "
+                 "on the bulk plane (UCX_TLS picks its transport)")
+      ->check(CLI::IsMember({"grpc", "ucx"}));
   app.add_option("--model_mib", model_mib)->check(CLI::PositiveNumber);
   app.add_option("--chunk_mib", chunk_mib)->check(CLI::PositiveNumber);
   app.add_option("--rounds", rounds)->check(CLI::PositiveNumber);
@@ -140,6 +145,7 @@ int main(int argc, char** argv) {
     strata::PsClientOptions po;
     po.max_in_flight_per_server = in_flight;
     po.shared_memory = shm;
+    po.wire = *strata::ParseWireKind(wire);
     po.security = *security;
     if (bf16) po.push_dtype = po.pull_dtype = strata::v1::DTYPE_BF16;
     auto ps = strata::PsClient::Create(po, c.sched.get());

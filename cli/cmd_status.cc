@@ -118,7 +118,7 @@ void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
     std::printf(
         "  chunks %llu  applied %llu  pulls %llu  rejected(nonfinite) %llu  "
         "bsp_samples %llu  bsp_tiling_errors %llu  redone %llu  "
-        "forwarded %llu",
+        "forwarded %llu  payloads shm %llu bulk %llu (sessions %llu)",
         static_cast<unsigned long long>(st.chunks()),
         static_cast<unsigned long long>(st.pushes_applied()),
         static_cast<unsigned long long>(st.pulls()),
@@ -126,7 +126,10 @@ void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
         static_cast<unsigned long long>(st.bsp_samples_applied()),
         static_cast<unsigned long long>(st.bsp_tiling_errors()),
         static_cast<unsigned long long>(st.aborted_stale_epoch()),
-        static_cast<unsigned long long>(st.replica_forwards()));
+        static_cast<unsigned long long>(st.replica_forwards()),
+        static_cast<unsigned long long>(st.shm_payloads()),
+        static_cast<unsigned long long>(st.bulk_payloads()),
+        static_cast<unsigned long long>(st.bulk_attaches()));
     if (st.has_tier()) {
       const v1::TierStats& t = st.tier();
       const uint64_t uses = t.hits() + t.misses();

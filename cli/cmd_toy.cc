@@ -65,6 +65,20 @@ CommandFn AddToyCommand(CLI::App& app) {
                   "print a progress line every N steps (0: never)")
       ->check(NonNegativeNumber())
       ->capture_default_str();
+  cmd->add_option("--shm", o->shared_memory,
+                  "carry payloads through shared memory to servers on this "
+                  "host")
+      ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--wire",
+         [o](const std::string& text) {
+           o->wire = ParseWireKind(text).value_or(WireKind::kGrpc);
+         },
+         "grpc | ucx | auto, as the worker's")
+      ->check(CLI::IsMember({"grpc", "ucx", "auto"}));
+  cmd->add_option("--bulk_min_bytes", o->bulk_min_bytes,
+                  "payloads under this many bytes stay in messages")
+      ->capture_default_str();
   auto tls = std::make_shared<TlsFlags>();
   AddTlsFlags(cmd, tls.get(), /*listens=*/false);
   return [o, tls] {

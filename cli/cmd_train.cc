@@ -226,6 +226,20 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "carry payloads through shared memory to servers on this "
                   "host (false: in gRPC messages)")
       ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--wire",
+         [o](const std::string& text) {
+           o->wire = ParseWireKind(text).value_or(WireKind::kGrpc);
+         },
+         "how payloads travel to servers shared memory does not reach: grpc "
+         "(in messages; the default), ucx (on the bulk plane, UCX: an error "
+         "where a server does not offer it), auto (ucx where both ends have "
+         "it)")
+      ->check(CLI::IsMember({"grpc", "ucx", "auto"}));
+  cmd->add_option("--bulk_insecure", o->bulk_insecure,
+                  "use the bulk plane under mutual TLS too: its payloads are "
+                  "not encrypted (a trusted fabric only)")
+      ->capture_default_str();
   cmd->add_option("--eval_every", o->eval_every,
                   "evaluate held-out loss every N steps (0: never)")
       ->check(NonNegativeNumber())
@@ -284,6 +298,9 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
   if (o.collective_host != TrainerOptions().collective_host)
     f.insert(f.end(), {"--collective_host", o.collective_host});
   if (!o.shared_memory) f.insert(f.end(), {"--shm", "false"});
+  if (o.wire != WireKind::kGrpc)
+    f.insert(f.end(), {"--wire", WireKindName(o.wire)});
+  if (o.bulk_insecure) f.insert(f.end(), {"--bulk_insecure", "true"});
   if (!o.metrics_path.empty()) f.insert(f.end(), {"--metrics", o.metrics_path});
   return f;
 }

@@ -22,6 +22,7 @@
 #include "common/chunk_plan.h"
 #include "security/tls.h"
 #include "strata/v1/ps.pb.h"
+#include "transport/wire_kind.h"
 
 namespace strata {
 
@@ -65,6 +66,16 @@ struct PsClientOptions {
   absl::Duration shm_detach_timeout = absl::Seconds(60);
   // TLS credentials for the channels to servers (security/tls.h).
   std::shared_ptr<const Security> security = Security::Plaintext();
+  // How payloads of at least bulk_min_bytes travel to the servers that
+  // shared memory does not reach (transport/wire_kind.h): kUcx and kAuto
+  // move them over the bulk plane (client/bulk_link.h) where the server
+  // offers it; kUcx makes RegisterModel fail where one does not. Under
+  // mutual TLS the bulk plane is used only with bulk_insecure: it does not
+  // encrypt. kGrpc is the default while that is so.
+  WireKind wire = WireKind::kGrpc;
+  bool bulk_insecure = false;
+  uint64_t bulk_min_bytes = 64 << 10;
+  std::string ucx_transports;  // UcxNode::Options::transports
 };
 
 namespace ps_client_internal {

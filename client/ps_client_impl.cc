@@ -166,6 +166,12 @@ grpc::ByteBuffer PsClient::Impl::PushMessage(const OpPtr& op, Stubs* stubs,
     }
     payload = op->bf16.data();
   }
+  if (v1::BulkRef ref;
+      TakeBulk(op, stubs, const_cast<void*>(payload), bytes, &ref)) {
+    *header.mutable_bulk() = ref;
+    grpc::Slice slice(header.SerializeAsString());
+    return grpc::ByteBuffer(&slice, 1);
+  }
   return SerializeWithPayload(header, v1::PushRequest::kDataFieldNumber,
                               payload, bytes);
 }
@@ -184,6 +190,17 @@ grpc::ByteBuffer PsClient::Impl::PullMessage(const OpPtr& op, Stubs* stubs,
   if (TakePayloadPlace(op, stubs, options_.pull_fp32_through_shm, op->dst,
                        &dtype, &place)) {
     *req.mutable_shm() = place;
+  } else {
+    // On the bulk plane: fp32 straight into the caller's buffer, bf16
+    // into op->bf16 (ReadResponse converts it).
+    const size_t bytes = plan_.chunks[op->chunk].numel * ElementBytes(dtype);
+    void* into = op->dst;
+    if (dtype == v1::DTYPE_BF16) {
+      op->bf16.resize(bytes);
+      into = op->bf16.data();
+    }
+    if (v1::BulkRef ref; TakeBulk(op, stubs, into, bytes, &ref))
+      *req.mutable_bulk() = ref;
   }
   req.set_dtype(dtype);
   op->pull_dtype = dtype;  // ReadResponse reads this attempt's answer
@@ -207,7 +224,7 @@ void PsClient::Attempt::OnDone(const grpc::Status& status) {
 
 void PsClient::Impl::OnDone(const OpPtr& op, const grpc::Status& grpc_status,
                             const grpc::ByteBuffer& response) {
-  absl::Status status = FromGrpcStatus(grpc_status);
+  absl::Status status = EndBulkAttempt(op, FromGrpcStatus(grpc_status));
   if (op->shm_lost) {
     // The server no longer holds our region: retried, in a message or
     // through the region attached meanwhile.
@@ -287,6 +304,21 @@ absl::Status PsClient::Impl::ReadResponse(const OpState& op,
   const ChunkInfo& chunk = plan_.chunks[op.chunk];
   const v1::DType dtype = op.pull_dtype;
   const size_t want = chunk.numel * ElementBytes(dtype);
+  if (op.bulk_payload) {
+    // The weights came on the bulk plane (EndBulkAttempt waited for them).
+    if (message.has_payload()) {
+      return absl::DataLossError(absl::StrCat(
+          "pull of chunk ", chunk.id,
+          " returned its weights in the message, not on the bulk plane"));
+    }
+    if (dtype == v1::DTYPE_BF16) {
+      Bf16ToFloat(reinterpret_cast<const uint16_t*>(op.bf16.data()), op.dst,
+                  chunk.numel);
+    }
+    *version = resp.version();
+    *min_clock = resp.min_clock();
+    return absl::OkStatus();
+  }
   if (op.tensors) {
     // The server wrote the weights in place.
     if (message.has_payload()) {
@@ -435,7 +467,7 @@ absl::Status PsClient::Impl::RegisterModel(const ModelSpec& model) {
     }
   }
   AttachShm();
-  return absl::OkStatus();
+  return CheckWire();
 }
 
 void PsClient::Impl::EncodeBf16(OpState& op, uint16_t* out) {

@@ -18,6 +18,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "client/bulk_link.h"
 #include "client/error_feedback.h"
 #include "client/ps_client.h"
 #include "client/shm_link.h"
@@ -85,6 +86,12 @@ struct OpState {
   // handler answered it; the server did not know its shared-memory session.
   bool answered = false;
   bool shm_lost = false;
+  // The current attempt's payload on the bulk plane: the link, and the
+  // send (push) or the posted receive (pull), which a pull of bf16
+  // weights makes into `bf16`.
+  std::shared_ptr<BulkLink> bulk;
+  std::unique_ptr<UcxTransfer> transfer;
+  bool bulk_payload = false;  // this attempt's answer carries no payload
 
   mutable absl::Mutex mu;
   bool finished ABSL_GUARDED_BY(mu) = false;
@@ -151,6 +158,10 @@ class PsClient::Impl {
     // The caller's tensor region at this server.
     std::shared_ptr<ps_client_internal::TensorSession> tensors =
         std::make_shared<ps_client_internal::TensorSession>();
+    // The bulk plane to this server (guarded by stub_mu_), or why not.
+    std::shared_ptr<BulkLink> bulk;
+    bool bulk_refused = false;
+    std::string bulk_error;
   };
   absl::StatusOr<Stubs*> StubsForSlot(int slot);
   absl::StatusOr<v1::ParameterServer::Stub*> StubForSlot(int slot) {
@@ -200,6 +211,23 @@ class PsClient::Impl {
   // Attaches a shared-memory link to every slot's server that is on this
   // host and has none yet (blocking RPCs: never on a gRPC callback thread).
   void AttachShm();
+  // Attaches the bulk plane to every slot's server that shared memory
+  // does not reach and has no link yet (options_.wire; blocking RPCs).
+  void AttachBulk() ABSL_EXCLUSIVE_LOCKS_REQUIRED(attach_mu_);
+  // Whether every slot has a payload path other than messages, as --wire
+  // ucx demands: FAILED_PRECONDITION naming a slot that has not.
+  absl::Status CheckWire();
+  // Puts the current attempt's payload (`bytes` at `data`; a pull's
+  // destination) on the bulk plane, if the server has a link and the
+  // payload is large enough; sets `*ref`. Returns whether it did.
+  bool TakeBulk(const OpPtr& op, Stubs* stubs, void* data, size_t bytes,
+                v1::BulkRef* ref);
+  // Ends the attempt's transfer on the bulk plane once its call ended:
+  // waits for it where the server answered (it took the payload or sent
+  // the weights), aborts it otherwise, and breaks the link where it did
+  // not end well. Returns the attempt's status: UNAVAILABLE for a pull
+  // answered OK whose weights did not arrive.
+  absl::Status EndBulkAttempt(const OpPtr& op, absl::Status status);
   // An attach failed while the server was unreachable: asks the timer
   // thread to try again, at most once a second.
   void WantAttach();
@@ -278,6 +306,10 @@ class PsClient::Impl {
   // The caller's tensor region: set once, under attach_mu_, by
   // ShareTensors before any op (ops read it without the lock).
   std::shared_ptr<ShmRegion> tensors_;
+  // This process's UCX worker for the bulk plane, started by the first
+  // AttachBulk (under attach_mu_), or why it could not start.
+  std::shared_ptr<UcxNode> ucx_;
+  absl::Status ucx_error_;
   absl::Mutex stub_mu_;
   // address -> stub; a restarted server at a new address gets a new one.
   absl::flat_hash_map<std::string, std::unique_ptr<Stubs>> stubs_

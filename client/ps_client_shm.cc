@@ -23,8 +23,12 @@ using ps_client_internal::OpPtr;
 using ps_client_internal::TensorSession;
 
 void PsClient::Impl::AttachShm() {
-  if (!options_.shared_memory || plan_.chunks.empty()) return;
+  if (plan_.chunks.empty()) return;
   absl::MutexLock attach_lock(&attach_mu_);  // one attach at a time
+  if (!options_.shared_memory) {
+    AttachBulk();
+    return;
+  }
   if (tensors_ != nullptr) {
     const bool left = DetachUnanswered();
     ReleaseParked();
@@ -66,6 +70,7 @@ void PsClient::Impl::AttachShm() {
       (*stubs)->shm_refused = true;
     }
   }
+  AttachBulk();
   if (tensors_ == nullptr) return;
   for (int slot = 0; slot < num_slots_; ++slot) {
     absl::StatusOr<Stubs*> stubs = StubsForSlot(slot);

@@ -8,7 +8,7 @@ packages=(
   librocksdb-dev libabsl-dev libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   libopenblas-dev libcpp-httplib-dev libssl-dev iperf3 python3 yamllint
-  clang libclang-rt-dev libgloo-dev libpcre2-dev libicu-dev
+  clang libclang-rt-dev libgloo-dev libpcre2-dev libicu-dev libucx-dev
   python3-torch python3-numpy python3-dev pybind11-dev python3-venv
   python3-pip python3-setuptools python3-wheel
 )

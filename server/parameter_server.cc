@@ -17,6 +17,7 @@
 #include "common/thread_pool.h"
 #include "common/wire.h"
 #include "rpc/health.h"
+#include "server/bulk_sessions.h"
 #include "server/ledger_reporter.h"
 #include "server/ps_service.h"
 #include "server/replica_catch_up.h"
@@ -37,6 +38,7 @@ struct ParameterServer::Impl {
   Metrics metrics;  // read by the service's series: outlives it
   std::unique_ptr<Shard> shard;
   ShmSessions shm;
+  std::unique_ptr<BulkSessions> bulk;
   std::unique_ptr<DataDir> data_dir;
   std::unique_ptr<SnapshotKeeper> snapshots;  // uses `data_dir` and `shard`
   std::unique_ptr<ThreadPool> push_handlers;
@@ -92,6 +94,7 @@ struct ParameterServer::Impl {
     for (const v1::Member& w : view.workers()) workers.push_back(w.id());
     std::sort(workers.begin(), workers.end());
     shm.RetainOnly(workers);
+    bulk->RetainOnly(workers);
     // The replicas' roles before the shard's workers: a backup promoted in
     // this view forwards every push the new view lets in.
     replicas->UpdateView(view, self_id);
@@ -239,6 +242,20 @@ absl::StatusOr<ShardOptions> MakeShardOptions(const ServerOptions& options,
   return shard_options;
 }
 
+// The bulk plane this server offers (ServerOptions::wire).
+std::unique_ptr<BulkSessions> MakeBulkSessions(const ServerOptions& options) {
+  if (options.wire == WireKind::kGrpc)
+    return BulkSessions::Refusing("this server runs with --wire grpc");
+  if (options.security->tls() && !options.bulk_insecure) {
+    return BulkSessions::Refusing(
+        "this server runs mutual TLS and its bulk plane does not encrypt: "
+        "it is offered with --bulk_insecure only (a trusted fabric)");
+  }
+  UcxNode::Options ucx;
+  ucx.transports = options.ucx_transports;
+  return std::make_unique<BulkSessions>(ucx);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(
@@ -329,10 +346,11 @@ absl::Status ParameterServer::Impl::Serve(ParameterServer* self) {
                      "); a replica of slot ", options.shard, " serves on")));
     }
   });
-  service = NewParameterServerService(shard.get(), &shm, self, replicas.get(),
-                                      catch_up.get(), push_handlers.get(),
-                                      pull_handlers.get(), &metrics,
-                                      options.security.get());
+  bulk = MakeBulkSessions(options);
+  service = NewParameterServerService(shard.get(), &shm, bulk.get(), self,
+                                      replicas.get(), catch_up.get(),
+                                      push_handlers.get(), pull_handlers.get(),
+                                      &metrics, options.security.get());
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address,
                            options.security->ServerCredentials(), &port);

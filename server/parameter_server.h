@@ -13,6 +13,7 @@
 #include "common/consistency.h"
 #include "common/metrics.h"
 #include "security/tls.h"
+#include "transport/wire_kind.h"
 
 namespace strata {
 
@@ -69,6 +70,13 @@ struct ServerOptions {
   // TLS and who may call what (security/tls.h), for the server's own port
   // and its channel to the scheduler; plaintext by default.
   std::shared_ptr<const Security> security = Security::Plaintext();
+  // Whether workers may move payloads over the bulk plane (AttachBulk in
+  // ps.proto; UCX starts at the first attach): not with kGrpc; under
+  // mutual TLS only with bulk_insecure, since the plane does not encrypt.
+  // kUcx and kAuto differ on the worker's side only.
+  WireKind wire = WireKind::kAuto;
+  bool bulk_insecure = false;
+  std::string ucx_transports;  // UcxNode::Options::transports
 };
 
 // Thread-safe handle to a running server. Destruction shuts it down.

@@ -35,15 +35,16 @@ class Service final : public ServiceBase {
  public:
   // Pushes and pulls have separate pools: pulls waiting at a BSP gate must
   // never hold the threads the pushes that close the step need.
-  Service(Shard* shard, ShmSessions* shm, ParameterServer* owner,
-          ReplicaForwarder* replicas, ReplicaCatchUp* catch_up,
-          ThreadPool* push_pool, ThreadPool* pull_pool, Metrics* metrics,
-          const Security* security)
+  Service(Shard* shard, ShmSessions* shm, BulkSessions* bulk,
+          ParameterServer* owner, ReplicaForwarder* replicas,
+          ReplicaCatchUp* catch_up, ThreadPool* push_pool,
+          ThreadPool* pull_pool, Metrics* metrics, const Security* security)
       : security_(security),
         shard_(shard),
         replicas_(replicas),
         catch_up_(catch_up),
         shm_(shm),
+        bulk_(bulk),
         owner_(owner),
         push_pool_(push_pool),
         pull_pool_(pull_pool),
@@ -135,6 +136,8 @@ class Service final : public ServiceBase {
     resp->set_shm_payloads(shm_payloads_.load(std::memory_order_relaxed));
     resp->set_shm_tensor_payloads(
         shm_tensor_payloads_.load(std::memory_order_relaxed));
+    resp->set_bulk_payloads(bulk_payloads_.load(std::memory_order_relaxed));
+    resp->set_bulk_attaches(bulk_->attached());
     resp->set_replica_forwards(replicas_->forwarded());
     return grpc::Status::OK;
   }
@@ -206,7 +209,39 @@ class Service final : public ServiceBase {
     return grpc::Status::OK;
   }
 
+  grpc::Status AttachBulk(grpc::ServerContext* ctx,
+                          const v1::AttachBulkRequest* req,
+                          v1::AttachBulkResponse* resp) override {
+    STRATA_RETURN_GRPC_IF_ERROR(
+        security_->Authorize(*ctx, "AttachBulk", kWorkers));
+    if (absl::Status s = shard_->AwaitWorker(req->member_id(), req->epoch());
+        !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    absl::StatusOr<v1::AttachBulkResponse> r = bulk_->Attach(*req);
+    if (r.ok()) *resp = *std::move(r);
+    return ToGrpcStatus(r.status());
+  }
+
+  grpc::Status DetachBulk(grpc::ServerContext* ctx,
+                          const v1::DetachBulkRequest* req,
+                          v1::DetachBulkResponse* resp) override {
+    STRATA_RETURN_GRPC_IF_ERROR(
+        security_->Authorize(*ctx, "DetachBulk", kWorkers));
+    resp->set_held(bulk_->Detach(req->session()));
+    return grpc::Status::OK;
+  }
+
  private:
+  // How long a push's handler waits for its payload on the bulk plane,
+  // and a pull's for its caller to take the weights. The caller sent the
+  // payload (posted the receive) before its request: this is only for a
+  // peer that vanished.
+  static constexpr absl::Duration kBulkWait = absl::Seconds(30);
+  // The largest payload a request may announce on the bulk plane (the
+  // server allocates it before the chunk's size is checked).
+  static constexpr uint64_t kMaxBulkBytes = uint64_t{1} << 30;
+
   // Ends a push or pull. Its trailing metadata tells the client this
   // handler answered (so a shared-memory slot it named is free again), and
   // whether the slot's session is unknown here (attach again).
@@ -227,10 +262,19 @@ class Service final : public ServiceBase {
     PayloadMessage message;
     v1::PushRequest req;
     STRATA_RETURN_IF_ERROR(message.Parse(request, kPushDataField, &req));
+    // A payload on the bulk plane is taken first, whatever the answer: its
+    // sender waits until it is.
+    grpc::Slice bulk_payload;
+    if (req.has_bulk()) {
+      STRATA_ASSIGN_OR_RETURN(bulk_payload, ReceiveBulk(req, message));
+    }
     ReplicaForwarder::Change change(*replicas_);
     STRATA_RETURN_IF_ERROR(replicas_->Admit(req.forwarded_by()));
     absl::StatusOr<v1::PushResponse> resp;
-    if (req.has_shm()) {
+    if (req.has_bulk()) {
+      resp = PushBytes(req, bulk_payload);
+      if (resp.ok()) bulk_payloads_.fetch_add(1, std::memory_order_relaxed);
+    } else if (req.has_shm()) {
       if (message.has_payload()) {
         return absl::InvalidArgumentError(
             "a push carries its gradient in data or in shm, not both");
@@ -251,6 +295,22 @@ class Service final : public ServiceBase {
     }
     STRATA_RETURN_IF_ERROR(resp.status());
     return SerializeMessage(*resp, response);
+  }
+
+  // A push's gradient on the bulk plane, received.
+  absl::StatusOr<grpc::Slice> ReceiveBulk(const v1::PushRequest& req,
+                                          const PayloadMessage& message) {
+    if (message.has_payload() || req.has_shm()) {
+      return absl::InvalidArgumentError(
+          "a push carries its gradient in one of data, shm and bulk");
+    }
+    if (req.bulk().size() > kMaxBulkBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a bulk payload of ", req.bulk().size(),
+                       " bytes: at most ", kMaxBulkBytes));
+    }
+    return bulk_->Receive(req.bulk(), req.member_id(), req.bulk().size(),
+                          absl::Now() + kBulkWait);
   }
 
   // A push through shared memory. Each block is copied out of the shared
@@ -283,11 +343,23 @@ class Service final : public ServiceBase {
       std::memcpy(bytes, span.data, span.size);
       use.End();
     }
-    v1::PushRequest header = req;
-    header.clear_shm();
-    STRATA_RETURN_IF_ERROR(
-        replicas_->Push(SerializeWithPayload(header, kPushDataField, copy)));
-    return shard_->Push(req, span.size,
+    return PushBytes(req, copy);
+  }
+
+  // A push whose gradient this server holds in `payload` (copied out of
+  // shared memory, received on the bulk plane): sent to the backups in a
+  // message when there are any, then applied here from the same bytes.
+  absl::StatusOr<v1::PushResponse> PushBytes(const v1::PushRequest& req,
+                                             const grpc::Slice& payload) {
+    if (replicas_->forwarding()) {
+      v1::PushRequest header = req;
+      header.clear_shm();
+      header.clear_bulk();
+      STRATA_RETURN_IF_ERROR(replicas_->Push(
+          SerializeWithPayload(header, kPushDataField, payload)));
+    }
+    const char* bytes = reinterpret_cast<const char*>(payload.begin());
+    return shard_->Push(req, payload.size(),
                         [bytes](char* dst, size_t begin, size_t n) {
                           std::memcpy(dst, bytes + begin, n);
                           return absl::OkStatus();
@@ -299,6 +371,10 @@ class Service final : public ServiceBase {
     PayloadMessage message;
     v1::PullRequest req;
     STRATA_RETURN_IF_ERROR(message.Parse(request, /*field=*/0, &req));
+    if (req.has_shm() && req.has_bulk()) {
+      return absl::InvalidArgumentError(
+          "a pull names shm or bulk for its weights, not both");
+    }
     if (req.has_shm()) {
       STRATA_ASSIGN_OR_RETURN(ShmSpan span,
                               shm_->Resolve(req.shm(), req.member_id()));
@@ -327,6 +403,16 @@ class Service final : public ServiceBase {
     v1::PullResponse header;
     header.set_version(r.version);
     header.set_min_clock(r.min_clock);
+    if (req.has_bulk()) {
+      // The weights go to the receive the caller posted; the answer
+      // follows once they are there.
+      STRATA_RETURN_IF_ERROR(
+          bulk_->Send(req.bulk(), req.member_id(),
+                      reinterpret_cast<const char*>(payload.begin()),
+                      payload.size(), absl::Now() + kBulkWait));
+      bulk_payloads_.fetch_add(1, std::memory_order_relaxed);
+      return SerializeMessage(header, response);
+    }
     *response =
         SerializeWithPayload(header, kPullDataField, std::move(payload));
     return absl::OkStatus();
@@ -364,21 +450,23 @@ class Service final : public ServiceBase {
   ReplicaForwarder* replicas_;
   ReplicaCatchUp* catch_up_;
   ShmSessions* shm_;
+  BulkSessions* bulk_;
   ParameterServer* owner_;
   ThreadPool* push_pool_;
   ThreadPool* pull_pool_;
   std::atomic<uint64_t> shm_payloads_{0};
   std::atomic<uint64_t> shm_tensor_payloads_{0};
+  std::atomic<uint64_t> bulk_payloads_{0};
   ServerMetrics metrics_;
 };
 
 }  // namespace
 
 std::unique_ptr<grpc::Service> NewParameterServerService(
-    Shard* shard, ShmSessions* shm, ParameterServer* owner,
+    Shard* shard, ShmSessions* shm, BulkSessions* bulk, ParameterServer* owner,
     ReplicaForwarder* replicas, ReplicaCatchUp* catch_up, ThreadPool* push_pool,
     ThreadPool* pull_pool, Metrics* metrics, const Security* security) {
-  return std::make_unique<Service>(shard, shm, owner, replicas, catch_up,
+  return std::make_unique<Service>(shard, shm, bulk, owner, replicas, catch_up,
                                    push_pool, pull_pool, metrics, security);
 }
 

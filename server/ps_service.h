@@ -1,8 +1,8 @@
 // The parameter server's gRPC edge (strata.v1.ParameterServer): requests
 // parsed and checked, handed to the shard, answered; pushes and pulls on
-// the given pools, their payloads through shared memory or gRPC byte
-// buffers without protobuf's copies; each answer counted in the server's
-// metrics. Private to server/.
+// the given pools, their payloads through shared memory, the bulk plane
+// (`bulk`) or gRPC byte buffers without protobuf's copies; each answer counted
+// in the server's metrics. Private to server/.
 #ifndef STRATA_SERVER_PS_SERVICE_H_
 #define STRATA_SERVER_PS_SERVICE_H_
 
@@ -11,6 +11,7 @@
 #include "common/metrics.h"
 #include "common/thread_pool.h"
 #include "security/tls.h"
+#include "server/bulk_sessions.h"
 #include "server/shard.h"
 #include "server/shm_sessions.h"
 
@@ -31,13 +32,14 @@ class ReplicaForwarder;
 // `security` says who may call what:
 //   Push, RegisterChunks, Commit                    workers, servers (a
 //                                                   primary forwarding)
-//   Pull, AttachShm, DetachShm                      workers
+//   Pull, AttachShm, DetachShm, AttachBulk,         workers
+//   DetachBulk
 //   Snapshot                                        workers, clients,
 //                                                   servers (a primary)
 //   CatchUp, InstallState                           servers
 //   Stats                                           any role
 std::unique_ptr<grpc::Service> NewParameterServerService(
-    Shard* shard, ShmSessions* shm, ParameterServer* owner,
+    Shard* shard, ShmSessions* shm, BulkSessions* bulk, ParameterServer* owner,
     ReplicaForwarder* replicas, ReplicaCatchUp* catch_up, ThreadPool* push_pool,
     ThreadPool* pull_pool, Metrics* metrics, const Security* security);
 

@@ -70,8 +70,21 @@ std::unique_ptr<Child> StartScheduler(const std::string& dir,
                                  absl::StrCat(dir, "/scheduler", n, ".log"));
 }
 
-TEST(Chaos, BspJobSurvivesKillsJoinsStopsAndServerAndSchedulerRestarts) {
-  const std::string dir = testing::FreshDir("chaos");
+// The payload path under test: shared memory (the default on one host),
+// or the bulk plane (UCX on TCP, as between hosts) with shared memory off
+// and every payload on it.
+class Chaos : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::vector<std::string> WireFlags() const {
+    if (GetParam() != "ucx") return {};
+    setenv("UCX_TLS", "tcp", 1);  // the children inherit it
+    return {"--shm", "false", "--wire", "ucx", "--bulk_min_bytes", "0"};
+  }
+};
+
+TEST_P(Chaos, BspJobSurvivesKillsJoinsStopsAndServerAndSchedulerRestarts) {
+  const std::string dir = testing::FreshDir("chaos_" + GetParam());
+  const std::vector<std::string> wire = WireFlags();
   auto start_scheduler = [&](const std::string& listen, int n) {
     return StartScheduler(dir, listen, n);
   };
@@ -91,10 +104,17 @@ TEST(Chaos, BspJobSurvivesKillsJoinsStopsAndServerAndSchedulerRestarts) {
   for (int s = 0; s < 2; ++s) servers.push_back(server(s));
   int next_worker = 0;
   auto worker = [&](int wait_for) {
-    return testing::ToyWorker(
-        STRATA_BINARY, address, dir, next_worker++, wait_for, kSteps, kBatch,
-        {"--dim", std::to_string(kDim), "--chunk_bytes", "64",
-         "--sample_cost_us", "2000", "--lr", "0.002"});
+    std::vector<std::string> flags = {"--dim",
+                                      std::to_string(kDim),
+                                      "--chunk_bytes",
+                                      "64",
+                                      "--sample_cost_us",
+                                      "2000",
+                                      "--lr",
+                                      "0.002"};
+    flags.insert(flags.end(), wire.begin(), wire.end());
+    return testing::ToyWorker(STRATA_BINARY, address, dir, next_worker++,
+                              wait_for, kSteps, kBatch, flags);
   };
 
   std::vector<std::unique_ptr<Child>> live;  // running, never signalled
@@ -163,16 +183,35 @@ TEST(Chaos, BspJobSurvivesKillsJoinsStopsAndServerAndSchedulerRestarts) {
 
   ExpectFaultFreeLoss(final_loss, kSteps);
 
+  if (GetParam() == "ucx") {
+    // The payloads went on the bulk plane.
+    Child status({STRATA_BINARY, "status", "--scheduler", address},
+                 dir + "/status.log");
+    ASSERT_EQ(status.Wait(absl::Seconds(30)), 0) << status.Output();
+    const std::string out = status.Output();
+    static const std::regex kBulk("payloads shm (\\d+) bulk (\\d+)");
+    uint64_t shm = 0, bulk = 0;
+    for (std::sregex_iterator it(out.begin(), out.end(), kBulk), end; it != end;
+         ++it) {
+      shm += std::stoull((*it)[1]);
+      bulk += std::stoull((*it)[2]);
+    }
+    EXPECT_EQ(shm, 0u) << out;
+    EXPECT_GT(bulk, 0u) << out;
+  }
+
   // Nothing but the killed processes crashed.
   for (auto& s : servers) EXPECT_EQ(s->Stop(), 0) << s->Output();
   EXPECT_EQ(scheduler->Stop(), 0) << scheduler->Output();
 }
 
+INSTANTIATE_TEST_SUITE_P(Wire, Chaos, ::testing::Values("shm", "ucx"));
+
 // A server killed with SIGKILL and restarted on its data directory: it is
 // admitted at once, the job rolls back to the newest snapshot both servers
 // hold, and goes on to the loss of a fault-free run with every sample
 // applied once.
-TEST(Chaos, BspJobRollsBackWhenAServerIsKilledAndRestarted) {
+TEST(ChaosRollBack, BspJobRollsBackWhenAServerIsKilledAndRestarted) {
   const std::string dir = testing::FreshDir("server_kill");
   auto scheduler = std::make_unique<Child>(
       std::vector<std::string>{STRATA_BINARY, "scheduler", "--listen",

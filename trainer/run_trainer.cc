@@ -199,6 +199,8 @@ absl::Status RunTrainer(const TrainerOptions& options) {
   // error is carried there.
   po.push_error_feedback = o.error_feedback && o.sync == SyncMode::kPs;
   po.shared_memory = o.shared_memory;
+  po.wire = o.wire;
+  po.bulk_insecure = o.bulk_insecure;
   po.security = o.security;
   STRATA_ASSIGN_OR_RETURN(auto ps,
                           PsClient::Create(po, session.scheduler.get()));

@@ -14,6 +14,7 @@
 #include "common/metrics.h"
 #include "model/model.h"
 #include "security/tls.h"
+#include "transport/wire_kind.h"
 
 namespace strata {
 
@@ -112,6 +113,9 @@ struct TrainerOptions {
   bool error_feedback = true;
   // Payloads through shared memory to servers on this host.
   bool shared_memory = true;
+  // Payloads to the other servers (PsClientOptions::wire, bulk_insecure).
+  WireKind wire = WireKind::kGrpc;
+  bool bulk_insecure = false;
   int64_t eval_every = 50;  // 0: never
   int eval_batches = 4;
   int64_t log_every = 10;

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "examples/toy/toy_problem.h"
 #include "security/tls.h"
+#include "transport/wire_kind.h"
 
 namespace strata {
 
@@ -40,6 +41,10 @@ struct ToyWorkerOptions {
   double lease_ahead_s = 30;
   // TLS for the channels to the scheduler and servers (security/tls.h).
   std::shared_ptr<const Security> security = Security::Plaintext();
+  // Payload paths (PsClientOptions::shared_memory, wire, bulk_min_bytes).
+  bool shared_memory = true;
+  WireKind wire = WireKind::kGrpc;
+  uint64_t bulk_min_bytes = 64 << 10;
 };
 
 // Runs the worker to completion. Prints progress lines and, at the end,

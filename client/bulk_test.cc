@@ -1,0 +1,208 @@
+// The bulk data plane (PsClientOptions::wire, server/bulk_sessions.h)
+// against a real server over real gRPC and UCX held to its TCP transport
+// (the path between hosts): the same weights as plain messages, payloads
+// counted on the plane, a session lost mid-run attached again with nothing
+// applied twice, and requests naming payloads that are not theirs refused.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <vector>
+
+#include "client/ps_client.h"
+#include "common/status.h"
+#include "testing/server/ps_cluster.h"
+#include "transport/ucx_node.h"
+
+namespace strata {
+namespace {
+
+using ::strata::testing::Cluster;
+using ::strata::testing::FinalWeights;
+using ::strata::testing::RunResult;
+using ::strata::testing::ServerStub;
+using ::strata::testing::StartCluster;
+using ::strata::testing::TrainRun;
+using ::strata::testing::TrainSteps;
+
+class BulkPlane : public ::testing::Test {
+ protected:
+  // Both ends' UCX on TCP, as between hosts (on one host UCX would pick
+  // shared memory).
+  void SetUp() override { setenv("UCX_TLS", "tcp", 1); }
+
+  static PsClientOptions Messages() {
+    PsClientOptions o;
+    o.shared_memory = false;
+    return o;
+  }
+  static PsClientOptions Bulk(WireKind wire = WireKind::kUcx) {
+    PsClientOptions o = Messages();
+    o.wire = wire;
+    o.bulk_min_bytes = 1;  // the test model's chunks are 400 bytes
+    return o;
+  }
+  static uint64_t BulkPayloads(Cluster& c) {
+    auto stats = c.ps->Stats();
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    return stats.ok() ? (*stats)[0].bulk_payloads() : 0;
+  }
+};
+
+TEST_F(BulkPlane, TrainsToTheSameWeightsAsPlainMessages) {
+  for (const v1::DType dtype : {v1::DTYPE_F32, v1::DTYPE_BF16}) {
+    SCOPED_TRACE(dtype == v1::DTYPE_F32 ? "fp32" : "bf16");
+    PsClientOptions plain = Messages();
+    plain.push_dtype = plain.pull_dtype = dtype;
+    const RunResult messages = TrainRun(plain);
+    ASSERT_EQ(messages.w.size(), 250u);
+    PsClientOptions bulk = Bulk();
+    bulk.push_dtype = bulk.pull_dtype = dtype;
+    Cluster c;
+    StartCluster(c, bulk);
+    if (HasFatalFailure()) return;
+    TrainSteps(*c.ps, 0, 5);
+    std::vector<float> w(250), b(3);
+    const RunResult on_plane = FinalWeights(c, w.data(), b.data());
+    EXPECT_EQ(on_plane.w, messages.w);  // bit-identical
+    EXPECT_EQ(on_plane.b, messages.b);
+    // 5 steps of 4 chunk pushes and 3 pulls, and the final 4 pulls.
+    EXPECT_EQ(BulkPayloads(c), 5u * 7 + 4);
+    EXPECT_EQ(on_plane.shm_payloads, 0u);
+  }
+}
+
+TEST_F(BulkPlane, SmallPayloadsStayInMessages) {
+  PsClientOptions options = Bulk();
+  options.bulk_min_bytes = 401;  // above every chunk's 400 bytes
+  Cluster c;
+  StartCluster(c, options);
+  if (HasFatalFailure()) return;
+  TrainSteps(*c.ps, 0, 2);
+  EXPECT_EQ(BulkPayloads(c), 0u);
+}
+
+TEST_F(BulkPlane, WireUcxFailsWhereTheServerOffersNoneAndAutoFallsBack) {
+  for (const WireKind wire : {WireKind::kUcx, WireKind::kAuto}) {
+    SCOPED_TRACE(WireKindName(wire));
+    Cluster c;
+    c.scheduler = ::strata::testing::StartScheduler();
+    ServerOptions so;
+    so.scheduler_address = c.scheduler->address();
+    so.wire = WireKind::kGrpc;
+    auto server = ParameterServer::Start(so);
+    ASSERT_TRUE(server.ok()) << server.status();
+    c.server = std::move(*server);
+    SchedulerClientOptions wo;
+    wo.scheduler_address = c.scheduler->address();
+    auto worker = SchedulerClient::Connect(wo);
+    ASSERT_TRUE(worker.ok());
+    c.worker = std::move(*worker);
+    auto ps = PsClient::Create(Bulk(wire), c.worker.get());
+    ASSERT_TRUE(ps.ok());
+    c.ps = std::move(*ps);
+    const absl::Status s = c.ps->RegisterModel(::strata::testing::Model());
+    if (wire == WireKind::kUcx) {
+      EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+      EXPECT_NE(s.message().find("--wire grpc"), absl::string_view::npos) << s;
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << s;
+    TrainSteps(*c.ps, 0, 2);
+    EXPECT_EQ(BulkPayloads(c), 0u);
+  }
+}
+
+// A member's new session replaces its old one: the worker's link dies
+// under it mid-run. The push or pull that named it is refused, retried in
+// a message, and the client attaches again; the weights are those of plain
+// messages, so no push applied twice.
+TEST_F(BulkPlane, ALostSessionIsAttachedAgainWithNothingAppliedTwice) {
+  const RunResult messages = TrainRun(Messages());
+  ASSERT_EQ(messages.w.size(), 250u);
+  Cluster c;
+  StartCluster(c, Bulk());
+  if (HasFatalFailure()) return;
+  TrainSteps(*c.ps, 0, 2);
+  const uint64_t before = BulkPayloads(c);
+  EXPECT_EQ(before, 2u * 7);
+  // Another session for the same member, from a UCX worker of the test's.
+  UcxNode::Options ucx;
+  ucx.transports = "tcp";
+  auto other = UcxNode::Create(ucx);
+  ASSERT_TRUE(other.ok()) << other.status();
+  v1::AttachBulkRequest req;
+  req.set_member_id(c.worker->member_id());
+  req.set_epoch(c.worker->view().epoch());
+  req.set_address((*other)->address());
+  v1::AttachBulkResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(ServerStub(c)->AttachBulk(&ctx, req, &resp).ok());
+  TrainSteps(*c.ps, 2, 3);
+  std::vector<float> w(250), b(3);
+  const RunResult after = FinalWeights(c, w.data(), b.data());
+  EXPECT_EQ(after.w, messages.w);
+  EXPECT_EQ(after.b, messages.b);
+  auto stats = c.ps->Stats();
+  ASSERT_TRUE(stats.ok());
+  // The worker's first session, the test's, and the worker's again after
+  // a call that named the lost one was refused.
+  EXPECT_EQ((*stats)[0].bulk_attaches(), 3u);
+  // Back on the plane once attached again (the timer thread attaches
+  // within a second): some of the last 3 steps' payloads went there.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (BulkPayloads(c) == before && absl::Now() < deadline) {
+    ASSERT_TRUE(c.ps->PullTensor(0, w.data(), -1, 0).ok());
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_GT(BulkPayloads(c), before);
+}
+
+// Requests made by hand: a tag outside the caller's session and a session
+// of another member are refused, before anything is applied.
+TEST_F(BulkPlane, PayloadsOfAnotherSessionAreRefused) {
+  Cluster c;
+  StartCluster(c, Messages());
+  if (HasFatalFailure()) return;
+  UcxNode::Options ucx;
+  ucx.transports = "tcp";
+  auto node = UcxNode::Create(ucx);
+  ASSERT_TRUE(node.ok()) << node.status();
+  v1::AttachBulkRequest attach;
+  attach.set_member_id(c.worker->member_id());
+  attach.set_epoch(c.worker->view().epoch());
+  attach.set_address((*node)->address());
+  v1::AttachBulkResponse session;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(ServerStub(c)->AttachBulk(&ctx, attach, &session).ok());
+  }
+  auto push = [&](uint64_t member, uint64_t tag) {
+    v1::PushRequest req;
+    req.set_member_id(member);
+    req.set_epoch(c.worker->view().epoch());
+    req.set_chunk_id(c.ps->plan().chunks[0].id);
+    req.set_num_samples(1);
+    req.mutable_bulk()->set_session(session.session());
+    req.mutable_bulk()->set_tag(tag);
+    req.mutable_bulk()->set_size(400);
+    v1::PushResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    return FromGrpcStatus(ServerStub(c)->Push(&ctx, req, &resp));
+  };
+  const uint64_t own = uint64_t{session.session()} << 32;
+  const absl::Status foreign_tag =
+      push(c.worker->member_id(), own ^ (1ull << 32));
+  EXPECT_TRUE(absl::IsInvalidArgument(foreign_tag)) << foreign_tag;
+  const absl::Status other_member = push(c.worker->member_id() + 1000, own);
+  EXPECT_TRUE(absl::IsUnavailable(other_member)) << other_member;
+  EXPECT_NE(other_member.message().find("no bulk session"),
+            absl::string_view::npos);
+  auto stats = c.ps->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ((*stats)[0].pushes_applied(), 0u);
+  EXPECT_EQ((*stats)[0].bulk_payloads(), 0u);
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,154 @@
+// The client's bulk data plane (PsClientOptions::wire): a link per server
+// that shared memory does not reach (client/bulk_link.h), a payload put on
+// it per push or pull that is large enough, and the end of its transfer
+// when the call ends. The rest of PsClient::Impl is in ps_client_impl.cc
+// and ps_client_shm.cc.
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/ps_client_impl.h"
+#include "cluster/scheduler_client.h"
+#include "common/status.h"
+#include "spdlog/spdlog.h"
+
+namespace strata {
+
+using ps_client_internal::OpPtr;
+using ps_client_internal::OpState;
+
+namespace {
+
+// How long a call answered OK waits for its transfer to end (the server
+// took the push's payload or sent the pull's weights before it answered:
+// only the last acknowledgement may still be under way), and a call
+// answered with an error (the server took the payload first, unless the
+// request never reached the handler).
+constexpr absl::Duration kAnsweredGrace = absl::Seconds(10);
+constexpr absl::Duration kRefusedGrace = absl::Seconds(1);
+
+}  // namespace
+
+void PsClient::Impl::AttachBulk() {
+  if (options_.wire == WireKind::kGrpc || plan_.chunks.empty()) return;
+  if (options_.security->tls() && !options_.bulk_insecure) return;
+  if (ucx_ == nullptr) {
+    if (!ucx_error_.ok()) return;
+    UcxNode::Options ucx;
+    ucx.transports = options_.ucx_transports;
+    absl::StatusOr<std::shared_ptr<UcxNode>> node = UcxNode::Create(ucx);
+    if (!node.ok()) {
+      ucx_error_ = node.status();
+      spdlog::warn(
+          "strata client: the bulk plane could not start ({}); "
+          "payloads go in messages",
+          ucx_error_.ToString());
+      return;
+    }
+    ucx_ = *std::move(node);
+  }
+  for (int slot = 0; slot < num_slots_; ++slot) {
+    absl::StatusOr<Stubs*> stubs = StubsForSlot(slot);
+    if (!stubs.ok()) continue;
+    {
+      absl::MutexLock lock(&stub_mu_);
+      Stubs& s = **stubs;
+      // Shared memory first where it works (or may work once the server
+      // answers).
+      const bool shm_reaches =
+          options_.shared_memory && (s.shm || !s.shm_refused);
+      if (shm_reaches || s.bulk || s.bulk_refused) continue;
+    }
+    absl::StatusOr<std::shared_ptr<BulkLink>> link =
+        BulkLink::Attach((*stubs)->typed.get(), ucx_, scheduler_->member_id(),
+                         scheduler_->view().epoch());
+    absl::MutexLock lock(&stub_mu_);
+    if (link.ok()) {
+      (*stubs)->bulk = *std::move(link);
+    } else if (!ShmAttachMayWorkLater(link.status())) {
+      (*stubs)->bulk_refused = true;
+      (*stubs)->bulk_error = link.status().ToString();
+      spdlog::info("strata client: shard slot {} without the bulk plane: {}",
+                   slot, (*stubs)->bulk_error);
+    }
+  }
+}
+
+absl::Status PsClient::Impl::CheckWire() {
+  if (options_.wire != WireKind::kUcx) return absl::OkStatus();
+  if (options_.security->tls() && !options_.bulk_insecure) {
+    return absl::FailedPreconditionError(
+        "--wire ucx under mutual TLS needs --bulk_insecure: the bulk plane "
+        "does not encrypt");
+  }
+  if (!ucx_error_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--wire ucx: UCX could not start here: ", ucx_error_.message()));
+  }
+  for (int slot = 0; slot < num_slots_; ++slot) {
+    STRATA_ASSIGN_OR_RETURN(Stubs * stubs, StubsForSlot(slot));
+    absl::MutexLock lock(&stub_mu_);
+    if (stubs->bulk || stubs->shm) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--wire ucx: shard slot ", slot, " has no bulk plane: ",
+        stubs->bulk_error.empty() ? "not attached" : stubs->bulk_error));
+  }
+  return absl::OkStatus();
+}
+
+bool PsClient::Impl::TakeBulk(const OpPtr& op, Stubs* stubs, void* data,
+                              size_t bytes, v1::BulkRef* ref) {
+  op->bulk_payload = false;
+  if (options_.wire == WireKind::kGrpc || bytes < options_.bulk_min_bytes)
+    return false;
+  std::shared_ptr<BulkLink> link;
+  {
+    absl::MutexLock lock(&stub_mu_);
+    link = stubs->bulk;
+    if (link && link->broken()) {
+      stubs->bulk.reset();
+      link.reset();
+    }
+  }
+  if (!link) return false;
+  op->transfer = op->kind == OpState::kPush ? link->Send(data, bytes, ref)
+                                            : link->Receive(data, bytes, ref);
+  op->bulk = std::move(link);
+  op->bulk_payload = true;
+  return true;
+}
+
+absl::Status PsClient::Impl::EndBulkAttempt(const OpPtr& op,
+                                            absl::Status status) {
+  if (!op->transfer) return status;
+  const bool pull = op->kind == OpState::kPull;
+  absl::Duration grace = absl::ZeroDuration();
+  if (op->answered && status.ok()) {
+    grace = kAnsweredGrace;
+  } else if (op->answered && !pull) {
+    grace = kRefusedGrace;  // a pull refused sends nothing
+  }
+  const absl::Status moved = op->transfer->Wait(absl::Now() + grace);
+  bool broken = !moved.ok() && (!pull || op->answered);
+  if (!moved.ok()) op->transfer->Abort();
+  // The server does not know the session (it restarted, or ended it).
+  if (absl::IsUnavailable(status) &&
+      absl::StrContains(status.message(), "no bulk session")) {
+    broken = true;
+  }
+  if (broken) {
+    op->bulk->Break();
+    absl::MutexLock lock(&stub_mu_);
+    for (auto& [address, stubs] : stubs_) {
+      if (stubs->bulk == op->bulk) stubs->bulk.reset();
+    }
+  }
+  op->transfer.reset();
+  op->bulk.reset();
+  if (broken) WantAttach();
+  if (status.ok() && pull && !moved.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "the weights did not arrive on the bulk plane: ", moved.message()));
+  }
+  return status;
+}
+
+}  // namespace strata

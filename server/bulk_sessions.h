@@ -1,0 +1,97 @@
+// The bulk data plane's sessions on a server (AttachBulk in ps.proto): one
+// per member, each an endpoint of the server's UCX worker to the member's
+// (transport/ucx_node.h). A push names the tag its gradient was sent with
+// and the server receives it; a pull names the tag of the receive its
+// caller posted and the server sends the weights there before answering.
+//
+// A payload that does not arrive in time, or a send the member does not
+// take, ends the session: its endpoint closes (so the member's own sends
+// on it end), and the request fails UNAVAILABLE with the no-session
+// message, so the member attaches again and retries.
+#ifndef STRATA_SERVER_BULK_SESSIONS_H_
+#define STRATA_SERVER_BULK_SESSIONS_H_
+
+#include <grpcpp/support/slice.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "strata/v1/ps.pb.h"
+#include "transport/ucx_node.h"
+
+namespace strata {
+
+// Thread-safe.
+class BulkSessions {
+ public:
+  // Starts UCX at the first Attach, with `options`; a failure to start
+  // answers that Attach and every later one.
+  explicit BulkSessions(UcxNode::Options options, size_t max_sessions = 128)
+      : options_(std::move(options)), max_sessions_(max_sessions) {}
+  // Offers no bulk plane: every Attach fails FAILED_PRECONDITION with
+  // `why_not`.
+  static std::unique_ptr<BulkSessions> Refusing(std::string why_not);
+  ~BulkSessions();
+
+  // Opens a session for req.member_id() (the caller checked it is a live
+  // worker; one RetainOnly has dropped since is refused, UNAVAILABLE). A
+  // member's new session replaces its old one.
+  absl::StatusOr<v1::AttachBulkResponse> Attach(
+      const v1::AttachBulkRequest& req);
+  // Ends session `id`; false if it was not held.
+  bool Detach(uint32_t id);
+  // Ends the sessions of members not in `members` (sorted): they left.
+  void RetainOnly(const std::vector<uint64_t>& members);
+
+  // A push's payload that `ref` names, received into a new slice, waiting
+  // until `deadline` for it. NOT_FOUND (no-session message) for a session
+  // this server does not hold for `member`; INVALID_ARGUMENT for a tag
+  // outside the session or a size other than `expected`.
+  absl::StatusOr<grpc::Slice> Receive(const v1::BulkRef& ref, uint64_t member,
+                                      size_t expected, absl::Time deadline);
+  // Sends a pull's payload, `n` bytes at `data`, to the receive `ref`
+  // names, and returns once it is sent (the member has it) or failed.
+  absl::Status Send(const v1::BulkRef& ref, uint64_t member, const char* data,
+                    size_t n, absl::Time deadline);
+  size_t size() const;
+  uint64_t attached() const;  // sessions attached since the start
+
+ private:
+  struct Session {
+    uint64_t member = 0;
+    std::shared_ptr<UcxEndpoint> endpoint;
+  };
+  absl::StatusOr<Session> Find(const v1::BulkRef& ref, uint64_t member) const;
+  // Ends session `id` after a transfer in it failed with `why`: returns
+  // the error the request gets.
+  absl::Status Lose(uint32_t id, const absl::Status& why);
+  // Closes a session's endpoint and drops its unclaimed payloads (outside
+  // mu_: it waits on UCX).
+  void End(uint32_t id, Session session);
+
+  // The node, started by the first Attach; an error if it could not start
+  // or this server offers no bulk plane.
+  absl::StatusOr<std::shared_ptr<UcxNode>> Node();
+
+  const UcxNode::Options options_;
+  const size_t max_sessions_;
+  absl::Mutex start_mu_;
+  std::optional<absl::Status> start_error_ ABSL_GUARDED_BY(start_mu_);
+  // Set once (under start_mu_), read by the transfers of sessions it made.
+  std::shared_ptr<UcxNode> node_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint32_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, uint32_t> by_member_ ABSL_GUARDED_BY(mu_);
+  std::optional<std::vector<uint64_t>> members_ ABSL_GUARDED_BY(mu_);
+  uint64_t attached_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SERVER_BULK_SESSIONS_H_
