@@ -10,10 +10,11 @@
 # ShareTensors), 3 for the bulk plane (--wire ucx, shared memory off; UCX
 # on its TCP transport, UCX_TLS=tcp, as between hosts), each also against
 # its gRPC-message figure (pushpull_ucx_ratio_to_grpc).
-# Then the gRPC configurations (TLS_CONFIGS) again on a second cluster with
-# mutual TLS on every channel, each against its plaintext figure
-# (pushpull_tls_ratio_to_plaintext). Shared memory carries payloads
-# outside the channel, so TLS does not touch them.
+# Then the gRPC and bulk-plane configurations (TLS_CONFIGS) again on a
+# second cluster with mutual TLS on every channel, each against its
+# plaintext figure (pushpull_tls_ratio_to_plaintext): on the bulk plane
+# that is the cost of sealing each payload with AES-256-GCM. Shared memory
+# carries payloads outside the channel, so TLS does not touch them.
 # Then BF16_CONFIGS with gradients pushed and weights pulled as bf16 (a GPU
 # worker's default), counted in the model's fp32 bytes, each against its
 # fp32 figure (pushpull_bf16_speedup).
@@ -99,7 +100,7 @@ pids=()
 export TLS_DIR="$dir/certs"
 ./build/cli/strata certs --out "$TLS_DIR" >/dev/null
 mkdir -p "$dir/tls" && start_cluster "$dir/tls" --consistency asp
-for config in ${TLS_CONFIGS:-4:1:0 4:2:0 64:1:0 64:2:0}; do
+for config in ${TLS_CONFIGS:-4:1:0 4:2:0 64:1:0 64:2:0 4:1:3 4:2:3 64:1:3}; do
   run_config "$config" $(tls_flags worker)
   printf "pushpull_GBps tls_%s %.3f\n" "$name" "$pp"
   python3 -c "print('pushpull_ratio_to_tcp tls_$name %.3f' % ($pp / $tcp))"

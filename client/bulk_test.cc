@@ -10,7 +10,9 @@
 
 #include "client/ps_client.h"
 #include "common/status.h"
+#include "security/certs.h"
 #include "testing/server/ps_cluster.h"
+#include "transport/bulk_cipher.h"
 #include "transport/ucx_node.h"
 
 namespace strata {
@@ -109,6 +111,123 @@ TEST_F(BulkPlane, WireUcxFailsWhereTheServerOffersNoneAndAutoFallsBack) {
     ASSERT_TRUE(s.ok()) << s;
     TrainSteps(*c.ps, 0, 2);
     EXPECT_EQ(BulkPayloads(c), 0u);
+  }
+}
+
+// Under mutual TLS the server gives each session a key and every payload
+// is sealed: the same weights as plaintext messages; a worker with
+// --bulk_insecure against a server without it still gets the key and
+// seals; a server with --bulk_insecure gives none, and a worker without it
+// refuses that plane (--wire ucx fails, naming why).
+TEST_F(BulkPlane, UnderTlsPayloadsAreSealed) {
+  const RunResult messages = TrainRun(Messages());
+  ASSERT_EQ(messages.w.size(), 250u);
+  const std::string dir = ::strata::testing::FreshDir("bulk_tls");
+  ClusterCertsOptions certs;
+  certs.out_dir = dir;
+  ASSERT_TRUE(WriteClusterCerts(certs).ok());
+  auto load = [&](const std::string& role) {
+    auto s = Security::Load({dir + "/" + role + ".pem",
+                             dir + "/" + role + ".key", dir + "/ca.pem"});
+    EXPECT_TRUE(s.ok()) << s.status();
+    return *s;
+  };
+  for (const bool server_insecure : {false, true}) {
+    SCOPED_TRACE(server_insecure ? "server --bulk_insecure" : "sealed");
+    Cluster c;
+    SchedulerOptions so;
+    so.num_shards = 1;
+    so.consistency = ParseConsistency("bsp").value();
+    so.security = load("scheduler");
+    auto scheduler = Scheduler::Start(so);
+    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+    c.scheduler = std::move(*scheduler);
+    ServerOptions sv;
+    sv.scheduler_address = c.scheduler->address();
+    sv.security = load("server");
+    sv.bulk_insecure = server_insecure;
+    auto server = ParameterServer::Start(sv);
+    ASSERT_TRUE(server.ok()) << server.status();
+    c.server = std::move(*server);
+    SchedulerClientOptions wo;
+    wo.scheduler_address = c.scheduler->address();
+    wo.security = load("worker");
+    auto worker = SchedulerClient::Connect(wo);
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    c.worker = std::move(*worker);
+    PsClientOptions po = Bulk();
+    po.security = load("worker");
+    auto ps = PsClient::Create(po, c.worker.get());
+    ASSERT_TRUE(ps.ok());
+    c.ps = std::move(*ps);
+    const absl::Status s = c.ps->RegisterModel(::strata::testing::Model());
+    if (server_insecure) {
+      EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+      EXPECT_NE(s.message().find("does not encrypt"), absl::string_view::npos)
+          << s;
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_TRUE(c.worker
+                    ->WaitForView(
+                        [](const v1::View& v) { return v.workers_size() == 1; },
+                        absl::Seconds(10))
+                    .ok());
+    TrainSteps(*c.ps, 0, 5);
+    std::vector<float> w(250), b(3);
+    const RunResult sealed = FinalWeights(c, w.data(), b.data());
+    EXPECT_EQ(sealed.w, messages.w);
+    EXPECT_EQ(sealed.b, messages.b);
+    EXPECT_EQ(BulkPayloads(c), 5u * 7 + 4);
+
+    // A payload sealed under another key is refused, and nothing applied.
+    grpc::ChannelArguments args;
+    auto stub = v1::ParameterServer::NewStub(
+        load("worker")->Dial(c.server->address(), Role::kServer, args));
+    UcxNode::Options ucx;
+    ucx.transports = "tcp";
+    auto node = UcxNode::Create(ucx);
+    ASSERT_TRUE(node.ok()) << node.status();
+    v1::AttachBulkRequest attach;
+    attach.set_member_id(c.worker->member_id());
+    attach.set_epoch(c.worker->view().epoch());
+    attach.set_address((*node)->address());
+    v1::AttachBulkResponse session;
+    {
+      grpc::ClientContext ctx;
+      ASSERT_TRUE(stub->AttachBulk(&ctx, attach, &session).ok());
+    }
+    EXPECT_EQ(session.key().size(), BulkCipher::kKeyBytes);
+    auto endpoint = (*node)->Connect(session.address());
+    ASSERT_TRUE(endpoint.ok());
+    const uint64_t tag = uint64_t{session.session()} << 32;
+    std::vector<char> grad(400, 0), forged(400 + BulkCipher::kTagBytes);
+    auto other = BulkCipher::FromKey(*BulkCipher::NewKey());
+    ASSERT_TRUE(
+        other->Seal(BulkCipher::kToServer, tag, grad.data(), 400, forged.data())
+            .ok());
+    auto send = (*endpoint)->Send(forged.data(), forged.size(), tag);
+    auto applied = [&] {
+      auto stats = c.ps->Stats();
+      EXPECT_TRUE(stats.ok());
+      return stats.ok() ? (*stats)[0].pushes_applied() : 0;
+    };
+    const uint64_t before = applied();
+    v1::PushRequest push;
+    push.set_member_id(c.worker->member_id());
+    push.set_epoch(c.worker->view().epoch());
+    push.set_chunk_id(c.ps->plan().chunks[0].id);
+    push.set_step(5);
+    push.set_num_samples(4);
+    push.mutable_bulk()->set_session(session.session());
+    push.mutable_bulk()->set_tag(tag);
+    push.mutable_bulk()->set_size(forged.size());
+    v1::PushResponse resp;
+    grpc::ClientContext ctx;
+    const absl::Status refused = FromGrpcStatus(stub->Push(&ctx, push, &resp));
+    EXPECT_TRUE(absl::IsPermissionDenied(refused)) << refused;
+    EXPECT_TRUE(send->Wait(absl::Now() + absl::Seconds(10)).ok());
+    EXPECT_EQ(applied(), before);
   }
 }
 

@@ -29,7 +29,9 @@ constexpr absl::Duration kRefusedGrace = absl::Seconds(1);
 
 void PsClient::Impl::AttachBulk() {
   if (options_.wire == WireKind::kGrpc || plan_.chunks.empty()) return;
-  if (options_.security->tls() && !options_.bulk_insecure) return;
+  // Sealed payloads wherever the channels are TLS (the server's key comes
+  // over them), unless the fabric is trusted.
+  const bool sealed = options_.security->tls() && !options_.bulk_insecure;
   if (ucx_ == nullptr) {
     if (!ucx_error_.ok()) return;
     UcxNode::Options ucx;
@@ -59,7 +61,7 @@ void PsClient::Impl::AttachBulk() {
     }
     absl::StatusOr<std::shared_ptr<BulkLink>> link =
         BulkLink::Attach((*stubs)->typed.get(), ucx_, scheduler_->member_id(),
-                         scheduler_->view().epoch());
+                         scheduler_->view().epoch(), sealed);
     absl::MutexLock lock(&stub_mu_);
     if (link.ok()) {
       (*stubs)->bulk = *std::move(link);
@@ -74,11 +76,6 @@ void PsClient::Impl::AttachBulk() {
 
 absl::Status PsClient::Impl::CheckWire() {
   if (options_.wire != WireKind::kUcx) return absl::OkStatus();
-  if (options_.security->tls() && !options_.bulk_insecure) {
-    return absl::FailedPreconditionError(
-        "--wire ucx under mutual TLS needs --bulk_insecure: the bulk plane "
-        "does not encrypt");
-  }
   if (!ucx_error_.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "--wire ucx: UCX could not start here: ", ucx_error_.message()));
@@ -109,8 +106,16 @@ bool PsClient::Impl::TakeBulk(const OpPtr& op, Stubs* stubs, void* data,
     }
   }
   if (!link) return false;
-  op->transfer = op->kind == OpState::kPush ? link->Send(data, bytes, ref)
-                                            : link->Receive(data, bytes, ref);
+  if (op->kind == OpState::kPush) {
+    absl::StatusOr<std::unique_ptr<UcxTransfer>> sent =
+        link->Send(data, bytes, &op->sealed, ref);
+    if (!sent.ok()) return false;  // in the message instead
+    op->transfer = *std::move(sent);
+  } else {
+    op->transfer = link->Receive(data, bytes, &op->sealed, ref);
+    op->bulk_ref = *ref;
+    op->bulk_into = data;
+  }
   op->bulk = std::move(link);
   op->bulk_payload = true;
   return true;
@@ -126,9 +131,17 @@ absl::Status PsClient::Impl::EndBulkAttempt(const OpPtr& op,
   } else if (op->answered && !pull) {
     grace = kRefusedGrace;  // a pull refused sends nothing
   }
-  const absl::Status moved = op->transfer->Wait(absl::Now() + grace);
+  absl::Status moved = op->transfer->Wait(absl::Now() + grace);
   bool broken = !moved.ok() && (!pull || op->answered);
   if (!moved.ok()) op->transfer->Abort();
+  if (moved.ok() && pull && status.ok()) {
+    moved = op->bulk->Opened(op->bulk_ref, op->sealed, op->bulk_into);
+    if (!moved.ok()) {
+      // Changed on the way: this link is not to be trusted again.
+      spdlog::warn("strata client: {}", moved.ToString());
+      broken = true;
+    }
+  }
   // The server does not know the session (it restarted, or ended it).
   if (absl::IsUnavailable(status) &&
       absl::StrContains(status.message(), "no bulk session")) {

@@ -282,6 +282,8 @@ void PsClient::Impl::Complete(const OpPtr& op, absl::Status status,
   // Free the buffers now: the handle may outlive the op by a long time.
   op->bf16.clear();
   op->bf16.shrink_to_fit();
+  op->sealed.clear();
+  op->sealed.shrink_to_fit();
   op->Finish(std::move(status), version, min_clock);
   absl::MutexLock lock(&mu_);
   outstanding_--;

@@ -92,6 +92,11 @@ struct OpState {
   std::shared_ptr<BulkLink> bulk;
   std::unique_ptr<UcxTransfer> transfer;
   bool bulk_payload = false;  // this attempt's answer carries no payload
+  // A pull's: its receive and where the weights go; with a sealed
+  // session, the sealed bytes (a push's too).
+  v1::BulkRef bulk_ref;
+  void* bulk_into = nullptr;
+  std::string sealed;
 
   mutable absl::Mutex mu;
   bool finished ABSL_GUARDED_BY(mu) = false;

@@ -25,7 +25,8 @@ absl::Status NoSession(uint32_t id, uint64_t member) {
 }  // namespace
 
 std::unique_ptr<BulkSessions> BulkSessions::Refusing(std::string why_not) {
-  auto sessions = std::make_unique<BulkSessions>(UcxNode::Options());
+  auto sessions =
+      std::make_unique<BulkSessions>(UcxNode::Options(), /*encrypt=*/false);
   absl::MutexLock lock(&sessions->start_mu_);
   sessions->start_error_ = absl::FailedPreconditionError(std::move(why_not));
   return sessions;
@@ -63,6 +64,12 @@ absl::StatusOr<v1::AttachBulkResponse> BulkSessions::Attach(
     return absl::InvalidArgumentError(
         "AttachBulk: a UCX worker address of 1 to 65536 bytes");
   }
+  std::optional<BulkCipher> cipher;
+  std::string key;
+  if (encrypt_) {
+    STRATA_ASSIGN_OR_RETURN(key, BulkCipher::NewKey());
+    STRATA_ASSIGN_OR_RETURN(cipher, BulkCipher::FromKey(key));
+  }
   STRATA_ASSIGN_OR_RETURN(std::shared_ptr<UcxEndpoint> endpoint,
                           node->Connect(req.address()));
   std::optional<std::pair<uint32_t, Session>> replaced;
@@ -90,7 +97,7 @@ absl::StatusOr<v1::AttachBulkResponse> BulkSessions::Attach(
       if (getrandom(&id, sizeof id, 0) != sizeof id)
         return absl::UnavailableError("getrandom failed");
     }
-    sessions_[id] = Session{req.member_id(), std::move(endpoint)};
+    sessions_[id] = Session{req.member_id(), std::move(endpoint), cipher};
     by_member_[req.member_id()] = id;
     attached_++;
   }
@@ -98,6 +105,7 @@ absl::StatusOr<v1::AttachBulkResponse> BulkSessions::Attach(
   v1::AttachBulkResponse resp;
   resp.set_session(id);
   resp.set_address(node->address());
+  resp.set_key(std::move(key));
   return resp;
 }
 
@@ -184,25 +192,42 @@ absl::StatusOr<grpc::Slice> BulkSessions::Receive(const v1::BulkRef& ref,
     return absl::InvalidArgumentError(absl::StrCat(
         "a bulk payload of ", ref.size(), " bytes for ", expected));
   }
+  const size_t overhead = session->cipher ? BulkCipher::kTagBytes : 0;
+  if (expected < overhead) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a sealed bulk payload of ", expected, " bytes, under its tag's"));
+  }
   grpc::Slice payload = AllocateSlice(expected);
-  auto transfer = node_->Receive(const_cast<uint8_t*>(payload.begin()),
-                                 expected, ref.tag());
+  char* bytes = reinterpret_cast<char*>(const_cast<uint8_t*>(payload.begin()));
+  auto transfer = node_->Receive(bytes, expected, ref.tag());
   if (absl::Status s = transfer->Wait(deadline); !s.ok()) {
     transfer->Abort();
     return Lose(ref.session(), s);
   }
-  return payload;
+  if (!session->cipher) return payload;
+  STRATA_RETURN_IF_ERROR(session->cipher->Open(BulkCipher::kToServer, ref.tag(),
+                                               bytes, expected, bytes));
+  return payload.sub(0, expected - overhead);
 }
 
 absl::Status BulkSessions::Send(const v1::BulkRef& ref, uint64_t member,
                                 const char* data, size_t n,
                                 absl::Time deadline) {
   STRATA_ASSIGN_OR_RETURN(Session session, Find(ref, member));
-  if (ref.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a pull into ", ref.size(), " bulk bytes of weights of ", n));
+  const size_t overhead = session.cipher ? BulkCipher::kTagBytes : 0;
+  if (ref.size() != n + overhead) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a pull into ", ref.size(), " bulk bytes of weights of ",
+                     n, overhead > 0 ? " sealed" : ""));
   }
-  auto transfer = session.endpoint->Send(data, n, ref.tag());
+  std::string sealed;
+  if (session.cipher) {
+    sealed.resize(n + overhead);
+    STRATA_RETURN_IF_ERROR(session.cipher->Seal(
+        BulkCipher::kToWorker, ref.tag(), data, n, sealed.data()));
+    data = sealed.data();
+  }
+  auto transfer = session.endpoint->Send(data, n + overhead, ref.tag());
   if (absl::Status s = transfer->Wait(deadline); !s.ok()) {
     transfer->Abort();  // closes the endpoint: UCX no longer reads `data`
     return Lose(ref.session(), s);

@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "strata/v1/ps.pb.h"
+#include "transport/bulk_cipher.h"
 #include "transport/ucx_node.h"
 
 namespace strata {
@@ -31,9 +32,14 @@ namespace strata {
 class BulkSessions {
  public:
   // Starts UCX at the first Attach, with `options`; a failure to start
-  // answers that Attach and every later one.
-  explicit BulkSessions(UcxNode::Options options, size_t max_sessions = 128)
-      : options_(std::move(options)), max_sessions_(max_sessions) {}
+  // answers that Attach and every later one. With `encrypt`, each
+  // session gets a key and its payloads are sealed
+  // (transport/bulk_cipher.h).
+  BulkSessions(UcxNode::Options options, bool encrypt,
+               size_t max_sessions = 128)
+      : options_(std::move(options)),
+        encrypt_(encrypt),
+        max_sessions_(max_sessions) {}
   // Offers no bulk plane: every Attach fails FAILED_PRECONDITION with
   // `why_not`.
   static std::unique_ptr<BulkSessions> Refusing(std::string why_not);
@@ -52,7 +58,10 @@ class BulkSessions {
   // A push's payload that `ref` names, received into a new slice, waiting
   // until `deadline` for it. NOT_FOUND (no-session message) for a session
   // this server does not hold for `member`; INVALID_ARGUMENT for a tag
-  // outside the session or a size other than `expected`.
+  // outside the session or a size other than `expected`;
+  // PERMISSION_DENIED for a sealed payload that does not open under the
+  // session's key. `expected` counts the bytes on the plane; the slice
+  // holds the payload.
   absl::StatusOr<grpc::Slice> Receive(const v1::BulkRef& ref, uint64_t member,
                                       size_t expected, absl::Time deadline);
   // Sends a pull's payload, `n` bytes at `data`, to the receive `ref`
@@ -66,6 +75,7 @@ class BulkSessions {
   struct Session {
     uint64_t member = 0;
     std::shared_ptr<UcxEndpoint> endpoint;
+    std::optional<BulkCipher> cipher;
   };
   absl::StatusOr<Session> Find(const v1::BulkRef& ref, uint64_t member) const;
   // Ends session `id` after a transfer in it failed with `why`: returns
@@ -80,6 +90,7 @@ class BulkSessions {
   absl::StatusOr<std::shared_ptr<UcxNode>> Node();
 
   const UcxNode::Options options_;
+  const bool encrypt_;
   const size_t max_sessions_;
   absl::Mutex start_mu_;
   std::optional<absl::Status> start_error_ ABSL_GUARDED_BY(start_mu_);

@@ -246,14 +246,12 @@ absl::StatusOr<ShardOptions> MakeShardOptions(const ServerOptions& options,
 std::unique_ptr<BulkSessions> MakeBulkSessions(const ServerOptions& options) {
   if (options.wire == WireKind::kGrpc)
     return BulkSessions::Refusing("this server runs with --wire grpc");
-  if (options.security->tls() && !options.bulk_insecure) {
-    return BulkSessions::Refusing(
-        "this server runs mutual TLS and its bulk plane does not encrypt: "
-        "it is offered with --bulk_insecure only (a trusted fabric)");
-  }
   UcxNode::Options ucx;
   ucx.transports = options.ucx_transports;
-  return std::make_unique<BulkSessions>(ucx);
+  // Payloads sealed wherever the channels are TLS, unless the fabric is
+  // trusted.
+  return std::make_unique<BulkSessions>(
+      ucx, options.security->tls() && !options.bulk_insecure);
 }
 
 }  // namespace
