@@ -12,6 +12,9 @@
 #   overlapped_bf16    the same with bf16 pushes and pulls (a GPU
 #                      worker's default; error feedback on the pushes)
 #   overlapped_bf16_no_ef   the same without error feedback (its cost)
+#   overlapped_fp32_ucx     overlapped_fp32 on the bulk plane (--wire ucx,
+#                      UCX on TCP)
+# RUNS picks some of them (default: all).
 # Prints
 #   wire_Gbps <x>                            iperf3 through the link
 #   wire_tokens_per_s <config> <t>
@@ -19,6 +22,7 @@
 #   wire_floor_s <config> <f>                the step's bytes over the link
 #                                            rate (push + pull), no compute
 #   wire_ratio_to_pull_first <config> <t / t(pull_first_fp32)>
+#   wire_ucx_ratio_to_grpc <t(overlapped_fp32_ucx) / t(overlapped_fp32)>
 # STEPS (default 6) steps per run; figures over steps 2..STEPS-1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,12 +73,27 @@ print("wire_step_s %s %.3f" % (config, step))
 print("wire_floor_s %s %.3f" % (config, nbytes * 8 / (gbps * 1e9)))
 PY
 }
+export UCX_TLS="${UCX_TLS:-tcp}"
 out=$(
-  run pull_first_fp32 --forward_during_pull false
-  run overlapped_fp32
-  run overlapped_bf16 --push_bf16 --pull_bf16
-  run overlapped_bf16_no_ef --push_bf16 --pull_bf16 --error_feedback false
+  for config in ${RUNS:-pull_first_fp32 overlapped_fp32 overlapped_bf16 overlapped_bf16_no_ef overlapped_fp32_ucx}; do
+    case "$config" in
+      pull_first_fp32) run "$config" --forward_during_pull false ;;
+      overlapped_fp32) run "$config" ;;
+      overlapped_bf16) run "$config" --push_bf16 --pull_bf16 ;;
+      overlapped_bf16_no_ef)
+        run "$config" --push_bf16 --pull_bf16 --error_feedback false ;;
+      overlapped_fp32_ucx) run "$config" --wire ucx ;;
+      *) echo "unknown run $config" >&2; exit 2 ;;
+    esac
+  done
 )
 echo "$out"
+grpc=$(awk '$1 == "wire_tokens_per_s" && $2 == "overlapped_fp32" {print $3}' <<<"$out")
+ucx=$(awk '$1 == "wire_tokens_per_s" && $2 == "overlapped_fp32_ucx" {print $3}' <<<"$out")
+if [[ -n "$grpc" && -n "$ucx" ]]; then
+  python3 -c "print('wire_ucx_ratio_to_grpc %.3f' % ($ucx / $grpc))"
+fi
 base=$(awk '$1 == "wire_tokens_per_s" && $2 == "pull_first_fp32" {print $3}' <<<"$out")
-awk -v b="$base" '$1 == "wire_tokens_per_s" {printf "wire_ratio_to_pull_first %s %.3f\n", $2, $3 / b}' <<<"$out"
+if [[ -n "$base" ]]; then
+  awk -v b="$base" '$1 == "wire_tokens_per_s" {printf "wire_ratio_to_pull_first %s %.3f\n", $2, $3 / b}' <<<"$out"
+fi
