@@ -39,10 +39,11 @@ BulkLink::~BulkLink() { endpoint_->Close(); }
 
 absl::StatusOr<std::unique_ptr<UcxTransfer>> BulkLink::Send(
     const void* data, size_t bytes, std::string* staging, v1::BulkRef* ref) {
-  const uint32_t n = next_.fetch_add(1, std::memory_order_relaxed);
-  if (n == UINT32_MAX) {
-    // Tags (and nonces) would repeat: a new session for the next ones.
-    Break();
+  // 64 bits never wrap: past 2^32 - 1 every caller is refused, and no tag
+  // (nor nonce) repeats.
+  const uint64_t n = next_.fetch_add(1, std::memory_order_relaxed);
+  if (n > UINT32_MAX) {
+    Break();  // a new session for the next ones
     return absl::UnavailableError("the bulk session ran out of tags");
   }
   // The server receives it by tag: the session's in the high half.

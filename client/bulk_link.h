@@ -69,7 +69,7 @@ class BulkLink {
   const std::shared_ptr<UcxEndpoint> endpoint_;
   const uint32_t session_;
   const std::optional<BulkCipher> cipher_;
-  std::atomic<uint32_t> next_{0};
+  std::atomic<uint64_t> next_{0};
 };
 
 }  // namespace strata

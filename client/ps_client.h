@@ -70,8 +70,13 @@ struct PsClientOptions {
   // shared memory does not reach (transport/wire_kind.h): kUcx and kAuto
   // move them over the bulk plane (client/bulk_link.h) where the server
   // offers it; kUcx makes RegisterModel fail where one does not. Under
-  // mutual TLS the bulk plane is used only with bulk_insecure: it does not
-  // encrypt. kGrpc is the default while that is so.
+  // mutual TLS its payloads are sealed (transport/bulk_cipher.h) unless
+  // bulk_insecure; a server that does not seal them is then refused.
+  // kGrpc is the default (docs/ARCHITECTURE.md says why). A pull on the
+  // plane receives fp32 weights straight into `dst`: one whose attempt
+  // failed after the server began to send may have written them there
+  // (the chunk's weights then, as a late pull into the tensor region
+  // may).
   WireKind wire = WireKind::kGrpc;
   bool bulk_insecure = false;
   uint64_t bulk_min_bytes = 64 << 10;

@@ -24,6 +24,8 @@ namespace {
 // request never reached the handler).
 constexpr absl::Duration kAnsweredGrace = absl::Seconds(10);
 constexpr absl::Duration kRefusedGrace = absl::Seconds(1);
+// How long an aborted transfer is waited for.
+constexpr absl::Duration kAbortLimit = absl::Seconds(5);
 
 }  // namespace
 
@@ -105,11 +107,27 @@ bool PsClient::Impl::TakeBulk(const OpPtr& op, Stubs* stubs, void* data,
       link.reset();
     }
   }
-  if (!link) return false;
+  if (!link) {
+    // Lost (its peer went, its tags ran out) or never attached: the timer
+    // thread attaches one, unless this server refused the plane.
+    bool refused;
+    {
+      absl::MutexLock lock(&stub_mu_);
+      refused = stubs->bulk_refused;
+    }
+    if (!refused) WantAttach();
+    return false;
+  }
   if (op->kind == OpState::kPush) {
     absl::StatusOr<std::unique_ptr<UcxTransfer>> sent =
         link->Send(data, bytes, &op->sealed, ref);
     if (!sent.ok()) return false;  // in the message instead
+    if (link->broken()) {
+      // Closed meanwhile: the send fails, and a request naming it would
+      // hold a server thread waiting for it.
+      (*sent)->Abort();
+      return false;
+    }
     op->transfer = *std::move(sent);
   } else {
     op->transfer = link->Receive(data, bytes, &op->sealed, ref);
@@ -132,8 +150,23 @@ absl::Status PsClient::Impl::EndBulkAttempt(const OpPtr& op,
     grace = kRefusedGrace;  // a pull refused sends nothing
   }
   absl::Status moved = op->transfer->Wait(absl::Now() + grace);
-  bool broken = !moved.ok() && (!pull || op->answered);
-  if (!moved.ok()) op->transfer->Abort();
+  // A push whose payload was not taken, or a pull answered OK whose
+  // weights did not come: the link is not to be used again. (A pull the
+  // server refused sends nothing: its receive is only cancelled.)
+  bool broken = !moved.ok() && (!pull || (op->answered && status.ok()));
+  if (!moved.ok() && !op->transfer->Abort(kAbortLimit)) {
+    // A pull's receive already matched to weights still arriving: they
+    // may land in the destination later, as a late pull into the tensor
+    // region may (PsClient::ShareTensors). Kept until UCX ends it.
+    spdlog::warn(
+        "strata client: a pull's weights are still arriving on the "
+        "bulk plane after its call ended");
+    broken = true;
+    std::shared_ptr<UcxNode> node = ucx_;
+    node->Bury(std::move(op->transfer),
+               std::make_shared<std::string>(std::move(op->sealed)),
+               absl::ZeroDuration());
+  }
   if (moved.ok() && pull && status.ok()) {
     moved = op->bulk->Opened(op->bulk_ref, op->sealed, op->bulk_into);
     if (!moved.ok()) {

@@ -92,6 +92,8 @@ void PsClient::Impl::Dispatch(int slot) {
 void PsClient::Impl::Issue(const OpPtr& op) {
   op->attempts++;
   op->answered = op->shm_lost = false;
+  op->bulk_payload = false;  // set again by TakeBulk for this attempt
+  op->bulk_into = nullptr;
   auto stubs = StubsForSlot(op->slot);
   if (!stubs.ok()) {
     OnDone(op, ToGrpcStatus(stubs.status()), grpc::ByteBuffer());

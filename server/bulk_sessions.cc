@@ -13,8 +13,10 @@ namespace strata {
 namespace {
 
 // How long an ended session's unclaimed payloads are given to arrive
-// whole before they are dropped anyway.
+// whole before they are left to finish on their own (UcxNode::Bury), and
+// how long an aborted transfer is waited for before the same.
 constexpr absl::Duration kDropLimit = absl::Seconds(2);
+constexpr absl::Duration kAbortLimit = absl::Seconds(2);
 
 absl::Status NoSession(uint32_t id, uint64_t member) {
   return absl::UnavailableError(absl::StrCat("no bulk session ", id,
@@ -45,16 +47,20 @@ absl::StatusOr<std::shared_ptr<UcxNode>> BulkSessions::Node() {
   }
   spdlog::info("strata server: bulk plane (UCX) started");
   node_ = *std::move(node);
+  reaper_ = std::thread([this] { ReapLoop(); });
   return node_;
 }
 
 BulkSessions::~BulkSessions() {
-  absl::flat_hash_map<uint32_t, Session> sessions;
   {
     absl::MutexLock lock(&mu_);
-    sessions.swap(sessions_);
+    for (auto& [id, s] : sessions_)
+      ending_.push_back({id, std::move(s.endpoint)});
+    sessions_.clear();
+    stopping_ = true;
+    ending_cv_.Signal();
   }
-  for (auto& [id, s] : sessions) End(id, std::move(s));
+  if (reaper_.joinable()) reaper_.join();
 }
 
 absl::StatusOr<v1::AttachBulkResponse> BulkSessions::Attach(
@@ -72,7 +78,6 @@ absl::StatusOr<v1::AttachBulkResponse> BulkSessions::Attach(
   }
   STRATA_ASSIGN_OR_RETURN(std::shared_ptr<UcxEndpoint> endpoint,
                           node->Connect(req.address()));
-  std::optional<std::pair<uint32_t, Session>> replaced;
   uint32_t id = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -83,8 +88,10 @@ absl::StatusOr<v1::AttachBulkResponse> BulkSessions::Attach(
           "member ", req.member_id(), " is not a live worker here yet"));
     }
     if (auto it = by_member_.find(req.member_id()); it != by_member_.end()) {
+      // Replaced: ended as a detach ends it.
       auto s = sessions_.find(it->second);
-      replaced.emplace(s->first, std::move(s->second));
+      ending_.push_back({s->first, std::move(s->second.endpoint)});
+      ending_cv_.Signal();
       sessions_.erase(s);
       by_member_.erase(it);
     }
@@ -101,7 +108,6 @@ absl::StatusOr<v1::AttachBulkResponse> BulkSessions::Attach(
     by_member_[req.member_id()] = id;
     attached_++;
   }
-  if (replaced) End(replaced->first, std::move(replaced->second));
   v1::AttachBulkResponse resp;
   resp.set_session(id);
   resp.set_address(node->address());
@@ -168,68 +174,67 @@ absl::StatusOr<grpc::Slice> BulkSessions::Receive(const v1::BulkRef& ref,
   absl::StatusOr<Session> session = Find(ref, member);
   if (!session.ok()) {
     // A payload sent in a session that ended before its request came
-    // would wait unmatched for good: dropped if it is here already.
-    // (Not for a session another member holds: its payloads are its own.)
-    std::shared_ptr<UcxNode> node;
-    {
-      absl::MutexLock lock(&start_mu_);
-      node = node_;
-    }
+    // would wait unmatched for good: dropped if it is here (not for a
+    // session another member holds: its payloads are its own).
     bool held;
     {
       absl::MutexLock lock(&mu_);
       held = sessions_.contains(ref.session());
+      if (!held && ref.tag() >> 32 == ref.session()) {
+        ending_.push_back({ref.session(), nullptr});
+        ending_cv_.Signal();
+      }
     }
-    if (node != nullptr && !held && ref.tag() >> 32 == ref.session())
-      node->DropUnmatched(ref.session(), kDropLimit);
     return session.status();
   }
   if (ref.tag() >> 32 != ref.session()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "bulk tag ", ref.tag(), " is not of session ", ref.session()));
   }
-  if (ref.size() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a bulk payload of ", ref.size(), " bytes for ", expected));
-  }
   const size_t overhead = session->cipher ? BulkCipher::kTagBytes : 0;
-  if (expected < overhead) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a sealed bulk payload of ", expected, " bytes, under its tag's"));
+  const size_t on_wire = expected + overhead;
+  if (ref.size() != on_wire) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a bulk payload of ", ref.size(), " bytes for ", on_wire));
   }
-  grpc::Slice payload = AllocateSlice(expected);
-  char* bytes = reinterpret_cast<char*>(const_cast<uint8_t*>(payload.begin()));
-  auto transfer = node_->Receive(bytes, expected, ref.tag());
+  auto payload = std::make_shared<grpc::Slice>(AllocateSlice(on_wire));
+  char* bytes = reinterpret_cast<char*>(const_cast<uint8_t*>(payload->begin()));
+  auto transfer = node_->Receive(bytes, on_wire, ref.tag());
   if (absl::Status s = transfer->Wait(deadline); !s.ok()) {
-    transfer->Abort();
+    node_->Bury(std::move(transfer), payload, kAbortLimit);
     return Lose(ref.session(), s);
   }
-  if (!session->cipher) return payload;
+  if (!session->cipher) return *payload;
   STRATA_RETURN_IF_ERROR(session->cipher->Open(BulkCipher::kToServer, ref.tag(),
-                                               bytes, expected, bytes));
-  return payload.sub(0, expected - overhead);
+                                               bytes, on_wire, bytes));
+  return payload->sub(0, expected);
 }
 
 absl::Status BulkSessions::Send(const v1::BulkRef& ref, uint64_t member,
-                                const char* data, size_t n,
+                                const grpc::Slice& weights,
                                 absl::Time deadline) {
   STRATA_ASSIGN_OR_RETURN(Session session, Find(ref, member));
+  const size_t n = weights.size();
   const size_t overhead = session.cipher ? BulkCipher::kTagBytes : 0;
   if (ref.size() != n + overhead) {
     return absl::InvalidArgumentError(
         absl::StrCat("a pull into ", ref.size(), " bulk bytes of weights of ",
                      n, overhead > 0 ? " sealed" : ""));
   }
-  std::string sealed;
+  // What the send reads, kept alive for as long as UCX may read it.
+  std::shared_ptr<void> keep = std::make_shared<grpc::Slice>(weights);
+  const void* data = weights.begin();
   if (session.cipher) {
-    sealed.resize(n + overhead);
+    auto sealed = std::make_shared<std::string>(n + overhead, '\0');
     STRATA_RETURN_IF_ERROR(session.cipher->Seal(
-        BulkCipher::kToWorker, ref.tag(), data, n, sealed.data()));
-    data = sealed.data();
+        BulkCipher::kToWorker, ref.tag(), data, n, sealed->data()));
+    data = sealed->data();
+    keep = sealed;
   }
   auto transfer = session.endpoint->Send(data, n + overhead, ref.tag());
   if (absl::Status s = transfer->Wait(deadline); !s.ok()) {
-    transfer->Abort();  // closes the endpoint: UCX no longer reads `data`
+    // Closes the endpoint, which ends the send.
+    node_->Bury(std::move(transfer), std::move(keep), kAbortLimit);
     return Lose(ref.session(), s);
   }
   return absl::OkStatus();
@@ -258,8 +263,25 @@ absl::Status BulkSessions::Lose(uint32_t id, const absl::Status& why) {
 }
 
 void BulkSessions::End(uint32_t id, Session session) {
-  session.endpoint->Close();
-  node_->DropUnmatched(id, kDropLimit);
+  absl::MutexLock lock(&mu_);
+  ending_.push_back({id, std::move(session.endpoint)});
+  ending_cv_.Signal();
+}
+
+void BulkSessions::ReapLoop() {
+  for (;;) {
+    std::vector<std::pair<uint32_t, std::shared_ptr<UcxEndpoint>>> ending;
+    {
+      absl::MutexLock lock(&mu_);
+      while (ending_.empty() && !stopping_) ending_cv_.Wait(&mu_);
+      if (ending_.empty() && stopping_) return;
+      ending.swap(ending_);
+    }
+    for (auto& [id, endpoint] : ending) {
+      if (endpoint != nullptr) endpoint->Close();
+      node_->DropUnmatched(id, kDropLimit);
+    }
+  }
 }
 
 }  // namespace strata

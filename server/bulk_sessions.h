@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -56,18 +57,19 @@ class BulkSessions {
   void RetainOnly(const std::vector<uint64_t>& members);
 
   // A push's payload that `ref` names, received into a new slice, waiting
-  // until `deadline` for it. NOT_FOUND (no-session message) for a session
-  // this server does not hold for `member`; INVALID_ARGUMENT for a tag
+  // until `deadline` for it. UNAVAILABLE ("no bulk session") for a
+  // session this server does not hold for `member`; INVALID_ARGUMENT for a tag
   // outside the session or a size other than `expected`;
   // PERMISSION_DENIED for a sealed payload that does not open under the
   // session's key. `expected` counts the bytes on the plane; the slice
   // holds the payload.
   absl::StatusOr<grpc::Slice> Receive(const v1::BulkRef& ref, uint64_t member,
                                       size_t expected, absl::Time deadline);
-  // Sends a pull's payload, `n` bytes at `data`, to the receive `ref`
-  // names, and returns once it is sent (the member has it) or failed.
-  absl::Status Send(const v1::BulkRef& ref, uint64_t member, const char* data,
-                    size_t n, absl::Time deadline);
+  // Sends a pull's `weights` to the receive `ref` names, and returns once
+  // the send is done (UCX no longer reads them; for a payload sent by
+  // rendezvous, the member has it) or failed.
+  absl::Status Send(const v1::BulkRef& ref, uint64_t member,
+                    const grpc::Slice& weights, absl::Time deadline);
   size_t size() const;
   uint64_t attached() const;  // sessions attached since the start
 
@@ -81,9 +83,11 @@ class BulkSessions {
   // Ends session `id` after a transfer in it failed with `why`: returns
   // the error the request gets.
   absl::Status Lose(uint32_t id, const absl::Status& why);
-  // Closes a session's endpoint and drops its unclaimed payloads (outside
-  // mu_: it waits on UCX).
+  // Hands a session to the reaper thread, which closes its endpoint and
+  // drops its unclaimed payloads: that waits on UCX, so never on a
+  // handler's or the view's time.
   void End(uint32_t id, Session session);
+  void ReapLoop();
 
   // The node, started by the first Attach; an error if it could not start
   // or this server offers no bulk plane.
@@ -101,6 +105,13 @@ class BulkSessions {
   absl::flat_hash_map<uint64_t, uint32_t> by_member_ ABSL_GUARDED_BY(mu_);
   std::optional<std::vector<uint64_t>> members_ ABSL_GUARDED_BY(mu_);
   uint64_t attached_ ABSL_GUARDED_BY(mu_) = 0;
+  // Sessions ended, for the reaper (endpoint null: only unclaimed
+  // payloads of a session not held to drop).
+  std::vector<std::pair<uint32_t, std::shared_ptr<UcxEndpoint>>> ending_
+      ABSL_GUARDED_BY(mu_);
+  absl::CondVar ending_cv_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread reaper_;  // started with the node
 };
 
 }  // namespace strata

@@ -71,9 +71,9 @@ struct ServerOptions {
   // and its channel to the scheduler; plaintext by default.
   std::shared_ptr<const Security> security = Security::Plaintext();
   // Whether workers may move payloads over the bulk plane (AttachBulk in
-  // ps.proto; UCX starts at the first attach): not with kGrpc; under
-  // mutual TLS only with bulk_insecure, since the plane does not encrypt.
-  // kUcx and kAuto differ on the worker's side only.
+  // ps.proto; UCX starts at the first attach): not with kGrpc. Under
+  // mutual TLS each session gets a key and its payloads are sealed,
+  // unless bulk_insecure. kUcx and kAuto differ on the worker's side only.
   WireKind wire = WireKind::kAuto;
   bool bulk_insecure = false;
   std::string ucx_transports;  // UcxNode::Options::transports

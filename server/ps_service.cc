@@ -238,9 +238,6 @@ class Service final : public ServiceBase {
   // payload (posted the receive) before its request: this is only for a
   // peer that vanished.
   static constexpr absl::Duration kBulkWait = absl::Seconds(30);
-  // The largest payload a request may announce on the bulk plane (the
-  // server allocates it before the chunk's size is checked).
-  static constexpr uint64_t kMaxBulkBytes = uint64_t{1} << 30;
 
   // Ends a push or pull. Its trailing metadata tells the client this
   // handler answered (so a shared-memory slot it named is free again), and
@@ -304,12 +301,11 @@ class Service final : public ServiceBase {
       return absl::InvalidArgumentError(
           "a push carries its gradient in one of data, shm and bulk");
     }
-    if (req.bulk().size() > kMaxBulkBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a bulk payload of ", req.bulk().size(),
-                       " bytes: at most ", kMaxBulkBytes));
-    }
-    return bulk_->Receive(req.bulk(), req.member_id(), req.bulk().size(),
+    // The chunk's size, not the request's word, bounds what is allocated.
+    STRATA_ASSIGN_OR_RETURN(const uint64_t numel,
+                            shard_->ChunkNumel(req.chunk_id()));
+    const size_t bytes = numel * ElementBytes(req.dtype());
+    return bulk_->Receive(req.bulk(), req.member_id(), bytes,
                           absl::Now() + kBulkWait);
   }
 
@@ -406,10 +402,8 @@ class Service final : public ServiceBase {
     if (req.has_bulk()) {
       // The weights go to the receive the caller posted; the answer
       // follows once they are there.
-      STRATA_RETURN_IF_ERROR(
-          bulk_->Send(req.bulk(), req.member_id(),
-                      reinterpret_cast<const char*>(payload.begin()),
-                      payload.size(), absl::Now() + kBulkWait));
+      STRATA_RETURN_IF_ERROR(bulk_->Send(req.bulk(), req.member_id(), payload,
+                                         absl::Now() + kBulkWait));
       bulk_payloads_.fetch_add(1, std::memory_order_relaxed);
       return SerializeMessage(header, response);
     }

@@ -225,6 +225,11 @@ uint64_t Shard::generation() const { return p_->membership.generation(); }
 
 size_t Shard::num_chunks() const { return p_->table.size(); }
 
+absl::StatusOr<uint64_t> Shard::ChunkNumel(uint64_t id) const {
+  STRATA_ASSIGN_OR_RETURN(Chunk * chunk, p_->table.Find(id));
+  return chunk->spec.numel();
+}
+
 void Shard::set_snapshot_sink(SnapshotSink sink) {
   p_->snapshots.set_sink(std::move(sink));
 }

@@ -181,6 +181,8 @@ class Shard {
   void WaitForTierIo();
   void FillStats(v1::StatsResponse* out) const;
   size_t num_chunks() const;
+  // Chunk `id`'s number of values; NOT_FOUND for a chunk not held.
+  absl::StatusOr<uint64_t> ChunkNumel(uint64_t id) const;
 
  private:
   struct Parts;

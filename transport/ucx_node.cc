@@ -49,10 +49,8 @@ struct UcxCallbacks {
     }
     t->Finish(std::move(s));
   }
-  static void OnError(void* arg, ucp_ep_h, ucs_status_t) {
-    auto* e = static_cast<UcxEndpoint*>(arg);
-    absl::MutexLock lock(&e->mu_);
-    e->failed_ = true;
+  static void OnError(void* flag, ucp_ep_h, ucs_status_t) {
+    static_cast<std::atomic<bool>*>(flag)->store(true);
   }
   static void Closed(void*, ucs_status_t, void* done) {
     static_cast<absl::Notification*>(done)->Notify();
@@ -127,6 +125,9 @@ void UcxNode::ProgressLoop() {
     }
     for (auto& command : commands) command();
     commands.clear();
+    if (!buried_.empty()) {
+      std::erase_if(buried_, [](const auto& b) { return b.first->done(); });
+    }
     if (ucp_worker_progress(worker) != 0) continue;
     // Nothing moved: sleep until the worker's sockets or a command (Post
     // signals) have something. Arm says BUSY when events came meanwhile.
@@ -178,7 +179,8 @@ absl::StatusOr<std::shared_ptr<UcxEndpoint>> UcxNode::Connect(
     params.address = reinterpret_cast<const ucp_address_t*>(address.data());
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = &UcxCallbacks::OnError;
-    params.err_handler.arg = endpoint.get();
+    endpoint->failed_ = &error_flags_.emplace_back(false);
+    params.err_handler.arg = endpoint->failed_;
     ucp_ep_h ep = nullptr;
     status = ucp_ep_create(Worker(worker_), &params, &ep);
     endpoint->ep_ = ep;
@@ -196,6 +198,20 @@ std::unique_ptr<UcxTransfer> UcxNode::Receive(void* buffer, size_t bytes,
   std::unique_ptr<UcxTransfer> t(
       new UcxTransfer(shared_from_this(), nullptr, bytes));
   Post([this, t = t.get(), buffer, bytes, tag] {
+    // A message here already completes the receive at once, without the
+    // callback that checks its length: its length is checked here first
+    // (nothing arrives between the probe and the post, both on this
+    // thread). One of another length stays unmatched, dropped with its
+    // session. (UCX 1.13 leaves `recv_info` at 0 on an immediate
+    // completion, and its NO_IMM_CMPL flag corrupted memory here.)
+    ucp_tag_recv_info_t info;
+    if (ucp_tag_probe_nb(Worker(worker_), tag, ~uint64_t{0}, /*remove=*/0,
+                         &info) != nullptr &&
+        info.length != bytes) {
+      t->Finish(absl::DataLossError(
+          absl::StrCat("UCX receive: ", info.length, " bytes for ", bytes)));
+      return;
+    }
     ucp_request_param_t param = {};
     param.op_attr_mask =
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -229,9 +245,27 @@ int UcxNode::DropUnmatched(uint32_t session, absl::Duration limit) {
                                      message, &param));
     });
     if (t == nullptr) return dropped;
-    if (!t->Wait(absl::Now() + limit).ok()) t->Abort();
+    if (!t->Wait(absl::Now() + limit).ok()) {
+      Bury(std::move(t), std::make_shared<std::vector<char>>(std::move(sink)),
+           absl::ZeroDuration());
+    }
     ++dropped;
   }
+}
+
+void UcxNode::Bury(std::unique_ptr<UcxTransfer> transfer,
+                   std::shared_ptr<void> keep, absl::Duration limit) {
+  if (transfer->Abort(limit)) return;
+  // Kept where the progress thread frees it once UCX ends it. (Posted:
+  // the transfer's own commands are queued already, in order.) It lets
+  // go of the node and the endpoint first: freed on the progress thread,
+  // it must not be what keeps the node alive.
+  transfer->endpoint_.reset();
+  transfer->node_.reset();
+  auto buried = std::make_shared<
+      std::pair<std::unique_ptr<UcxTransfer>, std::shared_ptr<void>>>(
+      std::move(transfer), std::move(keep));
+  Post([this, buried] { buried_.push_back(std::move(*buried)); });
 }
 
 UcxEndpoint::~UcxEndpoint() { Close(); }
@@ -293,7 +327,7 @@ void UcxEndpoint::Close() {
 
 bool UcxEndpoint::failed() const {
   absl::MutexLock lock(&mu_);
-  return failed_ || closed_;
+  return closed_ || (failed_ != nullptr && failed_->load());
 }
 
 UcxTransfer::~UcxTransfer() {
@@ -303,7 +337,12 @@ UcxTransfer::~UcxTransfer() {
     absl::MutexLock lock(&mu_);
     request = request_;
   }
-  if (request != nullptr) node_->Call([request] { ucp_request_free(request); });
+  if (request == nullptr) return;
+  if (node_ == nullptr) {
+    ucp_request_free(request);  // buried: on the progress thread
+  } else {
+    node_->Call([request] { ucp_request_free(request); });
+  }
 }
 
 void UcxTransfer::Posted(void* status_ptr) {
@@ -335,7 +374,7 @@ bool UcxTransfer::done() const {
   return done_;
 }
 
-void UcxTransfer::Abort() {
+bool UcxTransfer::Abort(absl::Duration limit) {
   if (endpoint_ != nullptr) {
     endpoint_->Close();
   } else {
@@ -353,7 +392,8 @@ void UcxTransfer::Abort() {
     });
   }
   absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(&done_));
+  mu_.AwaitWithTimeout(absl::Condition(&done_), limit);
+  return done_;
 }
 
 }  // namespace strata

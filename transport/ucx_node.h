@@ -10,8 +10,10 @@
 #ifndef STRATA_TRANSPORT_UCX_NODE_H_
 #define STRATA_TRANSPORT_UCX_NODE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -57,15 +59,23 @@ class UcxNode : public std::enable_shared_from_this<UcxNode> {
 
   // Receives the message tagged `tag` into `buffer`, which must hold
   // exactly `bytes` (a longer or shorter message fails the transfer). The
-  // buffer must stay valid until the transfer is done or cancelled.
+  // buffer must stay valid until the transfer is done or aborted.
   std::unique_ptr<UcxTransfer> Receive(void* buffer, size_t bytes,
                                        uint64_t tag);
 
   // Receives and drops the messages that arrived with no receive posted
-  // for them and whose tag's high 32 bits are `session`, waiting up to
-  // `limit` for each; returns how many. For a session that ended: its
-  // peer's sends of payloads whose requests never came.
+  // for them and whose tag's high 32 bits are `session`, giving each up
+  // to `limit` (one still arriving then is left to finish on its own,
+  // Bury); returns how many. For a session that ended: its peer's sends
+  // of payloads whose requests never came.
   int DropUnmatched(uint32_t session, absl::Duration limit);
+
+  // Aborts `transfer` (UcxTransfer::Abort with `limit`) and, if UCX has
+  // not let go of it by then (a receive already matched to a payload
+  // that is still arriving), keeps it and `keep` (what owns its buffer)
+  // until it ends, so that neither is freed under UCX.
+  void Bury(std::unique_ptr<UcxTransfer> transfer, std::shared_ptr<void> keep,
+            absl::Duration limit);
 
  private:
   friend class UcxEndpoint;
@@ -89,6 +99,13 @@ class UcxNode : public std::enable_shared_from_this<UcxNode> {
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::function<void()>> commands_ ABSL_GUARDED_BY(mu_);
+  // One per endpoint ever connected, for UCX's error callbacks (which can
+  // outlive the endpoint object); on the progress thread only, kept as
+  // long as the worker.
+  std::deque<std::atomic<bool>> error_flags_;
+  // Bury's: on the progress thread only, freed as they end.
+  std::vector<std::pair<std::unique_ptr<UcxTransfer>, std::shared_ptr<void>>>
+      buried_;
 };
 
 // An endpoint to one peer's worker. Thread-safe.
@@ -101,7 +118,8 @@ class UcxEndpoint : public std::enable_shared_from_this<UcxEndpoint> {
   std::unique_ptr<UcxTransfer> Send(const void* buffer, size_t bytes,
                                     uint64_t tag);
   // Ends every send under way on this endpoint (they fail with CANCELLED)
-  // and fails later ones; returns once UCX reads none of their buffers.
+  // and fails later ones; returns once UCX has closed it (a second call
+  // returns at once). Each send ends as UCX purges it: wait for it.
   void Close();
   // The peer went away or the connection broke: sends fail.
   bool failed() const;
@@ -116,14 +134,17 @@ class UcxEndpoint : public std::enable_shared_from_this<UcxEndpoint> {
   void* ep_;  // ucp_ep_h; null once closed. On the progress thread only.
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  // Set by UCX's error callback, which may come after this endpoint is
+  // gone: the flag lives in the node (UcxNode::error_flags_).
+  std::atomic<bool>* failed_ = nullptr;
 };
 
 // One send or receive under way. Not thread-safe, but for Wait and done
 // alongside the UCX thread that completes it.
 class UcxTransfer {
  public:
-  // An unfinished transfer is aborted (Abort) first.
+  // An unfinished transfer is aborted (Abort) first, waiting for as long
+  // as UCX takes: use UcxNode::Bury where that may be long.
   ~UcxTransfer();
   UcxTransfer(const UcxTransfer&) = delete;
   UcxTransfer& operator=(const UcxTransfer&) = delete;
@@ -132,10 +153,13 @@ class UcxTransfer {
   // DEADLINE_EXCEEDED while it still runs.
   absl::Status Wait(absl::Time deadline);
   bool done() const;
-  // Ends the transfer and returns once UCX no longer touches its buffer:
-  // a receive is cancelled; a send closes its endpoint (UCX cannot take
-  // back one send alone), which ends that endpoint's other sends too.
-  void Abort();
+  // Ends the transfer and returns whether UCX no longer touches its
+  // buffer, waiting up to `limit` for that: a receive is cancelled (one
+  // already matched to a payload that is arriving cannot be, and ends
+  // when the payload has come or its peer is found gone); a send closes
+  // its endpoint (UCX cannot take back one send alone), which ends that
+  // endpoint's other sends too.
+  bool Abort(absl::Duration limit = absl::InfiniteDuration());
 
  private:
   friend class UcxNode;

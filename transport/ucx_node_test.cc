@@ -93,6 +93,14 @@ TEST(UcxNode, AWrongSizeFailsTheReceive) {
   auto recv = b->Receive(in.data(), in.size(), 5);  // expects more
   EXPECT_EQ(recv->Wait(absl::Now() + kLimit).code(),
             absl::StatusCode::kDataLoss);
+  // The same with the short message there before its receive is posted
+  // (UCX then completes the receive at once, without its callback).
+  auto early = (*ab)->Send(out.data(), out.size(), 7);
+  ASSERT_TRUE(early->Wait(absl::Now() + kLimit).ok());
+  absl::SleepFor(absl::Milliseconds(200));
+  auto late = b->Receive(in.data(), in.size(), 7);
+  EXPECT_EQ(late->Wait(absl::Now() + kLimit).code(),
+            absl::StatusCode::kDataLoss);
   auto send2 = (*ab)->Send(in.data(), in.size(), 6);
   auto recv2 = b->Receive(out.data(), out.size(), 6);  // room for less
   EXPECT_EQ(recv2->Wait(absl::Now() + kLimit).code(),
