@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <thread>
 #include <vector>
 
 #include "client/ps_client.h"
@@ -321,6 +322,54 @@ TEST_F(BulkPlane, PayloadsOfAnotherSessionAreRefused) {
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ((*stats)[0].pushes_applied(), 0u);
   EXPECT_EQ((*stats)[0].bulk_payloads(), 0u);
+}
+
+// A push whose payload never comes (its sender closed the link, say)
+// does not hold its handler for the 30 s a payload is waited for: the
+// session's end (here: replaced by a new one) cancels the receive, and
+// the push fails at once, well inside its 10 s deadline.
+TEST_F(BulkPlane, ASessionsEndReleasesPushesWaitingForPayloads) {
+  Cluster c;
+  StartCluster(c, Messages());
+  if (HasFatalFailure()) return;
+  UcxNode::Options ucx;
+  ucx.transports = "tcp";
+  auto node = UcxNode::Create(ucx);
+  ASSERT_TRUE(node.ok()) << node.status();
+  v1::AttachBulkRequest attach;
+  attach.set_member_id(c.worker->member_id());
+  attach.set_epoch(c.worker->view().epoch());
+  attach.set_address((*node)->address());
+  v1::AttachBulkResponse session;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(ServerStub(c)->AttachBulk(&ctx, attach, &session).ok());
+  }
+  absl::Status pushed;
+  std::thread push([&] {
+    v1::PushRequest req;
+    req.set_member_id(c.worker->member_id());
+    req.set_epoch(c.worker->view().epoch());
+    req.set_chunk_id(c.ps->plan().chunks[0].id);
+    req.set_num_samples(1);
+    req.mutable_bulk()->set_session(session.session());
+    req.mutable_bulk()->set_tag((uint64_t{session.session()} << 32) | 5);
+    req.mutable_bulk()->set_size(400);  // never sent
+    v1::PushResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    pushed = FromGrpcStatus(ServerStub(c)->Push(&ctx, req, &resp));
+  });
+  absl::SleepFor(absl::Milliseconds(300));  // the push waits for its payload
+  {
+    grpc::ClientContext ctx;
+    v1::AttachBulkResponse again;
+    ASSERT_TRUE(ServerStub(c)->AttachBulk(&ctx, attach, &again).ok());
+  }
+  push.join();
+  EXPECT_TRUE(absl::IsUnavailable(pushed)) << pushed;
+  EXPECT_NE(pushed.message().find("no bulk session"), absl::string_view::npos)
+      << pushed;
 }
 
 }  // namespace

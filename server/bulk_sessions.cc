@@ -54,8 +54,9 @@ absl::StatusOr<std::shared_ptr<UcxNode>> BulkSessions::Node() {
 BulkSessions::~BulkSessions() {
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [id, s] : sessions_)
-      ending_.push_back({id, std::move(s.endpoint)});
+    for (auto& [id, s] : sessions_) {
+      ending_.push_back({id, std::move(s.endpoint), std::move(s.waiting)});
+    }
     sessions_.clear();
     stopping_ = true;
     ending_cv_.Signal();
@@ -90,7 +91,8 @@ absl::StatusOr<v1::AttachBulkResponse> BulkSessions::Attach(
     if (auto it = by_member_.find(req.member_id()); it != by_member_.end()) {
       // Replaced: ended as a detach ends it.
       auto s = sessions_.find(it->second);
-      ending_.push_back({s->first, std::move(s->second.endpoint)});
+      ending_.push_back({s->first, std::move(s->second.endpoint),
+                         std::move(s->second.waiting)});
       ending_cv_.Signal();
       sessions_.erase(s);
       by_member_.erase(it);
@@ -181,7 +183,7 @@ absl::StatusOr<grpc::Slice> BulkSessions::Receive(const v1::BulkRef& ref,
       absl::MutexLock lock(&mu_);
       held = sessions_.contains(ref.session());
       if (!held && ref.tag() >> 32 == ref.session()) {
-        ending_.push_back({ref.session(), nullptr});
+        ending_.push_back({ref.session(), nullptr, nullptr});
         ending_cv_.Signal();
       }
     }
@@ -200,7 +202,21 @@ absl::StatusOr<grpc::Slice> BulkSessions::Receive(const v1::BulkRef& ref,
   auto payload = std::make_shared<grpc::Slice>(AllocateSlice(on_wire));
   char* bytes = reinterpret_cast<char*>(const_cast<uint8_t*>(payload->begin()));
   auto transfer = node_->Receive(bytes, on_wire, ref.tag());
-  if (absl::Status s = transfer->Wait(deadline); !s.ok()) {
+  Waiting& waiting = *session->waiting;
+  {
+    absl::MutexLock lock(&waiting.mu);
+    if (waiting.ended) {
+      transfer->CancelReceive();
+    } else {
+      waiting.receives.insert(transfer.get());
+    }
+  }
+  absl::Status received = transfer->Wait(deadline);
+  {
+    absl::MutexLock lock(&waiting.mu);
+    waiting.receives.erase(transfer.get());
+  }
+  if (absl::Status s = std::move(received); !s.ok()) {
     node_->Bury(std::move(transfer), payload, kAbortLimit);
     return Lose(ref.session(), s);
   }
@@ -264,22 +280,30 @@ absl::Status BulkSessions::Lose(uint32_t id, const absl::Status& why) {
 
 void BulkSessions::End(uint32_t id, Session session) {
   absl::MutexLock lock(&mu_);
-  ending_.push_back({id, std::move(session.endpoint)});
+  ending_.push_back(
+      {id, std::move(session.endpoint), std::move(session.waiting)});
   ending_cv_.Signal();
 }
 
 void BulkSessions::ReapLoop() {
   for (;;) {
-    std::vector<std::pair<uint32_t, std::shared_ptr<UcxEndpoint>>> ending;
+    std::vector<Ending> ending;
     {
       absl::MutexLock lock(&mu_);
       while (ending_.empty() && !stopping_) ending_cv_.Wait(&mu_);
       if (ending_.empty() && stopping_) return;
       ending.swap(ending_);
     }
-    for (auto& [id, endpoint] : ending) {
-      if (endpoint != nullptr) endpoint->Close();
-      node_->DropUnmatched(id, kDropLimit);
+    for (Ending& e : ending) {
+      if (e.waiting != nullptr) {
+        // Its waiting receives end now (CANCELLED), and later ones at
+        // once. Under the lock, so none is freed meanwhile.
+        absl::MutexLock lock(&e.waiting->mu);
+        e.waiting->ended = true;
+        for (UcxTransfer* t : e.waiting->receives) t->CancelReceive();
+      }
+      if (e.endpoint != nullptr) e.endpoint->Close();
+      node_->DropUnmatched(e.id, kDropLimit);
     }
   }
 }

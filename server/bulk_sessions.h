@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -74,10 +75,24 @@ class BulkSessions {
   uint64_t attached() const;  // sessions attached since the start
 
  private:
+  // A session's receives waiting for their payloads, which its end
+  // cancels: a payload that will not come (its sender closed the link, or
+  // the reaper dropped it) must not hold a handler for kBulkWait.
+  struct Waiting {
+    absl::Mutex mu;
+    bool ended ABSL_GUARDED_BY(mu) = false;
+    absl::flat_hash_set<UcxTransfer*> receives ABSL_GUARDED_BY(mu);
+  };
   struct Session {
     uint64_t member = 0;
     std::shared_ptr<UcxEndpoint> endpoint;
     std::optional<BulkCipher> cipher;
+    std::shared_ptr<Waiting> waiting = std::make_shared<Waiting>();
+  };
+  struct Ending {
+    uint32_t id = 0;
+    std::shared_ptr<UcxEndpoint> endpoint;  // null: only payloads to drop
+    std::shared_ptr<Waiting> waiting;
   };
   absl::StatusOr<Session> Find(const v1::BulkRef& ref, uint64_t member) const;
   // Ends session `id` after a transfer in it failed with `why`: returns
@@ -107,8 +122,7 @@ class BulkSessions {
   uint64_t attached_ ABSL_GUARDED_BY(mu_) = 0;
   // Sessions ended, for the reaper (endpoint null: only unclaimed
   // payloads of a session not held to drop).
-  std::vector<std::pair<uint32_t, std::shared_ptr<UcxEndpoint>>> ending_
-      ABSL_GUARDED_BY(mu_);
+  std::vector<Ending> ending_ ABSL_GUARDED_BY(mu_);
   absl::CondVar ending_cv_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread reaper_;  // started with the node

@@ -374,6 +374,17 @@ bool UcxTransfer::done() const {
   return done_;
 }
 
+void UcxTransfer::CancelReceive() {
+  node_->Call([this] {
+    void* request;
+    {
+      absl::MutexLock lock(&mu_);
+      request = done_ ? nullptr : request_;
+    }
+    if (request != nullptr) ucp_request_cancel(Worker(node_->worker_), request);
+  });
+}
+
 bool UcxTransfer::Abort(absl::Duration limit) {
   if (endpoint_ != nullptr) {
     endpoint_->Close();

@@ -160,6 +160,10 @@ class UcxTransfer {
   // its endpoint (UCX cannot take back one send alone), which ends that
   // endpoint's other sends too.
   bool Abort(absl::Duration limit = absl::InfiniteDuration());
+  // A receive's cancel alone, without waiting: one still waiting for its
+  // message ends CANCELLED. The caller keeps the transfer alive until
+  // this returns.
+  void CancelReceive();
 
  private:
   friend class UcxNode;
