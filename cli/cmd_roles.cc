@@ -185,19 +185,10 @@ CommandFn AddServerCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--address_file", *address_file,
                   "write the advertised address here once serving");
-  cmd->add_option_function<std::string>(
-         "--wire",
-         [o](const std::string& text) {
-           o->wire = ParseWireKind(text).value_or(WireKind::kAuto);
-         },
-         "grpc: payloads in gRPC messages only; ucx or auto (the default): "
-         "workers may also move them on the bulk plane (UCX, started at a "
-         "worker's first attach)")
-      ->check(CLI::IsMember({"grpc", "ucx", "auto"}));
-  cmd->add_option("--bulk_insecure", o->bulk_insecure,
-                  "under mutual TLS, offer the bulk plane anyway: its "
-                  "payloads are not encrypted (a trusted fabric only)")
-      ->capture_default_str();
+  AddWireFlags(cmd, &o->wire, &o->bulk_insecure,
+               "grpc: payloads in gRPC messages only; ucx or auto (the "
+               "default): workers may also move them on the bulk plane (UCX, "
+               "started at a worker's first attach)");
   AddMetricsFlags(cmd, metrics.get());
   AddTlsFlags(cmd, tls.get(), /*listens=*/true);
   return [o, max_wait_s, address_file, metrics, tls] {

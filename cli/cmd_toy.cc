@@ -69,13 +69,8 @@ CommandFn AddToyCommand(CLI::App& app) {
                   "carry payloads through shared memory to servers on this "
                   "host")
       ->capture_default_str();
-  cmd->add_option_function<std::string>(
-         "--wire",
-         [o](const std::string& text) {
-           o->wire = ParseWireKind(text).value_or(WireKind::kGrpc);
-         },
-         "grpc | ucx | auto, as the worker's")
-      ->check(CLI::IsMember({"grpc", "ucx", "auto"}));
+  AddWireFlags(cmd, &o->wire, &o->bulk_insecure,
+               "grpc | ucx | auto, as the worker's");
   cmd->add_option("--bulk_min_bytes", o->bulk_min_bytes,
                   "payloads under this many bytes stay in messages")
       ->capture_default_str();

@@ -226,20 +226,11 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "carry payloads through shared memory to servers on this "
                   "host (false: in gRPC messages)")
       ->capture_default_str();
-  cmd->add_option_function<std::string>(
-         "--wire",
-         [o](const std::string& text) {
-           o->wire = ParseWireKind(text).value_or(WireKind::kGrpc);
-         },
-         "how payloads travel to servers shared memory does not reach: grpc "
-         "(in messages; the default), ucx (on the bulk plane, UCX: an error "
-         "where a server does not offer it), auto (ucx where both ends have "
-         "it)")
-      ->check(CLI::IsMember({"grpc", "ucx", "auto"}));
-  cmd->add_option("--bulk_insecure", o->bulk_insecure,
-                  "use the bulk plane under mutual TLS too: its payloads are "
-                  "not encrypted (a trusted fabric only)")
-      ->capture_default_str();
+  AddWireFlags(cmd, &o->wire, &o->bulk_insecure,
+               "how payloads travel to servers shared memory does not reach: "
+               "grpc (in messages; the default), ucx (on the bulk plane, UCX: "
+               "an error where a server does not offer it), auto (ucx where "
+               "both ends have it)");
   cmd->add_option("--eval_every", o->eval_every,
                   "evaluate held-out loss every N steps (0: never)")
       ->check(NonNegativeNumber())

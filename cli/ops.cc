@@ -79,6 +79,22 @@ CLI::Validator DialAddress() {
       "HOST:PORT");
 }
 
+void AddWireFlags(CLI::App* cmd, WireKind* wire, bool* insecure,
+                  const std::string& description) {
+  cmd->add_option_function<std::string>(
+         "--wire",
+         [wire](const std::string& text) {
+           // The check below has refused anything else.
+           *wire = ParseWireKind(text).value_or(*wire);
+         },
+         description)
+      ->check(CLI::IsMember({"grpc", "ucx", "auto"}));
+  cmd->add_option("--bulk_insecure", *insecure,
+                  "under mutual TLS, leave the bulk plane's payloads "
+                  "unsealed (a trusted fabric only)")
+      ->capture_default_str();
+}
+
 CLI::Option* AddConsistencyFlag(CLI::App* cmd,
                                 std::function<void(const Consistency&)> set,
                                 const std::string& description) {

@@ -12,6 +12,7 @@
 #include "common/consistency.h"
 #include "common/metrics_http.h"
 #include "security/tls.h"
+#include "transport/wire_kind.h"
 
 namespace strata {
 
@@ -67,6 +68,12 @@ CLI::Validator DialAddress();
 CLI::Option* AddConsistencyFlag(CLI::App* cmd,
                                 std::function<void(const Consistency&)> set,
                                 const std::string& description);
+
+// --wire (grpc | ucx | auto, transport/wire_kind.h) into `wire`, and
+// --bulk_insecure into `insecure`; `description` says what --wire means
+// for the command.
+void AddWireFlags(CLI::App* cmd, WireKind* wire, bool* insecure,
+                  const std::string& description);
 
 // --ram_budget on a command that starts servers: a byte size into
 // `bytes`; unset leaves it 0.

@@ -44,6 +44,41 @@ class BulkPlane : public ::testing::Test {
     o.bulk_min_bytes = 1;  // the test model's chunks are 400 bytes
     return o;
   }
+  // A UCX worker of the test's own, on TCP.
+  static std::shared_ptr<UcxNode> TestNode() {
+    UcxNode::Options ucx;
+    ucx.transports = "tcp";
+    auto node = UcxNode::Create(ucx);
+    EXPECT_TRUE(node.ok()) << node.status();
+    return node.ok() ? *node : nullptr;
+  }
+  // A session attached by hand through `stub` for `c`'s worker, from
+  // `node` (it replaces the worker's own).
+  static absl::StatusOr<v1::AttachBulkResponse> AttachByHand(
+      v1::ParameterServer::Stub& stub, const Cluster& c, const UcxNode& node) {
+    v1::AttachBulkRequest req;
+    req.set_member_id(c.worker->member_id());
+    req.set_epoch(c.worker->view().epoch());
+    req.set_address(node.address());
+    v1::AttachBulkResponse resp;
+    grpc::ClientContext ctx;
+    STRATA_RETURN_IF_ERROR(FromGrpcStatus(stub.AttachBulk(&ctx, req, &resp)));
+    return resp;
+  }
+  // A push by `member` of chunk 0 naming a payload on the plane.
+  static v1::PushRequest BulkPush(const Cluster& c, uint64_t member,
+                                  uint32_t session, uint64_t tag,
+                                  uint64_t size) {
+    v1::PushRequest req;
+    req.set_member_id(member);
+    req.set_epoch(c.worker->view().epoch());
+    req.set_chunk_id(c.ps->plan().chunks[0].id);
+    req.set_num_samples(1);
+    req.mutable_bulk()->set_session(session);
+    req.mutable_bulk()->set_tag(tag);
+    req.mutable_bulk()->set_size(size);
+    return req;
+  }
   static uint64_t BulkPayloads(Cluster& c) {
     auto stats = c.ps->Stats();
     EXPECT_TRUE(stats.ok()) << stats.status();
@@ -185,21 +220,13 @@ TEST_F(BulkPlane, UnderTlsPayloadsAreSealed) {
     grpc::ChannelArguments args;
     auto stub = v1::ParameterServer::NewStub(
         load("worker")->Dial(c.server->address(), Role::kServer, args));
-    UcxNode::Options ucx;
-    ucx.transports = "tcp";
-    auto node = UcxNode::Create(ucx);
-    ASSERT_TRUE(node.ok()) << node.status();
-    v1::AttachBulkRequest attach;
-    attach.set_member_id(c.worker->member_id());
-    attach.set_epoch(c.worker->view().epoch());
-    attach.set_address((*node)->address());
-    v1::AttachBulkResponse session;
-    {
-      grpc::ClientContext ctx;
-      ASSERT_TRUE(stub->AttachBulk(&ctx, attach, &session).ok());
-    }
+    std::shared_ptr<UcxNode> node = TestNode();
+    ASSERT_NE(node, nullptr);
+    auto attached = AttachByHand(*stub, c, *node);
+    ASSERT_TRUE(attached.ok()) << attached.status();
+    const v1::AttachBulkResponse& session = *attached;
     EXPECT_EQ(session.key().size(), BulkCipher::kKeyBytes);
-    auto endpoint = (*node)->Connect(session.address());
+    auto endpoint = node->Connect(session.address());
     ASSERT_TRUE(endpoint.ok());
     const uint64_t tag = uint64_t{session.session()} << 32;
     std::vector<char> grad(400, 0), forged(400 + BulkCipher::kTagBytes);
@@ -214,15 +241,9 @@ TEST_F(BulkPlane, UnderTlsPayloadsAreSealed) {
       return stats.ok() ? (*stats)[0].pushes_applied() : 0;
     };
     const uint64_t before = applied();
-    v1::PushRequest push;
-    push.set_member_id(c.worker->member_id());
-    push.set_epoch(c.worker->view().epoch());
-    push.set_chunk_id(c.ps->plan().chunks[0].id);
+    v1::PushRequest push = BulkPush(c, c.worker->member_id(), session.session(),
+                                    tag, forged.size());
     push.set_step(5);
-    push.set_num_samples(4);
-    push.mutable_bulk()->set_session(session.session());
-    push.mutable_bulk()->set_tag(tag);
-    push.mutable_bulk()->set_size(forged.size());
     v1::PushResponse resp;
     grpc::ClientContext ctx;
     const absl::Status refused = FromGrpcStatus(stub->Push(&ctx, push, &resp));
@@ -246,17 +267,9 @@ TEST_F(BulkPlane, ALostSessionIsAttachedAgainWithNothingAppliedTwice) {
   const uint64_t before = BulkPayloads(c);
   EXPECT_EQ(before, 2u * 7);
   // Another session for the same member, from a UCX worker of the test's.
-  UcxNode::Options ucx;
-  ucx.transports = "tcp";
-  auto other = UcxNode::Create(ucx);
-  ASSERT_TRUE(other.ok()) << other.status();
-  v1::AttachBulkRequest req;
-  req.set_member_id(c.worker->member_id());
-  req.set_epoch(c.worker->view().epoch());
-  req.set_address((*other)->address());
-  v1::AttachBulkResponse resp;
-  grpc::ClientContext ctx;
-  ASSERT_TRUE(ServerStub(c)->AttachBulk(&ctx, req, &resp).ok());
+  std::shared_ptr<UcxNode> other = TestNode();
+  ASSERT_NE(other, nullptr);
+  ASSERT_TRUE(AttachByHand(*ServerStub(c), c, *other).ok());
   TrainSteps(*c.ps, 2, 3);
   std::vector<float> w(250), b(3);
   const RunResult after = FinalWeights(c, w.data(), b.data());
@@ -283,28 +296,14 @@ TEST_F(BulkPlane, PayloadsOfAnotherSessionAreRefused) {
   Cluster c;
   StartCluster(c, Messages());
   if (HasFatalFailure()) return;
-  UcxNode::Options ucx;
-  ucx.transports = "tcp";
-  auto node = UcxNode::Create(ucx);
-  ASSERT_TRUE(node.ok()) << node.status();
-  v1::AttachBulkRequest attach;
-  attach.set_member_id(c.worker->member_id());
-  attach.set_epoch(c.worker->view().epoch());
-  attach.set_address((*node)->address());
-  v1::AttachBulkResponse session;
-  {
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(ServerStub(c)->AttachBulk(&ctx, attach, &session).ok());
-  }
+  std::shared_ptr<UcxNode> node = TestNode();
+  ASSERT_NE(node, nullptr);
+  auto attached = AttachByHand(*ServerStub(c), c, *node);
+  ASSERT_TRUE(attached.ok()) << attached.status();
+  const v1::AttachBulkResponse& session = *attached;
   auto push = [&](uint64_t member, uint64_t tag) {
-    v1::PushRequest req;
-    req.set_member_id(member);
-    req.set_epoch(c.worker->view().epoch());
-    req.set_chunk_id(c.ps->plan().chunks[0].id);
-    req.set_num_samples(1);
-    req.mutable_bulk()->set_session(session.session());
-    req.mutable_bulk()->set_tag(tag);
-    req.mutable_bulk()->set_size(400);
+    const v1::PushRequest req =
+        BulkPush(c, member, session.session(), tag, 400);
     v1::PushResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
@@ -332,40 +331,23 @@ TEST_F(BulkPlane, ASessionsEndReleasesPushesWaitingForPayloads) {
   Cluster c;
   StartCluster(c, Messages());
   if (HasFatalFailure()) return;
-  UcxNode::Options ucx;
-  ucx.transports = "tcp";
-  auto node = UcxNode::Create(ucx);
-  ASSERT_TRUE(node.ok()) << node.status();
-  v1::AttachBulkRequest attach;
-  attach.set_member_id(c.worker->member_id());
-  attach.set_epoch(c.worker->view().epoch());
-  attach.set_address((*node)->address());
-  v1::AttachBulkResponse session;
-  {
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(ServerStub(c)->AttachBulk(&ctx, attach, &session).ok());
-  }
+  std::shared_ptr<UcxNode> node = TestNode();
+  ASSERT_NE(node, nullptr);
+  auto attached = AttachByHand(*ServerStub(c), c, *node);
+  ASSERT_TRUE(attached.ok()) << attached.status();
+  const uint32_t session = attached->session();
   absl::Status pushed;
   std::thread push([&] {
-    v1::PushRequest req;
-    req.set_member_id(c.worker->member_id());
-    req.set_epoch(c.worker->view().epoch());
-    req.set_chunk_id(c.ps->plan().chunks[0].id);
-    req.set_num_samples(1);
-    req.mutable_bulk()->set_session(session.session());
-    req.mutable_bulk()->set_tag((uint64_t{session.session()} << 32) | 5);
-    req.mutable_bulk()->set_size(400);  // never sent
+    // A payload never sent.
+    const v1::PushRequest req = BulkPush(c, c.worker->member_id(), session,
+                                         (uint64_t{session} << 32) | 5, 400);
     v1::PushResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     pushed = FromGrpcStatus(ServerStub(c)->Push(&ctx, req, &resp));
   });
   absl::SleepFor(absl::Milliseconds(300));  // the push waits for its payload
-  {
-    grpc::ClientContext ctx;
-    v1::AttachBulkResponse again;
-    ASSERT_TRUE(ServerStub(c)->AttachBulk(&ctx, attach, &again).ok());
-  }
+  ASSERT_TRUE(AttachByHand(*ServerStub(c), c, *node).ok());  // replaces it
   push.join();
   EXPECT_TRUE(absl::IsUnavailable(pushed)) << pushed;
   EXPECT_NE(pushed.message().find("no bulk session"), absl::string_view::npos)

@@ -120,6 +120,7 @@ absl::Status RunToyWorker(const ToyWorkerOptions& o) {
   so.ps.security = o.security;
   so.ps.shared_memory = o.shared_memory;
   so.ps.wire = o.wire;
+  so.ps.bulk_insecure = o.bulk_insecure;
   so.ps.bulk_min_bytes = o.bulk_min_bytes;
   so.min_workers = o.workers;
   so.lease_ahead = absl::Seconds(o.lease_ahead_s);

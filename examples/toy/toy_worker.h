@@ -44,6 +44,7 @@ struct ToyWorkerOptions {
   // Payload paths (PsClientOptions::shared_memory, wire, bulk_min_bytes).
   bool shared_memory = true;
   WireKind wire = WireKind::kGrpc;
+  bool bulk_insecure = false;
   uint64_t bulk_min_bytes = 64 << 10;
 };
 
