@@ -8,6 +8,7 @@
 #include "client/ps_client_impl.h"
 #include "cluster/scheduler_client.h"
 #include "common/status.h"
+#include "common/wire.h"
 #include "spdlog/spdlog.h"
 
 namespace strata {
@@ -137,6 +138,17 @@ bool PsClient::Impl::TakeBulk(const OpPtr& op, Stubs* stubs, void* data,
   op->bulk = std::move(link);
   op->bulk_payload = true;
   return true;
+}
+
+bool PsClient::Impl::TakeBulkPull(const OpPtr& op, Stubs* stubs,
+                                  v1::DType dtype, v1::BulkRef* ref) {
+  const size_t bytes = plan_.chunks[op->chunk].numel * ElementBytes(dtype);
+  void* into = op->dst;
+  if (dtype == v1::DTYPE_BF16) {
+    op->bf16.resize(bytes);
+    into = op->bf16.data();
+  }
+  return TakeBulk(op, stubs, into, bytes, ref);
 }
 
 absl::Status PsClient::Impl::EndBulkAttempt(const OpPtr& op,

@@ -192,17 +192,8 @@ grpc::ByteBuffer PsClient::Impl::PullMessage(const OpPtr& op, Stubs* stubs,
   if (TakePayloadPlace(op, stubs, options_.pull_fp32_through_shm, op->dst,
                        &dtype, &place)) {
     *req.mutable_shm() = place;
-  } else {
-    // On the bulk plane: fp32 straight into the caller's buffer, bf16
-    // into op->bf16 (ReadResponse converts it).
-    const size_t bytes = plan_.chunks[op->chunk].numel * ElementBytes(dtype);
-    void* into = op->dst;
-    if (dtype == v1::DTYPE_BF16) {
-      op->bf16.resize(bytes);
-      into = op->bf16.data();
-    }
-    if (v1::BulkRef ref; TakeBulk(op, stubs, into, bytes, &ref))
-      *req.mutable_bulk() = ref;
+  } else if (v1::BulkRef ref; TakeBulkPull(op, stubs, dtype, &ref)) {
+    *req.mutable_bulk() = ref;
   }
   req.set_dtype(dtype);
   op->pull_dtype = dtype;  // ReadResponse reads this attempt's answer
@@ -308,27 +299,18 @@ absl::Status PsClient::Impl::ReadResponse(const OpState& op,
   const ChunkInfo& chunk = plan_.chunks[op.chunk];
   const v1::DType dtype = op.pull_dtype;
   const size_t want = chunk.numel * ElementBytes(dtype);
-  if (op.bulk_payload) {
-    // The weights came on the bulk plane (EndBulkAttempt waited for them).
+  if (op.tensors || op.bulk_payload) {
+    // The server wrote the weights in place, or sent them on the bulk
+    // plane (EndBulkAttempt waited for them: fp32 in op.dst, bf16 in
+    // op.bf16).
     if (message.has_payload()) {
       return absl::DataLossError(absl::StrCat(
-          "pull of chunk ", chunk.id,
-          " returned its weights in the message, not on the bulk plane"));
+          "pull of chunk ", chunk.id, " returned its weights in the message, ",
+          op.tensors ? "not in shared memory" : "not on the bulk plane"));
     }
-    if (dtype == v1::DTYPE_BF16) {
+    if (op.bulk_payload && dtype == v1::DTYPE_BF16) {
       Bf16ToFloat(reinterpret_cast<const uint16_t*>(op.bf16.data()), op.dst,
                   chunk.numel);
-    }
-    *version = resp.version();
-    *min_clock = resp.min_clock();
-    return absl::OkStatus();
-  }
-  if (op.tensors) {
-    // The server wrote the weights in place.
-    if (message.has_payload()) {
-      return absl::DataLossError(absl::StrCat(
-          "pull of chunk ", chunk.id,
-          " returned its weights in the message, not in shared memory"));
     }
     *version = resp.version();
     *min_clock = resp.min_clock();

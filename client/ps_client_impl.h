@@ -227,6 +227,10 @@ class PsClient::Impl {
   // payload is large enough; sets `*ref`. Returns whether it did.
   bool TakeBulk(const OpPtr& op, Stubs* stubs, void* data, size_t bytes,
                 v1::BulkRef* ref);
+  // TakeBulk for a pull of `dtype` weights: fp32 straight into the
+  // caller's buffer, bf16 into op->bf16 (ReadResponse converts it).
+  bool TakeBulkPull(const OpPtr& op, Stubs* stubs, v1::DType dtype,
+                    v1::BulkRef* ref);
   // Ends the attempt's transfer on the bulk plane once its call ended:
   // waits for it where the server answered (it took the payload or sent
   // the weights), aborts it otherwise, and breaks the link where it did

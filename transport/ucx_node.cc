@@ -57,6 +57,20 @@ struct UcxCallbacks {
   }
 };
 
+namespace {
+
+// The parameters of a receive into transfer `t`: completed through
+// UcxCallbacks::ReceiveDone, which checks its length.
+ucp_request_param_t ReceiveParam(UcxTransfer* t) {
+  ucp_request_param_t param = {};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.recv = &UcxCallbacks::ReceiveDone;
+  param.user_data = t;
+  return param;
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<UcxNode>> UcxNode::Create(
     const Options& options) {
   std::shared_ptr<UcxNode> node(new UcxNode());
@@ -212,11 +226,7 @@ std::unique_ptr<UcxTransfer> UcxNode::Receive(void* buffer, size_t bytes,
           absl::StrCat("UCX receive: ", info.length, " bytes for ", bytes)));
       return;
     }
-    ucp_request_param_t param = {};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.recv = &UcxCallbacks::ReceiveDone;
-    param.user_data = t;
+    const ucp_request_param_t param = ReceiveParam(t);
     t->Posted(ucp_tag_recv_nbx(Worker(worker_), buffer, bytes, tag,
                                ~uint64_t{0}, &param));
   });
@@ -236,11 +246,7 @@ int UcxNode::DropUnmatched(uint32_t session, absl::Duration limit) {
       if (message == nullptr) return;
       sink.resize(info.length);
       t.reset(new UcxTransfer(shared_from_this(), nullptr, info.length));
-      ucp_request_param_t param = {};
-      param.op_attr_mask =
-          UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-      param.cb.recv = &UcxCallbacks::ReceiveDone;
-      param.user_data = t.get();
+      const ucp_request_param_t param = ReceiveParam(t.get());
       t->Posted(ucp_tag_msg_recv_nbx(Worker(worker_), sink.data(), info.length,
                                      message, &param));
     });

@@ -23,6 +23,21 @@ std::shared_ptr<UcxNode> MakeNode() {
   return node.ok() ? *node : nullptr;
 }
 
+// Two nodes, and an endpoint from the first to the second (null if
+// either failed).
+struct Pair {
+  std::shared_ptr<UcxNode> a, b;
+  std::shared_ptr<UcxEndpoint> ab;
+};
+Pair Connected() {
+  Pair p{MakeNode(), MakeNode(), nullptr};
+  if (p.a == nullptr || p.b == nullptr) return p;
+  auto ab = p.a->Connect(p.b->address());
+  EXPECT_TRUE(ab.ok()) << ab.status();
+  if (ab.ok()) p.ab = *ab;
+  return p;
+}
+
 std::vector<uint32_t> Pattern(size_t n, uint32_t seed) {
   std::vector<uint32_t> v(n);
   for (size_t i = 0; i < n; ++i)
@@ -31,19 +46,17 @@ std::vector<uint32_t> Pattern(size_t n, uint32_t seed) {
 }
 
 TEST(UcxNode, PayloadsArriveBitForBitBothWays) {
-  auto a = MakeNode();
-  auto b = MakeNode();
-  ASSERT_TRUE(a && b);
-  auto ab = a->Connect(b->address());
+  auto [a, b, ab] = Connected();
+  ASSERT_TRUE(ab);
   auto ba = b->Connect(a->address());
-  ASSERT_TRUE(ab.ok() && ba.ok());
+  ASSERT_TRUE(ba.ok());
   // Small (eager) and large (rendezvous) payloads.
   for (size_t n : {size_t{16}, size_t{1} << 20, size_t{16} << 20}) {
     const std::vector<uint32_t> out = Pattern(n, 7);
     std::vector<uint32_t> in(n, 0);
     const uint64_t tag = (uint64_t{42} << 32) | n;
     // The send first, as a push's: it waits unmatched for the receive.
-    auto send = (*ab)->Send(out.data(), n * 4, tag);
+    auto send = ab->Send(out.data(), n * 4, tag);
     auto recv = b->Receive(in.data(), n * 4, tag);
     ASSERT_TRUE(recv->Wait(absl::Now() + kLimit).ok());
     ASSERT_TRUE(send->Wait(absl::Now() + kLimit).ok());
@@ -59,11 +72,8 @@ TEST(UcxNode, PayloadsArriveBitForBitBothWays) {
 }
 
 TEST(UcxNode, TagsKeepConcurrentPayloadsApart) {
-  auto a = MakeNode();
-  auto b = MakeNode();
-  ASSERT_TRUE(a && b);
-  auto ab = a->Connect(b->address());
-  ASSERT_TRUE(ab.ok());
+  auto [a, b, ab] = Connected();
+  ASSERT_TRUE(ab);
   constexpr int kPayloads = 8;
   constexpr size_t kN = 256 << 10;
   std::vector<std::vector<uint32_t>> out, in;
@@ -73,7 +83,7 @@ TEST(UcxNode, TagsKeepConcurrentPayloadsApart) {
     in.emplace_back(kN, 0);
   }
   for (int i = 0; i < kPayloads; ++i)
-    sends.push_back((*ab)->Send(out[i].data(), kN * 4, 100 + i));
+    sends.push_back(ab->Send(out[i].data(), kN * 4, 100 + i));
   // Received in the reverse order of their sends.
   for (int i = kPayloads - 1; i >= 0; --i)
     recvs.push_back(b->Receive(in[i].data(), kN * 4, 100 + i));
@@ -83,25 +93,22 @@ TEST(UcxNode, TagsKeepConcurrentPayloadsApart) {
 }
 
 TEST(UcxNode, AWrongSizeFailsTheReceive) {
-  auto a = MakeNode();
-  auto b = MakeNode();
-  ASSERT_TRUE(a && b);
-  auto ab = a->Connect(b->address());
-  ASSERT_TRUE(ab.ok());
+  auto [a, b, ab] = Connected();
+  ASSERT_TRUE(ab);
   std::vector<char> out(4096, 'x'), in(8192, 0);
-  auto send = (*ab)->Send(out.data(), out.size(), 5);
+  auto send = ab->Send(out.data(), out.size(), 5);
   auto recv = b->Receive(in.data(), in.size(), 5);  // expects more
   EXPECT_EQ(recv->Wait(absl::Now() + kLimit).code(),
             absl::StatusCode::kDataLoss);
   // The same with the short message there before its receive is posted
   // (UCX then completes the receive at once, without its callback).
-  auto early = (*ab)->Send(out.data(), out.size(), 7);
+  auto early = ab->Send(out.data(), out.size(), 7);
   ASSERT_TRUE(early->Wait(absl::Now() + kLimit).ok());
   absl::SleepFor(absl::Milliseconds(200));
   auto late = b->Receive(in.data(), in.size(), 7);
   EXPECT_EQ(late->Wait(absl::Now() + kLimit).code(),
             absl::StatusCode::kDataLoss);
-  auto send2 = (*ab)->Send(in.data(), in.size(), 6);
+  auto send2 = ab->Send(in.data(), in.size(), 6);
   auto recv2 = b->Receive(out.data(), out.size(), 6);  // room for less
   EXPECT_EQ(recv2->Wait(absl::Now() + kLimit).code(),
             absl::StatusCode::kDataLoss);
@@ -109,9 +116,8 @@ TEST(UcxNode, AWrongSizeFailsTheReceive) {
 }
 
 TEST(UcxNode, ACancelledReceiveLeavesItsBufferAlone) {
-  auto a = MakeNode();
-  auto b = MakeNode();
-  ASSERT_TRUE(a && b);
+  auto [a, b, ab] = Connected();
+  ASSERT_TRUE(ab);
   std::vector<char> in(1 << 20, 'a');
   auto recv = b->Receive(in.data(), in.size(), 9);
   EXPECT_EQ(recv->Wait(absl::Now() + absl::Milliseconds(50)).code(),
@@ -120,10 +126,8 @@ TEST(UcxNode, ACancelledReceiveLeavesItsBufferAlone) {
   EXPECT_EQ(recv->Wait(absl::Now()).code(), absl::StatusCode::kCancelled);
   // A payload with that tag that comes later waits unmatched, and is
   // dropped with its session's others.
-  auto ab = a->Connect(b->address());
-  ASSERT_TRUE(ab.ok());
   std::vector<char> out(1 << 20, 'z');
-  auto send = (*ab)->Send(out.data(), out.size(), 9);
+  auto send = ab->Send(out.data(), out.size(), 9);
   EXPECT_EQ(in, std::vector<char>(1 << 20, 'a'));
   int dropped = 0;
   for (int i = 0; i < 100 && dropped == 0; ++i) {
@@ -136,14 +140,11 @@ TEST(UcxNode, ACancelledReceiveLeavesItsBufferAlone) {
 }
 
 TEST(UcxNode, ASendToAVanishedPeerFailsInsteadOfHanging) {
-  auto a = MakeNode();
-  auto b = MakeNode();
-  ASSERT_TRUE(a && b);
-  auto ab = a->Connect(b->address());
-  ASSERT_TRUE(ab.ok());
+  auto [a, b, ab] = Connected();
+  ASSERT_TRUE(ab);
   // A payload the peer never receives, then the peer goes away.
   std::vector<char> out(8 << 20, 'q');
-  auto send = (*ab)->Send(out.data(), out.size(), 11);
+  auto send = ab->Send(out.data(), out.size(), 11);
   absl::SleepFor(absl::Milliseconds(100));
   EXPECT_FALSE(send->done());
   b.reset();
@@ -153,21 +154,18 @@ TEST(UcxNode, ASendToAVanishedPeerFailsInsteadOfHanging) {
 }
 
 TEST(UcxNode, ClosingAnEndpointEndsItsSends) {
-  auto a = MakeNode();
-  auto b = MakeNode();
-  ASSERT_TRUE(a && b);
-  auto ab = a->Connect(b->address());
-  ASSERT_TRUE(ab.ok());
+  auto [a, b, ab] = Connected();
+  ASSERT_TRUE(ab);
   std::vector<char> out(8 << 20, 'q');
-  auto send = (*ab)->Send(out.data(), out.size(), 12);
+  auto send = ab->Send(out.data(), out.size(), 12);
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_FALSE(send->done());
-  (*ab)->Close();
+  ab->Close();
   const absl::Status s = send->Wait(absl::Now() + kLimit);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
-  EXPECT_TRUE((*ab)->failed());
-  auto later = (*ab)->Send(out.data(), out.size(), 13);
+  EXPECT_TRUE(ab->failed());
+  auto later = ab->Send(out.data(), out.size(), 13);
   EXPECT_EQ(later->Wait(absl::Now()).code(), absl::StatusCode::kUnavailable);
 }
 
