@@ -118,7 +118,8 @@ void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
     std::printf(
         "  chunks %llu  applied %llu  pulls %llu  rejected(nonfinite) %llu  "
         "bsp_samples %llu  bsp_tiling_errors %llu  redone %llu  "
-        "forwarded %llu  payloads shm %llu bulk %llu (sessions %llu)",
+        "forwarded %llu  payloads shm %llu bulk %llu (sessions %llu)  "
+        "state %.2f/param  summed %llu",
         static_cast<unsigned long long>(st.chunks()),
         static_cast<unsigned long long>(st.pushes_applied()),
         static_cast<unsigned long long>(st.pulls()),
@@ -129,7 +130,11 @@ void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
         static_cast<unsigned long long>(st.replica_forwards()),
         static_cast<unsigned long long>(st.shm_payloads()),
         static_cast<unsigned long long>(st.bulk_payloads()),
-        static_cast<unsigned long long>(st.bulk_attaches()));
+        static_cast<unsigned long long>(st.bulk_attaches()),
+        st.parameters() == 0
+            ? 0.0
+            : static_cast<double>(st.state_floats()) / st.parameters(),
+        static_cast<unsigned long long>(st.summed_updates()));
     if (st.has_tier()) {
       const v1::TierStats& t = st.tier();
       const uint64_t uses = t.hits() + t.misses();

@@ -120,11 +120,17 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "from it and the config.json beside it unless given; the "
                   "servers read the file at this path")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--lr", o->lr, "AdamW peak learning rate")
+  cmd->add_option("--optimizer", o->optimizer,
+                  "the servers' optimizer: adamw, adam, sgd (momentum 0.9), "
+                  "lamb (norms over whole tensors; SSP/ASP: per chunk) or "
+                  "adafactor (factored, update clipping, the scheduled lr)")
+      ->check(CLI::IsMember({"adamw", "adam", "sgd", "lamb", "adafactor"}))
+      ->capture_default_str();
+  cmd->add_option("--lr", o->lr, "peak learning rate")
       ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--weight_decay", o->weight_decay,
-                  "AdamW decoupled weight decay (matrices)")
+                  "weight decay of matrices (decoupled but for adam and sgd)")
       ->check(NonNegativeNumber())
       ->capture_default_str();
   cmd->add_option("--warmup", o->warmup_steps, "learning-rate warm-up steps")
@@ -254,6 +260,7 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
       "--batch",        std::to_string(o.batch),
       "--steps",        std::to_string(o.steps),
       "--seed",         std::to_string(o.seed),
+      "--optimizer",    o.optimizer,
       "--lr",           absl::StrCat(o.lr),
       "--weight_decay", absl::StrCat(o.weight_decay),
       "--warmup",       std::to_string(o.warmup_steps),

@@ -217,6 +217,18 @@ class PsClient {
   // flight.
   void ForgetPushErrors();
 
+  // Under BSP, with LAMB or Adafactor: drives the sums over whole tensors
+  // that the update of `step` needs for every tensor cut into several
+  // chunks (ps.proto Reduce), until each such chunk applied it. A worker
+  // calls it once its pushes of the step (and their Commit) are in; every
+  // worker may (each phase is computed once on the servers). Reduction 0
+  // waits at the servers for the step to close. OK at once when no tensor
+  // needs it (needs_reduce). Retried on UNAVAILABLE; the first other
+  // error.
+  absl::Status ReduceStep(int64_t step, StepStamp stamp = {});
+  // Whether the model has a tensor whose BSP updates wait for ReduceStep.
+  bool needs_reduce() const;
+
   // Tells the client that the payload bytes of `region` (past its header)
   // hold the caller's tensors (a model's weights and gradients). Each
   // server on this host maps the region too (when it can; shared_memory

@@ -12,8 +12,10 @@
 
 namespace strata {
 
+using ps_client_internal::AlignRows;
 using ps_client_internal::OpPtr;
 using ps_client_internal::OpState;
+using ps_client_internal::SummedTensors;
 
 PsClient::Impl::Impl(PsClientOptions options, SchedulerClient* scheduler)
     : options_(std::move(options)), scheduler_(scheduler) {
@@ -403,8 +405,11 @@ absl::Status PsClient::Impl::RegisterModel(const ModelSpec& model) {
   if (plan_.chunks.empty()) {
     // Once: registering again (after a rollback, for a restarted server
     // that lacks the chunks) declares the same plan.
-    STRATA_ASSIGN_OR_RETURN(plan_,
-                            MakeChunkPlan(model.tensors, model.chunk_bytes));
+    std::vector<TensorSpec> tensors = model.tensors;
+    AlignRows(model.groups, tensors);
+    STRATA_ASSIGN_OR_RETURN(
+        plan_, MakeChunkPlan(std::move(tensors), model.chunk_bytes));
+    summed_tensors_ = SummedTensors(model.groups, plan_);
     model_ = model;
     num_slots_ = view.shard_map().slots_size();
     PlaceChunks(plan_, num_slots_);

@@ -122,6 +122,15 @@ struct ByPriority {
   }
 };
 
+// Sets row_elems of each tensor whose group factors it by rows
+// (Adafactor, two or more dimensions): its chunks then hold whole rows.
+void AlignRows(const std::vector<v1::GroupSpec>& groups,
+               std::vector<TensorSpec>& tensors);
+// The tensors of `plan` whose group needs sums over whole tensors (LAMB,
+// Adafactor) and that are cut into several chunks.
+std::vector<int> SummedTensors(const std::vector<v1::GroupSpec>& groups,
+                               const ChunkPlan& plan);
+
 }  // namespace ps_client_internal
 
 // One attempt of an op on the wire. A gRPC context serves one call, and
@@ -194,12 +203,19 @@ class PsClient::Impl {
   // Forgets the counts of `step` and later steps.
   void ForgetDeferred(int64_t step);
   void ForgetPushErrors() { push_errors_.Reset(); }
+  // PsClient::ReduceStep (ps_client_reduce.cc).
+  absl::Status ReduceStep(int64_t step, const StepStamp& stamp);
+  // One Reduce to `slot`'s server, retried while retryable.
+  absl::StatusOr<v1::ReduceResponse> CallReduce(int slot,
+                                                const v1::ReduceRequest& req);
   // PsClient::ShareTensors.
   void ShareTensors(std::shared_ptr<ShmRegion> region);
 
   PsClientOptions options_;
   SchedulerClient* scheduler_;
   ChunkPlan plan_;
+  // Tensors whose BSP updates wait for ReduceStep (set with plan_).
+  std::vector<int> summed_tensors_;
   // The model of the first RegisterModel call (RegisterModelAgain).
   std::optional<ModelSpec> model_;
   int num_slots_ = 0;

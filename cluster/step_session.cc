@@ -249,20 +249,30 @@ absl::StatusOr<bool> StepSession::End() {
     sq = square_sum_;
   }
   absl::Status s = WaitAll(pushes);
-  if (s.ok() && options_.grad_clip > 0) {
+  const bool bsp = consistency_.mode == Consistency::kBsp;
+  // BSP with LAMB or Adafactor: the update of a tensor cut into several
+  // chunks waits for sums over it, which the workers drive (ReduceStep).
+  const bool reduce = bsp && ps_->needs_reduce();
+  const bool clip = options_.grad_clip > 0;
+  if (s.ok() && (clip || reduce)) {
     last_norm_ = std::sqrt(sq);
     // In double: a norm past float's range still gives a positive factor.
     const float scale =
-        last_norm_ > options_.grad_clip
+        clip && last_norm_ > options_.grad_clip
             ? static_cast<float>(options_.grad_clip / last_norm_)
             : 1.0f;
-    if (consistency_.mode == Consistency::kBsp) {
+    if (bsp) {
       // The next pulls wait at the gate for this step to close, chunk by
       // chunk: they go out while the servers apply the commit (Begin
       // collects its answer with theirs).
-      commit_ = std::async(std::launch::async, [this, step = step_, scale] {
-        return ps_->Commit(step, scale);
-      });
+      const StepStamp stamp{.epoch = w.stamp_epoch, .generation = generation_};
+      commit_ = std::async(std::launch::async,
+                           [this, step = step_, scale, clip, stamp] {
+                             if (clip) {
+                               STRATA_RETURN_IF_ERROR(ps_->Commit(step, scale));
+                             }
+                             return ps_->ReduceStep(step, stamp);
+                           });
     } else {
       // SSP/ASP pulls do not wait for this worker's step: they would read
       // the weights without it.

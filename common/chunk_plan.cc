@@ -56,15 +56,20 @@ absl::StatusOr<ChunkPlan> MakeChunkPlan(std::vector<TensorSpec> tensors,
       }
     }
     const uint64_t n = spec.numel();
+    uint64_t step = per_chunk;
+    if (spec.row_elems > 1) {
+      step =
+          std::max(spec.row_elems, per_chunk / spec.row_elems * spec.row_elems);
+    }
     plan.chunks_of.emplace_back();
     uint32_t index = 0;
-    for (uint64_t off = 0; off < n; off += per_chunk, ++index) {
+    for (uint64_t off = 0; off < n; off += step, ++index) {
       ChunkInfo c;
       c.id = ChunkId(spec.name, index);
       c.tensor = static_cast<int>(t);
       c.index = index;
       c.offset = off;
-      c.numel = std::min(per_chunk, n - off);
+      c.numel = std::min(step, n - off);
       if (!ids.insert(c.id).second) {
         return absl::InternalError(
             absl::StrCat("chunk id collision at '", spec.name, "' #", index));

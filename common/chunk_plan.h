@@ -23,6 +23,11 @@ struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
   std::string group = "default";  // optimizer group
+  // Chunks start at multiples of this many elements (0 or 1: anywhere):
+  // an optimizer that factors a matrix by rows (Adafactor) wants each
+  // chunk to hold whole rows. A chunk then holds the most whole rows
+  // within chunk_bytes, and one row at least.
+  uint64_t row_elems = 0;
   uint64_t numel() const;
 };
 

@@ -22,6 +22,24 @@ TEST(ChunkPlan, CutsTensorsIntoBoundedChunks) {
   EXPECT_EQ(plan->chunks_of[0].size(), 4u);
 }
 
+TEST(ChunkPlan, CutsAtWholeRowsWhenAsked) {
+  TensorSpec a{"a", {10, 10}};
+  a.row_elems = 10;
+  TensorSpec wide{"wide", {2, 50}};
+  wide.row_elems = 50;
+  auto plan = MakeChunkPlan({a, wide}, /*chunk_bytes=*/4 * 32);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // a: 3 rows (30) per chunk -> 30,30,30,10; wide: a row (50) each.
+  ASSERT_EQ(plan->chunks_of[0].size(), 4u);
+  for (int i : plan->chunks_of[0]) {
+    EXPECT_EQ(plan->chunks[i].offset % 10, 0u);
+    EXPECT_EQ(plan->chunks[i].numel % 10, 0u);
+  }
+  EXPECT_EQ(plan->chunks[3].numel, 10u);
+  ASSERT_EQ(plan->chunks_of[1].size(), 2u);
+  EXPECT_EQ(plan->chunks[plan->chunks_of[1][1]].offset, 50u);
+}
+
 TEST(ChunkPlan, IdsAreStableAndDistinct) {
   EXPECT_EQ(ChunkId("w", 3), ChunkId("w", 3));
   EXPECT_NE(ChunkId("w", 3), ChunkId("w", 4));

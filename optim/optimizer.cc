@@ -133,6 +133,9 @@ void RunBlock(const OptimizerParams& p, const UpdateScalars& s, float* w,
       STRATA_CHECK(m != nullptr && v != nullptr);
       AdamKernel(s, w, m, v, g, n);
       return;
+    case OptimizerParams::kLamb:
+    case OptimizerParams::kAdafactor:
+      break;  // optim/tensor_update.h
   }
   STRATA_CHECK(false && "unknown optimizer kind");
 }
@@ -175,6 +178,12 @@ absl::StatusOr<OptimizerParams> OptimizerParamsFromProto(
     case v1::OptimizerConfig::ADAMW:
       p.kind = OptimizerParams::kAdamW;
       break;
+    case v1::OptimizerConfig::LAMB:
+      p.kind = OptimizerParams::kLamb;
+      break;
+    case v1::OptimizerConfig::ADAFACTOR:
+      p.kind = OptimizerParams::kAdafactor;
+      break;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "optimizer config: unknown kind ", static_cast<int>(c.kind())));
@@ -188,6 +197,19 @@ absl::StatusOr<OptimizerParams> OptimizerParamsFromProto(
   p.warmup_steps = c.warmup_steps();
   p.total_steps = c.total_steps();
   p.min_lr_ratio = c.min_lr_ratio();
+  p.bias_correction = !c.has_bias_correction() || c.bias_correction();
+  p.max_trust_ratio = c.max_trust_ratio();
+  if (p.kind == OptimizerParams::kLamb && c.eps() == 0) p.eps = 1e-6f;
+  if (p.kind == OptimizerParams::kAdafactor) {
+    p.beta1 = c.beta1();  // 0: no first moment
+    p.eps = c.eps() == 0 ? 1e-30f : c.eps();
+    p.eps2 = c.eps2() == 0 ? 1e-3f : c.eps2();
+    p.clip_threshold = c.clip_threshold() == 0 ? 1.0f : c.clip_threshold();
+    p.decay_rate = c.decay_rate() == 0 ? -0.8f : c.decay_rate();
+    p.relative_step = !c.has_relative_step() || c.relative_step();
+    p.scale_parameter = !c.has_scale_parameter() || c.scale_parameter();
+    p.warmup_init = c.warmup_init();
+  }
   if (absl::Status s = ValidateOptimizerParams(p); !s.ok()) return s;
   return p;
 }
@@ -201,8 +223,30 @@ absl::Status ValidateOptimizerParams(const OptimizerParams& p) {
   if (!(p.momentum >= 0 && p.momentum < 1)) {
     return Invalid("momentum", p.momentum, "in [0, 1)");
   }
-  if (!(p.beta1 > 0 && p.beta1 < 1)) {
+  if (p.kind == OptimizerParams::kAdafactor) {
+    if (!(p.beta1 >= 0 && p.beta1 < 1)) {
+      return Invalid("beta1", p.beta1, "in [0, 1) (0: no first moment)");
+    }
+    if (!(p.eps2 > 0) || !std::isfinite(p.eps2)) {
+      return Invalid("eps2", p.eps2, "> 0");
+    }
+    if (!(p.clip_threshold > 0) || !std::isfinite(p.clip_threshold)) {
+      return Invalid("clip_threshold", p.clip_threshold, "> 0");
+    }
+    if (!(p.decay_rate < 0) || !std::isfinite(p.decay_rate)) {
+      return Invalid("decay_rate", p.decay_rate, "< 0");
+    }
+    if (p.relative_step && p.lr > 0) {
+      return Invalid("lr", p.lr,
+                     "0 with relative_step (the step size is then "
+                     "min(1e-2, 1/sqrt(t))); set relative_step false to use "
+                     "lr");
+    }
+  } else if (!(p.beta1 > 0 && p.beta1 < 1)) {
     return Invalid("beta1", p.beta1, "in (0, 1) (0 means 0.9)");
+  }
+  if (!(p.max_trust_ratio >= 0) || !std::isfinite(p.max_trust_ratio)) {
+    return Invalid("max_trust_ratio", p.max_trust_ratio, ">= 0 (0: none)");
   }
   if (!(p.beta2 > 0 && p.beta2 < 1)) {
     return Invalid("beta2", p.beta2, "in (0, 1) (0 means 0.999)");
@@ -231,8 +275,11 @@ int NumStateSlots(const OptimizerParams& params) {
     case OptimizerParams::kAdam:
     case OptimizerParams::kAdamW:
       return 2;
+    case OptimizerParams::kLamb:
+    case OptimizerParams::kAdafactor:
+      break;
   }
-  STRATA_CHECK(false && "unknown optimizer kind");
+  STRATA_CHECK(false && "NumStateSlots of a whole-tensor optimizer");
   return 0;
 }
 

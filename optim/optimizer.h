@@ -1,5 +1,7 @@
 // Optimizer updates on fp32 arrays: SGD (heavy-ball momentum), Adam and
 // AdamW, a learning-rate schedule, and a finiteness check for gradients.
+// LAMB and Adafactor, which need sums over whole tensors, are in
+// optim/tensor_update.h.
 // The parameter server applies these per chunk; a worker may
 // apply them locally. Their cost is memory bandwidth: the loops vectorize and
 // are compiled for AVX-512, AVX2 and baseline x86-64, picked at load time.
@@ -22,24 +24,38 @@ namespace strata {
 // One optimizer group's settings, with defaults filled in. Mirrors
 // strata.v1.OptimizerConfig.
 struct OptimizerParams {
-  enum Kind { kSgd, kAdam, kAdamW };
+  enum Kind { kSgd, kAdam, kAdamW, kLamb, kAdafactor };
   Kind kind = kAdamW;
   float lr = 1e-3f;          // peak learning rate
   float momentum = 0;        // SGD only; 0 = plain SGD
-  float beta1 = 0.9f;        // Adam/AdamW
-  float beta2 = 0.999f;      // Adam/AdamW
-  float eps = 1e-8f;         // Adam/AdamW
-  float weight_decay = 0;    // SGD, Adam: L2 on the gradient; AdamW: decoupled
+  float beta1 = 0.9f;        // Adam/AdamW/LAMB; Adafactor: 0 = no m
+  float beta2 = 0.999f;      // Adam/AdamW/LAMB
+  float eps = 1e-8f;         // Adam/AdamW; LAMB 1e-6; Adafactor eps1 1e-30
+  float weight_decay = 0;    // SGD, Adam: L2 on the gradient; AdamW,
+                             // LAMB, Adafactor: decoupled
   int64_t warmup_steps = 0;  // see ScheduledLr
   int64_t total_steps = 0;   // 0: no decay after warm-up
   float min_lr_ratio = 0;    // final lr = lr * min_lr_ratio
+  // LAMB (optim/tensor_update.h).
+  bool bias_correction = true;
+  float max_trust_ratio = 0;  // 0: none
+  // Adafactor (optim/tensor_update.h).
+  float eps2 = 1e-3f;
+  float clip_threshold = 1.0f;
+  float decay_rate = -0.8f;
+  bool relative_step = true;
+  bool scale_parameter = true;
+  bool warmup_init = false;
 };
 
 // Validates `config` and fills in defaults (beta1, beta2, eps of 0 mean
-// 0.9, 0.999, 1e-8). INVALID_ARGUMENT for an unknown kind, a negative or
-// non-finite lr or weight_decay, momentum outside [0, 1), betas outside
-// (0, 1), a negative or non-finite eps, negative step counts, total_steps in
-// (0, warmup_steps], or min_lr_ratio outside [0, 1]. SGD ignores the Adam
+// 0.9, 0.999, 1e-8; LAMB's eps 1e-6; Adafactor's as ps.proto says).
+// INVALID_ARGUMENT for an unknown kind, a negative or non-finite lr or
+// weight_decay, momentum outside [0, 1), betas outside (0, 1) (Adafactor's
+// beta1 in [0, 1)), a negative or non-finite eps, negative step counts,
+// total_steps in (0, warmup_steps], min_lr_ratio outside [0, 1], a
+// negative max_trust_ratio, Adafactor's eps2 or clip_threshold not > 0,
+// decay_rate not < 0, or lr > 0 with relative_step. SGD ignores the Adam
 // fields and Adam/AdamW ignore momentum.
 absl::StatusOr<OptimizerParams> OptimizerParamsFromProto(
     const v1::OptimizerConfig& config);
@@ -50,7 +66,9 @@ absl::Status ValidateOptimizerParams(const OptimizerParams& params);
 
 // The number of optimizer-state arrays (each as long as the weights) that
 // ApplyUpdate reads and writes: SGD 1 with momentum, else 0; Adam/AdamW 2
-// (slot 0: first moment m, slot 1: second moment v).
+// (slot 0: first moment m, slot 1: second moment v). REQUIRES: not LAMB or
+// Adafactor, whose state depends on the tensor's shape
+// (optim/tensor_update.h StateSizes).
 int NumStateSlots(const OptimizerParams& params);
 
 // The learning rate for the update with 0-based index `step` (the number of
@@ -74,7 +92,8 @@ float ScheduledLr(const OptimizerParams& params, int64_t step);
 // `lr` is already scheduled (ScheduledLr); `t` is the 1-based count of this
 // update for these elements (bias correction; ignored by SGD). `m` and `v`
 // are the state slots (NumStateSlots); unused ones may be null.
-// REQUIRES: t >= 1 for Adam/AdamW; the arrays do not overlap.
+// REQUIRES: t >= 1 for Adam/AdamW; the arrays do not overlap; not LAMB or
+// Adafactor (optim/tensor_update.h).
 // Thread-safe for disjoint arrays.
 void ApplyUpdate(const OptimizerParams& params, float lr, int64_t t, float* w,
                  float* m, float* v, const float* g, size_t n);

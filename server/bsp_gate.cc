@@ -66,10 +66,11 @@ absl::StatusOr<v1::PushResponse> BspGate::Collect(Chunk& c,
   const int64_t open_step = static_cast<int64_t>(c.rec.version);
   v1::PushResponse resp;
   resp.set_version(c.rec.version);
-  // A step that closed on pushes that covered all of its samples: this
-  // one (a retry whose reply was lost, or a redo of a step that had
-  // already closed here) changes nothing.
-  if (!refused.ok() || req.step() < open_step) {
+  // A step that closed on pushes that covered all of its samples (its
+  // update may still wait for its tensor's sums): this one (a retry whose
+  // reply was lost, or a redo of a step that had already closed here)
+  // changes nothing.
+  if (!refused.ok() || req.step() < open_step || c.AwaitingSums()) {
     parts_.pool.Give(std::move(grad));
     if (!refused.ok()) return refused;
     return resp;
@@ -117,7 +118,7 @@ absl::Status BspGate::MaybeCloseStep(Chunk& c, const ShardView& view) {
       it = c.open.erase(it);
     }
   }
-  if (c.open.empty()) return absl::OkStatus();
+  if (c.open.empty() || c.AwaitingSums()) return absl::OkStatus();
   const bool whole = c.open.size() == 1 && c.open.begin()->second.whole_step;
   for (uint64_t w : view.workers) {
     if (!whole && !c.open.contains(w)) return absl::OkStatus();
@@ -131,12 +132,16 @@ absl::Status BspGate::MaybeCloseStep(Chunk& c, const ShardView& view) {
   CheckTiling(c);
   CloseStep(c);
   c.changed.SignalAll();
+  if (!c.AwaitingSums()) AfterApply(c);
+  return absl::OkStatus();
+}
+
+void BspGate::AfterApply(Chunk& c) {
   if (parts_.options.snapshot_every > 0 &&
       static_cast<int64_t>(c.rec.version) % parts_.options.snapshot_every ==
           0) {
     parts_.snapshots.Add(c);
   }
-  return absl::OkStatus();
 }
 
 void BspGate::CloseStep(Chunk& c) {
@@ -176,9 +181,93 @@ void BspGate::CloseStep(Chunk& c) {
       for (size_t i = 0; i < n; ++i) out[i] += t.weight * (g[i] * t.scale);
     }
   };
+  if (WaitsForTensorSums(c)) {
+    // The update waits for sums over the tensor's other chunks (Reduce):
+    // the step's gradient is kept, and reduction 0's partials are ready.
+    ResetSums(c);
+    TensorSums& sums = c.sums;
+    sums.step = step;
+    sums.epoch = epoch;
+    sums.grad = parts_.pool.Take(c.spec.numel());
+    form(0, sums.grad.size(), sums.grad.data());
+    sums.partials.push_back(PartialSums(SumsStep(c), 0, c.rec.weights.data(),
+                                        c.rec.slots, sums.grad.data(), {}));
+    ClearOpen(c);
+    return;
+  }
   ApplyChunkUpdate(c, step, form, parts_.counters);
   NoteApplied(c, step, 0, epoch);
   ClearOpen(c);
+}
+
+TensorStep BspGate::SumsStep(const Chunk& c) {
+  const OptimizerParams& p = c.group->params;
+  return {&p, ScheduledLr(p, c.sums.step),
+          static_cast<int64_t>(c.rec.version) + 1, PartOf(c, false)};
+}
+
+void BspGate::ResetSums(Chunk& c) {
+  if (!c.sums.grad.empty()) parts_.pool.Give(std::move(c.sums.grad));
+  c.sums = TensorSums();
+}
+
+absl::StatusOr<v1::ReducePartials> BspGate::Reduce(Chunk& c,
+                                                   const v1::ReduceRequest& req,
+                                                   const v1::ReduceChunk& in) {
+  v1::ReducePartials out;
+  out.set_chunk_id(c.spec.chunk_id());
+  TensorSums& sums = c.sums;
+  const int k = req.phase();
+  if (sums.step != req.step()) {
+    // Applied long ago (its partials are gone, and every chunk of its
+    // tensor applied it: a chunk moves past a step only once every worker
+    // pulled all of it), or never a step of sums here.
+    if (c.rec.version > static_cast<uint64_t>(req.step()) &&
+        WaitsForTensorSums(c)) {
+      out.set_applied(true);
+      return out;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "chunk ", c.spec.chunk_id(), " has no closed step ", req.step(),
+        " waiting for its tensor's sums (version ", c.rec.version, ")"));
+  }
+  const int computed = static_cast<int>(sums.partials.size());
+  if (k > computed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("reduction ", k, " of chunk ", c.spec.chunk_id(),
+                     " asked before reduction ", computed));
+  }
+  if (k == computed && !sums.applied) {
+    // The totals of reduction k-1: the first to come win (every caller
+    // adds the same partials in the same order).
+    if (static_cast<size_t>(in.totals_size()) != sums.partials[k - 1].size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "reduction ", k - 1, " of chunk ", c.spec.chunk_id(), " has ",
+          sums.partials[k - 1].size(), " sums, not ", in.totals_size()));
+    }
+    STRATA_RETURN_IF_ERROR(parts_.tiles.Resident(c));
+    sums.totals.emplace_back(in.totals().begin(), in.totals().end());
+    if (k < NumReductions(c.group->params, PartOf(c, false))) {
+      sums.partials.push_back(PartialSums(SumsStep(c), k, c.rec.weights.data(),
+                                          c.rec.slots, sums.grad.data(),
+                                          sums.totals));
+    } else {
+      ApplySummedUpdate(c, parts_.counters);
+      parts_.counters.summed_updates++;
+      parts_.pool.Give(std::move(sums.grad));
+      sums.grad = {};
+      NoteApplied(c, sums.step, 0, sums.epoch);
+      c.changed.SignalAll();
+      AfterApply(c);
+      parts_.tiles.AfterUse(c);
+    }
+  }
+  if (k < static_cast<int>(sums.partials.size())) {
+    *out.mutable_partials() = {sums.partials[k].begin(),
+                               sums.partials[k].end()};
+  }
+  out.set_applied(sums.applied);
+  return out;
 }
 
 void BspGate::CheckTiling(const Chunk& c) {
@@ -237,8 +326,9 @@ absl::Status BspGate::CheckWaiting(const Chunk& c, const v1::PullRequest& req,
   // A pull still waiting for a step its requester computed under an older
   // set of workers waits for a step that is being redone. (Also for a
   // requester no longer in the view: a fenced worker's pull under its old
-  // id redoes its step under its new one.)
-  if (req.epoch() > 0 && c.rec.version < need &&
+  // id redoes its step under its new one.) Not a step that closed and
+  // waits for its tensor's sums: that one is not redone.
+  if (req.epoch() > 0 && c.rec.version < need && !c.AwaitingSums() &&
       parts_.membership.Get().workers_epoch > req.epoch()) {
     parts_.counters.aborted_stale_epoch++;
     return absl::AbortedError(absl::StrCat(

@@ -13,6 +13,12 @@
 // closed step went into its update exactly once; the pushes closing a step
 // are checked to tile one run of samples (Stats). A push for a step the
 // chunk already closed changes nothing.
+//
+// With LAMB or Adafactor and a tensor cut into several chunks, a closed
+// step's update waits for sums over the whole tensor (Chunk::sums): the
+// step stays closed (pushes of it change nothing, a change of the live
+// workers does not redo it) and is applied by the Reduce phases that the
+// workers drive (ps.proto Reduce).
 #ifndef STRATA_SERVER_BSP_GATE_H_
 #define STRATA_SERVER_BSP_GATE_H_
 
@@ -54,6 +60,18 @@ class BspGate final : public ConsistencyGate {
   // A worker's: a commit will serve it, most often the one applying now.
   bool PinsTile(bool worker) const override { return worker; }
 
+  // One chunk of a Reduce (ps.proto) once c closed req.step(): its
+  // partials of reduction req.phase(), after taking `in`'s totals of the
+  // reduction before (the first to come win) and, after the last, applying
+  // the update. REQUIRES: c's step req.step() closed or applied (or c.sums
+  // of another step: FAILED_PRECONDITION unless long applied).
+  absl::StatusOr<v1::ReducePartials> Reduce(Chunk& c,
+                                            const v1::ReduceRequest& req,
+                                            const v1::ReduceChunk& in) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // Drops c's sums (a rollback), giving their gradient back.
+  void ResetSums(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+
  private:
   // The push's fencing under c's lock: its generation, its member live in
   // `now`, its epoch not older than the live workers', its step not ahead.
@@ -69,8 +87,14 @@ class BspGate final : public ConsistencyGate {
   // (and is lost state: TileCache::set_lost_state_sink).
   absl::Status MaybeCloseStep(Chunk& c, const ShardView& view)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
-  // The update of a complete step: the sample-weighted mean of its pushes.
+  // The update of a complete step: the sample-weighted mean of its pushes
+  // (or, waiting for its tensor's sums, that mean kept in c.sums).
   void CloseStep(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // What follows an applied update: a snapshot when one is due.
+  void AfterApply(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // The staged update of c.sums' step.
+  static TensorStep SumsStep(const Chunk& c)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Counts a tiling error if the open pushes of `c` do not cover one
   // contiguous run of samples.
   void CheckTiling(const Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);

@@ -43,11 +43,72 @@ void Applied(Chunk& c, ShardCounters& counters)
 
 }  // namespace
 
+TensorPart PartOf(const Chunk& c, bool alone) {
+  return PartOfTensor(c.group->params, c.spec.numel(), c.spec.tensor_shape(),
+                      alone);
+}
+
+bool WaitsForTensorSums(const Chunk& c) {
+  if (!UsesTensorSums(c.group->params)) return false;
+  const TensorPart part = PartOf(c, false);
+  return part.numel != part.tensor_numel;
+}
+
+std::vector<uint64_t> StateSizesOf(const v1::ChunkSpec& spec,
+                                   const OptimizerParams& params) {
+  return StateSizes(
+      params, PartOfTensor(params, spec.numel(), spec.tensor_shape(), false));
+}
+
+bool StateFits(const std::vector<std::vector<float>>& slots,
+               const v1::ChunkSpec& spec, const OptimizerParams& params) {
+  const std::vector<uint64_t> sizes = StateSizesOf(spec, params);
+  if (slots.size() != sizes.size()) return false;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (slots[i].size() != sizes[i]) return false;
+  }
+  return true;
+}
+
+std::vector<std::vector<float>> ZeroState(const v1::ChunkSpec& spec,
+                                          const OptimizerParams& params) {
+  std::vector<std::vector<float>> slots;
+  for (uint64_t size : StateSizesOf(spec, params)) slots.emplace_back(size);
+  return slots;
+}
+
+uint64_t TileBytesOf(const v1::ChunkSpec& spec, const OptimizerParams& params) {
+  uint64_t floats = spec.numel();
+  for (uint64_t size : StateSizesOf(spec, params)) floats += size;
+  return floats * sizeof(float);
+}
+
+namespace {
+
+// An update of c as its own tensor, with the gradient in g.
+void ApplyAlone(Chunk& c, int64_t step, const float* g)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+  const OptimizerParams& p = c.group->params;
+  ApplyWholeTensorUpdate(
+      {&p, ScheduledLr(p, step), static_cast<int64_t>(c.rec.version) + 1,
+       PartOf(c, true)},
+      c.rec.weights.data(), absl::MakeSpan(c.rec.slots), g);
+}
+
+}  // namespace
+
 void ApplyChunkUpdate(
     Chunk& c, int64_t step,
     absl::FunctionRef<void(size_t begin, size_t end, float* out)> form,
     ShardCounters& counters) {
   const OptimizerParams& p = c.group->params;
+  if (UsesTensorSums(p)) {
+    std::vector<float> g(c.rec.weights.size());
+    form(0, g.size(), g.data());
+    ApplyAlone(c, step, g.data());
+    Applied(c, counters);
+    return;
+  }
   float* m = c.rec.slots.size() > 0 ? c.rec.slots[0].data() : nullptr;
   float* v = c.rec.slots.size() > 1 ? c.rec.slots[1].data() : nullptr;
   ApplyUpdateFormed(p, ScheduledLr(p, step),
@@ -59,10 +120,26 @@ void ApplyChunkUpdate(
 void ApplyChunkUpdate(Chunk& c, int64_t step, const float* grad,
                       ShardCounters& counters) {
   const OptimizerParams& p = c.group->params;
+  if (UsesTensorSums(p)) {
+    ApplyAlone(c, step, grad);
+    Applied(c, counters);
+    return;
+  }
   float* m = c.rec.slots.size() > 0 ? c.rec.slots[0].data() : nullptr;
   float* v = c.rec.slots.size() > 1 ? c.rec.slots[1].data() : nullptr;
   ApplyUpdate(p, ScheduledLr(p, step), static_cast<int64_t>(c.rec.version) + 1,
               c.rec.weights.data(), m, v, grad, c.rec.weights.size());
+  Applied(c, counters);
+}
+
+void ApplySummedUpdate(Chunk& c, ShardCounters& counters) {
+  const OptimizerParams& p = c.group->params;
+  TensorSums& sums = c.sums;
+  ApplyTensorUpdate({&p, ScheduledLr(p, sums.step),
+                     static_cast<int64_t>(c.rec.version) + 1, PartOf(c, false)},
+                    c.rec.weights.data(), absl::MakeSpan(c.rec.slots),
+                    sums.grad.data(), sums.totals);
+  sums.applied = true;
   Applied(c, counters);
 }
 

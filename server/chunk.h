@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "optim/optimizer.h"
+#include "optim/tensor_update.h"
 #include "server/shard_options.h"
 #include "storage/chunk_tier.h"
 #include "strata/v1/ps.pb.h"
@@ -42,6 +43,23 @@ struct Contribution {
   float scale = 1.0f;
 };
 
+// BSP, with an optimizer that needs sums over whole tensors (LAMB,
+// Adafactor) and a tensor cut into several chunks: a closed step whose
+// update waits for those sums (ps.proto Reduce), or, once applied, the
+// partials of the chunk's last such step, which callers that come later
+// may still ask for. Nothing in the chunk's record changes before the
+// update is applied.
+struct TensorSums {
+  int64_t step = -1;  // -1: none
+  bool applied = false;
+  uint64_t epoch = 0;  // the view epoch the step was computed in
+  // Of reductions 0..k (partials) and 0..k-1 (totals): reduction k waits
+  // for its totals.
+  std::vector<std::vector<double>> partials;
+  std::vector<std::vector<double>> totals;
+  std::vector<float> grad;  // the step's gradient, until applied
+};
+
 // Created by server/chunk_table.h and never destroyed while its shard
 // lives, so a Chunk* found once stays valid.
 struct Chunk {
@@ -52,6 +70,8 @@ struct Chunk {
   ChunkRecord rec ABSL_GUARDED_BY(mu);
   // BSP: pushes of the open step (step == rec.version), by member id.
   std::map<uint64_t, Contribution> open ABSL_GUARDED_BY(mu);
+  // BSP: the step waiting for, or last applied with, its tensor's sums.
+  TensorSums sums ABSL_GUARDED_BY(mu);
   // SSP/ASP: each worker's clock on this chunk (steps pushed).
   absl::flat_hash_map<uint64_t, int64_t> clocks ABSL_GUARDED_BY(mu);
   // The rollback generation and the step it started from.
@@ -90,7 +110,28 @@ struct Chunk {
   uint64_t PullArrivalOf(int64_t clock) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Marks the resident tile changed since it was last written out.
   void Dirty() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { disk_current = false; }
+  // Whether a closed step waits for its tensor's sums (TensorSums).
+  bool AwaitingSums() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return sums.step >= 0 && !sums.applied;
+  }
 };
+
+// The part of its tensor `c` is; `alone`: as its own tensor.
+TensorPart PartOf(const Chunk& c, bool alone);
+// Whether c's BSP updates wait for sums over other chunks of its tensor:
+// its group's optimizer needs them and the tensor has other chunks.
+bool WaitsForTensorSums(const Chunk& c);
+// The lengths of a chunk's optimizer-state arrays (optim/tensor_update.h).
+std::vector<uint64_t> StateSizesOf(const v1::ChunkSpec& spec,
+                                   const OptimizerParams& params);
+// Whether `slots` have those lengths.
+bool StateFits(const std::vector<std::vector<float>>& slots,
+               const v1::ChunkSpec& spec, const OptimizerParams& params);
+// Zeroed state arrays of those lengths.
+std::vector<std::vector<float>> ZeroState(const v1::ChunkSpec& spec,
+                                          const OptimizerParams& params);
+// Bytes of a chunk's weights and state.
+uint64_t TileBytesOf(const v1::ChunkSpec& spec, const OptimizerParams& params);
 
 // The shard's view of the job.
 struct ShardView {
@@ -115,8 +156,10 @@ absl::Status CheckChunkGeneration(const Chunk& c, uint64_t generation,
 // whose gradient `form(begin, end, out)` writes block by block as the
 // update reaches it (ApplyUpdateFormed): what forms the gradient from the
 // pushes reads them once and makes no pass over memory of its own. Moves
-// the version on, marks the tile changed and counts the update. REQUIRES:
-// the tile is resident.
+// the version on, marks the tile changed and counts the update. LAMB and
+// Adafactor update the chunk as its own tensor (PartOf(c, true): its
+// norms and moments over its elements alone). REQUIRES: the tile is
+// resident.
 void ApplyChunkUpdate(
     Chunk& c, int64_t step,
     absl::FunctionRef<void(size_t begin, size_t end, float* out)> form,
@@ -124,6 +167,11 @@ void ApplyChunkUpdate(
 // The same with the gradient ready in `grad`.
 void ApplyChunkUpdate(Chunk& c, int64_t step, const float* grad,
                       ShardCounters& counters)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+// The update of c.sums' step with every reduction's totals in: applies it
+// as part of its tensor and keeps the partials (TensorSums.applied).
+// REQUIRES: c.AwaitingSums(), the tile resident.
+void ApplySummedUpdate(Chunk& c, ShardCounters& counters)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 
 }  // namespace strata

@@ -170,11 +170,13 @@ absl::Status ChunkTable::CheckChunk(
         absl::StrCat("chunk ", s.tensor(), "#", s.index(),
                      " names unknown optimizer group '", s.group(), "'"));
   }
+  const auto g = new_groups.find(s.group());
+  const OptimizerParams& params =
+      g != new_groups.end() ? g->second : groups_.at(s.group())->params;
+  STRATA_RETURN_IF_ERROR(
+      CheckTensorPart(params, s.offset(), s.numel(), s.tensor_shape()));
   if (options_.tile_budget > 0) {
-    const auto g = new_groups.find(s.group());
-    const OptimizerParams& params =
-        g != new_groups.end() ? g->second : groups_.at(s.group())->params;
-    const uint64_t tile = s.numel() * 4 * (1 + NumStateSlots(params));
+    const uint64_t tile = TileBytesOf(s, params);
     if (tile > options_.tile_budget) {
       return absl::InvalidArgumentError(
           absl::StrCat("chunk ", s.tensor(), "#", s.index(),
@@ -216,11 +218,10 @@ absl::Status ChunkTable::Create(const v1::ChunkSpec& spec,
   c->spec = spec;
   c->group = group;
   const size_t n = spec.numel();
-  const int slots = NumStateSlots(group->params);
   absl::MutexLock lock(&c->mu);
   if (restored != nullptr) {
     if (restored->weights.size() != n ||
-        static_cast<int>(restored->slots.size()) != slots) {
+        !StateFits(restored->slots, spec, group->params)) {
       return absl::DataLossError(absl::StrCat("snapshot record for ",
                                               spec.tensor(), "#", spec.index(),
                                               " does not match its spec"));
@@ -231,9 +232,9 @@ absl::Status ChunkTable::Create(const v1::ChunkSpec& spec,
     c->rec.spec = spec.SerializeAsString();
     c->rec.weights.resize(n);
     STRATA_RETURN_IF_ERROR(FillChunkInit(spec, c->rec.weights.data(), files));
-    c->rec.slots.assign(slots, std::vector<float>(n, 0.0f));
+    c->rec.slots = ZeroState(spec, group->params);
   }
-  c->tile_bytes = n * sizeof(float) * (1 + slots);
+  c->tile_bytes = TileBytesOf(spec, group->params);
   if (options_.admit) STRATA_RETURN_IF_ERROR(options_.admit(*c));
   // Created after a rollback (a restarted server that held no snapshot):
   // in its generation, or no request could reach it.

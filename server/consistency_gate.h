@@ -93,6 +93,15 @@ class ConsistencyGate {
   }
   // Whether a waiting pull keeps c's tile in RAM until it is served.
   virtual bool PinsTile(bool worker) const { return false; }
+  // One chunk of a Reduce (ps.proto): BSP's (server/bsp_gate.h); the
+  // others update each chunk on its own and answer FAILED_PRECONDITION.
+  virtual absl::StatusOr<v1::ReducePartials> Reduce(
+      Chunk& c, const v1::ReduceRequest& req, const v1::ReduceChunk& in)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+    return absl::FailedPreconditionError(
+        "Reduce is for BSP: under SSP and ASP LAMB and Adafactor update each "
+        "chunk as its own tensor");
+  }
 
   // The lowest clock of a live worker on c (0 for one not seen on it).
   static int64_t MinClock(const Chunk& c, const ShardView& view)

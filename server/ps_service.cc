@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -154,6 +155,22 @@ class Service final : public ServiceBase {
                        : absl::StatusOr<v1::CommitResponse>(forwarded);
     if (r.ok()) *resp = *r;
     metrics_.Answered(ServerMetrics::kCommit, r.status(), absl::Now() - start);
+    return ToGrpcStatus(r.status());
+  }
+
+  grpc::Status Reduce(grpc::ServerContext* ctx, const v1::ReduceRequest* req,
+                      v1::ReduceResponse* resp) override {
+    STRATA_RETURN_GRPC_IF_ERROR(security_->Authorize(*ctx, "Reduce", kWriters));
+    STRATA_RETURN_GRPC_IF_ERROR(replicas_->Admit(req->forwarded_by()));
+    // Reduction 0's partials change nothing (and may wait for the step to
+    // close): only totals are a change, forwarded to the backups first.
+    std::optional<ReplicaForwarder::Change> change;
+    if (req->phase() > 0) {
+      change.emplace(*replicas_);
+      STRATA_RETURN_GRPC_IF_ERROR(replicas_->Reduce(*req));
+    }
+    absl::StatusOr<v1::ReduceResponse> r = shard_->Reduce(*req);
+    if (r.ok()) *resp = *std::move(r);
     return ToGrpcStatus(r.status());
   }
 

@@ -299,6 +299,15 @@ absl::Status ReplicaForwarder::Commit(const v1::CommitRequest& original) {
   });
 }
 
+absl::Status ReplicaForwarder::Reduce(const v1::ReduceRequest& original) {
+  v1::ReduceRequest req = original;
+  req.set_forwarded_by(Self());
+  return Each([&req](Stubs& stubs, grpc::ClientContext& ctx) {
+    v1::ReduceResponse resp;
+    return stubs.typed->Reduce(&ctx, req, &resp);
+  });
+}
+
 absl::Status ReplicaForwarder::Snapshot(const v1::SnapshotRequest& req) {
   // Every backup, however long its write takes (the caller's deadline).
   return Each(

@@ -1,6 +1,7 @@
 // The primary's side of a replicated shard slot (View.replicas > 1).
 //
-// Every request that changes a shard (RegisterChunks, Push, Commit) is
+// Every request that changes a shard (RegisterChunks, Push, Commit, a
+// Reduce's totals) is
 // sent to each of the slot's backups before the primary applies it, and
 // the primary answers only after every backup accepted it. So an update
 // the primary acknowledged is on every live replica, and one it had not
@@ -101,8 +102,8 @@ class ReplicaForwarder {
   // Cancels every call under way (the server is stopping).
   void CancelAll();
 
-  // Changes (RegisterChunks, Push, Commit) are forwarded and applied inside
-  // a Change; WhilePaused runs `fn` while none is under way and none
+  // Changes (RegisterChunks, Push, Commit, Reduce) are forwarded and applied
+  // inside a Change; WhilePaused runs `fn` while none is under way and none
   // begins (a catch-up's copy of the state, and its new target).
   class Change {
    public:
@@ -122,6 +123,9 @@ class ReplicaForwarder {
   // answer in time; otherwise a backup's error as it answered it.
   absl::Status Push(const grpc::ByteBuffer& original);
   absl::Status Commit(const v1::CommitRequest& original);
+  // A Reduce that gives totals (phase > 0): the backups computed the same
+  // partials from the same pushes, and apply the same update.
+  absl::Status Reduce(const v1::ReduceRequest& original);
   absl::Status Register(const v1::RegisterChunksRequest& original);
   absl::Status Snapshot(const v1::SnapshotRequest& req);
 

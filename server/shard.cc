@@ -261,12 +261,20 @@ void Shard::FillStats(v1::StatsResponse* out) const {
   out->set_aborted_rolled_back(counters_.aborted_rolled_back);
   out->set_generation(generation());
   p_->tiles.FillStats(out);
+  out->set_summed_updates(counters_.summed_updates);
   const std::vector<Chunk*> all = p_->table.All();
   out->set_chunks(all.size());
+  uint64_t parameters = 0, state = 0;
   for (Chunk* c : all) {
     absl::MutexLock lock(&c->mu);
     (*out->mutable_chunk_versions())[c->spec.chunk_id()] = c->rec.version;
+    parameters += c->spec.numel();
+    for (uint64_t size : StateSizesOf(c->spec, c->group->params)) {
+      state += size;
+    }
   }
+  out->set_parameters(parameters);
+  out->set_state_floats(state);
 }
 
 }  // namespace strata

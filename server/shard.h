@@ -54,6 +54,12 @@ class Shard {
   explicit Shard(ShardOptions options);
   ~Shard();
 
+  // ps.proto Reduce: a BSP step's sums over whole tensors
+  // (server/shard_reduce.cc). Reduction 0 waits up to max_wait for each
+  // chunk's step to close (DEADLINE_EXCEEDED; ABORTED when the live
+  // workers changed since the request's epoch and the step is redone).
+  absl::StatusOr<v1::ReduceResponse> Reduce(const v1::ReduceRequest& req);
+
   // Declares groups and chunks (idempotent; see ps.proto RegisterChunks).
   absl::StatusOr<v1::RegisterChunksResponse> Register(
       const v1::RegisterChunksRequest& req);

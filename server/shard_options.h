@@ -68,6 +68,7 @@ struct ShardOptions {
 // Counters, for Stats and tests.
 struct ShardCounters {
   std::atomic<uint64_t> pushes_applied{0};
+  std::atomic<uint64_t> summed_updates{0};  // steps applied through Reduce
   std::atomic<uint64_t> rejected_nonfinite{0};
   std::atomic<uint64_t> rejected_other{0};
   std::atomic<uint64_t> pulls{0};

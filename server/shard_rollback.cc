@@ -121,8 +121,7 @@ absl::Status Shard::CheckRollBack(int64_t step, const std::string* metadata,
       STRATA_RETURN_IF_ERROR(p_->table.RestoreChunk(rec));
       STRATA_ASSIGN_OR_RETURN(Chunk * c, p_->table.Find(id));
       if (rec.weights.size() != c->spec.numel() ||
-          static_cast<int>(rec.slots.size()) !=
-              NumStateSlots(c->group->params)) {
+          !StateFits(rec.slots, c->spec, c->group->params)) {
         return absl::DataLossError(absl::StrCat(
             "the snapshot of step ", step, "'s chunk ", c->spec.tensor(), "#",
             c->spec.index(), " does not match it"));
@@ -166,14 +165,15 @@ void Shard::ResetChunk(Chunk& c, uint64_t generation, int64_t step,
           !s.ok()) {
         p_->tiles.LostState(s).IgnoreError();
       }
-      c.rec.slots.resize(NumStateSlots(c.group->params));
-      for (auto& slot : c.rec.slots) slot.assign(n, 0.0f);
+      c.rec.slots = ZeroState(c.spec, c.group->params);
       c.rec.version = 0;
     }
     p_->tiles.Replaced(c, was_resident);
   }
   for (auto& [id, contrib] : c.open) p_->pool.Give(std::move(contrib.grad));
   c.open.clear();
+  if (!c.sums.grad.empty()) p_->pool.Give(std::move(c.sums.grad));
+  c.sums = TensorSums();
   c.clocks.clear();
   for (Chunk::PullArrival& p : c.step_pulls) p = {};
   c.generation = generation;

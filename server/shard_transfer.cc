@@ -42,6 +42,18 @@ absl::Status Shard::ExportState(uint64_t from_member, StateEmitter emit,
                                 uint64_t* bytes) {
   absl::MutexLock update_lock(&update_mu_);  // no view sweep or rollback
   const std::vector<Chunk*> all = p_->table.All();
+  // A closed step whose update waits for its tensor's sums (BSP with LAMB
+  // or Adafactor) lives between Reduce calls: the joiner would get its
+  // later phases without its gradient. Such a wait lasts a round trip, and
+  // steps leave gaps between them: the joiner comes back.
+  for (Chunk* c : all) {
+    absl::MutexLock lock(&c->mu);
+    if (c->AwaitingSums()) {
+      return absl::UnavailableError(absl::StrCat(
+          "chunk ", c->spec.tensor(), "#", c->spec.index(), "'s step ",
+          c->sums.step, " waits for its tensor's sums; catch up again"));
+    }
+  }
   v1::ShardStatePart part;
   v1::ShardStateHeader* header = part.mutable_header();
   header->set_from_member(from_member);
@@ -253,7 +265,7 @@ absl::Status Shard::InstallChunk(
     v1::ChunkSpec spec;
     if (rec.weights.size() != numel || !spec.ParseFromString(rec.spec) ||
         !google::protobuf::util::MessageDifferencer::Equals(spec, c->spec) ||
-        static_cast<int>(rec.slots.size()) != NumStateSlots(c->group->params)) {
+        !StateFits(rec.slots, c->spec, c->group->params)) {
       return absl::DataLossError(
           absl::StrCat("the primary's chunk ", c->spec.tensor(), "#",
                        c->spec.index(), " does not match"));

@@ -14,10 +14,10 @@ namespace strata {
 namespace {
 
 // Moves `tile`'s arrays into `rec` if they fit the chunk; else DATA_LOSS.
-absl::Status Adopt(ChunkRecord tile, const v1::ChunkSpec& spec, int slots,
-                   ChunkRecord* rec) {
+absl::Status Adopt(ChunkRecord tile, const v1::ChunkSpec& spec,
+                   const OptimizerParams& params, ChunkRecord* rec) {
   if (tile.version != rec->version || tile.weights.size() != spec.numel() ||
-      static_cast<int>(tile.slots.size()) != slots) {
+      !StateFits(tile.slots, spec, params)) {
     return absl::DataLossError(
         absl::StrCat("spilled tile of chunk ", spec.tensor(), "#", spec.index(),
                      " is at version ", tile.version, " with ",
@@ -363,7 +363,7 @@ absl::StatusOr<ChunkRecord> TileCache::TileCopy(const Chunk& c) const {
 absl::Status TileCache::ReadTileInto(const Chunk& c, ChunkRecord* rec) const {
   absl::StatusOr<ChunkRecord> tile = spill_->Read(c.spec.chunk_id());
   if (!tile.ok()) return tile.status();
-  return Adopt(*std::move(tile), c.spec, NumStateSlots(c.group->params), rec);
+  return Adopt(*std::move(tile), c.spec, c.group->params, rec);
 }
 
 absl::StatusOr<std::unique_ptr<ChunkTier>> TileCache::NewScratch() const {

@@ -19,6 +19,9 @@ constexpr uint32_t kMagic = 0x4b484353;  // "SCHK" in little-endian bytes
 constexpr uint32_t kFormatVersion = 1;
 constexpr size_t kHeaderBytes = 4 + 4 + 8 + 8 + 8 + 4 + 4 + 4;
 constexpr uint32_t kHasWeights = 1;  // flags bit: weights are present
+// Flags bit: the slots' lengths follow the spec (u64 each), because they
+// are not all the array length in the header.
+constexpr uint32_t kSlotSizes = 2;
 constexpr size_t kCrcBytes = 4;
 
 template <typename T>
@@ -53,10 +56,19 @@ class Reader {
   const char* p_;
 };
 
-// The length every array of `r` shares (ValidateChunkRecord checks that).
+// The header's array length: the weights', or with none the first slot's.
 size_t ArrayLength(const ChunkRecordRef& r) {
   return r.slots.empty() || !r.weights.empty() ? r.weights.size()
                                                : r.slots[0].size();
+}
+
+// Whether every slot is ArrayLength long (the record needs no size table).
+bool UniformSlots(const ChunkRecordRef& r) {
+  const size_t numel = ArrayLength(r);
+  for (const std::vector<float>& slot : r.slots) {
+    if (slot.size() != numel) return false;
+  }
+  return true;
 }
 
 absl::Status Corrupt(absl::string_view what) {
@@ -70,18 +82,6 @@ absl::Status ValidateChunkRecord(const ChunkRecordRef& r) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk ", r.id, ": ", r.slots.size(),
                      " state slots, at most ", kMaxStateSlots));
-  }
-  const size_t numel = ArrayLength(r);
-  if (!r.weights.empty() && r.weights.size() != numel) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk ", r.id, ": ", r.weights.size(), " weights, state of ", numel));
-  }
-  for (const std::vector<float>& slot : r.slots) {
-    if (slot.size() != numel) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chunk ", r.id, ": state slots of ", slot.size(),
-                       " and ", numel, " elements"));
-    }
   }
   if (r.spec.size() > std::numeric_limits<uint32_t>::max()) {
     return absl::InvalidArgumentError(
@@ -101,8 +101,10 @@ absl::Status EncodeChunkRecordPieces(const ChunkRecordRef& r,
                                      std::vector<absl::string_view>* pieces) {
   if (absl::Status s = ValidateChunkRecord(r); !s.ok()) return s;
   const bool has_weights = !r.weights.empty() || r.slots.empty();
+  const bool sized = !UniformSlots(r);
   scratch->clear();
-  scratch->reserve(kHeaderBytes + kCrcBytes);  // no reallocation below
+  // No reallocation below: the pieces view it.
+  scratch->reserve(kHeaderBytes + kCrcBytes + 8 * r.slots.size());
   Append<uint32_t>(*scratch, kMagic);
   Append<uint32_t>(*scratch, kFormatVersion);
   Append<uint64_t>(*scratch, r.id);
@@ -110,7 +112,8 @@ absl::Status EncodeChunkRecordPieces(const ChunkRecordRef& r,
   Append<uint64_t>(*scratch, ArrayLength(r));
   Append<uint32_t>(*scratch, static_cast<uint32_t>(r.slots.size()));
   Append<uint32_t>(*scratch, static_cast<uint32_t>(r.spec.size()));
-  Append<uint32_t>(*scratch, has_weights ? kHasWeights : 0);
+  Append<uint32_t>(*scratch,
+                   (has_weights ? kHasWeights : 0) | (sized ? kSlotSizes : 0));
   auto floats = [](absl::Span<const float> a) {
     return absl::string_view(reinterpret_cast<const char*>(a.data()),
                              a.size() * sizeof(float));
@@ -118,14 +121,25 @@ absl::Status EncodeChunkRecordPieces(const ChunkRecordRef& r,
   pieces->clear();
   pieces->push_back(absl::string_view(*scratch));
   pieces->push_back(r.spec);
+  if (sized) {
+    for (const std::vector<float>& slot : r.slots) {
+      Append<uint64_t>(*scratch, slot.size());
+    }
+    pieces->push_back(absl::string_view(*scratch).substr(kHeaderBytes));
+  }
   pieces->push_back(floats(r.weights));
   for (const std::vector<float>& slot : r.slots)
     pieces->push_back(floats(slot));
   uint32_t crc = 0;
   for (absl::string_view piece : *pieces) crc = crc32c::Extend(crc, piece);
+  const size_t crc_at = scratch->size();
   Append<uint32_t>(*scratch, crc);
-  pieces->push_back(absl::string_view(*scratch).substr(kHeaderBytes));
+  pieces->push_back(absl::string_view(*scratch).substr(crc_at));
   (*pieces)[0] = absl::string_view(*scratch).substr(0, kHeaderBytes);
+  if (sized) {
+    (*pieces)[2] =
+        absl::string_view(*scratch).substr(kHeaderBytes, crc_at - kHeaderBytes);
+  }
   return absl::OkStatus();
 }
 
@@ -163,20 +177,38 @@ absl::StatusOr<ChunkRecord> DecodeChunkRecord(absl::string_view bytes) {
   const uint32_t num_slots = header.Read<uint32_t>();
   const uint32_t spec_size = header.Read<uint32_t>();
   const uint32_t flags = header.Read<uint32_t>();
-  const uint64_t arrays = num_slots + ((flags & kHasWeights) ? 1 : 0);
-  // Sizes come from the disk: check them without overflowing.
-  const size_t payload = body.size() - kHeaderBytes;
-  if ((flags & ~kHasWeights) != 0 || num_slots > kMaxStateSlots ||
-      spec_size > payload ||
-      (arrays > 0 && numel > (payload - spec_size) / sizeof(float) / arrays) ||
-      numel * sizeof(float) * arrays != payload - spec_size) {
-    return Corrupt("sizes disagree with the record length");
+  if ((flags & ~(kHasWeights | kSlotSizes)) != 0 ||
+      num_slots > kMaxStateSlots) {
+    return Corrupt("unknown flags or too many slots");
   }
+  // Sizes come from the disk: check them without overflowing.
+  size_t left = body.size() - kHeaderBytes;
+  auto take = [&left](uint64_t floats) {
+    if (floats > left / sizeof(float)) return false;
+    left -= floats * sizeof(float);
+    return true;
+  };
+  if (spec_size > left) return Corrupt("sizes disagree with the record length");
+  left -= spec_size;
   Reader data(body.substr(kHeaderBytes));
   r.spec = data.ReadString(spec_size);
+  std::vector<uint64_t> sizes(num_slots, numel);
+  if (flags & kSlotSizes) {
+    if (num_slots * sizeof(uint64_t) > left) {
+      return Corrupt("sizes disagree with the record length");
+    }
+    left -= num_slots * sizeof(uint64_t);
+    for (uint64_t& size : sizes) size = data.Read<uint64_t>();
+  }
+  bool fits = !(flags & kHasWeights) || take(numel);
+  for (uint64_t size : sizes) fits = fits && take(size);
+  if (!fits || left != 0) {
+    return Corrupt("sizes disagree with the record length");
+  }
   if (flags & kHasWeights) data.ReadFloats(r.weights, numel);
   r.slots.resize(num_slots);
-  for (std::vector<float>& slot : r.slots) data.ReadFloats(slot, numel);
+  for (uint32_t i = 0; i < num_slots; ++i)
+    data.ReadFloats(r.slots[i], sizes[i]);
   return r;
 }
 

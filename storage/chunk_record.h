@@ -23,9 +23,10 @@ struct ChunkRecord {
   // Opaque bytes; the server stores a serialized strata.v1.ChunkSpec here.
   std::string spec;
   std::vector<float> weights;
-  // Optimizer state (e.g. Adam m, v), each as long as `weights`. A record
-  // may also hold state only (empty `weights`, slots of equal length): a
-  // tiered store spills a chunk's optimizer state apart from its weights.
+  // Optimizer state (e.g. Adam m, v; Adafactor's row and column moments,
+  // shorter than `weights`). A record may also hold state only (empty
+  // `weights`): a tiered store spills a chunk's optimizer state apart from
+  // its weights.
   std::vector<std::vector<float>> slots;
 
   friend bool operator==(const ChunkRecord&, const ChunkRecord&) = default;
@@ -52,8 +53,7 @@ struct ChunkRecordRef {
 // The most state slots a record may carry.
 inline constexpr size_t kMaxStateSlots = 16;
 
-// OK if `record` can be stored: every slot as long as the weights (or, with
-// no weights, as each other), at most kMaxStateSlots slots, a spec under
+// OK if `record` can be stored: at most kMaxStateSlots slots, a spec under
 // 4 GiB. Else INVALID_ARGUMENT.
 absl::Status ValidateChunkRecord(const ChunkRecordRef& record);
 
@@ -63,9 +63,13 @@ size_t ChunkRecordBytes(const ChunkRecord& record);
 // Encodes `record` (format version 1, little-endian):
 //   u32 magic "SCHK" | u32 format version | u64 id | u64 version |
 //   u64 numel | u32 num_slots | u32 spec_size | u32 flags (bit 0: weights
-//   present) | spec | f32 weights[numel] (if present) |
-//   f32 slots[num_slots][numel] |
+//   present; bit 1: slot sizes follow the spec) | spec |
+//   u64 slot_sizes[num_slots] (if bit 1) | f32 weights[numel] (if present) |
+//   f32 slots[num_slots][slot size, else numel] |
 //   u32 CRC-32C of everything before it.
+// numel is the weights' length, or with none the first slot's; bit 1 is
+// set only when some slot is not numel long, so records of equal-length
+// slots are as they were before the bit existed.
 // Floats are stored bit for bit (NaN payloads included). Errors: as
 // ValidateChunkRecord.
 absl::StatusOr<std::string> EncodeChunkRecord(const ChunkRecordRef& record);

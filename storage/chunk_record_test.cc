@@ -193,12 +193,41 @@ TEST(ChunkRecord, StateOnlyRecordRoundTrips) {
   EXPECT_TRUE(back->weights.empty());
 }
 
-TEST(ChunkRecord, SlotOfWrongLengthIsRejected) {
+// Adafactor's row and column moments are shorter than the weights: their
+// sizes are written after the spec (flags bit 1), with and without weights.
+TEST(ChunkRecord, SlotsOfOtherLengthsRoundTripWithTheirSizes) {
   ChunkRecord r = SampleRecord();
-  r.slots[1].pop_back();
-  EXPECT_EQ(EncodeChunkRecord(r).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  r.weights.clear();  // state only: the slots must still agree
+  r.slots[1].resize(3);
+  r.slots.push_back({});
+  const std::string uniform = *EncodeChunkRecord(SampleRecord());
+  absl::StatusOr<std::string> bytes = EncodeChunkRecord(r);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  uint32_t flags;
+  std::memcpy(&flags, bytes->data() + 40, 4);
+  EXPECT_EQ(flags, 3u);
+  std::memcpy(&flags, uniform.data() + 40, 4);
+  EXPECT_EQ(flags, 1u);  // equal lengths: no table, as before
+  absl::StatusOr<ChunkRecord> back = DecodeChunkRecord(*bytes);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSameBits(r, *back);
+  r.weights.clear();
+  back = DecodeChunkRecord(*EncodeChunkRecord(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSameBits(r, *back);
+  // A size table that claims more than the record holds is data loss, its
+  // checksum made right again.
+  std::string bad = *EncodeChunkRecord(r);
+  bad[44 + r.spec.size()] = 100;  // the first slot's size
+  const uint32_t crc =
+      crc32c::Value(absl::string_view(bad).substr(0, bad.size() - 4));
+  std::memcpy(bad.data() + bad.size() - 4, &crc, 4);
+  EXPECT_EQ(DecodeChunkRecord(bad).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST(ChunkRecord, TooManySlotsAreRejected) {
+  ChunkRecord r = SampleRecord();
+  r.slots.resize(kMaxStateSlots + 1);
   EXPECT_EQ(EncodeChunkRecord(r).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

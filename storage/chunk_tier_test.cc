@@ -88,7 +88,7 @@ TEST_P(ChunkTierTest, ForEachVisitsAllInIdOrderAndStopsOnError) {
 
 TEST_P(ChunkTierTest, InconsistentRecordIsRejected) {
   ChunkRecord r = MakeRecord(5, 10, 2);
-  r.slots[0].resize(3);
+  r.slots.resize(kMaxStateSlots + 1);
   EXPECT_EQ(tier_->Put(r).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(tier_->size(), 0u);
 }

@@ -30,6 +30,39 @@ v1::InitSpec DrawnInit(const ParamInfo& p, uint64_t seed) {
   return init;
 }
 
+// The settings of optimizer `name` for GPT training: AdamW's and Adam's
+// betas as GPT-2 reproductions use them (0.9, 0.95); SGD with momentum
+// 0.9; LAMB as its paper (0.9, 0.999, eps 1e-6); Adafactor with the
+// trainer's scheduled lr rather than its relative step (so --lr and
+// --warmup mean what they do for the others), without parameter scaling
+// or a first moment, as T5 fine-tuning runs it.
+absl::Status SetOptimizer(const std::string& name, v1::OptimizerConfig* opt) {
+  if (name == "adamw" || name == "adam") {
+    opt->set_kind(name == "adamw" ? v1::OptimizerConfig::ADAMW
+                                  : v1::OptimizerConfig::ADAM);
+    opt->set_beta1(0.9f);
+    opt->set_beta2(0.95f);
+    opt->set_eps(1e-8f);
+  } else if (name == "sgd") {
+    opt->set_kind(v1::OptimizerConfig::SGD);
+    opt->set_momentum(0.9f);
+  } else if (name == "lamb") {
+    opt->set_kind(v1::OptimizerConfig::LAMB);
+    opt->set_beta1(0.9f);
+    opt->set_beta2(0.999f);
+    opt->set_eps(1e-6f);
+  } else if (name == "adafactor") {
+    opt->set_kind(v1::OptimizerConfig::ADAFACTOR);
+    opt->set_relative_step(false);
+    opt->set_scale_parameter(false);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown optimizer '", name,
+                     "' (adamw, adam, sgd, lamb or adafactor)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelSpec> ServerModel(const std::vector<ParamInfo>& params,
@@ -49,11 +82,8 @@ absl::StatusOr<ModelSpec> ServerModel(const std::vector<ParamInfo>& params,
     v1::GroupSpec g;
     g.set_name(group);
     v1::OptimizerConfig* opt = g.mutable_optimizer();
-    opt->set_kind(v1::OptimizerConfig::ADAMW);
+    STRATA_RETURN_IF_ERROR(SetOptimizer(o.optimizer, opt));
     opt->set_lr(o.lr);
-    opt->set_beta1(0.9f);
-    opt->set_beta2(0.95f);
-    opt->set_eps(1e-8f);
     opt->set_weight_decay(std::string(group) == "decay" ? o.weight_decay
                                                         : 0.0f);
     opt->set_warmup_steps(o.warmup_steps);

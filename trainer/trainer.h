@@ -53,7 +53,10 @@ struct TrainerOptions {
   // a server creates (the first registration of the job, or a server that
   // lost its state without a snapshot).
   std::string init_from;
-  float lr = 1e-3f;           // AdamW peak learning rate
+  // The servers' optimizer (trainer/server_model.cc says each one's
+  // settings): adamw, adam, sgd, lamb or adafactor.
+  std::string optimizer = "adamw";
+  float lr = 1e-3f;           // peak learning rate
   float weight_decay = 0.1f;  // matrices only
   int64_t warmup_steps = 10;
   float min_lr_ratio = 0.1f;  // cosine decay floor, relative to lr

@@ -210,18 +210,25 @@ absl::Status Trainer::PushAndCommit(Pass& p, float scale) {
   }
   STRATA_RETURN_IF_ERROR(WaitAll(p.ops));
   const int64_t step = p.step;
-  if (stamp_.deferred && bsp() && o_.pull_during_commit) {
-    // The next pulls wait at the gate for this step to close, chunk by
-    // chunk: they go out while the servers apply the commit (FinishPull
-    // collects its answer).
-    commit_step_ = step;
-    commit_ = std::async(std::launch::async, [this, step, scale] {
-      return ps_->Commit(step, scale);
-    });
-  } else if (stamp_.deferred) {
+  // BSP with LAMB or Adafactor: the update of a tensor cut into several
+  // chunks waits for sums over it, which the workers drive (ReduceStep).
+  const bool reduce = bsp() && ps_->needs_reduce();
+  const bool commit_later = stamp_.deferred && bsp() && o_.pull_during_commit;
+  if (stamp_.deferred && !commit_later) {
     // SSP/ASP pulls do not wait for this worker's step: they would read
     // the weights without it.
     STRATA_RETURN_IF_ERROR(ps_->Commit(step, scale));
+  }
+  if (commit_later || reduce) {
+    // The next pulls wait at the gate for this step to close (and apply),
+    // chunk by chunk: they go out while the servers apply the commit and
+    // the sums (FinishPull collects the answer).
+    commit_step_ = step;
+    const StepStamp stamp = stamp_;
+    commit_ = std::async(std::launch::async, [=, this] {
+      if (commit_later) STRATA_RETURN_IF_ERROR(ps_->Commit(step, scale));
+      return ps_->ReduceStep(step, stamp);
+    });
   }
   return absl::OkStatus();
 }

@@ -119,6 +119,12 @@ class Client {
     return Handle(std::move(ops), dst);
   }
 
+  // PsClient::ReduceStep.
+  void Reduce(int64_t step) {
+    py::gil_scoped_release release;
+    Check(ps_->ReduceStep(step));
+  }
+
   std::vector<std::string> Names() const {
     std::vector<std::string> names;
     for (const TensorSpec& t : ps_->plan().tensors) names.push_back(t.name);
@@ -169,6 +175,10 @@ void BindClient(py::module_& m) {
       .def("pull", &Client::Pull, py::arg("tensor"), py::arg("dst"),
            py::arg("clock") = -1, py::arg("min_version") = 0,
            py::arg("priority") = 0)
+      .def("reduce", &Client::Reduce, py::arg("step"),
+           "Under BSP with LAMB or Adafactor: drives the step's sums over "
+           "tensors cut into several chunks, so that its update applies "
+           "(a pull of the next version waits for it).")
       .def("index", &Client::Index)
       .def_property_readonly("names", &Client::Names)
       .def_property_readonly("chunks", &Client::Chunks)

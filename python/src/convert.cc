@@ -62,9 +62,14 @@ v1::GroupSpec ParseGroup(const py::dict& d) {
     o->set_kind(v1::OptimizerConfig::ADAM);
   } else if (kind == "adamw") {
     o->set_kind(v1::OptimizerConfig::ADAMW);
+  } else if (kind == "lamb") {
+    o->set_kind(v1::OptimizerConfig::LAMB);
+  } else if (kind == "adafactor") {
+    o->set_kind(v1::OptimizerConfig::ADAFACTOR);
   } else {
     throw StatusError(absl::InvalidArgumentError(
-        absl::StrCat("optimizer '", kind, "' is none of sgd, adam, adamw")));
+        absl::StrCat("optimizer '", kind,
+                     "' is none of sgd, adam, adamw, lamb, adafactor")));
   }
   o->set_lr(Get<float>(d, "lr", 1e-3f));
   o->set_momentum(Get<float>(d, "momentum", 0.0f));
@@ -75,6 +80,22 @@ v1::GroupSpec ParseGroup(const py::dict& d) {
   o->set_warmup_steps(Get<int64_t>(d, "warmup_steps", 0));
   o->set_total_steps(Get<int64_t>(d, "total_steps", 0));
   o->set_min_lr_ratio(Get<float>(d, "min_lr_ratio", 0.0f));
+  // LAMB and Adafactor (strata.model.group says which are whose); None:
+  // the servers' default.
+  if (d.contains("bias_correction") && !d["bias_correction"].is_none()) {
+    o->set_bias_correction(d["bias_correction"].cast<bool>());
+  }
+  o->set_max_trust_ratio(Get<float>(d, "max_trust_ratio", 0.0f));
+  o->set_eps2(Get<float>(d, "eps2", 0.0f));
+  o->set_clip_threshold(Get<float>(d, "clip_threshold", 0.0f));
+  o->set_decay_rate(Get<float>(d, "decay_rate", 0.0f));
+  if (d.contains("relative_step") && !d["relative_step"].is_none()) {
+    o->set_relative_step(d["relative_step"].cast<bool>());
+  }
+  if (d.contains("scale_parameter") && !d["scale_parameter"].is_none()) {
+    o->set_scale_parameter(d["scale_parameter"].cast<bool>());
+  }
+  o->set_warmup_init(Get<bool>(d, "warmup_init", false));
   return g;
 }
 

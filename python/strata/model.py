@@ -13,25 +13,44 @@ import struct
 
 import numpy as np
 
-OPTIMIZERS = ("sgd", "adam", "adamw")
+OPTIMIZERS = ("sgd", "adam", "adamw", "lamb", "adafactor")
 
 
-def group(name, optimizer="adamw", lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+def group(name, optimizer="adamw", lr=1e-3, betas=(0.9, 0.999), eps=None,
           weight_decay=0.0, momentum=0.0, warmup_steps=0, total_steps=0,
-          min_lr_ratio=0.0):
-    """An optimizer group as the servers apply it (optim/optimizer.h):
-    AdamW's weight decay is decoupled (w -= lr*wd*w), Adam's and SGD's is
-    L2 on the gradient. The learning rate warms up linearly over
-    warmup_steps and, with total_steps, decays by a cosine to
-    lr*min_lr_ratio."""
+          min_lr_ratio=0.0, bias_correction=None, max_trust_ratio=0.0,
+          eps2=None, clip_threshold=None, decay_rate=None,
+          relative_step=None, scale_parameter=None, warmup_init=False):
+    """An optimizer group as the servers apply it (optim/optimizer.h,
+    optim/tensor_update.h): AdamW's, LAMB's and Adafactor's weight decay
+    is decoupled (w -= lr*wd*w), Adam's and SGD's is L2 on the gradient.
+    The learning rate warms up linearly over warmup_steps and, with
+    total_steps, decays by a cosine to lr*min_lr_ratio.
+
+    eps: None is each optimizer's default (1e-8; LAMB 1e-6; Adafactor's
+    eps1 1e-30). LAMB: bias_correction (None: on), max_trust_ratio (0:
+    none). Adafactor: betas[0] > 0 keeps a first moment (0: none),
+    betas[1] is unused; eps2, clip_threshold, decay_rate, relative_step,
+    scale_parameter (None: 1e-3, 1.0, -0.8, on, on) and warmup_init as
+    Hugging Face's Adafactor; with relative_step on, lr must be 0.
+    Under BSP a tensor of a LAMB or Adafactor group cut into several chunks
+    is updated once a worker drove its sums (Client.reduce; a Session
+    does it)."""
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer {optimizer!r} is none of {OPTIMIZERS}")
     return {"name": name, "optimizer": optimizer, "lr": float(lr),
             "beta1": float(betas[0]), "beta2": float(betas[1]),
-            "eps": float(eps), "weight_decay": float(weight_decay),
+            "eps": None if eps is None else float(eps),
+            "weight_decay": float(weight_decay),
             "momentum": float(momentum), "warmup_steps": int(warmup_steps),
             "total_steps": int(total_steps),
-            "min_lr_ratio": float(min_lr_ratio)}
+            "min_lr_ratio": float(min_lr_ratio),
+            "bias_correction": bias_correction,
+            "max_trust_ratio": float(max_trust_ratio), "eps2": eps2,
+            "clip_threshold": clip_threshold, "decay_rate": decay_rate,
+            "relative_step": relative_step,
+            "scale_parameter": scale_parameter,
+            "warmup_init": bool(warmup_init)}
 
 
 def write_init_file(path, arrays):
