@@ -23,7 +23,14 @@
 //                        [--triad streaming|classic]  (classic: both triads
 //                        ordinary)
 // Prints: adam_params_per_s, adam_GBps, triad_GBps, adam_ratio_to_membw,
-//         triad_nt_GBps, adam_ratio_to_nt_triad.
+//         triad_nt_GBps, adam_ratio_to_nt_triad; then LAMB's and
+//         Adafactor's updates (optim/tensor_update.h) as a server runs
+//         them, chunk by chunk (4 MiB chunks on the thread pool, each its
+//         own tensor: partial sums, then the apply), in parameters per
+//         second and as a ratio to Adam's: lamb_params_per_s,
+//         lamb_ratio_to_adam, adafactor_params_per_s,
+//         adafactor_ratio_to_adam (Adafactor factored, 1024 columns, no
+//         first moment).
 #include <immintrin.h>
 #include <sys/mman.h>
 
@@ -39,6 +46,7 @@
 
 #include "common/parallel.h"
 #include "optim/optimizer.h"
+#include "optim/tensor_update.h"
 
 namespace strata {
 namespace {
@@ -131,6 +139,64 @@ void Blocked(size_t n, const std::function<void(size_t, size_t)>& fn) {
   });
 }
 
+// LAMB and Adafactor chunk by chunk over the same arrays, against Adam's
+// time `adam_s`.
+int RunTensorUpdates(const Flags& f, double adam_s, Array& w, Array& g) {
+  constexpr size_t kChunk = size_t{1} << 20, kCols = 1024;
+  const size_t chunks = f.params / kChunk;
+  if (chunks == 0) return 0;
+  OptimizerParams lamb;
+  lamb.kind = OptimizerParams::kLamb;
+  lamb.eps = 1e-6f;
+  lamb.weight_decay = 0.01f;
+  OptimizerParams factor;
+  factor.kind = OptimizerParams::kAdafactor;
+  factor.beta1 = 0;
+  factor.lr = 0;
+  factor.eps = 1e-30f;
+  factor.weight_decay = 0.01f;
+  // Each chunk's state, as a server's record holds it: LAMB's m and v,
+  // Adafactor's rows and columns.
+  std::vector<std::vector<std::vector<float>>> lamb_state(chunks),
+      factored(chunks);
+  for (size_t c = 0; c < chunks; ++c) {
+    lamb_state[c] = {std::vector<float>(kChunk), std::vector<float>(kChunk)};
+    factored[c] = {std::vector<float>(kChunk / kCols),
+                   std::vector<float>(kCols)};
+  }
+  int64_t t = 0;
+  auto each_chunk = [&](const OptimizerParams& p, bool adafactor) {
+    ++t;
+    ParallelFor(static_cast<int64_t>(chunks), 1,
+                [&](int, int64_t c0, int64_t c1) {
+                  for (int64_t c = c0; c < c1; ++c) {
+                    const size_t off = static_cast<size_t>(c) * kChunk;
+                    const TensorPart part =
+                        PartOfTensor(p, kChunk, {int64_t{1024}, int64_t{1024}},
+                                     /*alone=*/true);
+                    ApplyWholeTensorUpdate(
+                        {&p, 1e-3f, t, part}, w.get() + off,
+                        absl::MakeSpan(adafactor ? factored[c] : lamb_state[c]),
+                        g.get() + off);
+                  }
+                });
+  };
+  const std::vector<double> best = BestSeconds(
+      f.reps,
+      {[&] { each_chunk(lamb, false); }, [&] { each_chunk(factor, true); }});
+  const double n = static_cast<double>(chunks * kChunk);
+  const double adam_rate = static_cast<double>(f.params) / adam_s;
+  std::printf("lamb_params_per_s %.4g\n", n / best[0]);
+  std::printf("lamb_ratio_to_adam %.3f\n", n / best[0] / adam_rate);
+  std::printf("adafactor_params_per_s %.4g\n", n / best[1]);
+  std::printf("adafactor_ratio_to_adam %.3f\n", n / best[1] / adam_rate);
+  if (!AllFinite(w.get(), chunks * kChunk)) {
+    std::fprintf(stderr, "LAMB or Adafactor produced non-finite weights\n");
+    return 1;
+  }
+  return 0;
+}
+
 int Run(const Flags& f) {
   const size_t n = f.params;
   SetNumThreads(f.threads);
@@ -185,7 +251,7 @@ int Run(const Flags& f) {
   std::fprintf(
       stderr, "# %zu params, %d threads, best of %d; nt triad with %s stores\n",
       n, NumThreads(), f.reps, streaming ? "non-temporal" : "ordinary");
-  return 0;
+  return RunTensorUpdates(f, adam_s, w, g);
 }
 
 }  // namespace

@@ -166,6 +166,56 @@ TEST(Train, ServersWithARamBudgetTrainToTheSameWeights) {
   ExpectCloseWeights(two_plain, two_tiered);
 }
 
+// LAMB and Adafactor with tensors cut into 4 KiB chunks across the two
+// servers: each step's update waits for sums over whole tensors, which the
+// workers drive (Reduce) after their pushes (and, clipped, their commit);
+// the servers report updates applied that way. Two LAMB workers on half
+// batches train like one on the whole batch, up to float rounding.
+// Adafactor's first step moves each element of a vector by about the sign
+// of its gradient (beta2_1 = 0), which the rounding of two workers' sums
+// flips where the gradient is near 0 (so two workers differ from one by up
+// to twice the step size, with or without chunks cut): here it trains
+// (python/tests/test_optimizers.py checks its sums against PyTorch).
+TEST(Train, LambAndAdafactorSumOverTensorsCutAcrossServers) {
+  for (const char* optimizer : {"lamb", "adafactor"}) {
+    SCOPED_TRACE(optimizer);
+    const std::vector<std::string> cut = {
+        "--grad_clip", "0", "--chunk_size", "4KiB", "--optimizer", optimizer};
+    std::string status;
+    const BspRun one =
+        TrainBsp({"cpu"}, absl::StrCat(optimizer, "-cut"), cut, {}, &status);
+    const BspRun two =
+        TrainBsp({"cpu", "cpu"}, absl::StrCat(optimizer, "-2"), cut);
+    ASSERT_FALSE(one.weights.empty());
+    if (std::string(optimizer) == "lamb") {
+      ExpectCloseWeights(one, two);
+    } else {
+      ASSERT_EQ(one.losses.size(), two.losses.size());
+      EXPECT_LT(one.losses.back(), one.losses.front());
+    }
+    int summed = 0;
+    for (size_t at = 0; (at = status.find("summed ", at)) != std::string::npos;
+         ++at) {
+      summed += std::atoi(status.c_str() + at + 7) > 0;
+    }
+    EXPECT_EQ(summed, 2) << status;
+    // Two clipped workers: the commit and the sums go out together.
+    std::vector<std::string> clipped = cut;
+    clipped[1] = "0.05";
+    const BspRun two_clipped =
+        TrainBsp({"cpu", "cpu"}, absl::StrCat(optimizer, "-clip2"), clipped);
+    ASSERT_EQ(two_clipped.losses.size(), one.losses.size());
+    EXPECT_NE(two_clipped.weights, two.weights);
+  }
+  // The optimizer flag took effect.
+  const BspRun adamw =
+      TrainBsp({"cpu"}, "adamw1", {"--grad_clip", "0", "--chunk_size", "4KiB"});
+  const BspRun lamb = TrainBsp(
+      {"cpu"}, "lamb1-again",
+      {"--grad_clip", "0", "--chunk_size", "4KiB", "--optimizer", "lamb"});
+  EXPECT_NE(adamw.weights, lamb.weights);
+}
+
 // --micro_batches: each worker computes its share of a step in pieces,
 // accumulates their gradients weighted by samples and pushes once. Batch 4
 // in 3 micro-batches (2, 1, 1 samples), alone and as two BSP workers (2
