@@ -17,6 +17,7 @@
 #include "model/hf_gpt2.h"
 #include "rpc/health.h"
 #include "spdlog/spdlog.h"
+#include "trainer/server_model.h"
 #include "trainer/trainer.h"
 
 namespace strata {
@@ -222,6 +223,19 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "the next one (error feedback), so small gradient parts "
                   "are delayed, not lost")
       ->capture_default_str();
+  cmd->add_option("--compress", o->compress,
+                  "push gradients compressed, with error feedback: none, "
+                  "onebit (signs and a scale per 256 elements; freezes "
+                  "Adam's second moment from then on, as 1-bit Adam) or "
+                  "topk:R (the largest R of each chunk's elements)")
+      ->check([](const std::string& s) {
+        absl::StatusOr<PushCompression> c = ParseCompression(s);
+        return c.ok() ? std::string() : std::string(c.status().message());
+      })
+      ->capture_default_str();
+  cmd->add_option("--compress_from", o->compress_from,
+                  "the first step pushed compressed (-1: after --warmup)")
+      ->capture_default_str();
   cmd->add_flag_function(
       "--pull_bf16", [o](int64_t n) { o->pull_bf16 = n > 0; },
       "pull weights as bf16 (the servers keep fp32; the worker computes "
@@ -276,6 +290,10 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
   if (o.pull_bf16)
     f.push_back(*o.pull_bf16 ? "--pull_bf16" : "--pull_bf16=false");
   if (!o.error_feedback) f.insert(f.end(), {"--error_feedback", "false"});
+  if (o.compress != "none") {
+    f.insert(f.end(), {"--compress", o.compress, "--compress_from",
+                       std::to_string(o.compress_from)});
+  }
   if (o.micro_batches != 1)
     f.insert(f.end(), {"--micro_batches", std::to_string(o.micro_batches)});
   if (o.tp != 1) f.insert(f.end(), {"--tp", std::to_string(o.tp)});

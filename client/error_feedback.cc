@@ -1,13 +1,16 @@
 #include "client/error_feedback.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "common/bf16.h"
+#include "common/compress.h"
 
 namespace strata {
 
-float* Bf16ErrorFeedback::Carried(int key, int64_t n) {
+float* CarriedErrors::Get(int key, int64_t n) {
   absl::MutexLock lock(&mu_);
   if (key >= static_cast<int>(carried_.size())) carried_.resize(key + 1);
   std::unique_ptr<std::vector<float>>& e = carried_[key];
@@ -18,7 +21,7 @@ float* Bf16ErrorFeedback::Carried(int key, int64_t n) {
 
 void Bf16ErrorFeedback::Encode(int key, const float* g, uint16_t* out,
                                int64_t n) {
-  float* e = Carried(key, n);
+  float* e = carried_.Get(key, n);
   // Branch-free, so it vectorizes (RoundBf16Bits). Where g + e is a NaN or
   // an infinity,
   // or rounds to one, the new error is not finite (NaN, or the difference
@@ -50,9 +53,43 @@ void Bf16ErrorFeedback::Encode(int key, const float* g, uint16_t* out,
   }
 }
 
-void Bf16ErrorFeedback::Reset() {
+std::vector<float> CarriedErrors::Copy(int key) {
+  absl::MutexLock lock(&mu_);
+  if (key >= static_cast<int>(carried_.size()) || carried_[key] == nullptr) {
+    return {};
+  }
+  return *carried_[key];
+}
+
+void CarriedErrors::Reset() {
   absl::MutexLock lock(&mu_);
   carried_.clear();
+}
+
+void CompressedErrorFeedback::Encode(int key, const float* g, int64_t n,
+                                     std::string* out) {
+  const size_t count = static_cast<size_t>(n);
+  // Scratch kept per thread: a chunk's worth, reused push after push.
+  thread_local std::vector<float> want, decoded;
+  want.resize(count);
+  decoded.resize(count);
+  float* e = carried_.Get(key, n);
+  if (!std::all_of(g, g + n, [](float x) { return std::isfinite(x); })) {
+    // Goes out as it is, to be refused; nothing carried into or out of it.
+    std::fill(e, e + n, 0.0f);
+  }
+  for (size_t i = 0; i < count; ++i) want[i] = g[i] + e[i];
+  if (dtype_ == v1::DTYPE_ONEBIT) {
+    out->resize(OneBitBytes(count));
+    EncodeOneBit(want.data(), count, out->data(), decoded.data());
+  } else {
+    EncodeTopK(want.data(), count, TopKCount(count, ratio_), out,
+               decoded.data());
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const float err = want[i] - decoded[i];
+    e[i] = std::isfinite(err) ? err : 0.0f;
+  }
 }
 
 }  // namespace strata

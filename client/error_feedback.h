@@ -1,5 +1,6 @@
 // Error feedback for gradients pushed as bf16 (PsClientOptions::
-// push_error_feedback, the worker's `--error_feedback`). Rounding a
+// push_error_feedback, the worker's `--error_feedback`), and for
+// compressed pushes (CompressedErrorFeedback, below). Rounding a
 // gradient to bf16 (8 significant bits) on its own drops every part of an
 // element smaller than half its unit in the last place, and drops it again
 // the next step: a persistent gradient of 1 + 2^-10 is pushed as 1 every
@@ -14,12 +15,31 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "strata/v1/ps.pb.h"
 
 namespace strata {
+
+// The error carried per key (a chunk), for one kind of encoding.
+// Thread-safe; calls for different keys may run at once.
+class CarriedErrors {
+ public:
+  // Key's error, sized n (zeroed when new or resized). The pointer stays
+  // valid until Reset or a call for the key with another n.
+  float* Get(int key, int64_t n);
+  // A copy of key's error (empty: none).
+  std::vector<float> Copy(int key);
+  void Reset();
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<std::vector<float>>> carried_
+      ABSL_GUARDED_BY(mu_);  // per key
+};
 
 class Bf16ErrorFeedback {
  public:
@@ -33,15 +53,39 @@ class Bf16ErrorFeedback {
   void Encode(int key, const float* g, uint16_t* out, int64_t n);
   // Drops every carried error: the pushes it came from were not applied (a
   // step redone, a rollback). REQUIRES: no Encode under way.
-  void Reset();
+  void Reset() { carried_.Reset(); }
 
  private:
-  // The error carried for `key`, sized n (zeroed when new or resized).
-  float* Carried(int key, int64_t n);
+  CarriedErrors carried_;
+};
 
-  absl::Mutex mu_;
-  std::vector<std::unique_ptr<std::vector<float>>> carried_
-      ABSL_GUARDED_BY(mu_);  // per key
+// Error feedback for compressed pushes (PsClientOptions::push_compress:
+// ONEBIT or TOPK, common/compress.h). Each push sends C(g + e) and carries
+// e' = g + e - D(C(g + e)), what the server's decoding D leaves out, to
+// the chunk's next push: the sum of what was decoded plus the carried
+// error equals the sum of the gradients up to the float rounding of those
+// additions (1-bit SGD, Seide et al. 2014; EF-SGD, Karimireddy et al.
+// 2019; DGC's residual accumulation, Lin et al. 2018). A gradient that is
+// not all finite is encoded alone (the server refuses it) and the chunk's
+// error is dropped.
+class CompressedErrorFeedback {
+ public:
+  // `dtype`: DTYPE_ONEBIT or DTYPE_TOPK; `ratio`: TOPK's kept fraction.
+  CompressedErrorFeedback(v1::DType dtype, double ratio)
+      : dtype_(dtype), ratio_(ratio) {}
+  v1::DType dtype() const { return dtype_; }
+  // Writes the encoding of key's g + e (n elements) into *out. Calls for
+  // one key must not overlap.
+  void Encode(int key, const float* g, int64_t n, std::string* out);
+  // As Bf16ErrorFeedback::Reset.
+  void Reset() { carried_.Reset(); }
+  // The error carried for `key` now (empty: none), for tests.
+  std::vector<float> Carried(int key) { return carried_.Copy(key); }
+
+ private:
+  const v1::DType dtype_;
+  const double ratio_;
+  CarriedErrors carried_;
 };
 
 }  // namespace strata

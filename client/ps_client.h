@@ -48,6 +48,17 @@ struct PsClientOptions {
   // memory, push_fp32_through_shm) leaves the chunk's carried error for
   // its next bf16 push: at most one rounding per element, delayed.
   bool push_error_feedback = false;
+  // Pushes of steps >= compress_from_step go compressed, with error
+  // feedback (client/error_feedback.h CompressedErrorFeedback):
+  // DTYPE_ONEBIT (signs and a scale per 256 elements) or DTYPE_TOPK (the
+  // largest topk_ratio of each chunk's elements); DTYPE_UNSPECIFIED: off.
+  // Wherever the payload goes (shared memory, messages; ONEBIT also on
+  // the bulk plane: TOPK's size varies, so it goes in messages there),
+  // and whatever push_dtype says; not a push whose StepStamp sets a dtype
+  // (all-reduce's whole-step pushes).
+  v1::DType push_compress = v1::DTYPE_UNSPECIFIED;
+  double topk_ratio = 0.01;
+  int64_t compress_from_step = 0;
   // A push_dtype (pull_dtype) of bf16 applies to payloads in messages
   // only; through shared memory they stay fp32 (StepStamp::dtype overrides
   // this). On a 2-core host the conversion cost more there than the bytes

@@ -117,9 +117,65 @@ void PsClient::Impl::Issue(const OpPtr& op) {
   attempt->StartCall();
 }
 
+v1::PushRequest PsClient::Impl::PushHeader(const OpState& op,
+                                           const v1::View& view) const {
+  v1::PushRequest header;
+  header.set_member_id(scheduler_->member_id());
+  header.set_epoch(op.stamp.epoch != 0 ? op.stamp.epoch : view.epoch());
+  header.set_first_sample(op.stamp.first_sample);
+  header.set_generation(op.stamp.generation.value_or(view.generation()));
+  header.set_chunk_id(plan_.chunks[op.chunk].id);
+  header.set_step(op.step);
+  header.set_num_samples(op.samples);
+  header.set_deferred(op.stamp.deferred);
+  header.set_whole_step(op.stamp.whole_step);
+  // So a late read of an attempt given up on cannot replace its retry.
+  header.set_push_seq(op.seq + 1);
+  header.set_attempt(static_cast<uint32_t>(op.attempts));
+  return header;
+}
+
+bool PsClient::Impl::Compressed(const OpState& op) const {
+  return options_.push_compress != v1::DTYPE_UNSPECIFIED && !op.stamp.dtype &&
+         op.step >= options_.compress_from_step;
+}
+
+grpc::ByteBuffer PsClient::Impl::CompressedPush(const OpPtr& op, Stubs* stubs,
+                                                v1::PushRequest& header) {
+  const ChunkInfo& chunk = plan_.chunks[op->chunk];
+  if (!op->encoded) {
+    // Once per push: a retry sends the same bytes (their error is carried).
+    compress_errors_.Encode(op->chunk, op->grad,
+                            static_cast<int64_t>(chunk.numel), &op->bf16);
+    op->encoded = true;
+  }
+  const size_t bytes = op->bf16.size();
+  header.set_dtype(compress_errors_.dtype());
+  if (TakeShmSlot(op, stubs, bytes)) {
+    std::memcpy(op->shm_slot.data, op->bf16.data(), bytes);
+    v1::ShmRef place = op->shm_slot.ref;
+    place.set_size(bytes);
+    *header.mutable_shm() = place;
+    grpc::Slice slice(header.SerializeAsString());
+    return grpc::ByteBuffer(&slice, 1);
+  }
+  if (v1::BulkRef ref; header.dtype() == v1::DTYPE_ONEBIT &&
+                       TakeBulk(op, stubs, op->bf16.data(), bytes, &ref)) {
+    *header.mutable_bulk() = ref;
+    grpc::Slice slice(header.SerializeAsString());
+    return grpc::ByteBuffer(&slice, 1);
+  }
+  return SerializeWithPayload(header, v1::PushRequest::kDataFieldNumber,
+                              op->bf16.data(), bytes);
+}
+
 grpc::ByteBuffer PsClient::Impl::PushMessage(const OpPtr& op, Stubs* stubs,
                                              const v1::View& view) {
   const ChunkInfo& chunk = plan_.chunks[op->chunk];
+  if (Compressed(*op)) {
+    v1::PushRequest header = PushHeader(*op, view);
+    return CompressedPush(op, stubs, header);
+  }
   // fp32 through shared memory when so configured, unless an earlier
   // attempt already sent (and carried the error of) bf16 bytes.
   v1::DType dtype = options_.push_dtype;
@@ -128,20 +184,8 @@ grpc::ByteBuffer PsClient::Impl::PushMessage(const OpPtr& op, Stubs* stubs,
       op, stubs, options_.push_fp32_through_shm && !op->encoded, op->grad,
       &dtype, &place);
   const size_t bytes = chunk.numel * ElementBytes(dtype);
-  v1::PushRequest header;
-  header.set_member_id(scheduler_->member_id());
-  header.set_epoch(op->stamp.epoch != 0 ? op->stamp.epoch : view.epoch());
-  header.set_first_sample(op->stamp.first_sample);
-  header.set_generation(op->stamp.generation.value_or(view.generation()));
-  header.set_chunk_id(chunk.id);
-  header.set_step(op->step);
-  header.set_num_samples(op->samples);
+  v1::PushRequest header = PushHeader(*op, view);
   header.set_dtype(dtype);
-  header.set_deferred(op->stamp.deferred);
-  header.set_whole_step(op->stamp.whole_step);
-  // So a late read of an attempt given up on cannot replace its retry.
-  header.set_push_seq(op->seq + 1);
-  header.set_attempt(static_cast<uint32_t>(op->attempts));
   if (in_shm) {
     // One copy (or conversion) into the shared slot, or none from the
     // tensor region; the server copies it out. The message carries only

@@ -67,7 +67,8 @@ struct OpState {
   StepStamp stamp;
   // A push's payload converted to bf16, when configured: converted once
   // (the first attempt through shared memory converts into its slot and
-  // keeps a copy here only when it must be retried).
+  // keeps a copy here only when it must be retried); a compressed push's
+  // encoding (PsClientOptions::push_compress), made once.
   std::string bf16;
   bool encoded = false;  // the error feedback has run for this push
   v1::DType pull_dtype = v1::DTYPE_F32;  // what the current attempt asked
@@ -193,6 +194,15 @@ class PsClient::Impl {
   // How long to wait before the next attempt, after `attempts` attempts:
   // initial_backoff doubling per attempt, up to max_backoff.
   absl::Duration Backoff(int attempts) const;
+  // A push's request without its payload or dtype.
+  v1::PushRequest PushHeader(const OpState& op, const v1::View& view) const;
+  // Whether op's push goes compressed (PsClientOptions::push_compress).
+  bool Compressed(const OpState& op) const;
+  // A compressed push's message: encoded once (kept in op.bf16 for its
+  // retries), then through a shared-memory slot, the bulk plane (ONEBIT)
+  // or in the message.
+  grpc::ByteBuffer CompressedPush(const OpPtr& op, Stubs* stubs,
+                                  v1::PushRequest& header);
   // Converts op's gradient to bf16 into out (numel values), with the
   // carried error when push_error_feedback.
   void EncodeBf16(OpState& op, uint16_t* out);
@@ -202,7 +212,10 @@ class PsClient::Impl {
   std::vector<uint32_t> TakeDeferred(int64_t step);
   // Forgets the counts of `step` and later steps.
   void ForgetDeferred(int64_t step);
-  void ForgetPushErrors() { push_errors_.Reset(); }
+  void ForgetPushErrors() {
+    push_errors_.Reset();
+    compress_errors_.Reset();
+  }
   // PsClient::ReduceStep (ps_client_reduce.cc).
   absl::Status ReduceStep(int64_t step, const StepStamp& stamp);
   // One Reduce to `slot`'s server, retried while retryable.
@@ -324,6 +337,8 @@ class PsClient::Impl {
   std::thread timer_;
 
   Bf16ErrorFeedback push_errors_;  // push_error_feedback
+  CompressedErrorFeedback compress_errors_{options_.push_compress,
+                                           options_.topk_ratio};
   absl::Mutex deferred_mu_;
   std::map<int64_t, std::vector<uint32_t>> deferred_
       ABSL_GUARDED_BY(deferred_mu_);

@@ -51,12 +51,17 @@ UpdateScalars MakeScalars(const OptimizerParams& p, float lr, int64_t t) {
   if (p.kind == OptimizerParams::kSgd) return s;
   STRATA_CHECK(t >= 1);
   const double t_d = static_cast<double>(t);
+  const bool frozen =
+      p.freeze_variance_after > 0 && t > p.freeze_variance_after;
+  const double t_v =
+      frozen ? static_cast<double>(p.freeze_variance_after) : t_d;
   const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), t_d);
-  const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), t_d);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), t_v);
   s.b1 = p.beta1;
   s.one_minus_b1 = 1.0f - p.beta1;
-  s.b2 = p.beta2;
-  s.one_minus_b2 = 1.0f - p.beta2;
+  // Frozen: v = 1 * v + 0 * g'^2, exactly v.
+  s.b2 = frozen ? 1.0f : p.beta2;
+  s.one_minus_b2 = frozen ? 0.0f : 1.0f - p.beta2;
   s.step_size = static_cast<float>(lr / bc1);
   s.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   s.eps = p.eps;
@@ -197,6 +202,7 @@ absl::StatusOr<OptimizerParams> OptimizerParamsFromProto(
   p.warmup_steps = c.warmup_steps();
   p.total_steps = c.total_steps();
   p.min_lr_ratio = c.min_lr_ratio();
+  p.freeze_variance_after = c.freeze_variance_after();
   p.bias_correction = !c.has_bias_correction() || c.bias_correction();
   p.max_trust_ratio = c.max_trust_ratio();
   if (p.kind == OptimizerParams::kLamb && c.eps() == 0) p.eps = 1e-6f;
@@ -258,6 +264,9 @@ absl::Status ValidateOptimizerParams(const OptimizerParams& p) {
     return Invalid("warmup_steps", p.warmup_steps, ">= 0");
   }
   if (p.total_steps < 0) return Invalid("total_steps", p.total_steps, ">= 0");
+  if (p.freeze_variance_after < 0) {
+    return Invalid("freeze_variance_after", p.freeze_variance_after, ">= 0");
+  }
   if (p.total_steps > 0 && p.total_steps <= p.warmup_steps) {
     return Invalid("total_steps", p.total_steps,
                    "0 or greater than warmup_steps");

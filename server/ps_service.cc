@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/compress.h"
 #include "common/status.h"
 #include "common/wire.h"
 #include "server/parameter_server.h"
@@ -321,7 +322,13 @@ class Service final : public ServiceBase {
     // The chunk's size, not the request's word, bounds what is allocated.
     STRATA_ASSIGN_OR_RETURN(const uint64_t numel,
                             shard_->ChunkNumel(req.chunk_id()));
-    const size_t bytes = numel * ElementBytes(req.dtype());
+    size_t bytes = numel * ElementBytes(req.dtype());
+    if (req.dtype() == v1::DTYPE_ONEBIT) bytes = OneBitBytes(numel);
+    if (req.dtype() == v1::DTYPE_TOPK) {
+      // Its size depends on the sender's k: messages or shared memory.
+      return absl::InvalidArgumentError(
+          "TOPK pushes travel in messages or shared memory, not bulk");
+    }
     return bulk_->Receive(req.bulk(), req.member_id(), bytes,
                           absl::Now() + kBulkWait);
   }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/bf16.h"
+#include "common/compress.h"
 #include "common/status.h"
 #include "common/wire.h"
 #include "server/shard_parts.h"
@@ -94,6 +95,9 @@ absl::Status Shard::DecodeGradient(const v1::PushRequest& req,
                                    size_t payload_bytes, PayloadReader read,
                                    uint64_t numel, std::vector<float>* out,
                                    bool* nonfinite) {
+  if (req.dtype() == v1::DTYPE_ONEBIT || req.dtype() == v1::DTYPE_TOPK) {
+    return DecodeCompressed(req, payload_bytes, read, numel, out, nonfinite);
+  }
   if (req.dtype() != v1::DTYPE_F32 && req.dtype() != v1::DTYPE_BF16 &&
       req.dtype() != v1::DTYPE_UNSPECIFIED) {
     return absl::InvalidArgumentError(
@@ -137,6 +141,34 @@ absl::Status Shard::DecodeGradient(const v1::PushRequest& req,
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status Shard::DecodeCompressed(const v1::PushRequest& req,
+                                     size_t payload_bytes, PayloadReader read,
+                                     uint64_t numel, std::vector<float>* out,
+                                     bool* nonfinite) {
+  const bool onebit = req.dtype() == v1::DTYPE_ONEBIT;
+  // Bounded by the chunk before anything is allocated.
+  const size_t most = onebit ? OneBitBytes(numel) : 8 * numel;
+  if (payload_bytes > most) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", req.chunk_id(), " takes at most ", most, " bytes of ",
+        onebit ? "ONEBIT" : "TOPK", " gradient, got ", payload_bytes));
+  }
+  std::string bytes(payload_bytes, '\0');
+  STRATA_RETURN_IF_ERROR(read(bytes.data(), 0, payload_bytes));
+  *out = p_->pool.Take(numel);
+  absl::Status decoded = onebit ? DecodeOneBit(bytes, numel, out->data())
+                                : DecodeTopK(bytes, numel, out->data());
+  if (decoded.ok() && !AllWithin(out->data(), numel, kMaxGradientMagnitude)) {
+    counters_.rejected_nonfinite++;
+    *nonfinite = true;
+    decoded = absl::InvalidArgumentError(
+        absl::StrCat("gradient for chunk ", req.chunk_id(), " step ",
+                     req.step(), " has a value beyond +-1e19; rejected"));
+  }
+  if (!decoded.ok()) p_->pool.Give(std::move(*out));
+  return decoded;
 }
 
 absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req,

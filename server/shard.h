@@ -214,6 +214,12 @@ class Shard {
   absl::Status DecodeGradient(const v1::PushRequest& req, size_t payload_bytes,
                               PayloadReader read, uint64_t numel,
                               std::vector<float>* out, bool* nonfinite);
+  // The same for a compressed push (ONEBIT, TOPK: common/compress.h): read
+  // whole (at most its chunk's bound), decoded into a pooled buffer.
+  absl::Status DecodeCompressed(const v1::PushRequest& req,
+                                size_t payload_bytes, PayloadReader read,
+                                uint64_t numel, std::vector<float>* out,
+                                bool* nonfinite);
   // OK for a push from a live worker whose epoch the gate accepts.
   absl::Status CheckMember(const v1::PushRequest& req);
   // Wakes every pull waiting at a gate to look again.

@@ -198,6 +198,13 @@ absl::Status RunTrainer(const TrainerOptions& options) {
   // Under all-reduce sync each chunk's pusher changes with the group: no
   // error is carried there.
   po.push_error_feedback = o.error_feedback && o.sync == SyncMode::kPs;
+  STRATA_ASSIGN_OR_RETURN(const PushCompression compression,
+                          ParseCompression(o.compress));
+  if (o.sync == SyncMode::kPs) {
+    po.push_compress = compression.dtype;
+    po.topk_ratio = compression.ratio;
+    po.compress_from_step = CompressFromStep(o);
+  }
   po.shared_memory = o.shared_memory;
   po.wire = o.wire;
   po.bulk_insecure = o.bulk_insecure;

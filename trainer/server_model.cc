@@ -3,6 +3,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "formats/safetensors.h"
 #include "model/hf_gpt2.h"
@@ -65,8 +68,39 @@ absl::Status SetOptimizer(const std::string& name, v1::OptimizerConfig* opt) {
 
 }  // namespace
 
+absl::StatusOr<PushCompression> ParseCompression(const std::string& text) {
+  PushCompression c;
+  if (text == "none") return c;
+  if (text == "onebit") {
+    c.dtype = v1::DTYPE_ONEBIT;
+    return c;
+  }
+  if (absl::StartsWith(text, "topk:") &&
+      absl::SimpleAtod(text.substr(5), &c.ratio) && c.ratio > 0 &&
+      c.ratio <= 1) {
+    c.dtype = v1::DTYPE_TOPK;
+    return c;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--compress ", text, ": none, onebit, or topk:R with R in (0, 1]"));
+}
+
+int64_t CompressFromStep(const TrainerOptions& o) {
+  return o.compress_from >= 0 ? o.compress_from : o.warmup_steps;
+}
+
 absl::StatusOr<ModelSpec> ServerModel(const std::vector<ParamInfo>& params,
                                       const TrainerOptions& o) {
+  STRATA_ASSIGN_OR_RETURN(const PushCompression compression,
+                          ParseCompression(o.compress));
+  const bool freeze = compression.dtype == v1::DTYPE_ONEBIT &&
+                      (o.optimizer == "adam" || o.optimizer == "adamw");
+  if (freeze && CompressFromStep(o) < 1) {
+    return absl::InvalidArgumentError(
+        "--compress onebit freezes Adam's second moment when compression "
+        "starts: it needs steps at full precision first (--compress_from N "
+        "or --warmup N, N >= 1)");
+  }
   ModelSpec m;
   m.chunk_bytes = o.chunk_bytes;
   for (const ParamInfo& p : params) m.tensors.push_back(p.spec);
@@ -89,6 +123,7 @@ absl::StatusOr<ModelSpec> ServerModel(const std::vector<ParamInfo>& params,
     opt->set_warmup_steps(o.warmup_steps);
     opt->set_total_steps(o.steps);
     opt->set_min_lr_ratio(o.min_lr_ratio);
+    if (freeze) opt->set_freeze_variance_after(CompressFromStep(o));
     m.groups.push_back(g);
   }
   return m;

@@ -17,9 +17,22 @@
 namespace strata {
 
 // With o.init_from, every tensor starts from that file (InitSpec FILE);
-// its errors are MatchHfGpt2's (model/hf_gpt2.h) and the file's.
+// its errors are MatchHfGpt2's (model/hf_gpt2.h) and the file's. With
+// o.compress "onebit", Adam's and AdamW's second moments freeze from the
+// first compressed step (OptimizerConfig.freeze_variance_after).
 absl::StatusOr<ModelSpec> ServerModel(const std::vector<ParamInfo>& params,
                                       const TrainerOptions& o);
+
+// TrainerOptions::compress parsed: the wire type (DTYPE_UNSPECIFIED: none)
+// and TOPK's ratio. INVALID_ARGUMENT for another text or a ratio outside
+// (0, 1].
+struct PushCompression {
+  v1::DType dtype = v1::DTYPE_UNSPECIFIED;
+  double ratio = 0.01;
+};
+absl::StatusOr<PushCompression> ParseCompression(const std::string& text);
+// The first step pushed compressed (compress_from, or warmup_steps).
+int64_t CompressFromStep(const TrainerOptions& o);
 
 }  // namespace strata
 

@@ -114,6 +114,12 @@ struct TrainerOptions {
   // is delayed, not lost. Dropped when a step is redone or the job rolls
   // back.
   bool error_feedback = true;
+  // Compressed pushes (ps sync; PsClientOptions::push_compress): "none",
+  // "onebit" or "topk:R" (R in (0, 1]), from step compress_from on (-1:
+  // warmup_steps), always with error feedback. "onebit" also freezes the
+  // servers' Adam/AdamW second moment from that step, as 1-bit Adam does.
+  std::string compress = "none";
+  int64_t compress_from = -1;
   // Payloads through shared memory to servers on this host.
   bool shared_memory = true;
   // Payloads to the other servers (PsClientOptions::wire, bulk_insecure).

@@ -1,0 +1,143 @@
+#include "common/compress.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata {
+namespace {
+
+size_t Blocks(size_t n) { return (n + kOneBitBlock - 1) / kOneBitBlock; }
+
+absl::Status Bad(absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("compressed gradient: ", what));
+}
+
+}  // namespace
+
+size_t OneBitBytes(size_t n) { return Blocks(n) * 4 + (n + 7) / 8; }
+
+void EncodeOneBit(const float* x, size_t n, char* out, float* decoded) {
+  const size_t blocks = Blocks(n);
+  uint8_t* bits = reinterpret_cast<uint8_t*>(out + blocks * 4);
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t begin = b * kOneBitBlock;
+    const size_t end = std::min(n, begin + kOneBitBlock);
+    // Eight lanes, so the sum vectorizes (and rounds alike everywhere).
+    double lane[8] = {};
+    size_t i = begin;
+    for (; i + 8 <= end; i += 8) {
+      for (int l = 0; l < 8; ++l) lane[l] += std::fabs(x[i + l]);
+    }
+    for (int l = 0; i < end; ++i, ++l) lane[l] += std::fabs(x[i]);
+    double sum = 0;
+    for (double v : lane) sum += v;
+    float scale = static_cast<float>(sum / static_cast<double>(end - begin));
+    if (!std::isfinite(sum)) scale = std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(out + b * 4, &scale, 4);
+    // A byte of signs at a time (blocks start at multiples of 8).
+    for (size_t byte = begin; byte < end; byte += 8) {
+      const size_t stop = std::min(end, byte + 8);
+      uint8_t packed = 0;
+      for (size_t k = byte; k < stop; ++k) {
+        const bool negative = std::signbit(x[k]);
+        packed |= static_cast<uint8_t>(negative) << (k - byte);
+        decoded[k] = negative ? -scale : scale;
+      }
+      bits[byte / 8] = packed;
+    }
+  }
+}
+
+absl::Status DecodeOneBit(absl::string_view in, size_t n, float* out) {
+  if (in.size() != OneBitBytes(n)) {
+    return Bad(absl::StrCat("ONEBIT of ", n, " elements is ", OneBitBytes(n),
+                            " bytes, got ", in.size()));
+  }
+  const size_t blocks = Blocks(n);
+  const uint8_t* bits =
+      reinterpret_cast<const uint8_t*>(in.data()) + blocks * 4;
+  if (n % 8 != 0 && (bits[n / 8] >> (n % 8)) != 0) {
+    return Bad("ONEBIT has bits set past its elements");
+  }
+  for (size_t b = 0; b < blocks; ++b) {
+    float scale;
+    std::memcpy(&scale, in.data() + b * 4, 4);
+    if (scale < 0) {
+      return Bad(absl::StrCat("ONEBIT block ", b, " has scale ", scale));
+    }
+    const size_t end = std::min(n, (b + 1) * kOneBitBlock);
+    for (size_t i = b * kOneBitBlock; i < end; ++i) {
+      out[i] = ((bits[i / 8] >> (i % 8)) & 1) ? -scale : scale;
+    }
+  }
+  return absl::OkStatus();
+}
+
+size_t TopKCount(size_t n, double ratio) {
+  const double k = std::ceil(ratio * static_cast<double>(n));
+  return std::clamp<size_t>(static_cast<size_t>(k), n == 0 ? 0 : 1, n);
+}
+
+void EncodeTopK(const float* x, size_t n, size_t k, std::string* out,
+                float* decoded) {
+  k = std::min(k, n);
+  std::fill(decoded, decoded + n, 0.0f);
+  out->resize(8 * k);
+  if (k == 0) return;
+  // The k-th largest magnitude (a value that is not finite counts as
+  // infinite), found on a copy of the magnitudes; then every element
+  // above it, and the ties in index order until there are k.
+  thread_local std::vector<float> magnitudes;
+  magnitudes.resize(n);
+  auto magnitude = [x](size_t i) {
+    const float a = std::fabs(x[i]);
+    return std::isfinite(a) ? a : std::numeric_limits<float>::infinity();
+  };
+  for (size_t i = 0; i < n; ++i) magnitudes[i] = magnitude(i);
+  std::nth_element(magnitudes.begin(), magnitudes.begin() + (k - 1),
+                   magnitudes.end(), std::greater<float>());
+  const float kth = magnitudes[k - 1];
+  size_t above = 0;
+  for (size_t i = 0; i < n; ++i) above += magnitude(i) > kth;
+  size_t ties = k - above, taken = 0;
+  for (size_t i = 0; i < n && taken < k; ++i) {
+    const float a = magnitude(i);
+    if (a < kth || (a == kth && ties == 0)) continue;
+    if (a == kth) --ties;
+    const uint32_t index = static_cast<uint32_t>(i);
+    std::memcpy(out->data() + 8 * taken, &index, 4);
+    std::memcpy(out->data() + 8 * taken + 4, &x[i], 4);
+    decoded[i] = x[i];
+    ++taken;
+  }
+}
+
+absl::Status DecodeTopK(absl::string_view in, size_t n, float* out) {
+  if (in.size() % 8 != 0 || in.size() / 8 > n) {
+    return Bad(absl::StrCat("TOPK of ", n, " elements cannot be ", in.size(),
+                            " bytes"));
+  }
+  std::fill(out, out + n, 0.0f);
+  int64_t last = -1;
+  for (size_t j = 0; j < in.size() / 8; ++j) {
+    uint32_t i;
+    float v;
+    std::memcpy(&i, in.data() + 8 * j, 4);
+    std::memcpy(&v, in.data() + 8 * j + 4, 4);
+    if (static_cast<int64_t>(i) <= last || i >= n) {
+      return Bad(absl::StrCat("TOPK index ", i, " after ", last, " of ", n));
+    }
+    out[i] = v;
+    last = i;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata
