@@ -119,7 +119,7 @@ void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
         "  chunks %llu  applied %llu  pulls %llu  rejected(nonfinite) %llu  "
         "bsp_samples %llu  bsp_tiling_errors %llu  redone %llu  "
         "forwarded %llu  payloads shm %llu bulk %llu (sessions %llu)  "
-        "state %.2f/param  summed %llu  in %.2f MiB",
+        "state %.2f/param  summed %llu  in %.2f MiB  out %.2f MiB",
         static_cast<unsigned long long>(st.chunks()),
         static_cast<unsigned long long>(st.pushes_applied()),
         static_cast<unsigned long long>(st.pulls()),
@@ -135,7 +135,13 @@ void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
             ? 0.0
             : static_cast<double>(st.state_floats()) / st.parameters(),
         static_cast<unsigned long long>(st.summed_updates()),
-        st.bytes_in() / 1048576.0);
+        st.bytes_in() / 1048576.0, st.bytes_out() / 1048576.0);
+    if (st.pulls_compressed() + st.pulls_rebased() > 0) {
+      std::printf("  pulls compressed %llu whole %llu (copies %.1f MiB)",
+                  static_cast<unsigned long long>(st.pulls_compressed()),
+                  static_cast<unsigned long long>(st.pulls_rebased()),
+                  st.pull_mirror_floats() * 4 / 1048576.0);
+    }
     if (st.has_tier()) {
       const v1::TierStats& t = st.tier();
       const uint64_t uses = t.hits() + t.misses();

@@ -236,6 +236,11 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
   cmd->add_option("--compress_from", o->compress_from,
                   "the first step pushed compressed (-1: after --warmup)")
       ->capture_default_str();
+  cmd->add_option("--compress_pulls", o->compress_pulls,
+                  "with --compress, pull the weights compressed the same "
+                  "way too: deltas against the worker's copy, the error "
+                  "kept on the servers")
+      ->capture_default_str();
   cmd->add_flag_function(
       "--pull_bf16", [o](int64_t n) { o->pull_bf16 = n > 0; },
       "pull weights as bf16 (the servers keep fp32; the worker computes "
@@ -292,7 +297,8 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
   if (!o.error_feedback) f.insert(f.end(), {"--error_feedback", "false"});
   if (o.compress != "none") {
     f.insert(f.end(), {"--compress", o.compress, "--compress_from",
-                       std::to_string(o.compress_from)});
+                       std::to_string(o.compress_from), "--compress_pulls",
+                       o.compress_pulls ? "true" : "false"});
   }
   if (o.micro_batches != 1)
     f.insert(f.end(), {"--micro_batches", std::to_string(o.micro_batches)});

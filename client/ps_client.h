@@ -59,6 +59,16 @@ struct PsClientOptions {
   v1::DType push_compress = v1::DTYPE_UNSPECIFIED;
   double topk_ratio = 0.01;
   int64_t compress_from_step = 0;
+  // Pulls at clocks >= compress_from_step come compressed the same way
+  // (DTYPE_ONEBIT, or DTYPE_TOPK at topk_ratio): each a delta of the
+  // weights against the copy this client keeps of the chunk, what the
+  // encoding left out kept by the server for the next one
+  // (server/pull_mirrors.h); the pull of the step before (where there is
+  // one), and any after a restart on either side, is the whole weights in
+  // fp32, where the copies start. In messages only, whatever
+  // pull_dtype, shared_memory and wire say. REQUIRES: pulls of one chunk
+  // do not overlap. DTYPE_UNSPECIFIED: off.
+  v1::DType pull_compress = v1::DTYPE_UNSPECIFIED;
   // A push_dtype (pull_dtype) of bf16 applies to payloads in messages
   // only; through shared memory they stay fp32 (StepStamp::dtype overrides
   // this). On a 2-core host the conversion cost more there than the bytes

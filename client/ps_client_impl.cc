@@ -136,8 +136,14 @@ v1::PushRequest PsClient::Impl::PushHeader(const OpState& op,
 }
 
 bool PsClient::Impl::Compressed(const OpState& op) const {
-  return options_.push_compress != v1::DTYPE_UNSPECIFIED && !op.stamp.dtype &&
-         op.step >= options_.compress_from_step;
+  const bool push = op.kind == OpState::kPush;
+  const v1::DType how = push ? options_.push_compress : options_.pull_compress;
+  // A pull one step early, for the whole weights: the copies
+  // start there, and the first compressed step's pull is a delta.
+  const int64_t from =
+      push ? options_.compress_from_step
+           : std::max<int64_t>(0, options_.compress_from_step - 1);
+  return how != v1::DTYPE_UNSPECIFIED && !op.stamp.dtype && op.step >= from;
 }
 
 grpc::ByteBuffer PsClient::Impl::CompressedPush(const OpPtr& op, Stubs* stubs,
@@ -235,8 +241,15 @@ grpc::ByteBuffer PsClient::Impl::PullMessage(const OpPtr& op, Stubs* stubs,
   req.set_generation(op->stamp.generation.value_or(view.generation()));
   v1::DType dtype = options_.pull_dtype;
   v1::ShmRef place;
-  if (TakePayloadPlace(op, stubs, options_.pull_fp32_through_shm, op->dst,
-                       &dtype, &place)) {
+  if (Compressed(*op)) {
+    dtype = options_.pull_compress;
+    // Base 0 asks for the whole weights: so before compress_from_step.
+    if (op->step >= options_.compress_from_step) {
+      req.set_delta_base(pulled_.Base(op->chunk));
+    }
+    req.set_topk_ratio(options_.topk_ratio);
+  } else if (TakePayloadPlace(op, stubs, options_.pull_fp32_through_shm,
+                              op->dst, &dtype, &place)) {
     *req.mutable_shm() = place;
   } else if (v1::BulkRef ref; TakeBulkPull(op, stubs, dtype, &ref)) {
     *req.mutable_bulk() = ref;
@@ -344,6 +357,13 @@ absl::Status PsClient::Impl::ReadResponse(const OpState& op,
       message.Parse(response, v1::PullResponse::kDataFieldNumber, &resp));
   const ChunkInfo& chunk = plan_.chunks[op.chunk];
   const v1::DType dtype = op.pull_dtype;
+  if (dtype == v1::DTYPE_ONEBIT || dtype == v1::DTYPE_TOPK) {
+    std::string payload(message.payload_size(), '\0');
+    message.CopyPayload(payload.data());
+    *version = resp.version();
+    *min_clock = resp.min_clock();
+    return pulled_.Apply(op.chunk, chunk.numel, dtype, resp, payload, op.dst);
+  }
   const size_t want = chunk.numel * ElementBytes(dtype);
   if (op.tensors || op.bulk_payload) {
     // The server wrote the weights in place, or sent them on the bulk

@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/bulk_link.h"
 #include "client/error_feedback.h"
+#include "client/pulled_copies.h"
 #include "client/ps_client.h"
 #include "client/shm_link.h"
 #include "common/status.h"
@@ -196,7 +197,9 @@ class PsClient::Impl {
   absl::Duration Backoff(int attempts) const;
   // A push's request without its payload or dtype.
   v1::PushRequest PushHeader(const OpState& op, const v1::View& view) const;
-  // Whether op's push goes compressed (PsClientOptions::push_compress).
+  // Whether op's push goes compressed (PsClientOptions::push_compress),
+  // or its pull comes compressed (pull_compress; from the step before
+  // compress_from_step, whose pull is the whole weights).
   bool Compressed(const OpState& op) const;
   // A compressed push's message: encoded once (kept in op.bf16 for its
   // retries), then through a shared-memory slot, the bulk plane (ONEBIT)
@@ -337,6 +340,7 @@ class PsClient::Impl {
   std::thread timer_;
 
   Bf16ErrorFeedback push_errors_;  // push_error_feedback
+  PulledCopies pulled_;            // pull_compress
   CompressedErrorFeedback compress_errors_{options_.push_compress,
                                            options_.topk_ratio};
   absl::Mutex deferred_mu_;

@@ -423,6 +423,9 @@ class Service final : public ServiceBase {
     v1::PullResponse header;
     header.set_version(r.version);
     header.set_min_clock(r.min_clock);
+    header.set_dtype(r.dtype);
+    header.set_delta_base(r.delta_base);
+    header.set_delta_seq(r.delta_seq);
     if (req.has_bulk()) {
       // The weights go to the receive the caller posted; the answer
       // follows once they are there.

@@ -69,6 +69,7 @@ void Shard::Sweep() {
   // its units out again.
   p_->applied.Forget(live);
   p_->deferred.Drop(live);
+  p_->mirrors.Retain(live);
   for (Chunk* c : p_->table.All()) {
     absl::MutexLock lock(&c->mu);
     p_->gate->Sweep(*c, now);
@@ -294,6 +295,9 @@ void Shard::FillStats(v1::StatsResponse* out) const {
   out->set_generation(generation());
   p_->tiles.FillStats(out);
   out->set_summed_updates(counters_.summed_updates);
+  out->set_pull_mirror_floats(p_->mirrors.floats());
+  out->set_pulls_compressed(counters_.pulls_compressed);
+  out->set_pulls_rebased(counters_.pulls_rebased);
   const std::vector<Chunk*> all = p_->table.All();
   out->set_chunks(all.size());
   uint64_t parameters = 0, state = 0;

@@ -105,7 +105,9 @@ class Shard {
   absl::StatusOr<v1::CommitResponse> Commit(const v1::CommitRequest& req);
 
   // Serves a pull: waits at the gate, then writes the chunk's weights in
-  // req.dtype() to space from `alloc` (called once, under the chunk's lock).
+  // req.dtype() to space from `alloc` (called once, under the chunk's lock);
+  // for ONEBIT or TOPK, a live worker's, a delta against its copy or the
+  // whole weights (server/pull_mirrors.h), as the result says.
   absl::StatusOr<PullResult> Pull(const v1::PullRequest& req,
                                   PayloadAllocator alloc);
   // Convenience: the weights into `out` (resized to fit).
@@ -205,8 +207,8 @@ class Shard {
   absl::StatusOr<PullResult> ServeAtGate(Chunk& c, const v1::PullRequest& req,
                                          bool worker, uint64_t need,
                                          PayloadAllocator alloc, bool* pinned);
-  // REQUIRES: c.mu held. Writes c's weights in req.dtype() to `alloc`'s
-  // space.
+  // REQUIRES: c.mu held. Writes c's weights in req.dtype() (or a compressed
+  // pull's answer) to `alloc`'s space.
   absl::StatusOr<PullResult> CopyOut(Chunk& c, const v1::PullRequest& req,
                                      PayloadAllocator alloc);
   // Copies the payload of a push into a pooled buffer, checking each block

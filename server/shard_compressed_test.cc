@@ -63,5 +63,54 @@ TEST(ShardCompressed, MalformedOrNonFinitePushesAreRefused) {
   EXPECT_EQ(PullNow(shard, 1, -1), std::vector<float>(kN, 0.0f));
 }
 
+// Compressed pulls through a shard: a live worker's first pull is the whole
+// weights, the next a delta whose decoding brings its copy to the weights
+// (SGD here moves two elements, which TOPK at 1/4 sends exactly); a
+// non-worker's, or one naming shared memory, is refused; a worker that
+// leaves the view loses its copy.
+TEST(ShardCompressed, PullsAreDeltasAgainstTheWorkersCopy) {
+  Shard shard(Opts("asp"));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(1, {1}, 1));
+  v1::PullRequest req;
+  req.set_member_id(1);
+  req.set_chunk_id(ChunkId("w", 0));
+  req.set_clock(0);
+  req.set_dtype(v1::DTYPE_TOPK);
+  req.set_topk_ratio(0.25);
+  std::string out;
+  absl::StatusOr<PullResult> whole = shard.Pull(req, &out);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->dtype, v1::DTYPE_F32);
+  EXPECT_EQ(out, Bytes(std::vector<float>(kN, 0.0f)));
+  std::vector<float> g(kN, 0.0f);
+  g[2] = 1;
+  g[5] = -3;
+  ASSERT_TRUE(shard.Push(PushReq(1, 0, 1), Bytes(g)).ok());
+  req.set_delta_base(whole->delta_seq);
+  absl::StatusOr<PullResult> delta = shard.Pull(req, &out);
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  EXPECT_EQ(delta->dtype, v1::DTYPE_TOPK);
+  EXPECT_EQ(delta->delta_base, whole->delta_seq);
+  std::vector<float> decoded(kN);
+  ASSERT_TRUE(DecodeTopK(out, kN, decoded.data()).ok());
+  EXPECT_EQ(decoded, (std::vector<float>{0, 0, -1, 0, 0, 3, 0, 0}));
+  EXPECT_EQ(shard.counters().pulls_compressed.load(), 1u);
+  EXPECT_EQ(shard.counters().pulls_rebased.load(), 1u);
+  v1::StatsResponse stats;
+  shard.FillStats(&stats);
+  EXPECT_EQ(stats.pull_mirror_floats(), static_cast<uint64_t>(kN));
+
+  v1::PullRequest other = req;
+  other.set_member_id(2);
+  EXPECT_TRUE(absl::IsFailedPrecondition(shard.Pull(other, &out).status()));
+  v1::PullRequest in_shm = req;
+  in_shm.mutable_shm()->set_size(4 * kN);
+  EXPECT_TRUE(absl::IsInvalidArgument(shard.Pull(in_shm, &out).status()));
+  shard.UpdateView(MakeView(2, {3}, 2));
+  shard.FillStats(&stats);
+  EXPECT_EQ(stats.pull_mirror_floats(), 0u);
+}
+
 }  // namespace
 }  // namespace strata

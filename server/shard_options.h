@@ -15,6 +15,7 @@
 #include "storage/chunk_tier.h"
 #include "storage/spill_store.h"
 #include "strata/v1/ledger.pb.h"
+#include "strata/v1/ps.pb.h"
 
 namespace strata {
 
@@ -74,6 +75,9 @@ struct ShardCounters {
   std::atomic<uint64_t> pulls{0};
   std::atomic<uint64_t> bytes_in{0};
   std::atomic<uint64_t> bytes_out{0};
+  // Compressed pulls answered with a delta, and with the whole weights.
+  std::atomic<uint64_t> pulls_compressed{0};
+  std::atomic<uint64_t> pulls_rebased{0};
   std::atomic<uint64_t> bsp_samples_applied{0};
   std::atomic<uint64_t> bsp_tiling_errors{0};
   std::atomic<uint64_t> aborted_stale_epoch{0};
@@ -95,6 +99,11 @@ struct ShardCounters {
 struct PullResult {
   uint64_t version = 0;
   int64_t min_clock = 0;
+  // A compressed pull's answer (ps.proto PullResponse): what the payload
+  // is (F32: the whole weights) and the bases it goes from and to.
+  v1::DType dtype = v1::DTYPE_UNSPECIFIED;
+  uint64_t delta_base = 0;
+  uint64_t delta_seq = 0;
 };
 
 // Called with a complete, consistent capture of every chunk at `step`

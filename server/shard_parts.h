@@ -12,6 +12,7 @@
 #include "server/consistency_gate.h"
 #include "server/deferred_commits.h"
 #include "server/gradient_pool.h"
+#include "server/pull_mirrors.h"
 #include "server/shard.h"
 #include "server/shard_membership.h"
 #include "server/snapshot_capture.h"
@@ -37,6 +38,7 @@ struct Shard::Parts {
   DeferredCommits deferred;
   std::unique_ptr<ConsistencyGate> gate;
   WaitQuota pull_waits;  // pulls waiting at the gate, by requester
+  PullMirrors mirrors;   // what workers pulling compressed hold
   std::atomic<uint64_t> pull_arrivals{0};  // pulls so far (Chunk::step_pulls)
 };
 

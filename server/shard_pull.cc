@@ -31,10 +31,19 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
 absl::StatusOr<PullResult> Shard::PullChunk(Chunk& c,
                                             const v1::PullRequest& req,
                                             PayloadAllocator alloc) {
+  const bool compressed =
+      req.dtype() == v1::DTYPE_ONEBIT || req.dtype() == v1::DTYPE_TOPK;
   if (req.dtype() != v1::DTYPE_F32 && req.dtype() != v1::DTYPE_BF16 &&
-      req.dtype() != v1::DTYPE_UNSPECIFIED) {
+      req.dtype() != v1::DTYPE_UNSPECIFIED && !compressed) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown pull dtype ", req.dtype()));
+  }
+  if (compressed && (req.has_shm() || req.has_bulk())) {
+    // Their answer's size (a delta, or the whole weights) is known only
+    // once served; shared memory and bulk receives are sized before.
+    return absl::InvalidArgumentError(
+        "compressed pulls are answered in the message, not through shared "
+        "memory or the bulk plane");
   }
   if (req.clock() < -1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -45,6 +54,13 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk& c,
   STRATA_RETURN_IF_ERROR(
       p_->membership.AwaitGeneration(req.generation(), req.member_id()));
   const bool worker = p_->membership.IsWorker(req.member_id());
+  if (compressed && !worker) {
+    // The server keeps a copy per puller: live workers only, dropped as
+    // they leave.
+    return absl::FailedPreconditionError(
+        absl::StrCat("compressed pulls are for live workers; member ",
+                     req.member_id(), " is not one"));
+  }
   // Once waiting, a pinning pull keeps the chunk's tile in RAM until it has
   // copied it; unpinned after the lock is let go.
   bool pinned = false;
@@ -125,6 +141,18 @@ absl::StatusOr<PullResult> Shard::CopyOut(Chunk& c, const v1::PullRequest& req,
   result.version = c.rec.version;
   result.min_clock = ConsistencyGate::MinClock(c, p_->membership.Get());
   const size_t n = c.spec.numel();
+  if (req.dtype() == v1::DTYPE_ONEBIT || req.dtype() == v1::DTYPE_TOPK) {
+    STRATA_ASSIGN_OR_RETURN(
+        const PullMirrors::Served s,
+        p_->mirrors.Serve(req.member_id(), req, weights, n, alloc));
+    (s.dtype == v1::DTYPE_F32 ? counters_.pulls_rebased
+                              : counters_.pulls_compressed)++;
+    result.dtype = s.dtype;
+    result.delta_base = s.base;
+    result.delta_seq = s.seq;
+    counters_.bytes_out += s.bytes;
+    return result;
+  }
   const size_t bytes = n * ElementBytes(req.dtype());
   char* out = alloc(bytes);
   if (out == nullptr) {

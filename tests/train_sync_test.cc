@@ -217,24 +217,26 @@ TEST(Train, LambAndAdafactorSumOverTensorsCutAcrossServers) {
   EXPECT_NE(adamw.weights, lamb.weights);
 }
 
-// The gradient bytes the servers took in, from `strata status`.
-double MiBIn(const std::string& status) {
+// The gradient bytes the servers took in ("  in ") or the weight bytes
+// they sent ("  out "), summed over servers, from `strata status`.
+double MiB(const std::string& status, const std::string& what) {
   double mib = 0;
-  for (size_t at = 0; (at = status.find("  in ", at)) != std::string::npos;
-       ++at) {
-    mib += std::atof(status.c_str() + at + 5);
+  for (size_t at = 0; (at = status.find(what, at)) != std::string::npos; ++at) {
+    mib += std::atof(status.c_str() + at + what.size());
   }
   return mib;
 }
 
-// Compressed pushes (--compress onebit, topk:R) after a step at full
-// precision, through shared memory and in messages: two workers train on
-// far fewer gradient bytes than fp32 (ONEBIT: 1/32 and a float per 256
-// elements; TOPK at 5%: 8 bytes an element kept) and end elsewhere than
+// Compressed pushes and pulls (--compress onebit, topk:R) after a step at
+// full precision, through shared memory and in messages: two workers
+// train on far fewer gradient and weight bytes than fp32 (ONEBIT: 1/32
+// and a float per 256 elements; TOPK at 5%: 8 bytes an element kept; the
+// first compressed pull of each chunk is whole) and end elsewhere than
 // uncompressed; TOPK's loss falls. (ONEBIT's does not in 6 steps: it
 // freezes Adam's second moment after one step, and 1-bit Adam needs a
-// warm-up long enough for that moment to settle first.)
-TEST(Train, CompressedPushesTrainOnFewerBytes) {
+// warm-up long enough for that moment to settle first.) With
+// --compress_pulls false the pulls are as many bytes as uncompressed.
+TEST(Train, CompressedPushesAndPullsTrainOnFewerBytes) {
   const std::vector<std::string> base = {"--grad_clip", "0", "--compress_from",
                                          "1"};
   auto with = [&](std::vector<std::string> more) {
@@ -244,26 +246,37 @@ TEST(Train, CompressedPushesTrainOnFewerBytes) {
   std::string plain_status;
   const BspRun plain =
       TrainBsp({"cpu", "cpu"}, "compress-none", base, {}, &plain_status);
-  const double plain_mib = MiBIn(plain_status);
-  ASSERT_GT(plain_mib, 0) << plain_status;
+  const double plain_in = MiB(plain_status, "  in ");
+  const double plain_out = MiB(plain_status, "  out ");
+  ASSERT_GT(plain_in, 0) << plain_status;
+  ASSERT_GT(plain_out, 0) << plain_status;
   for (std::vector<std::string> how :
        {std::vector<std::string>{"--compress", "onebit"},
         {"--compress", "onebit", "--shm", "false"},
         {"--compress", "topk:0.05", "--shm", "false"},
-        {"--compress", "topk:0.05"}}) {
+        {"--compress", "topk:0.05", "--compress_pulls", "false"}}) {
     SCOPED_TRACE(absl::StrJoin(how, " "));
     std::string status;
     const BspRun run =
         TrainBsp({"cpu", "cpu"}, absl::StrCat("compress-", how[1], how.size()),
                  with(how), {}, &status);
+    const bool pulls =
+        std::find(how.begin(), how.end(), "--compress_pulls") == how.end();
     ASSERT_EQ(run.losses.size(), plain.losses.size());
     for (double loss : run.losses) EXPECT_TRUE(std::isfinite(loss));
     if (how[1] != "onebit") {
       EXPECT_LT(run.losses.back(), run.losses.front());
     }
     EXPECT_NE(run.weights, plain.weights);
-    // 1 of 6 steps in fp32, 5 at a tenth of it or less.
-    EXPECT_LT(MiBIn(status), 0.35 * plain_mib) << status;
+    // 1 of 6 steps in fp32, 5 at a tenth of it or less; pulls: a whole
+    // one more per chunk and worker.
+    EXPECT_LT(MiB(status, "  in "), 0.35 * plain_in) << status;
+    if (pulls) {
+      EXPECT_LT(MiB(status, "  out "), 0.5 * plain_out) << status;
+      EXPECT_NE(status.find("pulls compressed"), std::string::npos);
+    } else {
+      EXPECT_NEAR(MiB(status, "  out "), plain_out, 0.05 * plain_out);
+    }
   }
 }
 

@@ -202,6 +202,7 @@ absl::Status RunTrainer(const TrainerOptions& options) {
                           ParseCompression(o.compress));
   if (o.sync == SyncMode::kPs) {
     po.push_compress = compression.dtype;
+    if (o.compress_pulls) po.pull_compress = compression.dtype;
     po.topk_ratio = compression.ratio;
     po.compress_from_step = CompressFromStep(o);
   }

@@ -120,6 +120,10 @@ struct TrainerOptions {
   // servers' Adam/AdamW second moment from that step, as 1-bit Adam does.
   std::string compress = "none";
   int64_t compress_from = -1;
+  // With compress: pulls come compressed the same way too, as deltas of
+  // the weights with the error kept on the servers
+  // (PsClientOptions::pull_compress).
+  bool compress_pulls = true;
   // Payloads through shared memory to servers on this host.
   bool shared_memory = true;
   // Payloads to the other servers (PsClientOptions::wire, bulk_insecure).

@@ -1,0 +1,182 @@
+// Compressed pulls end to end in one process: the server's copies
+// (PullMirrors) and the worker's (client/pulled_copies.h) through the
+// answers they exchange, as ps_service and the client pass them.
+#include "server/pull_mirrors.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "client/pulled_copies.h"
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kMember = 7, kChunk = 3;
+constexpr size_t kN = 1000;
+
+// One pull: the request the client makes, the server's answer, the
+// client's copy applied into dst.
+struct Puller {
+  PullMirrors& server;
+  PulledCopies& client;
+  v1::DType dtype;
+  double ratio = 0.01;
+
+  absl::StatusOr<PullMirrors::Served> Pull(const std::vector<float>& w,
+                                           std::vector<float>* dst,
+                                           uint64_t base_override = ~0ull) {
+    v1::PullRequest req;
+    req.set_chunk_id(kChunk);
+    req.set_dtype(dtype);
+    req.set_topk_ratio(ratio);
+    req.set_delta_base(base_override != ~0ull ? base_override : client.Base(0));
+    std::string payload;
+    absl::StatusOr<PullMirrors::Served> s =
+        server.Serve(kMember, req, w.data(), w.size(), [&](size_t n) {
+          payload.resize(n);
+          return payload.data();
+        });
+    if (!s.ok()) return s;
+    v1::PullResponse resp;
+    resp.set_dtype(s->dtype);
+    resp.set_delta_base(s->base);
+    resp.set_delta_seq(s->seq);
+    dst->resize(w.size());
+    absl::Status applied =
+        client.Apply(0, w.size(), dtype, resp, payload, dst->data());
+    if (!applied.ok()) return applied;
+    return s;
+  }
+};
+
+// Weights that move as an optimizer moves them: a random walk with drift.
+void Step(std::vector<float>& w, std::mt19937& rng) {
+  std::normal_distribution<float> d(1e-3f, 1e-2f);
+  for (float& x : w) x += d(rng);
+}
+
+TEST(PullMirrors, DeltasKeepBothCopiesIdenticalAndCloseToTheWeights) {
+  for (v1::DType dtype : {v1::DTYPE_ONEBIT, v1::DTYPE_TOPK}) {
+    SCOPED_TRACE(dtype);
+    PullMirrors server;
+    PulledCopies client;
+    Puller puller{server, client, dtype, 0.05};
+    std::mt19937 rng(3);
+    std::vector<float> w(kN, 0.5f), got;
+    absl::StatusOr<PullMirrors::Served> first = puller.Pull(w, &got);
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(first->dtype, v1::DTYPE_F32);  // no base yet: whole
+    EXPECT_EQ(got, w);
+    double worst = 0, bytes = 0;
+    for (int t = 0; t < 100; ++t) {
+      Step(w, rng);
+      absl::StatusOr<PullMirrors::Served> s = puller.Pull(w, &got);
+      ASSERT_TRUE(s.ok()) << s.status();
+      ASSERT_EQ(s->dtype, dtype);
+      bytes += s->bytes;
+      // The worker holds exactly what the server thinks it holds.
+      ASSERT_EQ(got, server.CopyOf(kMember, kChunk));
+      for (size_t i = 0; i < kN; ++i) {
+        worst = std::max(worst, static_cast<double>(std::fabs(got[i] - w[i])));
+      }
+    }
+    // The error is carried, not piling up: after 100 steps of drift 0.1 in
+    // all (1.0 of noise), the copy is within a few steps' moves.
+    EXPECT_LT(worst, 0.2);
+    EXPECT_GT(worst, 0.0);  // and it was compressed, not exact
+    EXPECT_LT(bytes / 100, kN * 4 / 4.0);
+    EXPECT_EQ(server.floats(), kN);
+  }
+}
+
+TEST(PullMirrors, AnotherBaseGetsTheWholeWeights) {
+  PullMirrors server;
+  PulledCopies client;
+  Puller puller{server, client, v1::DTYPE_ONEBIT};
+  std::vector<float> w(kN, 1.0f), got;
+  ASSERT_TRUE(puller.Pull(w, &got).ok());
+  const uint64_t base = client.Base(0);
+  ASSERT_NE(base, 0u);
+  w[5] = 2;
+  // An answer lost on the way: the server moved on, the worker did not.
+  v1::PullRequest req;
+  req.set_chunk_id(kChunk);
+  req.set_dtype(v1::DTYPE_ONEBIT);
+  req.set_delta_base(base);
+  std::string lost;
+  ASSERT_TRUE(server
+                  .Serve(kMember, req, w.data(), kN,
+                         [&](size_t n) {
+                           lost.resize(n);
+                           return lost.data();
+                         })
+                  ->dtype == v1::DTYPE_ONEBIT);
+  absl::StatusOr<PullMirrors::Served> s = puller.Pull(w, &got);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->dtype, v1::DTYPE_F32);
+  EXPECT_EQ(got, w);
+  // A base no server handed out: whole too.
+  w[6] = 3;
+  s = puller.Pull(w, &got, /*base_override=*/12345);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->dtype, v1::DTYPE_F32);
+  EXPECT_EQ(got, w);
+}
+
+TEST(PullMirrors, ADeltaFromAnotherCopyIsRefusedAndDropsIt) {
+  PullMirrors server;
+  PulledCopies client;
+  Puller puller{server, client, v1::DTYPE_TOPK};
+  std::vector<float> w(kN, 1.0f), got(kN);
+  ASSERT_TRUE(puller.Pull(w, &got).ok());
+  v1::PullResponse resp;
+  resp.set_dtype(v1::DTYPE_TOPK);
+  resp.set_delta_base(client.Base(0) + 1);
+  resp.set_delta_seq(client.Base(0) + 2);
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      client.Apply(0, kN, v1::DTYPE_TOPK, resp, "", got.data())));
+  EXPECT_EQ(client.Base(0), 0u);  // the next pull asks for the whole
+  // Malformed: whole weights of the wrong size; a delta that does not
+  // decode; another dtype than asked.
+  ASSERT_TRUE(puller.Pull(w, &got).ok());
+  resp.set_dtype(v1::DTYPE_F32);
+  EXPECT_TRUE(absl::IsDataLoss(
+      client.Apply(0, kN, v1::DTYPE_TOPK, resp, "abc", got.data())));
+  ASSERT_TRUE(puller.Pull(w, &got).ok());
+  resp.set_dtype(v1::DTYPE_TOPK);
+  resp.set_delta_base(client.Base(0));
+  EXPECT_TRUE(absl::IsDataLoss(client.Apply(0, kN, v1::DTYPE_TOPK, resp,
+                                            std::string(12, 'x'), got.data())));
+  resp.set_dtype(v1::DTYPE_ONEBIT);
+  EXPECT_TRUE(absl::IsDataLoss(
+      client.Apply(0, kN, v1::DTYPE_TOPK, resp, "", got.data())));
+}
+
+TEST(PullMirrors, BadRatiosAreRefusedAndLeaversCopiesDropped) {
+  PullMirrors server;
+  PulledCopies client;
+  Puller puller{server, client, v1::DTYPE_TOPK, 0.0};
+  std::vector<float> w(kN, 1.0f), got;
+  EXPECT_TRUE(absl::IsInvalidArgument(puller.Pull(w, &got).status()));
+  puller.ratio = 1.5;
+  EXPECT_TRUE(absl::IsInvalidArgument(puller.Pull(w, &got).status()));
+  puller.ratio = 0.1;
+  ASSERT_TRUE(puller.Pull(w, &got).ok());
+  EXPECT_EQ(server.floats(), kN);
+  server.Retain([](uint64_t member) { return member != kMember; });
+  EXPECT_EQ(server.floats(), 0u);
+  EXPECT_TRUE(server.CopyOf(kMember, kChunk).empty());
+  // The worker's next pull names a base the server no longer has.
+  w[0] = 9;
+  absl::StatusOr<PullMirrors::Served> s = puller.Pull(w, &got);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->dtype, v1::DTYPE_F32);
+  EXPECT_EQ(got, w);
+}
+
+}  // namespace
+}  // namespace strata
