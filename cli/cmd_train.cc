@@ -225,8 +225,7 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
       ->capture_default_str();
   cmd->add_option("--compress", o->compress,
                   "push gradients compressed, with error feedback: none, "
-                  "onebit (signs and a scale per 256 elements; freezes "
-                  "Adam's second moment from then on, as 1-bit Adam) or "
+                  "onebit (signs and a bf16 scale per 64 elements) or "
                   "topk:R (the largest R of each chunk's elements)")
       ->check([](const std::string& s) {
         absl::StatusOr<PushCompression> c = ParseCompression(s);
@@ -235,6 +234,10 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
       ->capture_default_str();
   cmd->add_option("--compress_from", o->compress_from,
                   "the first step pushed compressed (-1: after --warmup)")
+      ->capture_default_str();
+  cmd->add_option("--compress_freeze_variance", o->compress_freeze_variance,
+                  "with --compress onebit, freeze Adam's second moment "
+                  "from --compress_from on, as 1-bit Adam does")
       ->capture_default_str();
   cmd->add_option("--compress_pulls", o->compress_pulls,
                   "with --compress, pull the weights compressed the same "
@@ -296,9 +299,11 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
     f.push_back(*o.pull_bf16 ? "--pull_bf16" : "--pull_bf16=false");
   if (!o.error_feedback) f.insert(f.end(), {"--error_feedback", "false"});
   if (o.compress != "none") {
-    f.insert(f.end(), {"--compress", o.compress, "--compress_from",
-                       std::to_string(o.compress_from), "--compress_pulls",
-                       o.compress_pulls ? "true" : "false"});
+    f.insert(f.end(),
+             {"--compress", o.compress, "--compress_from",
+              std::to_string(o.compress_from), "--compress_pulls",
+              o.compress_pulls ? "true" : "false", "--compress_freeze_variance",
+              o.compress_freeze_variance ? "true" : "false"});
   }
   if (o.micro_batches != 1)
     f.insert(f.end(), {"--micro_batches", std::to_string(o.micro_batches)});

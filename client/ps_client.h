@@ -50,7 +50,7 @@ struct PsClientOptions {
   bool push_error_feedback = false;
   // Pushes of steps >= compress_from_step go compressed, with error
   // feedback (client/error_feedback.h CompressedErrorFeedback):
-  // DTYPE_ONEBIT (signs and a scale per 256 elements) or DTYPE_TOPK (the
+  // DTYPE_ONEBIT (signs and a bf16 scale per 64 elements) or DTYPE_TOPK (the
   // largest topk_ratio of each chunk's elements); DTYPE_UNSPECIFIED: off.
   // Wherever the payload goes (shared memory, messages; ONEBIT also on
   // the bulk plane: TOPK's size varies, so it goes in messages there),

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/bf16.h"
 
 namespace strata {
 namespace {
@@ -21,11 +22,11 @@ absl::Status Bad(absl::string_view what) {
 
 }  // namespace
 
-size_t OneBitBytes(size_t n) { return Blocks(n) * 4 + (n + 7) / 8; }
+size_t OneBitBytes(size_t n) { return Blocks(n) * 2 + (n + 7) / 8; }
 
 void EncodeOneBit(const float* x, size_t n, char* out, float* decoded) {
   const size_t blocks = Blocks(n);
-  uint8_t* bits = reinterpret_cast<uint8_t*>(out + blocks * 4);
+  uint8_t* bits = reinterpret_cast<uint8_t*>(out + blocks * 2);
   for (size_t b = 0; b < blocks; ++b) {
     const size_t begin = b * kOneBitBlock;
     const size_t end = std::min(n, begin + kOneBitBlock);
@@ -38,9 +39,11 @@ void EncodeOneBit(const float* x, size_t n, char* out, float* decoded) {
     for (int l = 0; i < end; ++i, ++l) lane[l] += std::fabs(x[i]);
     double sum = 0;
     for (double v : lane) sum += v;
-    float scale = static_cast<float>(sum / static_cast<double>(end - begin));
-    if (!std::isfinite(sum)) scale = std::numeric_limits<float>::quiet_NaN();
-    std::memcpy(out + b * 4, &scale, 4);
+    float mean = static_cast<float>(sum / static_cast<double>(end - begin));
+    if (!std::isfinite(sum)) mean = std::numeric_limits<float>::quiet_NaN();
+    const uint16_t half = FloatToBf16(mean);  // keeps a NaN a NaN
+    std::memcpy(out + b * 2, &half, 2);
+    const float scale = Bf16ToFloat(half);
     // A byte of signs at a time (blocks start at multiples of 8).
     for (size_t byte = begin; byte < end; byte += 8) {
       const size_t stop = std::min(end, byte + 8);
@@ -62,13 +65,14 @@ absl::Status DecodeOneBit(absl::string_view in, size_t n, float* out) {
   }
   const size_t blocks = Blocks(n);
   const uint8_t* bits =
-      reinterpret_cast<const uint8_t*>(in.data()) + blocks * 4;
+      reinterpret_cast<const uint8_t*>(in.data()) + blocks * 2;
   if (n % 8 != 0 && (bits[n / 8] >> (n % 8)) != 0) {
     return Bad("ONEBIT has bits set past its elements");
   }
   for (size_t b = 0; b < blocks; ++b) {
-    float scale;
-    std::memcpy(&scale, in.data() + b * 4, 4);
+    uint16_t half;
+    std::memcpy(&half, in.data() + b * 2, 2);
+    const float scale = Bf16ToFloat(half);
     if (scale < 0) {
       return Bad(absl::StrCat("ONEBIT block ", b, " has scale ", scale));
     }

@@ -35,9 +35,14 @@ void RefStep(const OptimizerParams& p, double lr, int64_t t, RefState& s,
     if (p.kind == OptimizerParams::kAdam) gi += wd * s.w[i];
     if (p.kind == OptimizerParams::kAdamW) s.w[i] -= lr * wd * s.w[i];
     s.m[i] = b1 * s.m[i] + (1 - b1) * gi;
-    s.v[i] = b2 * s.v[i] + (1 - b2) * gi * gi;
+    // Frozen (1-bit Adam): v and its bias correction as update
+    // freeze_variance_after left them.
+    const bool frozen =
+        p.freeze_variance_after > 0 && t > p.freeze_variance_after;
+    if (!frozen) s.v[i] = b2 * s.v[i] + (1 - b2) * gi * gi;
+    const double t_v = frozen ? p.freeze_variance_after : t;
     const double m_hat = s.m[i] / (1 - std::pow(b1, t));
-    const double v_hat = s.v[i] / (1 - std::pow(b2, t));
+    const double v_hat = s.v[i] / (1 - std::pow(b2, t_v));
     s.w[i] -= lr * m_hat / (std::sqrt(v_hat) + p.eps);
   }
 }
@@ -68,6 +73,9 @@ void ExpectMatchesReference(const OptimizerParams& p) {
           << "step " << step << " element " << i;
       if (NumStateSlots(p) > 0) {
         ASSERT_NEAR(m[i], ref.m[i], 1e-6 + 1e-5 * std::abs(ref.m[i]));
+      }
+      if (NumStateSlots(p) > 1) {
+        ASSERT_NEAR(v[i], ref.v[i], 1e-7 + 1e-5 * std::abs(ref.v[i]));
       }
     }
   }
@@ -100,6 +108,17 @@ TEST(Optimizer, AdamMatchesReference) {
 
 TEST(Optimizer, AdamWMatchesReference) {
   ExpectMatchesReference(Scheduled(OptimizerParams::kAdamW));
+}
+
+// --compress onebit --compress_freeze_variance: from update 5 on, v and
+// its bias correction stay as update 4 left them (the reference checks v
+// itself after every update), while m and the weights go on.
+TEST(Optimizer, AdamWithAFrozenVarianceMatchesReference) {
+  OptimizerParams p = Scheduled(OptimizerParams::kAdamW);
+  p.freeze_variance_after = 4;
+  ExpectMatchesReference(p);
+  p.kind = OptimizerParams::kAdam;
+  ExpectMatchesReference(p);
 }
 
 TEST(Optimizer, AdamFirstStepIsBiasCorrected) {

@@ -11,6 +11,8 @@ packages=(
   clang libclang-rt-dev libgloo-dev libpcre2-dev libicu-dev libucx-dev
   python3-torch python3-numpy python3-dev pybind11-dev python3-venv
   python3-pip python3-setuptools python3-wheel
+  # 24 MB of text for tests/compress_quality_test.cc
+  linux-doc-6.1
 )
 missing=()
 for p in "${packages[@]}"; do

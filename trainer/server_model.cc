@@ -93,7 +93,8 @@ absl::StatusOr<ModelSpec> ServerModel(const std::vector<ParamInfo>& params,
                                       const TrainerOptions& o) {
   STRATA_ASSIGN_OR_RETURN(const PushCompression compression,
                           ParseCompression(o.compress));
-  const bool freeze = compression.dtype == v1::DTYPE_ONEBIT &&
+  const bool freeze = o.compress_freeze_variance &&
+                      compression.dtype == v1::DTYPE_ONEBIT &&
                       (o.optimizer == "adam" || o.optimizer == "adamw");
   if (freeze && CompressFromStep(o) < 1) {
     return absl::InvalidArgumentError(

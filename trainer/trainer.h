@@ -116,10 +116,13 @@ struct TrainerOptions {
   bool error_feedback = true;
   // Compressed pushes (ps sync; PsClientOptions::push_compress): "none",
   // "onebit" or "topk:R" (R in (0, 1]), from step compress_from on (-1:
-  // warmup_steps), always with error feedback. "onebit" also freezes the
-  // servers' Adam/AdamW second moment from that step, as 1-bit Adam does.
+  // warmup_steps), always with error feedback.
   std::string compress = "none";
   int64_t compress_from = -1;
+  // With "onebit": freeze the servers' Adam/AdamW second moment from that
+  // step, as 1-bit Adam does (off by default: docs/ARCHITECTURE.md says
+  // what it cost here).
+  bool compress_freeze_variance = false;
   // With compress: pulls come compressed the same way too, as deltas of
   // the weights with the error kept on the servers
   // (PsClientOptions::pull_compress).
