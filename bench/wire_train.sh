@@ -14,6 +14,9 @@
 #   overlapped_bf16_no_ef   the same without error feedback (its cost)
 #   overlapped_fp32_ucx     overlapped_fp32 on the bulk plane (--wire ucx,
 #                      UCX on TCP)
+#   overlapped_onebit  pushes and pulls compressed from step 1 on
+#                      (--compress onebit: 1.25 bits an element)
+#   overlapped_topk    the same with --compress topk:0.01
 # RUNS picks some of them (default: all).
 # Prints
 #   wire_Gbps <x>                            iperf3 through the link
@@ -23,6 +26,8 @@
 #                                            rate (push + pull), no compute
 #   wire_ratio_to_pull_first <config> <t / t(pull_first_fp32)>
 #   wire_ucx_ratio_to_grpc <t(overlapped_fp32_ucx) / t(overlapped_fp32)>
+#   wire_ratio_to_fp32 <config> <t / t(overlapped_fp32)>  (compressed runs)
+#   wire_loss <config> <the last step's loss>
 # STEPS (default 6) steps per run; figures over steps 2..STEPS-1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,6 +67,9 @@ run() {  # config worker flags...
   wait 2>/dev/null || true
   local bytes=$(( params * 4 * 2 ))
   [[ "$*" == *bf16* ]] && bytes=$(( params * 2 * 2 ))
+  # Compressed: ONEBIT's 10 bytes per 64 elements, TOPK's 8 per kept one.
+  [[ "$*" == *onebit* ]] && bytes=$(( params * 10 / 64 * 2 ))
+  [[ "$*" == *topk:0.01* ]] && bytes=$(( params * 8 / 100 * 2 ))
   python3 - "$run_dir/metrics.jsonl" "$config" $(( context * batch )) "$bytes" "$wire" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
@@ -71,11 +79,12 @@ config, tokens, nbytes, gbps = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), 
 print("wire_tokens_per_s %s %.1f" % (config, tokens / step))
 print("wire_step_s %s %.3f" % (config, step))
 print("wire_floor_s %s %.3f" % (config, nbytes * 8 / (gbps * 1e9)))
+print("wire_loss %s %.4f" % (config, rows[-1]["loss"]))
 PY
 }
 export UCX_TLS="${UCX_TLS:-tcp}"
 out=$(
-  for config in ${RUNS:-pull_first_fp32 overlapped_fp32 overlapped_bf16 overlapped_bf16_no_ef overlapped_fp32_ucx}; do
+  for config in ${RUNS:-pull_first_fp32 overlapped_fp32 overlapped_bf16 overlapped_bf16_no_ef overlapped_fp32_ucx overlapped_onebit overlapped_topk}; do
     case "$config" in
       pull_first_fp32) run "$config" --forward_during_pull false ;;
       overlapped_fp32) run "$config" ;;
@@ -83,6 +92,8 @@ out=$(
       overlapped_bf16_no_ef)
         run "$config" --push_bf16 --pull_bf16 --error_feedback false ;;
       overlapped_fp32_ucx) run "$config" --wire ucx ;;
+      overlapped_onebit) run "$config" --compress onebit --compress_from 1 ;;
+      overlapped_topk) run "$config" --compress topk:0.01 --compress_from 1 ;;
       *) echo "unknown run $config" >&2; exit 2 ;;
     esac
   done
@@ -92,6 +103,9 @@ grpc=$(awk '$1 == "wire_tokens_per_s" && $2 == "overlapped_fp32" {print $3}' <<<
 ucx=$(awk '$1 == "wire_tokens_per_s" && $2 == "overlapped_fp32_ucx" {print $3}' <<<"$out")
 if [[ -n "$grpc" && -n "$ucx" ]]; then
   python3 -c "print('wire_ucx_ratio_to_grpc %.3f' % ($ucx / $grpc))"
+fi
+if [[ -n "$grpc" ]]; then
+  awk -v b="$grpc" '$1 == "wire_tokens_per_s" && ($2 ~ /onebit|topk/) {printf "wire_ratio_to_fp32 %s %.3f\n", $2, $3 / b}' <<<"$out"
 fi
 base=$(awk '$1 == "wire_tokens_per_s" && $2 == "pull_first_fp32" {print $3}' <<<"$out")
 if [[ -n "$base" ]]; then

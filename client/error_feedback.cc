@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "common/bf16.h"
@@ -74,7 +75,14 @@ void CompressedErrorFeedback::Encode(int key, const float* g, int64_t n,
   want.resize(count);
   decoded.resize(count);
   float* e = carried_.Get(key, n);
-  if (!std::all_of(g, g + n, [](float x) { return std::isfinite(x); })) {
+  // By the exponent bits, so the check vectorizes.
+  uint32_t nonfinite = 0;
+  for (size_t i = 0; i < count; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &g[i], 4);
+    nonfinite |= (u & 0x7f800000u) == 0x7f800000u;
+  }
+  if (nonfinite != 0) {
     // Goes out as it is, to be refused; nothing carried into or out of it.
     std::fill(e, e + n, 0.0f);
   }
@@ -86,9 +94,16 @@ void CompressedErrorFeedback::Encode(int key, const float* g, int64_t n,
     EncodeTopK(want.data(), count, TopKCount(count, ratio_), out,
                decoded.data());
   }
+  if (nonfinite != 0) {
+    std::fill(e, e + n, 0.0f);
+    return;
+  }
+  // A difference that is not finite (g + e overflowed, or its block's
+  // sum did) carries nothing. A compare and a select: it vectorizes.
+  constexpr float kMax = std::numeric_limits<float>::max();
   for (size_t i = 0; i < count; ++i) {
     const float err = want[i] - decoded[i];
-    e[i] = std::isfinite(err) ? err : 0.0f;
+    e[i] = std::fabs(err) <= kMax ? err : 0.0f;
   }
 }
 

@@ -15,6 +15,47 @@ namespace {
 
 size_t Blocks(size_t n) { return (n + kOneBitBlock - 1) / kOneBitBlock; }
 
+// |v|, with a value that is not finite counted as infinite.
+float Magnitude(float v) {
+  const float a = std::fabs(v);
+  return std::isfinite(a) ? a : std::numeric_limits<float>::infinity();
+}
+
+// The k-th largest Magnitude of x[0, n) (1 <= k <= n). From a sample
+// first: every element at or above the sample's estimate of the 2k-th
+// largest is a candidate, and when there are k candidates or more the k-th
+// largest is among them, exactly; else (or for a small or dense selection)
+// it is found among all n. The sample saves a selection over all n, which
+// costs several times the passes around it.
+float KthMagnitude(const float* x, size_t n, size_t k) {
+  constexpr size_t kSample = 4096;
+  thread_local std::vector<float> pool;
+  if (n >= 16 * kSample && k <= n / 16) {
+    const size_t stride = n / kSample;
+    pool.resize(kSample);
+    for (size_t i = 0; i < kSample; ++i) pool[i] = Magnitude(x[i * stride]);
+    const size_t at = std::min(kSample - 1, 2 * k * kSample / n);
+    std::nth_element(pool.begin(), pool.begin() + at, pool.end(),
+                     std::greater<float>());
+    const float estimate = pool[at];
+    pool.clear();
+    for (size_t i = 0; i < n; ++i) {
+      const float a = Magnitude(x[i]);
+      if (a >= estimate) pool.push_back(a);
+    }
+    if (pool.size() >= k) {
+      std::nth_element(pool.begin(), pool.begin() + (k - 1), pool.end(),
+                       std::greater<float>());
+      return pool[k - 1];
+    }
+  }
+  pool.resize(n);
+  for (size_t i = 0; i < n; ++i) pool[i] = Magnitude(x[i]);
+  std::nth_element(pool.begin(), pool.begin() + (k - 1), pool.end(),
+                   std::greater<float>());
+  return pool[k - 1];
+}
+
 absl::Status Bad(absl::string_view what) {
   return absl::InvalidArgumentError(
       absl::StrCat("compressed gradient: ", what));
@@ -30,30 +71,35 @@ void EncodeOneBit(const float* x, size_t n, char* out, float* decoded) {
   for (size_t b = 0; b < blocks; ++b) {
     const size_t begin = b * kOneBitBlock;
     const size_t end = std::min(n, begin + kOneBitBlock);
-    // Eight lanes, so the sum vectorizes (and rounds alike everywhere).
-    double lane[8] = {};
+    // Eight float lanes, so the sum vectorizes (and rounds alike
+    // everywhere); 64 values in float are within 2^-18 of their sum, far
+    // inside the bf16 the mean is rounded to.
+    float lane[8] = {};
     size_t i = begin;
     for (; i + 8 <= end; i += 8) {
       for (int l = 0; l < 8; ++l) lane[l] += std::fabs(x[i + l]);
     }
     for (int l = 0; i < end; ++i, ++l) lane[l] += std::fabs(x[i]);
-    double sum = 0;
-    for (double v : lane) sum += v;
-    float mean = static_cast<float>(sum / static_cast<double>(end - begin));
+    float sum = 0;
+    for (float v : lane) sum += v;
+    float mean = sum / static_cast<float>(end - begin);
     if (!std::isfinite(sum)) mean = std::numeric_limits<float>::quiet_NaN();
     const uint16_t half = FloatToBf16(mean);  // keeps a NaN a NaN
     std::memcpy(out + b * 2, &half, 2);
     const float scale = Bf16ToFloat(half);
+    for (size_t k = begin; k < end; ++k) {
+      decoded[k] = std::copysign(scale, x[k]);
+    }
     // A byte of signs at a time (blocks start at multiples of 8).
     for (size_t byte = begin; byte < end; byte += 8) {
       const size_t stop = std::min(end, byte + 8);
-      uint8_t packed = 0;
+      uint32_t packed = 0;
       for (size_t k = byte; k < stop; ++k) {
-        const bool negative = std::signbit(x[k]);
-        packed |= static_cast<uint8_t>(negative) << (k - byte);
-        decoded[k] = negative ? -scale : scale;
+        uint32_t u;
+        std::memcpy(&u, &x[k], 4);
+        packed |= (u >> 31) << (k - byte);
       }
-      bits[byte / 8] = packed;
+      bits[byte / 8] = static_cast<uint8_t>(packed);
     }
   }
 }
@@ -95,19 +141,10 @@ void EncodeTopK(const float* x, size_t n, size_t k, std::string* out,
   std::fill(decoded, decoded + n, 0.0f);
   out->resize(8 * k);
   if (k == 0) return;
-  // The k-th largest magnitude (a value that is not finite counts as
-  // infinite), found on a copy of the magnitudes; then every element
-  // above it, and the ties in index order until there are k.
-  thread_local std::vector<float> magnitudes;
-  magnitudes.resize(n);
-  auto magnitude = [x](size_t i) {
-    const float a = std::fabs(x[i]);
-    return std::isfinite(a) ? a : std::numeric_limits<float>::infinity();
-  };
-  for (size_t i = 0; i < n; ++i) magnitudes[i] = magnitude(i);
-  std::nth_element(magnitudes.begin(), magnitudes.begin() + (k - 1),
-                   magnitudes.end(), std::greater<float>());
-  const float kth = magnitudes[k - 1];
+  // The k-th largest magnitude; then every element above it, and the ties
+  // in index order until there are k.
+  const float kth = KthMagnitude(x, n, k);
+  auto magnitude = [x](size_t i) { return Magnitude(x[i]); };
   size_t above = 0;
   for (size_t i = 0; i < n; ++i) above += magnitude(i) > kth;
   size_t ties = k - above, taken = 0;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -55,6 +56,37 @@ TEST(Compress, TopKKeepsTheLargestMagnitudes) {
   ASSERT_TRUE(DecodeTopK(bytes, 8, got.data()).ok());
   EXPECT_EQ(got, sent);
   EXPECT_EQ(got, (std::vector<float>{0, -5, 0, 0, -3, 0, 4, 0}));
+}
+
+// Large chunks find the k-th magnitude from a sample first: the same
+// elements as a full sort, for random values, for ties, and for large
+// values the sample misses (every one off its stride).
+TEST(Compress, TopKOfLargeChunksIsExact) {
+  const size_t n = size_t{1} << 17;
+  std::vector<std::vector<float>> cases = {Random(n, 4), Random(n, 5)};
+  std::vector<float> ties(n);
+  for (size_t i = 0; i < n; ++i) ties[i] = static_cast<float>(i % 7);
+  cases.push_back(ties);
+  std::vector<float> hidden(n, 0.001f);
+  for (size_t i = 1; i < n; i += 32) hidden[i] = 5.0f + i;  // stride is 32
+  cases.push_back(hidden);
+  for (size_t c = 0; c < cases.size(); ++c) {
+    for (size_t k : {size_t{1}, n / 1000, n / 100, n / 20, n / 2}) {
+      SCOPED_TRACE(testing::Message() << "case " << c << " k " << k);
+      const std::vector<float>& x = cases[c];
+      std::vector<size_t> order(n);
+      for (size_t i = 0; i < n; ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return std::fabs(x[a]) > std::fabs(x[b]);
+      });
+      std::vector<float> want(n, 0.0f), sent(n);
+      for (size_t j = 0; j < k; ++j) want[order[j]] = x[order[j]];
+      std::string bytes;
+      EncodeTopK(x.data(), n, k, &bytes, sent.data());
+      ASSERT_EQ(bytes.size(), 8 * k);
+      ASSERT_EQ(sent, want);
+    }
+  }
 }
 
 TEST(Compress, NonFiniteValuesDecodeAsNonFinite) {
