@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -139,9 +140,15 @@ TEST(Train, AllReduceWorkersReformTheirGroupAfterADeathAndAJoin) {
 // two GPT workers train with the default clipping (pushes held on the
 // servers until each worker's Commit): the job rolls back to a snapshot
 // both servers hold, the workers drop what the lost server held and redo
-// the steps since, and every sample is applied exactly once.
-TEST(Train, GptWorkersGoOnAfterAServerRestartsWithOverlappedClipping) {
-  const std::string dir = testing::FreshDir("train_server_kill");
+// the steps since, and every sample is applied exactly once. Parameter: the
+// workers' --compress: compressed, the rollback drops the errors the
+// workers carry, and the restarted server, which holds no copies of what
+// they pulled, answers their next compressed pulls with whole weights.
+class ServerRestart : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ServerRestart, GptWorkersGoOnWithOverlappedClipping) {
+  const std::string dir = testing::FreshDir(
+      "train_server_kill_" + GetParam().substr(0, GetParam().find(':')));
   const std::string corpus = WriteCorpus(dir);
   Child scheduler(
       {STRATA_BINARY, "scheduler", "--listen", "127.0.0.1:0", "--num_shards",
@@ -164,7 +171,8 @@ TEST(Train, GptWorkersGoOnAfterAServerRestartsWithOverlappedClipping) {
         "--batch",      std::to_string(kBatch),
         "--steps",      std::to_string(kSteps),
         "--eval_every", "0",
-        "--metrics",    absl::StrCat(dir, "/metrics-", w, ".jsonl")};
+        "--metrics",    absl::StrCat(dir, "/metrics-", w, ".jsonl"),
+        "--compress",   GetParam()};
     for (const auto& f : TinyModelFlags(corpus)) args.push_back(f);
     trainers.push_back(
         std::make_unique<Child>(args, absl::StrCat(dir, "/worker", w, ".log")));
@@ -198,10 +206,41 @@ TEST(Train, GptWorkersGoOnAfterAServerRestartsWithOverlappedClipping) {
   const testing::LedgerCheck ledger =
       testing::CheckLedger(STRATA_BINARY, address, dir, kSteps * kBatch);
   testing::ExpectAppliedOnce(ledger, kSteps * kBatch);
+  for (double loss : Losses(dir + "/metrics-0.jsonl")) {
+    EXPECT_TRUE(std::isfinite(loss));
+  }
+  if (GetParam() != "none") {
+    Child status({STRATA_BINARY, "status", "--scheduler", address},
+                 dir + "/status.log");
+    EXPECT_EQ(status.Wait(absl::Seconds(30)), 0) << status.Output();
+    // Each server (the restarted one since its start) answered each
+    // worker's first compressed pull of each of its chunks with the whole
+    // weights, and the rest with deltas.
+    const std::string out = status.Output();
+    const std::regex line(
+        "chunks ([0-9]+) .* pulls compressed ([0-9]+) "
+        "whole ([0-9]+)");
+    int servers_seen = 0;
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), line);
+         it != std::sregex_iterator(); ++it, ++servers_seen) {
+      const int64_t chunks = std::stoll((*it)[1]);
+      EXPECT_GT(std::stoll((*it)[2]), 0) << out;
+      EXPECT_GE(std::stoll((*it)[3]), 2 * chunks) << out;
+    }
+    EXPECT_EQ(servers_seen, 2) << out;
+  }
   EXPECT_EQ(servers[0]->Stop(), 0) << servers[0]->Output();
   EXPECT_EQ(restarted->Stop(), 0) << restarted->Output();
   EXPECT_EQ(scheduler.Stop(), 0) << scheduler.Output();
 }
+
+INSTANTIATE_TEST_SUITE_P(Compress, ServerRestart,
+                         ::testing::Values("none", "onebit", "topk:0.1"),
+                         [](const auto& info) {
+                           return info.param == "none"     ? "none"
+                                  : info.param == "onebit" ? "onebit"
+                                                           : "topk";
+                         });
 
 // Parameter: a consistency model, or "bsp/cuda" for bsp with GPU workers
 // (on the virtual GPU binary, where built).
