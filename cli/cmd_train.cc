@@ -239,6 +239,11 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "with --compress onebit, freeze Adam's second moment "
                   "from --compress_from on, as 1-bit Adam does")
       ->capture_default_str();
+  cmd->add_option("--momentum_correction", o->momentum_correction,
+                  "with --compress topk:R and --optimizer sgd, DGC's "
+                  "momentum correction: the momentum kept on the worker, "
+                  "compressed from step 0")
+      ->capture_default_str();
   cmd->add_option("--compress_pulls", o->compress_pulls,
                   "with --compress, pull the weights compressed the same "
                   "way too: deltas against the worker's copy, the error "
@@ -299,11 +304,13 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
     f.push_back(*o.pull_bf16 ? "--pull_bf16" : "--pull_bf16=false");
   if (!o.error_feedback) f.insert(f.end(), {"--error_feedback", "false"});
   if (o.compress != "none") {
-    f.insert(f.end(),
-             {"--compress", o.compress, "--compress_from",
-              std::to_string(o.compress_from), "--compress_pulls",
-              o.compress_pulls ? "true" : "false", "--compress_freeze_variance",
-              o.compress_freeze_variance ? "true" : "false"});
+    f.insert(
+        f.end(),
+        {"--compress", o.compress, "--compress_from",
+         std::to_string(o.compress_from), "--compress_pulls",
+         o.compress_pulls ? "true" : "false", "--compress_freeze_variance",
+         o.compress_freeze_variance ? "true" : "false", "--momentum_correction",
+         o.momentum_correction ? "true" : "false"});
   }
   if (o.micro_batches != 1)
     f.insert(f.end(), {"--micro_batches", std::to_string(o.micro_batches)});

@@ -67,11 +67,32 @@ void CarriedErrors::Reset() {
   carried_.clear();
 }
 
+void CarriedErrors::Reset(int key) {
+  absl::MutexLock lock(&mu_);
+  if (key < static_cast<int>(carried_.size()) && carried_[key] != nullptr) {
+    std::fill(carried_[key]->begin(), carried_[key]->end(), 0.0f);
+  }
+}
+
+void CompressedErrorFeedback::Accumulate(int key, const float* g, size_t n,
+                                         std::vector<float>* out) {
+  float* u = velocity_.Get(key, static_cast<int64_t>(n));
+  out->resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    u[i] = momentum_ * u[i] + g[i];
+    (*out)[i] = u[i];
+  }
+}
+
 void CompressedErrorFeedback::Encode(int key, const float* g, int64_t n,
                                      std::string* out) {
   const size_t count = static_cast<size_t>(n);
   // Scratch kept per thread: a chunk's worth, reused push after push.
-  thread_local std::vector<float> want, decoded;
+  thread_local std::vector<float> want, decoded, momentum;
+  if (momentum_ > 0) {
+    Accumulate(key, g, count, &momentum);
+    g = momentum.data();  // compressed in the gradient's place
+  }
   want.resize(count);
   decoded.resize(count);
   float* e = carried_.Get(key, n);
@@ -96,7 +117,18 @@ void CompressedErrorFeedback::Encode(int key, const float* g, int64_t n,
   }
   if (nonfinite != 0) {
     std::fill(e, e + n, 0.0f);
+    if (momentum_ > 0) velocity_.Reset(key);
     return;
+  }
+  if (momentum_ > 0) {
+    // Momentum factor masking: the elements sent start their momentum
+    // again.
+    float* u = velocity_.Get(key, n);
+    for (size_t j = 0; j < out->size() / 8; ++j) {
+      uint32_t index;
+      std::memcpy(&index, out->data() + 8 * j, 4);
+      u[index] = 0.0f;
+    }
   }
   // A difference that is not finite (g + e overflowed, or its block's
   // sum did) carries nothing. A compare and a select: it vectorizes.

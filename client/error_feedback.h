@@ -34,6 +34,8 @@ class CarriedErrors {
   // A copy of key's error (empty: none).
   std::vector<float> Copy(int key);
   void Reset();
+  // Zeroes key's error, where there is one.
+  void Reset(int key);
 
  private:
   absl::Mutex mu_;
@@ -68,24 +70,42 @@ class Bf16ErrorFeedback {
 // 2019; DGC's residual accumulation, Lin et al. 2018). A gradient that is
 // not all finite is encoded alone (the server refuses it) and the chunk's
 // error is dropped.
+//
+// With a momentum (TOPK only: DGC's momentum correction, Lin et al. 2018)
+// the worker keeps the momentum, u = momentum * u + g, and what it
+// compresses with error feedback is u (the carried error is then DGC's
+// accumulated velocity); the elements sent have their u zeroed (momentum
+// factor masking), so a stale momentum does not push them again. The
+// servers then apply what arrives without a momentum of their own.
 class CompressedErrorFeedback {
  public:
-  // `dtype`: DTYPE_ONEBIT or DTYPE_TOPK; `ratio`: TOPK's kept fraction.
-  CompressedErrorFeedback(v1::DType dtype, double ratio)
-      : dtype_(dtype), ratio_(ratio) {}
+  // `dtype`: DTYPE_ONEBIT or DTYPE_TOPK; `ratio`: TOPK's kept fraction;
+  // `momentum` in [0, 1) (0: none; REQUIRES: 0 for ONEBIT).
+  CompressedErrorFeedback(v1::DType dtype, double ratio, double momentum = 0)
+      : dtype_(dtype), ratio_(ratio), momentum_(static_cast<float>(momentum)) {}
   v1::DType dtype() const { return dtype_; }
   // Writes the encoding of key's g + e (n elements) into *out. Calls for
   // one key must not overlap.
   void Encode(int key, const float* g, int64_t n, std::string* out);
-  // As Bf16ErrorFeedback::Reset.
-  void Reset() { carried_.Reset(); }
-  // The error carried for `key` now (empty: none), for tests.
+  // As Bf16ErrorFeedback::Reset; the momentum goes too.
+  void Reset() {
+    carried_.Reset();
+    velocity_.Reset();
+  }
+  // The error carried for `key` now (empty: none), and the momentum kept,
+  // for tests.
   std::vector<float> Carried(int key) { return carried_.Copy(key); }
+  std::vector<float> Momentum(int key) { return velocity_.Copy(key); }
 
  private:
+  // u = momentum * u + g for key's n elements, into *out.
+  void Accumulate(int key, const float* g, size_t n, std::vector<float>* out);
+
   const v1::DType dtype_;
   const double ratio_;
+  const float momentum_;
   CarriedErrors carried_;
+  CarriedErrors velocity_;  // with a momentum: u
 };
 
 }  // namespace strata

@@ -49,6 +49,15 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
   }
   if (options.max_attempts < 1)
     return absl::InvalidArgumentError("max_attempts must be >= 1");
+  if (!(options.topk_momentum >= 0 && options.topk_momentum < 1) ||
+      (options.topk_momentum > 0 && options.push_compress != v1::DTYPE_TOPK)) {
+    return absl::InvalidArgumentError(
+        "topk_momentum is in [0, 1), and for TOPK pushes only");
+  }
+  if (options.push_compress == v1::DTYPE_TOPK &&
+      !(options.topk_ratio > 0 && options.topk_ratio <= 1)) {
+    return absl::InvalidArgumentError("topk_ratio is in (0, 1]");
+  }
   return std::unique_ptr<PsClient>(
       new PsClient(std::make_unique<Impl>(std::move(options), scheduler)));
 }

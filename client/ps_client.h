@@ -59,6 +59,10 @@ struct PsClientOptions {
   v1::DType push_compress = v1::DTYPE_UNSPECIFIED;
   double topk_ratio = 0.01;
   int64_t compress_from_step = 0;
+  // TOPK only: DGC's momentum correction with this momentum (0: none): the
+  // client keeps each chunk's momentum and pushes it compressed
+  // (CompressedErrorFeedback), for servers that apply pushes without one.
+  double topk_momentum = 0;
   // Pulls at clocks >= compress_from_step come compressed the same way
   // (DTYPE_ONEBIT, or DTYPE_TOPK at topk_ratio): each a delta of the
   // weights against the copy this client keeps of the chunk, what the

@@ -20,8 +20,8 @@
 #include "absl/synchronization/mutex.h"
 #include "client/bulk_link.h"
 #include "client/error_feedback.h"
-#include "client/pulled_copies.h"
 #include "client/ps_client.h"
+#include "client/pulled_copies.h"
 #include "client/shm_link.h"
 #include "common/status.h"
 #include "strata/v1/common.pb.h"
@@ -341,8 +341,8 @@ class PsClient::Impl {
 
   Bf16ErrorFeedback push_errors_;  // push_error_feedback
   PulledCopies pulled_;            // pull_compress
-  CompressedErrorFeedback compress_errors_{options_.push_compress,
-                                           options_.topk_ratio};
+  CompressedErrorFeedback compress_errors_{
+      options_.push_compress, options_.topk_ratio, options_.topk_momentum};
   absl::Mutex deferred_mu_;
   std::map<int64_t, std::vector<uint32_t>> deferred_
       ABSL_GUARDED_BY(deferred_mu_);

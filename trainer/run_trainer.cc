@@ -205,6 +205,7 @@ absl::Status RunTrainer(const TrainerOptions& options) {
     if (o.compress_pulls) po.pull_compress = compression.dtype;
     po.topk_ratio = compression.ratio;
     po.compress_from_step = CompressFromStep(o);
+    if (MomentumCorrection(o)) po.topk_momentum = kSgdMomentum;
   }
   po.shared_memory = o.shared_memory;
   po.wire = o.wire;

@@ -48,7 +48,7 @@ absl::Status SetOptimizer(const std::string& name, v1::OptimizerConfig* opt) {
     opt->set_eps(1e-8f);
   } else if (name == "sgd") {
     opt->set_kind(v1::OptimizerConfig::SGD);
-    opt->set_momentum(0.9f);
+    opt->set_momentum(kSgdMomentum);
   } else if (name == "lamb") {
     opt->set_kind(v1::OptimizerConfig::LAMB);
     opt->set_beta1(0.9f);
@@ -85,7 +85,14 @@ absl::StatusOr<PushCompression> ParseCompression(const std::string& text) {
       "--compress ", text, ": none, onebit, or topk:R with R in (0, 1]"));
 }
 
+bool MomentumCorrection(const TrainerOptions& o) {
+  absl::StatusOr<PushCompression> c = ParseCompression(o.compress);
+  return o.momentum_correction && o.optimizer == "sgd" && c.ok() &&
+         c->dtype == v1::DTYPE_TOPK;
+}
+
 int64_t CompressFromStep(const TrainerOptions& o) {
+  if (MomentumCorrection(o)) return 0;
   return o.compress_from >= 0 ? o.compress_from : o.warmup_steps;
 }
 
@@ -125,6 +132,8 @@ absl::StatusOr<ModelSpec> ServerModel(const std::vector<ParamInfo>& params,
     opt->set_total_steps(o.steps);
     opt->set_min_lr_ratio(o.min_lr_ratio);
     if (freeze) opt->set_freeze_variance_after(CompressFromStep(o));
+    // DGC: the momentum is the worker's.
+    if (MomentumCorrection(o)) opt->set_momentum(0);
     m.groups.push_back(g);
   }
   return m;

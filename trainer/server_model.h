@@ -32,7 +32,13 @@ struct PushCompression {
   double ratio = 0.01;
 };
 absl::StatusOr<PushCompression> ParseCompression(const std::string& text);
-// The first step pushed compressed (compress_from, or warmup_steps).
+// Whether o asks for DGC's momentum correction (TrainerOptions::
+// momentum_correction: topk with sgd), and the worker's momentum then.
+bool MomentumCorrection(const TrainerOptions& o);
+inline constexpr float kSgdMomentum = 0.9f;
+// The first step pushed compressed (compress_from, or warmup_steps; 0
+// with MomentumCorrection, whose momentum lives on the worker from the
+// start).
 int64_t CompressFromStep(const TrainerOptions& o);
 
 }  // namespace strata

@@ -123,6 +123,10 @@ struct TrainerOptions {
   // step, as 1-bit Adam does (off by default: docs/ARCHITECTURE.md says
   // what it cost here).
   bool compress_freeze_variance = false;
+  // With "topk:R" and the sgd optimizer: DGC's momentum correction, the
+  // momentum kept on the worker (PsClientOptions::topk_momentum) and the
+  // servers' SGD without one, compressed from step 0.
+  bool momentum_correction = true;
   // With compress: pulls come compressed the same way too, as deltas of
   // the weights with the error kept on the servers
   // (PsClientOptions::pull_compress).
