@@ -8,6 +8,20 @@
 #include "common/compress.h"
 
 namespace strata {
+namespace {
+
+// Whether x[0, n) is all finite, by the exponent bits (so it vectorizes).
+bool AllFinite(const float* x, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &x[i], 4);
+    bad |= (u & 0x7f800000u) == 0x7f800000u;
+  }
+  return bad == 0;
+}
+
+}  // namespace
 
 PullMirrors::PullMirrors() {
   absl::BitGen gen;
@@ -29,8 +43,16 @@ std::shared_ptr<PullMirrors::Mirror> PullMirrors::Find(const Key& key,
   return m;
 }
 
+void PullMirrors::Drop(const Key& key, const std::shared_ptr<Mirror>& m) {
+  absl::MutexLock lock(&mu_);
+  auto it = mirrors_.find(key);
+  if (it == mirrors_.end() || it->second != m) return;
+  floats_ -= m->w.size();
+  mirrors_.erase(it);
+}
+
 absl::StatusOr<PullMirrors::Served> PullMirrors::Rebase(
-    Mirror& m, const float* w, size_t n,
+    Mirror& m, const float* w, size_t n, uint64_t generation,
     absl::FunctionRef<char*(size_t)> alloc) {
   Served s;
   s.bytes = n * sizeof(float);
@@ -40,47 +62,66 @@ absl::StatusOr<PullMirrors::Served> PullMirrors::Rebase(
   }
   std::memcpy(out, w, s.bytes);
   std::memcpy(m.w.data(), w, s.bytes);
+  m.generation = generation;
   m.seq = s.seq = next_seq_.fetch_add(1);
   return s;
 }
 
 absl::StatusOr<PullMirrors::Served> PullMirrors::Serve(
     uint64_t member, const v1::PullRequest& req, const float* w, size_t n,
+    uint64_t generation, absl::FunctionRef<bool(uint64_t)> live,
     absl::FunctionRef<char*(size_t)> alloc) {
   const bool topk = req.dtype() == v1::DTYPE_TOPK;
   if (topk && !(req.topk_ratio() > 0 && req.topk_ratio() <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a TOPK pull's topk_ratio is in (0, 1], not ", req.topk_ratio()));
   }
-  const std::shared_ptr<Mirror> m = Find({member, req.chunk_id()}, n);
-  if (req.delta_base() == 0 || req.delta_base() != m->seq) {
-    return Rebase(*m, w, n, alloc);
+  const Key key{member, req.chunk_id()};
+  const std::shared_ptr<Mirror> m = Find(key, n);
+  // After Find, without its lock: a view that dropped the member was
+  // published before its Retain, so a copy made after that Retain (by a
+  // pull that waited at the gate through the change) is seen here and
+  // dropped, and one made before it was dropped by it.
+  if (!live(member)) {
+    Drop(key, m);
+    return absl::UnavailableError(
+        absl::StrCat("member ", member,
+                     " is not a live worker in this server's view: "
+                     "compressed pulls are for live workers"));
   }
-  // delta = w - m, then m += D(C(delta)): the worker's own additions.
+  // A rolled-back chunk starts again from the whole weights: a delta from
+  // the copy would bring the worker back only over many pulls.
+  if (req.delta_base() == 0 || req.delta_base() != m->seq ||
+      m->generation != generation) {
+    return Rebase(*m, w, n, generation, alloc);
+  }
+  // delta = w - m, then m += D(C(delta)): the worker's own additions. A
+  // delta or a decoding that is not finite (an overflow) would poison both
+  // copies: the whole weights instead.
   thread_local std::vector<float> delta, decoded;
+  thread_local std::string encoded;
   delta.resize(n);
   decoded.resize(n);
   for (size_t i = 0; i < n; ++i) delta[i] = w[i] - m->w[i];
+  if (topk) {
+    EncodeTopK(delta.data(), n, TopKCount(n, req.topk_ratio()), &encoded,
+               decoded.data());
+  } else {
+    encoded.resize(OneBitBytes(n));
+    EncodeOneBit(delta.data(), n, encoded.data(), decoded.data());
+  }
+  if (!AllFinite(delta.data(), n) || !AllFinite(decoded.data(), n)) {
+    return Rebase(*m, w, n, generation, alloc);
+  }
   Served s;
   s.dtype = req.dtype();
   s.base = m->seq;
-  thread_local std::string topk_bytes;
-  if (topk) {
-    EncodeTopK(delta.data(), n, TopKCount(n, req.topk_ratio()), &topk_bytes,
-               decoded.data());
-    s.bytes = topk_bytes.size();
-  } else {
-    s.bytes = OneBitBytes(n);
-  }
+  s.bytes = encoded.size();
   char* out = alloc(s.bytes);
   if (out == nullptr) {
     return absl::InvalidArgumentError("no space for the pull's delta");
   }
-  if (topk) {
-    std::memcpy(out, topk_bytes.data(), s.bytes);
-  } else {
-    EncodeOneBit(delta.data(), n, out, decoded.data());
-  }
+  std::memcpy(out, encoded.data(), s.bytes);
   for (size_t i = 0; i < n; ++i) m->w[i] += decoded[i];
   m->seq = s.seq = next_seq_.fetch_add(1);
   return s;

@@ -7,8 +7,9 @@
 // delta: error feedback on the pull side, kept by the server.
 //
 // A pull whose base is not the copy's (a first pull, a worker or server
-// that restarted, an answer lost on the way) gets the whole weights in fp32
-// instead, and the copy starts again from them. Sequence numbers start at
+// that restarted, an answer lost on the way), or of a chunk rolled back
+// since the copy was made, gets the whole weights in fp32 instead, and the
+// copy starts again from them. Sequence numbers start at
 // a random point per server, so a restarted server never takes a base a
 // worker kept from before for its own.
 //
@@ -45,13 +46,16 @@ class PullMirrors {
     uint64_t seq = 0;
     size_t bytes = 0;  // written to the allocator's space
   };
-  // Answers member's compressed pull of chunk `chunk_id` (req: its dtype,
-  // delta_base and topk_ratio; INVALID_ARGUMENT for a ratio outside
-  // (0, 1]) from the chunk's weights w[0, n), into space from `alloc`
-  // (nullptr: INVALID_ARGUMENT). REQUIRES: the chunk's lock held, so
-  // pulls of one chunk do not overlap.
+  // Answers member's compressed pull of chunk req.chunk_id() (req: its
+  // dtype, delta_base and topk_ratio; INVALID_ARGUMENT for a ratio outside
+  // (0, 1]) from the chunk's weights w[0, n) in rollback `generation`,
+  // into space from `alloc` (called once; nullptr: INVALID_ARGUMENT).
+  // UNAVAILABLE when live(member) is false (asked once its copy is found,
+  // so none outlives a Retain that dropped the member). REQUIRES: the
+  // chunk's lock held, so pulls of one chunk do not overlap.
   absl::StatusOr<Served> Serve(uint64_t member, const v1::PullRequest& req,
-                               const float* w, size_t n,
+                               const float* w, size_t n, uint64_t generation,
+                               absl::FunctionRef<bool(uint64_t)> live,
                                absl::FunctionRef<char*(size_t)> alloc);
   // Drops the copies of every member for which live(member) is false.
   void Retain(const std::function<bool(uint64_t)>& live);
@@ -63,15 +67,19 @@ class PullMirrors {
 
  private:
   struct Mirror {
-    uint64_t seq = 0;      // 0: no copy yet
-    std::vector<float> w;  // under the chunk's lock; its size is fixed
+    uint64_t seq = 0;         // 0: no copy yet
+    uint64_t generation = 0;  // the chunk's when the copy started
+    std::vector<float> w;     // under the chunk's lock; its size is fixed
   };
   using Key = std::pair<uint64_t, uint64_t>;  // (member, chunk id)
   // The copy for `key` of n floats, new (seq 0) when there was none of
   // that size.
   std::shared_ptr<Mirror> Find(const Key& key, size_t n);
+  // Drops key's copy if it is still m.
+  void Drop(const Key& key, const std::shared_ptr<Mirror>& m);
   // Writes w whole to alloc's space and makes m a copy of it.
   absl::StatusOr<Served> Rebase(Mirror& m, const float* w, size_t n,
+                                uint64_t generation,
                                 absl::FunctionRef<char*(size_t)> alloc);
 
   std::atomic<uint64_t> next_seq_;

@@ -25,6 +25,8 @@ struct Puller {
   PulledCopies& client;
   v1::DType dtype;
   double ratio = 0.01;
+  uint64_t generation = 0;  // the chunk's rollback generation
+  bool live = true;         // whether the member is a live worker
 
   absl::StatusOr<PullMirrors::Served> Pull(const std::vector<float>& w,
                                            std::vector<float>* dst,
@@ -35,8 +37,10 @@ struct Puller {
     req.set_topk_ratio(ratio);
     req.set_delta_base(base_override != ~0ull ? base_override : client.Base(0));
     std::string payload;
-    absl::StatusOr<PullMirrors::Served> s =
-        server.Serve(kMember, req, w.data(), w.size(), [&](size_t n) {
+    absl::StatusOr<PullMirrors::Served> s = server.Serve(
+        kMember, req, w.data(), w.size(), generation,
+        [this](uint64_t) { return live; },
+        [&](size_t n) {
           payload.resize(n);
           return payload.data();
         });
@@ -109,11 +113,13 @@ TEST(PullMirrors, AnotherBaseGetsTheWholeWeights) {
   req.set_delta_base(base);
   std::string lost;
   ASSERT_TRUE(server
-                  .Serve(kMember, req, w.data(), kN,
-                         [&](size_t n) {
-                           lost.resize(n);
-                           return lost.data();
-                         })
+                  .Serve(
+                      kMember, req, w.data(), kN, 0,
+                      [](uint64_t) { return true; },
+                      [&](size_t n) {
+                        lost.resize(n);
+                        return lost.data();
+                      })
                   ->dtype == v1::DTYPE_ONEBIT);
   absl::StatusOr<PullMirrors::Served> s = puller.Pull(w, &got);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -176,6 +182,49 @@ TEST(PullMirrors, BadRatiosAreRefusedAndLeaversCopiesDropped) {
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->dtype, v1::DTYPE_F32);
   EXPECT_EQ(got, w);
+}
+
+// A rollback moves the weights back: the next pull of a rolled-back chunk
+// is whole, whatever base the worker names. An overflowing delta is whole
+// too, so neither copy takes a value that is not finite.
+TEST(PullMirrors, RollbacksAndOverflowsGetTheWholeWeights) {
+  PullMirrors server;
+  PulledCopies client;
+  Puller puller{server, client, v1::DTYPE_ONEBIT};
+  std::vector<float> w(kN, 1.0f), got;
+  ASSERT_TRUE(puller.Pull(w, &got).ok());
+  w[1] = 1.5f;
+  ASSERT_EQ(puller.Pull(w, &got)->dtype, v1::DTYPE_ONEBIT);
+  w.assign(kN, 1.0f);  // back to the snapshot
+  puller.generation = 1;
+  absl::StatusOr<PullMirrors::Served> s = puller.Pull(w, &got);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->dtype, v1::DTYPE_F32);
+  EXPECT_EQ(got, w);
+  ASSERT_EQ(puller.Pull(w, &got)->dtype, v1::DTYPE_ONEBIT);
+  // Deltas near the float range: their block's sum overflows.
+  for (size_t i = 0; i < 64; ++i) w[i] = 3e38f;
+  std::vector<float> low(kN, 1.0f);
+  for (size_t i = 0; i < 64; ++i) low[i] = -3e38f;
+  ASSERT_TRUE(puller.Pull(low, &got).ok());
+  s = puller.Pull(w, &got);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->dtype, v1::DTYPE_F32);
+  EXPECT_EQ(got, w);
+  EXPECT_EQ(server.CopyOf(kMember, kChunk), w);
+}
+
+// A member no longer live (it left while its pull waited at the gate)
+// gets UNAVAILABLE and leaves no copy behind.
+TEST(PullMirrors, PullsOfMembersNotLiveKeepNoCopy) {
+  PullMirrors server;
+  PulledCopies client;
+  Puller puller{server, client, v1::DTYPE_TOPK};
+  puller.live = false;
+  std::vector<float> w(kN, 1.0f), got;
+  EXPECT_TRUE(absl::IsUnavailable(puller.Pull(w, &got).status()));
+  EXPECT_EQ(server.floats(), 0u);
+  EXPECT_TRUE(server.CopyOf(kMember, kChunk).empty());
 }
 
 }  // namespace

@@ -65,9 +65,9 @@ TEST(ShardCompressed, MalformedOrNonFinitePushesAreRefused) {
 
 // Compressed pulls through a shard: a live worker's first pull is the whole
 // weights, the next a delta whose decoding brings its copy to the weights
-// (SGD here moves two elements, which TOPK at 1/4 sends exactly); a
-// non-worker's, or one naming shared memory, is refused; a worker that
-// leaves the view loses its copy.
+// (SGD here moves two elements, which TOPK at 1/4 sends exactly); after a
+// rollback the next is whole again; a non-worker's, or one naming shared
+// memory, is refused; a worker that leaves the view loses its copy.
 TEST(ShardCompressed, PullsAreDeltasAgainstTheWorkersCopy) {
   Shard shard(Opts("asp"));
   ASSERT_TRUE(shard.Register(OneChunk()).ok());
@@ -101,9 +101,19 @@ TEST(ShardCompressed, PullsAreDeltasAgainstTheWorkersCopy) {
   shard.FillStats(&stats);
   EXPECT_EQ(stats.pull_mirror_floats(), static_cast<uint64_t>(kN));
 
+  // Rolled back to step 0 (the initial weights): the next pull is whole
+  // whatever the base, and brings the worker straight back.
+  ASSERT_TRUE(shard.RollBack(1, 0, nullptr, nullptr).ok());
+  req.set_generation(1);
+  req.set_delta_base(delta->delta_seq);
+  absl::StatusOr<PullResult> back = shard.Pull(req, &out);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->dtype, v1::DTYPE_F32);
+  EXPECT_EQ(out, Bytes(std::vector<float>(kN, 0.0f)));
+
   v1::PullRequest other = req;
   other.set_member_id(2);
-  EXPECT_TRUE(absl::IsFailedPrecondition(shard.Pull(other, &out).status()));
+  EXPECT_TRUE(absl::IsUnavailable(shard.Pull(other, &out).status()));
   v1::PullRequest in_shm = req;
   in_shm.mutable_shm()->set_size(4 * kN);
   EXPECT_TRUE(absl::IsInvalidArgument(shard.Pull(in_shm, &out).status()));

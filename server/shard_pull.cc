@@ -56,10 +56,11 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk& c,
   const bool worker = p_->membership.IsWorker(req.member_id());
   if (compressed && !worker) {
     // The server keeps a copy per puller: live workers only, dropped as
-    // they leave.
-    return absl::FailedPreconditionError(
+    // they leave. UNAVAILABLE: a joiner's first pulls may come before this
+    // server has its view.
+    return absl::UnavailableError(
         absl::StrCat("compressed pulls are for live workers; member ",
-                     req.member_id(), " is not one"));
+                     req.member_id(), " is not one in this server's view"));
   }
   // Once waiting, a pinning pull keeps the chunk's tile in RAM until it has
   // copied it; unpinned after the lock is let go.
@@ -144,7 +145,9 @@ absl::StatusOr<PullResult> Shard::CopyOut(Chunk& c, const v1::PullRequest& req,
   if (req.dtype() == v1::DTYPE_ONEBIT || req.dtype() == v1::DTYPE_TOPK) {
     STRATA_ASSIGN_OR_RETURN(
         const PullMirrors::Served s,
-        p_->mirrors.Serve(req.member_id(), req, weights, n, alloc));
+        p_->mirrors.Serve(
+            req.member_id(), req, weights, n, c.generation,
+            [this](uint64_t m) { return p_->membership.IsWorker(m); }, alloc));
     (s.dtype == v1::DTYPE_F32 ? counters_.pulls_rebased
                               : counters_.pulls_compressed)++;
     result.dtype = s.dtype;

@@ -87,8 +87,8 @@ absl::StatusOr<PushCompression> ParseCompression(const std::string& text) {
 
 bool MomentumCorrection(const TrainerOptions& o) {
   absl::StatusOr<PushCompression> c = ParseCompression(o.compress);
-  return o.momentum_correction && o.optimizer == "sgd" && c.ok() &&
-         c->dtype == v1::DTYPE_TOPK;
+  return o.momentum_correction && o.sync == SyncMode::kPs &&
+         o.optimizer == "sgd" && c.ok() && c->dtype == v1::DTYPE_TOPK;
 }
 
 int64_t CompressFromStep(const TrainerOptions& o) {
@@ -100,7 +100,7 @@ absl::StatusOr<ModelSpec> ServerModel(const std::vector<ParamInfo>& params,
                                       const TrainerOptions& o) {
   STRATA_ASSIGN_OR_RETURN(const PushCompression compression,
                           ParseCompression(o.compress));
-  const bool freeze = o.compress_freeze_variance &&
+  const bool freeze = o.compress_freeze_variance && o.sync == SyncMode::kPs &&
                       compression.dtype == v1::DTYPE_ONEBIT &&
                       (o.optimizer == "adam" || o.optimizer == "adamw");
   if (freeze && CompressFromStep(o) < 1) {
