@@ -280,6 +280,12 @@ std::unique_ptr<UcxTransfer> UcxEndpoint::Send(const void* buffer, size_t bytes,
                                                uint64_t tag) {
   std::unique_ptr<UcxTransfer> t(
       new UcxTransfer(node_, shared_from_this(), bytes));
+  if (failed()) {
+    // Known already: done at once, not after a trip through the progress
+    // thread.
+    t->Finish(absl::UnavailableError("UCX send: the endpoint is closed"));
+    return t;
+  }
   // The endpoint outlives the command: the transfer holds it.
   node_->Post([this, t = t.get(), buffer, bytes, tag] {
     if (ep_ == nullptr || failed()) {

@@ -114,7 +114,8 @@ class UcxEndpoint : public std::enable_shared_from_this<UcxEndpoint> {
   ~UcxEndpoint();  // Close()
 
   // Sends `bytes` of `buffer` tagged `tag`. The buffer must stay valid
-  // and unchanged until the transfer is done, or until Close().
+  // and unchanged until the transfer is done, or until Close(). On an
+  // endpoint that has failed() the transfer is done at once, UNAVAILABLE.
   std::unique_ptr<UcxTransfer> Send(const void* buffer, size_t bytes,
                                     uint64_t tag);
   // Ends every send under way on this endpoint (they fail with CANCELLED)
