@@ -74,6 +74,12 @@ INSTANTIATE_TEST_SUITE_P(
             "--chunk_size"},
         Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--sync", "gossip"},
                 "--sync"},
+        Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--sync", "allreduce",
+                 "--compress", "onebit"},
+                "not to --sync allreduce"},
+        Refusal{
+            {"worker", "--scheduler", "127.0.0.1:1", "--compress", "topk:2"},
+            "topk:R with R in (0, 1]"},
         Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--layers", "2",
                  "--pp", "3"},
                 "--pp must be in [1, --layers (2)]"},

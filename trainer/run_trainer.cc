@@ -47,6 +47,15 @@ absl::Status Validate(const TrainerOptions& o) {
     return absl::UnimplementedError(
         "--tp and --pp run on CPU threads only so far (--device cpu)");
   }
+  STRATA_ASSIGN_OR_RETURN(const PushCompression compression,
+                          ParseCompression(o.compress));
+  if (o.sync == SyncMode::kAllReduce &&
+      compression.dtype != v1::DTYPE_UNSPECIFIED) {
+    // Whole-step pushes of a group's sum: no one worker's error to carry.
+    return absl::InvalidArgumentError(
+        "--compress applies to pushes and pulls through the servers "
+        "(--sync ps), not to --sync allreduce");
+  }
   return absl::OkStatus();
 }
 
@@ -200,13 +209,6 @@ absl::Status RunTrainer(const TrainerOptions& options) {
   po.push_error_feedback = o.error_feedback && o.sync == SyncMode::kPs;
   STRATA_ASSIGN_OR_RETURN(const PushCompression compression,
                           ParseCompression(o.compress));
-  if (o.sync == SyncMode::kAllReduce &&
-      compression.dtype != v1::DTYPE_UNSPECIFIED) {
-    // Whole-step pushes of a group's sum: no one worker's error to carry.
-    return absl::InvalidArgumentError(
-        "--compress applies to pushes and pulls through the servers "
-        "(--sync ps), not to --sync allreduce");
-  }
   if (o.sync == SyncMode::kPs) {
     po.push_compress = compression.dtype;
     if (o.compress_pulls) po.pull_compress = compression.dtype;
