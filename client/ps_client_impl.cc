@@ -135,46 +135,6 @@ v1::PushRequest PsClient::Impl::PushHeader(const OpState& op,
   return header;
 }
 
-bool PsClient::Impl::Compressed(const OpState& op) const {
-  const bool push = op.kind == OpState::kPush;
-  const v1::DType how = push ? options_.push_compress : options_.pull_compress;
-  // A pull one step early, for the whole weights: the copies
-  // start there, and the first compressed step's pull is a delta.
-  const int64_t from =
-      push ? options_.compress_from_step
-           : std::max<int64_t>(0, options_.compress_from_step - 1);
-  return how != v1::DTYPE_UNSPECIFIED && !op.stamp.dtype && op.step >= from;
-}
-
-grpc::ByteBuffer PsClient::Impl::CompressedPush(const OpPtr& op, Stubs* stubs,
-                                                v1::PushRequest& header) {
-  const ChunkInfo& chunk = plan_.chunks[op->chunk];
-  if (!op->encoded) {
-    // Once per push: a retry sends the same bytes (their error is carried).
-    compress_errors_.Encode(op->chunk, op->grad,
-                            static_cast<int64_t>(chunk.numel), &op->bf16);
-    op->encoded = true;
-  }
-  const size_t bytes = op->bf16.size();
-  header.set_dtype(compress_errors_.dtype());
-  if (TakeShmSlot(op, stubs, bytes)) {
-    std::memcpy(op->shm_slot.data, op->bf16.data(), bytes);
-    v1::ShmRef place = op->shm_slot.ref;
-    place.set_size(bytes);
-    *header.mutable_shm() = place;
-    grpc::Slice slice(header.SerializeAsString());
-    return grpc::ByteBuffer(&slice, 1);
-  }
-  if (v1::BulkRef ref; header.dtype() == v1::DTYPE_ONEBIT &&
-                       TakeBulk(op, stubs, op->bf16.data(), bytes, &ref)) {
-    *header.mutable_bulk() = ref;
-    grpc::Slice slice(header.SerializeAsString());
-    return grpc::ByteBuffer(&slice, 1);
-  }
-  return SerializeWithPayload(header, v1::PushRequest::kDataFieldNumber,
-                              op->bf16.data(), bytes);
-}
-
 grpc::ByteBuffer PsClient::Impl::PushMessage(const OpPtr& op, Stubs* stubs,
                                              const v1::View& view) {
   const ChunkInfo& chunk = plan_.chunks[op->chunk];
@@ -243,11 +203,7 @@ grpc::ByteBuffer PsClient::Impl::PullMessage(const OpPtr& op, Stubs* stubs,
   v1::ShmRef place;
   if (Compressed(*op)) {
     dtype = options_.pull_compress;
-    // Base 0 asks for the whole weights: so before compress_from_step.
-    if (op->step >= options_.compress_from_step) {
-      req.set_delta_base(pulled_.Base(op->chunk));
-    }
-    req.set_topk_ratio(options_.topk_ratio);
+    CompressedPullFields(*op, &req);
   } else if (TakePayloadPlace(op, stubs, options_.pull_fp32_through_shm,
                               op->dst, &dtype, &place)) {
     *req.mutable_shm() = place;
@@ -358,11 +314,9 @@ absl::Status PsClient::Impl::ReadResponse(const OpState& op,
   const ChunkInfo& chunk = plan_.chunks[op.chunk];
   const v1::DType dtype = op.pull_dtype;
   if (dtype == v1::DTYPE_ONEBIT || dtype == v1::DTYPE_TOPK) {
-    std::string payload(message.payload_size(), '\0');
-    message.CopyPayload(payload.data());
     *version = resp.version();
     *min_clock = resp.min_clock();
-    return pulled_.Apply(op.chunk, chunk.numel, dtype, resp, payload, op.dst);
+    return ReadCompressedPull(op, resp, message);
   }
   const size_t want = chunk.numel * ElementBytes(dtype);
   if (op.tensors || op.bulk_payload) {

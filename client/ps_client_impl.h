@@ -1,5 +1,6 @@
 // PsClient's machinery (ps_client_impl.cc; the shared-memory payload path in
-// ps_client_shm.cc): one op's state, the per-server
+// ps_client_shm.cc, the bulk plane's in ps_client_bulk.cc, compression in
+// ps_client_compress.cc): one op's state, the per-server
 // queues, the attempts on the wire and their retries. Private to client/.
 #ifndef STRATA_CLIENT_PS_CLIENT_IMPL_H_
 #define STRATA_CLIENT_PS_CLIENT_IMPL_H_
@@ -24,6 +25,7 @@
 #include "client/pulled_copies.h"
 #include "client/shm_link.h"
 #include "common/status.h"
+#include "common/wire.h"
 #include "strata/v1/common.pb.h"
 #include "strata/v1/ps.grpc.pb.h"
 
@@ -206,6 +208,14 @@ class PsClient::Impl {
   // or in the message.
   grpc::ByteBuffer CompressedPush(const OpPtr& op, Stubs* stubs,
                                   v1::PushRequest& header);
+  // A compressed pull's request fields: the copy it names (none before
+  // compress_from_step: the whole weights) and TOPK's ratio.
+  void CompressedPullFields(const OpState& op, v1::PullRequest* req);
+  // Applies a compressed pull's answer to the chunk's copy and writes the
+  // copy to op.dst (PulledCopies::Apply's errors).
+  absl::Status ReadCompressedPull(const OpState& op,
+                                  const v1::PullResponse& resp,
+                                  const PayloadMessage& message);
   // Converts op's gradient to bf16 into out (numel values), with the
   // carried error when push_error_feedback.
   void EncodeBf16(OpState& op, uint16_t* out);

@@ -28,22 +28,31 @@ struct Puller {
   uint64_t generation = 0;  // the chunk's rollback generation
   bool live = true;         // whether the member is a live worker
 
-  absl::StatusOr<PullMirrors::Served> Pull(const std::vector<float>& w,
-                                           std::vector<float>* dst,
-                                           uint64_t base_override = ~0ull) {
+  // The server's answer to a pull naming `base` alone, into *payload (an
+  // answer lost on the way, when the client never applies it).
+  absl::StatusOr<PullMirrors::Served> Serve(const std::vector<float>& w,
+                                            uint64_t base,
+                                            std::string* payload) {
     v1::PullRequest req;
     req.set_chunk_id(kChunk);
     req.set_dtype(dtype);
     req.set_topk_ratio(ratio);
-    req.set_delta_base(base_override != ~0ull ? base_override : client.Base(0));
-    std::string payload;
-    absl::StatusOr<PullMirrors::Served> s = server.Serve(
+    req.set_delta_base(base);
+    return server.Serve(
         kMember, req, w.data(), w.size(), generation,
         [this](uint64_t) { return live; },
-        [&](size_t n) {
-          payload.resize(n);
-          return payload.data();
+        [payload](size_t n) {
+          payload->resize(n);
+          return payload->data();
         });
+  }
+
+  absl::StatusOr<PullMirrors::Served> Pull(const std::vector<float>& w,
+                                           std::vector<float>* dst,
+                                           uint64_t base_override = ~0ull) {
+    std::string payload;
+    absl::StatusOr<PullMirrors::Served> s = Serve(
+        w, base_override != ~0ull ? base_override : client.Base(0), &payload);
     if (!s.ok()) return s;
     v1::PullResponse resp;
     resp.set_dtype(s->dtype);
@@ -107,20 +116,8 @@ TEST(PullMirrors, AnotherBaseGetsTheWholeWeights) {
   ASSERT_NE(base, 0u);
   w[5] = 2;
   // An answer lost on the way: the server moved on, the worker did not.
-  v1::PullRequest req;
-  req.set_chunk_id(kChunk);
-  req.set_dtype(v1::DTYPE_ONEBIT);
-  req.set_delta_base(base);
   std::string lost;
-  ASSERT_TRUE(server
-                  .Serve(
-                      kMember, req, w.data(), kN, 0,
-                      [](uint64_t) { return true; },
-                      [&](size_t n) {
-                        lost.resize(n);
-                        return lost.data();
-                      })
-                  ->dtype == v1::DTYPE_ONEBIT);
+  ASSERT_EQ(puller.Serve(w, base, &lost)->dtype, v1::DTYPE_ONEBIT);
   absl::StatusOr<PullMirrors::Served> s = puller.Pull(w, &got);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->dtype, v1::DTYPE_F32);
