@@ -10,13 +10,28 @@
 namespace strata {
 namespace {
 
-// Whether x[0, n) is all finite, by the exponent bits (so it vectorizes).
-bool AllFinite(const float* x, size_t n) {
+// Writes out[i] = a[i] - b[i] for i < n; whether every difference is
+// finite, by the exponent bits (one pass, and it vectorizes).
+bool FiniteDifference(const float* a, const float* b, size_t n, float* out) {
   uint32_t bad = 0;
   for (size_t i = 0; i < n; ++i) {
+    out[i] = a[i] - b[i];
     uint32_t u;
-    std::memcpy(&u, &x[i], 4);
+    std::memcpy(&u, &out[i], 4);
     bad |= (u & 0x7f800000u) == 0x7f800000u;
+  }
+  return bad == 0;
+}
+
+// Whether every bf16 scale of an ONEBIT encoding of n elements is finite
+// (a block's sum can overflow where its values do not).
+bool FiniteScales(const std::string& encoded, size_t n) {
+  const size_t blocks = (n + kOneBitBlock - 1) / kOneBitBlock;
+  uint32_t bad = 0;
+  for (size_t b = 0; b < blocks; ++b) {
+    uint16_t half;
+    std::memcpy(&half, encoded.data() + 2 * b, 2);
+    bad |= (half & 0x7f80u) == 0x7f80u;
   }
   return bad == 0;
 }
@@ -102,7 +117,10 @@ absl::StatusOr<PullMirrors::Served> PullMirrors::Serve(
   thread_local std::string encoded;
   delta.resize(n);
   decoded.resize(n);
-  for (size_t i = 0; i < n; ++i) delta[i] = w[i] - m->w[i];
+  // TOPK decodes to the delta's own values; ONEBIT to its blocks' scales.
+  if (!FiniteDifference(w, m->w.data(), n, delta.data())) {
+    return Rebase(*m, w, n, generation, alloc);
+  }
   if (topk) {
     EncodeTopK(delta.data(), n, TopKCount(n, req.topk_ratio()), &encoded,
                decoded.data());
@@ -110,7 +128,7 @@ absl::StatusOr<PullMirrors::Served> PullMirrors::Serve(
     encoded.resize(OneBitBytes(n));
     EncodeOneBit(delta.data(), n, encoded.data(), decoded.data());
   }
-  if (!AllFinite(delta.data(), n) || !AllFinite(decoded.data(), n)) {
+  if (!topk && !FiniteScales(encoded, n)) {
     return Rebase(*m, w, n, generation, alloc);
   }
   Served s;
