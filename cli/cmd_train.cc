@@ -236,8 +236,9 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "the first step pushed compressed (-1: after --warmup)")
       ->capture_default_str();
   cmd->add_option("--compress_freeze_variance", o->compress_freeze_variance,
-                  "with --compress onebit, freeze Adam's second moment "
-                  "from --compress_from on, as 1-bit Adam does")
+                  "with --compress onebit and --optimizer adam, adamw or "
+                  "lamb, freeze the second moment from --compress_from on, "
+                  "as 1-bit Adam and 1-bit LAMB do")
       ->capture_default_str();
   cmd->add_option("--momentum_correction", o->momentum_correction,
                   "with --compress topk:R and --optimizer sgd, DGC's "

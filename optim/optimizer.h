@@ -36,8 +36,8 @@ struct OptimizerParams {
   int64_t warmup_steps = 0;  // see ScheduledLr
   int64_t total_steps = 0;   // 0: no decay after warm-up
   float min_lr_ratio = 0;    // final lr = lr * min_lr_ratio
-  // Adam, AdamW: updates with t > this leave v (and its bias correction)
-  // as update `freeze_variance_after` left it (0: never).
+  // Adam, AdamW, LAMB: updates with t > this leave v (and its bias
+  // correction) as update `freeze_variance_after` left it (0: never).
   int64_t freeze_variance_after = 0;
   // LAMB (optim/tensor_update.h).
   bool bias_correction = true;

@@ -40,16 +40,22 @@ struct LambScalars {
   float b1, c1, b2, c2, inv_bc1, inv_bc2, eps, wd;
 };
 
+// With freeze_variance_after (1-bit LAMB's frozen variance) and t past it,
+// v' = 1 * v + 0 * g^2 is exactly v and bc2 stays at that update's.
 LambScalars MakeLamb(const OptimizerParams& p, int64_t t) {
+  const bool frozen =
+      p.freeze_variance_after > 0 && t > p.freeze_variance_after;
+  const int64_t t_v = frozen ? p.freeze_variance_after : t;
   double bc1 = 1, bc2 = 1;
   if (p.bias_correction) {
     bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(t));
-    bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(t));
+    bc2 =
+        1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(t_v));
   }
   return {p.beta1,
           1.0f - p.beta1,
-          p.beta2,
-          1.0f - p.beta2,
+          frozen ? 1.0f : p.beta2,
+          frozen ? 0.0f : 1.0f - p.beta2,
           static_cast<float>(1.0 / bc1),
           static_cast<float>(1.0 / bc2),
           p.eps,

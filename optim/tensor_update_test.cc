@@ -165,6 +165,53 @@ TEST(TensorUpdate, LambTrustRatioScalesAdamsDirection) {
   EXPECT_NEAR(capped[0].w[0], 3 - 0.01 * u[0], 1e-6);
 }
 
+// 1-bit LAMB's frozen variance (--compress onebit
+// --compress_freeze_variance): after update 3, v and its bias correction
+// stay as update 3 left them while m, the trust ratio (over the whole
+// tensor, cut in parts) and the weights go on. Checked against LAMB
+// written here in double.
+TEST(TensorUpdate, LambWithAFrozenVarianceMatchesReference) {
+  OptimizerParams p = Lamb();
+  p.freeze_variance_after = 3;
+  const std::vector<int64_t> shape = {6, 5};
+  const std::vector<float> w0 = Random(30, 3, 0.5f);
+  std::vector<Part> parts = Cut(p, shape, w0, 2);
+  ASSERT_EQ(parts.size(), 3u);
+  std::vector<double> w(w0.begin(), w0.end()), m(30, 0), v(30, 0);
+  std::vector<float> v_at_freeze;
+  for (int64_t t = 1; t <= 8; ++t) {
+    const std::vector<float> g = Random(30, 200 + t, 0.1f);
+    Step(p, t, parts, g);
+    const int64_t t_v = std::min<int64_t>(t, 3);
+    const double bc1 = 1 - std::pow(0.9, t), bc2 = 1 - std::pow(0.999, t_v);
+    std::vector<double> u(30);
+    double w2 = 0, u2 = 0;
+    for (int i = 0; i < 30; ++i) {
+      m[i] = 0.9 * m[i] + 0.1 * g[i];
+      if (t <= 3) v[i] = 0.999 * v[i] + 0.001 * g[i] * g[i];
+      u[i] = (m[i] / bc1) / (std::sqrt(v[i] / bc2) + 1e-6) + 0.01 * w[i];
+      w2 += w[i] * w[i];
+      u2 += u[i] * u[i];
+    }
+    const double trust = std::sqrt(w2) / std::sqrt(u2);
+    for (int i = 0; i < 30; ++i) w[i] -= 0.01 * trust * u[i];
+    std::vector<float> v_now;
+    for (const Part& part : parts) {
+      v_now.insert(v_now.end(), part.slots[1].begin(), part.slots[1].end());
+    }
+    if (t == 3) v_at_freeze = v_now;
+    if (t > 3) {
+      EXPECT_EQ(v_now, v_at_freeze) << "update " << t;
+    }
+    const std::vector<float> got = Joined(parts);
+    for (int i = 0; i < 30; ++i) {
+      ASSERT_NEAR(got[i], w[i], 1e-6) << "update " << t << " element " << i;
+    }
+  }
+  // The frozen updates still moved the weights.
+  EXPECT_GT(std::fabs(Joined(parts)[0] - w0[0]), 1e-3f);
+}
+
 TEST(TensorUpdate, AdafactorStateIsRowsPlusColumns) {
   const OptimizerParams p = Adafactor(0.0f);
   const TensorPart part = PartOfTensor(p, 30 * 40, {60, 40}, false);

@@ -56,6 +56,14 @@ absl::Status Validate(const TrainerOptions& o) {
         "--compress applies to pushes and pulls through the servers "
         "(--sync ps), not to --sync allreduce");
   }
+  if (o.compress_freeze_variance &&
+      (compression.dtype != v1::DTYPE_ONEBIT ||
+       (o.optimizer != "adam" && o.optimizer != "adamw" &&
+        o.optimizer != "lamb"))) {
+    return absl::InvalidArgumentError(
+        "--compress_freeze_variance freezes the second moment of Adam, "
+        "AdamW or LAMB under --compress onebit; it needs both");
+  }
   return absl::OkStatus();
 }
 

@@ -102,12 +102,13 @@ absl::StatusOr<ModelSpec> ServerModel(const std::vector<ParamInfo>& params,
                           ParseCompression(o.compress));
   const bool freeze = o.compress_freeze_variance && o.sync == SyncMode::kPs &&
                       compression.dtype == v1::DTYPE_ONEBIT &&
-                      (o.optimizer == "adam" || o.optimizer == "adamw");
+                      (o.optimizer == "adam" || o.optimizer == "adamw" ||
+                       o.optimizer == "lamb");
   if (freeze && CompressFromStep(o) < 1) {
     return absl::InvalidArgumentError(
-        "--compress onebit freezes Adam's second moment when compression "
-        "starts: it needs steps at full precision first (--compress_from N "
-        "or --warmup N, N >= 1)");
+        "--compress_freeze_variance freezes the second moment when "
+        "compression starts: it needs steps at full precision first "
+        "(--compress_from N or --warmup N, N >= 1)");
   }
   ModelSpec m;
   m.chunk_bytes = o.chunk_bytes;

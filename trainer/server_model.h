@@ -18,8 +18,8 @@ namespace strata {
 
 // With o.init_from, every tensor starts from that file (InitSpec FILE);
 // its errors are MatchHfGpt2's (model/hf_gpt2.h) and the file's. With
-// o.compress "onebit" and o.compress_freeze_variance, Adam's and AdamW's
-// second moments freeze from the first compressed step
+// o.compress "onebit" and o.compress_freeze_variance, the second moments of
+// Adam, AdamW and LAMB freeze from the first compressed step
 // (OptimizerConfig.freeze_variance_after).
 absl::StatusOr<ModelSpec> ServerModel(const std::vector<ParamInfo>& params,
                                       const TrainerOptions& o);
