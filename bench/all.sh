@@ -41,6 +41,7 @@ entries=(
   "tier_train_x8||no|TIER=4 MICRO_BATCHES=8 bash bench/cpu_train.sh"
   "optimizer||no|bash bench/optimizer.sh"
   "compress||no|bash bench/compress.sh"
+  "lamb_batch||no|bash bench/lamb_batch.sh"
   "crc32c||no|bash bench/crc32c.sh"
   "collective||no|bash bench/collective.sh"
   "allreduce||no|ALLREDUCE=1 bash bench/cpu_train.sh"
