@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "common/compress.h"
@@ -38,7 +39,7 @@ bool FiniteScales(const std::string& encoded, size_t n) {
 
 }  // namespace
 
-PullMirrors::PullMirrors() {
+PullMirrors::PullMirrors(GradientPool& scratch) : scratch_(scratch) {
   absl::BitGen gen;
   // Far from 0 (no base) and from wrapping around.
   next_seq_ =
@@ -113,10 +114,13 @@ absl::StatusOr<PullMirrors::Served> PullMirrors::Serve(
   // delta = w - m, then m += D(C(delta)): the worker's own additions. A
   // delta or a decoding that is not finite (an overflow) would poison both
   // copies: the whole weights instead.
-  thread_local std::vector<float> delta, decoded;
+  std::vector<float> delta = scratch_.Take(n), decoded = scratch_.Take(n);
+  absl::Cleanup give_back = [&] {
+    scratch_.Give(std::move(delta));
+    scratch_.Give(std::move(decoded));
+  };
+  // Small (1/25 of the chunk for ONEBIT): kept per thread.
   thread_local std::string encoded;
-  delta.resize(n);
-  decoded.resize(n);
   // TOPK decodes to the delta's own values; ONEBIT to its blocks' scales.
   if (!FiniteDifference(w, m->w.data(), n, delta.data())) {
     return Rebase(*m, w, n, generation, alloc);

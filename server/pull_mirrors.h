@@ -31,13 +31,19 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "server/gradient_pool.h"
 #include "strata/v1/ps.pb.h"
 
 namespace strata {
 
 class PullMirrors {
  public:
-  PullMirrors();
+  // A pull's scratch (the delta and its decoding, a chunk's floats each)
+  // comes from `scratch` and goes back to it: buffers per thread (one
+  // pair for each of the pull handlers, first used at once by a step's
+  // many pulls) cost page faults that took a third of the CPU of a
+  // compressed 124M step (docs/BENCHMARKS.md).
+  explicit PullMirrors(GradientPool& scratch);
 
   // What a compressed pull was answered with (PullResponse's fields).
   struct Served {
@@ -82,6 +88,7 @@ class PullMirrors {
                                 uint64_t generation,
                                 absl::FunctionRef<char*(size_t)> alloc);
 
+  GradientPool& scratch_;
   std::atomic<uint64_t> next_seq_;
   mutable absl::Mutex mu_;
   // shared_ptr: a pull serving from a copy keeps it while Retain drops it.

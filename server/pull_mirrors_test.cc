@@ -75,7 +75,8 @@ void Step(std::vector<float>& w, std::mt19937& rng) {
 TEST(PullMirrors, DeltasKeepBothCopiesIdenticalAndCloseToTheWeights) {
   for (v1::DType dtype : {v1::DTYPE_ONEBIT, v1::DTYPE_TOPK}) {
     SCOPED_TRACE(dtype);
-    PullMirrors server;
+    GradientPool scratch(/*capped=*/false);
+  PullMirrors server(scratch);
     PulledCopies client;
     Puller puller{server, client, dtype, 0.05};
     std::mt19937 rng(3);
@@ -107,7 +108,8 @@ TEST(PullMirrors, DeltasKeepBothCopiesIdenticalAndCloseToTheWeights) {
 }
 
 TEST(PullMirrors, AnotherBaseGetsTheWholeWeights) {
-  PullMirrors server;
+  GradientPool scratch(/*capped=*/false);
+  PullMirrors server(scratch);
   PulledCopies client;
   Puller puller{server, client, v1::DTYPE_ONEBIT};
   std::vector<float> w(kN, 1.0f), got;
@@ -131,7 +133,8 @@ TEST(PullMirrors, AnotherBaseGetsTheWholeWeights) {
 }
 
 TEST(PullMirrors, ADeltaFromAnotherCopyIsRefusedAndDropsIt) {
-  PullMirrors server;
+  GradientPool scratch(/*capped=*/false);
+  PullMirrors server(scratch);
   PulledCopies client;
   Puller puller{server, client, v1::DTYPE_TOPK};
   std::vector<float> w(kN, 1.0f), got(kN);
@@ -160,7 +163,8 @@ TEST(PullMirrors, ADeltaFromAnotherCopyIsRefusedAndDropsIt) {
 }
 
 TEST(PullMirrors, BadRatiosAreRefusedAndLeaversCopiesDropped) {
-  PullMirrors server;
+  GradientPool scratch(/*capped=*/false);
+  PullMirrors server(scratch);
   PulledCopies client;
   Puller puller{server, client, v1::DTYPE_TOPK, 0.0};
   std::vector<float> w(kN, 1.0f), got;
@@ -185,7 +189,8 @@ TEST(PullMirrors, BadRatiosAreRefusedAndLeaversCopiesDropped) {
 // is whole, whatever base the worker names. An overflowing delta is whole
 // too, so neither copy takes a value that is not finite.
 TEST(PullMirrors, RollbacksAndOverflowsGetTheWholeWeights) {
-  PullMirrors server;
+  GradientPool scratch(/*capped=*/false);
+  PullMirrors server(scratch);
   PulledCopies client;
   Puller puller{server, client, v1::DTYPE_ONEBIT};
   std::vector<float> w(kN, 1.0f), got;
@@ -214,7 +219,8 @@ TEST(PullMirrors, RollbacksAndOverflowsGetTheWholeWeights) {
 // A member no longer live (it left while its pull waited at the gate)
 // gets UNAVAILABLE and leaves no copy behind.
 TEST(PullMirrors, PullsOfMembersNotLiveKeepNoCopy) {
-  PullMirrors server;
+  GradientPool scratch(/*capped=*/false);
+  PullMirrors server(scratch);
   PulledCopies client;
   Puller puller{server, client, v1::DTYPE_TOPK};
   puller.live = false;

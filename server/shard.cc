@@ -42,7 +42,8 @@ Shard::Parts::Parts(const ShardOptions& o, ShardCounters& counters)
       deferred(CommitOrder(o), pool, counters, failed),
       gate(ConsistencyGate::Create(GateParts{o, counters, pool, tiles, table,
                                              membership, applied, snapshots,
-                                             failed})) {}
+                                             failed})),
+      mirrors(pool) {}
 
 Shard::Shard(ShardOptions options)
     : options_(std::move(options)),
