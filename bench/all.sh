@@ -52,6 +52,7 @@ entries=(
   "model_parallel_124M|model_parallel_bench|no|build/bench/model_parallel_bench --layers 12 --width 768 --heads 12 --context 64 --vocab 50257 --batch 4 --splits 2:1:1,4:1:1,1:2:1,1:2:4,1:4:4,2:2:4"
   "cpu_train||no|bash bench/cpu_train.sh"
   "grad_norm|grad_norm_bench|no|build/bench/grad_norm_bench"
+  "moe|moe_bench|no|build/bench/moe_bench"
   "tokenizer||no|bash bench/tokenizer.sh"
   "python_pushpull||no|bash bench/python_pushpull.sh"
   "python_train||no|bash bench/python_train.sh"

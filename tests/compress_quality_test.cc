@@ -64,15 +64,16 @@ TEST(CompressQuality, HeldOutLossStaysNearUncompressedAfter1000Steps) {
   ASSERT_GT(plain, 0);
   // Learned something: byte-level text starts at ln(256) = 5.5.
   EXPECT_LT(plain, 3.0);
-  // 1-bit Adam's warm-up: a quarter of the run at full precision (the
-  // paper used 15-25%); the second moment goes on updating
+  // 1-bit Adam's warm-up: 30% of the run at full precision (the paper used
+  // 15-25%; from step 250, ONEBIT measured 1.031x, TOPK 1.068x); the
+  // second moment goes on updating
   // (--compress_freeze_variance is off: docs/ARCHITECTURE.md says why).
   const double onebit =
       HeldOutLoss(dir + "/onebit", corpus,
-                  {"--compress", "onebit", "--compress_from", "250"});
+                  {"--compress", "onebit", "--compress_from", "300"});
   const double topk =
       HeldOutLoss(dir + "/topk", corpus,
-                  {"--compress", "topk:0.05", "--compress_from", "250"});
+                  {"--compress", "topk:0.05", "--compress_from", "300"});
   RecordProperty("held_out_none", std::to_string(plain));
   RecordProperty("held_out_onebit", std::to_string(onebit));
   RecordProperty("held_out_topk", std::to_string(topk));
@@ -81,14 +82,14 @@ TEST(CompressQuality, HeldOutLossStaysNearUncompressedAfter1000Steps) {
       "%.4f (%.3fx)\n",
       plain, onebit, onebit / plain, topk, topk / plain);
   // Compression happened (the runs differ) and cost little: measured on
-  // the build machine (docs/BENCHMARKS.md), ONEBIT 1.031x and TOPK 1.068x
-  // the uncompressed loss. The target is 1.03x; TOPK under AdamW
-  // misses it (DGC's sparsity warm-up and local clipping are not built;
-  // its momentum correction, below, is for SGD), so the bounds here are
-  // what the runs must not fall behind, not the target.
+  // the build machine (docs/BENCHMARKS.md), ONEBIT 1.024x and TOPK 1.058x
+  // the uncompressed loss. The target is 1.03x: ONEBIT is held to
+  // it; TOPK under AdamW misses it (DGC's sparsity warm-up and local
+  // clipping are not built; its momentum correction, below, is for SGD),
+  // so its bound is what it must not fall behind, not the target.
   EXPECT_NE(onebit, plain);
   EXPECT_NE(topk, plain);
-  EXPECT_LT(onebit, 1.05 * plain);
+  EXPECT_LT(onebit, 1.03 * plain);
   EXPECT_LT(topk, 1.10 * plain);
 
   // DGC: SGD's momentum moved to the worker (--momentum_correction, on by
