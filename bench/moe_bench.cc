@@ -80,10 +80,18 @@ int main(int argc, char** argv) {
   std::vector<float> out(size_t{1} * N * C), dx(out.size());
   std::vector<float> g_router(router.size()), g_fc_w(fc_w.size()),
       g_fc_b(fc_b.size()), g_proj_w(proj_w.size()), g_proj_b(proj_b.size());
-  const strata::MoeWeights w{router.data(), fc_w.data(), fc_b.data(),
-                             proj_w.data(), proj_b.data()};
-  const strata::MoeGrads g{g_router.data(), g_fc_w.data(), g_fc_b.data(),
-                           g_proj_w.data(), g_proj_b.data()};
+  // Each expert's tensors apart, as the GPT holds them.
+  auto each = [E](auto* v, size_t n) {
+    std::vector<decltype(v)> out;
+    for (int e = 0; e < E; ++e) out.push_back(v + e * n);
+    return out;
+  };
+  const strata::MoeWeights w{router.data(), each(fc_w.data(), hc),
+                             each(fc_b.data(), H), each(proj_w.data(), hc),
+                             each(proj_b.data(), C)};
+  const strata::MoeGrads g{g_router.data(), each(g_fc_w.data(), hc),
+                           each(g_fc_b.data(), H), each(g_proj_w.data(), hc),
+                           each(g_proj_b.data(), C)};
   bool failed = false;
   const double moe_s = BestSeconds(reps, [&] {
     failed |= !layer->Forward(w, x.data(), out.data()).ok();

@@ -90,6 +90,29 @@ void AddModelFlags(CLI::App* cmd, GptConfig* m) {
       ->capture_default_str();
   cmd->add_flag("--recompute", m->recompute,
                 "recompute activations per block in backward (less memory)");
+  cmd->add_option("--experts", m->experts,
+                  "mixture of experts: this many expert MLPs in every "
+                  "--moe_every-th block (0: a dense model; CPU only so far)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  cmd->add_option("--top_k", m->top_k,
+                  "experts a token is routed to: 1 (Switch) or 2 (GShard)")
+      ->check(CLI::Range(1, 2))
+      ->capture_default_str();
+  cmd->add_option("--moe_every", m->moe_every,
+                  "with --experts, blocks K-1, 2K-1, ... are MoE blocks")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--capacity", m->capacity,
+                  "with --experts, the capacity factor: each expert takes "
+                  "ceil(F * top_k * tokens / experts) tokens, the rest pass "
+                  "through the residual")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--aux_loss", m->aux_loss,
+                  "with --experts, the load-balancing loss's weight")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 }
 
 void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
@@ -296,6 +319,14 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
       "--eval_every",   std::to_string(o.eval_every),
       "--log_every",    std::to_string(o.log_every)};
   if (o.model.recompute) f.push_back("--recompute");
+  if (o.model.experts > 0) {
+    f.insert(f.end(),
+             {"--experts", std::to_string(o.model.experts), "--top_k",
+              std::to_string(o.model.top_k), "--moe_every",
+              std::to_string(o.model.moe_every), "--capacity",
+              absl::StrCat(o.model.capacity), "--aux_loss",
+              absl::StrCat(o.model.aux_loss)});
+  }
   if (!o.init_from.empty()) f.insert(f.end(), {"--init_from", o.init_from});
   f.insert(f.end(), {"--device", DeviceName(o.device)});
   // Set or not: a worker's own default follows its device.

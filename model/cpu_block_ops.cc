@@ -108,4 +108,19 @@ absl::Status CpuBlockOps::GradsReady(int slot) {
   return absl::OkStatus();
 }
 
+absl::Status CpuBlockOps::Moe(float* out, const float* residual,
+                              const float* in) {
+  STRATA_RETURN_IF_ERROR(moe->Forward(moe_w, in, out));
+  const int64_t n = int64_t{d.N()} * d.C;
+  for (int64_t i = 0; i < n; ++i) out[i] += residual[i];
+  return absl::OkStatus();
+}
+
+absl::Status CpuBlockOps::MoeBackward(float* din, const float* dout,
+                                      const float* in) {
+  moe->Backward(moe_w, in, dout, /*daux=*/1.0f, moe_g, din);
+  if (on_moe_grads_ready) on_moe_grads_ready();
+  return absl::OkStatus();
+}
+
 }  // namespace strata

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "collective/communicator.h"
 #include "model/gpt_layout.h"
+#include "model/moe_layer.h"
 #include "model/transformer_block.h"
 
 namespace strata {
@@ -32,6 +33,13 @@ struct CpuBlockOps {
   float* partial = nullptr;
   // Told when a slot's weight and bias gradients are final (may be unset).
   std::function<void(int slot)> on_grads_ready;
+  // An MoE block (block::MoeForward): its layer and tensors, and what is
+  // told once the router's and every expert's gradients are final (the
+  // MLP slots' weights and grads are then unused).
+  MoeLayer* moe = nullptr;
+  MoeWeights moe_w;
+  MoeGrads moe_g;
+  std::function<void()> on_moe_grads_ready;
 
   const block::BlockDims& dims() const { return d; }
   const float* w(int slot) const { return weights[slot]; }
@@ -64,6 +72,11 @@ struct CpuBlockOps {
                                  const float* qkv, const float* att,
                                  const float* out);
   absl::Status GradsReady(int slot);
+  // out = residual + MoE(in); din = dL/din for dL/d(out) = dout, the
+  // load-balancing loss's gradient included (dL/d(aux) = 1: the training
+  // objective is the mean cross-entropy plus each layer's aux loss).
+  absl::Status Moe(float* out, const float* residual, const float* in);
+  absl::Status MoeBackward(float* din, const float* dout, const float* in);
 };
 
 }  // namespace strata

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -64,6 +65,26 @@ absl::Status GptConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("heads (", heads, ") must divide width (", width, ")"));
   }
+  if (experts < 0 || experts > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("experts must be in [0, 1024], got ", experts));
+  }
+  if (experts == 0) return absl::OkStatus();
+  if ((top_k != 1 && top_k != 2) || top_k > experts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "top_k must be 1 or 2 and at most experts (", experts, "), got ",
+        top_k));
+  }
+  if (moe_every < 1 || moe_every > layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "moe_every must be in [1, layers (", layers, ")], got ", moe_every));
+  }
+  if (!(capacity > 0) || !std::isfinite(capacity) || !(aux_loss >= 0) ||
+      !std::isfinite(aux_loss)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "capacity must be > 0 and aux_loss >= 0, got ", capacity, " and ",
+        aux_loss));
+  }
   return absl::OkStatus();
 }
 
@@ -92,11 +113,29 @@ struct Gpt::Workspace {
   std::vector<float> dqkv;                     // (N,3C)
   std::vector<float> dfch;                     // (N,4C)
   std::vector<float> datt;                     // (B,NH,T,T) scratch
+  // Per layer: its MoE layer (with what its backward needs, also under
+  // recompute), or none for a dense block.
+  std::vector<std::optional<MoeLayer>> moe;
 
   void Resize(const GptConfig& cfg, int b, int t) {
     if (b == B && t == T) return;
     B = b;
     T = t;
+    moe.clear();
+    for (int l = 0; l < cfg.layers; ++l) {
+      moe.emplace_back();
+      if (!cfg.IsMoeLayer(l)) continue;
+      const MoeDims dims{.N = b * t,
+                         .C = cfg.width,
+                         .hidden = 4 * cfg.width,
+                         .experts = cfg.experts,
+                         .top_k = cfg.top_k,
+                         .capacity_factor = cfg.capacity,
+                         .aux_alpha = cfg.aux_loss};
+      absl::StatusOr<MoeLayer> layer = MoeLayer::Create(dims);
+      STRATA_CHECK(layer.ok());  // GptConfig::Validate checked the settings
+      moe.back() = std::move(*layer);
+    }
     const int64_t N = int64_t{b} * t, C = cfg.width;
     const int64_t att = int64_t{b} * cfg.heads * t * t;
     x.resize((cfg.layers + 1) * N * C);
@@ -168,10 +207,21 @@ std::vector<ParamInfo> GptParams(const GptConfig& config) {
     add(h + "attn.proj.bias", {C}, false, ParamInfo::kZeros, 0);
     add(h + "ln2.weight", {C}, false, ParamInfo::kOnes, 0);
     add(h + "ln2.bias", {C}, false, ParamInfo::kZeros, 0);
-    add(h + "mlp.fc.weight", {4 * C, C}, true, ParamInfo::kNormal, std_dev);
-    add(h + "mlp.fc.bias", {4 * C}, false, ParamInfo::kZeros, 0);
-    add(h + "mlp.proj.weight", {C, 4 * C}, true, ParamInfo::kNormal, proj_std);
-    add(h + "mlp.proj.bias", {C}, false, ParamInfo::kZeros, 0);
+    std::vector<std::string> mlps = {h + "mlp."};
+    if (config.IsMoeLayer(l)) {
+      add(h + "moe.router.weight", {config.experts, C}, true,
+          ParamInfo::kNormal, std_dev);
+      mlps.clear();
+      for (int e = 0; e < config.experts; ++e) {
+        mlps.push_back(absl::StrCat(h, "moe.experts.", e, "."));
+      }
+    }
+    for (const std::string& m : mlps) {
+      add(m + "fc.weight", {4 * C, C}, true, ParamInfo::kNormal, std_dev);
+      add(m + "fc.bias", {4 * C}, false, ParamInfo::kZeros, 0);
+      add(m + "proj.weight", {C, 4 * C}, true, ParamInfo::kNormal, proj_std);
+      add(m + "proj.bias", {C}, false, ParamInfo::kZeros, 0);
+    }
   }
   add("lnf.weight", {C}, false, ParamInfo::kOnes, 0);
   add("lnf.bias", {C}, false, ParamInfo::kZeros, 0);
@@ -180,6 +230,14 @@ std::vector<ParamInfo> GptParams(const GptConfig& config) {
 
 void Gpt::BuildParams() {
   params_ = GptParams(config_);
+  int first = kFirstBlockParam;
+  for (int l = 0; l <= config_.layers; ++l) {
+    first_param_.push_back(first);
+    if (l < config_.layers) {
+      first += ParamsInLayer(config_.IsMoeLayer(l), config_.experts);
+    }
+  }
+  STRATA_CHECK(first + 2 == static_cast<int>(params_.size()));
   int64_t offset = 0;
   for (const ParamInfo& p : params_) {
     offsets_.push_back(offset);
@@ -218,11 +276,11 @@ float* Gpt::grad_data(int i) {
 }
 
 const float* Gpt::P(int layer, int slot) const {
-  return values_ + offsets_[kFirstBlockParam + layer * kSlotsPerLayer + slot];
+  return values_ + offsets_[first_param_[layer] + slot];
 }
 
 float* Gpt::G(int layer, int slot) {
-  return grad_data(kFirstBlockParam + layer * kSlotsPerLayer + slot);
+  return grad_data(first_param_[layer] + slot);
 }
 
 void Gpt::InitParams(uint64_t seed) {
@@ -265,7 +323,14 @@ void Gpt::GradReady(int param_index) {
 }
 
 double Gpt::flops_per_token() const {
-  const double n = static_cast<double>(num_params_) -
+  // A token runs through top_k of an MoE layer's experts: the others'
+  // parameters cost it nothing.
+  const double expert = 8.0 * config_.width * config_.width + 5.0 * config_.width;
+  double idle = 0;
+  for (int l = 0; l < config_.layers; ++l) {
+    if (config_.IsMoeLayer(l)) idle += (config_.experts - config_.top_k) * expert;
+  }
+  const double n = static_cast<double>(num_params_) - idle -
                    static_cast<double>(config_.context) * config_.width;
   return 6.0 * n + 12.0 * config_.layers * config_.width *
                        static_cast<double>(config_.context);
@@ -303,10 +368,10 @@ absl::Status Gpt::ForwardTrunk(const int32_t* tokens, int B, int T) {
                     T, config_.width);
   for (int l = 0; l < config_.layers; ++l) {
     STRATA_RETURN_IF_ERROR(
-        AwaitParams(kFirstBlockParam + l * kSlotsPerLayer, kSlotsPerLayer));
+        AwaitParams(first_param_[l], first_param_[l + 1] - first_param_[l]));
     STRATA_RETURN_IF_ERROR(BlockForward(l, B, T));
   }
-  const int lnf = kFirstBlockParam + config_.layers * kSlotsPerLayer;
+  const int lnf = first_param_[config_.layers];
   STRATA_RETURN_IF_ERROR(AwaitParams(lnf, 2));
   k::LayerNormForward(ws.lnf.data(), ws.lnf_mean.data(), ws.lnf_rstd.data(),
                       ws.x.data() + config_.layers * N * C, param_data(lnf),
@@ -331,11 +396,53 @@ CpuBlockOps Gpt::LayerOps(int l, int B, int T) {
   ops.datt = ws.datt.data();
   if (grad_ready_) {
     ops.on_grads_ready = [this, l](int slot) {
-      GradReady(kFirstBlockParam + l * kSlotsPerLayer + slot);
-      GradReady(kFirstBlockParam + l * kSlotsPerLayer + slot + 1);
+      GradReady(first_param_[l] + slot);
+      GradReady(first_param_[l] + slot + 1);
     };
   }
+  if (ws.moe[l].has_value()) AddMoeOps(l, ops);
   return ops;
+}
+
+void Gpt::AddMoeOps(int l, CpuBlockOps& ops) {
+  for (int slot = kMoeRouter; slot < kSlotsPerLayer; ++slot) {
+    ops.weights[slot] = nullptr;
+    ops.grads[slot] = nullptr;
+  }
+  ops.moe = &*ws_->moe[l];
+  ops.moe_w.router = P(l, kMoeRouter);
+  ops.moe_g.router = G(l, kMoeRouter);
+  for (int e = 0; e < config_.experts; ++e) {
+    const int s = kMoeRouter + 1 + kParamsPerExpert * e;
+    ops.moe_w.fc_w.push_back(P(l, s));
+    ops.moe_w.fc_b.push_back(P(l, s + 1));
+    ops.moe_w.proj_w.push_back(P(l, s + 2));
+    ops.moe_w.proj_b.push_back(P(l, s + 3));
+    ops.moe_g.fc_w.push_back(G(l, s));
+    ops.moe_g.fc_b.push_back(G(l, s + 1));
+    ops.moe_g.proj_w.push_back(G(l, s + 2));
+    ops.moe_g.proj_b.push_back(G(l, s + 3));
+  }
+  if (grad_ready_) {
+    ops.on_moe_grads_ready = [this, l] {
+      for (int i = first_param_[l] + kMoeRouter; i < first_param_[l + 1]; ++i) {
+        GradReady(i);
+      }
+    };
+  }
+}
+
+MoeStats Gpt::moe_stats() const {
+  MoeStats s;
+  for (const std::optional<MoeLayer>& m : ws_->moe) {
+    if (!m.has_value()) continue;
+    const MoeRouting& r = m->routing();
+    s.aux_loss += r.aux_loss;
+    s.dropped += r.dropped;
+    s.assignments += int64_t{m->dims().N} * m->dims().top_k;
+    s.load.push_back(r.load);
+  }
+  return s;
 }
 
 // x[l+1] = block(x[l]), keeping what backward needs in the layer's
@@ -343,8 +450,10 @@ CpuBlockOps Gpt::LayerOps(int l, int B, int T) {
 absl::Status Gpt::BlockForward(int l, int B, int T) {
   CpuBlockOps ops = LayerOps(l, B, T);
   const int64_t NC = int64_t{B} * T * config_.width;
-  return block::Forward(ops, ws_->x.data() + l * NC,
-                        ws_->x.data() + (l + 1) * NC);
+  const float* x = ws_->x.data() + l * NC;
+  float* y = ws_->x.data() + (l + 1) * NC;
+  return ops.moe != nullptr ? block::MoeForward(ops, x, y)
+                            : block::Forward(ops, x, y);
 }
 
 // Adds the layer's gradients and turns ws.dres into dL/dx[l].
@@ -358,7 +467,9 @@ absl::Status Gpt::BlockBackward(int l, int B, int T) {
   g.dfch = ws.dfch.data();
   g.dqkv = ws.dqkv.data();
   g.datty = ws.dln.data();
-  return block::Backward(ops, ws.x.data() + l * NC, g);
+  const float* x = ws.x.data() + l * NC;
+  return ops.moe != nullptr ? block::MoeBackward(ops, x, g)
+                            : block::Backward(ops, x, g);
 }
 
 float Gpt::HeadLoss(const int32_t* targets, int N, bool backward) {
@@ -406,7 +517,7 @@ absl::StatusOr<float> Gpt::ForwardBackward(const int32_t* tokens,
   STRATA_RETURN_IF_ERROR(ForwardTrunk(tokens, B, T));
   const float loss = HeadLoss(targets, N, /*backward=*/true);
 
-  const int lnf = kFirstBlockParam + L * kSlotsPerLayer;
+  const int lnf = first_param_[L];
   std::fill(ws.dres.begin(), ws.dres.begin() + int64_t{N} * C, 0.0f);
   k::LayerNormBackward(ws.dres.data(), grad_data(lnf), grad_data(lnf + 1),
                        ws.dln.data(), ws.x.data() + int64_t{L} * N * C,

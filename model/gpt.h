@@ -22,6 +22,7 @@ namespace strata {
 
 struct CpuBlockOps;
 
+
 // The parameters of a GPT of `config` (what Gpt::params() lists), without
 // their storage: names, shapes, groups and inits.
 std::vector<ParamInfo> GptParams(const GptConfig& config);
@@ -98,6 +99,11 @@ class Gpt : public Model {
   // The number of parameters (wte counted once).
   int64_t num_params() const override { return num_params_; }
 
+  // The MoE layers' routing in the last forward (empty without experts).
+  // ForwardBackward's gradients include each layer's load-balancing loss;
+  // the loss it returns, and Loss's, are the cross-entropy alone.
+  MoeStats moe_stats() const override;
+
   // Training FLOPs per token at the full context, PaLM's estimate (Chowdhery
   // et al. 2022, appendix B): 6 * N + 12 * layers * width * context, where N
   // excludes the position embeddings (a lookup, no multiplies) and the
@@ -121,6 +127,8 @@ class Gpt : public Model {
   absl::Status AwaitParams(int first, int count);
   // The CPU block backend (model/cpu_block_ops.h) for `layer`.
   CpuBlockOps LayerOps(int layer, int B, int T);
+  // An MoE block's layer and tensors in `ops`.
+  void AddMoeOps(int layer, CpuBlockOps& ops);
   absl::Status BlockForward(int layer, int B, int T);
   absl::Status BlockBackward(int layer, int B, int T);
   // LM head and loss over chunks of positions; with backward, also writes
@@ -133,6 +141,8 @@ class Gpt : public Model {
   GptConfig config_;
   std::vector<ParamInfo> params_;
   std::vector<int64_t> offsets_;  // of each parameter in values_/grads_
+  // Each block's first parameter index; [layers]: the final LayerNorm's.
+  std::vector<int> first_param_;
   int64_t padded_floats_ = 0;     // in values_, and in grads_
   // Weights and gradients, in owned_ or in the caller's (UseStorage).
   std::vector<float> owned_;

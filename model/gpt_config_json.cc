@@ -14,6 +14,11 @@ std::string GptConfigToJson(const GptConfig& c) {
                       {"layers", c.layers},
                       {"heads", c.heads},
                       {"width", c.width}};
+  if (c.experts > 0) {
+    j["moe"] = {{"experts", c.experts},   {"top_k", c.top_k},
+                {"moe_every", c.moe_every}, {"capacity", c.capacity},
+                {"aux_loss", c.aux_loss}};
+  }
   return j.dump();
 }
 
@@ -33,6 +38,29 @@ absl::StatusOr<GptConfig> GptConfigFromJson(const std::string& text) {
           absl::StrCat("model config lacks integer '", key, "'"));
     }
     *field = j[key].get<int>();
+  }
+  if (j.contains("moe")) {
+    const nlohmann::json& m = j["moe"];
+    if (!m.is_object()) {
+      return absl::InvalidArgumentError("model config's 'moe' is not an object");
+    }
+    for (auto [key, field] : {std::pair{"experts", &c.experts},
+                              {"top_k", &c.top_k},
+                              {"moe_every", &c.moe_every}}) {
+      if (!m.contains(key) || !m[key].is_number_integer()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model config's 'moe' lacks integer '", key, "'"));
+      }
+      *field = m[key].get<int>();
+    }
+    for (auto [key, field] : {std::pair{"capacity", &c.capacity},
+                              {"aux_loss", &c.aux_loss}}) {
+      if (!m.contains(key) || !m[key].is_number()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model config's 'moe' lacks number '", key, "'"));
+      }
+      *field = m[key].get<float>();
+    }
   }
   STRATA_RETURN_IF_ERROR(c.Validate());
   return c;

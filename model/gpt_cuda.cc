@@ -45,6 +45,11 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(
 absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(
     const GptConfig& config, const Options& options) {
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> host, Gpt::Create(config));
+  if (config.experts > 0) {
+    return absl::UnimplementedError(
+        "mixture-of-experts layers (--experts) run on the CPU model only "
+        "so far (--device cpu)");
+  }
   if (options.head_chunk_floats < 1) {
     return absl::InvalidArgumentError("head_chunk_floats must be >= 1");
   }

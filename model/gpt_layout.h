@@ -1,6 +1,7 @@
 // The order of a GPT's parameters, shared by every implementation (the CPU
 // Gpt and GptCuda): params() lists wte, wpe, then each block's parameters
-// in the Slot order below, then the final layernorm. The servers' chunks,
+// in the Slot order below (an MoE block's as below it), then the final
+// layernorm. The servers' chunks,
 // the grad-ready order and snapshots all follow it.
 #ifndef STRATA_MODEL_GPT_LAYOUT_H_
 #define STRATA_MODEL_GPT_LAYOUT_H_
@@ -25,6 +26,14 @@ enum Slot {
   kFcProjB,
   kSlotsPerLayer
 };
+// An MoE block (GptConfig::IsMoeLayer) has slots kLn1W..kLn2B, then its
+// router (E,C) in slot kMoeRouter, then each expert's fc.weight, fc.bias,
+// proj.weight and proj.bias (kParamsPerExpert, in the dense MLP's order).
+inline constexpr int kMoeRouter = kFcW;
+inline constexpr int kParamsPerExpert = 4;
+inline constexpr int ParamsInLayer(bool moe, int experts) {
+  return moe ? kMoeRouter + 1 + kParamsPerExpert * experts : kSlotsPerLayer;
+}
 inline constexpr int kWte = 0;
 inline constexpr int kWpe = 1;
 inline constexpr int kFirstBlockParam = 2;

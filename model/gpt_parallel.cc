@@ -30,6 +30,11 @@ std::vector<int> SplitRows(int rows, int pieces) {
 absl::StatusOr<std::unique_ptr<ParallelGpt>> ParallelGpt::Create(
     const GptConfig& config, ModelParallelism par) {
   STRATA_RETURN_IF_ERROR(config.Validate());
+  if (config.experts > 0) {
+    return absl::UnimplementedError(
+        "mixture-of-experts layers (--experts) do not run under --tp or --pp "
+        "yet");
+  }
   if (par.tp < 1 || par.tp > 64) {
     return absl::InvalidArgumentError(
         absl::StrCat("--tp must be in [1, 64], got ", par.tp));

@@ -319,6 +319,11 @@ absl::Status ExportHfGpt2(Model& model, int vocab_size,
                           const std::string& out_dir,
                           std::map<std::string, std::string> metadata) {
   const GptConfig& c = model.config();
+  if (c.experts > 0) {
+    return absl::InvalidArgumentError(
+        "GPT-2's Hugging Face layout has no mixture-of-experts layers: a "
+        "model with --experts cannot be exported to it");
+  }
   if (vocab_size < 1 || vocab_size > c.vocab) {
     return absl::InvalidArgumentError(absl::StrCat(
         "vocab_size ", vocab_size, " is outside [1, ", c.vocab, "]"));

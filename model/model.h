@@ -31,9 +31,24 @@ struct GptConfig {
   int heads = 2;           // attention heads; must divide width
   int width = 64;          // channels C
   bool recompute = false;  // keep only block inputs; recompute in backward
+  // Mixture of experts (model/moe_layer.h): with experts > 0, blocks
+  // moe_every - 1, 2 * moe_every - 1, ... have an MoE feed-forward layer
+  // of `experts` MLPs (4x width each) in place of their MLP, top_k of them
+  // a token, `capacity` the capacity factor, `aux_loss` the weight of the
+  // load-balancing loss. The CPU model only, so far.
+  int experts = 0;
+  int top_k = 2;
+  int moe_every = 2;
+  float capacity = 1.25f;
+  float aux_loss = 0.01f;
+  bool IsMoeLayer(int layer) const {
+    return experts > 0 && (layer + 1) % moe_every == 0;
+  }
 
-  // INVALID_ARGUMENT unless every size is positive, heads divides width and
-  // vocab <= 65536 (tokens are stored as uint16 in shards).
+  // INVALID_ARGUMENT unless every size is positive, heads divides width,
+  // vocab <= 65536 (tokens are stored as uint16 in shards), and, with
+  // experts > 0: experts <= 1024, top_k 1 or 2 and <= experts, moe_every
+  // in [1, layers], capacity > 0 and aux_loss >= 0.
   absl::Status Validate() const;
 };
 
@@ -44,6 +59,14 @@ struct ParamInfo {
   TensorSpec spec;
   enum Init { kNormal, kZeros, kOnes } init = kZeros;
   float init_scale = 0;  // standard deviation for kNormal
+};
+
+// What the MoE layers of the last forward routed (model/moe_layer.h).
+struct MoeStats {
+  double aux_loss = 0;      // summed over the layers
+  int64_t dropped = 0;      // assignments over capacity, all layers
+  int64_t assignments = 0;  // tokens x top_k, all layers
+  std::vector<std::vector<int>> load;  // per MoE layer, per expert
 };
 
 // How one worker splits its model (model/gpt_parallel.h): tp x pp ranks.
@@ -112,6 +135,9 @@ class Model {
 
   // The number of parameters (wte counted once).
   virtual int64_t num_params() const = 0;
+  // The MoE layers' routing in the last forward; empty for a dense model
+  // (and for backends without MoE layers).
+  virtual MoeStats moe_stats() const { return {}; }
 
   // Training FLOPs per token at the full context (Gpt::flops_per_token).
   virtual double flops_per_token() const = 0;

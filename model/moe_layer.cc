@@ -132,11 +132,9 @@ void MoeLayer::RunExperts(const MoeWeights& w, const float* x) {
       std::memcpy(in + size_t{1} * s * C, x + size_t{1} * r_.tokens[e][s] * C,
                   sizeof(float) * C);
     }
-    kernels::MatmulForward(pre, in, w.fc_w + size_t{1} * e * H * C,
-                           w.fc_b + size_t{1} * e * H, n, C, H);
+    kernels::MatmulForward(pre, in, w.fc_w[e], w.fc_b[e], n, C, H);
     kernels::GeluForward(post, pre, int64_t{n} * H);
-    kernels::MatmulForward(y, post, w.proj_w + size_t{1} * e * C * H,
-                           w.proj_b + size_t{1} * e * C, n, H, C);
+    kernels::MatmulForward(y, post, w.proj_w[e], w.proj_b[e], n, H, C);
   }
 }
 
@@ -144,6 +142,12 @@ absl::Status MoeLayer::Forward(const MoeWeights& w, const float* x,
                                float* out) {
   const int N = d_.N, C = d_.C, E = d_.experts, K = d_.top_k;
   const int cap = d_.Capacity();
+  for (const auto* v : {&w.fc_w, &w.fc_b, &w.proj_w, &w.proj_b}) {
+    if (static_cast<int>(v->size()) != E) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "MoE layer: ", v->size(), " experts' tensors for ", E, " experts"));
+    }
+  }
   r_.probs.resize(size_t{1} * N * E);
   kernels::MatmulForward(r_.probs.data(), x, w.router, nullptr, N, C, E);
   for (int t = 0; t < N; ++t) {
@@ -229,18 +233,15 @@ void MoeLayer::Backward(const MoeWeights& w, const float* x,
   for (int e = 0; e < E; ++e) {
     const int n = r_.load[e];
     if (n == 0) continue;
-    const size_t hc = size_t{1} * H * C;
-    kernels::MatmulBackward(dpost.data(), g.proj_w + e * hc,
-                            g.proj_b + size_t{1} * e * C,
+    kernels::MatmulBackward(dpost.data(), g.proj_w[e], g.proj_b[e],
                             &dy[size_t{1} * e * cap * C],
-                            &post_[size_t{1} * e * cap * H], w.proj_w + e * hc,
-                            n, H, C);
+                            &post_[size_t{1} * e * cap * H], w.proj_w[e], n,
+                            H, C);
     kernels::GeluBackward(dpost.data(), &pre_[size_t{1} * e * cap * H],
                           dpost.data(), int64_t{n} * H);
-    kernels::MatmulBackward(din.data(), g.fc_w + e * hc,
-                            g.fc_b + size_t{1} * e * H, dpost.data(),
-                            &in_[size_t{1} * e * cap * C], w.fc_w + e * hc, n,
-                            C, H);
+    kernels::MatmulBackward(din.data(), g.fc_w[e], g.fc_b[e], dpost.data(),
+                            &in_[size_t{1} * e * cap * C], w.fc_w[e], n, C,
+                            H);
     for (int s = 0; s < n; ++s) {
       float* d = dx + size_t{1} * r_.tokens[e][s] * C;
       const float* src = &din[size_t{1} * s * C];

@@ -50,24 +50,17 @@ struct MoeDims {
 // or 2, capacity_factor > 0 and aux_alpha >= 0 (both finite).
 absl::Status ValidateMoeDims(const MoeDims& d);
 
-// The layer's weights, row-major: the router (E,C); expert e's fc_w
-// (hidden,C) at fc_w + e·hidden·C, fc_b (hidden), proj_w (C,hidden),
-// proj_b (C).
-struct MoeWeights {
-  const float* router = nullptr;
-  const float* fc_w = nullptr;
-  const float* fc_b = nullptr;
-  const float* proj_w = nullptr;
-  const float* proj_b = nullptr;
+// The layer's weights, row-major: the router (E,C); expert e's fc_w[e]
+// (hidden,C), fc_b[e] (hidden), proj_w[e] (C,hidden), proj_b[e] (C): each
+// expert's are tensors of their own, E pointers each.
+template <typename F>
+struct MoeTensors {
+  F* router = nullptr;
+  std::vector<F*> fc_w, fc_b, proj_w, proj_b;
 };
+using MoeWeights = MoeTensors<const float>;
 // Their gradients, laid out the same; the backward adds to them.
-struct MoeGrads {
-  float* router = nullptr;
-  float* fc_w = nullptr;
-  float* fc_b = nullptr;
-  float* proj_w = nullptr;
-  float* proj_b = nullptr;
-};
+using MoeGrads = MoeTensors<float>;
 
 // What a forward routed, for its backward and for the logs.
 struct MoeRouting {
@@ -91,7 +84,8 @@ class MoeLayer {
   const MoeDims& dims() const { return d_; }
 
   // out (N,C) = the layer of x (N,C); keeps what the backward needs.
-  // INVALID_ARGUMENT for router logits that are not finite.
+  // INVALID_ARGUMENT for router logits that are not finite, or for w
+  // without one pointer of each kind per expert.
   absl::Status Forward(const MoeWeights& w, const float* x, float* out);
   // From the last Forward's x: adds to g, and writes dx (N,C) = dL/dx for
   // dL/d(out) = dout (N,C) and dL/d(aux) = daux.

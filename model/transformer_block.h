@@ -84,12 +84,13 @@ struct BlockGrads {
   Act* datty = nullptr;
 };
 
-// y = block(x): x and y are (N,C). Errors: the backend's.
+// The attention half of a block and the second LayerNorm: a.res2 = x +
+// attention(LN1(x)), a.ln2 = LN2(a.res2). x is (N,C).
 template <typename Ops, typename Act>
-absl::Status Forward(Ops& ops, const Act* x, Act* y) {
+absl::Status AttentionHalfForward(Ops& ops, const Act* x) {
   using namespace gpt_layout;  // NOLINT: the slot names
   const BlockDims& d = ops.dims();
-  const int C = d.C, Cl = d.head_cols, H = d.hidden;
+  const int C = d.C, Cl = d.head_cols;
   const auto a = ops.acts();
   STRATA_RETURN_IF_ERROR(ops.LayerNorm(a.ln1, a.ln1_mean, a.ln1_rstd, x,
                                        ops.w(kLn1W), ops.w(kLn1B)));
@@ -98,33 +99,46 @@ absl::Status Forward(Ops& ops, const Act* x, Act* y) {
   STRATA_RETURN_IF_ERROR(ops.Attention(a.atty, a.att, a.qkv));
   STRATA_RETURN_IF_ERROR(ops.LinearResidual(
       a.res2, x, a.atty, ops.w(kAttnProjW), ops.w(kAttnProjB), Cl, C));
-  STRATA_RETURN_IF_ERROR(ops.LayerNorm(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2,
-                                       ops.w(kLn2W), ops.w(kLn2B)));
+  return ops.LayerNorm(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, ops.w(kLn2W),
+                       ops.w(kLn2B));
+}
+
+// y = block(x): x and y are (N,C). Errors: the backend's.
+template <typename Ops, typename Act>
+absl::Status Forward(Ops& ops, const Act* x, Act* y) {
+  using namespace gpt_layout;  // NOLINT: the slot names
+  const BlockDims& d = ops.dims();
+  const int C = d.C, H = d.hidden;
+  const auto a = ops.acts();
+  STRATA_RETURN_IF_ERROR(AttentionHalfForward(ops, x));
   STRATA_RETURN_IF_ERROR(
       ops.LinearGelu(a.fch, a.fch_gelu, a.ln2, ops.w(kFcW), ops.w(kFcB), C, H));
   return ops.LinearResidual(y, a.res2, a.fch_gelu, ops.w(kFcProjW),
                             ops.w(kFcProjB), H, C);
 }
 
-// The block's backward from the activations Forward(x) saved: adds into
-// the layer's gradients (reporting each weight and bias pair final as soon
-// as it is) and turns g.dres from dL/d(output) into dL/d(x).
+// An MoE block (model/moe_layer.h): y = res2 + MoE(LN2(res2)), for a
+// backend that provides
+//   Status Moe(out, residual, in);          // out = residual + MoE(in)
+//   Status MoeBackward(din, dout, in);      // din = dL/din; adds the
+//                                           // router's and experts' grads
 template <typename Ops, typename Act>
-absl::Status Backward(Ops& ops, const Act* x, const BlockGrads<Act>& g) {
+absl::Status MoeForward(Ops& ops, const Act* x, Act* y) {
+  const auto a = ops.acts();
+  STRATA_RETURN_IF_ERROR(AttentionHalfForward(ops, x));
+  return ops.Moe(y, a.res2, a.ln2);
+}
+
+// The backward of AttentionHalfForward, from g.dln = dL/d(ln2) and g.dres
+// = dL/d(res2) through the residual: adds the half's gradients and turns
+// g.dres into dL/dx.
+template <typename Ops, typename Act>
+absl::Status AttentionHalfBackward(Ops& ops, const Act* x,
+                                   const BlockGrads<Act>& g) {
   using namespace gpt_layout;  // NOLINT: the slot names
   const BlockDims& d = ops.dims();
-  const int C = d.C, Cl = d.head_cols, H = d.hidden;
+  const int C = d.C, Cl = d.head_cols;
   const auto a = ops.acts();
-  // MLP branch.
-  STRATA_RETURN_IF_ERROR(
-      ops.LinearResidualBackward(g.dfch, ops.g(kFcProjW), ops.g(kFcProjB),
-                                 g.dres, a.fch_gelu, ops.w(kFcProjW), H, C));
-  STRATA_RETURN_IF_ERROR(ops.GradsReady(kFcProjW));
-  STRATA_RETURN_IF_ERROR(
-      ops.GeluBackward(g.dfch, a.fch, g.dfch, int64_t{d.N()} * H));
-  STRATA_RETURN_IF_ERROR(ops.LinearBackward(g.dln, ops.g(kFcW), ops.g(kFcB),
-                                            g.dfch, a.ln2, ops.w(kFcW), C, H));
-  STRATA_RETURN_IF_ERROR(ops.GradsReady(kFcW));
   STRATA_RETURN_IF_ERROR(
       ops.LayerNormBackward(g.dres, ops.g(kLn2W), ops.g(kLn2B), g.dln, a.res2,
                             ops.w(kLn2W), a.ln2_mean, a.ln2_rstd));
@@ -144,6 +158,37 @@ absl::Status Backward(Ops& ops, const Act* x, const BlockGrads<Act>& g) {
       ops.LayerNormBackward(g.dres, ops.g(kLn1W), ops.g(kLn1B), g.dln, x,
                             ops.w(kLn1W), a.ln1_mean, a.ln1_rstd));
   return ops.GradsReady(kLn1W);
+}
+
+// The block's backward from the activations Forward(x) saved: adds into
+// the layer's gradients (reporting each weight and bias pair final as soon
+// as it is) and turns g.dres from dL/d(output) into dL/d(x).
+template <typename Ops, typename Act>
+absl::Status Backward(Ops& ops, const Act* x, const BlockGrads<Act>& g) {
+  using namespace gpt_layout;  // NOLINT: the slot names
+  const BlockDims& d = ops.dims();
+  const int C = d.C, H = d.hidden;
+  const auto a = ops.acts();
+  // MLP branch.
+  STRATA_RETURN_IF_ERROR(
+      ops.LinearResidualBackward(g.dfch, ops.g(kFcProjW), ops.g(kFcProjB),
+                                 g.dres, a.fch_gelu, ops.w(kFcProjW), H, C));
+  STRATA_RETURN_IF_ERROR(ops.GradsReady(kFcProjW));
+  STRATA_RETURN_IF_ERROR(
+      ops.GeluBackward(g.dfch, a.fch, g.dfch, int64_t{d.N()} * H));
+  STRATA_RETURN_IF_ERROR(ops.LinearBackward(g.dln, ops.g(kFcW), ops.g(kFcB),
+                                            g.dfch, a.ln2, ops.w(kFcW), C, H));
+  STRATA_RETURN_IF_ERROR(ops.GradsReady(kFcW));
+  return AttentionHalfBackward(ops, x, g);
+}
+
+// MoeForward's backward: the MoE layer's (adding its gradients and
+// reporting them ready itself), then the attention half's.
+template <typename Ops, typename Act>
+absl::Status MoeBackward(Ops& ops, const Act* x, const BlockGrads<Act>& g) {
+  const auto a = ops.acts();
+  STRATA_RETURN_IF_ERROR(ops.MoeBackward(g.dln, g.dres, a.ln2));
+  return AttentionHalfBackward(ops, x, g);
 }
 
 }  // namespace strata::block

@@ -50,6 +50,14 @@ std::vector<float> Read(const std::string& path) {
   return v;
 }
 
+// Pointers to E tensors of `each` floats laid end to end in v.
+template <typename F>
+std::vector<F*> Experts(F* v, int E, size_t each) {
+  std::vector<F*> out;
+  for (int e = 0; e < E; ++e) out.push_back(v + e * each);
+  return out;
+}
+
 // The largest |a - b|, and that both have n values.
 float MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
@@ -90,15 +98,19 @@ TEST_P(MoeTorch, MatchesPyTorch) {
   std::vector<float> proj_w = Random(size_t{1} * E * C * H, 5, 0.2f);
   std::vector<float> proj_b = Random(size_t{1} * E * C, 6, 0.1f);
   std::vector<float> dout = Random(size_t{1} * N * C, 7, 1.0f);
-  const MoeWeights w{router.data(), fc_w.data(), fc_b.data(), proj_w.data(),
-                     proj_b.data()};
+  const size_t hc = size_t{1} * H * C;
+  const MoeWeights w{router.data(), Experts<const float>(fc_w.data(), E, hc),
+                     Experts<const float>(fc_b.data(), E, H),
+                     Experts<const float>(proj_w.data(), E, hc),
+                     Experts<const float>(proj_b.data(), E, C)};
   std::vector<float> out(size_t{1} * N * C), dx(out.size());
   std::vector<float> g_router(router.size()), g_fc_w(fc_w.size()),
       g_fc_b(fc_b.size()), g_proj_w(proj_w.size()), g_proj_b(proj_b.size());
   ASSERT_TRUE(layer->Forward(w, x.data(), out.data()).ok());
   layer->Backward(w, x.data(), dout.data(), daux,
-                  {g_router.data(), g_fc_w.data(), g_fc_b.data(),
-                   g_proj_w.data(), g_proj_b.data()},
+                  {g_router.data(), Experts(g_fc_w.data(), E, hc),
+                   Experts(g_fc_b.data(), E, H), Experts(g_proj_w.data(), E, hc),
+                   Experts(g_proj_b.data(), E, C)},
                   dx.data());
 
   const std::string dir = testing::FreshDir("moe_torch");
@@ -188,11 +200,18 @@ TEST(MoeLayer, RefusesRouterLogitsThatAreNotFinite) {
   std::vector<float> x = {1, 2, std::numeric_limits<float>::quiet_NaN(), 0};
   std::vector<float> router(4, 0.5f), fc_w(16, 0.1f), fc_b(8), proj_w(16),
       proj_b(4), out(4);
-  const absl::Status s = layer->Forward(
-      {router.data(), fc_w.data(), fc_b.data(), proj_w.data(), proj_b.data()},
-      x.data(), out.data());
+  MoeWeights w{router.data(), Experts<const float>(fc_w.data(), 2, 8),
+               Experts<const float>(fc_b.data(), 2, 4),
+               Experts<const float>(proj_w.data(), 2, 8),
+               Experts<const float>(proj_b.data(), 2, 2)};
+  const absl::Status s = layer->Forward(w, x.data(), out.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("token 1"), std::string::npos) << s;
+  // One expert's tensors short.
+  w.proj_b.pop_back();
+  x[2] = 0;
+  EXPECT_EQ(layer->Forward(w, x.data(), out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

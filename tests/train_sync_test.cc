@@ -276,6 +276,26 @@ TEST(Train, CompressedPushesAndPullsTrainOnFewerBytes) {
   }
 }
 
+// Mixture-of-experts blocks (--experts) train through the servers, each
+// expert its own tensors: two BSP workers on half the batch each train to
+// the weights of one worker on the whole batch. With room for every token
+// (--capacity 8) a token's output depends on no other token; the
+// load-balancing loss does (its f and P are means over a worker's
+// tokens), so it is off here.
+TEST(Train, MixtureOfExpertsTrainsAcrossWorkersLikeOneWorker) {
+  const std::vector<std::string> moe = {
+      "--grad_clip", "0",        "--experts",  "4", "--top_k", "2",
+      "--moe_every", "1",        "--capacity", "8", "--aux_loss", "0"};
+  const BspRun one = TrainBsp({"cpu"}, "moe-one", moe);
+  const BspRun two = TrainBsp({"cpu", "cpu"}, "moe-two", moe);
+  ASSERT_FALSE(one.losses.empty());
+  EXPECT_LT(one.losses.back(), one.losses.front());
+  ExpectCloseWeights(one, two);
+  // Not the dense model's weights: the experts are what was trained.
+  const BspRun dense = TrainBsp({"cpu"}, "moe-dense", {"--grad_clip", "0"});
+  EXPECT_NE(dense.weights.size(), one.weights.size());
+}
+
 // --micro_batches: each worker computes its share of a step in pieces,
 // accumulates their gradients weighted by samples and pushes once. Batch 4
 // in 3 micro-batches (2, 1, 1 samples), alone and as two BSP workers (2

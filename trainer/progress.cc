@@ -52,6 +52,11 @@ void Progress::Step(const StepMetrics& m) {
                         {"elapsed_s", absl::ToDoubleSeconds(m.elapsed)}};
     if (m.eval_loss) j["eval_loss"] = *m.eval_loss;
     if (m.mfu) j["mfu"] = *m.mfu;
+    if (m.moe_aux_loss) {
+      j["moe_aux_loss"] = *m.moe_aux_loss;
+      j["moe_dropped"] = m.moe_dropped;
+      j["moe_load"] = m.moe_load;
+    }
     std::fprintf(metrics_, "%s\n", j.dump().c_str());
     std::fflush(metrics_);
   }
@@ -65,6 +70,10 @@ void Progress::Step(const StepMetrics& m) {
       "step %d/%d  loss %.4f  %.0f tok/s  lr %.2e  ETA %s", done, m.total_steps,
       m.loss, m.tokens_per_s, m.lr, FormatDuration(eta));
   if (m.mfu) absl::StrAppendFormat(&line, "  MFU %.1f%%", 100 * *m.mfu);
+  if (m.moe_aux_loss) {
+    absl::StrAppendFormat(&line, "  aux %.4f  dropped %.1f%%", *m.moe_aux_loss,
+                          100 * m.moe_dropped);
+  }
   if (m.eval_loss)
     absl::StrAppendFormat(&line, "  eval_loss %.4f", *m.eval_loss);
   if (tty_) {

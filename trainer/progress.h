@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -26,6 +27,12 @@ struct StepMetrics {
   double grad_norm = 0;  // before clipping
   std::optional<double>
       mfu;  // model FLOPs utilization, where the peak is known (GPUs)
+  // With MoE layers: the load-balancing loss (summed over the layers),
+  // the fraction of assignments dropped over capacity, and each layer's
+  // tokens per expert.
+  std::optional<double> moe_aux_loss;
+  double moe_dropped = 0;
+  std::vector<std::vector<int>> moe_load;
   absl::Duration elapsed;
 };
 

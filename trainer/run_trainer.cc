@@ -47,6 +47,12 @@ absl::Status Validate(const TrainerOptions& o) {
     return absl::UnimplementedError(
         "--tp and --pp run on CPU threads only so far (--device cpu)");
   }
+  if (o.model.experts > 0 &&
+      (o.device != Device::kCpu || o.tp > 1 || o.pp > 1)) {
+    return absl::UnimplementedError(
+        "--experts runs on the CPU model without --tp or --pp so far "
+        "(--device cpu)");
+  }
   STRATA_ASSIGN_OR_RETURN(const PushCompression compression,
                           ParseCompression(o.compress));
   if (o.sync == SyncMode::kAllReduce &&

@@ -160,6 +160,12 @@ void Trainer::NoteStep(Loop& loop, const StepWork& work, double loss,
     m.mfu = loop.tokens_per_s * gpt_->flops_per_token() / gpt_->peak_flops();
   }
   m.grad_norm = grad_norm;
+  // Before EvalLoss, whose forward routes again.
+  if (const MoeStats moe = gpt_->moe_stats(); moe.assignments > 0) {
+    m.moe_aux_loss = moe.aux_loss;
+    m.moe_dropped = static_cast<double>(moe.dropped) / moe.assignments;
+    m.moe_load = moe.load;
+  }
   OptimizerParams lr_params;
   lr_params.lr = o_.lr;
   lr_params.warmup_steps = o_.warmup_steps;

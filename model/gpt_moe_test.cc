@@ -1,0 +1,234 @@
+// The CPU GPT with mixture-of-experts blocks (GptConfig::experts): one
+// expert is the dense block, only routed experts get gradients, recompute
+// changes nothing, the model learns, and the settings are checked and kept
+// in model.json. The layer's own math is checked against PyTorch in
+// tests/moe_torch_test.cc.
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_replace.h"
+#include "gtest/gtest.h"
+#include "model/gpt.h"
+#include "model/gpt_config_json.h"
+
+namespace strata {
+namespace {
+
+GptConfig Tiny() {
+  GptConfig c;
+  c.vocab = 32;
+  c.context = 16;
+  c.layers = 2;
+  c.heads = 2;
+  c.width = 16;
+  return c;
+}
+
+std::unique_ptr<Gpt> Make(const GptConfig& c, uint64_t seed = 1) {
+  auto gpt = Gpt::Create(c);
+  EXPECT_TRUE(gpt.ok()) << gpt.status();
+  (*gpt)->InitParams(seed);
+  return std::move(*gpt);
+}
+
+std::vector<int32_t> Tokens(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (int32_t& x : t) x = static_cast<int32_t>(rng() % vocab);
+  return t;
+}
+
+int Index(const Gpt& gpt, const std::string& name) {
+  for (size_t i = 0; i < gpt.params().size(); ++i) {
+    if (gpt.params()[i].spec.name == name) return static_cast<int>(i);
+  }
+  ADD_FAILURE() << "no parameter " << name;
+  return 0;
+}
+
+TEST(GptMoe, ParametersAreTheRouterAndEachExpertsOwnTensors) {
+  GptConfig c = Tiny();
+  c.experts = 3;
+  c.moe_every = 2;  // block 1 only
+  auto gpt = Make(c);
+  EXPECT_EQ(gpt->params()[Index(*gpt, "h.1.moe.router.weight")].spec.shape,
+            (std::vector<int64_t>{3, 16}));
+  EXPECT_EQ(
+      gpt->params()[Index(*gpt, "h.1.moe.experts.2.proj.weight")].spec.shape,
+      (std::vector<int64_t>{16, 64}));
+  Index(*gpt, "h.0.mlp.fc.weight");  // block 0 stays dense
+  const int64_t dense = Make(Tiny())->num_params();
+  // Two more experts' MLPs and a router.
+  EXPECT_EQ(gpt->num_params(), dense + 2 * (8 * 16 * 16 + 5 * 16) + 3 * 16);
+  // The FLOPs count a token's top_k experts, not the idle ones.
+  GptConfig k3 = c;
+  k3.experts = 2;
+  EXPECT_NEAR(gpt->flops_per_token(),
+              Make(k3)->flops_per_token() + 6.0 * 16, 1e-6);
+}
+
+// One expert with room for every token is the dense MLP: its gate is
+// softmax over one logit, exactly 1, and the router gets no gradient.
+TEST(GptMoe, OneExpertIsTheDenseBlock) {
+  GptConfig m = Tiny();
+  m.experts = 1;
+  m.top_k = 1;
+  m.moe_every = 1;
+  m.capacity = 1.0f;  // ceil(1 * N / 1) = N slots
+  auto dense = Make(Tiny(), 5);
+  auto moe = Make(m, 6);
+  for (size_t i = 0; i < dense->params().size(); ++i) {
+    const std::string name = absl::StrReplaceAll(
+        dense->params()[i].spec.name, {{".mlp.", ".moe.experts.0."}});
+    const int j = Index(*moe, name);
+    const int64_t n = static_cast<int64_t>(dense->params()[i].spec.numel());
+    std::copy(dense->param_data(i), dense->param_data(i) + n,
+              moe->param_data(j));
+  }
+  const int B = 2, T = 16;
+  const std::vector<int32_t> x = Tokens(B * T, 32, 1), y = Tokens(B * T, 32, 2);
+  auto a = dense->ForwardBackward(x.data(), y.data(), B, T);
+  auto b = moe->ForwardBackward(x.data(), y.data(), B, T);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NEAR(*a, *b, 1e-5);
+  for (size_t i = 0; i < dense->params().size(); ++i) {
+    const std::string name = absl::StrReplaceAll(
+        dense->params()[i].spec.name, {{".mlp.", ".moe.experts.0."}});
+    const int j = Index(*moe, name);
+    const int64_t n = static_cast<int64_t>(dense->params()[i].spec.numel());
+    float worst = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      worst = std::max(worst,
+                       std::abs(dense->grad_data(i)[k] - moe->grad_data(j)[k]));
+    }
+    EXPECT_LE(worst, 1e-5f) << name;
+  }
+  for (int l = 0; l < 2; ++l) {
+    const int r = Index(*moe, "h." + std::to_string(l) + ".moe.router.weight");
+    for (int k = 0; k < 16; ++k) EXPECT_EQ(moe->grad_data(r)[k], 0.0f);
+  }
+  const MoeStats s = moe->moe_stats();
+  EXPECT_EQ(s.dropped, 0);
+  EXPECT_EQ(s.assignments, 2 * B * T);
+  // f = P = 1 for the one expert: the aux loss is alpha per layer.
+  EXPECT_NEAR(s.aux_loss, 2 * m.aux_loss, 1e-6);
+}
+
+bool AllZero(const Gpt& gpt, int i) {
+  Gpt& g = const_cast<Gpt&>(gpt);
+  const int64_t n = static_cast<int64_t>(gpt.params()[i].spec.numel());
+  for (int64_t k = 0; k < n; ++k) {
+    if (g.grad_data(i)[k] != 0.0f) return false;
+  }
+  return true;
+}
+
+// Four tokens, top-1 over eight experts: at most four experts get tokens,
+// and exactly those get gradients.
+TEST(GptMoe, OnlyRoutedExpertsGetGradients) {
+  GptConfig c = Tiny();
+  c.experts = 8;
+  c.top_k = 1;
+  c.moe_every = 1;
+  auto gpt = Make(c);
+  const std::vector<int32_t> x = Tokens(4, 32, 3), y = Tokens(4, 32, 4);
+  ASSERT_TRUE(gpt->ForwardBackward(x.data(), y.data(), 1, 4).ok());
+  const MoeStats s = gpt->moe_stats();
+  ASSERT_EQ(s.load.size(), 2u);
+  int idle = 0, kept = 0;
+  for (int l = 0; l < 2; ++l) {
+    for (int e = 0; e < 8; ++e) {
+      kept += s.load[l][e];
+      const std::string h = "h." + std::to_string(l) + ".moe.experts." +
+                            std::to_string(e) + ".";
+      for (const char* t : {"fc.weight", "fc.bias", "proj.weight"}) {
+        EXPECT_EQ(AllZero(*gpt, Index(*gpt, h + t)), s.load[l][e] == 0)
+            << h << t << " load " << s.load[l][e];
+      }
+      idle += s.load[l][e] == 0;
+    }
+  }
+  EXPECT_EQ(kept + s.dropped, 2 * 4);
+  EXPECT_GE(idle, 8);
+  EXPECT_GT(s.aux_loss, 0);
+}
+
+TEST(GptMoe, RecomputeGivesTheSameGradients) {
+  GptConfig c = Tiny();
+  c.experts = 4;
+  c.moe_every = 1;
+  GptConfig r = c;
+  r.recompute = true;
+  auto a = Make(c), b = Make(r);
+  const std::vector<int32_t> x = Tokens(32, 32, 5), y = Tokens(32, 32, 6);
+  ASSERT_TRUE(a->ForwardBackward(x.data(), y.data(), 2, 16).ok());
+  ASSERT_TRUE(b->ForwardBackward(x.data(), y.data(), 2, 16).ok());
+  for (size_t i = 0; i < a->params().size(); ++i) {
+    const int64_t n = static_cast<int64_t>(a->params()[i].spec.numel());
+    for (int64_t k = 0; k < n; ++k) {
+      ASSERT_EQ(a->grad_data(i)[k], b->grad_data(i)[k])
+          << a->params()[i].spec.name;
+    }
+  }
+}
+
+// Plain SGD on one repeated batch: top-2 over four experts in every block.
+TEST(GptMoe, LearnsABatchByHeart) {
+  GptConfig c = Tiny();
+  c.experts = 4;
+  c.moe_every = 1;
+  auto gpt = Make(c);
+  const std::vector<int32_t> x = Tokens(32, 32, 7), y = Tokens(32, 32, 8);
+  float first = 0, last = 0;
+  for (int step = 0; step < 60; ++step) {
+    auto loss = gpt->ForwardBackward(x.data(), y.data(), 2, 16);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    if (step == 0) first = *loss;
+    last = *loss;
+    for (size_t i = 0; i < gpt->params().size(); ++i) {
+      const int64_t n = static_cast<int64_t>(gpt->params()[i].spec.numel());
+      for (int64_t k = 0; k < n; ++k) {
+        gpt->param_data(i)[k] -= 0.5f * gpt->grad_data(i)[k];
+      }
+    }
+  }
+  EXPECT_LT(last, 0.5f * first) << first << " -> " << last;
+}
+
+TEST(GptMoe, SettingsAreCheckedAndKeptInModelJson) {
+  GptConfig c = Tiny();
+  c.experts = 4;
+  c.top_k = 1;
+  c.moe_every = 2;
+  c.capacity = 2.0f;
+  c.aux_loss = 0.05f;
+  auto back = GptConfigFromJson(GptConfigToJson(c));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->experts, 4);
+  EXPECT_EQ(back->top_k, 1);
+  EXPECT_EQ(back->moe_every, 2);
+  EXPECT_EQ(back->capacity, 2.0f);
+  EXPECT_EQ(back->aux_loss, 0.05f);
+  EXPECT_EQ(GptConfigFromJson(GptConfigToJson(Tiny()))->experts, 0);
+  for (auto bad : std::vector<std::pair<const char*, GptConfig>>{
+           {"top_k", [&] { GptConfig b = c; b.top_k = 3; return b; }()},
+           {"top_k", [&] { GptConfig b = c; b.experts = 1; b.top_k = 2; return b; }()},
+           {"moe_every", [&] { GptConfig b = c; b.moe_every = 3; return b; }()},
+           {"capacity", [&] { GptConfig b = c; b.capacity = 0; return b; }()},
+           {"capacity", [&] { GptConfig b = c; b.aux_loss = -1; return b; }()},
+           {"experts", [&] { GptConfig b = c; b.experts = -1; return b; }()}}) {
+    const absl::Status s = bad.second.Validate();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad.first;
+    EXPECT_NE(s.message().find(bad.first), std::string::npos) << s;
+  }
+  EXPECT_FALSE(GptConfigFromJson(
+                   R"({"vocab":32,"context":16,"layers":2,"heads":2,)"
+                   R"("width":16,"moe":{"experts":4}})")
+                   .ok());
+}
+
+}  // namespace
+}  // namespace strata
