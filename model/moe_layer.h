@@ -2,8 +2,8 @@
 // top-1 (Switch) or top-2 (GShard) gating with a capacity per expert, E
 // expert MLPs (the block's 4x GELU MLP each), and the combine; forward and
 // backward, with Switch's load-balancing loss. It is the MoE layer's math,
-// written once; the GPT's blocks do not use it yet (issue 44: the block
-// type, the servers' per-expert tensors and expert parallelism come next).
+// written once; the CPU GPT's MoE blocks run it (block::MoeForward through
+// CpuBlockOps::Moe).
 //
 // For N tokens x (N,C):
 //   p = softmax(x · Wrᵀ)                       (N,E), Wr (E,C), no bias
