@@ -103,6 +103,11 @@ void AddModelFlags(CLI::App* cmd, GptConfig* m) {
                   "with --experts, blocks K-1, 2K-1, ... are MoE blocks")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  cmd->add_option("--expert_hidden", m->expert_hidden,
+                  "with --experts, each expert MLP's features (0: 4 x "
+                  "--width, the dense MLP's)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
   cmd->add_option("--capacity", m->capacity,
                   "with --experts, the capacity factor: each expert takes "
                   "ceil(F * top_k * tokens / experts) tokens, the rest pass "
@@ -323,7 +328,8 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
     f.insert(f.end(),
              {"--experts", std::to_string(o.model.experts), "--top_k",
               std::to_string(o.model.top_k), "--moe_every",
-              std::to_string(o.model.moe_every), "--capacity",
+              std::to_string(o.model.moe_every), "--expert_hidden",
+              std::to_string(o.model.expert_hidden), "--capacity",
               absl::StrCat(o.model.capacity), "--aux_loss",
               absl::StrCat(o.model.aux_loss)});
   }

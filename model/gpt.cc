@@ -79,6 +79,10 @@ absl::Status GptConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "moe_every must be in [1, layers (", layers, ")], got ", moe_every));
   }
+  if (expert_hidden < 0 || expert_hidden > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expert_hidden must be in [0, 2^20], got ", expert_hidden));
+  }
   if (!(capacity > 0) || !std::isfinite(capacity) || !(aux_loss >= 0) ||
       !std::isfinite(aux_loss)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -127,7 +131,7 @@ struct Gpt::Workspace {
       if (!cfg.IsMoeLayer(l)) continue;
       const MoeDims dims{.N = b * t,
                          .C = cfg.width,
-                         .hidden = 4 * cfg.width,
+                         .hidden = cfg.ExpertHidden(),
                          .experts = cfg.experts,
                          .top_k = cfg.top_k,
                          .capacity_factor = cfg.capacity,
@@ -208,7 +212,9 @@ std::vector<ParamInfo> GptParams(const GptConfig& config) {
     add(h + "ln2.weight", {C}, false, ParamInfo::kOnes, 0);
     add(h + "ln2.bias", {C}, false, ParamInfo::kZeros, 0);
     std::vector<std::string> mlps = {h + "mlp."};
+    int64_t hidden = 4 * C;
     if (config.IsMoeLayer(l)) {
+      hidden = config.ExpertHidden();
       add(h + "moe.router.weight", {config.experts, C}, true,
           ParamInfo::kNormal, std_dev);
       mlps.clear();
@@ -217,9 +223,9 @@ std::vector<ParamInfo> GptParams(const GptConfig& config) {
       }
     }
     for (const std::string& m : mlps) {
-      add(m + "fc.weight", {4 * C, C}, true, ParamInfo::kNormal, std_dev);
-      add(m + "fc.bias", {4 * C}, false, ParamInfo::kZeros, 0);
-      add(m + "proj.weight", {C, 4 * C}, true, ParamInfo::kNormal, proj_std);
+      add(m + "fc.weight", {hidden, C}, true, ParamInfo::kNormal, std_dev);
+      add(m + "fc.bias", {hidden}, false, ParamInfo::kZeros, 0);
+      add(m + "proj.weight", {C, hidden}, true, ParamInfo::kNormal, proj_std);
       add(m + "proj.bias", {C}, false, ParamInfo::kZeros, 0);
     }
   }
@@ -325,7 +331,8 @@ void Gpt::GradReady(int param_index) {
 double Gpt::flops_per_token() const {
   // A token runs through top_k of an MoE layer's experts: the others'
   // parameters cost it nothing.
-  const double expert = 8.0 * config_.width * config_.width + 5.0 * config_.width;
+  const double expert = 2.0 * config_.ExpertHidden() * config_.width +
+                        config_.ExpertHidden() + config_.width;
   double idle = 0;
   for (int l = 0; l < config_.layers; ++l) {
     if (config_.IsMoeLayer(l)) idle += (config_.experts - config_.top_k) * expert;

@@ -16,7 +16,8 @@ std::string GptConfigToJson(const GptConfig& c) {
                       {"width", c.width}};
   if (c.experts > 0) {
     j["moe"] = {{"experts", c.experts},   {"top_k", c.top_k},
-                {"moe_every", c.moe_every}, {"capacity", c.capacity},
+                {"moe_every", c.moe_every}, {"expert_hidden", c.expert_hidden},
+                {"capacity", c.capacity},
                 {"aux_loss", c.aux_loss}};
   }
   return j.dump();
@@ -46,7 +47,8 @@ absl::StatusOr<GptConfig> GptConfigFromJson(const std::string& text) {
     }
     for (auto [key, field] : {std::pair{"experts", &c.experts},
                               {"top_k", &c.top_k},
-                              {"moe_every", &c.moe_every}}) {
+                              {"moe_every", &c.moe_every},
+                              {"expert_hidden", &c.expert_hidden}}) {
       if (!m.contains(key) || !m[key].is_number_integer()) {
         return absl::InvalidArgumentError(
             absl::StrCat("model config's 'moe' lacks integer '", key, "'"));

@@ -63,6 +63,15 @@ TEST(GptMoe, ParametersAreTheRouterAndEachExpertsOwnTensors) {
   const int64_t dense = Make(Tiny())->num_params();
   // Two more experts' MLPs and a router.
   EXPECT_EQ(gpt->num_params(), dense + 2 * (8 * 16 * 16 + 5 * 16) + 3 * 16);
+  // --expert_hidden: experts narrower than the dense MLP.
+  GptConfig narrow = c;
+  narrow.expert_hidden = 24;
+  auto n = Make(narrow);
+  EXPECT_EQ(n->params()[Index(*n, "h.1.moe.experts.0.fc.weight")].spec.shape,
+            (std::vector<int64_t>{24, 16}));
+  EXPECT_EQ(n->num_params(),
+            dense - (8 * 16 * 16 + 5 * 16) + 3 * (2 * 24 * 16 + 24 + 16) +
+                3 * 16);
   // The FLOPs count a token's top_k experts, not the idle ones.
   GptConfig k3 = c;
   k3.experts = 2;
@@ -205,6 +214,7 @@ TEST(GptMoe, SettingsAreCheckedAndKeptInModelJson) {
   c.moe_every = 2;
   c.capacity = 2.0f;
   c.aux_loss = 0.05f;
+  c.expert_hidden = 24;
   auto back = GptConfigFromJson(GptConfigToJson(c));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->experts, 4);
@@ -212,6 +222,7 @@ TEST(GptMoe, SettingsAreCheckedAndKeptInModelJson) {
   EXPECT_EQ(back->moe_every, 2);
   EXPECT_EQ(back->capacity, 2.0f);
   EXPECT_EQ(back->aux_loss, 0.05f);
+  EXPECT_EQ(back->expert_hidden, 24);
   EXPECT_EQ(GptConfigFromJson(GptConfigToJson(Tiny()))->experts, 0);
   for (auto bad : std::vector<std::pair<const char*, GptConfig>>{
            {"top_k", [&] { GptConfig b = c; b.top_k = 3; return b; }()},
@@ -219,7 +230,9 @@ TEST(GptMoe, SettingsAreCheckedAndKeptInModelJson) {
            {"moe_every", [&] { GptConfig b = c; b.moe_every = 3; return b; }()},
            {"capacity", [&] { GptConfig b = c; b.capacity = 0; return b; }()},
            {"capacity", [&] { GptConfig b = c; b.aux_loss = -1; return b; }()},
-           {"experts", [&] { GptConfig b = c; b.experts = -1; return b; }()}}) {
+           {"experts", [&] { GptConfig b = c; b.experts = -1; return b; }()},
+           {"expert_hidden",
+            [&] { GptConfig b = c; b.expert_hidden = -2; return b; }()}}) {
     const absl::Status s = bad.second.Validate();
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad.first;
     EXPECT_NE(s.message().find(bad.first), std::string::npos) << s;

@@ -33,22 +33,28 @@ struct GptConfig {
   bool recompute = false;  // keep only block inputs; recompute in backward
   // Mixture of experts (model/moe_layer.h): with experts > 0, blocks
   // moe_every - 1, 2 * moe_every - 1, ... have an MoE feed-forward layer
-  // of `experts` MLPs (4x width each) in place of their MLP, top_k of them
-  // a token, `capacity` the capacity factor, `aux_loss` the weight of the
-  // load-balancing loss. The CPU model only, so far.
+  // of `experts` MLPs of expert_hidden features each (0: 4 x width, the
+  // dense MLP's) in place of their MLP, top_k of them a token, `capacity`
+  // the capacity factor, `aux_loss` the weight of the load-balancing
+  // loss. The CPU model only, so far.
   int experts = 0;
   int top_k = 2;
   int moe_every = 2;
+  int expert_hidden = 0;
   float capacity = 1.25f;
   float aux_loss = 0.01f;
   bool IsMoeLayer(int layer) const {
     return experts > 0 && (layer + 1) % moe_every == 0;
   }
+  int ExpertHidden() const {
+    return expert_hidden > 0 ? expert_hidden : 4 * width;
+  }
 
   // INVALID_ARGUMENT unless every size is positive, heads divides width,
   // vocab <= 65536 (tokens are stored as uint16 in shards), and, with
   // experts > 0: experts <= 1024, top_k 1 or 2 and <= experts, moe_every
-  // in [1, layers], capacity > 0 and aux_loss >= 0.
+  // in [1, layers], expert_hidden in [0, 2^20], capacity > 0 and
+  // aux_loss >= 0.
   absl::Status Validate() const;
 };
 
