@@ -108,7 +108,8 @@ class Gpt : public Model {
   // et al. 2022, appendix B): 6 * N + 12 * layers * width * context, where N
   // excludes the position embeddings (a lookup, no multiplies) and the
   // second term is the attention score and value products (counting the
-  // masked half, as PaLM does).
+  // masked half, as PaLM does). N counts a token's top_k experts of an MoE
+  // layer, not the idle ones.
   double flops_per_token() const override;
 
   std::string device() const override { return "cpu"; }

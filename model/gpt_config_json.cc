@@ -47,13 +47,20 @@ absl::StatusOr<GptConfig> GptConfigFromJson(const std::string& text) {
     }
     for (auto [key, field] : {std::pair{"experts", &c.experts},
                               {"top_k", &c.top_k},
-                              {"moe_every", &c.moe_every},
-                              {"expert_hidden", &c.expert_hidden}}) {
+                              {"moe_every", &c.moe_every}}) {
       if (!m.contains(key) || !m[key].is_number_integer()) {
         return absl::InvalidArgumentError(
             absl::StrCat("model config's 'moe' lacks integer '", key, "'"));
       }
       *field = m[key].get<int>();
+    }
+    // Optional: 0 (the dense MLP's width) when absent.
+    if (m.contains("expert_hidden")) {
+      if (!m["expert_hidden"].is_number_integer()) {
+        return absl::InvalidArgumentError(
+            "model config's 'moe' has a non-integer 'expert_hidden'");
+      }
+      c.expert_hidden = m["expert_hidden"].get<int>();
     }
     for (auto [key, field] : {std::pair{"capacity", &c.capacity},
                               {"aux_loss", &c.aux_loss}}) {

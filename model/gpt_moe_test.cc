@@ -153,7 +153,8 @@ TEST(GptMoe, OnlyRoutedExpertsGetGradients) {
       kept += s.load[l][e];
       const std::string h = "h." + std::to_string(l) + ".moe.experts." +
                             std::to_string(e) + ".";
-      for (const char* t : {"fc.weight", "fc.bias", "proj.weight"}) {
+      for (const char* t :
+           {"fc.weight", "fc.bias", "proj.weight", "proj.bias"}) {
         EXPECT_EQ(AllZero(*gpt, Index(*gpt, h + t)), s.load[l][e] == 0)
             << h << t << " load " << s.load[l][e];
       }
@@ -163,6 +164,50 @@ TEST(GptMoe, OnlyRoutedExpertsGetGradients) {
   EXPECT_EQ(kept + s.dropped, 2 * 4);
   EXPECT_GE(idle, 8);
   EXPECT_GT(s.aux_loss, 0);
+}
+
+// The gradient of the objective (cross-entropy plus each layer's aux loss)
+// against central differences, for router and expert weights of a model
+// with top-2, capacity drops and a strong aux loss: the gate and aux
+// gradients reach the router, and each expert's pointers are its own.
+TEST(GptMoe, GradientsMatchFiniteDifferences) {
+  GptConfig c = Tiny();
+  c.experts = 4;
+  c.moe_every = 1;
+  c.capacity = 0.75f;
+  c.aux_loss = 0.5f;
+  auto gpt = Make(c, 11);
+  const int B = 2, T = 16;
+  const std::vector<int32_t> x = Tokens(B * T, 32, 9), y = Tokens(B * T, 32, 10);
+  ASSERT_TRUE(gpt->ForwardBackward(x.data(), y.data(), B, T).ok());
+  ASSERT_GT(gpt->moe_stats().dropped, 0);
+  auto objective = [&] {
+    auto loss = gpt->Loss(x.data(), y.data(), B, T);
+    EXPECT_TRUE(loss.ok());
+    return double{*loss} + gpt->moe_stats().aux_loss;
+  };
+  int checked = 0;
+  for (const char* name :
+       {"h.0.moe.router.weight", "h.1.moe.router.weight",
+        "h.0.moe.experts.1.fc.weight", "h.1.moe.experts.2.proj.weight",
+        "h.1.moe.experts.3.fc.bias"}) {
+    const int i = Index(*gpt, name);
+    for (int k : {0, 5, 13}) {
+      float& w = gpt->param_data(i)[k];
+      const float w0 = w, eps = 1e-3f;
+      w = w0 + eps;
+      const double up = objective();
+      w = w0 - eps;
+      const double down = objective();
+      w = w0;
+      const double fd = (up - down) / (2.0 * eps);
+      const double g = gpt->grad_data(i)[k];
+      EXPECT_NEAR(g, fd, 5e-4 + 0.05 * std::abs(fd)) << name << "[" << k << "]";
+      checked += std::abs(fd) > 1e-3;
+    }
+  }
+  // Most of the checked gradients are not near zero.
+  EXPECT_GE(checked, 8);
 }
 
 TEST(GptMoe, RecomputeGivesTheSameGradients) {

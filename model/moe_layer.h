@@ -1,6 +1,6 @@
 // A mixture-of-experts feed-forward layer on the CPU (fp32): a router,
 // top-1 (Switch) or top-2 (GShard) gating with a capacity per expert, E
-// expert MLPs (the block's 4x GELU MLP each), and the combine; forward and
+// expert GELU MLPs of `hidden` features, and the combine; forward and
 // backward, with Switch's load-balancing loss. It is the MoE layer's math,
 // written once; the CPU GPT's MoE blocks run it (block::MoeForward through
 // CpuBlockOps::Moe).
@@ -10,12 +10,14 @@
 //   top-1: e1 = argmax p,  g1 = p[e1]          (Switch: not renormalized)
 //   top-2: e1, e2 the two largest (the lower index first among equals),
 //          g_k = p[e_k] / (p[e1] + p[e2])     (GShard: renormalized)
-//   capacity = max(1, ceil(capacity_factor · top_k · N / E)) tokens an
-//   expert; slots are taken first by every token's first choice in token
+//   capacity = ceil(capacity_factor · top_k · N / E) tokens an expert, in
+//   [1, N]; slots are taken first by every token's first choice in token
 //   order, then by second choices. An assignment past its expert's
 //   capacity is dropped: it adds nothing to the output (the token goes on
 //   through the block's residual), and top-2 weights are renormalized
 //   before drops, so a token whose second choice was dropped keeps g1 < 1.
+//   With drops, a token's output depends on the other tokens of the batch,
+//   later positions included (their first choices come before its second).
 //   out[t] = Σ_k g_k · Expert_{e_k}(x[t]) over its kept assignments, with
 //   Expert_e(x) = W2_e · GELU(W1_e · x + b1_e) + b2_e.
 //   aux = α · E · Σ_i f_i · P_i, f_i the fraction of tokens whose *first*
@@ -37,7 +39,7 @@ namespace strata {
 struct MoeDims {
   int N = 0;       // tokens
   int C = 0;       // width
-  int hidden = 0;  // each expert's MLP features (4C in a GPT block)
+  int hidden = 0;  // each expert's MLP features (GptConfig::ExpertHidden)
   int experts = 0;
   int top_k = 1;  // 1 or 2
   float capacity_factor = 1.25f;
@@ -98,13 +100,18 @@ class MoeLayer {
   explicit MoeLayer(const MoeDims& d) : d_(d) {}
   void Route(const float* x);
   void RunExperts(const MoeWeights& w, const float* x);
+  void RunExpert(const MoeWeights& w, const float* x, int e);
+  void BackwardExpert(const MoeWeights& w, const MoeGrads& g, int e);
 
   MoeDims d_;
   MoeRouting r_;
   // Per expert, in slot order (capacity rows each): its tokens' inputs
   // (cap,C), fc's output before and after GELU (cap,hidden), its output
-  // (cap,C).
-  std::vector<float> in_, pre_, post_, y_;
+  // (cap,C); for the backward, dL/d(output), dL/d(GELU output) and
+  // dL/d(input) of each slot. Sized once: steps allocate nothing.
+  std::vector<float> in_, pre_, post_, y_, dy_, dpost_, din_;
+  std::vector<float> dgate_;   // (N,top_k)
+  std::vector<float> dlogit_;  // (N,E)
 };
 
 }  // namespace strata

@@ -39,7 +39,7 @@ dout = load("dout", (N, C)).detach()
 probs = torch.softmax(x @ weights["router"].T, dim=-1)
 top_p, top_i = torch.topk(probs, K, dim=-1)
 gates = top_p / top_p.sum(-1, keepdim=True) if K == 2 else top_p
-capacity = max(1, min(N * K, math.ceil(cfg["capacity_factor"] * K * N / E)))
+capacity = max(1, min(N, math.ceil(cfg["capacity_factor"] * K * N / E)))
 
 # Position of each choice in its expert: first choices by token order, then
 # second choices after every first one.

@@ -207,6 +207,14 @@ TEST(MoeLayer, RefusesRouterLogitsThatAreNotFinite) {
   const absl::Status s = layer->Forward(w, x.data(), out.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("token 1"), std::string::npos) << s;
+  // A NaN in the second expert's router row only: token 0's row has a
+  // finite largest logit and a NaN beside it.
+  x[2] = 0;
+  router[3] = std::numeric_limits<float>::quiet_NaN();
+  const absl::Status nan = layer->Forward(w, x.data(), out.data());
+  EXPECT_EQ(nan.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(nan.message().find("token 0"), std::string::npos) << nan;
+  router[3] = 0.5f;
   // One expert's tensors short.
   w.proj_b.pop_back();
   x[2] = 0;

@@ -53,6 +53,11 @@ absl::Status Validate(const TrainerOptions& o) {
         "--experts runs on the CPU model without --tp or --pp so far "
         "(--device cpu)");
   }
+  if (o.model.experts > 0 && !o.init_from.empty()) {
+    return absl::InvalidArgumentError(
+        "--init_from reads GPT-2's layout, which has no mixture-of-experts "
+        "layers: it cannot start a model with --experts");
+  }
   STRATA_ASSIGN_OR_RETURN(const PushCompression compression,
                           ParseCompression(o.compress));
   if (o.sync == SyncMode::kAllReduce &&
