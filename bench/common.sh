@@ -165,3 +165,12 @@ loopback_tcp_GBps() {
   iperf3 -c 127.0.0.1 -p $port -l 1M -t "$1" -J |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e9)'
 }
+
+# linux_doc_corpus OUT: writes the Linux kernel's documentation (Debian's
+# linux-doc-6.1, about 24 MB of reStructuredText) to OUT as one text,
+# installing the package first when it is missing.
+linux_doc_corpus() {
+  local docs=/usr/share/doc/linux-doc-6.1/Documentation
+  [[ -d "$docs" ]] || bash scripts/install-deps.sh
+  find "$docs" -name '*.rst.gz' | sort | xargs zcat >"$1"
+}

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/best_seconds.h"
 #include "client/error_feedback.h"
 #include "common/compress.h"
 
@@ -30,17 +31,7 @@ namespace {
 
 constexpr size_t kParams = 124439808, kChunk = size_t{1} << 20;
 
-double BestSeconds(int reps, const std::function<void()>& fn) {
-  double best = 1e30;
-  for (int r = -1; r < reps; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    const std::chrono::duration<double> d =
-        std::chrono::steady_clock::now() - start;
-    if (r >= 0) best = std::min(best, d.count());
-  }
-  return best;
-}
+using strata::bench::BestSeconds;
 
 int Run(int reps) {
   const size_t chunks = (kParams + kChunk - 1) / kChunk;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "bench/best_seconds.h"
 #include "bench/read_pass.h"
 #include "common/parallel.h"
 #include "trainer/grad_accumulator.h"
@@ -33,20 +34,6 @@ double OneChain(const float* g, int64_t n) {
   double sum = 0;
   for (double p : parts) sum += p;
   return sum;
-}
-
-template <typename F>
-double BestSeconds(int reps, F&& f) {
-  double best = 1e30;
-  for (int r = 0; r <= reps; ++r) {  // the first is a warm-up
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-            .count();
-    if (r > 0) best = std::min(best, s);
-  }
-  return best;
 }
 
 }  // namespace
@@ -68,7 +55,7 @@ int main(int argc, char** argv) {
   const auto* w = reinterpret_cast<const uint64_t*>(g.data());
 
   volatile uint64_t sink_x = 0;
-  const double read_s = BestSeconds(reps, [&] {
+  const double read_s = strata::bench::BestSeconds(reps, [&] {
     std::vector<uint64_t> parts(strata::NumChunks(words, kGrain), 0);
     strata::ParallelFor(words, kGrain, [&](int c, int64_t b, int64_t e) {
       parts[c] = strata::bench::XorWords(w + b, e - b);
@@ -78,10 +65,10 @@ int main(int argc, char** argv) {
     sink_x = x;
   });
   double norm = 0, chain = 0;
-  const double norm_s =
-      BestSeconds(reps, [&] { norm = strata::SumOfSquares(g.data(), params); });
-  const double chain_s =
-      BestSeconds(reps, [&] { chain = OneChain(g.data(), params); });
+  const double norm_s = strata::bench::BestSeconds(
+      reps, [&] { norm = strata::SumOfSquares(g.data(), params); });
+  const double chain_s = strata::bench::BestSeconds(
+      reps, [&] { chain = OneChain(g.data(), params); });
   (void)sink_x;
 
   const double read_gbps = bytes / read_s / 1e9;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "bench/best_seconds.h"
 #include "kernels/gelu.h"
 #include "kernels/matmul.h"
 #include "model/moe_layer.h"
@@ -28,20 +29,6 @@ std::vector<float> Random(size_t n, uint32_t seed, float scale) {
   std::vector<float> v(n);
   for (float& x : v) x = d(rng);
   return v;
-}
-
-template <typename F>
-double BestSeconds(int reps, F&& f) {
-  double best = 1e30;
-  for (int r = 0; r <= reps; ++r) {  // the first is a warm-up
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-            .count();
-    if (r > 0) best = std::min(best, s);
-  }
-  return best;
 }
 
 }  // namespace
@@ -93,7 +80,7 @@ int main(int argc, char** argv) {
                            each(g_fc_b.data(), H), each(g_proj_w.data(), hc),
                            each(g_proj_b.data(), C)};
   bool failed = false;
-  const double moe_s = BestSeconds(reps, [&] {
+  const double moe_s = strata::bench::BestSeconds(reps, [&] {
     failed |= !layer->Forward(w, x.data(), out.data()).ok();
     layer->Backward(w, x.data(), dout.data(), 1.0f, g, dx.data());
   });
@@ -110,11 +97,12 @@ int main(int argc, char** argv) {
   const std::vector<float> dproj_b(C, 0.0f);
   std::vector<float> pre(size_t{1} * N * Hd), post(pre.size()),
       dpost(pre.size());
-  std::vector<float> gd_fc_w(dfc_w.size()), gd_fc_b(Hd), gd_proj_w(dproj_w.size()),
-      gd_proj_b(C);
+  std::vector<float> gd_fc_w(dfc_w.size()), gd_fc_b(Hd),
+      gd_proj_w(dproj_w.size()), gd_proj_b(C);
   namespace k = strata::kernels;
-  const double dense_s = BestSeconds(reps, [&] {
-    k::MatmulForward(pre.data(), x.data(), dfc_w.data(), dfc_b.data(), N, C, Hd);
+  const double dense_s = strata::bench::BestSeconds(reps, [&] {
+    k::MatmulForward(pre.data(), x.data(), dfc_w.data(), dfc_b.data(), N, C,
+                     Hd);
     k::GeluForward(post.data(), pre.data(), int64_t{N} * Hd);
     k::MatmulForward(out.data(), post.data(), dproj_w.data(), dproj_b.data(), N,
                      Hd, C);

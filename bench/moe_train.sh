@@ -15,11 +15,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
 bench_build strata
-docs=/usr/share/doc/linux-doc-6.1/Documentation
-[[ -d "$docs" ]] || bash scripts/install-deps.sh
 dir=$(mktemp -d /tmp/strata-moe-XXXXXX)
 trap 'rm -rf "$dir"' EXIT
-find "$docs" -name '*.rst.gz' | sort | xargs zcat >"$dir/linux-doc.txt"
+linux_doc_corpus "$dir/linux-doc.txt"
 echo "# load: $(uptime)" >&2
 
 steps=${STEPS:-1500}

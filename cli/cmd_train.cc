@@ -325,13 +325,12 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
       "--log_every",    std::to_string(o.log_every)};
   if (o.model.recompute) f.push_back("--recompute");
   if (o.model.experts > 0) {
-    f.insert(f.end(),
-             {"--experts", std::to_string(o.model.experts), "--top_k",
-              std::to_string(o.model.top_k), "--moe_every",
-              std::to_string(o.model.moe_every), "--expert_hidden",
-              std::to_string(o.model.expert_hidden), "--capacity",
-              absl::StrCat(o.model.capacity), "--aux_loss",
-              absl::StrCat(o.model.aux_loss)});
+    f.insert(f.end(), {"--experts", std::to_string(o.model.experts), "--top_k",
+                       std::to_string(o.model.top_k), "--moe_every",
+                       std::to_string(o.model.moe_every), "--expert_hidden",
+                       std::to_string(o.model.expert_hidden), "--capacity",
+                       absl::StrCat(o.model.capacity), "--aux_loss",
+                       absl::StrCat(o.model.aux_loss)});
   }
   if (!o.init_from.empty()) f.insert(f.end(), {"--init_from", o.init_from});
   f.insert(f.end(), {"--device", DeviceName(o.device)});

@@ -22,7 +22,6 @@ namespace strata {
 
 struct CpuBlockOps;
 
-
 // The parameters of a GPT of `config` (what Gpt::params() lists), without
 // their storage: names, shapes, groups and inits.
 std::vector<ParamInfo> GptParams(const GptConfig& config);
@@ -144,7 +143,7 @@ class Gpt : public Model {
   std::vector<int64_t> offsets_;  // of each parameter in values_/grads_
   // Each block's first parameter index; [layers]: the final LayerNorm's.
   std::vector<int> first_param_;
-  int64_t padded_floats_ = 0;     // in values_, and in grads_
+  int64_t padded_floats_ = 0;  // in values_, and in grads_
   // Weights and gradients, in owned_ or in the caller's (UseStorage).
   std::vector<float> owned_;
   std::shared_ptr<const void> storage_owner_;

@@ -15,10 +15,9 @@ std::string GptConfigToJson(const GptConfig& c) {
                       {"heads", c.heads},
                       {"width", c.width}};
   if (c.experts > 0) {
-    j["moe"] = {{"experts", c.experts},   {"top_k", c.top_k},
+    j["moe"] = {{"experts", c.experts},     {"top_k", c.top_k},
                 {"moe_every", c.moe_every}, {"expert_hidden", c.expert_hidden},
-                {"capacity", c.capacity},
-                {"aux_loss", c.aux_loss}};
+                {"capacity", c.capacity},   {"aux_loss", c.aux_loss}};
   }
   return j.dump();
 }
@@ -43,7 +42,8 @@ absl::StatusOr<GptConfig> GptConfigFromJson(const std::string& text) {
   if (j.contains("moe")) {
     const nlohmann::json& m = j["moe"];
     if (!m.is_object()) {
-      return absl::InvalidArgumentError("model config's 'moe' is not an object");
+      return absl::InvalidArgumentError(
+          "model config's 'moe' is not an object");
     }
     for (auto [key, field] : {std::pair{"experts", &c.experts},
                               {"top_k", &c.top_k},
@@ -62,8 +62,8 @@ absl::StatusOr<GptConfig> GptConfigFromJson(const std::string& text) {
       }
       c.expert_hidden = m["expert_hidden"].get<int>();
     }
-    for (auto [key, field] : {std::pair{"capacity", &c.capacity},
-                              {"aux_loss", &c.aux_loss}}) {
+    for (auto [key, field] :
+         {std::pair{"capacity", &c.capacity}, {"aux_loss", &c.aux_loss}}) {
       if (!m.contains(key) || !m[key].is_number()) {
         return absl::InvalidArgumentError(
             absl::StrCat("model config's 'moe' lacks number '", key, "'"));

@@ -13,33 +13,14 @@
 #include "gtest/gtest.h"
 #include "model/gpt.h"
 #include "model/gpt_config_json.h"
+#include "testing/gpt_test_util.h"
 
 namespace strata {
 namespace {
 
-GptConfig Tiny() {
-  GptConfig c;
-  c.vocab = 32;
-  c.context = 16;
-  c.layers = 2;
-  c.heads = 2;
-  c.width = 16;
-  return c;
-}
-
-std::unique_ptr<Gpt> Make(const GptConfig& c, uint64_t seed = 1) {
-  auto gpt = Gpt::Create(c);
-  EXPECT_TRUE(gpt.ok()) << gpt.status();
-  (*gpt)->InitParams(seed);
-  return std::move(*gpt);
-}
-
-std::vector<int32_t> Tokens(int n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(n);
-  for (int32_t& x : t) x = static_cast<int32_t>(rng() % vocab);
-  return t;
-}
+using testing::MakeGpt;
+using testing::RandomTokens;
+using testing::TinyConfig;
 
 int Index(const Gpt& gpt, const std::string& name) {
   for (size_t i = 0; i < gpt.params().size(); ++i) {
@@ -50,45 +31,44 @@ int Index(const Gpt& gpt, const std::string& name) {
 }
 
 TEST(GptMoe, ParametersAreTheRouterAndEachExpertsOwnTensors) {
-  GptConfig c = Tiny();
+  GptConfig c = TinyConfig();
   c.experts = 3;
   c.moe_every = 2;  // block 1 only
-  auto gpt = Make(c);
+  auto gpt = MakeGpt(c);
   EXPECT_EQ(gpt->params()[Index(*gpt, "h.1.moe.router.weight")].spec.shape,
             (std::vector<int64_t>{3, 16}));
   EXPECT_EQ(
       gpt->params()[Index(*gpt, "h.1.moe.experts.2.proj.weight")].spec.shape,
       (std::vector<int64_t>{16, 64}));
   Index(*gpt, "h.0.mlp.fc.weight");  // block 0 stays dense
-  const int64_t dense = Make(Tiny())->num_params();
+  const int64_t dense = MakeGpt(TinyConfig())->num_params();
   // Two more experts' MLPs and a router.
   EXPECT_EQ(gpt->num_params(), dense + 2 * (8 * 16 * 16 + 5 * 16) + 3 * 16);
   // --expert_hidden: experts narrower than the dense MLP.
   GptConfig narrow = c;
   narrow.expert_hidden = 24;
-  auto n = Make(narrow);
+  auto n = MakeGpt(narrow);
   EXPECT_EQ(n->params()[Index(*n, "h.1.moe.experts.0.fc.weight")].spec.shape,
             (std::vector<int64_t>{24, 16}));
-  EXPECT_EQ(n->num_params(),
-            dense - (8 * 16 * 16 + 5 * 16) + 3 * (2 * 24 * 16 + 24 + 16) +
-                3 * 16);
+  EXPECT_EQ(n->num_params(), dense - (8 * 16 * 16 + 5 * 16) +
+                                 3 * (2 * 24 * 16 + 24 + 16) + 3 * 16);
   // The FLOPs count a token's top_k experts, not the idle ones.
   GptConfig k3 = c;
   k3.experts = 2;
-  EXPECT_NEAR(gpt->flops_per_token(),
-              Make(k3)->flops_per_token() + 6.0 * 16, 1e-6);
+  EXPECT_NEAR(gpt->flops_per_token(), MakeGpt(k3)->flops_per_token() + 6.0 * 16,
+              1e-6);
 }
 
 // One expert with room for every token is the dense MLP: its gate is
 // softmax over one logit, exactly 1, and the router gets no gradient.
 TEST(GptMoe, OneExpertIsTheDenseBlock) {
-  GptConfig m = Tiny();
+  GptConfig m = TinyConfig();
   m.experts = 1;
   m.top_k = 1;
   m.moe_every = 1;
   m.capacity = 1.0f;  // ceil(1 * N / 1) = N slots
-  auto dense = Make(Tiny(), 5);
-  auto moe = Make(m, 6);
+  auto dense = MakeGpt(TinyConfig(), 5);
+  auto moe = MakeGpt(m, 6);
   for (size_t i = 0; i < dense->params().size(); ++i) {
     const std::string name = absl::StrReplaceAll(
         dense->params()[i].spec.name, {{".mlp.", ".moe.experts.0."}});
@@ -98,7 +78,8 @@ TEST(GptMoe, OneExpertIsTheDenseBlock) {
               moe->param_data(j));
   }
   const int B = 2, T = 16;
-  const std::vector<int32_t> x = Tokens(B * T, 32, 1), y = Tokens(B * T, 32, 2);
+  const std::vector<int32_t> x = RandomTokens(B * T, 32, 1),
+                             y = RandomTokens(B * T, 32, 2);
   auto a = dense->ForwardBackward(x.data(), y.data(), B, T);
   auto b = moe->ForwardBackward(x.data(), y.data(), B, T);
   ASSERT_TRUE(a.ok() && b.ok());
@@ -138,12 +119,13 @@ bool AllZero(const Gpt& gpt, int i) {
 // Four tokens, top-1 over eight experts: at most four experts get tokens,
 // and exactly those get gradients.
 TEST(GptMoe, OnlyRoutedExpertsGetGradients) {
-  GptConfig c = Tiny();
+  GptConfig c = TinyConfig();
   c.experts = 8;
   c.top_k = 1;
   c.moe_every = 1;
-  auto gpt = Make(c);
-  const std::vector<int32_t> x = Tokens(4, 32, 3), y = Tokens(4, 32, 4);
+  auto gpt = MakeGpt(c);
+  const std::vector<int32_t> x = RandomTokens(4, 32, 3),
+                             y = RandomTokens(4, 32, 4);
   ASSERT_TRUE(gpt->ForwardBackward(x.data(), y.data(), 1, 4).ok());
   const MoeStats s = gpt->moe_stats();
   ASSERT_EQ(s.load.size(), 2u);
@@ -151,8 +133,8 @@ TEST(GptMoe, OnlyRoutedExpertsGetGradients) {
   for (int l = 0; l < 2; ++l) {
     for (int e = 0; e < 8; ++e) {
       kept += s.load[l][e];
-      const std::string h = "h." + std::to_string(l) + ".moe.experts." +
-                            std::to_string(e) + ".";
+      const std::string h =
+          "h." + std::to_string(l) + ".moe.experts." + std::to_string(e) + ".";
       for (const char* t :
            {"fc.weight", "fc.bias", "proj.weight", "proj.bias"}) {
         EXPECT_EQ(AllZero(*gpt, Index(*gpt, h + t)), s.load[l][e] == 0)
@@ -171,14 +153,15 @@ TEST(GptMoe, OnlyRoutedExpertsGetGradients) {
 // with top-2, capacity drops and a strong aux loss: the gate and aux
 // gradients reach the router, and each expert's pointers are its own.
 TEST(GptMoe, GradientsMatchFiniteDifferences) {
-  GptConfig c = Tiny();
+  GptConfig c = TinyConfig();
   c.experts = 4;
   c.moe_every = 1;
   c.capacity = 0.75f;
   c.aux_loss = 0.5f;
-  auto gpt = Make(c, 11);
+  auto gpt = MakeGpt(c, 11);
   const int B = 2, T = 16;
-  const std::vector<int32_t> x = Tokens(B * T, 32, 9), y = Tokens(B * T, 32, 10);
+  const std::vector<int32_t> x = RandomTokens(B * T, 32, 9),
+                             y = RandomTokens(B * T, 32, 10);
   ASSERT_TRUE(gpt->ForwardBackward(x.data(), y.data(), B, T).ok());
   ASSERT_GT(gpt->moe_stats().dropped, 0);
   auto objective = [&] {
@@ -211,13 +194,14 @@ TEST(GptMoe, GradientsMatchFiniteDifferences) {
 }
 
 TEST(GptMoe, RecomputeGivesTheSameGradients) {
-  GptConfig c = Tiny();
+  GptConfig c = TinyConfig();
   c.experts = 4;
   c.moe_every = 1;
   GptConfig r = c;
   r.recompute = true;
-  auto a = Make(c), b = Make(r);
-  const std::vector<int32_t> x = Tokens(32, 32, 5), y = Tokens(32, 32, 6);
+  auto a = MakeGpt(c), b = MakeGpt(r);
+  const std::vector<int32_t> x = RandomTokens(32, 32, 5),
+                             y = RandomTokens(32, 32, 6);
   ASSERT_TRUE(a->ForwardBackward(x.data(), y.data(), 2, 16).ok());
   ASSERT_TRUE(b->ForwardBackward(x.data(), y.data(), 2, 16).ok());
   for (size_t i = 0; i < a->params().size(); ++i) {
@@ -231,11 +215,12 @@ TEST(GptMoe, RecomputeGivesTheSameGradients) {
 
 // Plain SGD on one repeated batch: top-2 over four experts in every block.
 TEST(GptMoe, LearnsABatchByHeart) {
-  GptConfig c = Tiny();
+  GptConfig c = TinyConfig();
   c.experts = 4;
   c.moe_every = 1;
-  auto gpt = Make(c);
-  const std::vector<int32_t> x = Tokens(32, 32, 7), y = Tokens(32, 32, 8);
+  auto gpt = MakeGpt(c);
+  const std::vector<int32_t> x = RandomTokens(32, 32, 7),
+                             y = RandomTokens(32, 32, 8);
   float first = 0, last = 0;
   for (int step = 0; step < 60; ++step) {
     auto loss = gpt->ForwardBackward(x.data(), y.data(), 2, 16);
@@ -253,7 +238,7 @@ TEST(GptMoe, LearnsABatchByHeart) {
 }
 
 TEST(GptMoe, SettingsAreCheckedAndKeptInModelJson) {
-  GptConfig c = Tiny();
+  GptConfig c = TinyConfig();
   c.experts = 4;
   c.top_k = 1;
   c.moe_every = 2;
@@ -268,24 +253,58 @@ TEST(GptMoe, SettingsAreCheckedAndKeptInModelJson) {
   EXPECT_EQ(back->capacity, 2.0f);
   EXPECT_EQ(back->aux_loss, 0.05f);
   EXPECT_EQ(back->expert_hidden, 24);
-  EXPECT_EQ(GptConfigFromJson(GptConfigToJson(Tiny()))->experts, 0);
-  for (auto bad : std::vector<std::pair<const char*, GptConfig>>{
-           {"top_k", [&] { GptConfig b = c; b.top_k = 3; return b; }()},
-           {"top_k", [&] { GptConfig b = c; b.experts = 1; b.top_k = 2; return b; }()},
-           {"moe_every", [&] { GptConfig b = c; b.moe_every = 3; return b; }()},
-           {"capacity", [&] { GptConfig b = c; b.capacity = 0; return b; }()},
-           {"capacity", [&] { GptConfig b = c; b.aux_loss = -1; return b; }()},
-           {"experts", [&] { GptConfig b = c; b.experts = -1; return b; }()},
-           {"expert_hidden",
-            [&] { GptConfig b = c; b.expert_hidden = -2; return b; }()}}) {
+  EXPECT_EQ(GptConfigFromJson(GptConfigToJson(TinyConfig()))->experts, 0);
+  for (auto bad :
+       std::vector<std::pair<const char*, GptConfig>>{{"top_k",
+                                                       [&] {
+                                                         GptConfig b = c;
+                                                         b.top_k = 3;
+                                                         return b;
+                                                       }()},
+                                                      {"top_k",
+                                                       [&] {
+                                                         GptConfig b = c;
+                                                         b.experts = 1;
+                                                         b.top_k = 2;
+                                                         return b;
+                                                       }()},
+                                                      {"moe_every",
+                                                       [&] {
+                                                         GptConfig b = c;
+                                                         b.moe_every = 3;
+                                                         return b;
+                                                       }()},
+                                                      {"capacity",
+                                                       [&] {
+                                                         GptConfig b = c;
+                                                         b.capacity = 0;
+                                                         return b;
+                                                       }()},
+                                                      {"capacity",
+                                                       [&] {
+                                                         GptConfig b = c;
+                                                         b.aux_loss = -1;
+                                                         return b;
+                                                       }()},
+                                                      {"experts",
+                                                       [&] {
+                                                         GptConfig b = c;
+                                                         b.experts = -1;
+                                                         return b;
+                                                       }()},
+                                                      {"expert_hidden", [&] {
+                                                         GptConfig b = c;
+                                                         b.expert_hidden = -2;
+                                                         return b;
+                                                       }()}}) {
     const absl::Status s = bad.second.Validate();
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad.first;
     EXPECT_NE(s.message().find(bad.first), std::string::npos) << s;
   }
-  EXPECT_FALSE(GptConfigFromJson(
-                   R"({"vocab":32,"context":16,"layers":2,"heads":2,)"
-                   R"("width":16,"moe":{"experts":4}})")
-                   .ok());
+  EXPECT_FALSE(
+      GptConfigFromJson(R"({"vocab":32,"context":16,"layers":2,"heads":2,)"
+                        R"("width":16,"moe":{"experts":4}})")
+          .ok());
 }
 
 }  // namespace

@@ -8,34 +8,15 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "testing/gpt_test_util.h"
 #include "testing/model_test_util.h"
 
 namespace strata {
 namespace {
 
-GptConfig TinyConfig() {
-  GptConfig c;
-  c.vocab = 32;
-  c.context = 16;
-  c.layers = 2;
-  c.heads = 2;
-  c.width = 16;
-  return c;
-}
-
-std::unique_ptr<Gpt> MakeGpt(const GptConfig& config, uint64_t seed = 1) {
-  auto gpt = Gpt::Create(config);
-  EXPECT_TRUE(gpt.ok()) << gpt.status();
-  (*gpt)->InitParams(seed);
-  return std::move(*gpt);
-}
-
-std::vector<int32_t> RandomTokens(int n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(n);
-  for (int32_t& x : t) x = static_cast<int32_t>(rng() % vocab);
-  return t;
-}
+using testing::MakeGpt;
+using testing::RandomTokens;
+using testing::TinyConfig;
 
 TEST(GptConfig, RejectsBadShapes) {
   GptConfig c;

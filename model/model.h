@@ -69,9 +69,9 @@ struct ParamInfo {
 
 // What the MoE layers of the last forward routed (model/moe_layer.h).
 struct MoeStats {
-  double aux_loss = 0;      // summed over the layers
-  int64_t dropped = 0;      // assignments over capacity, all layers
-  int64_t assignments = 0;  // tokens x top_k, all layers
+  double aux_loss = 0;                 // summed over the layers
+  int64_t dropped = 0;                 // assignments over capacity, all layers
+  int64_t assignments = 0;             // tokens x top_k, all layers
   std::vector<std::vector<int>> load;  // per MoE layer, per expert
 };
 

@@ -21,9 +21,9 @@ int MoeDims::Capacity() const {
 
 absl::Status ValidateMoeDims(const MoeDims& d) {
   if (d.N <= 0 || d.C <= 0 || d.hidden <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "MoE layer: tokens, width and hidden must be > 0, not ", d.N, ", ",
-        d.C, ", ", d.hidden));
+    return absl::InvalidArgumentError(
+        absl::StrCat("MoE layer: tokens, width and hidden must be > 0, not ",
+                     d.N, ", ", d.C, ", ", d.hidden));
   }
   if (d.top_k != 1 && d.top_k != 2) {
     return absl::InvalidArgumentError(
@@ -35,13 +35,12 @@ absl::Status ValidateMoeDims(const MoeDims& d) {
   }
   if (!(d.capacity_factor > 0) || !std::isfinite(d.capacity_factor)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "MoE layer: the capacity factor must be > 0, not ",
-        d.capacity_factor));
+        "MoE layer: the capacity factor must be > 0, not ", d.capacity_factor));
   }
   if (!(d.aux_alpha >= 0) || !std::isfinite(d.aux_alpha)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "MoE layer: the auxiliary loss weight must be >= 0, not ",
-        d.aux_alpha));
+    return absl::InvalidArgumentError(
+        absl::StrCat("MoE layer: the auxiliary loss weight must be >= 0, not ",
+                     d.aux_alpha));
   }
   return absl::OkStatus();
 }
@@ -186,8 +185,7 @@ absl::Status MoeLayer::Forward(const MoeWeights& w, const float* x,
       const size_t a = size_t{1} * t * K + k;
       if (r_.slot[a] < 0) continue;
       const float g = r_.gate[a];
-      const float* y =
-          &y_[(size_t{1} * r_.expert[a] * cap + r_.slot[a]) * C];
+      const float* y = &y_[(size_t{1} * r_.expert[a] * cap + r_.slot[a]) * C];
       float* o = out + size_t{1} * t * C;
       for (int c = 0; c < C; ++c) o[c] += g * y[c];
     }
@@ -195,9 +193,8 @@ absl::Status MoeLayer::Forward(const MoeWeights& w, const float* x,
   return absl::OkStatus();
 }
 
-void MoeLayer::Backward(const MoeWeights& w, const float* x,
-                        const float* dout, float daux, const MoeGrads& g,
-                        float* dx) {
+void MoeLayer::Backward(const MoeWeights& w, const float* x, const float* dout,
+                        float daux, const MoeGrads& g, float* dx) {
   const int N = d_.N, C = d_.C, E = d_.experts, K = d_.top_k;
   const int cap = d_.Capacity();
   // dL/d(gate) and dL/d(expert output), slot by slot.
@@ -246,8 +243,8 @@ void MoeLayer::Backward(const MoeWeights& w, const float* x,
     }
   }
   // The router writes dx; the experts add to it.
-  kernels::MatmulBackward(dx, g.router, nullptr, dlogit.data(), x, w.router,
-                          N, C, E);
+  kernels::MatmulBackward(dx, g.router, nullptr, dlogit.data(), x, w.router, N,
+                          C, E);
   // Each expert on one thread (as in the forward), into its own rows of
   // din_; then added into dx in expert order, so the sums do not depend on
   // the threads.
@@ -271,8 +268,8 @@ void MoeLayer::BackwardExpert(const MoeWeights& w, const MoeGrads& g, int e) {
   if (n == 0) return;
   const size_t rc = size_t{1} * e * cap * C, rh = size_t{1} * e * cap * H;
   float* dpost = &dpost_[rh];
-  kernels::MatmulBackward(dpost, g.proj_w[e], g.proj_b[e], &dy_[rc],
-                          &post_[rh], w.proj_w[e], n, H, C);
+  kernels::MatmulBackward(dpost, g.proj_w[e], g.proj_b[e], &dy_[rc], &post_[rh],
+                          w.proj_w[e], n, H, C);
   kernels::GeluBackward(dpost, &pre_[rh], dpost, int64_t{n} * H);
   kernels::MatmulBackward(&din_[rc], g.fc_w[e], g.fc_b[e], dpost, &in_[rc],
                           w.fc_w[e], n, C, H);

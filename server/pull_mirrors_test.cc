@@ -76,7 +76,7 @@ TEST(PullMirrors, DeltasKeepBothCopiesIdenticalAndCloseToTheWeights) {
   for (v1::DType dtype : {v1::DTYPE_ONEBIT, v1::DTYPE_TOPK}) {
     SCOPED_TRACE(dtype);
     GradientPool scratch(/*capped=*/false);
-  PullMirrors server(scratch);
+    PullMirrors server(scratch);
     PulledCopies client;
     Puller puller{server, client, dtype, 0.05};
     std::mt19937 rng(3);

@@ -80,9 +80,8 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--compress",
                  "topk:0.1", "--compress_freeze_variance", "true"},
                 "it needs both"},
-        Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--compress",
-                 "onebit", "--optimizer", "sgd", "--compress_freeze_variance",
-                 "true"},
+        Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--compress", "onebit",
+                 "--optimizer", "sgd", "--compress_freeze_variance", "true"},
                 "it needs both"},
         Refusal{
             {"worker", "--scheduler", "127.0.0.1:1", "--compress", "topk:2"},

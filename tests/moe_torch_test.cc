@@ -107,11 +107,12 @@ TEST_P(MoeTorch, MatchesPyTorch) {
   std::vector<float> g_router(router.size()), g_fc_w(fc_w.size()),
       g_fc_b(fc_b.size()), g_proj_w(proj_w.size()), g_proj_b(proj_b.size());
   ASSERT_TRUE(layer->Forward(w, x.data(), out.data()).ok());
-  layer->Backward(w, x.data(), dout.data(), daux,
-                  {g_router.data(), Experts(g_fc_w.data(), E, hc),
-                   Experts(g_fc_b.data(), E, H), Experts(g_proj_w.data(), E, hc),
-                   Experts(g_proj_b.data(), E, C)},
-                  dx.data());
+  layer->Backward(
+      w, x.data(), dout.data(), daux,
+      {g_router.data(), Experts(g_fc_w.data(), E, hc),
+       Experts(g_fc_b.data(), E, H), Experts(g_proj_w.data(), E, hc),
+       Experts(g_proj_b.data(), E, C)},
+      dx.data());
 
   const std::string dir = testing::FreshDir("moe_torch");
   const nlohmann::json cfg = {{"N", N},
@@ -181,11 +182,11 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(MoeLayer, RefusesBadSettings) {
   MoeDims d{.N = 8, .C = 4, .hidden = 16, .experts = 2, .top_k = 2};
   EXPECT_TRUE(MoeLayer::Create(d).ok());
-  for (auto bad : {MoeDims{d.N, d.C, d.hidden, 1, 2},
-                   MoeDims{d.N, d.C, d.hidden, 2, 3},
-                   MoeDims{0, d.C, d.hidden, 2, 1},
-                   MoeDims{d.N, d.C, d.hidden, 2, 1, 0.0f},
-                   MoeDims{d.N, d.C, d.hidden, 2, 1, 1.0f, -1.0f}}) {
+  for (auto bad :
+       {MoeDims{d.N, d.C, d.hidden, 1, 2}, MoeDims{d.N, d.C, d.hidden, 2, 3},
+        MoeDims{0, d.C, d.hidden, 2, 1},
+        MoeDims{d.N, d.C, d.hidden, 2, 1, 0.0f},
+        MoeDims{d.N, d.C, d.hidden, 2, 1, 1.0f, -1.0f}}) {
     const auto layer = MoeLayer::Create(bad);
     EXPECT_EQ(layer.status().code(), absl::StatusCode::kInvalidArgument)
         << layer.status();

@@ -283,9 +283,9 @@ TEST(Train, CompressedPushesAndPullsTrainOnFewerBytes) {
 // load-balancing loss does (its f and P are means over a worker's
 // tokens), so it is off here.
 TEST(Train, MixtureOfExpertsTrainsAcrossWorkersLikeOneWorker) {
-  const std::vector<std::string> moe = {
-      "--grad_clip", "0",        "--experts",  "4", "--top_k", "2",
-      "--moe_every", "1",        "--capacity", "8", "--aux_loss", "0"};
+  const std::vector<std::string> moe = {"--grad_clip", "0", "--experts",   "4",
+                                        "--top_k",     "2", "--moe_every", "1",
+                                        "--capacity",  "8", "--aux_loss",  "0"};
   const BspRun one = TrainBsp({"cpu"}, "moe-one", moe);
   const BspRun two = TrainBsp({"cpu", "cpu"}, "moe-two", moe);
   ASSERT_FALSE(one.losses.empty());
