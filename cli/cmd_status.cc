@@ -7,13 +7,17 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "cli/commands.h"
 #include "cli/ops.h"
@@ -22,6 +26,7 @@
 #include "rpc/health.h"
 #include "strata/v1/ps.grpc.pb.h"
 #include "strata/v1/scheduler.grpc.pb.h"
+#include "trainer/worker_metrics.h"
 
 namespace strata {
 namespace {
@@ -136,6 +141,12 @@ void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
             : static_cast<double>(st.state_floats()) / st.parameters(),
         static_cast<unsigned long long>(st.summed_updates()),
         st.bytes_in() / 1048576.0, st.bytes_out() / 1048576.0);
+    if (st.pushes_zero() > 0) {
+      // MoE: pushes of experts no token reached, without payload.
+      std::printf("  zero pushes %llu (steps closed on them %llu)",
+                  static_cast<unsigned long long>(st.pushes_zero()),
+                  static_cast<unsigned long long>(st.zero_steps()));
+    }
     if (st.pulls_compressed() + st.pulls_rebased() > 0) {
       std::printf("  pulls compressed %llu whole %llu (copies %.1f MiB)",
                   static_cast<unsigned long long>(st.pulls_compressed()),
@@ -186,6 +197,48 @@ void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
   std::printf("\n");
 }
 
+// A worker's expert loads (kExpertLoadSeries) in its scraped metrics:
+// per MoE layer, tokens per expert in its last step.
+std::map<int, std::vector<int>> ExpertLoads(const std::string& text) {
+  std::map<int, std::vector<int>> loads;
+  const std::string prefix = absl::StrCat(kExpertLoadSeries, "{layer=\"");
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StartsWith(line, prefix)) continue;
+    // strata_worker_expert_load{layer="L",expert="E"} V
+    const std::vector<absl::string_view> parts =
+        absl::StrSplit(line.substr(prefix.size()), absl::ByAnyChar("\",} "),
+                       absl::SkipEmpty());
+    int layer = 0, expert = 0;
+    double v = 0;
+    if (parts.size() != 4 || !absl::SimpleAtoi(parts[0], &layer) ||
+        parts[1] != "expert=" || !absl::SimpleAtoi(parts[2], &expert) ||
+        !absl::SimpleAtod(parts[3], &v) || expert < 0 || expert > 1 << 20) {
+      continue;
+    }
+    std::vector<int>& row = loads[layer];
+    if (row.size() <= static_cast<size_t>(expert)) row.resize(expert + 1);
+    row[expert] = static_cast<int>(v);
+  }
+  return loads;
+}
+
+// With MoE layers: the share of a dense sync's expert bytes the worker
+// moved each way, and each layer's load per expert.
+void PrintExperts(const absl::StatusOr<std::string>& text) {
+  const std::optional<double> dense = Scraped(text, kExpertDenseSeries);
+  if (!dense || *dense <= 0) return;
+  std::printf(
+      "    experts: pulled %.1f%% and pushed %.1f%% of a dense sync's "
+      "bytes\n",
+      100 * Scraped(text, kExpertPulledSeries).value_or(0) / *dense,
+      100 * Scraped(text, kExpertPushedSeries).value_or(0) / *dense);
+  for (const auto& [layer, load] : ExpertLoads(*text)) {
+    std::printf("    layer %d load:", layer);
+    for (int n : load) std::printf(" %d", n);
+    std::printf("\n");
+  }
+}
+
 // Each worker: its health, step, speed, and its share of the job's
 // samples (the ledger splits BSP steps by the speeds in the view).
 void PrintWorkers(const v1::View& view, const Security& security) {
@@ -207,6 +260,7 @@ void PrintWorkers(const v1::View& view, const Security& security) {
         static_cast<long long>(w.clock()), w.samples_per_sec(), share,
         Fmt(Scraped(text, "strata_worker_tokens_per_second"), 0).c_str(),
         Fmt(Scraped(text, "strata_worker_loss"), 4).c_str());
+    PrintExperts(text);
   }
 }
 

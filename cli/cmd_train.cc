@@ -220,6 +220,12 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "each layer once its weights are in (--sync ps; false: "
                   "pull them all first)")
       ->capture_default_str();
+  cmd->add_option("--sparse_experts", o->sparse_experts,
+                  "with --experts and --sync ps: pull and push only the "
+                  "experts a step's tokens are routed to (an expert no "
+                  "token reached keeps its weights and optimizer state); "
+                  "false: every expert every step, as dense tensors")
+      ->capture_default_str();
   cmd->add_option_function<std::string>(
          "--sync",
          [o](const std::string& name) { o->sync = *ParseSyncMode(name); },
@@ -360,6 +366,7 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
     f.insert(f.end(), {"--pull_during_commit", "false"});
   if (!o.forward_during_pull)
     f.insert(f.end(), {"--forward_during_pull", "false"});
+  if (!o.sparse_experts) f.insert(f.end(), {"--sparse_experts", "false"});
   if (o.lease_ahead_s != TrainerOptions().lease_ahead_s)
     f.insert(f.end(), {"--lease_ahead_s", absl::StrCat(o.lease_ahead_s)});
   if (o.sync != SyncMode::kPs)

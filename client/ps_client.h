@@ -157,6 +157,12 @@ struct StepStamp {
   // pushes its share of the chunks).
   int share_stride = 1;
   int share_index = 0;
+  // Pushes: the gradient is zero (an MoE expert no token of the step was
+  // routed to): the request goes without a payload (ps.proto
+  // PushRequest.zero) and `grad` is not read (it may be null). Nothing is
+  // compressed or carried for error feedback: a chunk's carried error
+  // waits for its next push with a payload.
+  bool zero = false;
   // The payload's type on the wire; unset: the client's push_dtype or
   // pull_dtype (a worker that pulls bf16 to compute reads the final weights
   // in fp32).

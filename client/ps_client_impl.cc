@@ -129,6 +129,7 @@ v1::PushRequest PsClient::Impl::PushHeader(const OpState& op,
   header.set_num_samples(op.samples);
   header.set_deferred(op.stamp.deferred);
   header.set_whole_step(op.stamp.whole_step);
+  header.set_zero(op.stamp.zero);
   // So a late read of an attempt given up on cannot replace its retry.
   header.set_push_seq(op.seq + 1);
   header.set_attempt(static_cast<uint32_t>(op.attempts));
@@ -138,6 +139,10 @@ v1::PushRequest PsClient::Impl::PushHeader(const OpState& op,
 grpc::ByteBuffer PsClient::Impl::PushMessage(const OpPtr& op, Stubs* stubs,
                                              const v1::View& view) {
   const ChunkInfo& chunk = plan_.chunks[op->chunk];
+  if (op->stamp.zero) {
+    grpc::Slice slice(PushHeader(*op, view).SerializeAsString());
+    return grpc::ByteBuffer(&slice, 1);
+  }
   if (Compressed(*op)) {
     v1::PushRequest header = PushHeader(*op, view);
     return CompressedPush(op, stubs, header);

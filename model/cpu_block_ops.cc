@@ -110,7 +110,9 @@ absl::Status CpuBlockOps::GradsReady(int slot) {
 
 absl::Status CpuBlockOps::Moe(float* out, const float* residual,
                               const float* in) {
-  STRATA_RETURN_IF_ERROR(moe->Forward(moe_w, in, out));
+  STRATA_RETURN_IF_ERROR(moe->Route(moe_w, in));
+  if (on_routed) STRATA_RETURN_IF_ERROR(on_routed(moe->routing()));
+  moe->Combine(moe_w, in, out);
   const int64_t n = int64_t{d.N()} * d.C;
   for (int64_t i = 0; i < n; ++i) out[i] += residual[i];
   return absl::OkStatus();

@@ -40,6 +40,10 @@ struct CpuBlockOps {
   MoeWeights moe_w;
   MoeGrads moe_g;
   std::function<void()> on_moe_grads_ready;
+  // Called by Moe between routing and the experts (may be unset): an
+  // error stops the forward. The experts the routing reached have their
+  // weights read after it returns, and only those.
+  std::function<absl::Status(const MoeRouting&)> on_routed;
 
   const block::BlockDims& dims() const { return d; }
   const float* w(int slot) const { return weights[slot]; }

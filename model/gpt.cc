@@ -225,6 +225,56 @@ void Gpt::SetParamWaitCallback(std::function<absl::Status(int)> cb) {
   param_wait_ = std::move(cb);
 }
 
+bool Gpt::ExpertOf(int i, int* layer, int* expert) const {
+  const int L = config_.layers;
+  if (config_.experts == 0 || i < first_param_[0] || i >= first_param_[L]) {
+    return false;
+  }
+  const int l =
+      static_cast<int>(std::upper_bound(first_param_.begin(),
+                                        first_param_.begin() + L + 1, i) -
+                       first_param_.begin()) -
+      1;
+  const int s = i - first_param_[l] - (kMoeRouter + 1);
+  if (!config_.IsMoeLayer(l) || s < 0) return false;
+  *layer = l;
+  *expert = s / kParamsPerExpert;
+  return true;
+}
+
+bool Gpt::RoutedParam(int i) const {
+  int l = 0, e = 0;
+  return ExpertOf(i, &l, &e);
+}
+
+void Gpt::SetParamsWantedCallback(
+    std::function<void(absl::Span<const int>)> cb) {
+  params_wanted_ = std::move(cb);
+}
+
+bool Gpt::ParamUnused(int i) const {
+  int l = 0, e = 0;
+  if (!ExpertOf(i, &l, &e) || static_cast<size_t>(l) >= ws_->moe.size() ||
+      !ws_->moe[l].has_value()) {
+    return false;
+  }
+  const std::vector<int>& load = ws_->moe[l]->routing().load;
+  return !load.empty() && load[e] == 0;
+}
+
+absl::Status Gpt::AwaitExperts(int l, const MoeRouting& routing) {
+  wanted_.clear();
+  for (int e = 0; e < config_.experts; ++e) {
+    if (routing.load[e] == 0) continue;
+    const int first = first_param_[l] + kMoeRouter + 1 + kParamsPerExpert * e;
+    for (int s = 0; s < kParamsPerExpert; ++s) wanted_.push_back(first + s);
+  }
+  if (params_wanted_) params_wanted_(wanted_);
+  if (!param_wait_) return absl::OkStatus();
+  for (int i : wanted_) STRATA_RETURN_IF_ERROR(param_wait_(i));
+  return absl::OkStatus();
+}
+
 absl::Status Gpt::AwaitParams(int first, int count) {
   if (!param_wait_) return absl::OkStatus();
   for (int i = first; i < first + count; ++i) {
@@ -284,8 +334,11 @@ absl::Status Gpt::ForwardTrunk(const int32_t* tokens, int B, int T) {
   k::EncoderForward(ws.x.data(), tokens, param_data(kWte), param_data(kWpe), B,
                     T, config_.width);
   for (int l = 0; l < config_.layers; ++l) {
-    STRATA_RETURN_IF_ERROR(
-        AwaitParams(first_param_[l], first_param_[l + 1] - first_param_[l]));
+    // An MoE block's experts: once routed (AwaitExperts).
+    const int count = config_.IsMoeLayer(l)
+                          ? kMoeRouter + 1
+                          : first_param_[l + 1] - first_param_[l];
+    STRATA_RETURN_IF_ERROR(AwaitParams(first_param_[l], count));
     STRATA_RETURN_IF_ERROR(BlockForward(l, B, T));
   }
   const int lnf = first_param_[config_.layers];
@@ -364,13 +417,18 @@ MoeStats Gpt::moe_stats() const {
 
 // x[l+1] = block(x[l]), keeping what backward needs in the layer's
 // BlockActs.
-absl::Status Gpt::BlockForward(int l, int B, int T) {
+absl::Status Gpt::BlockForward(int l, int B, int T, bool recompute) {
   CpuBlockOps ops = LayerOps(l, B, T);
   const int64_t NC = int64_t{B} * T * config_.width;
   const float* x = ws_->x.data() + l * NC;
   float* y = ws_->x.data() + (l + 1) * NC;
-  return ops.moe != nullptr ? block::MoeForward(ops, x, y)
-                            : block::Forward(ops, x, y);
+  if (ops.moe == nullptr) return block::Forward(ops, x, y);
+  if (!recompute && (param_wait_ || params_wanted_)) {
+    ops.on_routed = [this, l](const MoeRouting& r) {
+      return AwaitExperts(l, r);
+    };
+  }
+  return block::MoeForward(ops, x, y);
 }
 
 // Adds the layer's gradients and turns ws.dres into dL/dx[l].
@@ -443,7 +501,9 @@ absl::StatusOr<float> Gpt::ForwardBackward(const int32_t* tokens,
   GradReady(lnf);
   GradReady(lnf + 1);
   for (int l = L - 1; l >= 0; --l) {
-    if (config_.recompute) STRATA_RETURN_IF_ERROR(BlockForward(l, B, T));
+    if (config_.recompute) {
+      STRATA_RETURN_IF_ERROR(BlockForward(l, B, T, /*recompute=*/true));
+    }
     STRATA_RETURN_IF_ERROR(BlockBackward(l, B, T));
   }
   k::EncoderBackward(grad_data(kWte), grad_data(kWpe), ws.dres.data(), tokens,

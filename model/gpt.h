@@ -21,6 +21,7 @@
 namespace strata {
 
 struct CpuBlockOps;
+struct MoeRouting;
 
 // The parameters of a GPT of `config` (what Gpt::params() lists), without
 // their storage: names, shapes, groups and inits.
@@ -76,6 +77,13 @@ class Gpt : public Model {
   // (the embeddings first, the final LayerNorm last).
   void SetParamWaitCallback(
       std::function<absl::Status(int param_index)> cb) override;
+  // An MoE block waits for its attention half, LayerNorms and router
+  // first; once routed, for the experts with tokens alone (named first to
+  // the params-wanted function).
+  bool RoutedParam(int i) const override;
+  void SetParamsWantedCallback(
+      std::function<void(absl::Span<const int>)> cb) override;
+  bool ParamUnused(int i) const override;
 
   // The (B,T,vocab) logits of (B,T) tokens (row-major, host memory), the
   // weights in param_data: what the LM head gives before the softmax.
@@ -129,7 +137,14 @@ class Gpt : public Model {
   CpuBlockOps LayerOps(int layer, int B, int T);
   // An MoE block's layer and tensors in `ops`.
   void AddMoeOps(int layer, CpuBlockOps& ops);
-  absl::Status BlockForward(int layer, int B, int T);
+  // `recompute`: backward's second forward of the block, which waits for
+  // nothing.
+  absl::Status BlockForward(int layer, int B, int T, bool recompute = false);
+  // The routed experts of MoE layer `layer` named (params_wanted_) and
+  // waited for (param_wait_).
+  absl::Status AwaitExperts(int layer, const MoeRouting& routing);
+  // Whether parameter i is an expert's, and whose.
+  bool ExpertOf(int i, int* layer, int* expert) const;
   absl::Status BlockBackward(int layer, int B, int T);
   // LM head and loss over chunks of positions; with backward, also writes
   // dL/d(lnf output) and adds to the wte gradient.
@@ -152,6 +167,8 @@ class Gpt : public Model {
   int64_t num_params_ = 0;
   std::function<void(int)> grad_ready_;
   std::function<absl::Status(int)> param_wait_;
+  std::function<void(absl::Span<const int>)> params_wanted_;
+  std::vector<int> wanted_;  // AwaitExperts' scratch
   std::unique_ptr<Workspace> ws_;
 };
 

@@ -3,6 +3,7 @@
 // changes nothing, the model learns, and the settings are checked and kept
 // in model.json. The layer's own math is checked against PyTorch in
 // tests/moe_torch_test.cc.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -146,6 +147,69 @@ TEST(GptMoe, OnlyRoutedExpertsGetGradients) {
   EXPECT_EQ(kept + s.dropped, 2 * 4);
   EXPECT_GE(idle, 8);
   EXPECT_GT(s.aux_loss, 0);
+}
+
+// The pass names and waits for only the experts its routers chose, each
+// after its layer's router; ParamUnused says which it did not read, and
+// their gradients are zero. A recomputed forward waits for nothing.
+TEST(GptMoe, WaitsOnlyForTheRoutedExperts) {
+  for (bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute ? "recompute" : "stored");
+    GptConfig c = TinyConfig();
+    c.experts = 8;
+    c.top_k = 1;
+    c.moe_every = 2;  // block 1
+    c.recompute = recompute;
+    auto gpt = MakeGpt(c);
+    const int n = static_cast<int>(gpt->params().size());
+    std::vector<int> waited, wanted;
+    std::vector<int> wanted_at;  // waits before each wanted call
+    gpt->SetParamWaitCallback([&](int i) {
+      waited.push_back(i);
+      return absl::OkStatus();
+    });
+    gpt->SetParamsWantedCallback([&](absl::Span<const int> params) {
+      wanted_at.push_back(static_cast<int>(waited.size()));
+      wanted.insert(wanted.end(), params.begin(), params.end());
+    });
+    const std::vector<int32_t> x = RandomTokens(4, 32, 3),
+                               y = RandomTokens(4, 32, 4);
+    ASSERT_TRUE(gpt->ForwardBackward(x.data(), y.data(), 1, 4).ok());
+    const MoeStats s = gpt->moe_stats();
+    ASSERT_EQ(s.load.size(), 1u);
+    std::vector<int> routed_used, others;
+    for (int i = 0; i < n; ++i) {
+      const std::string& name = gpt->params()[i].spec.name;
+      const bool expert = name.find(".moe.experts.") != std::string::npos;
+      EXPECT_EQ(gpt->RoutedParam(i), expert) << name;
+      if (!expert) {
+        others.push_back(i);
+        EXPECT_FALSE(gpt->ParamUnused(i)) << name;
+        continue;
+      }
+      const int e = std::stoi(name.substr(name.find("experts.") + 8));
+      EXPECT_EQ(gpt->ParamUnused(i), s.load[0][e] == 0) << name;
+      EXPECT_EQ(AllZero(*gpt, i), s.load[0][e] == 0) << name;
+      if (s.load[0][e] > 0) routed_used.push_back(i);
+    }
+    ASSERT_LT(routed_used.size(), 8u * 4);  // some expert was idle
+    ASSERT_EQ(wanted_at.size(), 1u);        // one MoE layer routed, once
+    EXPECT_EQ(wanted, routed_used);
+    // Waited once each: every other parameter, and the wanted experts
+    // right after they were named (the router before that).
+    std::vector<int> sorted = waited;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int> expect = others;
+    expect.insert(expect.end(), routed_used.begin(), routed_used.end());
+    std::sort(expect.begin(), expect.end());
+    EXPECT_EQ(sorted, expect);
+    const int router = Index(*gpt, "h.1.moe.router.weight");
+    EXPECT_EQ(waited[wanted_at[0] - 1], router);
+    EXPECT_EQ(std::vector<int>(waited.begin() + wanted_at[0],
+                               waited.begin() + wanted_at[0] +
+                                   static_cast<int>(routed_used.size())),
+              routed_used);
+  }
 }
 
 // The gradient of the objective (cross-entropy plus each layer's aux loss)

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/chunk_plan.h"
 
 namespace strata {
@@ -135,9 +136,28 @@ class Model {
   // status stops the pass, which returns it (the gradients are then
   // unspecified). A model that does not read the host weights (GptCuda
   // resident) makes no calls. Empty: no calls. The function must not call
-  // into the model.
+  // into the model. A routed parameter (RoutedParam) is waited for only
+  // if the pass reads it (after its layer's router, and after the
+  // params-wanted call that names it); a recomputed forward waits for
+  // nothing.
   virtual void SetParamWaitCallback(
       std::function<absl::Status(int param_index)> cb) = 0;
+
+  // Mixture of experts (model/moe_layer.h). A routed parameter is an
+  // expert's: a pass reads it only if its layer's router sends tokens to
+  // that expert, and otherwise leaves its gradient at zero. False for
+  // every parameter of a dense model.
+  virtual bool RoutedParam(int i) const { return false; }
+  // Sets a function the forward calls, on the calling thread, once a
+  // layer has routed: the routed parameters it will read (each expert
+  // with tokens, all of its tensors), before it waits for any of them, so
+  // a trainer can send all of their pulls at once. Empty: no calls.
+  virtual void SetParamsWantedCallback(
+      std::function<void(absl::Span<const int> params)> cb) {}
+  // Whether the last pass (ForwardBackward, Loss) read routed parameter i
+  // not at all: no token reached its expert, so that pass's gradient of
+  // it is exactly zero. False for parameters that are not routed.
+  virtual bool ParamUnused(int i) const { return false; }
 
   // The number of parameters (wte counted once).
   virtual int64_t num_params() const = 0;

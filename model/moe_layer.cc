@@ -78,7 +78,7 @@ int ArgMax(const float* p, int n, int skip) {
 
 }  // namespace
 
-void MoeLayer::Route(const float* x) {
+void MoeLayer::Assign() {
   const int N = d_.N, E = d_.experts, K = d_.top_k, cap = d_.Capacity();
   MoeRouting& r = r_;
   r.expert.assign(size_t{1} * N * K, -1);
@@ -156,8 +156,13 @@ void MoeLayer::RunExpert(const MoeWeights& w, const float* x, int e) {
 
 absl::Status MoeLayer::Forward(const MoeWeights& w, const float* x,
                                float* out) {
-  const int N = d_.N, C = d_.C, E = d_.experts, K = d_.top_k;
-  const int cap = d_.Capacity();
+  STRATA_RETURN_IF_ERROR(Route(w, x));
+  Combine(w, x, out);
+  return absl::OkStatus();
+}
+
+absl::Status MoeLayer::Route(const MoeWeights& w, const float* x) {
+  const int N = d_.N, C = d_.C, E = d_.experts;
   for (const auto* v : {&w.fc_w, &w.fc_b, &w.proj_w, &w.proj_b}) {
     if (static_cast<int>(v->size()) != E) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -177,7 +182,13 @@ absl::Status MoeLayer::Forward(const MoeWeights& w, const float* x,
     }
     for (int i = 0; i < E; ++i) p[i] = static_cast<float>(p[i] / sum);
   }
-  Route(x);
+  Assign();
+  return absl::OkStatus();
+}
+
+void MoeLayer::Combine(const MoeWeights& w, const float* x, float* out) {
+  const int N = d_.N, C = d_.C, K = d_.top_k;
+  const int cap = d_.Capacity();
   RunExperts(w, x);
   std::fill(out, out + size_t{1} * N * C, 0.0f);
   for (int t = 0; t < N; ++t) {
@@ -190,7 +201,6 @@ absl::Status MoeLayer::Forward(const MoeWeights& w, const float* x,
       for (int c = 0; c < C; ++c) o[c] += g * y[c];
     }
   }
-  return absl::OkStatus();
 }
 
 void MoeLayer::Backward(const MoeWeights& w, const float* x, const float* dout,

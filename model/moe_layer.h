@@ -89,6 +89,12 @@ class MoeLayer {
   // INVALID_ARGUMENT for router logits that are not finite, or for w
   // without one pointer of each kind per expert.
   absl::Status Forward(const MoeWeights& w, const float* x, float* out);
+  // Forward in two halves: Route runs the router and routes (routing()
+  // says then which experts the tokens reached; the experts' weights are
+  // not read), Combine runs the experts that have tokens and combines
+  // their outputs into out. Combine REQUIRES: Route succeeded for x.
+  absl::Status Route(const MoeWeights& w, const float* x);
+  void Combine(const MoeWeights& w, const float* x, float* out);
   // From the last Forward's x: adds to g, and writes dx (N,C) = dL/dx for
   // dL/d(out) = dout (N,C) and dL/d(aux) = daux.
   void Backward(const MoeWeights& w, const float* x, const float* dout,
@@ -98,7 +104,7 @@ class MoeLayer {
 
  private:
   explicit MoeLayer(const MoeDims& d) : d_(d) {}
-  void Route(const float* x);
+  void Assign();
   void RunExperts(const MoeWeights& w, const float* x);
   void RunExpert(const MoeWeights& w, const float* x, int e);
   void BackwardExpert(const MoeWeights& w, const MoeGrads& g, int e);

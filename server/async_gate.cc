@@ -55,7 +55,10 @@ absl::StatusOr<v1::PushResponse> AspGate::ApplyNow(
     return resp;
   }
   const float* g = grad.data();
-  if (scale == 1.0f) {
+  if (req.zero()) {
+    // Nothing to apply (an expert none of this worker's tokens reached):
+    // the weights, their state and the version stay; the clock moves.
+  } else if (scale == 1.0f) {
     ApplyChunkUpdate(c, req.step(), g, parts_.counters);
   } else {
     ApplyChunkUpdate(

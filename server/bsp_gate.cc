@@ -85,9 +85,13 @@ absl::StatusOr<v1::PushResponse> BspGate::Collect(Chunk& c,
   auto [it, inserted] = c.open.try_emplace(req.member_id());
   if (inserted || it->second.epoch < req.epoch()) {
     if (!inserted) parts_.pool.Give(std::move(it->second.grad));
-    it->second =
-        Contribution{req.num_samples(), req.first_sample(), req.epoch(),
-                     std::move(grad),   req.whole_step(),   scale};
+    it->second = Contribution{.samples = req.num_samples(),
+                              .first_sample = req.first_sample(),
+                              .epoch = req.epoch(),
+                              .grad = std::move(grad),
+                              .zero = req.zero(),
+                              .whole_step = req.whole_step(),
+                              .scale = scale};
   } else {
     parts_.pool.Give(std::move(grad));
   }
@@ -161,13 +165,30 @@ void BspGate::CloseStep(Chunk& c) {
     float weight, scale;
     const float* g;
   };
+  // A zero push adds nothing but its samples to the mean's weights.
   std::vector<Term> terms;
   for (const auto& [id, contrib] : c.open) {
+    if (contrib.zero) continue;
     terms.push_back(
         {static_cast<float>(static_cast<double>(contrib.samples) / total),
          contrib.scale, contrib.grad.data()});
   }
   const int64_t step = static_cast<int64_t>(c.rec.version);
+  if (terms.empty()) {
+    // No worker's tokens reached this chunk (an idle expert): the step
+    // closes with no update, so its weights and moments stay as they were
+    // (no decay of Adam's moments, no weight decay) rather than taking a
+    // zero gradient's update. Adam's bias correction counts steps (the
+    // version), as TensorFlow's LazyAdam does. With LAMB or Adafactor,
+    // every chunk of the tensor skips alike (a worker's pushes of one
+    // tensor are all zero or none is), and Reduce finds it applied.
+    c.rec.version++;
+    c.Dirty();
+    parts_.counters.zero_steps++;
+    NoteApplied(c, step, 0, epoch);
+    ClearOpen(c);
+    return;
+  }
   auto form = [&terms](size_t begin, size_t end, float* out) {
     const size_t n = end - begin;
     const Term& first = terms.front();

@@ -35,8 +35,9 @@ struct ChunkGroup {
 struct Contribution {
   uint64_t samples = 0;
   uint64_t first_sample = 0;
-  uint64_t epoch = 0;  // the view epoch the step was computed in
-  std::vector<float> grad;
+  uint64_t epoch = 0;       // the view epoch the step was computed in
+  std::vector<float> grad;  // empty when `zero`
+  bool zero = false;        // PushRequest.zero: a gradient of zeros
   bool whole_step = false;  // PushRequest.whole_step: closes the step
   // A deferred push's clipping factor (CommitRequest.scale), applied
   // when the step closes, in the same float multiply Commit would do.

@@ -87,8 +87,10 @@ absl::Status DeferredCommits::Import(const v1::ShardStateHeader& in) {
   for (const v1::HeldPushState& h : in.held()) {
     Held& d = held_[h.req().member_id()][h.req().chunk_id()];
     d.req = h.req();
-    d.grad = pool_.Take(h.grad().size() / sizeof(float));
-    std::memcpy(d.grad.data(), h.grad().data(), h.grad().size());
+    if (!h.req().zero()) {
+      d.grad = pool_.Take(h.grad().size() / sizeof(float));
+      std::memcpy(d.grad.data(), h.grad().data(), h.grad().size());
+    }
     d.arrival = h.arrival();
     d.pulled = h.pulled();
     arrivals_ = std::max(arrivals_, h.arrival());
@@ -121,11 +123,12 @@ void DeferredCommits::Hold(const v1::PushRequest& req, std::vector<float> grad,
     return std::tuple(r.generation(), r.step(), r.epoch(), r.push_seq(),
                       r.attempt());
   };
-  if (!d.grad.empty() && order(req) < order(d.req)) {
+  const bool holding = d.arrival != 0;  // (a zero push holds no floats)
+  if (holding && order(req) < order(d.req)) {
     pool_.Give(std::move(grad));
     return;
   }
-  if (!d.grad.empty()) pool_.Give(std::move(d.grad));
+  if (holding) pool_.Give(std::move(d.grad));
   d.req = req;
   d.grad = std::move(grad);
   d.arrival = ++arrivals_;

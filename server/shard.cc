@@ -173,6 +173,21 @@ absl::Status Shard::DecodeCompressed(const v1::PushRequest& req,
   return decoded;
 }
 
+absl::Status Shard::CheckZeroPush(const v1::PushRequest& req,
+                                  size_t payload_bytes) {
+  if (payload_bytes > 0 || req.has_shm() || req.has_bulk()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a zero push of chunk ", req.chunk_id(), " carries a payload (",
+        payload_bytes, " bytes): it says the gradient is zero"));
+  }
+  if (req.whole_step()) {
+    return absl::InvalidArgumentError(
+        "a whole-step push (all-reduce sync) cannot be a zero push");
+  }
+  counters_.pushes_zero++;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req,
                                              absl::string_view data) {
   return Push(req, data.size(), [&data](char* dst, size_t begin, size_t n) {
@@ -200,9 +215,13 @@ absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req,
     STRATA_RETURN_IF_ERROR(
         p_->membership.AwaitGeneration(req.generation(), req.member_id()));
     STRATA_RETURN_IF_ERROR(CheckMember(req));
-    std::vector<float> grad;
-    STRATA_RETURN_IF_ERROR(DecodeGradient(req, payload_bytes, read,
-                                          c->spec.numel(), &grad, &nonfinite));
+    std::vector<float> grad;  // empty for a zero push
+    if (req.zero()) {
+      STRATA_RETURN_IF_ERROR(CheckZeroPush(req, payload_bytes));
+    } else {
+      STRATA_RETURN_IF_ERROR(DecodeGradient(
+          req, payload_bytes, read, c->spec.numel(), &grad, &nonfinite));
+    }
     if (req.deferred()) return Hold(*c, req, std::move(grad));
     return p_->gate->Push(*c, req, std::move(grad), 1.0f);
   }();
@@ -298,6 +317,8 @@ void Shard::FillStats(v1::StatsResponse* out) const {
   out->set_summed_updates(counters_.summed_updates);
   out->set_pull_mirror_floats(p_->mirrors.floats());
   out->set_pulls_compressed(counters_.pulls_compressed);
+  out->set_pushes_zero(counters_.pushes_zero);
+  out->set_zero_steps(counters_.zero_steps);
   out->set_pulls_rebased(counters_.pulls_rebased);
   const std::vector<Chunk*> all = p_->table.All();
   out->set_chunks(all.size());

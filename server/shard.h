@@ -216,6 +216,9 @@ class Shard {
   absl::Status DecodeGradient(const v1::PushRequest& req, size_t payload_bytes,
                               PayloadReader read, uint64_t numel,
                               std::vector<float>* out, bool* nonfinite);
+  // A zero push (PushRequest.zero): INVALID_ARGUMENT if it carries a
+  // payload or is a whole-step push; counted.
+  absl::Status CheckZeroPush(const v1::PushRequest& req, size_t payload_bytes);
   // The same for a compressed push (ONEBIT, TOPK: common/compress.h): read
   // whole (at most its chunk's bound), decoded into a pooled buffer.
   absl::Status DecodeCompressed(const v1::PushRequest& req,

@@ -78,6 +78,10 @@ struct ShardCounters {
   // Compressed pulls answered with a delta, and with the whole weights.
   std::atomic<uint64_t> pulls_compressed{0};
   std::atomic<uint64_t> pulls_rebased{0};
+  // Pushes without a payload (PushRequest.zero), and BSP chunk steps
+  // closed on such pushes alone (no update).
+  std::atomic<uint64_t> pushes_zero{0};
+  std::atomic<uint64_t> zero_steps{0};
   std::atomic<uint64_t> bsp_samples_applied{0};
   std::atomic<uint64_t> bsp_tiling_errors{0};
   std::atomic<uint64_t> aborted_stale_epoch{0};

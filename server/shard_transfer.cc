@@ -99,6 +99,7 @@ absl::Status Shard::ExportChunk(Chunk& c, StateEmitter emit, uint64_t* bytes) {
       o.set_whole_step(contrib.whole_step);
       o.set_scale(contrib.scale);
       o.set_grad(FloatBytes(contrib.grad));
+      o.set_zero(contrib.zero);
     }
     for (const auto& [member, clock] : c.clocks)
       (*meta->mutable_clocks())[member] = clock;
@@ -218,7 +219,9 @@ absl::StatusOr<uint64_t> Shard::InstallState(const v1::ShardStateHeader& header,
   }
   for (const v1::HeldPushState& h : parts.held()) {
     absl::StatusOr<Chunk*> c = p_->table.Find(h.req().chunk_id());
-    if (!c.ok() || h.grad().size() != (*c)->spec.numel() * sizeof(float)) {
+    const size_t want =
+        h.req().zero() || !c.ok() ? 0 : (*c)->spec.numel() * sizeof(float);
+    if (!c.ok() || h.grad().size() != want) {
       return absl::DataLossError(
           absl::StrCat("a held push of chunk ", h.req().chunk_id(),
                        " does not match a chunk of the state"));
@@ -254,7 +257,7 @@ absl::Status Shard::InstallChunk(
   STRATA_ASSIGN_OR_RETURN(Chunk * c, p_->table.Find(id));
   const size_t numel = c->spec.numel();
   for (const v1::OpenPushState& o : chunk.open) {
-    if (o.grad().size() != numel * sizeof(float)) {
+    if (o.grad().size() != (o.zero() ? 0 : numel * sizeof(float))) {
       return absl::DataLossError(absl::StrCat(
           "an open push of chunk ", id, " has ", o.grad().size(),
           " bytes of gradient; the chunk holds ", numel, " values"));
@@ -284,8 +287,11 @@ absl::Status Shard::InstallChunk(
       contrib.epoch = o.epoch();
       contrib.whole_step = o.whole_step();
       contrib.scale = o.scale();
-      contrib.grad = p_->pool.Take(numel);
-      std::memcpy(contrib.grad.data(), o.grad().data(), o.grad().size());
+      contrib.zero = o.zero();
+      if (!o.zero()) {
+        contrib.grad = p_->pool.Take(numel);
+        std::memcpy(contrib.grad.data(), o.grad().data(), o.grad().size());
+      }
     }
     for (const auto& [member, clock] : meta.clocks()) c->clocks[member] = clock;
     c->changed.SignalAll();

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <memory>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -192,6 +193,64 @@ TEST(Ops, EveryRoleServesHealthAndMetricsThatMoveAsAJobTrains) {
   EXPECT_EQ(a->Stop(SIGTERM), 0) << a->Output();
   for (auto& s : servers) EXPECT_EQ(s->Stop(), 0) << s->Output();
   EXPECT_EQ(scheduler.Stop(), 0) << scheduler.Output();
+}
+
+// `strata status` of an MoE job: each worker's load per expert of each MoE
+// layer in its last step (every token kept: the capacity holds them all),
+// and the share of a dense sync's expert bytes it moved.
+TEST(Ops, StatusShowsEachExpertsLoad) {
+  const std::string dir = testing::FreshDir("ops-moe");
+  testing::TestCluster cluster(STRATA_BINARY, dir);
+  ASSERT_FALSE(cluster.address().empty());
+  const std::string corpus = dir + "/corpus.txt";
+  {
+    std::ofstream f(corpus);
+    for (int i = 0; i < 200; ++i) f << "the quick brown fox jumps. ";
+  }
+  Child worker(
+      {STRATA_BINARY, "worker",      "--scheduler",    cluster.address(),
+       "--layers",    "1",           "--heads",        "2",
+       "--width",     "16",          "--context",      "16",
+       "--data",      corpus,        "--batch",        "4",
+       "--experts",   "16",          "--top_k",        "1",
+       "--moe_every", "1",           "--capacity",     "16",
+       "--steps",     "1000000",     "--eval_every",   "0",
+       "--listen",    "127.0.0.1:0", "--metrics_port", "0"},
+      dir + "/worker.log");
+  const std::string metrics = MetricsAddressOf(worker);
+  ASSERT_FALSE(metrics.empty()) << worker.Output();
+  ASSERT_TRUE(Reaches(metrics, "strata_worker_steps_total", 3))
+      << worker.Output();
+  int rc = 0;
+  const std::string out =
+      RunCli({STRATA_BINARY, "status", "--scheduler", cluster.address()},
+             dir + "/status.log", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  std::smatch load;
+  ASSERT_TRUE(std::regex_search(out, load,
+                                std::regex("layer 0 load:((?: \\d+){16})\n")))
+      << out;
+  int tokens = 0, idle = 0;
+  std::istringstream row(load[1].str());
+  for (int n; row >> n;) {
+    tokens += n;
+    idle += n == 0;
+  }
+  EXPECT_EQ(tokens, 4 * 16) << out;  // batch x context, top-1, none dropped
+  std::smatch share;
+  ASSERT_TRUE(std::regex_search(
+      out, share,
+      std::regex("experts: pulled ([0-9.]+)% and pushed ([0-9.]+)% of a "
+                 "dense sync's bytes")))
+      << out;
+  EXPECT_GT(std::stod(share[2]), 0) << out;
+  EXPECT_LE(std::stod(share[2]), 100) << out;
+  EXPECT_LE(std::stod(share[1]), 100) << out;
+  if (idle > 0) {
+    EXPECT_LT(std::stod(share[2]), 100) << out;
+  }
+  EXPECT_EQ(worker.Stop(SIGTERM), 0) << worker.Output();
+  cluster.Stop();
 }
 
 }  // namespace

@@ -57,6 +57,10 @@ void Progress::Step(const StepMetrics& m) {
       j["moe_dropped"] = m.moe_dropped;
       j["moe_load"] = m.moe_load;
     }
+    if (m.moe_experts_pulled) {
+      j["moe_experts_pulled"] = *m.moe_experts_pulled;
+      j["moe_experts_pushed"] = m.moe_experts_pushed.value_or(0);
+    }
     std::fprintf(metrics_, "%s\n", j.dump().c_str());
     std::fflush(metrics_);
   }
@@ -73,6 +77,11 @@ void Progress::Step(const StepMetrics& m) {
   if (m.moe_aux_loss) {
     absl::StrAppendFormat(&line, "  aux %.4f  dropped %.1f%%", *m.moe_aux_loss,
                           100 * m.moe_dropped);
+  }
+  if (m.moe_experts_pulled) {
+    absl::StrAppendFormat(&line, "  experts pulled %.0f%% pushed %.0f%%",
+                          100 * *m.moe_experts_pulled,
+                          100 * m.moe_experts_pushed.value_or(0));
   }
   if (m.eval_loss)
     absl::StrAppendFormat(&line, "  eval_loss %.4f", *m.eval_loss);

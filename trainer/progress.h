@@ -33,6 +33,10 @@ struct StepMetrics {
   std::optional<double> moe_aux_loss;
   double moe_dropped = 0;
   std::vector<std::vector<int>> moe_load;
+  // With sparse experts (TrainerOptions::sparse_experts): the fraction of
+  // the experts' bytes this worker pulled and pushed with a payload in the
+  // step (1: as many as a dense sync of every expert).
+  std::optional<double> moe_experts_pulled, moe_experts_pushed;
   absl::Duration elapsed;
 };
 

@@ -27,14 +27,28 @@ absl::StatusOr<double> Trainer::EvalLoss() {
   const int B = static_cast<int>(std::min<int64_t>(o_.batch, 8));
   tokens_.resize(static_cast<size_t>(B) * T);
   targets_.resize(static_cast<size_t>(B) * T);
+  if (sparse_) {
+    // The step pulls every expert ahead when rank 0 is to evaluate it
+    // (PullsAllExperts); a worker that became rank 0 since pulls what its
+    // eval routes to now, at the step's clock (BSP: one may be at the
+    // next version already, if every worker's push closed it meanwhile).
+    gpt_->SetParamsWantedCallback(
+        [this](absl::Span<const int> params) { WantParams(params); });
+    gpt_->SetParamWaitCallback([this](int param) { return AwaitParam(param); });
+  }
   double sum = 0;
-  for (int b = 0; b < o_.eval_batches; ++b) {
+  absl::Status failed;
+  for (int b = 0; b < o_.eval_batches && failed.ok(); ++b) {
     data_->Batch(Split::kEval, o_.seed, static_cast<int64_t>(b) * B, B,
                  tokens_.data(), targets_.data());
-    STRATA_ASSIGN_OR_RETURN(float loss,
-                            gpt_->Loss(tokens_.data(), targets_.data(), B, T));
-    sum += loss;
+    absl::StatusOr<float> loss =
+        gpt_->Loss(tokens_.data(), targets_.data(), B, T);
+    failed = loss.status();
+    if (loss.ok()) sum += *loss;
   }
+  gpt_->SetParamsWantedCallback(nullptr);
+  gpt_->SetParamWaitCallback(nullptr);
+  STRATA_RETURN_IF_ERROR(failed);
   return sum / o_.eval_batches;
 }
 
@@ -141,6 +155,17 @@ void Trainer::RecordStep(const StepRecord& r, Progress& progress) {
   metrics_->tokens_per_s.Set(r.m.tokens_per_s);
   metrics_->compute_seconds.Observe(r.compute_s);
   metrics_->sync_seconds.Observe(r.sync_s);
+  if (expert_metrics_ == nullptr) return;
+  ExpertMetrics& em = *expert_metrics_;
+  em.pulled_bytes.Add(4.0 * static_cast<double>(r.expert_pulled));
+  em.pushed_bytes.Add(4.0 * static_cast<double>(r.expert_pushed));
+  em.dense_bytes.Add(4.0 * static_cast<double>(expert_floats_));
+  for (size_t l = 0; l < em.load.size() && l < r.m.moe_load.size(); ++l) {
+    for (size_t e = 0; e < em.load[l].size() && e < r.m.moe_load[l].size();
+         ++e) {
+      em.load[l][e]->Set(r.m.moe_load[l][e]);
+    }
+  }
 }
 
 absl::Status Trainer::WriteOutputs() {

@@ -76,6 +76,16 @@ struct TrainerOptions {
   // its weights have landed (ps sync only; false: pull everything first).
   // The same arithmetic either way.
   bool forward_during_pull = true;
+  // With MoE layers and ps sync: each step pulls ahead only the experts
+  // the worker's previous step routed tokens to (all of them on its first
+  // step, and on a step rank 0 evaluates), pulls any other once a router
+  // sends tokens to it, and pushes a zero push without payload (ps.proto
+  // PushRequest.zero) for each expert none of its tokens reached. An
+  // expert no worker's tokens reached keeps its weights and optimizer
+  // state (its Adam moments do not decay). false: every expert is pulled
+  // and pushed every step, as a dense model's tensors are, so an idle
+  // expert takes the update of a zero gradient.
+  bool sparse_experts = true;
   // Lease steps ahead to train through a scheduler outage this long, in
   // seconds (cluster/lease_ahead.h; 0: lease each step as it comes). BSP
   // splits are made when leased: a worker's speed change moves the shares

@@ -38,6 +38,7 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
   STRATA_ASSIGN_OR_RETURN(const float scale, FinishGradients(p, grad_norm));
   STRATA_RETURN_IF_ERROR(PushAndCommit(p, scale));
   sync_s_ = absl::ToDoubleSeconds(absl::Now() - computed);
+  expert_pushed_ = p.expert_floats_pushed;
   return *loss;
 }
 
@@ -87,6 +88,7 @@ absl::StatusOr<Trainer::Pass> Trainer::PlanPass(int64_t step,
   // finishes each, and go out from there.
   p.pieces = GradAccumulator::Split(p.B, o_.micro_batches);
   p.square_sums.resize(gpt_->params().size());
+  if (sparse_) p.used.assign(gpt_->params().size(), 0);
   return p;
 }
 
@@ -101,9 +103,15 @@ absl::StatusOr<double> Trainer::ForwardBackward(Pass& p) {
     // no gradient goes out before every pull has landed and said this step
     // is this worker's to push (all of that before backward's first
     // gradient, since forward reads every parameter).
-    if (k == 0 && !pull_.finished) {
+    // With sparse experts, every pass: its routers may want experts that
+    // were not pulled ahead, which are pulled then.
+    if (sparse_ || (k == 0 && !pull_.finished)) {
       gpt_->SetParamWaitCallback(
           [this](int param) { return AwaitParam(param); });
+    }
+    if (sparse_) {
+      gpt_->SetParamsWantedCallback(
+          [this](absl::Span<const int> params) { WantParams(params); });
     }
     if (k == last && p.stream) {
       gpt_->SetGradReadyCallback([&](int param) { StreamGrad(p, param); });
@@ -119,12 +127,15 @@ absl::StatusOr<double> Trainer::ForwardBackward(Pass& p) {
         targets_.data() + static_cast<size_t>(first_row) * T, p.pieces[k], T);
     gpt_->SetGradReadyCallback(nullptr);  // it captures this frame's locals
     gpt_->SetParamWaitCallback(nullptr);
+    gpt_->SetParamsWantedCallback(nullptr);
     STRATA_RETURN_IF_ERROR(piece_loss.status());
+    if (sparse_) NoteUsed(p);
     const float weight = static_cast<float>(p.pieces[k]) / p.B;
     loss_sum += static_cast<double>(weight) * *piece_loss;
     if (k < last) accumulator_.Add(*gpt_, weight, /*first=*/k == 0);
     first_row += p.pieces[k];
   }
+  if (sparse_) used_last_ = p.used;  // what the next step pulls ahead
   return loss_sum;
 }
 
@@ -134,10 +145,13 @@ void Trainer::StreamGrad(Pass& p, int param) {
   FinishParam(p, param);
   if (p.clip) {
     p.square_sums[param] =
-        SumOfSquares(gpt_->grad_data(param),
-                     static_cast<int64_t>(gpt_->params()[param].spec.numel()));
+        ZeroPush(p, param)
+            ? 0.0
+            : SumOfSquares(
+                  gpt_->grad_data(param),
+                  static_cast<int64_t>(gpt_->params()[param].spec.numel()));
   }
-  if (MayPush(p)) (void)PushParam(param, p.step, p.B, p.ops);
+  if (MayPush(p)) (void)PushParam(p, param, p.B);
 }
 
 void Trainer::FinishParam(const Pass& p, int param) {
@@ -204,8 +218,7 @@ absl::Status Trainer::PushAndCommit(Pass& p, float scale) {
             static_cast<int64_t>(gpt_->params()[i].spec.numel());
         for (int64_t k = 0; k < numel; ++k) g[k] *= scale;
       }
-      STRATA_RETURN_IF_ERROR(
-          PushParam(i, p.step, p.reduce ? p.total : p.B, p.ops));
+      STRATA_RETURN_IF_ERROR(PushParam(p, i, p.reduce ? p.total : p.B));
     }
   }
   STRATA_RETURN_IF_ERROR(WaitAll(p.ops));

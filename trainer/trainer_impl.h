@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "client/ps_client.h"
 #include "cluster/scheduler_client.h"
 #include "cluster/worker_session.h"
@@ -47,6 +48,7 @@ class Trainer {
     if (o.metrics != nullptr)
       metrics_ = std::make_unique<WorkerMetrics>(*o.metrics);
     leases_ = LeaseAhead(absl::Seconds(o.lease_ahead_s));
+    InitExperts();
   }
 
   absl::Status Run();
@@ -58,6 +60,7 @@ class Trainer {
     int64_t samples = 0;
     double compute_s = 0;
     double sync_s = 0;
+    int64_t expert_pulled = 0, expert_pushed = 0;  // floats (sparse_)
   };
   // The step loop's state between steps (Run).
   struct Loop {
@@ -95,6 +98,10 @@ class Trainer {
   };
 
   bool bsp() const { return mode_.mode == Consistency::kBsp; }
+  // Sets sparse_ and expert_floats_ from the options and the model.
+  void InitExperts();
+  // Whether rank 0 evaluates after `step` (--eval_every, the last step).
+  bool EvalDue(int64_t step) const;
   void LogStart() const;
   // The step this worker starts at (FirstStep, after any rollback under
   // way); FAILED_PRECONDITION when the job is done already,
@@ -132,14 +139,23 @@ class Trainer {
     bool broke_pass = false;
     absl::Duration waited;          // this worker's time sending and waiting
     absl::Duration waited_in_pass;  // of which in the model's waits
+    int64_t expert_floats = 0;      // of the experts pulled (sparse_)
   };
   // Sends the pulls of the weights for `clock` (the step's, or -1: the
   // final weights without the gate), first layers first: forward needs
   // them first. `final`: the weights the job ends with.
   void StartPull(int64_t clock, uint64_t prev_epoch, bool final);
-  void SendPulls();
-  // Waits for parameter i's pulls (the model's param-wait hook).
+  // The step's pulls: with sparse_, an expert's only if the previous step
+  // used it (PullsAhead); `again`: every pull sent before, once more.
+  void SendPulls(bool again = false);
+  void SendPull(int i);
+  // Whether the step's pulls take every expert ahead of routing.
+  bool PullsAllExperts() const;
+  // Waits for parameter i's pulls (the model's param-wait hook), sending
+  // them first if they were not (an expert the router chose).
   absl::Status AwaitParam(int i);
+  // The model's params-wanted hook: sends the pulls not sent yet.
+  void WantParams(absl::Span<const int> params);
   // Waits for every pull, failed or not (one in flight would write into
   // param_data while a redone step computes), and for step-1's commit
   // (commit_), which ran meanwhile. Returns the smallest chunk version
@@ -158,8 +174,6 @@ class Trainer {
   // pushed unless PullAllowsStep (else ABORTED, or the wait's error).
   absl::StatusOr<double> ComputeAndPush(int64_t step, const StepWork& work,
                                         float* grad_norm);
-  absl::Status PushParam(int param, int64_t step, uint64_t samples,
-                         std::vector<OpHandle>& ops);
   // One step's computation and sync as ComputeAndPush runs it
   // (trainer/trainer_compute.cc).
   struct Pass {
@@ -176,7 +190,17 @@ class Trainer {
     std::vector<OpHandle> ops;     // pushes in flight
     // Each parameter's sum of squared gradients, where taken in backward.
     std::vector<std::optional<double>> square_sums;
+    // sparse_: per parameter, whether an earlier micro-batch used it (an
+    // expert its tokens reached), and the experts' floats pushed.
+    std::vector<char> used;
+    int64_t expert_floats_pushed = 0;
   };
+  // Pushes parameter `param`'s gradient, or a zero push for an expert
+  // no token of the step reached (ZeroPush).
+  absl::Status PushParam(Pass& p, int param, uint64_t samples);
+  bool ZeroPush(const Pass& p, int param) const;
+  // sparse_: notes which experts the last pass used, into p.used.
+  void NoteUsed(Pass& p);
   // The step's samples into tokens_ and targets_.
   void LoadBatch(const StepWork& work);
   // How the step is synced (joining the all-reduce group for it), and the
@@ -230,12 +254,22 @@ class Trainer {
   double speed_ = 0;         // samples/s computing, smoothed
   double compute_s_ = 0;
   double sync_s_ = 0;  // after backward, until the step is pushed
+  // MoE with o_.sparse_experts and ps sync: experts move only where
+  // routed (TrainerOptions::sparse_experts).
+  bool sparse_ = false;
+  int64_t expert_floats_ = 0;  // of every expert, one copy
+  // Per parameter: the last step's pass used it (an expert; empty before
+  // the first step, when every expert is pulled).
+  std::vector<char> used_last_;
+  // The last step's expert floats pulled and pushed.
+  int64_t expert_pulled_ = 0, expert_pushed_ = 0;
   // BSP with deferred pushes: the step's commit, in flight while the next
   // pulls wait at the servers' gates for it to apply.
   std::future<absl::Status> commit_;
   Pull pull_;
-  int64_t commit_step_ = -1;                // the step commit_ commits
-  std::unique_ptr<WorkerMetrics> metrics_;  // null: no metrics
+  int64_t commit_step_ = -1;                       // the step commit_ commits
+  std::unique_ptr<WorkerMetrics> metrics_;         // null: no metrics
+  std::unique_ptr<ExpertMetrics> expert_metrics_;  // null: no metrics or MoE
   std::vector<int32_t> tokens_, targets_;
   GradAccumulator accumulator_;
   // All-reduce sync: the group and the (generation, workers epoch) it was

@@ -149,8 +149,11 @@ void Trainer::NoteStep(Loop& loop, const StepWork& work, double loss,
   const double compute_rate = work.samples / std::max(compute_s_, 1e-9);
   speed_ = speed_ == 0 ? compute_rate : 0.7 * speed_ + 0.3 * compute_rate;
   scheduler_->SetProgress(loop.step + 1, speed_);
-  StepRecord r{
-      .samples = work.samples, .compute_s = compute_s_, .sync_s = sync_s_};
+  StepRecord r{.samples = work.samples,
+               .compute_s = compute_s_,
+               .sync_s = sync_s_,
+               .expert_pulled = sparse_ ? pull_.expert_floats : expert_floats_,
+               .expert_pushed = sparse_ ? expert_pushed_ : expert_floats_};
   StepMetrics& m = r.m;
   m.step = loop.step;
   m.total_steps = o_.steps;
@@ -173,8 +176,12 @@ void Trainer::NoteStep(Loop& loop, const StepWork& work, double loss,
   lr_params.min_lr_ratio = o_.min_lr_ratio;
   m.lr = ScheduledLr(lr_params, loop.step);
   m.elapsed = absl::Now() - loop.start;
-  if (rank_ == 0 && o_.eval_every > 0 &&
-      ((loop.step + 1) % o_.eval_every == 0 || loop.step + 1 == o_.steps)) {
+  if (sparse_) {
+    m.moe_experts_pulled =
+        static_cast<double>(pull_.expert_floats) / expert_floats_;
+    m.moe_experts_pushed = static_cast<double>(expert_pushed_) / expert_floats_;
+  }
+  if (EvalDue(loop.step)) {
     // Evaluate the weights this step was computed from.
     auto eval = EvalLoss();
     if (eval.ok()) m.eval_loss = *eval;

@@ -86,6 +86,9 @@ absl::Status Trainer::WaitReduced() {
 }
 
 void Trainer::StartPull(int64_t clock, uint64_t prev_epoch, bool final) {
+  // A pull sent late (an expert wanted by a pass that then failed) may
+  // still be in flight: it must not write into param_data from here on.
+  for (const std::vector<OpHandle>& ops : pull_.ops) (void)WaitAll(ops);
   pull_ = Pull{.clock = clock,
                .prev_epoch = prev_epoch,
                .final = final,
@@ -95,23 +98,51 @@ void Trainer::StartPull(int64_t clock, uint64_t prev_epoch, bool final) {
   pull_.waited += absl::Now() - t0;
 }
 
-void Trainer::SendPulls() {
-  const bool bsp = mode_.mode == Consistency::kBsp;
+void Trainer::SendPulls(bool again) {
   const int n = static_cast<int>(gpt_->params().size());
-  pull_.ops.assign(n, {});
-  for (int i = 0; i < n; ++i) {
-    pull_.ops[i] = ps_->PullTensorAsync(
-        i, gpt_->param_data(i), pull_.clock, bsp ? pull_.clock : 0,
-        /*priority=*/n - i,
-        StepStamp{.epoch = pull_.prev_epoch,
-                  .generation = generation_,
-                  .dtype = pull_.final ? std::optional(v1::DTYPE_F32)
-                                       : std::nullopt});
+  if (!again) {
+    pull_.ops.assign(n, {});
+    pull_.expert_floats = 0;
   }
+  const bool all = PullsAllExperts();
+  for (int i = 0; i < n; ++i) {
+    const bool skip = again ? pull_.ops[i].empty()
+                            : !all && gpt_->RoutedParam(i) && !used_last_[i];
+    if (!skip) SendPull(i);
+  }
+}
+
+void Trainer::SendPull(int i) {
+  const int n = static_cast<int>(gpt_->params().size());
+  pull_.ops[i] = ps_->PullTensorAsync(
+      i, gpt_->param_data(i), pull_.clock, bsp() ? pull_.clock : 0,
+      /*priority=*/n - i,
+      StepStamp{
+          .epoch = pull_.prev_epoch,
+          .generation = generation_,
+          .dtype = pull_.final ? std::optional(v1::DTYPE_F32) : std::nullopt});
+  if (sparse_ && gpt_->RoutedParam(i)) {
+    pull_.expert_floats += static_cast<int64_t>(gpt_->params()[i].spec.numel());
+  }
+}
+
+bool Trainer::PullsAllExperts() const {
+  // The final weights, a first step (nothing to go by), and the weights
+  // rank 0 evaluates (its eval routes other tokens) are whole.
+  return !sparse_ || pull_.final || used_last_.empty() || EvalDue(pull_.clock);
+}
+
+void Trainer::WantParams(absl::Span<const int> params) {
+  const absl::Time t0 = absl::Now();
+  for (int i : params) {
+    if (pull_.ops[i].empty()) SendPull(i);
+  }
+  pull_.waited += absl::Now() - t0;
 }
 
 absl::Status Trainer::AwaitParam(int i) {
   const absl::Time t0 = absl::Now();
+  if (pull_.ops[i].empty()) SendPull(i);  // an expert just routed to
   absl::Status s = WaitAll(pull_.ops[i]);
   const absl::Duration waited = absl::Now() - t0;
   pull_.waited += waited;
@@ -139,7 +170,7 @@ absl::StatusOr<uint64_t> Trainer::FinishPull() {
     // The pulls' wait at the gate (max_wait) counted the whole commit: a
     // long one (a server reading spilled tiles) outlasts it. It is done
     // now: pull again.
-    SendPulls();
+    SendPulls(/*again=*/true);
     pulled = wait_all();
   }
   pull_.finished = true;
@@ -204,13 +235,54 @@ absl::StatusOr<int64_t> Trainer::FirstStep() {
                                          : min_clock;
 }
 
-absl::Status Trainer::PushParam(int param, int64_t step, uint64_t samples,
-                                std::vector<OpHandle>& ops) {
+absl::Status Trainer::PushParam(Pass& p, int param, uint64_t samples) {
+  StepStamp stamp = stamp_;
+  stamp.zero = ZeroPush(p, param);
+  if (sparse_ && gpt_->RoutedParam(param) && !stamp.zero) {
+    p.expert_floats_pushed +=
+        static_cast<int64_t>(gpt_->params()[param].spec.numel());
+  }
   // Last layers first: their gradients are ready first and the next step's
   // pulls want the first layers, so the two streams interleave.
-  Append(ops, ps_->PushTensorAsync(param, gpt_->grad_data(param), step, samples,
-                                   /*priority=*/param, stamp_));
+  Append(p.ops, ps_->PushTensorAsync(param, gpt_->grad_data(param), p.step,
+                                     samples, /*priority=*/param, stamp));
   return absl::OkStatus();
+}
+
+bool Trainer::ZeroPush(const Pass& p, int param) const {
+  return sparse_ && gpt_->RoutedParam(param) && !p.used[param] &&
+         gpt_->ParamUnused(param);
+}
+
+void Trainer::NoteUsed(Pass& p) {
+  const int n = static_cast<int>(gpt_->params().size());
+  for (int i = 0; i < n; ++i) {
+    if (gpt_->RoutedParam(i) && !gpt_->ParamUnused(i)) p.used[i] = 1;
+  }
+}
+
+void Trainer::InitExperts() {
+  sparse_ = o_.sparse_experts && o_.sync == SyncMode::kPs &&
+            gpt_->config().experts > 0;
+  const int n = static_cast<int>(gpt_->params().size());
+  for (int i = 0; i < n; ++i) {
+    if (gpt_->RoutedParam(i)) {
+      expert_floats_ += static_cast<int64_t>(gpt_->params()[i].spec.numel());
+    }
+  }
+  if (o_.metrics != nullptr && gpt_->config().experts > 0) {
+    std::vector<int> layers;
+    for (int l = 0; l < gpt_->config().layers; ++l) {
+      if (gpt_->config().IsMoeLayer(l)) layers.push_back(l);
+    }
+    expert_metrics_ = std::make_unique<ExpertMetrics>(*o_.metrics, layers,
+                                                      gpt_->config().experts);
+  }
+}
+
+bool Trainer::EvalDue(int64_t step) const {
+  return rank_ == 0 && o_.eval_every > 0 && step >= 0 &&
+         ((step + 1) % o_.eval_every == 0 || step + 1 == o_.steps);
 }
 
 }  // namespace strata

@@ -1,5 +1,7 @@
 #include "trainer/worker_metrics.h"
 
+#include <string>
+
 namespace strata {
 
 WorkerMetrics::WorkerMetrics(Metrics& m)
@@ -29,5 +31,28 @@ WorkerMetrics::WorkerMetrics(Metrics& m)
           "After backward: waiting for the pushes (and, under SSP and ASP, "
           "the commit)",
           Histogram::LatencyBounds())) {}
+
+ExpertMetrics::ExpertMetrics(Metrics& m, const std::vector<int>& moe_layers,
+                             int experts)
+    : pulled_bytes(m.AddCounter(kExpertPulledSeries,
+                                "Bytes of MoE experts' weights pulled")),
+      pushed_bytes(m.AddCounter(
+          kExpertPushedSeries,
+          "Bytes of MoE experts' gradients pushed (zero pushes carry none)")),
+      dense_bytes(m.AddCounter(
+          kExpertDenseSeries,
+          "Bytes of every MoE expert's tensors, once per step: what a dense "
+          "sync pulls, and pushes")) {
+  for (int layer : moe_layers) {
+    std::vector<Gauge*>& row = load.emplace_back();
+    for (int e = 0; e < experts; ++e) {
+      row.push_back(&m.AddGauge(
+          kExpertLoadSeries,
+          "Tokens an expert of an MoE layer was routed and kept in the last "
+          "step",
+          {{"layer", std::to_string(layer)}, {"expert", std::to_string(e)}}));
+    }
+  }
+}
 
 }  // namespace strata

@@ -1,8 +1,11 @@
 // A worker's Prometheus series: steps, samples and tokens, loss, throughput,
 // and where a step's time goes (pulling the weights, computing, waiting for
-// pushes and the commit after backward).
+// pushes and the commit after backward); with MoE layers, each expert's
+// load and the experts' bytes moved (`strata status` shows both).
 #ifndef STRATA_TRAINER_WORKER_METRICS_H_
 #define STRATA_TRAINER_WORKER_METRICS_H_
+
+#include <vector>
 
 #include "common/metrics.h"
 
@@ -23,6 +26,30 @@ struct WorkerMetrics {
   Histogram& compute_seconds;  // forward and backward
   Histogram& sync_seconds;     // after backward: pushes and commit
 };
+
+// The MoE series: per MoE layer and expert, the assignments its last step
+// kept (labels layer, expert); the experts' bytes pulled and pushed with a
+// payload, and what a dense sync of every expert would have moved each
+// way (sparse experts: TrainerOptions::sparse_experts).
+struct ExpertMetrics {
+  // `moe_layers`: the MoE blocks' indices.
+  ExpertMetrics(Metrics& metrics, const std::vector<int>& moe_layers,
+                int experts);
+
+  Counter& pulled_bytes;
+  Counter& pushed_bytes;
+  Counter& dense_bytes;
+  std::vector<std::vector<Gauge*>> load;  // [MoE layer][expert]
+};
+
+// The names `strata status` reads.
+inline constexpr char kExpertLoadSeries[] = "strata_worker_expert_load";
+inline constexpr char kExpertPulledSeries[] =
+    "strata_worker_expert_pulled_bytes_total";
+inline constexpr char kExpertPushedSeries[] =
+    "strata_worker_expert_pushed_bytes_total";
+inline constexpr char kExpertDenseSeries[] =
+    "strata_worker_expert_dense_bytes_total";
 
 }  // namespace strata
 
