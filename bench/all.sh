@@ -54,6 +54,7 @@ entries=(
   "grad_norm|grad_norm_bench|no|build/bench/grad_norm_bench"
   "moe|moe_bench|no|build/bench/moe_bench"
   "moe_train||no|bash bench/moe_train.sh"
+  "moe_sparse||no|bash bench/moe_sparse.sh"
   "tokenizer||no|bash bench/tokenizer.sh"
   "python_pushpull||no|bash bench/python_pushpull.sh"
   "python_train||no|bash bench/python_train.sh"
