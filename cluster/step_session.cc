@@ -194,7 +194,15 @@ absl::StatusOr<std::optional<StepWork>> StepSession::Begin(
   }
 }
 
+absl::Status StepSession::PushZero(int tensor, int priority) {
+  return Send(tensor, nullptr, priority);
+}
+
 absl::Status StepSession::Push(int tensor, const float* grad, int priority) {
+  return Send(tensor, grad, priority);
+}
+
+absl::Status StepSession::Send(int tensor, const float* grad, int priority) {
   // Begin and End are in the caller's thread; work_ does not change while
   // pushes may come.
   if (!work_) {
@@ -208,9 +216,10 @@ absl::Status StepSession::Push(int tensor, const float* grad, int priority) {
       .epoch = w.stamp_epoch,
       .first_sample = static_cast<uint64_t>(w.units[0].first()),
       .generation = generation_,
-      .deferred = options_.grad_clip > 0};
+      .deferred = options_.grad_clip > 0,
+      .zero = grad == nullptr};
   const double sq =
-      options_.grad_clip > 0
+      options_.grad_clip > 0 && grad != nullptr
           ? SumOfSquares(grad, static_cast<int64_t>(
                                    options_.model.tensors[tensor].numel()))
           : 0;

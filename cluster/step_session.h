@@ -104,6 +104,12 @@ class StepSession {
   // FAILED_PRECONDITION with no step handed out, INVALID_ARGUMENT for an
   // index outside the model; nothing is sent then.
   absl::Status Push(int tensor, const float* grad, int priority = 0);
+  // A zero push of tensor `tensor` (ps.proto PushRequest.zero): its
+  // gradient is zero because none of the step's computation reached it
+  // (an MoE expert no token was routed to). No payload goes; under BSP a
+  // step whose every push of a chunk is zero leaves that chunk's weights
+  // and optimizer state as they were. Errors as Push.
+  absl::Status PushZero(int tensor, int priority = 0);
   // Gives up the step handed out (the caller could not push all of it):
   // waits for the pushes sent, forgets its deferred ones, and hands the
   // same step out at the next Begin. Under BSP the step does not close
@@ -138,6 +144,8 @@ class StepSession {
 
  private:
   explicit StepSession(StepSessionOptions options);
+  // Push's and PushZero's (grad null).
+  absl::Status Send(int tensor, const float* grad, int priority);
   // Begin's pull of every tensor for step_; what to do about a failure.
   enum class PullOutcome { kPulled, kAgain, kFailed };
   PullOutcome Pull(absl::Span<float* const> weights, bool last,

@@ -99,6 +99,15 @@ class Session {
     keep_.push_back(grad);  // until end()
   }
 
+  void PushZero(int tensor, int priority) {
+    absl::Status pushed;
+    {
+      py::gil_scoped_release release;
+      pushed = session_->PushZero(tensor, priority);
+    }
+    Check(pushed);
+  }
+
   void Abandon() {
     {
       py::gil_scoped_release release;
@@ -209,6 +218,12 @@ void BindSession(py::module_& m) {
            "and leases this worker's samples; None once the job is over.")
       .def("push", &Session::Push, py::arg("tensor"), py::arg("grad"),
            py::arg("priority") = 0)
+      .def("push_zero", &Session::PushZero, py::arg("tensor"),
+           py::arg("priority") = 0,
+           "Pushes tensor `tensor`'s gradient as zero without sending it "
+           "(nothing of the step reached it: an idle expert). Under BSP a "
+           "step that reached a chunk on no worker leaves its weights and "
+           "optimizer state as they were.")
       .def("abandon", &Session::Abandon,
            "Gives up the step under way: waits for its pushes sent; the "
            "next begin hands the same step out (under BSP it does not "

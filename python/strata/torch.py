@@ -253,14 +253,20 @@ class DistributedOptimizer:
 
     def _push(self, i):
         p = self._params[i]
-        if p.grad is None:
-            grad = torch.zeros_like(p)  # unused this step: no change
-        else:
-            grad = p.grad
-            if (grad.dtype != torch.float32 or grad.device.type != "cpu"
-                    or not grad.is_contiguous()):
-                raise TypeError(f"the gradient of {self._names[i]!r} is not "
-                                "a contiguous float32 CPU tensor")
+        # No gradient reached it this step (an expert no token was routed
+        # to): a zero push, without payload. Like torch's optimizers, which
+        # skip a parameter whose .grad is None, the servers then leave it
+        # and its optimizer state as they were, unless another worker's
+        # gradient reached it.
+        if p.grad is None or (self._passes[i] == 0 and not p.grad.any()):
+            self._pushed[i] = True
+            self.session.push_zero(i, priority=i)
+            return
+        grad = p.grad
+        if (grad.dtype != torch.float32 or grad.device.type != "cpu"
+                or not grad.is_contiguous()):
+            raise TypeError(f"the gradient of {self._names[i]!r} is not "
+                            "a contiguous float32 CPU tensor")
         self._pushed[i] = True
         # Later parameters first: backward produces them first, and the
         # next forward needs the first ones first.
@@ -282,8 +288,9 @@ class DistributedOptimizer:
         return work
 
     def step(self):
-        """Pushes what backward has not pushed yet (a parameter without a
-        gradient pushes zeros) and waits for the servers to take the step.
+        """Pushes what backward has not pushed yet (a parameter no gradient
+        reached goes as a zero push: see _push) and waits for the servers
+        to take the step.
         True: pushed (a membership change may still have the sampler hand
         it out again: count steps as the sampler hands them out); False: it
         was overtaken and the sampler hands it out again. A gradient that

@@ -25,11 +25,13 @@ def main():
     p.add_argument("--final", default="", help="final weights here")
     p.add_argument("--sleep", type=float, default=0.0,
                    help="seconds per step (a slow worker)")
+    p.add_argument("--experts", type=int, default=0,
+                   help="a top-1 mixture of this many experts per block")
     p.add_argument("--mark_at", type=int, default=-1,
                    help="touch <log>.mark after this many applied steps")
     a = p.parse_args()
 
-    model = tiny_gpt.model()
+    model = tiny_gpt.model(experts=a.experts)
     data = tiny_gpt.dataset()
     opt = st.DistributedOptimizer(model.named_parameters(), lr=a.lr,
                                   weight_decay=0.1, grad_clip=a.grad_clip)
