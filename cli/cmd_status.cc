@@ -254,12 +254,22 @@ void PrintWorkers(const v1::View& view, const Security& security) {
                                          : 1.0 / view.workers_size();
     std::printf(
         "  worker %llu  %s  step %lld  %.1f samples/s  share %.2f  tokens/s "
-        "%s  loss %s\n",
+        "%s  loss %s",
         static_cast<unsigned long long>(w.id()),
         HealthText(w.address(), security, Role::kWorker).c_str(),
         static_cast<long long>(w.clock()), w.samples_per_sec(), share,
         Fmt(Scraped(text, "strata_worker_tokens_per_second"), 0).c_str(),
         Fmt(Scraped(text, "strata_worker_loss"), 4).c_str());
+    if (const v1::StepTimes& st = w.step_times(); st.steps() > 0) {
+      // Its last steps: a straggler computes slowly (per sample) or
+      // unevenly (the spread), and the others wait at the BSP gate.
+      std::printf(
+          "  compute %.3f s/step (%.2f ms/sample, spread %.0f%%)  waited "
+          "%.0f%% (last %u steps)",
+          st.compute_s(), 1e3 * st.compute_s_per_sample(), 100 * st.jitter(),
+          100 * st.wait_fraction(), st.steps());
+    }
+    std::printf("\n");
     PrintExperts(text);
   }
 }

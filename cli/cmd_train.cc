@@ -6,7 +6,9 @@
 #include <memory>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "cli/commands.h"
 #include "cli/model_files.h"
 #include "cli/ops.h"
@@ -220,6 +222,30 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "each layer once its weights are in (--sync ps; false: "
                   "pull them all first)")
       ->capture_default_str();
+  cmd->add_option("--slowdown", o->slowdown,
+                  "simulate a straggler: each step computes this many times "
+                  "as long (the worker sleeps the rest; its reported speed "
+                  "includes it)")
+      ->capture_default_str();
+  cmd->add_option("--jitter", o->jitter,
+                  "simulate a jittering worker: each step's time also times "
+                  "a factor drawn from [1 - J, 1 + J]")
+      ->capture_default_str();
+  cmd->add_option_function<std::string>(
+      "--slowdown_steps",
+      [o](const std::string& text) {
+        const std::vector<std::string> parts = absl::StrSplit(text, ':');
+        int64_t from = 0, until = -1;
+        if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &from) ||
+            !absl::SimpleAtoi(parts[1], &until)) {
+          throw CLI::ValidationError("--slowdown_steps",
+                                     "A:B (steps [A, B); B = -1: to the end)");
+        }
+        o->slowdown_from = from;
+        o->slowdown_until = until;
+      },
+      "the steps --slowdown and --jitter act on: A:B, [A, B) (-1: to the "
+      "end; default all)");
   cmd->add_option("--sparse_experts", o->sparse_experts,
                   "with --experts and --sync ps: pull and push only the "
                   "experts a step's tokens are routed to (an expert no "
@@ -367,6 +393,13 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
   if (!o.forward_during_pull)
     f.insert(f.end(), {"--forward_during_pull", "false"});
   if (!o.sparse_experts) f.insert(f.end(), {"--sparse_experts", "false"});
+  if (o.slowdown != 1)
+    f.insert(f.end(), {"--slowdown", absl::StrCat(o.slowdown)});
+  if (o.jitter != 0) f.insert(f.end(), {"--jitter", absl::StrCat(o.jitter)});
+  if (o.slowdown_from != 0 || o.slowdown_until != -1) {
+    f.insert(f.end(), {"--slowdown_steps",
+                       absl::StrCat(o.slowdown_from, ":", o.slowdown_until)});
+  }
   if (o.lease_ahead_s != TrainerOptions().lease_ahead_s)
     f.insert(f.end(), {"--lease_ahead_s", absl::StrCat(o.lease_ahead_s)});
   if (o.sync != SyncMode::kPs)

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -194,6 +195,22 @@ void SchedulerClient::SetProgress(int64_t clock, double samples_per_sec) {
   samples_per_sec_ = samples_per_sec;
 }
 
+void SchedulerClient::NoteStep(int64_t step, uint64_t samples, double compute_s,
+                               double wait_s) {
+  if (samples == 0 || step < 0) return;
+  auto clamp = [](double s) {
+    return std::isfinite(s) ? std::clamp(s, 0.0, 86400.0) : 0.0;
+  };
+  v1::StepTiming t;
+  t.set_step(step);
+  t.set_samples(std::min<uint64_t>(samples, uint64_t{1} << 40));
+  t.set_compute_s(clamp(compute_s));
+  t.set_wait_s(clamp(wait_s));
+  absl::MutexLock lock(&mu_);
+  steps_.push_back(std::move(t));
+  while (steps_.size() > 64) steps_.pop_front();
+}
+
 int64_t SchedulerClient::common_snapshot() const {
   absl::MutexLock lock(&mu_);
   return common_snapshot_;
@@ -287,6 +304,7 @@ absl::Status SchedulerClient::HeartbeatOnce() {
     req.set_clock(progress_clock_);
     req.set_samples_per_sec(samples_per_sec_);
     for (int64_t step : snapshots_) req.add_snapshots(step);
+    for (const v1::StepTiming& t : steps_) *req.add_steps() = t;
   }
   v1::HeartbeatResponse resp;
   auto ctx =
@@ -294,6 +312,10 @@ absl::Status SchedulerClient::HeartbeatOnce() {
   STRATA_RETURN_IF_ERROR(
       FromGrpcStatus(stub_->Heartbeat(ctx.get(), req, &resp)));
   absl::MutexLock lock(&mu_);
+  // What went out; steps noted meanwhile go with the next one.
+  steps_.erase(
+      steps_.begin(),
+      steps_.begin() + std::min<size_t>(req.steps_size(), steps_.size()));
   lease_ = absl::Milliseconds(resp.lease_ms());
   last_renewed_ = options_.clock->Now();
   if (resp.has_common_snapshot()) common_snapshot_ = resp.common_snapshot();

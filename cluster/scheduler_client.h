@@ -12,6 +12,7 @@
 #define STRATA_CLUSTER_SCHEDULER_CLIENT_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -113,6 +114,13 @@ class SchedulerClient {
 
   // Records the member's step and speed; sent with the next heartbeat.
   void SetProgress(int64_t clock, double samples_per_sec);
+  // Records a step a worker finished (scheduler/step_times.h): its
+  // samples, its compute seconds and its wait for the step's weights. Sent
+  // with the next heartbeat that gets through (the newest 64 kept);
+  // seconds that the scheduler would refuse (not finite, negative, over a
+  // day) are clamped, and a step without samples is not recorded.
+  void NoteStep(int64_t step, uint64_t samples, double compute_s,
+                double wait_s);
   // Servers: the snapshot steps held now; sent with the next heartbeat.
   void SetSnapshots(std::vector<int64_t> steps);
   // Servers: the newest snapshot step every server holding snapshots was
@@ -199,6 +207,7 @@ class SchedulerClient {
   v1::View view_ ABSL_GUARDED_BY(mu_);
   int64_t progress_clock_ ABSL_GUARDED_BY(mu_) = 0;
   double samples_per_sec_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<v1::StepTiming> steps_ ABSL_GUARDED_BY(mu_);  // not yet sent
   std::vector<int64_t> snapshots_ ABSL_GUARDED_BY(mu_);
   int64_t common_snapshot_ ABSL_GUARDED_BY(mu_) = -1;
   bool left_ ABSL_GUARDED_BY(mu_) = false;     // Leave() was called

@@ -96,6 +96,28 @@ TEST(SchedulerClient, ProgressOutsideTheSchedulersBoundsIsClamped) {
   EXPECT_EQ(scheduler->CurrentView().workers(0).samples_per_sec(), 0.0);
 }
 
+// The steps a worker notes reach the view as its step times; a timing
+// the scheduler would refuse is clamped first, so the lease goes on.
+TEST(SchedulerClient, StepTimesReachTheView) {
+  auto scheduler = StartScheduler({});
+  auto a = ConnectWorker(*scheduler);
+  a->NoteStep(0, 4, 0.4, 0.1);
+  a->NoteStep(1, 2, 0.4, 0.3);
+  a->NoteStep(2, 0, 9.0, 9.0);            // no samples: not recorded
+  a->NoteStep(3, 2, std::nan(""), -1.0);  // clamped to 0 s
+  const absl::Time deadline = absl::Now() + kWait;
+  while (absl::Now() < deadline &&
+         scheduler->CurrentView().workers(0).step_times().steps() < 3) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  const v1::StepTimes st = scheduler->CurrentView().workers(0).step_times();
+  EXPECT_EQ(st.steps(), 3u);
+  EXPECT_DOUBLE_EQ(st.compute_s(), 0.4);  // the median of 0.4, 0.4, 0
+  EXPECT_NEAR(st.wait_fraction(), 0.4 / 1.2, 1e-12);
+  // Still a member: its heartbeats were taken.
+  EXPECT_EQ(scheduler->CurrentView().workers_size(), 1);
+}
+
 TEST(SchedulerClient, SilentMemberExpiresAndOthersSeeTheEpochRise) {
   auto scheduler =
       StartScheduler({.lease = absl::Milliseconds(500),

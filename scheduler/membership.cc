@@ -288,6 +288,7 @@ absl::StatusOr<v1::HeartbeatResponse> Membership::Heartbeat(
   if (absl::Status s = ValidateSnapshots(req.snapshots()); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("heartbeat: ", s.message()));
   }
+  STRATA_RETURN_IF_ERROR(StepTimes::Validate(req.steps()));
   // What a member reports shows in every view: only values it could have.
   if (req.clock() < -1 || req.clock() > kMaxReportedClock) {
     return absl::InvalidArgumentError(
@@ -306,6 +307,10 @@ absl::StatusOr<v1::HeartbeatResponse> Membership::Heartbeat(
   e.member.set_samples_per_sec(req.samples_per_sec());
   if (e.member.role() == v1::ROLE_SERVER) {
     *e.member.mutable_snapshots() = req.snapshots();
+  }
+  if (e.member.role() == v1::ROLE_WORKER && !req.steps().empty()) {
+    e.steps.Add(req.steps());
+    *e.member.mutable_step_times() = e.steps.Summary();
   }
   if (InView(e.member.role())) RebuildViewLocked();  // progress; same epoch
 

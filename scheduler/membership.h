@@ -39,6 +39,7 @@
 #include "common/clock.h"
 #include "common/consistency.h"
 #include "scheduler/state_store.h"
+#include "scheduler/step_times.h"
 #include "strata/v1/scheduler.pb.h"
 
 namespace strata::scheduler_internal {
@@ -113,6 +114,7 @@ class Membership {
   struct Entry {
     v1::Member member;
     absl::Time lease_end;
+    StepTimes steps;  // workers: their last steps (member.step_times)
   };
 
   // The member id `req` supersedes (0: none), or why it is refused.

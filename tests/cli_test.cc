@@ -100,6 +100,16 @@ INSTANTIATE_TEST_SUITE_P(
                  "--top_k", "2"},
                 "top_k must be 1 or 2 and at most experts"},
         Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--tp", "0"}, "--tp"},
+        Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--slowdown", "0.5"},
+                "--slowdown must be in [1, 100]"},
+        Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--jitter", "1"},
+                "--jitter must be in [0, 1)"},
+        Refusal{
+            {"worker", "--scheduler", "127.0.0.1:1", "--slowdown_steps", "5:2"},
+            "--slowdown_steps A:B needs"},
+        Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--slowdown_steps",
+                 "five"},
+                "A:B (steps [A, B)"},
         // Checked before any process starts.
         Refusal{{"local", "--data", "/nonexistent/strata"},
                 "/nonexistent/strata"},

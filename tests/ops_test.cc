@@ -150,6 +150,22 @@ TEST(Ops, EveryRoleServesHealthAndMetricsThatMoveAsAJobTrains) {
   }
   EXPECT_EQ(workers, 2) << out;
   EXPECT_NEAR(shares, 1.0, 0.02) << out;
+  // And each worker's last steps, once its heartbeats brought them.
+  const std::regex kSteps(
+      "share [0-9.]+  tokens/s \\d+  loss [0-9.]+  compute [0-9.]+ s/step "
+      "\\([0-9.]+ ms/sample, spread \\d+%\\)  waited \\d+% \\(last "
+      "([1-9]\\d*) steps\\)");
+  auto with_steps = [&] {
+    return std::distance(std::sregex_iterator(out.begin(), out.end(), kSteps),
+                         std::sregex_iterator());
+  };
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(60);
+       with_steps() < 2 && absl::Now() < deadline;) {
+    absl::SleepFor(absl::Milliseconds(200));
+    out = RunCli({STRATA_BINARY, "status", "--scheduler", address},
+                 dir + "/status.log", &rc);
+  }
+  EXPECT_EQ(with_steps(), 2) << out;
   const std::regex kServer("shard \\d  [0-9.:]+  SERVING  chunks [1-9]");
   EXPECT_EQ(std::distance(std::sregex_iterator(out.begin(), out.end(), kServer),
                           std::sregex_iterator()),

@@ -53,6 +53,17 @@ absl::Status Validate(const TrainerOptions& o) {
         "--experts runs on the CPU model without --tp or --pp so far "
         "(--device cpu)");
   }
+  if (!(o.slowdown >= 1 && o.slowdown <= 100)) {
+    return absl::InvalidArgumentError("--slowdown must be in [1, 100]");
+  }
+  if (!(o.jitter >= 0 && o.jitter < 1)) {
+    return absl::InvalidArgumentError("--jitter must be in [0, 1)");
+  }
+  if (o.slowdown_from < 0 ||
+      (o.slowdown_until >= 0 && o.slowdown_until < o.slowdown_from)) {
+    return absl::InvalidArgumentError(
+        "--slowdown_steps A:B needs 0 <= A and (B = -1 or A <= B)");
+  }
   if (o.model.experts > 0 && !o.init_from.empty()) {
     return absl::InvalidArgumentError(
         "--init_from reads GPT-2's layout, which has no mixture-of-experts "

@@ -86,6 +86,17 @@ struct TrainerOptions {
   // and pushed every step, as a dense model's tensors are, so an idle
   // expert takes the update of a zero gradient.
   bool sparse_experts = true;
+  // A simulated straggler (benchmarks, tests): each step's forward and
+  // backward takes `slowdown` times as long (the worker sleeps the rest
+  // before pushing), times a factor drawn uniformly from [1 - jitter,
+  // 1 + jitter] each step (at least 1 in all), for steps in [slowdown_from,
+  // slowdown_until) (slowdown_until -1: to the end). The sleep counts as
+  // computing: the speed the worker reports, which BSP's shares follow,
+  // includes it.
+  double slowdown = 1;
+  double jitter = 0;
+  int64_t slowdown_from = 0;
+  int64_t slowdown_until = -1;
   // Lease steps ahead to train through a scheduler outage this long, in
   // seconds (cluster/lease_ahead.h; 0: lease each step as it comes). BSP
   // splits are made when leased: a worker's speed change moves the shares

@@ -22,6 +22,10 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
   STRATA_ASSIGN_OR_RETURN(Pass p, PlanPass(step, work));
   const absl::Duration waited_before = pull_.waited_in_pass;
   absl::StatusOr<double> loss = ForwardBackward(p);
+  if (loss.ok()) {
+    SimulateSlowdown(step,
+                     absl::Now() - t0 - (pull_.waited_in_pass - waited_before));
+  }
   const absl::Time computed = absl::Now();
   // Without the pass's waits for the pulls (the ledger splits steps by
   // this). Not FinishPull's wait in the first grad-ready call: a GPU's
@@ -40,6 +44,15 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
   sync_s_ = absl::ToDoubleSeconds(absl::Now() - computed);
   expert_pushed_ = p.expert_floats_pushed;
   return *loss;
+}
+
+void Trainer::SimulateSlowdown(int64_t step, absl::Duration computed) {
+  const bool on = step >= o_.slowdown_from &&
+                  (o_.slowdown_until < 0 || step < o_.slowdown_until);
+  if (!on || (o_.slowdown == 1 && o_.jitter == 0)) return;
+  std::uniform_real_distribution<double> u(1 - o_.jitter, 1 + o_.jitter);
+  const double factor = std::max(1.0, o_.slowdown * u(slowdown_rng_));
+  absl::SleepFor(computed * (factor - 1));
 }
 
 void Trainer::LoadBatch(const StepWork& work) {

@@ -9,6 +9,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ class Trainer {
       metrics_ = std::make_unique<WorkerMetrics>(*o.metrics);
     leases_ = LeaseAhead(absl::Seconds(o.lease_ahead_s));
     InitExperts();
+    // Each worker its own draws (jitter), the same for the same seed.
+    slowdown_rng_.seed(o.seed * 0x9E3779B97F4A7C15ull +
+                       scheduler_->member_id());
   }
 
   absl::Status Run();
@@ -174,6 +178,9 @@ class Trainer {
   // pushed unless PullAllowsStep (else ABORTED, or the wait's error).
   absl::StatusOr<double> ComputeAndPush(int64_t step, const StepWork& work,
                                         float* grad_norm);
+  // The simulated straggler's sleep after a step's computation of
+  // `computed` (TrainerOptions::slowdown).
+  void SimulateSlowdown(int64_t step, absl::Duration computed);
   // One step's computation and sync as ComputeAndPush runs it
   // (trainer/trainer_compute.cc).
   struct Pass {
@@ -263,6 +270,7 @@ class Trainer {
   std::vector<char> used_last_;
   // The last step's expert floats pulled and pushed.
   int64_t expert_pulled_ = 0, expert_pushed_ = 0;
+  std::mt19937_64 slowdown_rng_;  // jitter's draws
   // BSP with deferred pushes: the step's commit, in flight while the next
   // pulls wait at the servers' gates for it to apply.
   std::future<absl::Status> commit_;
