@@ -312,6 +312,13 @@ CommandFn AddStatusCommand(CLI::App& app) {
         view.consistency().c_str(),
         static_cast<unsigned long long>(view.shard_map().version()),
         static_cast<unsigned long long>(view.generation()));
+    if (const v1::ConsistencyAdvice& a = view.consistency_advice();
+        !a.mode().empty()) {
+      // The scheduler's rule on the workers' step times
+      // (scheduler/consistency_policy.h); the job keeps its setting.
+      std::printf("consistency advice %s: %s\n", a.mode().c_str(),
+                  a.reason().c_str());
+    }
     // Every server's counters, and again a second later where one has a
     // RAM tier: its read and write bandwidth now.
     std::vector<std::optional<StatsSample>> samples, later;

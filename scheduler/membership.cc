@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/status.h"
+#include "scheduler/consistency_policy.h"
 #include "spdlog/spdlog.h"
 
 namespace strata::scheduler_internal {
@@ -494,6 +495,14 @@ void Membership::RebuildViewLocked() {
       }
     }
   }
+  // The advice from the workers' step times; the job's SSP bound caps
+  // the staleness it suggests (kDefaultMaxStaleness otherwise).
+  const Consistency& job = options_.consistency;
+  *v.mutable_consistency_advice() =
+      AdviseConsistency(job, {v.workers().begin(), v.workers().end()},
+                        job.mode == Consistency::kSsp && job.staleness > 0
+                            ? job.staleness
+                            : kDefaultMaxStaleness);
   view_ = std::move(v);
 }
 

@@ -1,0 +1,42 @@
+// The rule that picks a job's consistency from what its workers' steps
+// measure (Member.step_times, scheduler/step_times.h). The scheduler puts
+// its choice in every view as an advice (View.consistency_advice, shown by
+// `strata status`); the job keeps running in its own setting.
+//
+// The rule, over each worker's last steps (at least kMinSteps each, from
+// at least two workers; else no advice):
+//   1. Every worker's spread of time per sample at most kSteadySpread:
+//      BSP. Its speed-weighted shares absorb steady speed differences.
+//   2. A current BSP job whose workers wait at most kMaxBspWait of their
+//      steps for the weights: BSP (the shares absorb what varies).
+//   3. Else SSP(s) with the least s that averages the largest spread J
+//      down to kSteadySpread over s steps of slack: s = ceil((J /
+//      kSteadySpread)^2), at most max_staleness.
+//   4. Where that s is above max_staleness: ASP if the staleness ASP would
+//      give each worker's pushes (the pushes the others make while it
+//      computes one step: the sum over the others of its time per sample
+//      over theirs) stays within max_staleness; else SSP(max_staleness).
+#ifndef STRATA_SCHEDULER_CONSISTENCY_POLICY_H_
+#define STRATA_SCHEDULER_CONSISTENCY_POLICY_H_
+
+#include <vector>
+
+#include "common/consistency.h"
+#include "strata/v1/common.pb.h"
+
+namespace strata {
+
+inline constexpr int kMinSteps = 8;
+inline constexpr double kSteadySpread = 0.15;
+inline constexpr double kMaxBspWait = 0.10;
+inline constexpr int kDefaultMaxStaleness = 4;
+
+// The rule above for a job now in `current`, with its live workers.
+// `max_staleness` >= 1.
+v1::ConsistencyAdvice AdviseConsistency(const Consistency& current,
+                                        const std::vector<v1::Member>& workers,
+                                        int max_staleness);
+
+}  // namespace strata
+
+#endif  // STRATA_SCHEDULER_CONSISTENCY_POLICY_H_
