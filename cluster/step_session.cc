@@ -161,7 +161,10 @@ absl::StatusOr<std::optional<StepWork>> StepSession::Begin(
     const bool last = bsp ? step_ >= steps_ : finished_;
     absl::Status failed;
     uint64_t min_read = 0;
-    switch (Pull(weights, last, &failed, &min_read)) {
+    const absl::Time pull_start = absl::Now();
+    const PullOutcome pulled = Pull(weights, last, &failed, &min_read);
+    pull_s_ = absl::ToDoubleSeconds(absl::Now() - pull_start);
+    switch (pulled) {
       case PullOutcome::kAgain:
         continue;
       case PullOutcome::kFailed:
@@ -300,6 +303,9 @@ absl::StatusOr<bool> StepSession::End() {
   last_ = w.view;
   prev_epoch_ = w.stamp_epoch;
   session_.scheduler->SetProgress(step_ + 1, speed_);
+  // The caller's time from Begin to End computes (scheduler/step_times.h).
+  session_.scheduler->NoteStep(step_, static_cast<uint64_t>(w.samples),
+                               compute_s, pull_s_);
   ++step_;
   return true;
 }

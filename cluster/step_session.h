@@ -174,7 +174,8 @@ class StepSession {
   uint64_t prev_epoch_ = 0;       // its stamp epoch; 0: unknown (no redo check)
   std::optional<StepWork> work_;  // the step handed out, until End
   absl::Time handed_out_;
-  double speed_ = 0;  // samples/s, smoothed, for the scheduler's shares
+  double pull_s_ = 0;  // the last Begin's pull of the weights
+  double speed_ = 0;   // samples/s, smoothed, for the scheduler's shares
   double last_norm_ = 0;
 
   std::future<absl::Status> commit_;  // BSP: the last step's, in flight

@@ -2,6 +2,7 @@
 // parameter servers and three toy workers (`strata toy`), training a
 // least-squares model through push/pull with Adam, under each consistency.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <cmath>
 #include <fstream>
@@ -280,6 +281,33 @@ TEST(Cluster, AspHandsADeadWorkersUnitsOutAgain) {
   const testing::LedgerCheck ledger =
       testing::CheckLedger(STRATA_BINARY, address, dir, kSteps * kBatch);
   testing::ExpectAppliedOnce(ledger, kSteps * kBatch);
+  cluster.Stop();
+}
+
+// A toy worker (StepSession, as a Python worker) reports its steps' times
+// in its heartbeats: `strata status` shows them.
+TEST(Cluster, StepSessionWorkersReportTheirStepTimes) {
+  const std::string dir = testing::FreshDir("step-times");
+  testing::TestCluster cluster(STRATA_BINARY, dir);
+  const std::string address = cluster.address();
+  ASSERT_FALSE(address.empty());
+  std::unique_ptr<Child> worker =
+      testing::ToyWorker(STRATA_BINARY, address, dir, 0, 1, 1000000, 8,
+                         {"--dim", "16", "--sample_cost_us", "200"});
+  static const std::regex kSteps(
+      "worker \\d+ .* compute [0-9.]+ s/step \\([0-9.]+ ms/sample, spread "
+      "\\d+%\\)  waited \\d+% \\(last ([1-9]\\d*) steps\\)");
+  std::string out;
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(60);
+       !std::regex_search(out, kSteps) && absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(200))) {
+    Child status({STRATA_BINARY, "status", "--scheduler", address},
+                 dir + "/status.log");
+    ASSERT_EQ(status.Wait(absl::Seconds(30)), 0) << status.Output();
+    out = status.Output();
+  }
+  EXPECT_TRUE(std::regex_search(out, kSteps)) << out;
+  worker->Stop(SIGTERM);
   cluster.Stop();
 }
 

@@ -114,6 +114,7 @@ void Trainer::SendPulls(bool again) {
 
 void Trainer::SendPull(int i) {
   const int n = static_cast<int>(gpt_->params().size());
+  const bool again = !pull_.ops[i].empty();  // FinishPull's second try
   pull_.ops[i] = ps_->PullTensorAsync(
       i, gpt_->param_data(i), pull_.clock, bsp() ? pull_.clock : 0,
       /*priority=*/n - i,
@@ -121,7 +122,7 @@ void Trainer::SendPull(int i) {
           .epoch = pull_.prev_epoch,
           .generation = generation_,
           .dtype = pull_.final ? std::optional(v1::DTYPE_F32) : std::nullopt});
-  if (sparse_ && gpt_->RoutedParam(i)) {
+  if (sparse_ && !again && gpt_->RoutedParam(i)) {
     pull_.expert_floats += static_cast<int64_t>(gpt_->params()[i].spec.numel());
   }
 }
