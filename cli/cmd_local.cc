@@ -35,6 +35,9 @@ struct LocalOptions {
   uint64_t ram_budget = 0;  // per server; 0 = everything in RAM
   // GPT-2 tokenizer files, copied into <dir>/tokenizer/ ("": bytes).
   std::string tokenizer_dir;
+  // The worker that alone gets --slowdown, --jitter and --slowdown_steps
+  // (-1: every worker does).
+  int straggler = -1;
   TrainerOptions train = DefaultTraining();
 
   // A small byte-level GPT that learns visible structure from Debian's
@@ -73,6 +76,16 @@ LocalPlan PlanOf(const LocalOptions& o) {
     p.worker_args = {"worker", "--workers", std::to_string(o.workers)};
     TrainerOptions t = o.train;
     t.metrics_path.clear();
+    if (o.straggler >= 0) {
+      // The straggler's flags go to it alone.
+      const TrainerOptions plain;
+      p.straggler = o.straggler;
+      p.straggler_args = StragglerFlags(t);
+      t.slowdown = plain.slowdown;
+      t.jitter = plain.jitter;
+      t.slowdown_from = plain.slowdown_from;
+      t.slowdown_until = plain.slowdown_until;
+    }
     for (std::string& f : TrainerFlags(t))
       p.worker_args.push_back(std::move(f));
   }
@@ -148,6 +161,12 @@ absl::Status ApplyTokenizerAndInit(const CLI::App& cmd, LocalOptions& o) {
 }
 
 int RunLocal(const LocalOptions& o, const std::string& resume_dir) {
+  if (o.straggler >= o.workers) {
+    return ReportStatus("local", absl::InvalidArgumentError(absl::StrCat(
+                                     "--straggler ", o.straggler,
+                                     " names no worker (--workers ", o.workers,
+                                     ": 0 to ", o.workers - 1, ")")));
+  }
   LocalPlan plan = PlanOf(o);
   int64_t resume_step = -1;
   if (!resume_dir.empty()) {
@@ -206,6 +225,11 @@ CommandFn AddLocalCommand(CLI::App& app) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--consistency", o->consistency, "bsp | ssp:<s> | asp")
+      ->capture_default_str();
+  cmd->add_option("--straggler", o->straggler,
+                  "worker K (0-based) alone takes --slowdown, --jitter and "
+                  "--slowdown_steps (-1: every worker does)")
+      ->check(CLI::Range(-1, 63))
       ->capture_default_str();
   cmd->add_option(
       "--dir", o->work_dir,

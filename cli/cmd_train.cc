@@ -337,6 +337,18 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "append JSON-lines metrics here");
 }
 
+std::vector<std::string> StragglerFlags(const TrainerOptions& o) {
+  std::vector<std::string> f;
+  if (o.slowdown != 1)
+    f.insert(f.end(), {"--slowdown", absl::StrCat(o.slowdown)});
+  if (o.jitter != 0) f.insert(f.end(), {"--jitter", absl::StrCat(o.jitter)});
+  if (o.slowdown_from != 0 || o.slowdown_until != -1) {
+    f.insert(f.end(), {"--slowdown_steps",
+                       absl::StrCat(o.slowdown_from, ":", o.slowdown_until)});
+  }
+  return f;
+}
+
 std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
   std::vector<std::string> f = {
       "--layers",       std::to_string(o.model.layers),
@@ -393,13 +405,7 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
   if (!o.forward_during_pull)
     f.insert(f.end(), {"--forward_during_pull", "false"});
   if (!o.sparse_experts) f.insert(f.end(), {"--sparse_experts", "false"});
-  if (o.slowdown != 1)
-    f.insert(f.end(), {"--slowdown", absl::StrCat(o.slowdown)});
-  if (o.jitter != 0) f.insert(f.end(), {"--jitter", absl::StrCat(o.jitter)});
-  if (o.slowdown_from != 0 || o.slowdown_until != -1) {
-    f.insert(f.end(), {"--slowdown_steps",
-                       absl::StrCat(o.slowdown_from, ":", o.slowdown_until)});
-  }
+  for (std::string& s : StragglerFlags(o)) f.push_back(std::move(s));
   if (o.lease_ahead_s != TrainerOptions().lease_ahead_s)
     f.insert(f.end(), {"--lease_ahead_s", absl::StrCat(o.lease_ahead_s)});
   if (o.sync != SyncMode::kPs)

@@ -33,6 +33,9 @@ CommandFn AddDataCommand(CLI::App& app);
 // `strata worker` and `strata local`; and those options as worker flags.
 void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o);
 std::vector<std::string> TrainerFlags(const TrainerOptions& o);
+// The simulated straggler's flags of `o` (--slowdown, --jitter,
+// --slowdown_steps; none at their defaults), which TrainerFlags includes.
+std::vector<std::string> StragglerFlags(const TrainerOptions& o);
 // With --init_from: the model flags `cmd` was not given take the file's
 // shape (model/hf_gpt2.h HfGpt2Config), and the path becomes absolute.
 // Errors: the file's, and INVALID_ARGUMENT when the heads are known from

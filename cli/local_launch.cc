@@ -38,7 +38,9 @@ absl::Status SavePlan(const LocalPlan& p, const std::string& path) {
                             {"tls", p.tls},
                             {"ram_budget", p.ram_budget},
                             {"tokenizer_dir", p.tokenizer_dir},
-                            {"worker_args", p.worker_args}};
+                            {"worker_args", p.worker_args},
+                            {"straggler", p.straggler},
+                            {"straggler_args", p.straggler_args}};
   return WriteFileSynced(path, j.dump(1) + "\n");
 }
 
@@ -67,10 +69,13 @@ absl::StatusOr<LocalPlan> LoadPlan(const std::string& path) {
     p.ram_budget = j.value("ram_budget", uint64_t{0});  // and before tiers
     p.tokenizer_dir = j.value("tokenizer_dir", std::string());
     p.worker_args = j.at("worker_args").get<std::vector<std::string>>();
+    p.straggler = j.value("straggler", -1);  // absent before --straggler
+    p.straggler_args = j.value("straggler_args", std::vector<std::string>());
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(path, " is malformed: ", e.what()));
   }
-  if (p.servers < 1 || p.workers < 1 || p.replicas < 1 || p.worker_args.empty())
+  if (p.servers < 1 || p.workers < 1 || p.replicas < 1 ||
+      p.worker_args.empty() || p.straggler < -1 || p.straggler >= p.workers)
     return absl::DataLossError(absl::StrCat(path, " is malformed"));
   return p;
 }
@@ -273,6 +278,10 @@ absl::Status LocalLaunch::StartWorkers() {
                   {"--model_json", dir_ + "/model.json", "--metrics",
                    absl::StrCat(dir_, "/metrics-", w, ".jsonl"), "--listen",
                    "127.0.0.1:0", "--metrics_port", "0"});
+    }
+    if (w == o_.straggler) {
+      args.insert(args.end(), o_.straggler_args.begin(),
+                  o_.straggler_args.end());
     }
     WithTls(args, Role::kWorker);
     STRATA_ASSIGN_OR_RETURN(const pid_t pid, SpawnSelf(args));

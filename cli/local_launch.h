@@ -27,6 +27,10 @@ struct LocalPlan {
   std::string tokenizer_dir;  // copied into the run on its first launch
   // The workers' flags, without --scheduler and the per-worker --metrics.
   std::vector<std::string> worker_args;
+  // Worker `straggler` (0-based; -1: none) also gets straggler_args (its
+  // --slowdown, --jitter and --slowdown_steps).
+  int straggler = -1;
+  std::vector<std::string> straggler_args;
 };
 
 // <dir>/local.json: writes (durably) and reads a plan. LoadPlan: NOT_FOUND

@@ -475,6 +475,40 @@ pid_t ServerPid(const std::string& data_dir) {
 // A server of a `strata local` run killed with SIGKILL mid-run is started
 // again: it restores its newest snapshot, the job rolls back to it and
 // ends, every sample applied once.
+// --straggler K: worker K alone takes the simulated straggler's flags
+// (kept in the run's plan, so --resume slows the same worker).
+TEST(Train, LocalSlowsOnlyTheStraggler) {
+  const std::string dir = testing::FreshDir("local_straggler");
+  const std::string corpus = WriteCorpus(dir);
+  const std::string run = dir + "/run";
+  std::vector<std::string> args = SnapshottingLocalRun(run, 6, 4, corpus);
+  args.insert(args.end(), {"--straggler", "1", "--slowdown", "2", "--jitter",
+                           "0.5", "--slowdown_steps", "2:5"});
+  Child local(args, dir + "/local.log");
+  ASSERT_EQ(local.Wait(absl::Minutes(3)), 0) << local.Output();
+  const std::string out = local.Output();
+  const std::string line =
+      "simulating a straggler: steps compute 2x as long, jitter 0.5, steps "
+      "[2, 5)";
+  const size_t first = out.find(line);
+  ASSERT_NE(first, std::string::npos) << out;
+  EXPECT_EQ(out.find(line, first + 1), std::string::npos) << out;  // once
+  const std::string plan = testing::ReadFile(run + "/local.json");
+  EXPECT_NE(plan.find("\"straggler\": 1"), std::string::npos) << plan;
+  const size_t stragglers = plan.find("\"straggler_args\"");
+  ASSERT_NE(stragglers, std::string::npos) << plan;
+  EXPECT_EQ(plan.find("--slowdown"), plan.find("--slowdown", stragglers))
+      << plan;  // not among every worker's arguments
+  // --straggler must name a worker.
+  Child bad({STRATA_BINARY, "local", "--workers", "2", "--straggler", "2",
+             "--dir", dir + "/bad"},
+            dir + "/bad.log");
+  EXPECT_EQ(bad.Wait(absl::Seconds(30)), 1);
+  EXPECT_NE(bad.Output().find("--straggler 2 names no worker"),
+            std::string::npos)
+      << bad.Output();
+}
+
 TEST(Train, LocalStartsAServerThatDiesAgain) {
   const std::string dir = testing::FreshDir("local_server_dies");
   const std::string corpus = WriteCorpus(dir);

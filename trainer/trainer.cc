@@ -78,6 +78,14 @@ absl::Status Trainer::Run() {
 }
 
 void Trainer::LogStart() const {
+  if (o_.slowdown != 1 || o_.jitter != 0) {
+    spdlog::info(
+        "strata worker: simulating a straggler: steps compute {}x as long, "
+        "jitter {}, steps [{}, {})",
+        o_.slowdown, o_.jitter, o_.slowdown_from,
+        o_.slowdown_until < 0 ? std::string("end")
+                              : std::to_string(o_.slowdown_until));
+  }
   if (rank_ != 0) return;
   spdlog::info(
       "strata worker: GPT {} layers, {} heads, width {}, context {}, vocab "
