@@ -5,6 +5,7 @@
 // tests/moe_torch_test.cc.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -318,52 +319,27 @@ TEST(GptMoe, SettingsAreCheckedAndKeptInModelJson) {
   EXPECT_EQ(back->aux_loss, 0.05f);
   EXPECT_EQ(back->expert_hidden, 24);
   EXPECT_EQ(GptConfigFromJson(GptConfigToJson(TinyConfig()))->experts, 0);
-  for (auto bad :
-       std::vector<std::pair<const char*, GptConfig>>{{"top_k",
-                                                       [&] {
-                                                         GptConfig b = c;
-                                                         b.top_k = 3;
-                                                         return b;
-                                                       }()},
-                                                      {"top_k",
-                                                       [&] {
-                                                         GptConfig b = c;
-                                                         b.experts = 1;
-                                                         b.top_k = 2;
-                                                         return b;
-                                                       }()},
-                                                      {"moe_every",
-                                                       [&] {
-                                                         GptConfig b = c;
-                                                         b.moe_every = 3;
-                                                         return b;
-                                                       }()},
-                                                      {"capacity",
-                                                       [&] {
-                                                         GptConfig b = c;
-                                                         b.capacity = 0;
-                                                         return b;
-                                                       }()},
-                                                      {"capacity",
-                                                       [&] {
-                                                         GptConfig b = c;
-                                                         b.aux_loss = -1;
-                                                         return b;
-                                                       }()},
-                                                      {"experts",
-                                                       [&] {
-                                                         GptConfig b = c;
-                                                         b.experts = -1;
-                                                         return b;
-                                                       }()},
-                                                      {"expert_hidden", [&] {
-                                                         GptConfig b = c;
-                                                         b.expert_hidden = -2;
-                                                         return b;
-                                                       }()}}) {
-    const absl::Status s = bad.second.Validate();
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad.first;
-    EXPECT_NE(s.message().find(bad.first), std::string::npos) << s;
+  // Each case: the setting the error names, and the change that breaks it.
+  const std::vector<std::pair<const char*, std::function<void(GptConfig&)>>>
+      cases = {
+          {"top_k", [](GptConfig& b) { b.top_k = 3; }},
+          {"top_k",
+           [](GptConfig& b) {
+             b.experts = 1;
+             b.top_k = 2;
+           }},
+          {"moe_every", [](GptConfig& b) { b.moe_every = 3; }},
+          {"capacity", [](GptConfig& b) { b.capacity = 0; }},
+          {"capacity", [](GptConfig& b) { b.aux_loss = -1; }},
+          {"experts", [](GptConfig& b) { b.experts = -1; }},
+          {"expert_hidden", [](GptConfig& b) { b.expert_hidden = -2; }},
+      };
+  for (const auto& [name, change] : cases) {
+    GptConfig b = c;
+    change(b);
+    const absl::Status s = b.Validate();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(s.message().find(name), std::string::npos) << s;
   }
   EXPECT_FALSE(
       GptConfigFromJson(R"({"vocab":32,"context":16,"layers":2,"heads":2,)"
