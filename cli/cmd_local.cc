@@ -224,7 +224,9 @@ CommandFn AddLocalCommand(CLI::App& app) {
   cmd->add_option("--workers", o->workers, "worker processes")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  cmd->add_option("--consistency", o->consistency, "bsp | ssp:<s> | asp")
+  cmd->add_option("--consistency", o->consistency,
+                  "bsp | ssp:<s> | asp | auto[:<max_staleness>] (auto: start "
+                  "in bsp, switch live by the measured step times)")
       ->capture_default_str();
   cmd->add_option("--straggler", o->straggler,
                   "worker K (0-based) alone takes --slowdown, --jitter and "

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -63,9 +64,24 @@ CommandFn AddSchedulerCommand(CLI::App& app) {
                   "every update the primary acknowledged")
       ->check(CLI::Range(1, kMaxReplicas))
       ->capture_default_str();
-  AddConsistencyFlag(
-      cmd, [o](const Consistency& c) { o->consistency = c; },
-      "bsp | ssp:<s> | asp")
+  cmd->add_option_function<std::string>(
+         "--consistency",
+         [o](const std::string& text) {
+           o->automatic = *ParseAutoConsistency(text);
+           if (!o->automatic.has_value()) {
+             o->consistency = *ParseConsistency(text);
+           }
+         },
+         "bsp | ssp:<s> | asp | auto[:<max_staleness>] (auto: start in "
+         "bsp, switch live by the measured step times)")
+      ->check([](const std::string& text) -> std::string {
+        absl::StatusOr<std::optional<AutoConsistency>> a =
+            ParseAutoConsistency(text);
+        if (!a.ok()) return std::string(a.status().message());
+        if (a->has_value()) return "";
+        absl::StatusOr<Consistency> c = ParseConsistency(text);
+        return c.ok() ? "" : std::string(c.status().message());
+      })
       ->default_str(o->consistency.ToString());
   cmd->add_option("--lease_ms", *lease_ms,
                   "member lease; a member silent this long is removed")

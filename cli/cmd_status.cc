@@ -274,6 +274,36 @@ void PrintWorkers(const v1::View& view, const Security& security) {
   }
 }
 
+// The job's consistency beyond its name: under --consistency auto the
+// switches made and the one under way, and the rule's advice on the
+// workers' step times (scheduler/consistency_policy.h; a fixed job keeps
+// its setting).
+void PrintConsistency(const v1::View& view) {
+  if (!view.consistency_auto().empty()) {
+    std::printf("consistency %s: %d switch(es)\n",
+                view.consistency_auto().c_str(),
+                view.consistency_switches_size());
+  }
+  for (const v1::ConsistencySwitch& sw : view.consistency_switches()) {
+    std::printf("  switched at step %lld: %s -> %s (%s)\n",
+                static_cast<long long>(sw.step()), sw.from().c_str(),
+                sw.to().c_str(), sw.reason().c_str());
+  }
+  if (view.has_consistency_pending()) {
+    const v1::ConsistencySwitch& sw = view.consistency_pending();
+    std::printf(
+        "  switching at step %lld: %s -> %s once every step before it is "
+        "applied (%s)\n",
+        static_cast<long long>(sw.step()), sw.from().c_str(), sw.to().c_str(),
+        sw.reason().c_str());
+  }
+  if (const v1::ConsistencyAdvice& a = view.consistency_advice();
+      !a.mode().empty()) {
+    std::printf("consistency advice %s: %s\n", a.mode().c_str(),
+                a.reason().c_str());
+  }
+}
+
 }  // namespace
 
 CommandFn AddStatusCommand(CLI::App& app) {
@@ -312,13 +342,7 @@ CommandFn AddStatusCommand(CLI::App& app) {
         view.consistency().c_str(),
         static_cast<unsigned long long>(view.shard_map().version()),
         static_cast<unsigned long long>(view.generation()));
-    if (const v1::ConsistencyAdvice& a = view.consistency_advice();
-        !a.mode().empty()) {
-      // The scheduler's rule on the workers' step times
-      // (scheduler/consistency_policy.h); the job keeps its setting.
-      std::printf("consistency advice %s: %s\n", a.mode().c_str(),
-                  a.reason().c_str());
-    }
+    PrintConsistency(view);
     // Every server's counters, and again a second later where one has a
     // RAM tier: its read and write bandwidth now.
     std::vector<std::optional<StatsSample>> samples, later;

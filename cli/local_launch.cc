@@ -348,9 +348,17 @@ int LocalLaunch::Report(const WorkersEnd& end, bool interrupted) const {
 }  // namespace
 
 int Launch(const LocalPlan& o, std::string dir, int64_t resume_step) {
-  const absl::StatusOr<Consistency> consistency =
-      ParseConsistency(o.consistency);
-  if (!consistency.ok()) return ReportStatus("local", consistency.status());
+  // auto: a server that dies ends the run, as under SSP and ASP (once the
+  // job has switched from BSP nothing rolls back).
+  const absl::StatusOr<std::optional<AutoConsistency>> automatic =
+      ParseAutoConsistency(o.consistency);
+  if (!automatic.ok()) return ReportStatus("local", automatic.status());
+  bool restart_servers = false;
+  if (!automatic->has_value()) {
+    const absl::StatusOr<Consistency> fixed = ParseConsistency(o.consistency);
+    if (!fixed.ok()) return ReportStatus("local", fixed.status());
+    restart_servers = fixed->mode == Consistency::kBsp;
+  }
   LocalLaunch launch(o, std::move(dir), resume_step);
   for (absl::Status (LocalLaunch::*phase)() :
        {&LocalLaunch::PrepareDir, &LocalLaunch::LoadTls,
@@ -361,7 +369,7 @@ int Launch(const LocalPlan& o, std::string dir, int64_t resume_step) {
       return ReportStatus("local", s);
     }
   }
-  return launch.Supervise(consistency->mode == Consistency::kBsp);
+  return launch.Supervise(restart_servers);
 }
 
 }  // namespace strata

@@ -137,6 +137,15 @@ std::string RenderSvg(const PlotChart& chart) {
                           Escape(s.name));
     ++drawn;
   }
+  for (const PlotMark& m : chart.marks) {
+    if (m.x < x0 || m.x > x1) continue;
+    absl::StrAppendFormat(&svg,
+                          "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" "
+                          "y2=\"%g\" class=\"mark\"/><text x=\"%.1f\" "
+                          "y=\"%g\" class=\"tick\">%s</text>\n",
+                          px(m.x), kTop, px(m.x), kTop + ph, px(m.x) + 3,
+                          kTop + 12, Escape(m.label));
+  }
   return svg + "</svg>\n";
 }
 
@@ -162,9 +171,11 @@ absl::StatusOr<std::vector<PlotChart>> ReadRunCharts(const std::string& dir) {
   PlotChart loss{"Training loss", "loss", {}};
   PlotChart eval{"Held-out loss", "loss", {}};
   PlotChart speed{"Throughput", "tokens/s", {}};
+  std::map<std::string, double> switches;  // mode -> the first step in it
   for (const auto& [name, path] : files) {
     const std::string label = absl::StrCat("worker ", name);
     PlotSeries l{label, {}}, e{label, {}}, t{label, {}};
+    std::string last_mode;
     std::ifstream f(path);
     std::stringstream all;
     all << f.rdbuf();
@@ -196,10 +207,23 @@ absl::StatusOr<std::vector<PlotChart>> ReadRunCharts(const std::string& dir) {
       add(l, "loss");
       add(e, "eval_loss");
       add(t, "tokens_per_s");
+      if (j.contains("consistency") && j["consistency"].is_string()) {
+        std::string mode = j["consistency"].get<std::string>();
+        if (!last_mode.empty() && mode != last_mode) {
+          auto [it, fresh] = switches.emplace(mode, step);
+          if (!fresh) it->second = std::min(it->second, step);
+        }
+        last_mode = std::move(mode);
+      }
     }
     loss.series.push_back(std::move(l));
     eval.series.push_back(std::move(e));
     speed.series.push_back(std::move(t));
+  }
+  for (PlotChart* c : {&loss, &eval, &speed}) {
+    for (const auto& [mode, step] : switches) {
+      c->marks.push_back({step, absl::StrCat("to ", mode)});
+    }
   }
   return std::vector<PlotChart>{loss, eval, speed};
 }
@@ -220,6 +244,7 @@ absl::StatusOr<std::string> PlotRun(const std::string& dir, std::string out) {
       ".legend{font-size:12px;text-anchor:end}\n"
       ".frame{fill:none;stroke:#999}\n.grid{stroke:#eee}\n"
       ".series{fill:none;stroke-width:1.5}\n"
+      ".mark{stroke:#888;stroke-dasharray:4 3}\n"
       "</style></head><body>\n<h1>Strata run</h1>\n<p>",
       Escape(dir), "</p>\n");
   for (const PlotChart& c : *charts) page += RenderSvg(c);

@@ -88,6 +88,39 @@ TEST(Plot, DrawsEachCurvePerWorkerIntoOnePage) {
   EXPECT_NE(page.find("</html>"), std::string::npos);
 }
 
+// A switch of the job's consistency (--consistency auto) is marked at the
+// first step any worker ran in the new mode, on every chart.
+TEST(Plot, MarksEachConsistencySwitch) {
+  const std::string dir = FreshDir("switches");
+  auto lines = [](int switch_at) {
+    std::string out;
+    for (int s = 0; s < 30; ++s) {
+      out += "{\"step\":" + std::to_string(s) + ",\"loss\":2" +
+             ",\"tokens_per_s\":100,\"consistency\":\"" +
+             (s < switch_at ? "bsp" : "ssp:2") + "\"}\n";
+    }
+    return out;
+  };
+  Write(dir + "/metrics-0.jsonl", lines(14));
+  Write(dir + "/metrics-1.jsonl", lines(12));
+  auto charts = ReadRunCharts(dir);
+  ASSERT_TRUE(charts.ok()) << charts.status();
+  for (const PlotChart& c : *charts) {
+    ASSERT_EQ(c.marks.size(), 1u) << c.title;
+    EXPECT_EQ(c.marks[0].x, 13);  // step 12 done: 13 steps
+    EXPECT_EQ(c.marks[0].label, "to ssp:2");
+  }
+  const std::string svg = RenderSvg((*charts)[0]);
+  EXPECT_EQ(Count(svg, std::regex("class=\"mark\"")), 1) << svg;
+  EXPECT_NE(svg.find(">to ssp:2<"), std::string::npos) << svg;
+  // Without the field: no marks.
+  Write(dir + "/metrics-0.jsonl", "{\"step\":0,\"loss\":1}\n");
+  Write(dir + "/metrics-1.jsonl", "{\"step\":0,\"loss\":1}\n");
+  charts = ReadRunCharts(dir);
+  ASSERT_TRUE(charts.ok());
+  EXPECT_TRUE((*charts)[0].marks.empty());
+}
+
 TEST(Plot, NamesWhatIsWrong) {
   EXPECT_TRUE(absl::IsNotFound(ReadRunCharts("/nonexistent/run").status()));
   const std::string empty = FreshDir("empty");

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "common/sum_of_squares.h"
+#include "spdlog/spdlog.h"
 
 namespace strata {
 StepSession::StepSession(StepSessionOptions options)
@@ -131,6 +132,12 @@ absl::StatusOr<std::optional<StepWork>> StepSession::Lease() {
   }
   if (!work.ok()) return work.status();
   if (work->view.generation != generation_) return std::nullopt;  // adopt it
+  if (const Consistency now = LeasedMode(*work, session_.scheduler->view());
+      now.ToString() != consistency_.ToString()) {
+    spdlog::info("strata worker: the job runs {} from step {} (was {})",
+                 now.ToString(), step_, consistency_.ToString());
+    consistency_ = now;
+  }
   return std::optional<StepWork>(*std::move(work));
 }
 
@@ -145,8 +152,9 @@ absl::StatusOr<std::optional<StepWork>> StepSession::Begin(
   }
   if (work_) return absl::FailedPreconditionError("End the step first");
   if (done_) return std::nullopt;
-  const bool bsp = consistency_.mode == Consistency::kBsp;
   for (;;) {
+    // Read each turn: a lease may switch it (--consistency auto).
+    const bool bsp = consistency_.mode == Consistency::kBsp;
     if (std::optional<int64_t> back =
             AdoptRollback(*session_.scheduler, &generation_)) {
       // The last commit belongs to the old generation.

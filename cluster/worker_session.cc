@@ -73,6 +73,7 @@ StepWork ToStepWork(const StepView& sv, const v1::LeaseWorkResponse& lease) {
   w.view = sv;
   w.stamp_epoch = lease.epoch();
   if (lease.workers() > 0) {  // BSP: the split's ranks
+    w.bsp = true;
     w.view.rank = lease.rank();
     w.view.workers = lease.workers();
   }
@@ -143,6 +144,13 @@ absl::StatusOr<StepWork> LeaseStepWork(SchedulerClient& scheduler, int64_t step,
     if (ahead != nullptr) ahead->Keep(*lease, sv.member, sv.generation);
     return ToStepWork(sv, *lease);
   }
+}
+
+Consistency LeasedMode(const StepWork& work, const v1::View& view) {
+  if (work.bsp) return Consistency();
+  absl::StatusOr<Consistency> c = ParseConsistency(view.consistency());
+  if (c.ok() && c->mode != Consistency::kBsp) return *c;
+  return Consistency{.mode = Consistency::kAsp};
 }
 
 bool RedoInNewerView(SchedulerClient& scheduler, const absl::Status& status,

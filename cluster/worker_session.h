@@ -70,7 +70,14 @@ struct StepWork {
   uint64_t stamp_epoch = 0;
   std::vector<v1::WorkUnit> units;  // BSP: one contiguous run
   int64_t samples = 0;              // over all units
+  bool bsp = false;                 // a BSP step's share; else SSP/ASP
 };
+
+// The consistency `work` was leased under, with `view` the worker's view
+// now: BSP for a BSP step's share, else the view's SSP or ASP setting (ASP
+// when the view names neither). Under --consistency auto the job switches
+// live, and a worker follows it at the first lease of the new mode.
+Consistency LeasedMode(const StepWork& work, const v1::View& view);
 
 // Leases this worker's samples for `step` (BSP: the job's step; SSP/ASP:
 // this worker's clock), waiting first, up to `timeout`, for a view that

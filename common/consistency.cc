@@ -45,6 +45,30 @@ absl::StatusOr<Consistency> ParseConsistency(absl::string_view text) {
       "': expected bsp, asp or ssp:<s> with 0 <= s <= ", kMaxStaleness));
 }
 
+std::string AutoConsistency::ToString() const {
+  return absl::StrCat("auto:", max_staleness);
+}
+
+absl::StatusOr<std::optional<AutoConsistency>> ParseAutoConsistency(
+    absl::string_view text) {
+  if (!absl::StartsWith(text, "auto")) return std::nullopt;
+  AutoConsistency a;
+  if (text == "auto") return a;
+  const absl::string_view digits =
+      absl::StartsWith(text, "auto:") ? text.substr(5) : absl::string_view();
+  int s = -1;
+  if (!digits.empty() && digits.size() <= 7 &&
+      std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) &&
+      absl::SimpleAtoi(digits, &s) && s >= 1 && s <= kMaxStaleness) {
+    a.max_staleness = s;
+    return a;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "bad consistency '", text.substr(0, 32), text.size() > 32 ? "..." : "",
+      "': expected auto or auto:<max_staleness> with 1 <= max_staleness <= ",
+      kMaxStaleness));
+}
+
 absl::Status ValidateConsistency(const Consistency& c) {
   if (c.mode != Consistency::kSsp ||
       (c.staleness >= 0 && c.staleness <= kMaxStaleness)) {

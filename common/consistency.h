@@ -2,6 +2,7 @@
 #ifndef STRATA_COMMON_CONSISTENCY_H_
 #define STRATA_COMMON_CONSISTENCY_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -26,6 +27,22 @@ absl::StatusOr<Consistency> ParseConsistency(absl::string_view text);
 // INVALID_ARGUMENT for a setting ParseConsistency would not give (an SSP
 // staleness outside [0, kMaxStaleness]).
 absl::Status ValidateConsistency(const Consistency& c);
+
+// --consistency auto[:<max_staleness>]: the scheduler starts the job in
+// BSP and switches it live between BSP, SSP(s) and ASP by its rule
+// (scheduler/consistency_switcher.h), never past `max_staleness` (SSP's
+// bound, and the most staleness ASP may bring).
+struct AutoConsistency {
+  static constexpr int kDefaultMaxStaleness = 4;
+  int max_staleness = kDefaultMaxStaleness;
+  std::string ToString() const;  // auto:<max_staleness>
+};
+
+// "auto" or "auto:<s>" with 1 <= s <= kMaxStaleness; nullopt for a text
+// not starting with "auto" (a fixed setting: ParseConsistency);
+// INVALID_ARGUMENT for a malformed one.
+absl::StatusOr<std::optional<AutoConsistency>> ParseAutoConsistency(
+    absl::string_view text);
 
 }  // namespace strata
 

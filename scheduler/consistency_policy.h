@@ -29,7 +29,8 @@ namespace strata {
 inline constexpr int kMinSteps = 8;
 inline constexpr double kSteadySpread = 0.15;
 inline constexpr double kMaxBspWait = 0.10;
-inline constexpr int kDefaultMaxStaleness = 4;
+inline constexpr int kDefaultMaxStaleness =
+    AutoConsistency::kDefaultMaxStaleness;
 
 // The rule above for a job now in `current`, with its live workers.
 // `max_staleness` >= 1.

@@ -31,13 +31,15 @@ constexpr int64_t kInFlightClocks = 4;
 Ledger::Ledger(Consistency mode, StateStore* store, v1::LedgerState state,
                std::vector<std::pair<uint64_t, v1::LedgerRecord>> applied,
                std::vector<v1::LedgerState::Split> splits)
-    : mode_(mode),
-      store_(store),
+    : store_(store),
       state_(std::move(state)),
       applied_(std::move(applied)),
       splits_(std::move(splits),
               {state_.splits().begin(), state_.splits().end()}) {
   state_.clear_splits();
+  // A switched job goes on in the mode it switched to.
+  absl::StatusOr<Consistency> now = ParseConsistency(state_.mode());
+  mode_ = state_.mode().empty() || !now.ok() ? mode : *now;
 }
 
 absl::StatusOr<v1::ReportAppliedResponse> Ledger::Report(
@@ -227,8 +229,8 @@ bool Ledger::RecordPush(const v1::LedgerState::Pending& done, uint64_t who,
 }
 
 absl::Status Ledger::Sweep(const v1::View& view) {
-  if (mode_.mode == Consistency::kBsp) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
+  if (mode_.mode == Consistency::kBsp) return absl::OkStatus();
   const std::vector<const v1::Member*> workers = Workers(view);
   bool gone = false;
   for (const auto& l : state_.leases())
@@ -281,11 +283,15 @@ absl::Status Ledger::RollBack(int64_t step) {
 
 absl::StatusOr<std::unique_ptr<Ledger::PendingRollback>>
 Ledger::BeginRollBack() {
+  // Locks the ledger, so the mode checked is the one rolled back in.
+  std::unique_ptr<PendingRollback> pending(new PendingRollback(this));
+  mu_.AssertHeld();
   if (mode_.mode != Consistency::kBsp) {
-    return absl::UnimplementedError(
-        "ledger: rolling back is defined for BSP jobs only");
+    return absl::UnimplementedError(absl::StrCat(
+        "ledger: rolling back is defined for BSP jobs only; this one runs ",
+        mode_.ToString()));
   }
-  return std::unique_ptr<PendingRollback>(new PendingRollback(this));
+  return pending;
 }
 
 Ledger::PendingRollback::PendingRollback(Ledger* ledger) : ledger_(ledger) {
@@ -368,6 +374,11 @@ std::vector<v1::LedgerRecord> Ledger::Export() const {
 v1::LedgerState Ledger::State() const {
   absl::MutexLock lock(&mu_);
   return state_;
+}
+
+Consistency Ledger::mode() const {
+  absl::MutexLock lock(&mu_);
+  return mode_;
 }
 
 }  // namespace strata::scheduler_internal

@@ -28,6 +28,15 @@
 // were handed out already, the application is counted as `late` (the push
 // raced the lease running out on the servers).
 //
+// --consistency auto switches the ledger's mode live (BeginSwitch): from
+// SSP/ASP to SSP/ASP at once (both lease from the cursor); from BSP at a
+// fence step F, the first step no worker holds a lease of: steps from F on
+// are refused (UNAVAILABLE) until every step before F is applied, then the
+// cursor starts at F*B and the job runs asynchronously from clock F. So no
+// sample before F*B is leased again and none after it was applied by a
+// BSP step. Leases are refused while the view's consistency is not the
+// ledger's (the scheduler publishes the switch in the view just after it).
+//
 // Every change is written to the StateStore before it is visible, so a
 // restarted scheduler continues at the same cursor.
 #ifndef STRATA_SCHEDULER_LEDGER_H_
@@ -63,6 +72,10 @@ std::vector<int64_t> Apportion(int64_t total,
 // is a split (tens of bytes a worker, stored under its own key: a lease of
 // 2048 steps ahead writes about 150 KB once).
 inline constexpr int kMaxLeaseAhead = 2048;
+// An auto job's (--consistency auto) BSP steps leased ahead: a switch from
+// BSP lands this many steps after it is decided at most, and a scheduler
+// outage longer than this many steps pauses its BSP steps.
+inline constexpr int kAutoLeaseAhead = 8;
 
 class Ledger {
  public:
@@ -140,14 +153,35 @@ class Ledger {
   std::vector<v1::LedgerRecord> Export() const;
   // A copy of the state (tests, status).
   v1::LedgerState State() const;
-  const Consistency& mode() const { return mode_; }
+  // The mode the job runs now.
+  Consistency mode() const;
+
+  // The live switch (see above; scheduler/consistency_switcher.h decides
+  // it). Begins a switch to `to`, decided for `reason` at `unix_ms`: done at
+  // once from SSP/ASP (the switch made), pending from BSP (its fence in
+  // `step`). FAILED_PRECONDITION while one is pending, from SSP/ASP to BSP
+  // (not built: BSP steps need a chunk's version to count steps) and to the
+  // mode the job runs; storage errors (nothing changed).
+  absl::StatusOr<v1::ConsistencySwitch> BeginSwitch(const Consistency& to,
+                                                    std::string reason,
+                                                    int64_t unix_ms);
+  // The pending switch, done once every step before its fence is applied
+  // (then returned; nullopt while none is pending or it waits).
+  absl::StatusOr<std::optional<v1::ConsistencySwitch>> MaybeCompleteSwitch();
+  // Drops a pending switch; OK when none is pending.
+  absl::Status CancelSwitch();
+  // At most `steps` BSP steps leased ahead of the one asked for (default
+  // kMaxLeaseAhead). A switch from BSP waits for the steps leased ahead,
+  // so an auto job keeps this short (kAutoLeaseAhead).
+  void LimitBspAhead(int steps);
 
  private:
   // SSP/ASP: how many leases of `per_lease` samples a worker may take
   // ahead: at most half its even part of the samples not yet handed out,
   // so that no other worker waits for samples held ahead by this one (under
   // SSP it could not catch up, and this one could not go on past it) and
-  // the job's end waits on no long tail of them. BSP: kMaxLeaseAhead.
+  // the job's end waits on no long tail of them. BSP: LimitBspAhead's
+  // (kMaxLeaseAhead unless limited).
   int AsyncAheadLimit(const v1::LedgerState& s, const v1::View& view,
                       int64_t per_lease) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Whether a BSP step is inside the job (total_samples; SSP/ASP: always,
@@ -197,9 +231,12 @@ class Ledger {
                           uint64_t incarnation, uint64_t member) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
-  const Consistency mode_;
   StateStore* const store_;
   mutable absl::Mutex mu_;
+  // The mode the job runs now: the scheduler's setting, or the last switch
+  // (state_.mode).
+  Consistency mode_ ABSL_GUARDED_BY(mu_);
+  int bsp_ahead_ ABSL_GUARDED_BY(mu_) = kMaxLeaseAhead;
   v1::LedgerState state_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<uint64_t, v1::LedgerRecord>> applied_
       ABSL_GUARDED_BY(mu_);

@@ -159,6 +159,11 @@ absl::StatusOr<v1::LeaseWorkResponse> Ledger::Lease(
   v1::LedgerState s = state_;
   SplitTable::Edit splits(splits_);
   STRATA_RETURN_IF_ERROR(CheckJob(req.job(), s));
+  if (!view.consistency().empty() && view.consistency() != mode_.ToString()) {
+    return absl::UnavailableError(absl::StrCat(
+        "ledger: the job switched to ", mode_.ToString(), "; the view (",
+        view.consistency(), ") follows at once: ask again"));
+  }
   auto lease_one = [&](const v1::LeaseWorkRequest& r) {
     return mode_.mode == Consistency::kBsp ? LeaseBsp(r, view, s, splits)
                                            : LeaseAsync(r, view, s);
@@ -193,7 +198,8 @@ absl::StatusOr<v1::LeaseWorkResponse> Ledger::Lease(
 int Ledger::AsyncAheadLimit(const v1::LedgerState& s, const v1::View& view,
                             int64_t per_lease) const {
   const int64_t total = s.job().total_samples();
-  if (mode_.mode == Consistency::kBsp || total <= 0) return kMaxLeaseAhead;
+  if (mode_.mode == Consistency::kBsp) return bsp_ahead_;
+  if (total <= 0) return kMaxLeaseAhead;
   if (per_lease <= 0) return 0;
   const int64_t left = total - s.cursor() + Samples(s.requeued());
   const int64_t workers =
@@ -215,6 +221,12 @@ absl::StatusOr<v1::LeaseWorkResponse> Ledger::LeaseBsp(
     return absl::OutOfRangeError(absl::StrCat(
         "ledger: step ", req.step(), " is applied already; the job is at step ",
         s.applied_steps()));
+  }
+  if (s.has_pending_switch() && req.step() >= s.pending_switch().step()) {
+    return absl::UnavailableError(
+        absl::StrCat("ledger: the job switches to ", s.pending_switch().to(),
+                     " at step ", s.pending_switch().step(),
+                     " once every step before it is applied: ask again"));
   }
   const std::vector<const v1::Member*> workers = Workers(view);
   if (FindWorker(workers, req.member_id()) == nullptr)

@@ -60,6 +60,10 @@ class SplitTable {
   // Takes a written edit's changes.
   void Adopt(const Edit& edit);
   size_t size() const { return splits_.size(); }
+  // One past the highest step split (0 for none).
+  int64_t EndStep() const {
+    return splits_.empty() ? 0 : splits_.rbegin()->first.first + 1;
+  }
 
  private:
   std::map<Key, Split> splits_;

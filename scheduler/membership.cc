@@ -106,6 +106,7 @@ Membership::Membership(MembershipOptions options, const PersistedState& state)
   for (const v1::Member& m : state.members) {
     members_[m.id()] = Entry{m, lease_end};
   }
+  consistency_.now = options_.consistency;
   RebuildViewLocked();
 }
 
@@ -442,7 +443,16 @@ void Membership::RebuildViewLocked() {
   v1::View v;
   v.set_epoch(epoch_);
   v.set_workers_epoch(workers_epoch_);
-  v.set_consistency(options_.consistency.ToString());
+  v.set_consistency(consistency_.now.ToString());
+  if (consistency_.automatic.has_value()) {
+    v.set_consistency_auto(consistency_.automatic->ToString());
+  }
+  if (consistency_.pending.has_value()) {
+    *v.mutable_consistency_pending() = *consistency_.pending;
+  }
+  for (const v1::ConsistencySwitch& sw : consistency_.switches) {
+    *v.add_consistency_switches() = sw;
+  }
   v.set_generation(generation_);
   v.set_rollback_step(rollback_step_);
   v.set_replicas(static_cast<uint32_t>(options_.replicas));
@@ -495,15 +505,36 @@ void Membership::RebuildViewLocked() {
       }
     }
   }
-  // The advice from the workers' step times; the job's SSP bound caps
-  // the staleness it suggests (kDefaultMaxStaleness otherwise).
-  const Consistency& job = options_.consistency;
+  // The advice from the workers' step times; the job's staleness cap
+  // (auto's, else a fixed SSP bound; kDefaultMaxStaleness otherwise) caps
+  // the staleness it suggests.
+  const Consistency& job = consistency_.now;
+  const int cap = consistency_.automatic.has_value()
+                      ? consistency_.automatic->max_staleness
+                  : job.mode == Consistency::kSsp && job.staleness > 0
+                      ? job.staleness
+                      : kDefaultMaxStaleness;
   *v.mutable_consistency_advice() =
-      AdviseConsistency(job, {v.workers().begin(), v.workers().end()},
-                        job.mode == Consistency::kSsp && job.staleness > 0
-                            ? job.staleness
-                            : kDefaultMaxStaleness);
+      AdviseConsistency(job, {v.workers().begin(), v.workers().end()}, cap);
   view_ = std::move(v);
+}
+
+absl::Status Membership::SetConsistency(ConsistencyState state) {
+  absl::MutexLock lock(&mu_);
+  if (state.now.ToString() != consistency_.now.ToString()) {
+    Counters c{epoch_ + 1,      workers_epoch_,
+               next_member_id_, shard_map_version_,
+               generation_,     static_cast<uint64_t>(rollback_step_)};
+    StateBatch batch;
+    PutCounters(c, batch);
+    STRATA_RETURN_IF_ERROR(options_.store->Write(batch));
+    epoch_ = c.epoch;
+    spdlog::info("scheduler: the job runs {} from epoch {}",
+                 state.now.ToString(), epoch_);
+  }
+  consistency_ = std::move(state);
+  RebuildViewLocked();
+  return absl::OkStatus();
 }
 
 v1::View Membership::View() const {

@@ -50,6 +50,16 @@ namespace strata::scheduler_internal {
 using RollbackRule = std::function<absl::StatusOr<std::optional<int64_t>>(
     const v1::RegisterRequest& req, const v1::View& after, StateBatch& batch)>;
 
+// The job's consistency as the view shows it: the mode it runs now, and
+// under --consistency auto the switch under way and those made (from the
+// ledger, scheduler/ledger.h).
+struct ConsistencyState {
+  Consistency now;
+  std::optional<AutoConsistency> automatic;  // unset: a fixed setting
+  std::optional<v1::ConsistencySwitch> pending;
+  std::vector<v1::ConsistencySwitch> switches;
+};
+
 struct MembershipOptions {
   int num_shards = 1;
   int replicas = 1;  // live servers a slot may hold; >= 1
@@ -93,6 +103,11 @@ class Membership {
 
   // Removes every member whose lease ended by clock->Now().
   void ExpireLeases();
+
+  // Shows `state` in the view; a change of the mode the job runs raises
+  // the epoch (so every member reads it), the rest does not. Storage
+  // errors: nothing changed.
+  absl::Status SetConsistency(ConsistencyState state);
 
   // The current view.
   v1::View View() const;
@@ -141,6 +156,7 @@ class Membership {
   uint64_t shard_map_version_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_);
   int64_t rollback_step_ ABSL_GUARDED_BY(mu_);
+  ConsistencyState consistency_ ABSL_GUARDED_BY(mu_);
   v1::View view_ ABSL_GUARDED_BY(mu_);  // derived from the fields above
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<uint64_t> lease_expiries_{0};

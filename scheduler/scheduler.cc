@@ -2,12 +2,14 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/consistency.h"
 #include "common/status.h"
 #include "rpc/health.h"
+#include "scheduler/consistency_switcher.h"
 #include "scheduler/kv_store.h"
 #include "scheduler/ledger.h"
 #include "scheduler/membership.h"
@@ -49,6 +51,23 @@ absl::Status ValidateOptions(const SchedulerOptions& o) {
   }
   if (o.listen_address.empty()) {
     return absl::InvalidArgumentError("scheduler: listen_address is empty");
+  }
+  if (o.automatic.has_value()) {
+    if (o.consistency.mode != Consistency::kBsp) {
+      return absl::InvalidArgumentError(
+          "scheduler: --consistency auto starts the job in bsp");
+    }
+    if (o.automatic->max_staleness < 1 ||
+        o.automatic->max_staleness > kMaxStaleness) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "scheduler: auto's max_staleness ", o.automatic->max_staleness,
+          " is not in [1, ", kMaxStaleness, "]"));
+    }
+    if (o.resume_step >= 0) {
+      return absl::InvalidArgumentError(
+          "scheduler: resuming at a step is for BSP jobs, and an auto job "
+          "may have switched from BSP");
+    }
   }
   return ValidateConsistency(o.consistency);
 }
@@ -103,6 +122,14 @@ absl::Status Scheduler::Init(SchedulerOptions options) {
                         options.consistency, options.lease, options.clock,
                         store_.get()},
       state);
+  automatic_ = options.automatic;
+  if (automatic_.has_value()) {
+    absl::MutexLock lock(&switch_mu_);
+    switcher_ = std::make_unique<scheduler_internal::ConsistencySwitcher>();
+    ledger_->LimitBspAhead(scheduler_internal::kAutoLeaseAhead);
+  }
+  // A job that switched before a restart goes on in its mode.
+  STRATA_RETURN_IF_ERROR(PublishConsistency());
   kv_ = std::make_unique<KvStore>(store_.get(), std::move(state.kv));
   service_ = std::make_unique<SchedulerService>(
       membership_.get(), kv_.get(), ledger_.get(), options.security.get());
@@ -151,6 +178,13 @@ void Scheduler::AddMetrics() {
   metrics_.AddGaugeFn(
       "strata_job_generation", "Whole-job rollbacks so far",
       [m] { return static_cast<double>(m->View().generation()); });
+  metrics_.AddGaugeFn(
+      "strata_consistency_switches",
+      "Live switches of the job's consistency the view lists "
+      "(--consistency auto; the last 32)",
+      [m] {
+        return static_cast<double>(m->View().consistency_switches_size());
+      });
   metrics_.AddCounterFn("strata_lease_expiries_total",
                         "Members removed because their lease ran out", [m] {
                           return static_cast<double>(m->lease_expiries());
@@ -173,7 +207,58 @@ void Scheduler::LeaseLoop() {
                                lease_check_interval_)) {
     mu_.Unlock();
     CheckLeasesNow();
+    AdvanceConsistency();
     mu_.Lock();
+  }
+}
+
+absl::Status Scheduler::PublishConsistency() {
+  const v1::LedgerState s = ledger_->State();
+  scheduler_internal::ConsistencyState state;
+  state.now = ledger_->mode();
+  state.automatic = automatic_;
+  if (s.has_pending_switch()) state.pending = s.pending_switch();
+  state.switches.assign(s.switches().begin(), s.switches().end());
+  return membership_->SetConsistency(std::move(state));
+}
+
+absl::StatusOr<v1::ConsistencySwitch> Scheduler::SwitchConsistency(
+    const Consistency& to, std::string reason) {
+  absl::MutexLock lock(&switch_mu_);
+  STRATA_ASSIGN_OR_RETURN(
+      v1::ConsistencySwitch sw,
+      ledger_->BeginSwitch(to, std::move(reason),
+                           absl::ToUnixMillis(absl::Now())));
+  // The ledger refuses leases until the view shows its mode.
+  STRATA_RETURN_IF_ERROR(PublishConsistency());
+  return sw;
+}
+
+void Scheduler::AdvanceConsistency() {
+  std::optional<scheduler_internal::SwitchDecision> next;
+  {
+    absl::MutexLock lock(&switch_mu_);
+    absl::StatusOr<std::optional<v1::ConsistencySwitch>> done =
+        ledger_->MaybeCompleteSwitch();
+    absl::Status s = done.status();
+    // Also a view left behind by a failed write: the ledger refuses leases
+    // until the view shows its mode.
+    if (s.ok() && (done->has_value() || membership_->View().consistency() !=
+                                            ledger_->mode().ToString())) {
+      s = PublishConsistency();
+    }
+    if (!s.ok()) {
+      spdlog::error("scheduler: consistency switch: {}", s.ToString());
+    }
+    if (switcher_ == nullptr) return;
+    next = switcher_->Decide(membership_->View());
+  }
+  if (!next.has_value()) return;
+  absl::StatusOr<v1::ConsistencySwitch> sw =
+      SwitchConsistency(next->to, next->reason);
+  if (!sw.ok()) {
+    spdlog::warn("scheduler: no switch to {}: {}", next->to.ToString(),
+                 sw.status().ToString());
   }
 }
 

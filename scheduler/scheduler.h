@@ -15,6 +15,7 @@
 #define STRATA_SCHEDULER_SCHEDULER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -52,6 +53,7 @@ class Membership;
 class KvStore;
 class Ledger;
 class SchedulerService;
+class ConsistencySwitcher;
 }  // namespace scheduler_internal
 
 struct SchedulerOptions {
@@ -69,6 +71,9 @@ struct SchedulerOptions {
   // The job's consistency, copied into every view (as
   // Consistency::ToString: bsp | ssp:<s> | asp).
   Consistency consistency;
+  // --consistency auto[:<s>]: the job starts in `consistency` (BSP) and
+  // the scheduler switches it live (scheduler/consistency_switcher.h).
+  std::optional<AutoConsistency> automatic;
   // How long a member stays without a heartbeat. Must be > 0.
   absl::Duration lease = kDefaultLease;
   // How often leases are checked against clock->Now(). Must be > 0.
@@ -116,6 +121,13 @@ class Scheduler {
   // scheduler also does it every lease_check_interval).
   void CheckLeasesNow();
 
+  // Switches the job's consistency to `to` (scheduler/ledger.h BeginSwitch:
+  // at once from SSP/ASP, at a fence step from BSP) and shows it in the
+  // view. --consistency auto calls it by its rule; tests call it directly.
+  // Errors: BeginSwitch's.
+  absl::StatusOr<v1::ConsistencySwitch> SwitchConsistency(const Consistency& to,
+                                                          std::string reason);
+
   // Stops serving: ends WatchView streams and waiting KV gets, then the gRPC
   // server and the lease thread. Idempotent; safe from any thread except a
   // gRPC handler of this scheduler.
@@ -133,6 +145,11 @@ class Scheduler {
   absl::Status Init(SchedulerOptions options);
   void LeaseLoop();
   void AddMetrics();
+  // Completes a pending switch whose fence is reached and, under auto,
+  // begins the one the switcher decides.
+  void AdvanceConsistency();
+  // The ledger's consistency into the view.
+  absl::Status PublishConsistency();
 
   int port_ = 0;
   std::string address_;
@@ -146,6 +163,11 @@ class Scheduler {
   std::unique_ptr<grpc::Server> server_;
   std::thread lease_thread_;
   Metrics metrics_;
+  std::optional<AutoConsistency> automatic_;
+  // Serializes switches (AdvanceConsistency, SwitchConsistency).
+  absl::Mutex switch_mu_;
+  std::unique_ptr<scheduler_internal::ConsistencySwitcher> switcher_
+      ABSL_GUARDED_BY(switch_mu_);
 
   absl::Mutex shutdown_call_mu_;  // serializes Shutdown calls
   mutable absl::Mutex mu_;

@@ -114,7 +114,9 @@ grpc::Status SchedulerService::Register(grpc::ServerContext* ctx,
         }
         STRATA_ASSIGN_OR_RETURN(pending, ledger_->BeginRollBack());
         std::optional<int64_t> rolled =
-            RollbackStep(q, after, pending->state(), ledger_->mode());
+            // BeginRollBack holds the ledger (and refuses a job not in
+            // BSP): the mode is BSP.
+            RollbackStep(q, after, pending->state(), Consistency());
         if (rolled.has_value()) pending->To(*rolled, batch);
         return rolled;
       });

@@ -77,6 +77,17 @@ absl::StatusOr<v1::PushResponse> AspGate::ApplyNow(
   return resp;
 }
 
+void AspGate::Adopt(Chunk& c, const ShardView& now, const Consistency& from) {
+  if (from.mode != Consistency::kBsp) return;  // SSP and ASP keep clocks
+  const auto version = static_cast<int64_t>(c.rec.version);
+  for (uint64_t w : now.workers) {
+    int64_t& clock = c.clocks[w];
+    clock = std::max(clock, version);
+  }
+  for (auto& [id, contrib] : c.open) parts_.pool.Give(std::move(contrib.grad));
+  c.open.clear();
+}
+
 void AspGate::Sweep(Chunk& c, const ShardView& now) {
   absl::erase_if(c.clocks,
                  [&](const auto& kv) { return !now.IsLive(kv.first); });

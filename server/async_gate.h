@@ -26,6 +26,13 @@ class AspGate : public ConsistencyGate {
   absl::StatusOr<v1::PushResponse> Push(Chunk& c, const v1::PushRequest& req,
                                         std::vector<float> grad,
                                         float scale) override;
+  // From BSP: each live worker's clock on c starts at c's version (the
+  // fence step: every step before it closed here, none at or after it
+  // leased), so a retried BSP push is applied once and SSP pulls wait for
+  // no worker that has not pushed here yet. Pushes held open for a BSP
+  // step (none are expected at the fence) are dropped.
+  void Adopt(Chunk& c, const ShardView& now, const Consistency& from) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Forgets the clocks of workers that left, so SSP pulls no longer wait
   // for them.
   void Sweep(Chunk& c, const ShardView& now) override

@@ -8,8 +8,8 @@
 
 namespace strata {
 
-std::unique_ptr<ConsistencyGate> ConsistencyGate::Create(GateParts parts) {
-  const Consistency& mode = parts.options.consistency;
+std::unique_ptr<ConsistencyGate> ConsistencyGate::Create(
+    GateParts parts, const Consistency& mode) {
   switch (mode.mode) {
     case Consistency::kBsp:
       return std::make_unique<BspGate>(parts);

@@ -51,9 +51,17 @@ struct GateParts {
 // Push, held by the caller of the others).
 class ConsistencyGate {
  public:
-  // The gate for options.consistency.
-  static std::unique_ptr<ConsistencyGate> Create(GateParts parts);
+  // The gate for `mode`.
+  static std::unique_ptr<ConsistencyGate> Create(GateParts parts,
+                                                 const Consistency& mode);
   virtual ~ConsistencyGate() = default;
+
+  // The job switched to this gate's mode from `from` (a live switch,
+  // server/gate_set.h): takes c over. From BSP, at its fence step, when no
+  // step at or after c's version was leased: each live worker of `now`
+  // starts at clock c.rec.version.
+  virtual void Adopt(Chunk& c, const ShardView& now, const Consistency& from)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {}
 
   // The rule for the epoch a push from live member req.member_id() was
   // computed in, checked against the view it is live in: ABORTED for a

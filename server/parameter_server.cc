@@ -399,8 +399,17 @@ absl::Status ParameterServer::Impl::JoinJob(ParameterServer* self,
   snapshots->set_protect(
       [sc = scheduler.get()] { return sc->common_snapshot(); });
   const v1::View view = scheduler->view();
-  if (!view.consistency().empty() &&
-      view.consistency() != consistency.ToString()) {
+  if (!view.consistency_auto().empty()) {
+    // The scheduler switches an auto job's consistency live; its servers
+    // follow the view (Shard::UpdateView).
+    if (options.consistency.has_value()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the job runs '", view.consistency_auto(),
+          "': its servers take the consistency from the scheduler's view, "
+          "so start this one without --consistency"));
+    }
+  } else if (!view.consistency().empty() &&
+             view.consistency() != consistency.ToString()) {
     return absl::FailedPreconditionError(
         absl::StrCat("this server runs '", consistency.ToString(),
                      "' but the job runs '", view.consistency(), "'"));

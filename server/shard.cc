@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,7 @@
 #include "common/status.h"
 #include "common/wire.h"
 #include "server/shard_parts.h"
+#include "spdlog/spdlog.h"
 
 namespace strata {
 namespace {
@@ -40,9 +42,9 @@ Shard::Parts::Parts(const ShardOptions& o, ShardCounters& counters)
       membership(o, counters),
       snapshots(tiles, table),
       deferred(CommitOrder(o), pool, counters, failed),
-      gate(ConsistencyGate::Create(GateParts{o, counters, pool, tiles, table,
-                                             membership, applied, snapshots,
-                                             failed})),
+      gates(GateParts{o, counters, pool, tiles, table, membership, applied,
+                      snapshots, failed},
+            o.consistency),
       mirrors(pool) {}
 
 Shard::Shard(ShardOptions options)
@@ -59,8 +61,30 @@ absl::StatusOr<v1::RegisterChunksResponse> Shard::Register(
 void Shard::UpdateView(const v1::View& v) {
   // One update at a time: a stale sweep must never undo a newer one.
   absl::MutexLock update_lock(&update_mu_);
+  // A switch of the job's consistency (--consistency auto): the new gate
+  // first, so that no request of the new view finds the old one.
+  std::optional<Consistency> before;
+  if (v.epoch() > p_->membership.Get().epoch && !v.consistency().empty()) {
+    if (absl::StatusOr<Consistency> to = ParseConsistency(v.consistency());
+        to.ok()) {
+      before = p_->gates.SwitchTo(*to);
+    }
+  }
   if (!p_->membership.Publish(v)) return;
+  if (before.has_value()) AdoptChunks(*before);
   Sweep();
+}
+
+void Shard::AdoptChunks(const Consistency& before) {
+  const ShardView now = p_->membership.Get();
+  ConsistencyGate& gate = p_->gates.Current();
+  for (Chunk* c : p_->table.All()) {
+    absl::MutexLock lock(&c->mu);
+    gate.Adopt(*c, now, before);
+    c->changed.SignalAll();
+  }
+  spdlog::info("shard: switched from {} to {} at epoch {}", before.ToString(),
+               p_->gates.mode().ToString(), now.epoch);
 }
 
 void Shard::Sweep() {
@@ -73,7 +97,7 @@ void Shard::Sweep() {
   p_->mirrors.Retain(live);
   for (Chunk* c : p_->table.All()) {
     absl::MutexLock lock(&c->mu);
-    p_->gate->Sweep(*c, now);
+    p_->gates.Current().Sweep(*c, now);
     c->changed.SignalAll();
   }
   // Steps closed above read their spilled tiles in: back within budget.
@@ -89,7 +113,7 @@ absl::Status Shard::AwaitWorker(uint64_t member, uint64_t epoch) {
 absl::Status Shard::CheckMember(const v1::PushRequest& req) {
   return p_->membership.AwaitWorker(
       req.member_id(), req.epoch(), [&](const ShardView& view) {
-        return p_->gate->CheckPushEpoch(view, req);
+        return p_->gates.Current().CheckPushEpoch(view, req);
       });
 }
 
@@ -208,7 +232,7 @@ absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req,
     if (req.step() < 0)
       return absl::InvalidArgumentError("push with a negative step");
     if (req.whole_step() &&
-        (req.deferred() || options_.consistency.mode != Consistency::kBsp)) {
+        (req.deferred() || p_->gates.mode().mode != Consistency::kBsp)) {
       return absl::InvalidArgumentError(
           "a whole-step push (all-reduce sync) needs BSP and no deferral");
     }
@@ -223,7 +247,7 @@ absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req,
           req, payload_bytes, read, c->spec.numel(), &grad, &nonfinite));
     }
     if (req.deferred()) return Hold(*c, req, std::move(grad));
-    return p_->gate->Push(*c, req, std::move(grad), 1.0f);
+    return p_->gates.Current().Push(*c, req, std::move(grad), 1.0f);
   }();
   if (!result.ok() && !nonfinite) counters_.rejected_other++;
   return result;
@@ -253,7 +277,7 @@ absl::StatusOr<v1::CommitResponse> Shard::Commit(const v1::CommitRequest& req) {
                       float scale) -> absl::StatusOr<v1::PushResponse> {
     STRATA_ASSIGN_OR_RETURN(Chunk * c, p_->table.Find(r.chunk_id()));
     STRATA_RETURN_IF_ERROR(CheckMember(r));
-    return p_->gate->Push(*c, r, std::move(grad), scale);
+    return p_->gates.Current().Push(*c, r, std::move(grad), scale);
   };
   bool failed = false;
   absl::StatusOr<v1::CommitResponse> result =

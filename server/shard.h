@@ -240,6 +240,10 @@ class Shard {
   // Lets go what the workers the view does not list held up or counted
   // on (UpdateView's work once it published a newer view).
   void Sweep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(update_mu_);
+  // After a switch of the job's consistency from `before`: every chunk
+  // taken over by the current gate (ConsistencyGate::Adopt).
+  void AdoptChunks(const Consistency& before)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(update_mu_);
   // InstallState's part for one chunk.
   struct ChunkInstall;
   absl::Status InstallChunk(ChunkInstall& chunk,

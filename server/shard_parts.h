@@ -11,6 +11,7 @@
 #include "server/chunk_table.h"
 #include "server/consistency_gate.h"
 #include "server/deferred_commits.h"
+#include "server/gate_set.h"
 #include "server/gradient_pool.h"
 #include "server/pull_mirrors.h"
 #include "server/shard.h"
@@ -36,7 +37,7 @@ struct Shard::Parts {
   SnapshotCapture snapshots;
   FailedCommits failed;
   DeferredCommits deferred;
-  std::unique_ptr<ConsistencyGate> gate;
+  GateSet gates;         // the job's mode's, and those it switched from
   WaitQuota pull_waits;  // pulls waiting at the gate, by requester
   PullMirrors mirrors;   // what workers pulling compressed hold
   std::atomic<uint64_t> pull_arrivals{0};  // pulls so far (Chunk::step_pulls)

@@ -70,7 +70,7 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk& c,
   };
   absl::MutexLock lock(&c.mu);
   STRATA_ASSIGN_OR_RETURN(const uint64_t need,
-                          p_->gate->PullTarget(c, req, worker));
+                          p_->gates.Current().PullTarget(c, req, worker));
   if (worker && req.clock() >= 0 && req.generation() == c.generation) {
     c.NotePullOfStep(req.clock(), arrival);
   }
@@ -82,7 +82,7 @@ absl::StatusOr<PullResult> Shard::ServeAtGate(Chunk& c,
                                               bool worker, uint64_t need,
                                               PayloadAllocator alloc,
                                               bool* pinned) {
-  const ConsistencyGate& gate = *p_->gate;
+  const ConsistencyGate& gate = p_->gates.Current();
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + options_.max_wait;
   bool waited = false;

@@ -58,7 +58,8 @@ absl::StatusOr<v1::ReduceResponse> Shard::Reduce(const v1::ReduceRequest& req) {
             " to close (version ", c->rec.version, ")"));
       }
     }
-    STRATA_ASSIGN_OR_RETURN(*resp.add_chunks(), p_->gate->Reduce(*c, req, in));
+    STRATA_ASSIGN_OR_RETURN(*resp.add_chunks(),
+                            p_->gates.Current().Reduce(*c, req, in));
   }
   return resp;
 }

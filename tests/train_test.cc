@@ -509,6 +509,48 @@ TEST(Train, LocalSlowsOnlyTheStraggler) {
       << bad.Output();
 }
 
+// --consistency auto through a straggler whose steps jitter: the scheduler
+// switches the job from BSP live, the workers follow, the job ends with
+// every sample applied once, and the curves mark the switch.
+TEST(Train, LocalAutoSwitchesFromBspLiveWithEverySampleOnce) {
+  const std::string dir = testing::FreshDir("local_auto");
+  const std::string corpus = WriteCorpus(dir);
+  const std::string run = dir + "/run";
+  // Heartbeats bring the step times to the scheduler every half second,
+  // tens of these steps: enough of them for the switch to land mid-run.
+  constexpr int kSteps = 300, kBatch = 8;
+  std::vector<std::string> args =
+      SnapshottingLocalRun(run, kSteps, kBatch, corpus);
+  args.insert(args.end(),
+              {"--workers", "2", "--consistency", "auto", "--straggler", "1",
+               "--slowdown", "2", "--jitter", "0.6"});
+  Child local(args, dir + "/local.log");
+  ASSERT_EQ(local.Wait(absl::Minutes(5)), 0) << local.Output();
+  const std::string out = local.Output();
+  static const std::regex kSwitched(
+      "ledger: switched from bsp to (asp|ssp:\\d) at step (\\d+)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, kSwitched)) << out;
+  const std::string to = m[1];
+  const int at = std::stoi(m[2]);
+  EXPECT_LT(at, kSteps) << out;
+  // Both workers ran the new mode from the switch's step on.
+  for (int w = 0; w < 2; ++w) {
+    const std::string metrics =
+        testing::ReadFile(absl::StrCat(run, "/metrics-", w, ".jsonl"));
+    EXPECT_NE(metrics.find("\"consistency\":\"bsp\""), std::string::npos);
+    EXPECT_NE(metrics.find(absl::StrCat("\"consistency\":\"", to, "\"")),
+              std::string::npos)
+        << metrics;
+    EXPECT_NE(out.find(absl::StrCat("the job runs ", to, " from step ", at)),
+              std::string::npos)
+        << out;
+  }
+  ExpectLedgerChecksOut(run, dir, kSteps * kBatch);
+  const std::string plot = testing::ReadFile(run + "/plot.html");
+  EXPECT_NE(plot.find(absl::StrCat(">to ", to, "<")), std::string::npos);
+}
+
 TEST(Train, LocalStartsAServerThatDiesAgain) {
   const std::string dir = testing::FreshDir("local_server_dies");
   const std::string corpus = WriteCorpus(dir);

@@ -61,6 +61,7 @@ void Progress::Step(const StepMetrics& m) {
       j["moe_experts_pulled"] = *m.moe_experts_pulled;
       j["moe_experts_pushed"] = m.moe_experts_pushed.value_or(0);
     }
+    if (!m.consistency.empty()) j["consistency"] = m.consistency;
     std::fprintf(metrics_, "%s\n", j.dump().c_str());
     std::fflush(metrics_);
   }
@@ -83,6 +84,7 @@ void Progress::Step(const StepMetrics& m) {
                           100 * *m.moe_experts_pulled,
                           100 * m.moe_experts_pushed.value_or(0));
   }
+  if (!m.consistency.empty()) absl::StrAppend(&line, "  ", m.consistency);
   if (m.eval_loss)
     absl::StrAppendFormat(&line, "  eval_loss %.4f", *m.eval_loss);
   if (tty_) {

@@ -37,6 +37,8 @@ struct StepMetrics {
   // the experts' bytes this worker pulled and pushed with a payload in the
   // step (1: as many as a dense sync of every expert).
   std::optional<double> moe_experts_pulled, moe_experts_pushed;
+  // Under --consistency auto: the mode the step ran in ("" otherwise).
+  std::string consistency;
   absl::Duration elapsed;
 };
 

@@ -115,6 +115,13 @@ absl::StatusOr<int64_t> Trainer::Join() {
   if (first_step > 0) {
     spdlog::info("strata worker: joining at step {}", first_step);
   }
+  auto_consistency_ = !scheduler_->view().consistency_auto().empty();
+  if (o_.sync == SyncMode::kAllReduce && auto_consistency_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sync allreduce needs BSP servers; this job runs ",
+                     scheduler_->view().consistency_auto(),
+                     ", which may switch from BSP while it runs"));
+  }
   if (o_.sync == SyncMode::kAllReduce && !bsp()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--sync allreduce needs BSP servers; these run ", mode_.ToString()));

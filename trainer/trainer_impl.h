@@ -169,6 +169,9 @@ class Trainer {
   // and (BSP) the step is still open. Finishes the pull first.
   bool PullAllowsStep(int64_t step);
   void SetStamp(const StepWork& work);
+  // Takes the mode `work` was leased under as the job's (--consistency
+  // auto switches it live; cluster/worker_session.h LeasedMode).
+  void FollowMode(const StepWork& work, int64_t step);
   // The step to start at: where the servers are (0 for a new job; later
   // for a worker that joins a running one or restarts).
   absl::StatusOr<int64_t> FirstStep();
@@ -252,6 +255,7 @@ class Trainer {
   std::unique_ptr<SchedulerClient> scheduler_;
   std::unique_ptr<PsClient> ps_;
   Consistency mode_;
+  bool auto_consistency_ = false;  // --consistency auto: mode_ may switch
   int rank_;
   int workers_;
   StepStamp stamp_;          // of the step being computed

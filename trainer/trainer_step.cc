@@ -54,6 +54,7 @@ absl::StatusOr<Trainer::Next> Trainer::Step(Loop& loop) {
   if (!early.computed.has_value() || pull_.broke_pass) {
     // Not overlapped, or a wait broke the pass and the pulls' second try
     // (after the gate's deadline ran out during the commit) succeeded.
+    FollowMode(*work, loop.step);
     SetStamp(*work);
     early.computed = ComputeAndPush(loop.step, *work, &early.grad_norm);
   }
@@ -81,6 +82,7 @@ Trainer::Early Trainer::ComputeDuringPull(int64_t step) {
   early.leased =
       LeaseStepWork(*scheduler_, step, job_, absl::Seconds(60), &leases_);
   if (early.leased->ok() && (*early.leased)->view.generation == generation_) {
+    FollowMode(**early.leased, step);
     SetStamp(**early.leased);
     early.computed = ComputeAndPush(step, **early.leased, &early.grad_norm);
   }
@@ -178,6 +180,7 @@ void Trainer::NoteStep(Loop& loop, const StepWork& work, double loss,
   lr_params.min_lr_ratio = o_.min_lr_ratio;
   m.lr = ScheduledLr(lr_params, loop.step);
   m.elapsed = absl::Now() - loop.start;
+  if (auto_consistency_) m.consistency = mode_.ToString();
   if (sparse_) {
     m.moe_experts_pulled =
         static_cast<double>(pull_.expert_floats) / expert_floats_;

@@ -204,6 +204,14 @@ bool Trainer::PullAllowsStep(int64_t step) {
          *pulled <= static_cast<uint64_t>(step);
 }
 
+void Trainer::FollowMode(const StepWork& work, int64_t step) {
+  const Consistency now = LeasedMode(work, scheduler_->view());
+  if (now.ToString() == mode_.ToString()) return;
+  spdlog::info("strata worker: the job runs {} from step {} (was {})",
+               now.ToString(), step, mode_.ToString());
+  mode_ = now;
+}
+
 void Trainer::SetStamp(const StepWork& work) {
   stamp_ =
       StepStamp{.epoch = work.stamp_epoch,

@@ -1,0 +1,50 @@
+// --consistency auto: when the scheduler switches the job's consistency.
+// The rule (scheduler/consistency_policy.h) advises a mode in every view;
+// the switcher takes an advice only once it has held, so one noisy window
+// of step times does not flip the job back and forth:
+//  - not while a switch is under way, nor until the slowest worker is
+//    kSettleSteps past the last switch (its step times, kept over its last
+//    16 steps, then come from the mode it runs now);
+//  - the advice must differ from the mode the job runs while the slowest
+//    worker goes kHoldSteps steps (no advice, or the job's own mode, start
+//    the hold over); then the advice of that moment is taken. An advice
+//    that moves between two other modes (near a boundary of the rule, as
+//    ASP's staleness against the cap) holds: each is better than the job's
+//    mode by the rule;
+//  - an advice of BSP for a job running SSP or ASP is not taken: that
+//    switch is not built (scheduler/ledger.h BeginSwitch).
+// Not thread-safe: the scheduler's lease loop calls it.
+#ifndef STRATA_SCHEDULER_CONSISTENCY_SWITCHER_H_
+#define STRATA_SCHEDULER_CONSISTENCY_SWITCHER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/consistency.h"
+#include "strata/v1/common.pb.h"
+
+namespace strata::scheduler_internal {
+
+inline constexpr int64_t kSettleSteps = 16;
+inline constexpr int64_t kHoldSteps = 8;
+
+struct SwitchDecision {
+  Consistency to;
+  std::string reason;
+};
+
+class ConsistencySwitcher {
+ public:
+  // What the job should switch to, seen `view` (its advice, mode,
+  // switches and workers' clocks), or nullopt.
+  std::optional<SwitchDecision> Decide(const v1::View& view);
+
+ private:
+  bool holding_ = false;  // the advice differs from the job's mode
+  int64_t since_ = 0;     // the slowest worker's step when it began to
+};
+
+}  // namespace strata::scheduler_internal
+
+#endif  // STRATA_SCHEDULER_CONSISTENCY_SWITCHER_H_

@@ -1,0 +1,125 @@
+// The ledger's live consistency switch (scheduler/ledger.h BeginSwitch).
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "scheduler/ledger.h"
+#include "scheduler/ledger_audit.h"
+#include "scheduler/ledger_testing.h"
+
+namespace strata::scheduler_internal {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// BSP to SSP: the fence is the first step no worker holds a lease of
+// (leases ahead included); nothing from it on is leased until the steps
+// before it are applied; then SSP leases start at the fence's first sample,
+// and every sample is applied once across the switch. A restarted ledger
+// goes on in SSP.
+TEST_F(LedgerTest, BspSwitchesToSspAtTheFirstStepNotLeased) {
+  Open("bsp", /*on_disk=*/true);
+  const v1::View v = MakeView(3, {5, 9});
+  v1::LeaseWorkRequest ahead = LeaseReq(9, 0);
+  ahead.set_ahead(2);  // steps 0, 1, 2
+  ASSERT_TRUE(ledger_->Lease(ahead, v).ok());
+  ASSERT_TRUE(ledger_->Lease(LeaseReq(5, 0), v).ok());
+  auto sw = ledger_->BeginSwitch(*ParseConsistency("ssp:2"), "jitter", 1);
+  ASSERT_TRUE(sw.ok()) << sw.status();
+  EXPECT_EQ(sw->step(), 3);
+  EXPECT_EQ(sw->from(), "bsp");
+  EXPECT_EQ(sw->to(), "ssp:2");
+  EXPECT_EQ(ledger_->mode().ToString(), "bsp");
+  // Steps before the fence are still BSP's; the fence is not leased.
+  auto before = ledger_->Lease(LeaseReq(5, 2), v);
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_THAT(Runs(before->units()), ElementsAre(std::pair{20, 5}));
+  const absl::Status fenced = ledger_->Lease(LeaseReq(5, 3), v).status();
+  EXPECT_EQ(fenced.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(fenced.message(), HasSubstr("switches to ssp:2 at step 3"));
+  EXPECT_EQ(
+      ledger_->BeginSwitch(*ParseConsistency("asp"), "", 2).status().code(),
+      absl::StatusCode::kFailedPrecondition);
+  // Not before every step before the fence is applied.
+  ReportBoth(*ledger_, v, 0, 3);
+  ReportBoth(*ledger_, v, 1, 3);
+  auto early = ledger_->MaybeCompleteSwitch();
+  ASSERT_TRUE(early.ok());
+  EXPECT_FALSE(early->has_value());
+  ReportBoth(*ledger_, v, 2, 3);
+  auto done = ledger_->MaybeCompleteSwitch();
+  ASSERT_TRUE(done.ok() && done->has_value()) << done.status();
+  EXPECT_EQ((*done)->step(), 3);
+  EXPECT_EQ(ledger_->mode().ToString(), "ssp:2");
+  // The same mode after a restart.
+  Open("bsp", /*on_disk=*/true);
+  EXPECT_EQ(ledger_->mode().ToString(), "ssp:2");
+  EXPECT_EQ(ledger_->State().switches_size(), 1);
+  EXPECT_FALSE(ledger_->State().has_pending_switch());
+  // Clock 3 under SSP: each worker's share from the fence's first sample.
+  auto a = ledger_->Lease(LeaseReq(5, 3), v);
+  auto b = ledger_->Lease(LeaseReq(9, 3), v);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  EXPECT_EQ(a->workers(), 0);  // an SSP lease, no split
+  EXPECT_THAT(Runs(a->units()), ElementsAre(std::pair{30, 5}));
+  EXPECT_THAT(Runs(b->units()), ElementsAre(std::pair{35, 5}));
+  ReportBoth(*ledger_, v, 3, 0, 5);
+  ReportBoth(*ledger_, v, 3, 0, 9);
+  auto audit = AuditLedger(ledger_->Applied());
+  ASSERT_TRUE(audit.ok()) << audit.status();
+  EXPECT_EQ(audit->samples, 40);
+  EXPECT_TRUE(audit->exactly_once());
+  const std::map<int64_t, int> seen = Coverage(ledger_->Applied(), 25);
+  ASSERT_EQ(seen.size(), 40u);
+  for (const auto& [sample, times] : seen) EXPECT_EQ(times, 1) << sample;
+}
+
+// Between SSP and ASP the switch is at once (both lease from the cursor);
+// back to BSP it is refused, and so is the mode the job runs. A lease asked
+// in a view that names another mode than the ledger's waits for the view.
+TEST_F(LedgerTest, AsyncSwitchesAtOnceAndNotBackToBsp) {
+  Open("ssp:1");
+  v1::View v = MakeView(1, {1, 2});
+  v.set_consistency("ssp:1");
+  ASSERT_TRUE(ledger_->Lease(LeaseReq(1, 0), v).ok());
+  ASSERT_TRUE(ledger_->Lease(LeaseReq(1, 1), v).ok());
+  auto sw = ledger_->BeginSwitch(*ParseConsistency("asp"), "spread", 1);
+  ASSERT_TRUE(sw.ok()) << sw.status();
+  EXPECT_EQ(sw->step(), 2);  // past the largest clock leased
+  EXPECT_EQ(ledger_->mode().ToString(), "asp");
+  EXPECT_FALSE(ledger_->State().has_pending_switch());
+  const absl::Status stale = ledger_->Lease(LeaseReq(2, 0), v).status();
+  EXPECT_EQ(stale.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(stale.message(), HasSubstr("switched to asp"));
+  v.set_consistency("asp");
+  auto b = ledger_->Lease(LeaseReq(2, 0), v);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_THAT(Runs(b->units()), ElementsAre(std::pair{10, 5}));
+  for (const char* to : {"asp", "bsp"}) {
+    auto refused = ledger_->BeginSwitch(*ParseConsistency(to), "", 2);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition)
+        << to;
+  }
+  EXPECT_THAT(
+      ledger_->BeginSwitch(*ParseConsistency("bsp"), "", 2).status().message(),
+      HasSubstr("not built"));
+}
+
+// A cancelled switch leaves the job in BSP: the fence is leased again.
+TEST_F(LedgerTest, ACancelledSwitchLeasesTheFenceInBsp) {
+  Open("bsp");
+  const v1::View v = MakeView(3, {5});
+  ASSERT_TRUE(ledger_->Lease(LeaseReq(5, 0), v).ok());
+  ASSERT_TRUE(ledger_->BeginSwitch(*ParseConsistency("asp"), "", 1).ok());
+  EXPECT_EQ(ledger_->Lease(LeaseReq(5, 1), v).status().code(),
+            absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(ledger_->CancelSwitch().ok());
+  auto again = ledger_->Lease(LeaseReq(5, 1), v);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->workers(), 1);
+  EXPECT_EQ(ledger_->mode().ToString(), "bsp");
+}
+
+}  // namespace
+}  // namespace strata::scheduler_internal
