@@ -54,7 +54,7 @@ run() {  # mode round
   kill "${pids[@]}" 2>/dev/null || true
   wait "${pids[@]}" 2>/dev/null || true
   if [[ $failed == 1 ]]; then
-    tail -5 "$dir"/worker*.log >&2
+    tail -n 5 "$dir"/worker*.log "$dir/scheduler.log" >&2
     exit 1
   fi
   python3 - "$dir" "$mode" "$round" "$a_from" "$a_to" "$switches" <<'PY'

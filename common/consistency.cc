@@ -45,6 +45,26 @@ absl::StatusOr<Consistency> ParseConsistency(absl::string_view text) {
       "': expected bsp, asp or ssp:<s> with 0 <= s <= ", kMaxStaleness));
 }
 
+namespace {
+
+int64_t Drift(const Consistency& c) {
+  switch (c.mode) {
+    case Consistency::kBsp:
+      return -1;
+    case Consistency::kSsp:
+      return c.staleness;
+    case Consistency::kAsp:
+      break;
+  }
+  return int64_t{kMaxStaleness} + 1;
+}
+
+}  // namespace
+
+bool Looser(const Consistency& b, const Consistency& a) {
+  return Drift(b) > Drift(a);
+}
+
 std::string AutoConsistency::ToString() const {
   return absl::StrCat("auto:", max_staleness);
 }

@@ -28,6 +28,10 @@ absl::StatusOr<Consistency> ParseConsistency(absl::string_view text);
 // staleness outside [0, kMaxStaleness]).
 absl::Status ValidateConsistency(const Consistency& c);
 
+// Whether `b` lets workers drift further apart than `a`: bsp, then
+// ssp:0, ssp:1, ..., then asp.
+bool Looser(const Consistency& b, const Consistency& a);
+
 // --consistency auto[:<max_staleness>]: the scheduler starts the job in
 // BSP and switches it live between BSP, SSP(s) and ASP by its rule
 // (scheduler/consistency_switcher.h), never past `max_staleness` (SSP's

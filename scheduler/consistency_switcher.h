@@ -11,8 +11,10 @@
 //    that moves between two other modes (near a boundary of the rule, as
 //    ASP's staleness against the cap) holds: each is better than the job's
 //    mode by the rule;
-//  - an advice of BSP for a job running SSP or ASP is not taken: that
-//    switch is not built (scheduler/ledger.h BeginSwitch).
+//  - only an advice looser than the job's mode is taken (BSP, then SSP
+//    by its bound, then ASP): tightening is not built (scheduler/ledger.h
+//    BeginSwitch). So a job's switches go one way, and an advice moving
+//    between two looser modes near a boundary of the rule cannot flip it.
 // Not thread-safe: the scheduler's lease loop calls it.
 #ifndef STRATA_SCHEDULER_CONSISTENCY_SWITCHER_H_
 #define STRATA_SCHEDULER_CONSISTENCY_SWITCHER_H_

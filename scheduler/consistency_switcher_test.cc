@@ -50,7 +50,7 @@ TEST(ConsistencySwitcher, OnlyNoAdviceOrTheJobsModeStartOver) {
 }
 
 // Nothing while a switch is under way or the last one settles, and no
-// switch back to BSP (not built).
+// switch to a tighter mode (not built).
 TEST(ConsistencySwitcher, WaitsForTheLastSwitchAndNeverBackToBsp) {
   ConsistencySwitcher s;
   v1::View pending = At("bsp", {100}, "asp");
@@ -67,6 +67,8 @@ TEST(ConsistencySwitcher, WaitsForTheLastSwitchAndNeverBackToBsp) {
   EXPECT_TRUE(s.Decide(settling));
   for (int64_t c = 100; c < 200; c += kHoldSteps) {
     EXPECT_FALSE(s.Decide(At("ssp:2", {c}, "bsp")));
+    EXPECT_FALSE(s.Decide(At("asp", {c}, "ssp:4")));
+    EXPECT_FALSE(s.Decide(At("ssp:3", {c}, "ssp:2")));
   }
   EXPECT_FALSE(s.Decide(At("ssp:2", {300}, "")));
   EXPECT_FALSE(s.Decide(v1::View()));  // no workers

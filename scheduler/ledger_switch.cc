@@ -39,11 +39,18 @@ absl::StatusOr<v1::ConsistencySwitch> Ledger::BeginSwitch(const Consistency& to,
     return absl::FailedPreconditionError(
         absl::StrCat("ledger: the job runs ", to.ToString(), " already"));
   }
-  if (to.mode == Consistency::kBsp) {
+  if (!Looser(to, mode_)) {
+    // Tightening is not built: the workers' clocks are as far apart as the
+    // looser mode let them drift, and a tighter bound counted from zero
+    // would hold the fast ones until the slow ones caught up, which leases
+    // the fast ones hold ahead can keep from happening.
     return absl::FailedPreconditionError(absl::StrCat(
-        "ledger: a switch from ", mode_.ToString(),
-        " to bsp is not built (a BSP step is a chunk's version, which SSP "
-        "and ASP pushes move once each)"));
+        "ledger: a switch from ", mode_.ToString(), " to the tighter ",
+        to.ToString(), " is not built",
+        to.mode == Consistency::kBsp
+            ? " (a BSP step is a chunk's version, which SSP and ASP pushes "
+              "move once each)"
+            : " (clocks would have to count from the switch)"));
   }
   v1::ConsistencySwitch sw;
   sw.set_from(mode_.ToString());

@@ -75,10 +75,11 @@ TEST_F(LedgerTest, BspSwitchesToSspAtTheFirstStepNotLeased) {
   for (const auto& [sample, times] : seen) EXPECT_EQ(times, 1) << sample;
 }
 
-// Between SSP and ASP the switch is at once (both lease from the cursor);
-// back to BSP it is refused, and so is the mode the job runs. A lease asked
+// From SSP to ASP the switch is at once (both lease from the cursor); to
+// a tighter mode (BSP, a smaller SSP bound) it is refused, and so is the
+// mode the job runs. A lease asked
 // in a view that names another mode than the ledger's waits for the view.
-TEST_F(LedgerTest, AsyncSwitchesAtOnceAndNotBackToBsp) {
+TEST_F(LedgerTest, AsyncSwitchesAtOnceAndNeverTighter) {
   Open("ssp:1");
   v1::View v = MakeView(1, {1, 2});
   v.set_consistency("ssp:1");
@@ -96,7 +97,7 @@ TEST_F(LedgerTest, AsyncSwitchesAtOnceAndNotBackToBsp) {
   auto b = ledger_->Lease(LeaseReq(2, 0), v);
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_THAT(Runs(b->units()), ElementsAre(std::pair{10, 5}));
-  for (const char* to : {"asp", "bsp"}) {
+  for (const char* to : {"asp", "bsp", "ssp:0", "ssp:1"}) {
     auto refused = ledger_->BeginSwitch(*ParseConsistency(to), "", 2);
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition)
         << to;
