@@ -55,6 +55,7 @@ entries=(
   "moe|moe_bench|no|build/bench/moe_bench"
   "moe_train||no|bash bench/moe_train.sh"
   "moe_sparse||no|bash bench/moe_sparse.sh"
+  "stragglers||no|bash bench/stragglers.sh"
   "tokenizer||no|bash bench/tokenizer.sh"
   "python_pushpull||no|bash bench/python_pushpull.sh"
   "python_train||no|bash bench/python_train.sh"
