@@ -1,7 +1,9 @@
 // The rule that picks a job's consistency from what its workers' steps
 // measure (Member.step_times, scheduler/step_times.h). The scheduler puts
 // its choice in every view as an advice (View.consistency_advice, shown by
-// `strata status`); the job keeps running in its own setting.
+// `strata status`). A job with a fixed setting keeps it; under
+// --consistency auto the scheduler takes an advice that held
+// (scheduler/consistency_switcher.h).
 //
 // The rule, over each worker's last steps (at least kMinSteps each, from
 // at least two workers; else no advice):

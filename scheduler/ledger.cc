@@ -28,6 +28,31 @@ constexpr int64_t kInFlightClocks = 4;
 
 }  // namespace
 
+bool BspStepApplied(const v1::LedgerState& s, int64_t step) {
+  return step < s.applied_steps() ||
+         std::binary_search(s.closed_ahead().begin(), s.closed_ahead().end(),
+                            step);
+}
+
+void NoteBspStepApplied(v1::LedgerState& s, int64_t step) {
+  auto* ahead = s.mutable_closed_ahead();
+  if (BspStepApplied(s, step)) return;
+  if (step > s.applied_steps()) {
+    ahead->Add(step);
+    std::sort(ahead->begin(), ahead->end());
+    return;
+  }
+  // The run goes on over the steps applied past it.
+  int64_t next = step + 1;
+  int taken = 0;
+  while (taken < ahead->size() && ahead->Get(taken) == next) {
+    ++next;
+    ++taken;
+  }
+  ahead->erase(ahead->begin(), ahead->begin() + taken);
+  s.set_applied_steps(next);
+}
+
 Ledger::Ledger(Consistency mode, StateStore* store, v1::LedgerState state,
                std::vector<std::pair<uint64_t, v1::LedgerRecord>> applied,
                std::vector<v1::LedgerState::Split> splits)
@@ -134,7 +159,7 @@ bool Ledger::NoteSlot(const v1::AppliedReport& r, uint64_t who,
     // A new entry: only for work that is out and not yet applied.
     bool known = false;
     if (bsp) {
-      known = r.step() >= s.applied_steps();
+      known = !BspStepApplied(s, r.step());
     } else {
       for (const auto* list : {&s.leases(), &s.orphans()}) {
         for (const auto& l : *list)
@@ -181,7 +206,7 @@ void Ledger::RecordStep(const v1::LedgerState::Pending& done,
       }
     }
   }
-  s.set_applied_steps(std::max(s.applied_steps(), done.step() + 1));
+  NoteBspStepApplied(s, done.step());
   splits.DropBefore(s.applied_steps());
 }
 
@@ -309,6 +334,9 @@ void Ledger::PendingRollback::To(int64_t step, StateBatch& batch) {
   step_ = step;
   next_ = ledger_->state_;
   next_.set_applied_steps(std::min(next_.applied_steps(), step));
+  auto* ahead = next_.mutable_closed_ahead();
+  ahead->erase(std::lower_bound(ahead->begin(), ahead->end(), step),
+               ahead->end());
   next_.clear_pending();
   splits_.emplace(ledger_->splits_);
   splits_->DropAll();

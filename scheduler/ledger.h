@@ -37,6 +37,12 @@
 // BSP step. Leases are refused while the view's consistency is not the
 // ledger's (the scheduler publishes the switch in the view just after it).
 //
+// BSP steps can be applied out of order: a slot's reports held back by a
+// scheduler outage complete a step after later ones. applied_steps moves
+// over a run of applied steps only; those applied past it are kept in
+// closed_ahead (each counts as applied: its leases are OUT_OF_RANGE, its
+// reports duplicates).
+//
 // Every change is written to the StateStore before it is visible, so a
 // restarted scheduler continues at the same cursor.
 #ifndef STRATA_SCHEDULER_LEDGER_H_
@@ -76,6 +82,13 @@ inline constexpr int kMaxLeaseAhead = 2048;
 // BSP lands this many steps after it is decided at most, and a scheduler
 // outage longer than this many steps pauses its BSP steps.
 inline constexpr int kAutoLeaseAhead = 8;
+
+// BSP: whether `step` is applied in `s` (below applied_steps, or in
+// closed_ahead).
+bool BspStepApplied(const v1::LedgerState& s, int64_t step);
+// BSP: notes `step` applied in `s`, moving applied_steps over the run of
+// applied steps it completes.
+void NoteBspStepApplied(v1::LedgerState& s, int64_t step);
 
 class Ledger {
  public:

@@ -217,7 +217,7 @@ bool Ledger::InJob(const v1::LedgerState& s, int64_t step) const {
 absl::StatusOr<v1::LeaseWorkResponse> Ledger::LeaseBsp(
     const v1::LeaseWorkRequest& req, const v1::View& view, v1::LedgerState& s,
     SplitTable::Edit& splits) {
-  if (req.step() < s.applied_steps()) {
+  if (BspStepApplied(s, req.step())) {
     return absl::OutOfRangeError(absl::StrCat(
         "ledger: step ", req.step(), " is applied already; the job is at step ",
         s.applied_steps()));

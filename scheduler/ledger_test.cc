@@ -111,6 +111,43 @@ TEST_F(LedgerTest, AStepIsAppliedOnlyWhenEverySlotReported) {
   EXPECT_EQ(ledger_->Applied().size(), 1u);
 }
 
+// A slot's reports held back (a scheduler outage) complete steps 1 and 2
+// before step 0: each is recorded from its own split, applied_steps moves
+// only over applied runs, and a step applied ahead is applied (its lease
+// OUT_OF_RANGE, its reports duplicates). A rollback forgets those ahead.
+TEST_F(LedgerTest, BspStepsAppliedOutOfOrderAreEachRecordedOnce) {
+  Open("bsp", /*on_disk=*/true);
+  const v1::View v = MakeView(3, {5});
+  v1::LeaseWorkRequest req = LeaseReq(5, 0);
+  req.set_ahead(3);  // steps 0..3
+  ASSERT_TRUE(ledger_->Lease(req, v).ok());
+  ReportBoth(*ledger_, v, 2, 3);
+  ReportBoth(*ledger_, v, 1, 3);
+  EXPECT_EQ(ledger_->State().applied_steps(), 0);
+  EXPECT_THAT(ledger_->State().closed_ahead(), ElementsAre(1, 2));
+  EXPECT_EQ(ledger_->Lease(LeaseReq(5, 2), v).status().code(),
+            absl::StatusCode::kOutOfRange);
+  auto dup = ledger_->Report(ReportReq(kServer0, 0, 1, 3), v);
+  ASSERT_TRUE(dup.ok());
+  EXPECT_EQ(dup->ignored(), 1u);
+  Open("bsp", /*on_disk=*/true);  // kept across a restart
+  ReportBoth(*ledger_, v, 0, 3);
+  EXPECT_EQ(ledger_->State().applied_steps(), 3);
+  EXPECT_TRUE(ledger_->State().closed_ahead().empty());
+  auto audit = AuditLedger(ledger_->Applied());
+  ASSERT_TRUE(audit.ok()) << audit.status();
+  EXPECT_EQ(audit->samples, 30);
+  EXPECT_TRUE(audit->exactly_once());
+  // Step 5 applied ahead of step 4, then a rollback to step 4: forgotten
+  // with it.
+  ASSERT_TRUE(ledger_->Lease(LeaseReq(5, 5), v).ok());
+  ReportBoth(*ledger_, v, 5, 3);
+  EXPECT_THAT(ledger_->State().closed_ahead(), ElementsAre(5));
+  ASSERT_TRUE(ledger_->RollBack(4).ok());
+  EXPECT_EQ(ledger_->State().applied_steps(), 3);
+  EXPECT_TRUE(ledger_->State().closed_ahead().empty());
+}
+
 TEST_F(LedgerTest, RefusesReportsFromNonOwnersAndForeignSlots) {
   Open();
   const v1::View v = MakeView(1, {1});
