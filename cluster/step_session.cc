@@ -116,14 +116,25 @@ StepSession::PullOutcome StepSession::Pull(absl::Span<float* const> weights,
   return PullOutcome::kPulled;
 }
 
+bool StepSession::StillBsp(absl::Duration wait) {
+  if (consistency_.mode != Consistency::kBsp) return false;
+  if (std::optional<Consistency> now = LeftBsp(*session_.scheduler, wait)) {
+    spdlog::info("strata worker: the job runs {} from step {} (was {})",
+                 now->ToString(), step_, consistency_.ToString());
+    consistency_ = *now;
+  }
+  return consistency_.mode == Consistency::kBsp;
+}
+
 absl::StatusOr<std::optional<StepWork>> StepSession::Lease() {
-  const bool bsp = consistency_.mode == Consistency::kBsp;
+  bool bsp = consistency_.mode == Consistency::kBsp;
   absl::StatusOr<StepWork> work = LeaseStepWork(
       *session_.scheduler, step_, *job_, options_.timeout, &leases_);
   if (absl::IsOutOfRange(work.status())) {
     // BSP: the job applied this step without us (we were fenced or joined
     // late): go on from the next one. SSP/ASP: every sample is applied:
     // read the final weights.
+    bsp = bsp && StillBsp(absl::ZeroDuration());
     if (bsp) ++step_;
     finished_ = !bsp;
     prev_epoch_ = 0;
@@ -184,7 +195,8 @@ absl::StatusOr<std::optional<StepWork>> StepSession::Begin(
       done_ = true;
       return std::nullopt;
     }
-    if (bsp && min_read > static_cast<uint64_t>(step_)) {
+    if (bsp && min_read > static_cast<uint64_t>(step_) &&
+        StillBsp(absl::Seconds(1))) {
       // The job is past this step (we joined late): go on from there.
       step_ = std::min<int64_t>(static_cast<int64_t>(min_read), steps_);
       prev_epoch_ = 0;

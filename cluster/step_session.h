@@ -157,6 +157,9 @@ class StepSession {
   // The answer of the commit in flight (OK when there is none).
   absl::Status CollectCommit();
   // Begin's lease of step_'s samples; nullopt: look again (step_ moved).
+  // Under --consistency auto: whether the job is still in BSP, taking the
+  // view's mode once it has left (cluster/worker_session.h LeftBsp).
+  bool StillBsp(absl::Duration wait);
   absl::StatusOr<std::optional<StepWork>> Lease();
 
   StepSessionOptions options_;

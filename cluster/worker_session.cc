@@ -153,6 +153,24 @@ Consistency LeasedMode(const StepWork& work, const v1::View& view) {
   return Consistency{.mode = Consistency::kAsp};
 }
 
+std::optional<Consistency> LeftBsp(SchedulerClient& scheduler,
+                                   absl::Duration wait) {
+  auto left = [](const v1::View& v) {
+    return !v.consistency_auto().empty() && !v.consistency().empty() &&
+           v.consistency() != "bsp";
+  };
+  v1::View view = scheduler.view();
+  if (view.consistency_auto().empty()) return std::nullopt;
+  if (!left(view) && wait > absl::ZeroDuration()) {
+    absl::StatusOr<v1::View> newer = scheduler.WaitForView(left, wait);
+    if (newer.ok()) view = *std::move(newer);
+  }
+  if (!left(view)) return std::nullopt;
+  absl::StatusOr<Consistency> c = ParseConsistency(view.consistency());
+  if (!c.ok()) return std::nullopt;
+  return *c;
+}
+
 bool RedoInNewerView(SchedulerClient& scheduler, const absl::Status& status,
                      const StepView& computed, absl::Duration timeout) {
   if (!absl::IsAborted(status) && !absl::IsFailedPrecondition(status)) {

@@ -79,6 +79,14 @@ struct StepWork {
 // live, and a worker follows it at the first lease of the new mode.
 Consistency LeasedMode(const StepWork& work, const v1::View& view);
 
+// Under --consistency auto, for a worker in BSP about to judge a pull or a
+// lease by BSP's rules: the job's SSP/ASP mode if the view has left BSP
+// (waiting up to `wait` for a view that has, when `wait` is not zero: a
+// chunk version past the worker's step is then an SSP/ASP push count,
+// not a BSP step closed without it); nullopt while the job is in BSP.
+std::optional<Consistency> LeftBsp(SchedulerClient& scheduler,
+                                   absl::Duration wait);
+
 // Leases this worker's samples for `step` (BSP: the job's step; SSP/ASP:
 // this worker's clock), waiting first, up to `timeout`, for a view that
 // lists this worker (a fenced worker registers again); NOT_FOUND and

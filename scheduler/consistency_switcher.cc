@@ -5,6 +5,17 @@
 #include <string>
 
 namespace strata::scheduler_internal {
+namespace {
+
+// Whether the mode named `b` lets workers drift further than the one named
+// `a` (names that do not parse do not).
+bool Looser(const std::string& b, const std::string& a) {
+  absl::StatusOr<Consistency> cb = ParseConsistency(b);
+  absl::StatusOr<Consistency> ca = ParseConsistency(a);
+  return cb.ok() && ca.ok() && strata::Looser(*cb, *ca);
+}
+
+}  // namespace
 
 std::optional<SwitchDecision> ConsistencySwitcher::Decide(
     const v1::View& view) {
@@ -19,8 +30,7 @@ std::optional<SwitchDecision> ConsistencySwitcher::Decide(
   const bool usable = !view.workers().empty() &&
                       !view.has_consistency_pending() &&
                       slowest >= last_switch + kSettleSteps &&
-                      !advice.empty() && advice != view.consistency() &&
-                      !(advice == "bsp" && view.consistency() != "bsp");
+                      !advice.empty() && Looser(advice, view.consistency());
   if (!usable) {
     holding_ = false;
     return std::nullopt;

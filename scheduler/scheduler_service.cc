@@ -112,7 +112,13 @@ grpc::Status SchedulerService::Register(grpc::ServerContext* ctx,
           }
           return std::nullopt;
         }
-        STRATA_ASSIGN_OR_RETURN(pending, ledger_->BeginRollBack());
+        absl::StatusOr<std::unique_ptr<Ledger::PendingRollback>> begun =
+            ledger_->BeginRollBack();
+        // The job switched from BSP since the check above (--consistency
+        // auto): nothing rolls back, as under SSP/ASP.
+        if (absl::IsUnimplemented(begun.status())) return std::nullopt;
+        if (!begun.ok()) return begun.status();
+        pending = *std::move(begun);
         std::optional<int64_t> rolled =
             // BeginRollBack holds the ledger (and refuses a job not in
             // BSP): the mode is BSP.

@@ -56,10 +56,11 @@ class ConsistencyGate {
                                                  const Consistency& mode);
   virtual ~ConsistencyGate() = default;
 
-  // The job switched to this gate's mode from `from` (a live switch,
-  // server/gate_set.h): takes c over. From BSP, at its fence step, when no
-  // step at or after c's version was leased: each live worker of `now`
-  // starts at clock c.rec.version.
+  // The job switches to this gate's mode from `from` (a live switch,
+  // server/gate_set.h): takes c over, while `from`'s gate still serves
+  // (Shard::UpdateView makes this one current after every chunk). From BSP, at
+  // its fence step, when no step at or after c's version was leased: each live
+  // worker of `now` starts at clock c.rec.version.
   virtual void Adopt(Chunk& c, const ShardView& now, const Consistency& from)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {}
 

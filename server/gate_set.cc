@@ -15,22 +15,25 @@ Consistency GateSet::mode() const {
   return mode_;
 }
 
-std::optional<Consistency> GateSet::SwitchTo(const Consistency& to) {
+ConsistencyGate& GateSet::Get(const Consistency& mode) {
   absl::MutexLock lock(&mu_);
-  const std::string name = to.ToString();
-  if (name == mode_.ToString()) return std::nullopt;
-  ConsistencyGate* gate = nullptr;
+  return GetLocked(mode);
+}
+
+ConsistencyGate& GateSet::GetLocked(const Consistency& mode) {
+  const std::string name = mode.ToString();
   for (const auto& [n, g] : gates_) {
-    if (n == name) gate = g.get();
+    if (n == name) return *g;
   }
-  if (gate == nullptr) {
-    gates_.emplace_back(name, ConsistencyGate::Create(parts_, to));
-    gate = gates_.back().second.get();
-  }
-  const Consistency before = mode_;
+  gates_.emplace_back(name, ConsistencyGate::Create(parts_, mode));
+  return *gates_.back().second;
+}
+
+void GateSet::SwitchTo(const Consistency& to) {
+  absl::MutexLock lock(&mu_);
+  ConsistencyGate& gate = GetLocked(to);
   mode_ = to;
-  current_.store(gate, std::memory_order_release);
-  return before;
+  current_.store(&gate, std::memory_order_release);
 }
 
 }  // namespace strata

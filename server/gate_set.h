@@ -31,12 +31,16 @@ class GateSet {
   }
   Consistency mode() const;
 
-  // Makes `to`'s gate the current one; returns the mode before, or
-  // nullopt when `to` is the current mode already. The caller has each
-  // chunk Adopt()ed by the new gate.
-  std::optional<Consistency> SwitchTo(const Consistency& to);
+  // The gate of `mode`, made if need be (not made current).
+  ConsistencyGate& Get(const Consistency& mode);
+  // Makes `to`'s gate the current one. The caller has had every chunk
+  // Adopt()ed by it first (Shard::UpdateView).
+  void SwitchTo(const Consistency& to);
 
  private:
+  ConsistencyGate& GetLocked(const Consistency& mode)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const GateParts parts_;
   mutable absl::Mutex mu_;
   Consistency mode_ ABSL_GUARDED_BY(mu_);

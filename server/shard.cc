@@ -61,30 +61,32 @@ absl::StatusOr<v1::RegisterChunksResponse> Shard::Register(
 void Shard::UpdateView(const v1::View& v) {
   // One update at a time: a stale sweep must never undo a newer one.
   absl::MutexLock update_lock(&update_mu_);
-  // A switch of the job's consistency (--consistency auto): the new gate
-  // first, so that no request of the new view finds the old one.
-  std::optional<Consistency> before;
+  // A switch of the job's consistency (--consistency auto): every chunk
+  // taken over by the new gate while the old one still serves, then the
+  // new gate, then the view. So a retried push of a step before the switch
+  // finds the clocks that make it one, and no request stamped with the new
+  // view finds the old gate.
   if (v.epoch() > p_->membership.Get().epoch && !v.consistency().empty()) {
     if (absl::StatusOr<Consistency> to = ParseConsistency(v.consistency());
-        to.ok()) {
-      before = p_->gates.SwitchTo(*to);
+        to.ok() && to->ToString() != p_->gates.mode().ToString()) {
+      AdoptChunks(ShardMembership::ViewOf(v), *to);
     }
   }
   if (!p_->membership.Publish(v)) return;
-  if (before.has_value()) AdoptChunks(*before);
   Sweep();
 }
 
-void Shard::AdoptChunks(const Consistency& before) {
-  const ShardView now = p_->membership.Get();
-  ConsistencyGate& gate = p_->gates.Current();
+void Shard::AdoptChunks(const ShardView& next, const Consistency& to) {
+  const Consistency before = p_->gates.mode();
+  ConsistencyGate& gate = p_->gates.Get(to);
   for (Chunk* c : p_->table.All()) {
     absl::MutexLock lock(&c->mu);
-    gate.Adopt(*c, now, before);
+    gate.Adopt(*c, next, before);
     c->changed.SignalAll();
   }
+  p_->gates.SwitchTo(to);
   spdlog::info("shard: switched from {} to {} at epoch {}", before.ToString(),
-               p_->gates.mode().ToString(), now.epoch);
+               to.ToString(), next.epoch);
 }
 
 void Shard::Sweep() {

@@ -45,6 +45,7 @@
 namespace strata {
 
 struct Chunk;
+struct ShardView;
 class InitFiles;
 
 // Thread-safe. Each chunk has its own lock, so pushes and pulls of different
@@ -240,9 +241,10 @@ class Shard {
   // Lets go what the workers the view does not list held up or counted
   // on (UpdateView's work once it published a newer view).
   void Sweep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(update_mu_);
-  // After a switch of the job's consistency from `before`: every chunk
-  // taken over by the current gate (ConsistencyGate::Adopt).
-  void AdoptChunks(const Consistency& before)
+  // A switch of the job's consistency to `to` with the view `next`: every
+  // chunk taken over by `to`'s gate (ConsistencyGate::Adopt), then that
+  // gate made the current one.
+  void AdoptChunks(const ShardView& next, const Consistency& to)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(update_mu_);
   // InstallState's part for one chunk.
   struct ChunkInstall;

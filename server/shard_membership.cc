@@ -10,17 +10,21 @@ namespace strata {
 bool ShardMembership::Publish(const v1::View& v) {
   absl::MutexLock lock(&mu_);
   if (v.epoch() < view_.epoch) return false;  // views only move forward
-  view_.epoch = v.epoch();
-  view_.workers_epoch = v.workers_epoch();
-  view_.workers.clear();
-  view_.joined_epoch.clear();
-  for (const v1::Member& m : v.workers()) {
-    view_.workers.push_back(m.id());
-    view_.joined_epoch[m.id()] = m.joined_epoch();
-  }
-  std::sort(view_.workers.begin(), view_.workers.end());
+  view_ = ViewOf(v);
   changed_.SignalAll();
   return true;
+}
+
+ShardView ShardMembership::ViewOf(const v1::View& v) {
+  ShardView out;
+  out.epoch = v.epoch();
+  out.workers_epoch = v.workers_epoch();
+  for (const v1::Member& m : v.workers()) {
+    out.workers.push_back(m.id());
+    out.joined_epoch[m.id()] = m.joined_epoch();
+  }
+  std::sort(out.workers.begin(), out.workers.end());
+  return out;
 }
 
 ShardView ShardMembership::Get() const {

@@ -37,6 +37,8 @@ class ShardMembership {
   // Publishes `v` and wakes the requests waiting for it; false (nothing
   // changed) when it is older than the view held.
   bool Publish(const v1::View& v);
+  // What a shard keeps of `v`.
+  static ShardView ViewOf(const v1::View& v);
   ShardView Get() const;
   bool IsWorker(uint64_t member) const;
 

@@ -172,6 +172,10 @@ class Trainer {
   // Takes the mode `work` was leased under as the job's (--consistency
   // auto switches it live; cluster/worker_session.h LeasedMode).
   void FollowMode(const StepWork& work, int64_t step);
+  // Under --consistency auto, before BSP's rules judge a pull or a lease:
+  // the view's mode once the job has left BSP (LeftBsp, waiting up to
+  // `wait`). Returns whether the worker is still in BSP.
+  bool StillBsp(int64_t step, absl::Duration wait);
   // The step to start at: where the servers are (0 for a new job; later
   // for a worker that joins a running one or restarts).
   absl::StatusOr<int64_t> FirstStep();

@@ -42,7 +42,7 @@ absl::StatusOr<Trainer::Next> Trainer::Step(Loop& loop) {
     // late): go on from the next one. SSP/ASP: every sample is applied:
     // read the final weights.
     loop.prev_epoch = 0;
-    if (!bsp()) {
+    if (!StillBsp(loop.step, absl::ZeroDuration())) {
       loop.finished = true;
       return Next::kFinal;
     }
@@ -123,7 +123,8 @@ absl::StatusOr<std::optional<Trainer::Next>> Trainer::JudgePull(
     RecordStep(*std::exchange(loop.unanswered, std::nullopt), *loop.progress);
   }
   if (last_pull) return Next::kDone;
-  if (bsp() && *pulled > static_cast<uint64_t>(loop.step)) {
+  if (bsp() && *pulled > static_cast<uint64_t>(loop.step) &&
+      StillBsp(loop.step, absl::Seconds(1))) {
     // Every chunk closed this step without us (we were fenced or
     // rejoined): go on from where the job is. Our last pushes may not have
     // been applied: drop the errors they carried.

@@ -212,6 +212,16 @@ void Trainer::FollowMode(const StepWork& work, int64_t step) {
   mode_ = now;
 }
 
+bool Trainer::StillBsp(int64_t step, absl::Duration wait) {
+  if (!bsp() || !auto_consistency_) return bsp();
+  if (std::optional<Consistency> now = LeftBsp(*scheduler_, wait)) {
+    spdlog::info("strata worker: the job runs {} from step {} (was {})",
+                 now->ToString(), step, mode_.ToString());
+    mode_ = *now;
+  }
+  return bsp();
+}
+
 void Trainer::SetStamp(const StepWork& work) {
   stamp_ =
       StepStamp{.epoch = work.stamp_epoch,
