@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -111,6 +112,12 @@ class Ledger {
   // made.
   absl::StatusOr<v1::LeaseWorkResponse> Lease(const v1::LeaseWorkRequest& req,
                                               const v1::View& view);
+  // SSP/ASP: whether `member`'s last ask for a step of its own found every
+  // sample handed out (UNAVAILABLE or OUT_OF_RANGE above); a lease with
+  // samples clears it. The scheduler shows it in the view (Member.drained)
+  // so that SSP pulls do not wait for a worker that has nothing to push.
+  // Not stored: a restarted scheduler learns it at the worker's next ask.
+  bool Drained(uint64_t member) const;
 
   // Records servers' reports; those of another rollback generation than
   // the view's are ignored. PERMISSION_DENIED unless req.member_id() is
@@ -197,6 +204,10 @@ class Ledger {
   // (kMaxLeaseAhead unless limited).
   int AsyncAheadLimit(const v1::LedgerState& s, const v1::View& view,
                       int64_t per_lease) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Keeps drained_ (Drained) after `member`'s SSP/ASP ask for its own step.
+  void NoteDrained(uint64_t member,
+                   const absl::StatusOr<v1::LeaseWorkResponse>& lease)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a BSP step is inside the job (total_samples; SSP/ASP: always,
   // their leases end when the samples do).
   bool InJob(const v1::LedgerState& s, int64_t step) const
@@ -254,6 +265,7 @@ class Ledger {
   std::vector<std::pair<uint64_t, v1::LedgerRecord>> applied_
       ABSL_GUARDED_BY(mu_);
   SplitTable splits_ ABSL_GUARDED_BY(mu_);  // BSP splits, outside state_
+  absl::flat_hash_set<uint64_t> drained_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace strata::scheduler_internal

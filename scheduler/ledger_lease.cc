@@ -175,6 +175,7 @@ absl::StatusOr<v1::LeaseWorkResponse> Ledger::Lease(
         absl::StrCat("ledger: step ", req.step(), " is past the job's end"));
   }
   absl::StatusOr<v1::LeaseWorkResponse> resp = lease_one(req);
+  if (mode_.mode != Consistency::kBsp) NoteDrained(req.member_id(), resp);
   if (!resp.ok()) return resp.status();
   resp->set_step(req.step());
   // The steps ahead: as many as the job has, each leased as if asked alone.
@@ -193,6 +194,22 @@ absl::StatusOr<v1::LeaseWorkResponse> Ledger::Lease(
   }
   STRATA_RETURN_IF_ERROR(Commit(std::move(s), {}, &splits));
   return resp;
+}
+
+void Ledger::NoteDrained(uint64_t member,
+                         const absl::StatusOr<v1::LeaseWorkResponse>& lease) {
+  // LeaseAsync's answers when no sample is left to hand out.
+  if (absl::IsUnavailable(lease.status()) ||
+      absl::IsOutOfRange(lease.status())) {
+    drained_.insert(member);
+  } else if (lease.ok()) {
+    drained_.erase(member);
+  }
+}
+
+bool Ledger::Drained(uint64_t member) const {
+  absl::MutexLock lock(&mu_);
+  return drained_.contains(member);
 }
 
 int Ledger::AsyncAheadLimit(const v1::LedgerState& s, const v1::View& view,

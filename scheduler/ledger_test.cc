@@ -335,9 +335,14 @@ TEST_F(LedgerTest, AsyncJobEndsOnceEverySampleIsApplied) {
   auto c = ledger_->Lease(LeaseReq(1, 1, job), v);  // [10, 15)
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   EXPECT_THAT(Runs(c->units()), ElementsAre(std::pair{10, 5}));
-  // Everything is out, not all applied: ask again later.
+  EXPECT_FALSE(ledger_->Drained(1));
+  // Everything is out, not all applied: ask again later. Worker 1 is
+  // drained (SSP does not wait for it); worker 2, which has not asked, is
+  // not.
   EXPECT_EQ(ledger_->Lease(LeaseReq(1, 2, job), v).status().code(),
             absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(ledger_->Drained(1));
+  EXPECT_FALSE(ledger_->Drained(2));
   ReportBoth(*ledger_, v, 0, 0, 1);
   ReportBoth(*ledger_, v, 1, 0, 1);
   // Worker 2 dies: its units come back, and worker 1 takes them.
@@ -346,9 +351,11 @@ TEST_F(LedgerTest, AsyncJobEndsOnceEverySampleIsApplied) {
   auto d = ledger_->Lease(LeaseReq(1, 2, job), after);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_THAT(Runs(d->units()), ElementsAre(std::pair{5, 5}));
+  EXPECT_FALSE(ledger_->Drained(1));  // it has samples to push again
   ReportBoth(*ledger_, after, 2, 0, 1);
   EXPECT_EQ(ledger_->Lease(LeaseReq(1, 3, job), after).status().code(),
             absl::StatusCode::kOutOfRange);
+  EXPECT_TRUE(ledger_->Drained(1));
   auto audit = AuditLedger(ledger_->Applied());
   ASSERT_TRUE(audit.ok());
   EXPECT_EQ(audit->samples, 15);

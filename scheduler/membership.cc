@@ -522,18 +522,40 @@ void Membership::RebuildViewLocked() {
 absl::Status Membership::SetConsistency(ConsistencyState state) {
   absl::MutexLock lock(&mu_);
   if (state.now.ToString() != consistency_.now.ToString()) {
-    Counters c{epoch_ + 1,      workers_epoch_,
-               next_member_id_, shard_map_version_,
-               generation_,     static_cast<uint64_t>(rollback_step_)};
-    StateBatch batch;
-    PutCounters(c, batch);
-    STRATA_RETURN_IF_ERROR(options_.store->Write(batch));
-    epoch_ = c.epoch;
+    STRATA_RETURN_IF_ERROR(RaiseEpochLocked());
     spdlog::info("scheduler: the job runs {} from epoch {}",
                  state.now.ToString(), epoch_);
   }
   consistency_ = std::move(state);
   RebuildViewLocked();
+  return absl::OkStatus();
+}
+
+absl::Status Membership::SetDrained(uint64_t member_id, bool drained) {
+  absl::MutexLock lock(&mu_);
+  auto it = members_.find(member_id);
+  if (it == members_.end() || it->second.member.role() != v1::ROLE_WORKER ||
+      it->second.member.drained() == drained) {
+    return absl::OkStatus();
+  }
+  STRATA_RETURN_IF_ERROR(RaiseEpochLocked());
+  it->second.member.set_drained(drained);
+  spdlog::info(
+      "scheduler: worker {} {} from epoch {}", member_id,
+      drained ? "has no samples left to lease" : "leases samples again",
+      epoch_);
+  RebuildViewLocked();
+  return absl::OkStatus();
+}
+
+absl::Status Membership::RaiseEpochLocked() {
+  Counters c{epoch_ + 1,      workers_epoch_,
+             next_member_id_, shard_map_version_,
+             generation_,     static_cast<uint64_t>(rollback_step_)};
+  StateBatch batch;
+  PutCounters(c, batch);
+  STRATA_RETURN_IF_ERROR(options_.store->Write(batch));
+  epoch_ = c.epoch;
   return absl::OkStatus();
 }
 

@@ -109,6 +109,12 @@ class Membership {
   // errors: nothing changed.
   absl::Status SetConsistency(ConsistencyState state);
 
+  // Shows whether worker `member_id` is drained (Member.drained: every
+  // sample of its SSP/ASP job handed out to others); a change raises the
+  // epoch, so the servers read it. OK, doing nothing, for a member that is
+  // not a live worker. Storage errors: nothing changed.
+  absl::Status SetDrained(uint64_t member_id, bool drained);
+
   // The current view.
   v1::View View() const;
 
@@ -141,6 +147,8 @@ class Membership {
   void RemoveLocked(const std::vector<uint64_t>& ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RebuildViewLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // epoch_ + 1, stored. Storage errors: nothing changed.
+  absl::Status RaiseEpochLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a live server other than `except`, not catching up, serves
   // `slot`.
   bool SlotServedLocked(int slot, uint64_t except) const

@@ -250,6 +250,13 @@ grpc::Status SchedulerService::LeaseWork(grpc::ServerContext* ctx,
       security_->Authorize(*ctx, "Scheduler.LeaseWork", {Role::kWorker}));
   absl::StatusOr<v1::LeaseWorkResponse> r =
       ledger_->Lease(*req, membership_->View());
+  // A worker with nothing left to lease is drained in the view, so SSP
+  // waits for none of its clocks (it pushes nothing more).
+  if (absl::Status d = membership_->SetDrained(
+          req->member_id(), ledger_->Drained(req->member_id()));
+      !d.ok()) {
+    return ToGrpcStatus(d);
+  }
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = *std::move(r);
   return grpc::Status::OK;

@@ -389,6 +389,47 @@ TEST_F(SchedulerTest, ExpiredWorkersUnitsAreHandedOutAgain) {
             absl::StatusCode::kNotFound);
 }
 
+// A worker that finds every sample of an SSP job handed out is drained in
+// the view, under a new epoch (so the servers read it): the SSP gate waits
+// for none of its clocks. A sample that comes back to it undrains it.
+TEST_F(SchedulerTest, AWorkerWithNothingLeftToLeaseIsDrainedInTheView) {
+  Start(
+      {.consistency = *ParseConsistency("ssp:1"), .lease = absl::Seconds(10)});
+  auto a = Register(v1::ROLE_WORKER);
+  auto b = Register(v1::ROLE_WORKER);
+  ASSERT_TRUE(a.ok() && b.ok());
+  constexpr int64_t kTotal = 12;  // a: 4 + 4, b: 4
+  ASSERT_TRUE(LeaseWork(a->member_id(), 0, kTotal).ok());
+  ASSERT_TRUE(LeaseWork(b->member_id(), 0, kTotal).ok());
+  ASSERT_TRUE(LeaseWork(a->member_id(), 1, kTotal).ok());
+  auto drained = [&](uint64_t id) {
+    const v1::View view = scheduler_->CurrentView();
+    for (const v1::Member& m : view.workers())
+      if (m.id() == id) return m.drained();
+    ADD_FAILURE() << "worker " << id << " is not in the view";
+    return false;
+  };
+  EXPECT_FALSE(drained(b->member_id()));
+  const uint64_t before = scheduler_->CurrentView().epoch();
+  EXPECT_EQ(LeaseWork(b->member_id(), 1, kTotal).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(drained(b->member_id()));
+  EXPECT_FALSE(drained(a->member_id()));
+  EXPECT_EQ(scheduler_->CurrentView().epoch(), before + 1);
+  // Asking again changes nothing.
+  EXPECT_FALSE(LeaseWork(b->member_id(), 1, kTotal).ok());
+  EXPECT_EQ(scheduler_->CurrentView().epoch(), before + 1);
+  // a's lease runs out: its samples come back, to b.
+  clock_.Advance(absl::Seconds(6));
+  ASSERT_TRUE(Heartbeat(b->member_id()).ok());
+  clock_.Advance(absl::Seconds(6));
+  scheduler_->CheckLeasesNow();
+  auto back = LeaseWork(b->member_id(), 1, kTotal);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->units_size(), 2);  // both of a's: b alone takes 8
+  EXPECT_FALSE(drained(b->member_id()));
+}
+
 TEST_F(SchedulerTest, RegisteringAgainNamesAnEarlierMemberAndANewIncarnation) {
   Start();
   auto first = Register(v1::ROLE_WORKER);

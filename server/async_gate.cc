@@ -118,7 +118,8 @@ bool SspGate::Ready(const Chunk& c, const v1::PullRequest& req, bool worker,
                     uint64_t need) const {
   if (c.rec.version < need) return false;
   if (!worker || req.clock() < 0) return true;
-  return MinClock(c, parts_.membership.Get()) >= req.clock() - staleness_;
+  return MinWorkingClock(c, parts_.membership.Get()) >=
+         req.clock() - staleness_;
 }
 
 }  // namespace strata

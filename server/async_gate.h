@@ -3,7 +3,9 @@
 //    min_version.
 //  - ssp:s (SspGate, --consistency ssp:s): a worker's pull at clock c
 //    waits until every live worker's clock on that chunk (the steps it
-//    pushed there) is >= c - s.
+//    pushed there) is >= c - s; a drained worker's (Member.drained: every
+//    sample handed out to others, so it pushes nothing more) is not
+//    waited for.
 // A gradient computed under an older view is still a valid gradient, so
 // only an epoch from before its member joined is stale.
 #ifndef STRATA_SERVER_ASYNC_GATE_H_

@@ -141,9 +141,14 @@ struct ShardView {
   std::vector<uint64_t> workers;  // sorted
   absl::flat_hash_map<uint64_t, uint64_t>
       joined_epoch;  // worker -> epoch it joined at
+  // Live workers with no samples left to lease (Member.drained), sorted.
+  std::vector<uint64_t> drained;
 
   bool IsLive(uint64_t member) const {
     return std::binary_search(workers.begin(), workers.end(), member);
+  }
+  bool IsDrained(uint64_t member) const {
+    return std::binary_search(drained.begin(), drained.end(), member);
   }
 };
 

@@ -31,6 +31,17 @@ int64_t ConsistencyGate::MinClock(const Chunk& c, const ShardView& view) {
   return min_clock == INT64_MAX ? 0 : min_clock;
 }
 
+int64_t ConsistencyGate::MinWorkingClock(const Chunk& c,
+                                         const ShardView& view) {
+  int64_t min_clock = INT64_MAX;
+  for (uint64_t w : view.workers) {
+    if (view.IsDrained(w)) continue;
+    auto it = c.clocks.find(w);
+    min_clock = std::min(min_clock, it == c.clocks.end() ? 0 : it->second);
+  }
+  return min_clock;
+}
+
 absl::Status ConsistencyGate::CheckReachable(const Chunk& c,
                                              const v1::PullRequest& req,
                                              uint64_t need) const {

@@ -22,8 +22,10 @@ ShardView ShardMembership::ViewOf(const v1::View& v) {
   for (const v1::Member& m : v.workers()) {
     out.workers.push_back(m.id());
     out.joined_epoch[m.id()] = m.joined_epoch();
+    if (m.drained()) out.drained.push_back(m.id());
   }
   std::sort(out.workers.begin(), out.workers.end());
+  std::sort(out.drained.begin(), out.drained.end());
   return out;
 }
 

@@ -299,6 +299,45 @@ TEST(Shard, SspReaderWaitsForTheSlowestWorkerWithinTheBound) {
   EXPECT_EQ(res->version, 3u);
 }
 
+// The end of an SSP job: worker 2 found every sample handed out (drained
+// in the view), so worker 1's pull ahead of it waits no longer; a pull
+// already waiting goes on at the view change. Drained no more, it is
+// waited for again.
+TEST(Shard, SspReaderDoesNotWaitForADrainedWorker) {
+  Shard shard(Opts("ssp:0", absl::Seconds(30)));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(1, {1, 2}, 1));
+  std::vector<float> g(kN, 1.0f);
+  ASSERT_TRUE(shard.Push(PushReq(1, 0, 1), Bytes(g)).ok());
+  ASSERT_TRUE(shard.Push(PushReq(1, 1, 1), Bytes(g)).ok());
+  v1::PullRequest r;
+  r.set_member_id(1);
+  r.set_chunk_id(ChunkId("w", 0));
+  r.set_clock(2);
+  absl::StatusOr<PullResult> waited;
+  std::string out;
+  std::thread reader([&] { waited = shard.Pull(r, &out); });
+  v1::View drained = MakeView(2, {1, 2}, 1);
+  drained.mutable_workers(1)->set_drained(true);
+  absl::SleepFor(absl::Milliseconds(50));  // the pull waits (or will)
+  shard.UpdateView(drained);
+  reader.join();  // would time out after 30 s without the change
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_EQ(waited->version, 2u);
+  EXPECT_EQ(waited->min_clock, 0);  // worker 2's clock, still shown
+
+  // A sample comes back to worker 2: SSP waits for it again.
+  Shard again(Opts("ssp:0", absl::Milliseconds(200)));
+  ASSERT_TRUE(again.Register(OneChunk()).ok());
+  again.UpdateView(drained);
+  ASSERT_TRUE(again.Push(PushReq(1, 0, 1), Bytes(g)).ok());
+  r.set_clock(1);
+  EXPECT_TRUE(again.Pull(r, &out).ok());
+  again.UpdateView(MakeView(3, {1, 2}, 1));
+  EXPECT_EQ(again.Pull(r, &out).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
 TEST(Shard, AspNeverBlocks) {
   Shard shard(Opts("asp", absl::Milliseconds(100)));
   ASSERT_TRUE(shard.Register(OneChunk()).ok());

@@ -118,10 +118,14 @@ class SchedulerTest : public ::testing::Test {
     return resp;
   }
 
-  absl::StatusOr<v1::LeaseWorkResponse> LeaseWork(uint64_t id, int64_t step) {
+  // A lease for a job of batch 8, 100 samples per epoch, one slot, and
+  // `total_samples` in all (0: no end).
+  absl::StatusOr<v1::LeaseWorkResponse> LeaseWork(uint64_t id, int64_t step,
+                                                  int64_t total_samples = 0) {
     v1::LeaseWorkRequest req;
     req.set_member_id(id);
     req.set_step(step);
+    req.mutable_job()->set_total_samples(total_samples);
     req.mutable_job()->set_batch(8);
     req.mutable_job()->set_samples_per_epoch(100);
     req.mutable_job()->add_slots(0);
