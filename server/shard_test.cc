@@ -275,18 +275,30 @@ TEST(Shard, RefusesPushesFromAViewItHasNotSeenOrFromAFencedMember) {
   for (float x : w) EXPECT_EQ(x, 0.0f);  // nothing was applied
 }
 
-TEST(Shard, SspReaderWaitsForTheSlowestWorkerWithinTheBound) {
-  Shard shard(Opts("ssp:1", absl::Milliseconds(300)));
-  ASSERT_TRUE(shard.Register(OneChunk()).ok());
-  shard.UpdateView(MakeView(1, {1, 2}, 1));
-  std::vector<float> g(kN, 1.0f);
-  // Worker 1 runs ahead to clock 2; worker 2 is at clock 0.
-  ASSERT_TRUE(shard.Push(PushReq(1, 0, 1), Bytes(g)).ok());
-  ASSERT_TRUE(shard.Push(PushReq(1, 1, 1), Bytes(g)).ok());
+// Worker 1's pull of chunk w/0 at `clock`.
+v1::PullRequest PullAtClock(int64_t clock) {
   v1::PullRequest r;
   r.set_member_id(1);
   r.set_chunk_id(ChunkId("w", 0));
-  r.set_clock(2);
+  r.set_clock(clock);
+  return r;
+}
+
+// Registers one chunk on `shard` with workers 1 and 2 live; worker 1
+// pushes steps 0 and 1 (clock 2), worker 2 nothing (clock 0).
+void StartWithWorker1Ahead(Shard& shard) {
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(MakeView(1, {1, 2}, 1));
+  std::vector<float> g(kN, 1.0f);
+  ASSERT_TRUE(shard.Push(PushReq(1, 0, 1), Bytes(g)).ok());
+  ASSERT_TRUE(shard.Push(PushReq(1, 1, 1), Bytes(g)).ok());
+}
+
+TEST(Shard, SspReaderWaitsForTheSlowestWorkerWithinTheBound) {
+  Shard shard(Opts("ssp:1", absl::Milliseconds(300)));
+  StartWithWorker1Ahead(shard);
+  std::vector<float> g(kN, 1.0f);
+  v1::PullRequest r = PullAtClock(2);
   std::string out;
   // 0 < 2 - 1: worker 1 must wait; nobody advances, so it times out.
   EXPECT_EQ(shard.Pull(r, &out).status().code(),
@@ -305,15 +317,9 @@ TEST(Shard, SspReaderWaitsForTheSlowestWorkerWithinTheBound) {
 // waited for again.
 TEST(Shard, SspReaderDoesNotWaitForADrainedWorker) {
   Shard shard(Opts("ssp:0", absl::Seconds(30)));
-  ASSERT_TRUE(shard.Register(OneChunk()).ok());
-  shard.UpdateView(MakeView(1, {1, 2}, 1));
+  StartWithWorker1Ahead(shard);
   std::vector<float> g(kN, 1.0f);
-  ASSERT_TRUE(shard.Push(PushReq(1, 0, 1), Bytes(g)).ok());
-  ASSERT_TRUE(shard.Push(PushReq(1, 1, 1), Bytes(g)).ok());
-  v1::PullRequest r;
-  r.set_member_id(1);
-  r.set_chunk_id(ChunkId("w", 0));
-  r.set_clock(2);
+  v1::PullRequest r = PullAtClock(2);
   absl::StatusOr<PullResult> waited;
   std::string out;
   std::thread reader([&] { waited = shard.Pull(r, &out); });
