@@ -82,7 +82,8 @@ int main(int argc, char** argv) {
   bool failed = false;
   const double moe_s = strata::bench::BestSeconds(reps, [&] {
     failed |= !layer->Forward(w, x.data(), out.data()).ok();
-    layer->Backward(w, x.data(), dout.data(), 1.0f, g, dx.data());
+    failed |=
+        !layer->Backward(w, x.data(), dout.data(), 1.0f, g, dx.data()).ok();
   });
   if (failed) {
     std::fprintf(stderr, "the MoE forward failed\n");

@@ -200,6 +200,14 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "CPU threads only)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  cmd->add_option("--ep", o->ep,
+                  "expert-parallel ranks inside each worker (with --experts, "
+                  "which it must divide): each rank runs the dense layers "
+                  "on its share of the worker's sequences and experts/ep "
+                  "of every MoE layer's experts, tokens sent to their "
+                  "experts and back by all-to-all; CPU threads only")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   cmd->add_option("--overlap_clip", o->overlap_clip,
                   "with --grad_clip, push gradients while backward runs and "
                   "send the clipping factor after it (the servers hold them "
@@ -397,6 +405,7 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
     f.insert(f.end(), {"--micro_batches", std::to_string(o.micro_batches)});
   if (o.tp != 1) f.insert(f.end(), {"--tp", std::to_string(o.tp)});
   if (o.pp != 1) f.insert(f.end(), {"--pp", std::to_string(o.pp)});
+  if (o.ep != 1) f.insert(f.end(), {"--ep", std::to_string(o.ep)});
   if (o.chunk_bytes != TrainerOptions().chunk_bytes)
     f.insert(f.end(), {"--chunk_size", std::to_string(o.chunk_bytes)});
   if (!o.overlap_clip) f.insert(f.end(), {"--overlap_clip", "false"});

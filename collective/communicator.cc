@@ -164,6 +164,22 @@ std::shared_ptr<Work> Communicator::AllGatherAsync(absl::Span<const float> in,
       });
 }
 
+std::shared_ptr<Work> Communicator::AllToAllAsync(
+    absl::Span<const float> in, std::vector<size_t> send_counts,
+    absl::Span<float> out, std::vector<size_t> recv_counts) {
+  absl::Status check = CheckCounts(send_counts, size_, in.size());
+  if (check.ok()) check = CheckCounts(recv_counts, size_, out.size());
+  if (check.ok() && send_counts[rank_] != recv_counts[rank_]) {
+    check = absl::InvalidArgumentError(
+        absl::StrCat("all-to-all: this rank sends itself ", send_counts[rank_],
+                     " elements but receives ", recv_counts[rank_]));
+  }
+  return Enqueue(check, [this, in, send = std::move(send_counts), out,
+                         recv = std::move(recv_counts)](absl::Time deadline) {
+    return RunAllToAll(in, send, out, recv, deadline);
+  });
+}
+
 std::shared_ptr<Work> Communicator::BroadcastAsync(absl::Span<float> data,
                                                    int root) {
   return Enqueue(CheckPeer(root), [this, data, root](absl::Time deadline) {

@@ -1,5 +1,5 @@
 // The collective interface workers use among themselves: all-reduce,
-// reduce-scatter, all-gather, broadcast, barrier and point-to-point
+// reduce-scatter, all-gather, all-to-all, broadcast, barrier and point-to-point
 // send/recv over fp32 buffers, each asynchronous with a Work handle to wait
 // on, each bounded by the communicator's timeout, and an Abort that ends
 // whatever is running. Implementations: in-process over threads
@@ -107,6 +107,19 @@ class Communicator {
   std::shared_ptr<Work> AllGatherAsync(absl::Span<const float> in,
                                        std::vector<size_t> counts,
                                        absl::Span<float> out);
+  // Each rank sends block q of `in` (send_counts[q] elements, blocks in
+  // rank order) to rank q, and receives rank q's block for it into block q
+  // of `out` (recv_counts[q] elements): MPI's alltoallv. The counts may
+  // differ on every rank and may be 0. REQUIRES: send_counts.size() ==
+  // recv_counts.size() == size(), sum(send_counts) == in.size(),
+  // sum(recv_counts) == out.size(), and recv_counts[q] on this rank equal
+  // to send_counts[rank()] on rank q (a mismatch fails the communicator:
+  // INVALID_ARGUMENT where the transport sees it, else a size error or a
+  // timeout).
+  std::shared_ptr<Work> AllToAllAsync(absl::Span<const float> in,
+                                      std::vector<size_t> send_counts,
+                                      absl::Span<float> out,
+                                      std::vector<size_t> recv_counts);
   // Copies `root`'s data into every rank's data (same size everywhere).
   std::shared_ptr<Work> BroadcastAsync(absl::Span<float> data, int root);
   // Returns on each rank once every rank has entered it.
@@ -131,6 +144,13 @@ class Communicator {
   absl::Status AllGather(absl::Span<const float> in, std::vector<size_t> counts,
                          absl::Span<float> out) {
     return AllGatherAsync(in, std::move(counts), out)->Wait();
+  }
+  absl::Status AllToAll(absl::Span<const float> in,
+                        std::vector<size_t> send_counts, absl::Span<float> out,
+                        std::vector<size_t> recv_counts) {
+    return AllToAllAsync(in, std::move(send_counts), out,
+                         std::move(recv_counts))
+        ->Wait();
   }
   absl::Status Broadcast(absl::Span<float> data, int root) {
     return BroadcastAsync(data, root)->Wait();
@@ -167,6 +187,11 @@ class Communicator {
                                     const std::vector<size_t>& counts,
                                     absl::Span<float> out,
                                     absl::Time deadline) = 0;
+  virtual absl::Status RunAllToAll(absl::Span<const float> in,
+                                   const std::vector<size_t>& send_counts,
+                                   absl::Span<float> out,
+                                   const std::vector<size_t>& recv_counts,
+                                   absl::Time deadline) = 0;
   virtual absl::Status RunBroadcast(absl::Span<float> data, int root,
                                     absl::Time deadline) = 0;
   virtual absl::Status RunBarrier(absl::Time deadline) = 0;

@@ -153,6 +153,46 @@ TEST_P(CommunicatorTest, AllGatherConcatenatesInRankOrder) {
   });
 }
 
+// Elements rank `from` sends rank `to` in the all-to-all test: uneven,
+// some pairs none, one pair over a Gloo segment.
+size_t PairCount(int from, int to) {
+  if ((from + 2 * to) % 3 == 1) return 0;
+  return from == 0 && to == 1 ? 300001 : 7 * from + 3 * to + 1;
+}
+
+// What `from` sends `to` at element i: distinct for every pair and i.
+float PairValue(int from, int to, size_t i) {
+  return float(from * 4000000 + to * 1000000 + int(i % 999983));
+}
+
+TEST_P(CommunicatorTest, AllToAllDeliversEachBlockToItsRank) {
+  auto comms = Group();
+  OnEveryRank(comms, [](Communicator& c) {
+    std::vector<size_t> send(c.size()), recv(c.size());
+    for (int q = 0; q < c.size(); ++q) {
+      send[q] = PairCount(c.rank(), q);
+      recv[q] = PairCount(q, c.rank());
+    }
+    std::vector<float> in;
+    for (int q = 0; q < c.size(); ++q) {
+      for (size_t i = 0; i < send[q]; ++i) {
+        in.push_back(PairValue(c.rank(), q, i));
+      }
+    }
+    size_t total = 0;
+    for (size_t n : recv) total += n;
+    std::vector<float> out(total, -1);
+    ASSERT_TRUE(c.AllToAll(in, send, absl::MakeSpan(out), recv).ok());
+    size_t at = 0;
+    for (int q = 0; q < c.size(); ++q) {
+      for (size_t i = 0; i < recv[q]; ++i, ++at) {
+        ASSERT_EQ(out[at], PairValue(q, c.rank(), i))
+            << "from rank " << q << " element " << i << " on rank " << c.rank();
+      }
+    }
+  });
+}
+
 TEST_P(CommunicatorTest, BroadcastCopiesTheRootsData) {
   auto comms = Group();
   OnEveryRank(comms, [](Communicator& c) {
@@ -214,6 +254,17 @@ TEST_P(CommunicatorTest, BadArgumentsFailTheCallOnly) {
           .code(),
       absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(c.Broadcast(absl::MakeSpan(data), c.size()).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<size_t> ten(c.size(), 0);
+  ten[0] = 10;
+  EXPECT_EQ(c.AllToAll(data, ten, absl::MakeSpan(out),
+                       std::vector<size_t>(c.size(), 0))
+                .code(),
+            absl::StatusCode::kInvalidArgument)
+      << "the counts do not sum to the output's size";
+  EXPECT_EQ(c.AllToAll(data, {10}, absl::MakeSpan(data),
+                       std::vector<size_t>(c.size() + 1, 0))
+                .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(c.Send(data, 0, 1).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(c.Recv(absl::MakeSpan(data), -1, 1).code(),
@@ -291,6 +342,22 @@ TEST(InProcCommunicator, RanksThatDisagreeFailAlike) {
   OnEveryRank(*comms, [](Communicator& c) {
     std::vector<float> data(c.rank() == 0 ? 4 : 5, 1);
     absl::Status status = c.AllReduce(absl::MakeSpan(data), ReduceOp::kSum);
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  });
+}
+
+TEST(InProcCommunicator, AllToAllCountsThatDisagreeFailEveryRank) {
+  auto comms = MakeInProcGroup(2);
+  ASSERT_TRUE(comms.ok());
+  OnEveryRank(*comms, [](Communicator& c) {
+    // Rank 0 sends rank 1 three elements; rank 1 expects two.
+    const bool zero = c.rank() == 0;
+    const std::vector<size_t> send =
+        zero ? std::vector<size_t>{1, 3} : std::vector<size_t>{2, 1};
+    const std::vector<size_t> recv =
+        zero ? std::vector<size_t>{1, 2} : std::vector<size_t>{2, 1};
+    std::vector<float> in(zero ? 4 : 3, 1), out(3);
+    absl::Status status = c.AllToAll(in, send, absl::MakeSpan(out), recv);
     EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
   });
 }

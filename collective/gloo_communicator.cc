@@ -143,6 +143,46 @@ class GlooCommunicator : public Communicator {
     });
   }
 
+  // Every pair exchanges its two blocks directly: each rank posts a recv
+  // from every peer that sends it anything, then a send to every peer it
+  // sends anything, then waits for all of them; its own block is a copy.
+  absl::Status RunAllToAll(absl::Span<const float> in,
+                           const std::vector<size_t>& send_counts,
+                           absl::Span<float> out,
+                           const std::vector<size_t>& recv_counts,
+                           absl::Time deadline) override {
+    const std::vector<size_t> from = Offsets(send_counts),
+                              into = Offsets(recv_counts);
+    std::copy(in.begin() + from[rank()], in.begin() + from[rank() + 1],
+              out.begin() + into[rank()]);
+    if (size() == 1) return absl::OkStatus();
+    return Guard("all-to-all", [&]() -> absl::Status {
+      auto input = Buffer(const_cast<float*>(in.data()), in.size());
+      auto output = Buffer(out.data(), out.size());
+      const uint64_t slot = context_->nextSlot();
+      int recvs = 0, sends = 0;
+      for (int q = 0; q < size(); ++q) {
+        if (q == rank() || recv_counts[q] == 0) continue;
+        output->recv(q, slot, into[q] * sizeof(float),
+                     recv_counts[q] * sizeof(float));
+        ++recvs;
+      }
+      for (int q = 0; q < size(); ++q) {
+        if (q == rank() || send_counts[q] == 0) continue;
+        input->send(q, slot, from[q] * sizeof(float),
+                    send_counts[q] * sizeof(float));
+        ++sends;
+      }
+      for (int i = 0; i < recvs; ++i) {
+        STRATA_RETURN_IF_ERROR(WaitFor(*output, /*send=*/false, deadline));
+      }
+      for (int i = 0; i < sends; ++i) {
+        STRATA_RETURN_IF_ERROR(WaitFor(*input, /*send=*/true, deadline));
+      }
+      return absl::OkStatus();
+    });
+  }
+
   // The root sends the whole buffer to every other rank.
   absl::Status RunBroadcast(absl::Span<float> data, int root,
                             absl::Time deadline) override {

@@ -27,6 +27,7 @@ struct Posted {
   std::vector<size_t> counts;
   int root = 0;
   ReduceOp op = ReduceOp::kSum;
+  std::vector<size_t> recv_counts;  // an all-to-all's
 };
 
 // The state the ranks of one group share.
@@ -69,15 +70,18 @@ class Group {
     return broken_;
   }
 
-  // Checks that every rank posted the same collective as rank 0.
+  // Checks that every rank posted the same collective as rank 0 (an
+  // all-to-all's counts and sizes are each rank's own).
   absl::Status CheckMatch() {
     absl::MutexLock lock(&mu_);
     const Posted& first = posted_[0];
+    const bool own_sizes = first.kind == "alltoall";
     for (int r = 1; r < size_; ++r) {
       const Posted& p = posted_[r];
-      if (p.kind != first.kind || p.counts != first.counts ||
+      if (p.kind != first.kind || (!own_sizes && p.counts != first.counts) ||
           p.root != first.root || p.op != first.op ||
-          (first.kind != "allgather" && p.in_size != first.in_size)) {
+          (first.kind != "allgather" && !own_sizes &&
+           p.in_size != first.in_size)) {
         return absl::InvalidArgumentError(
             absl::StrCat("ranks disagree: rank 0 called ", first.kind, " over ",
                          first.in_size, " elements, rank ", r, " ", p.kind,
@@ -234,6 +238,41 @@ class InProcCommunicator : public Communicator {
                                     out.begin() + Offset(counts, q));
                         }
                       });
+  }
+
+  // Each rank copies its blocks out of every rank's input; a block whose
+  // size the sender and this rank disagree on fails every rank alike (each
+  // checks the whole matrix of counts).
+  absl::Status RunAllToAll(absl::Span<const float> in,
+                           const std::vector<size_t>& send_counts,
+                           absl::Span<float> out,
+                           const std::vector<size_t>& recv_counts,
+                           absl::Time deadline) override {
+    absl::Status sizes;
+    absl::Status status = Collective(
+        {"alltoall", in.data(), in.size(), send_counts, 0, ReduceOp::kSum,
+         recv_counts},
+        deadline, [&] {
+          for (int to = 0; to < size() && sizes.ok(); ++to) {
+            for (int from = 0; from < size() && sizes.ok(); ++from) {
+              const size_t sent = group_->posted(from).counts[to];
+              const size_t taken = group_->posted(to).recv_counts[from];
+              if (sent != taken) {
+                sizes = absl::InvalidArgumentError(absl::StrCat(
+                    "all-to-all: rank ", from, " sends rank ", to, " ", sent,
+                    " elements, rank ", to, " receives ", taken));
+              }
+            }
+          }
+          if (!sizes.ok()) return;
+          for (int q = 0; q < size(); ++q) {
+            const Posted& p = group_->posted(q);
+            const float* block = p.in + Offset(p.counts, rank());
+            std::copy(block, block + recv_counts[q],
+                      out.begin() + Offset(recv_counts, q));
+          }
+        });
+    return sizes.ok() ? status : sizes;
   }
 
   absl::Status RunBroadcast(absl::Span<float> data, int root,

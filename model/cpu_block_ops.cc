@@ -112,7 +112,7 @@ absl::Status CpuBlockOps::Moe(float* out, const float* residual,
                               const float* in) {
   STRATA_RETURN_IF_ERROR(moe->Route(moe_w, in));
   if (on_routed) STRATA_RETURN_IF_ERROR(on_routed(moe->routing()));
-  moe->Combine(moe_w, in, out);
+  STRATA_RETURN_IF_ERROR(moe->Combine(moe_w, in, out));
   const int64_t n = int64_t{d.N()} * d.C;
   for (int64_t i = 0; i < n; ++i) out[i] += residual[i];
   return absl::OkStatus();
@@ -120,7 +120,8 @@ absl::Status CpuBlockOps::Moe(float* out, const float* residual,
 
 absl::Status CpuBlockOps::MoeBackward(float* din, const float* dout,
                                       const float* in) {
-  moe->Backward(moe_w, in, dout, /*daux=*/1.0f, moe_g, din);
+  STRATA_RETURN_IF_ERROR(
+      moe->Backward(moe_w, in, dout, /*daux=*/1.0f, moe_g, din));
   if (on_moe_grads_ready) on_moe_grads_ready();
   return absl::OkStatus();
 }

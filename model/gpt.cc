@@ -80,7 +80,8 @@ struct Gpt::Workspace {
   // recompute), or none for a dense block.
   std::vector<std::optional<MoeLayer>> moe;
 
-  void Resize(const GptConfig& cfg, int b, int t) {
+  // MoE layers over `group` when it is set (Gpt::SetExpertGroup).
+  void Resize(const GptConfig& cfg, int b, int t, Communicator* group) {
     if (b == B && t == T) return;
     B = b;
     T = t;
@@ -95,8 +96,10 @@ struct Gpt::Workspace {
                          .top_k = cfg.top_k,
                          .capacity_factor = cfg.capacity,
                          .aux_alpha = cfg.aux_loss};
-      absl::StatusOr<MoeLayer> layer = MoeLayer::Create(dims);
-      STRATA_CHECK(layer.ok());  // GptConfig::Validate checked the settings
+      absl::StatusOr<MoeLayer> layer = MoeLayer::Create(dims, group);
+      // GptConfig::Validate checked the settings, ExpertParallelGpt the
+      // group.
+      STRATA_CHECK(layer.ok());
       moe.back() = std::move(*layer);
     }
     const int64_t N = int64_t{b} * t, C = cfg.width;
@@ -178,6 +181,22 @@ absl::Status Gpt::UseStorage(float* storage,
   std::vector<float>().swap(owned_);
   storage_owner_ = std::move(owner);
   return absl::OkStatus();
+}
+
+void Gpt::SetExpertGroup(Communicator* group) {
+  expert_group_ = group;
+  ws_->B = 0;  // the MoE layers are made again, over the group
+}
+
+void Gpt::ReadWeightsOf(const Gpt& host) {
+  STRATA_CHECK(host.padded_floats_ == padded_floats_);
+  if (!owned_.empty() && values_ == owned_.data()) {
+    // Keep the gradients alone.
+    std::vector<float> grads(grads_, grads_ + padded_floats_);
+    owned_.swap(grads);
+    grads_ = owned_.data();
+  }
+  values_ = host.values_;
 }
 
 float* Gpt::param_data(int i) {
@@ -452,7 +471,7 @@ float Gpt::HeadLoss(const int32_t* targets, int N, bool backward) {
   const int C = config_.width, V = config_.vocab;
   const float* wte = param_data(kWte);
   const int64_t rows = Workspace::HeadRows(config_, N);
-  const float dloss = 1.0f / N;
+  const float dloss = 1.0f / (loss_tokens_ > 0 ? loss_tokens_ : N);
   double total = 0;
   for (int64_t n0 = 0; n0 < N; n0 += rows) {
     const int nc = static_cast<int>(std::min<int64_t>(rows, N - n0));
@@ -479,7 +498,7 @@ absl::StatusOr<float> Gpt::ForwardBackward(const int32_t* tokens,
   if (absl::Status s = ValidateBatch(config_, tokens, targets, B, T); !s.ok())
     return s;
   Workspace& ws = *ws_;
-  ws.Resize(config_, B, T);
+  ws.Resize(config_, B, T, expert_group_);
   if (!accumulate) {
     // On every thread: one thread's stores leave the memory bus half idle.
     float* g = grads_;
@@ -517,7 +536,7 @@ absl::StatusOr<float> Gpt::Loss(const int32_t* tokens, const int32_t* targets,
                                 int B, int T) {
   if (absl::Status s = ValidateBatch(config_, tokens, targets, B, T); !s.ok())
     return s;
-  ws_->Resize(config_, B, T);
+  ws_->Resize(config_, B, T, expert_group_);
   STRATA_RETURN_IF_ERROR(ForwardTrunk(tokens, B, T));
   return HeadLoss(targets, B * T, /*backward=*/false);
 }
@@ -527,7 +546,7 @@ absl::StatusOr<std::vector<float>> Gpt::Logits(const int32_t* tokens, int B,
   // The tokens are their own targets: only their range is checked.
   if (absl::Status s = ValidateBatch(config_, tokens, tokens, B, T); !s.ok())
     return s;
-  ws_->Resize(config_, B, T);
+  ws_->Resize(config_, B, T, expert_group_);
   STRATA_RETURN_IF_ERROR(ForwardTrunk(tokens, B, T));
   const int C = config_.width, V = config_.vocab;
   std::vector<float> logits(static_cast<size_t>(B) * T * V);
@@ -559,7 +578,7 @@ absl::StatusOr<std::vector<int32_t>> Gpt::Generate(std::vector<int32_t> prompt,
   for (int i = 0; i < new_tokens; ++i) {
     const int T = std::min<int>(prompt.size(), config_.context);
     const int32_t* window = prompt.data() + prompt.size() - T;
-    ws_->Resize(config_, 1, T);
+    ws_->Resize(config_, 1, T, expert_group_);
     STRATA_RETURN_IF_ERROR(ForwardTrunk(window, 1, T));
     float* logits = ws_->logits.data();
     k::MatmulForward(logits, ws_->lnf.data() + int64_t{T - 1} * C,

@@ -20,6 +20,7 @@
 
 namespace strata {
 
+class Communicator;
 struct CpuBlockOps;
 struct MoeRouting;
 
@@ -60,6 +61,21 @@ class Gpt : public Model {
   int64_t storage_floats() const override { return 2 * padded_floats_; }
   absl::Status UseStorage(float* storage,
                           std::shared_ptr<const void> owner) override;
+
+  // For one rank of an expert-parallel model (model/gpt_expert_parallel.h):
+  // the MoE layers run over `group` (model/moe_layer.h), which must outlive
+  // the model; null: every expert here (the default).
+  void SetExpertGroup(Communicator* group);
+  // From now on the weights are read from `host` (a model of the same
+  // config, which must outlive this one or be given again; no copy), and
+  // this model's own storage holds only its gradients. Call again after
+  // host.UseStorage.
+  void ReadWeightsOf(const Gpt& host);
+  // ForwardBackward's gradient is of the cross-entropy summed over the
+  // batch and divided by `tokens` (> 0), not by B·T: a rank's share of a
+  // mean over several ranks' tokens. 0 (the default): B·T. The loss it
+  // returns is its own batch's mean either way.
+  void SetLossTokens(int64_t tokens) { loss_tokens_ = tokens; }
 
   // Fills every parameter per its ParamInfo (GPT-2 init: N(0, 0.02), the
   // residual projections scaled by 1/sqrt(2 * layers)), deterministically
@@ -169,6 +185,8 @@ class Gpt : public Model {
   std::function<absl::Status(int)> param_wait_;
   std::function<void(absl::Span<const int>)> params_wanted_;
   std::vector<int> wanted_;  // AwaitExperts' scratch
+  Communicator* expert_group_ = nullptr;
+  int64_t loss_tokens_ = 0;
   std::unique_ptr<Workspace> ws_;
 };
 

@@ -1,7 +1,6 @@
 #include "model/gpt_parallel.h"
 
 #include <algorithm>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -9,6 +8,7 @@
 #include "collective/inproc_communicator.h"
 #include "common/status.h"
 #include "model/gpt_layout.h"
+#include "model/rank_threads.h"
 #include "model_parallel/pipeline.h"
 
 namespace strata {
@@ -114,24 +114,13 @@ absl::StatusOr<float> ParallelGpt::ForwardBackward(const int32_t* tokens,
                   0.0f);
     }
   }
-  std::vector<absl::Status> status(ranks);
   std::vector<double> loss(ranks, 0.0);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      status[r] = RunRank(r, batch, &loss[r]);
-      if (!status[r].ok()) {
+  const absl::Status failed = RunOnRankThreads(
+      ranks, [&](int r) { return RunRank(r, batch, &loss[r]); },
+      [&](int r) {
         tp_comms_[r]->Abort();  // the stage's other ranks wait on this one
         pp_comms_[r]->Abort();
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  // The cause, not a peer's report of the abort that followed it.
-  absl::Status failed;
-  for (const absl::Status& s : status) {
-    if (!s.ok() && (failed.ok() || absl::IsUnavailable(failed))) failed = s;
-  }
+      });
   if (!failed.ok()) {
     broken_ = true;
     return failed;

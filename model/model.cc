@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/gpt.h"
+#include "model/gpt_expert_parallel.h"
 #include "model/gpt_parallel.h"
 #ifdef STRATA_HAVE_CUDA
 #include "model/gpt_cuda.h"
@@ -26,6 +27,22 @@ const char* DeviceName(Device device) {
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(
     const GptConfig& config, Device device, ModelParallelism parallelism) {
   const bool split = parallelism.tp != 1 || parallelism.pp != 1;
+  if (parallelism.ep != 1) {
+    if (split) {
+      return absl::UnimplementedError(
+          "--ep with --tp or --pp is not built: expert parallelism splits "
+          "the batch over ranks that each hold the whole dense model");
+    }
+    if (device != Device::kCpu) {
+      return absl::UnimplementedError(
+          "--ep runs on CPU threads only so far (--device cpu); on GPUs it "
+          "needs the NCCL communicator, which is not built yet");
+    }
+    absl::StatusOr<std::unique_ptr<ExpertParallelGpt>> gpt =
+        ExpertParallelGpt::Create(config, parallelism.ep);
+    if (!gpt.ok()) return gpt.status();
+    return std::unique_ptr<Model>(std::move(*gpt));
+  }
   if (device == Device::kCpu && split) {
     absl::StatusOr<std::unique_ptr<ParallelGpt>> gpt =
         ParallelGpt::Create(config, parallelism);

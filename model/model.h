@@ -76,13 +76,15 @@ struct MoeStats {
   std::vector<std::vector<int>> load;  // per MoE layer, per expert
 };
 
-// How one worker splits its model (model/gpt_parallel.h): tp x pp ranks.
+// How one worker splits its model: tp x pp ranks (model/gpt_parallel.h),
+// or ep expert-parallel ranks (model/gpt_expert_parallel.h).
 struct ModelParallelism {
   int tp = 1;  // tensor-parallel ranks per stage
   int pp = 1;  // pipeline stages (<= layers)
   // Micro-batches per ForwardBackward in the pipeline (clamped to the
   // batch's rows; sizes as equal as can be).
   int micro_batches = 1;
+  int ep = 1;  // expert-parallel ranks (an MoE model; tp = pp = 1)
 };
 
 // A GPT (see GptConfig) on some device. Not thread-safe: one call at a time.
@@ -206,12 +208,13 @@ absl::StatusOr<Device> ParseDevice(absl::string_view name);
 // The name ParseDevice takes: "cpu" or "cuda".
 const char* DeviceName(Device device);
 
-// Builds a model with zeroed parameters on `device`: the CPU (Gpt, or
-// ParallelGpt when `parallelism` has more than one rank) or CUDA (GptCuda
-// on device 0). INVALID_ARGUMENT for a bad config or a bad split;
-// UNAVAILABLE for CUDA when Strata was built without CUDA or no CUDA
-// device is present; UNIMPLEMENTED for CUDA with more than one rank
-// (tensor and pipeline parallelism run on CPU threads only).
+// Builds a model with zeroed parameters on `device`: the CPU (Gpt,
+// ParallelGpt when `parallelism` has more than one tp or pp rank,
+// ExpertParallelGpt with ep > 1) or CUDA (GptCuda on device 0).
+// INVALID_ARGUMENT for a bad config or a bad split; UNAVAILABLE for CUDA
+// when Strata was built without CUDA or no CUDA device is present;
+// UNIMPLEMENTED for CUDA with more than one rank (the splits run on CPU
+// threads only) and for ep > 1 with tp or pp > 1 (not built).
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(
     const GptConfig& config, Device device, ModelParallelism parallelism = {});
 

@@ -45,9 +45,15 @@ absl::Status ValidateMoeDims(const MoeDims& d) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<MoeLayer> MoeLayer::Create(const MoeDims& dims) {
+absl::StatusOr<MoeLayer> MoeLayer::Create(const MoeDims& dims,
+                                          Communicator* group) {
   STRATA_RETURN_IF_ERROR(ValidateMoeDims(dims));
   MoeLayer layer(dims);
+  layer.n_total_ = dims.N;
+  if (group != nullptr) {
+    STRATA_ASSIGN_OR_RETURN(
+        layer.ex_, ExpertExchange::Create(group, dims.experts, dims.C));
+  }
   const size_t rows = size_t{1} * dims.experts * dims.Capacity();
   const size_t N = dims.N, E = dims.experts, K = dims.top_k;
   for (auto* v : {&layer.in_, &layer.y_, &layer.dy_, &layer.din_}) {
@@ -85,11 +91,8 @@ void MoeLayer::Assign() {
   r.gate.assign(size_t{1} * N * K, 0.0f);
   r.slot.assign(size_t{1} * N * K, -1);
   r.load.assign(E, 0);
-  r.first.assign(E, 0.0f);
-  r.mean_p.assign(E, 0.0f);
   for (std::vector<int>& t : r.tokens) t.clear();
   r.dropped = 0;
-  std::vector<double> mean(E, 0.0);
   for (int t = 0; t < N; ++t) {
     const float* p = &r.probs[size_t{1} * t * E];
     int* e = &r.expert[size_t{1} * t * K];
@@ -103,15 +106,7 @@ void MoeLayer::Assign() {
       g[0] = p[e[0]] / sum;
       g[1] = p[e[1]] / sum;
     }
-    r.first[e[0]] += 1.0f / N;
-    for (int i = 0; i < E; ++i) mean[i] += p[i];
   }
-  double aux = 0;
-  for (int i = 0; i < E; ++i) {
-    r.mean_p[i] = static_cast<float>(mean[i] / N);
-    aux += double{r.first[i]} * r.mean_p[i];
-  }
-  r.aux_loss = double{d_.aux_alpha} * E * aux;
   // Every first choice, in token order, before any second one.
   for (int k = 0; k < K; ++k) {
     for (int t = 0; t < N; ++t) {
@@ -127,38 +122,103 @@ void MoeLayer::Assign() {
   }
 }
 
+absl::Status MoeLayer::ShareStats() {
+  const int N = d_.N, E = d_.experts, K = d_.top_k;
+  // Per expert: first choices, then summed probabilities; then tokens.
+  std::vector<double> sums(2 * E + 1, 0.0);
+  for (int t = 0; t < N; ++t) {
+    sums[r_.expert[size_t{1} * t * K]] += 1;
+    const float* p = &r_.probs[size_t{1} * t * E];
+    for (int i = 0; i < E; ++i) sums[E + i] += p[i];
+  }
+  sums[2 * E] = N;
+  if (ex_.has_value()) {
+    // Counts are exact in fp32; the probability sums lose digits past 1e-7.
+    std::vector<float> shared(sums.begin(), sums.end());
+    STRATA_RETURN_IF_ERROR(
+        ex_->group().AllReduce(absl::MakeSpan(shared), ReduceOp::kSum));
+    sums.assign(shared.begin(), shared.end());
+  }
+  n_total_ = static_cast<int64_t>(std::llround(sums[2 * E]));
+  r_.first.resize(E);
+  r_.mean_p.resize(E);
+  double aux = 0;
+  for (int i = 0; i < E; ++i) {
+    r_.first[i] = static_cast<float>(sums[i] / n_total_);
+    r_.mean_p[i] = static_cast<float>(sums[E + i] / n_total_);
+    aux += double{r_.first[i]} * r_.mean_p[i];
+  }
+  r_.aux_loss = double{d_.aux_alpha} * E * aux;
+  return absl::OkStatus();
+}
+
+MoeLayer::Rows MoeLayer::LocalRows(int e) {
+  const size_t c = size_t{1} * e * d_.Capacity() * d_.C;
+  const size_t h = size_t{1} * e * d_.Capacity() * d_.hidden;
+  return {r_.load[e], &in_[c], &pre_[h],   &post_[h],
+          &y_[c],     &dy_[c], &dpost_[h], &din_[c]};
+}
+
+MoeLayer::Rows MoeLayer::OwnedRows(int e) {
+  const size_t c = ex_->OwnedOffset(e) * d_.C;
+  const size_t h = ex_->OwnedOffset(e) * d_.hidden;
+  return {ex_->OwnedRows(e),   o_in_.data() + c, o_pre_.data() + h,
+          o_post_.data() + h,  o_y_.data() + c,  o_dy_.data() + c,
+          o_dpost_.data() + h, o_din_.data() + c};
+}
+
+void MoeLayer::GatherInputs(const float* x, int e) {
+  const Rows rows = LocalRows(e);
+  for (int s = 0; s < rows.n; ++s) {
+    std::memcpy(rows.in + size_t{1} * s * d_.C,
+                x + size_t{1} * r_.tokens[e][s] * d_.C, sizeof(float) * d_.C);
+  }
+}
+
 // One expert a chunk, its GEMMs on that thread alone (they run inline in
 // ParallelFor): an expert's GEMMs are small, and splitting each of them
 // over the pool cost more in waits than it gained (the layer ran at 0.5x
 // the dense MLP at C128, 512 tokens).
 void MoeLayer::RunExperts(const MoeWeights& w, const float* x) {
   ParallelFor(d_.experts, 1, [&](int, int64_t e0, int64_t e1) {
-    for (int64_t e = e0; e < e1; ++e) RunExpert(w, x, static_cast<int>(e));
+    for (int64_t e = e0; e < e1; ++e) {
+      GatherInputs(x, static_cast<int>(e));
+      RunExpert(w, static_cast<int>(e), LocalRows(static_cast<int>(e)));
+    }
   });
 }
 
-void MoeLayer::RunExpert(const MoeWeights& w, const float* x, int e) {
-  const int C = d_.C, H = d_.hidden, cap = d_.Capacity();
-  const int n = r_.load[e];
-  if (n == 0) return;
-  float* in = &in_[size_t{1} * e * cap * C];
-  float* pre = &pre_[size_t{1} * e * cap * H];
-  float* post = &post_[size_t{1} * e * cap * H];
-  float* y = &y_[size_t{1} * e * cap * C];
-  for (int s = 0; s < n; ++s) {
-    std::memcpy(in + size_t{1} * s * C, x + size_t{1} * r_.tokens[e][s] * C,
-                sizeof(float) * C);
-  }
-  kernels::MatmulForward(pre, in, w.fc_w[e], w.fc_b[e], n, C, H);
-  kernels::GeluForward(post, pre, int64_t{n} * H);
-  kernels::MatmulForward(y, post, w.proj_w[e], w.proj_b[e], n, H, C);
+// Every expert's inputs to its owner, the owned experts over them, and
+// their outputs back into this rank's slots.
+absl::Status MoeLayer::RunOwnedExperts(const MoeWeights& w, const float* x) {
+  for (int e = 0; e < d_.experts; ++e) GatherInputs(x, e);
+  STRATA_RETURN_IF_ERROR(ex_->Dispatch(in_.data(), d_.Capacity(), &o_in_));
+  // Sized for the backward too: OwnedRows points into all of them.
+  const size_t rows = ex_->OwnedTotal();
+  for (auto* v : {&o_y_, &o_dy_, &o_din_}) v->resize(rows * d_.C);
+  for (auto* v : {&o_pre_, &o_post_, &o_dpost_}) v->resize(rows * d_.hidden);
+  const int first = ex_->first_owned();
+  ParallelFor(ex_->owned(), 1, [&](int, int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      const int e = first + static_cast<int>(k);
+      RunExpert(w, e, OwnedRows(e));
+    }
+  });
+  return ex_->Return(o_y_.data(), d_.Capacity(), y_.data());
+}
+
+void MoeLayer::RunExpert(const MoeWeights& w, int e, const Rows& r) {
+  const int C = d_.C, H = d_.hidden;
+  if (r.n == 0) return;
+  kernels::MatmulForward(r.pre, r.in, w.fc_w[e], w.fc_b[e], r.n, C, H);
+  kernels::GeluForward(r.post, r.pre, int64_t{r.n} * H);
+  kernels::MatmulForward(r.y, r.post, w.proj_w[e], w.proj_b[e], r.n, H, C);
 }
 
 absl::Status MoeLayer::Forward(const MoeWeights& w, const float* x,
                                float* out) {
   STRATA_RETURN_IF_ERROR(Route(w, x));
-  Combine(w, x, out);
-  return absl::OkStatus();
+  return Combine(w, x, out);
 }
 
 absl::Status MoeLayer::Route(const MoeWeights& w, const float* x) {
@@ -183,13 +243,19 @@ absl::Status MoeLayer::Route(const MoeWeights& w, const float* x) {
     for (int i = 0; i < E; ++i) p[i] = static_cast<float>(p[i] / sum);
   }
   Assign();
-  return absl::OkStatus();
+  STRATA_RETURN_IF_ERROR(ShareStats());
+  return ex_.has_value() ? ex_->ShareLoads(r_.load) : absl::OkStatus();
 }
 
-void MoeLayer::Combine(const MoeWeights& w, const float* x, float* out) {
+absl::Status MoeLayer::Combine(const MoeWeights& w, const float* x,
+                               float* out) {
   const int N = d_.N, C = d_.C, K = d_.top_k;
   const int cap = d_.Capacity();
-  RunExperts(w, x);
+  if (ex_.has_value()) {
+    STRATA_RETURN_IF_ERROR(RunOwnedExperts(w, x));
+  } else {
+    RunExperts(w, x);
+  }
   std::fill(out, out + size_t{1} * N * C, 0.0f);
   for (int t = 0; t < N; ++t) {
     for (int k = 0; k < K; ++k) {
@@ -201,10 +267,12 @@ void MoeLayer::Combine(const MoeWeights& w, const float* x, float* out) {
       for (int c = 0; c < C; ++c) o[c] += g * y[c];
     }
   }
+  return absl::OkStatus();
 }
 
-void MoeLayer::Backward(const MoeWeights& w, const float* x, const float* dout,
-                        float daux, const MoeGrads& g, float* dx) {
+absl::Status MoeLayer::Backward(const MoeWeights& w, const float* x,
+                                const float* dout, float daux,
+                                const MoeGrads& g, float* dx) {
   const int N = d_.N, C = d_.C, E = d_.experts, K = d_.top_k;
   const int cap = d_.Capacity();
   // dL/d(gate) and dL/d(expert output), slot by slot.
@@ -244,7 +312,7 @@ void MoeLayer::Backward(const MoeWeights& w, const float* x, const float* dout,
     }
     double dot = 0;
     for (int i = 0; i < E; ++i) {
-      dp[i] += daux * d_.aux_alpha * E * r_.first[i] / N;
+      dp[i] += daux * d_.aux_alpha * E * r_.first[i] / n_total_;
       dot += double{p[i]} * dp[i];
     }
     // Softmax: dlogit = p (dp - p·dp), in place.
@@ -255,14 +323,9 @@ void MoeLayer::Backward(const MoeWeights& w, const float* x, const float* dout,
   // The router writes dx; the experts add to it.
   kernels::MatmulBackward(dx, g.router, nullptr, dlogit.data(), x, w.router, N,
                           C, E);
-  // Each expert on one thread (as in the forward), into its own rows of
-  // din_; then added into dx in expert order, so the sums do not depend on
-  // the threads.
-  ParallelFor(E, 1, [&](int, int64_t e0, int64_t e1) {
-    for (int64_t e = e0; e < e1; ++e) {
-      BackwardExpert(w, g, static_cast<int>(e));
-    }
-  });
+  STRATA_RETURN_IF_ERROR(BackwardExperts(w, g));
+  // Added into dx in expert order, so the sums do not depend on the
+  // threads.
   for (int e = 0; e < E; ++e) {
     for (int s = 0; s < r_.load[e]; ++s) {
       float* d = dx + size_t{1} * r_.tokens[e][s] * C;
@@ -270,19 +333,41 @@ void MoeLayer::Backward(const MoeWeights& w, const float* x, const float* dout,
       for (int c = 0; c < C; ++c) d[c] += src[c];
     }
   }
+  return absl::OkStatus();
 }
 
-void MoeLayer::BackwardExpert(const MoeWeights& w, const MoeGrads& g, int e) {
-  const int C = d_.C, H = d_.hidden, cap = d_.Capacity();
-  const int n = r_.load[e];
-  if (n == 0) return;
-  const size_t rc = size_t{1} * e * cap * C, rh = size_t{1} * e * cap * H;
-  float* dpost = &dpost_[rh];
-  kernels::MatmulBackward(dpost, g.proj_w[e], g.proj_b[e], &dy_[rc], &post_[rh],
-                          w.proj_w[e], n, H, C);
-  kernels::GeluBackward(dpost, &pre_[rh], dpost, int64_t{n} * H);
-  kernels::MatmulBackward(&din_[rc], g.fc_w[e], g.fc_b[e], dpost, &in_[rc],
-                          w.fc_w[e], n, C, H);
+// Each expert on one thread (as in the forward), into its own rows of
+// din_; in a group, the owned experts over the rows every rank sends.
+absl::Status MoeLayer::BackwardExperts(const MoeWeights& w, const MoeGrads& g) {
+  if (!ex_.has_value()) {
+    ParallelFor(d_.experts, 1, [&](int, int64_t e0, int64_t e1) {
+      for (int64_t e = e0; e < e1; ++e) {
+        BackwardExpert(w, g, static_cast<int>(e),
+                       LocalRows(static_cast<int>(e)));
+      }
+    });
+    return absl::OkStatus();
+  }
+  STRATA_RETURN_IF_ERROR(ex_->Dispatch(dy_.data(), d_.Capacity(), &o_dy_));
+  const int first = ex_->first_owned();
+  ParallelFor(ex_->owned(), 1, [&](int, int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      const int e = first + static_cast<int>(k);
+      BackwardExpert(w, g, e, OwnedRows(e));
+    }
+  });
+  return ex_->Return(o_din_.data(), d_.Capacity(), din_.data());
+}
+
+void MoeLayer::BackwardExpert(const MoeWeights& w, const MoeGrads& g, int e,
+                              const Rows& r) {
+  const int C = d_.C, H = d_.hidden;
+  if (r.n == 0) return;
+  kernels::MatmulBackward(r.dpost, g.proj_w[e], g.proj_b[e], r.dy, r.post,
+                          w.proj_w[e], r.n, H, C);
+  kernels::GeluBackward(r.dpost, r.pre, r.dpost, int64_t{r.n} * H);
+  kernels::MatmulBackward(r.din, g.fc_w[e], g.fc_b[e], r.dpost, r.in, w.fc_w[e],
+                          r.n, C, H);
 }
 
 }  // namespace strata

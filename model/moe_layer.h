@@ -25,14 +25,28 @@
 //   p[:, i] over the tokens.
 // The backward takes dL/d(out) and dL/d(aux) and adds the gradients of
 // the router's and every expert's weights, and dL/dx.
+//
+// Expert parallelism (`--ep`, model/gpt_expert_parallel.h): a layer
+// created over a group of P ranks is one rank's share. Each rank routes
+// its own tokens (capacity counts its own, as it does per worker), and
+// runs only the experts it owns (model/moe_exchange.h) over every rank's
+// tokens routed to them: the rows go to the owner and back by all-to-all
+// in Combine and Backward. f_i and P_i, and so aux, are over the whole
+// group's tokens (an all-reduce in Route), and the aux gradient each rank
+// adds is its tokens' share of that one loss: α·E·f_i / N_group a token.
+// Only the owned experts' gradients are written. Every call that
+// communicates must be made on every rank, in the same order.
 #ifndef STRATA_MODEL_MOE_LAYER_H_
 #define STRATA_MODEL_MOE_LAYER_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "collective/communicator.h"
+#include "model/moe_exchange.h"
 
 namespace strata {
 
@@ -71,8 +85,8 @@ struct MoeRouting {
   std::vector<float> gate;    // (N,top_k): its weight (before drops)
   std::vector<int> slot;      // (N,top_k): its place in the expert, -1 dropped
   std::vector<int> load;      // (E): assignments kept
-  std::vector<float> first;   // (E): f_i
-  std::vector<float> mean_p;  // (E): P_i
+  std::vector<float> first;   // (E): f_i (over the group's tokens)
+  std::vector<float> mean_p;  // (E): P_i (over the group's tokens)
   int64_t dropped = 0;        // assignments dropped
   double aux_loss = 0;
   // Per expert, the tokens in its slots, in slot order.
@@ -81,37 +95,68 @@ struct MoeRouting {
 
 class MoeLayer {
  public:
-  static absl::StatusOr<MoeLayer> Create(const MoeDims& dims);
+  // INVALID_ARGUMENT for bad dims (ValidateMoeDims), or for a group that
+  // does not divide the experts. `group` (null: every expert here) must
+  // outlive the layer.
+  static absl::StatusOr<MoeLayer> Create(const MoeDims& dims,
+                                         Communicator* group = nullptr);
 
   const MoeDims& dims() const { return d_; }
 
   // out (N,C) = the layer of x (N,C); keeps what the backward needs.
   // INVALID_ARGUMENT for router logits that are not finite, or for w
-  // without one pointer of each kind per expert.
+  // without one pointer of each kind per expert (in a group, the experts
+  // this rank does not own may be null); a group's errors.
   absl::Status Forward(const MoeWeights& w, const float* x, float* out);
   // Forward in two halves: Route runs the router and routes (routing()
   // says then which experts the tokens reached; the experts' weights are
   // not read), Combine runs the experts that have tokens and combines
   // their outputs into out. Combine REQUIRES: Route succeeded for x.
   absl::Status Route(const MoeWeights& w, const float* x);
-  void Combine(const MoeWeights& w, const float* x, float* out);
+  absl::Status Combine(const MoeWeights& w, const float* x, float* out);
   // From the last Forward's x: adds to g, and writes dx (N,C) = dL/dx for
-  // dL/d(out) = dout (N,C) and dL/d(aux) = daux.
-  void Backward(const MoeWeights& w, const float* x, const float* dout,
-                float daux, const MoeGrads& g, float* dx);
+  // dL/d(out) = dout (N,C) and dL/d(aux) = daux. Errors: the group's.
+  absl::Status Backward(const MoeWeights& w, const float* x, const float* dout,
+                        float daux, const MoeGrads& g, float* dx);
 
   const MoeRouting& routing() const { return r_; }
 
  private:
+  // One expert's rows and what its MLP keeps of them: in (n,C), pre and
+  // post (n,hidden), y (n,C); for the backward dy (n,C), dpost (n,hidden)
+  // and din (n,C).
+  struct Rows {
+    int n = 0;
+    float *in, *pre, *post, *y, *dy, *dpost, *din;
+  };
   explicit MoeLayer(const MoeDims& d) : d_(d) {}
+  // Each token's choices and gates, and the slots they take.
   void Assign();
+  // f_i and P_i over the group's tokens (an all-reduce), then aux.
+  absl::Status ShareStats();
+  // Expert e's slots in the local buffers; its rows in the owned ones.
+  Rows LocalRows(int e);
+  Rows OwnedRows(int e);
+  // Copies expert e's tokens' rows of x into its slots of in_.
+  void GatherInputs(const float* x, int e);
   void RunExperts(const MoeWeights& w, const float* x);
-  void RunExpert(const MoeWeights& w, const float* x, int e);
-  void BackwardExpert(const MoeWeights& w, const MoeGrads& g, int e);
+  absl::Status RunOwnedExperts(const MoeWeights& w, const float* x);
+  void RunExpert(const MoeWeights& w, int e, const Rows& rows);
+  absl::Status BackwardExperts(const MoeWeights& w, const MoeGrads& g);
+  void BackwardExpert(const MoeWeights& w, const MoeGrads& g, int e,
+                      const Rows& rows);
 
   MoeDims d_;
   MoeRouting r_;
-  // Per expert, in slot order (capacity rows each): its tokens' inputs
+  // With a group: the rows to and from the experts' owners, and the
+  // group's token count (else N).
+  std::optional<ExpertExchange> ex_;
+  int64_t n_total_ = 0;
+  // Owned experts' rows over the group, laid out as Rows (ExpertExchange's
+  // owned layout).
+  std::vector<float> o_in_, o_pre_, o_post_, o_y_, o_dy_, o_dpost_, o_din_;
+  // Per expert, in slot order (capacity rows each), this rank's tokens
+  // routed to it (in a group, whoever owns it): its tokens' inputs
   // (cap,C), fc's output before and after GELU (cap,hidden), its output
   // (cap,C); for the backward, dL/d(output), dL/d(GELU output) and
   // dL/d(input) of each slot. Sized once: steps allocate nothing.

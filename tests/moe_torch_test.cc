@@ -107,12 +107,14 @@ TEST_P(MoeTorch, MatchesPyTorch) {
   std::vector<float> g_router(router.size()), g_fc_w(fc_w.size()),
       g_fc_b(fc_b.size()), g_proj_w(proj_w.size()), g_proj_b(proj_b.size());
   ASSERT_TRUE(layer->Forward(w, x.data(), out.data()).ok());
-  layer->Backward(
-      w, x.data(), dout.data(), daux,
-      {g_router.data(), Experts(g_fc_w.data(), E, hc),
-       Experts(g_fc_b.data(), E, H), Experts(g_proj_w.data(), E, hc),
-       Experts(g_proj_b.data(), E, C)},
-      dx.data());
+  ASSERT_TRUE(layer
+                  ->Backward(w, x.data(), dout.data(), daux,
+                             {g_router.data(), Experts(g_fc_w.data(), E, hc),
+                              Experts(g_fc_b.data(), E, H),
+                              Experts(g_proj_w.data(), E, hc),
+                              Experts(g_proj_b.data(), E, C)},
+                             dx.data())
+                  .ok());
 
   const std::string dir = testing::FreshDir("moe_torch");
   const nlohmann::json cfg = {{"N", N},

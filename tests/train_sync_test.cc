@@ -293,6 +293,34 @@ TEST(Train, MixtureOfExpertsTrainsAcrossWorkersLikeOneWorker) {
   ExpectCloseWeights(one, two);
 }
 
+// --ep: a worker whose experts are split over expert-parallel ranks (CPU
+// threads, each with half the worker's sequences) trains to the weights
+// and losses of an unsplit worker, the load-balancing loss included (its
+// f and P are over the worker's tokens either way); and two BSP workers
+// with --ep 2 train to the weights of one unsplit worker on the whole
+// batch (aux off: across workers it is per worker).
+TEST(Train, ExpertParallelWorkersTrainLikeAnUnsplitOne) {
+  auto moe = [](const std::string& aux, std::vector<std::string> more) {
+    std::vector<std::string> f = {"--grad_clip", "0", "--experts",   "4",
+                                  "--top_k",     "2", "--moe_every", "1",
+                                  "--capacity",  "8", "--aux_loss",  aux};
+    f.insert(f.end(), more.begin(), more.end());
+    return f;
+  };
+  const BspRun one = TrainBsp({"cpu"}, "ep-one", moe("0.05", {}));
+  const BspRun ep2 =
+      TrainBsp({"cpu"}, "ep-two-ranks", moe("0.05", {"--ep", "2"}));
+  ExpectCloseWeights(one, ep2);
+  ASSERT_EQ(ep2.losses.size(), one.losses.size());
+  for (size_t i = 0; i < one.losses.size(); ++i) {
+    EXPECT_NEAR(ep2.losses[i], one.losses[i], 1e-5) << "step " << i;
+  }
+  const BspRun one_plain = TrainBsp({"cpu"}, "ep-one-noaux", moe("0", {}));
+  const BspRun two =
+      TrainBsp({"cpu", "cpu"}, "ep-two-workers", moe("0", {"--ep", "2"}));
+  ExpectCloseWeights(one_plain, two);
+}
+
 // --micro_batches: each worker computes its share of a step in pieces,
 // accumulates their gradients weighted by samples and pushes once. Batch 4
 // in 3 micro-batches (2, 1, 1 samples), alone and as two BSP workers (2

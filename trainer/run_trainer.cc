@@ -53,6 +53,17 @@ absl::Status Validate(const TrainerOptions& o) {
         "--experts runs on the CPU model without --tp or --pp so far "
         "(--device cpu)");
   }
+  if (o.ep < 1 || o.ep > 64)
+    return absl::InvalidArgumentError("--ep must be in [1, 64]");
+  if (o.ep > 1 && o.model.experts == 0) {
+    return absl::InvalidArgumentError(
+        "--ep splits a mixture of experts: it needs --experts");
+  }
+  if (o.ep > 1 && o.model.experts % o.ep != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ep ", o.ep, " must divide --experts ", o.model.experts,
+                     ": every rank holds as many experts"));
+  }
   if (!(o.slowdown >= 1 && o.slowdown <= 100)) {
     return absl::InvalidArgumentError("--slowdown must be in [1, 100]");
   }
@@ -199,14 +210,20 @@ absl::Status RunTrainer(const TrainerOptions& options) {
   }
   // With a pipeline, the micro-batches are its own (they keep every stage
   // busy); the trainer hands it the worker's whole share at once.
-  const ModelParallelism parallelism{o.tp, o.pp,
-                                     o.pp > 1 ? o.micro_batches : 1};
+  const ModelParallelism parallelism{o.tp, o.pp, o.pp > 1 ? o.micro_batches : 1,
+                                     o.ep};
   if (o.pp > 1) o.micro_batches = 1;
   if (o.tp > 1 || o.pp > 1) {
     spdlog::info(
         "strata worker: model split over {} tensor-parallel ranks x {} "
         "pipeline stages ({} micro-batches), on CPU threads",
         parallelism.tp, parallelism.pp, parallelism.micro_batches);
+  }
+  if (o.ep > 1) {
+    spdlog::info(
+        "strata worker: {} experts of each MoE layer over {} expert-parallel "
+        "ranks, on CPU threads",
+        o.model.experts, o.ep);
   }
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Model> gpt,
                           CreateModel(o.model, o.device, parallelism));

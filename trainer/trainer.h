@@ -45,6 +45,10 @@ struct TrainerOptions {
   // model/gpt_parallel.h); the servers see the same model either way.
   int tp = 1;
   int pp = 1;
+  // Expert-parallel ranks inside this worker (CPU threads, an MoE model,
+  // model/gpt_expert_parallel.h): each runs the dense model on its share
+  // of the worker's sequences and experts/ep of the experts.
+  int ep = 1;
   int64_t steps = 100;
   uint64_t seed = 1;  // data order and weight init
   // A safetensors file in Hugging Face's GPT-2 layout (model/hf_gpt2.h)
