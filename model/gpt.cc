@@ -185,7 +185,10 @@ absl::Status Gpt::UseStorage(float* storage,
 
 void Gpt::SetExpertGroup(Communicator* group) {
   expert_group_ = group;
-  ws_->B = 0;  // the MoE layers are made again, over the group
+  // The layers hold the old group: gone now, made again over the new one
+  // at the next pass.
+  ws_->moe.clear();
+  ws_->B = 0;
 }
 
 void Gpt::ReadWeightsOf(const Gpt& host) {

@@ -36,6 +36,11 @@ absl::StatusOr<std::unique_ptr<ExpertParallelGpt>> ExpertParallelGpt::Create(
     gpt->ranks_.push_back(std::move(rank));
   }
   STRATA_RETURN_IF_ERROR(gpt->MakeGroup(ranks));
+  // Rank 0 runs every layer, so it reports every parameter, in Gpt's
+  // order; the host does when a batch runs there.
+  auto note = [g = gpt.get()](int i) { g->ready_order_.push_back(i); };
+  gpt->ranks_[0]->SetGradReadyCallback(note);
+  gpt->host_->SetGradReadyCallback(note);
   for (int i = 0; i < static_cast<int>(gpt->params().size()); ++i) {
     if (gpt->RoutedParam(i)) gpt->routed_.push_back(i);
   }
@@ -74,6 +79,7 @@ absl::StatusOr<float> ExpertParallelGpt::ForwardBackward(const int32_t* tokens,
                                                          bool accumulate) {
   STRATA_RETURN_IF_ERROR(ValidateBatch(config(), tokens, targets, B, T));
   STRATA_RETURN_IF_ERROR(AwaitAllParams());
+  ready_order_.clear();
   if (B < ranks()) {
     // A rank without a sequence has nothing to route: the host model
     // runs the batch, every expert there.
@@ -142,11 +148,9 @@ void ExpertParallelGpt::AddRankGrads(bool accumulate) {
 
 void ExpertParallelGpt::ReportGradsReady() {
   if (!grad_ready_) return;
-  // Gpt's order is the reverse of the parameters': the final LayerNorm,
-  // the blocks from last to first, then wpe and wte.
-  for (int i = static_cast<int>(params().size()) - 1; i >= 0; --i) {
-    grad_ready_(i);
-  }
+  // Gpt's own order, as rank 0 (or the host) reported it: every rank
+  // issues its collectives by it (collective/grad_buckets.h).
+  for (int i : ready_order_) grad_ready_(i);
 }
 
 bool ExpertParallelGpt::ParamUnused(int i) const {

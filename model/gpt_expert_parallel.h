@@ -70,9 +70,9 @@ class ExpertParallelGpt : public Model {
 
   // Model's contract, over the ranks. Every parameter is named wanted
   // and waited for first; grad-ready calls come after every rank is done,
-  // in Gpt's order. A failure of one rank (a communicator error, a router
-  // logit that is not finite) fails the call; the next call starts a new
-  // group.
+  // in the order Gpt makes them (rank 0's, replayed). A failure of one rank (a
+  // communicator error, a router logit that is not finite) fails the call; the
+  // next call starts a new group.
   absl::StatusOr<float> ForwardBackward(const int32_t* tokens,
                                         const int32_t* targets, int B, int T,
                                         bool accumulate = false) override;
@@ -118,9 +118,10 @@ class ExpertParallelGpt : public Model {
   std::function<void(int)> grad_ready_;
   std::function<absl::Status(int)> param_wait_;
   std::function<void(absl::Span<const int>)> params_wanted_;
-  std::vector<int> routed_;   // the routed parameters, for params_wanted_
-  bool broken_ = false;       // a rank failed: the group is aborted
-  bool last_on_host_ = true;  // the last pass ran on host_ alone
+  std::vector<int> routed_;       // the routed parameters, for params_wanted_
+  std::vector<int> ready_order_;  // the last pass's, as Gpt reported it
+  bool broken_ = false;           // a rank failed: the group is aborted
+  bool last_on_host_ = true;      // the last pass ran on host_ alone
 };
 
 }  // namespace strata

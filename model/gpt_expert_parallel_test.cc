@@ -126,6 +126,27 @@ TEST(ExpertParallel, ABatchOfFewerSequencesThanRanksRunsWhole) {
   }
 }
 
+// Every parameter is reported ready once, in Gpt's order (all-reduce sync
+// buckets tensors in that order on every worker, split or not), whether
+// the ranks or the host ran the batch.
+TEST(ExpertParallel, ReportsGradientsReadyInGptsOrder) {
+  const GptConfig c = MoeConfig(2);
+  auto one = MakeGpt(c, 2);
+  auto ep = MakeEp(c, 2, 2);
+  std::vector<int> want, got;
+  one->SetGradReadyCallback([&want](int i) { want.push_back(i); });
+  ep->SetGradReadyCallback([&got](int i) { got.push_back(i); });
+  for (int B : {4, 1}) {
+    want.clear();
+    got.clear();
+    const auto tokens = RandomTokens(B * 8, c.vocab, 11);
+    ASSERT_TRUE(one->ForwardBackward(tokens.data(), tokens.data(), B, 8).ok());
+    ASSERT_TRUE(ep->ForwardBackward(tokens.data(), tokens.data(), B, 8).ok());
+    EXPECT_EQ(got, want) << "batch " << B;
+    EXPECT_EQ(got.size(), one->params().size());
+  }
+}
+
 // Gradients added over micro-batches (accumulate) are the sums of each.
 TEST(ExpertParallel, AccumulatesOverMicroBatches) {
   const GptConfig c = MoeConfig(1);

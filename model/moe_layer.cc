@@ -133,7 +133,8 @@ absl::Status MoeLayer::ShareStats() {
   }
   sums[2 * E] = N;
   if (ex_.has_value()) {
-    // Counts are exact in fp32; the probability sums lose digits past 1e-7.
+    // Counts are exact in fp32 (up to 2^24 tokens a worker); the
+    // probability sums lose digits past 1e-7.
     std::vector<float> shared(sums.begin(), sums.end());
     STRATA_RETURN_IF_ERROR(
         ex_->group().AllReduce(absl::MakeSpan(shared), ReduceOp::kSum));
