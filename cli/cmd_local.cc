@@ -225,8 +225,9 @@ CommandFn AddLocalCommand(CLI::App& app) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--consistency", o->consistency,
-                  "bsp | ssp:<s> | asp | auto[:<max_staleness>] (auto: start "
-                  "in bsp, switch live by the measured step times)")
+                  "bsp | ssp:<s> | asp | auto[:<max_staleness>[:ssp]] (auto: "
+                  "start in bsp, switch live by the measured step times; "
+                  ":ssp: never to asp)")
       ->capture_default_str();
   cmd->add_option("--straggler", o->straggler,
                   "worker K (0-based) alone takes --slowdown, --jitter and "

@@ -72,8 +72,9 @@ CommandFn AddSchedulerCommand(CLI::App& app) {
              o->consistency = *ParseConsistency(text);
            }
          },
-         "bsp | ssp:<s> | asp | auto[:<max_staleness>] (auto: start in "
-         "bsp, switch live by the measured step times)")
+         "bsp | ssp:<s> | asp | auto[:<max_staleness>[:ssp]] (auto: start "
+         "in bsp, switch live by the measured step times; :ssp: never to "
+         "asp)")
       ->check([](const std::string& text) -> std::string {
         absl::StatusOr<std::optional<AutoConsistency>> a =
             ParseAutoConsistency(text);

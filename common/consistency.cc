@@ -66,7 +66,7 @@ bool Looser(const Consistency& b, const Consistency& a) {
 }
 
 std::string AutoConsistency::ToString() const {
-  return absl::StrCat("auto:", max_staleness);
+  return absl::StrCat("auto:", max_staleness, allow_asp ? "" : ":ssp");
 }
 
 absl::StatusOr<std::optional<AutoConsistency>> ParseAutoConsistency(
@@ -74,8 +74,15 @@ absl::StatusOr<std::optional<AutoConsistency>> ParseAutoConsistency(
   if (!absl::StartsWith(text, "auto")) return std::nullopt;
   AutoConsistency a;
   if (text == "auto") return a;
-  const absl::string_view digits =
+  absl::string_view digits =
       absl::StartsWith(text, "auto:") ? text.substr(5) : absl::string_view();
+  // The loosest mode, after the bound.
+  if (absl::EndsWith(digits, ":ssp")) {
+    a.allow_asp = false;
+    digits.remove_suffix(4);
+  } else if (absl::EndsWith(digits, ":asp")) {
+    digits.remove_suffix(4);
+  }
   int s = -1;
   if (!digits.empty() && digits.size() <= 7 &&
       std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) &&
@@ -85,7 +92,8 @@ absl::StatusOr<std::optional<AutoConsistency>> ParseAutoConsistency(
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "bad consistency '", text.substr(0, 32), text.size() > 32 ? "..." : "",
-      "': expected auto or auto:<max_staleness> with 1 <= max_staleness <= ",
+      "': expected auto, auto:<max_staleness> or auto:<max_staleness>:ssp "
+      "(SSP the loosest mode it may switch to) with 1 <= max_staleness <= ",
       kMaxStaleness));
 }
 

@@ -32,19 +32,23 @@ absl::Status ValidateConsistency(const Consistency& c);
 // ssp:0, ssp:1, ..., then asp.
 bool Looser(const Consistency& b, const Consistency& a);
 
-// --consistency auto[:<max_staleness>]: the scheduler starts the job in
-// BSP and switches it live between BSP, SSP(s) and ASP by its rule
+// --consistency auto[:<max_staleness>[:ssp]]: the scheduler starts the
+// job in BSP and switches it live between BSP, SSP(s) and ASP by its rule
 // (scheduler/consistency_switcher.h), never past `max_staleness` (SSP's
-// bound, and the most staleness ASP may bring).
+// bound, and the most staleness ASP may bring), and never to ASP when
+// the user pinned SSP as the loosest mode (a model that does not train
+// under HOGWILD!-style updates).
 struct AutoConsistency {
   static constexpr int kDefaultMaxStaleness = 4;
   int max_staleness = kDefaultMaxStaleness;
-  std::string ToString() const;  // auto:<max_staleness>
+  bool allow_asp = true;         // false: ":ssp", SSP is the loosest mode
+  std::string ToString() const;  // auto:<max_staleness>[:ssp]
 };
 
-// "auto" or "auto:<s>" with 1 <= s <= kMaxStaleness; nullopt for a text
-// not starting with "auto" (a fixed setting: ParseConsistency);
-// INVALID_ARGUMENT for a malformed one.
+// "auto", "auto:<s>" or "auto:<s>:ssp" with 1 <= s <= kMaxStaleness
+// ("auto:<s>:asp" is "auto:<s>"); nullopt for a text not starting with
+// "auto" (a fixed setting: ParseConsistency); INVALID_ARGUMENT for a
+// malformed one.
 absl::StatusOr<std::optional<AutoConsistency>> ParseAutoConsistency(
     absl::string_view text);
 

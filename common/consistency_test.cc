@@ -41,5 +41,37 @@ TEST(Consistency, ValidatesWhatTheParserWouldGive) {
   }
 }
 
+TEST(Consistency, ParsesAutoWithItsCapAndItsLoosestMode) {
+  struct Case {
+    const char* text;
+    int cap;
+    bool asp;
+    const char* shown;
+  };
+  for (const Case& c :
+       {Case{"auto", 4, true, "auto:4"}, Case{"auto:3", 3, true, "auto:3"},
+        Case{"auto:3:ssp", 3, false, "auto:3:ssp"},
+        Case{"auto:2:asp", 2, true, "auto:2"}}) {
+    auto a = ParseAutoConsistency(c.text);
+    ASSERT_TRUE(a.ok() && a->has_value()) << c.text << ": " << a.status();
+    EXPECT_EQ((*a)->max_staleness, c.cap) << c.text;
+    EXPECT_EQ((*a)->allow_asp, c.asp) << c.text;
+    EXPECT_EQ((*a)->ToString(), c.shown);
+    // What it shows parses back to itself.
+    auto again = ParseAutoConsistency((*a)->ToString());
+    ASSERT_TRUE(again.ok() && again->has_value());
+    EXPECT_EQ((*again)->allow_asp, c.asp);
+  }
+  for (const char* bad : {"auto:3:bsp", "auto:ssp", "auto::ssp", "auto:0:ssp",
+                          "auto:3:ssp:ssp", "auto:3ssp"}) {
+    EXPECT_EQ(ParseAutoConsistency(bad).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  auto fixed = ParseAutoConsistency("ssp:2");
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_FALSE(fixed->has_value());
+}
+
 }  // namespace
 }  // namespace strata

@@ -36,7 +36,7 @@ double AspStaleness(const std::vector<const v1::StepTimes*>& w) {
 
 v1::ConsistencyAdvice AdviseConsistency(const Consistency& current,
                                         const std::vector<v1::Member>& workers,
-                                        int max_staleness) {
+                                        int max_staleness, bool allow_asp) {
   std::vector<const v1::StepTimes*> measured;
   for (const v1::Member& m : workers) {
     if (m.step_times().steps() >= kMinSteps)
@@ -71,6 +71,13 @@ v1::ConsistencyAdvice AdviseConsistency(const Consistency& current,
                                   100 * kSteadySpread));
   }
   const double asp = AspStaleness(measured);
+  if (!allow_asp) {
+    return Advice({Consistency::kSsp, max_staleness},
+                  absl::StrFormat("a step time spreads %.0f%%, past what %d "
+                                  "steps of slack absorb; the job allows no "
+                                  "looser mode than SSP",
+                                  100 * spread, max_staleness));
+  }
   if (asp <= max_staleness) {
     return Advice({Consistency::kAsp, 0},
                   absl::StrFormat("a step time spreads %.0f%%, past what %d "

@@ -17,7 +17,8 @@
 //   4. Where that s is above max_staleness: ASP if the staleness ASP would
 //      give each worker's pushes (the pushes the others make while it
 //      computes one step: the sum over the others of its time per sample
-//      over theirs) stays within max_staleness; else SSP(max_staleness).
+//      over theirs) stays within max_staleness and the job allows ASP
+//      (auto:<s>:ssp does not); else SSP(max_staleness).
 #ifndef STRATA_SCHEDULER_CONSISTENCY_POLICY_H_
 #define STRATA_SCHEDULER_CONSISTENCY_POLICY_H_
 
@@ -35,10 +36,11 @@ inline constexpr int kDefaultMaxStaleness =
     AutoConsistency::kDefaultMaxStaleness;
 
 // The rule above for a job now in `current`, with its live workers.
-// `max_staleness` >= 1.
+// `max_staleness` >= 1; `allow_asp` false: never ASP (rule 4).
 v1::ConsistencyAdvice AdviseConsistency(const Consistency& current,
                                         const std::vector<v1::Member>& workers,
-                                        int max_staleness);
+                                        int max_staleness,
+                                        bool allow_asp = true);
 
 }  // namespace strata
 

@@ -85,5 +85,21 @@ TEST(ConsistencyPolicy, AspOnlyWithinTheStalenessCap) {
       "ssp:3");
 }
 
+TEST(ConsistencyPolicy, AJobThatPinsSspAsItsLoosestModeGetsNoAsp) {
+  const std::vector<v1::Member> two = {Worker(1, 0.6, 0.4),
+                                       Worker(1, 0.6, 0.4)};
+  ASSERT_EQ(AdviseConsistency(kBsp, two, 4).mode(), "asp");
+  const v1::ConsistencyAdvice a =
+      AdviseConsistency(kBsp, two, 4, /*allow_asp=*/false);
+  EXPECT_EQ(a.mode(), "ssp:4");
+  EXPECT_NE(a.reason().find("no looser mode than SSP"), std::string::npos)
+      << a.reason();
+  // Below the cap the rule's own SSP bound stands.
+  EXPECT_EQ(AdviseConsistency(kBsp, {Worker(1, 0.2, 0.3), Worker(1, 0.1, 0.3)},
+                              4, /*allow_asp=*/false)
+                .mode(),
+            "ssp:2");
+}
+
 }  // namespace
 }  // namespace strata

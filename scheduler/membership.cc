@@ -514,8 +514,10 @@ void Membership::RebuildViewLocked() {
                   : job.mode == Consistency::kSsp && job.staleness > 0
                       ? job.staleness
                       : kDefaultMaxStaleness;
-  *v.mutable_consistency_advice() =
-      AdviseConsistency(job, {v.workers().begin(), v.workers().end()}, cap);
+  const bool allow_asp =
+      !consistency_.automatic.has_value() || consistency_.automatic->allow_asp;
+  *v.mutable_consistency_advice() = AdviseConsistency(
+      job, {v.workers().begin(), v.workers().end()}, cap, allow_asp);
   view_ = std::move(v);
 }
 

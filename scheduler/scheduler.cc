@@ -225,6 +225,12 @@ absl::Status Scheduler::PublishConsistency() {
 absl::StatusOr<v1::ConsistencySwitch> Scheduler::SwitchConsistency(
     const Consistency& to, std::string reason) {
   absl::MutexLock lock(&switch_mu_);
+  if (to.mode == Consistency::kAsp && automatic_.has_value() &&
+      !automatic_->allow_asp) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the job runs ", automatic_->ToString(),
+                     ": SSP is the loosest mode it may switch to"));
+  }
   STRATA_ASSIGN_OR_RETURN(
       v1::ConsistencySwitch sw,
       ledger_->BeginSwitch(to, std::move(reason),

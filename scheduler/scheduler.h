@@ -71,7 +71,7 @@ struct SchedulerOptions {
   // The job's consistency, copied into every view (as
   // Consistency::ToString: bsp | ssp:<s> | asp).
   Consistency consistency;
-  // --consistency auto[:<s>]: the job starts in `consistency` (BSP) and
+  // --consistency auto[:<s>[:ssp]]: the job starts in `consistency` (BSP) and
   // the scheduler switches it live (scheduler/consistency_switcher.h).
   std::optional<AutoConsistency> automatic;
   // How long a member stays without a heartbeat. Must be > 0.

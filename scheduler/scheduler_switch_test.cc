@@ -52,6 +52,25 @@ TEST_F(SchedulerTest, AnAutoJobSwitchesInTheView) {
   EXPECT_THAT(back.status().message(), HasSubstr("not built"));
 }
 
+// auto:<s>:ssp: the view says so, its advice never names ASP (the rule's
+// own test: scheduler/consistency_policy_test.cc), and a switch to ASP is
+// refused while SSP is taken.
+TEST_F(SchedulerTest, AnAutoJobPinnedToSspNeverSwitchesToAsp) {
+  Start({.automatic = AutoConsistency{.max_staleness = 2, .allow_asp = false},
+         .lease = absl::Seconds(10)});
+  ASSERT_TRUE(Register(v1::ROLE_WORKER).ok());
+  EXPECT_EQ(scheduler_->CurrentView().consistency_auto(), "auto:2:ssp");
+  auto asp = scheduler_->SwitchConsistency(*ParseConsistency("asp"), "spread");
+  EXPECT_EQ(asp.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(asp.status().message(), HasSubstr("SSP is the loosest mode"));
+  EXPECT_EQ(scheduler_->CurrentView().consistency(), "bsp");
+  ASSERT_TRUE(
+      scheduler_->SwitchConsistency(*ParseConsistency("ssp:2"), "spread").ok());
+  EXPECT_EQ(AwaitMode(*scheduler_, "ssp:2").consistency(), "ssp:2");
+  EXPECT_FALSE(
+      scheduler_->SwitchConsistency(*ParseConsistency("asp"), "spread").ok());
+}
+
 TEST_F(SchedulerTest, AutoSettingsThatCannotBeAreRefused) {
   for (SchedulerOptions o :
        {SchedulerOptions{.consistency = {.mode = Consistency::kAsp},

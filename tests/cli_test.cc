@@ -41,8 +41,9 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{{"frobnicate"}, "frobnicate"},
         Refusal{{"scheduler", "--consistency", "ssp:x"},
                 "bad consistency 'ssp:x'"},
-        Refusal{{"scheduler", "--consistency", "auto:0"},
-                "expected auto or auto:<max_staleness>"},
+        Refusal{
+            {"scheduler", "--consistency", "auto:0"},
+            "expected auto, auto:<max_staleness> or auto:<max_staleness>:ssp"},
         Refusal{
             {"server", "--scheduler", "127.0.0.1:1", "--consistency", "auto"},
             "bad consistency 'auto'"},
@@ -129,8 +130,11 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{{"worker", "--scheduler", "127.0.0.1:1", "--steps", "1"},
                 "no scheduler answered at 127.0.0.1:1"},
         Refusal{{"local", "--consistency", "sometimes"}, "bad consistency"},
-        Refusal{{"local", "--consistency", "auto:x"},
-                "expected auto or auto:<max_staleness>"},
+        Refusal{{"local", "--consistency", "auto:2:bsp"},
+                "auto:<max_staleness>:ssp"},
+        Refusal{
+            {"local", "--consistency", "auto:x"},
+            "expected auto, auto:<max_staleness> or auto:<max_staleness>:ssp"},
         Refusal{{"generate", "--dir", "/nonexistent/strata"}, "model.json"},
         Refusal{{"--log_level", "loud", "version"}, "--log_level"},
         Refusal{{"version", "--log_level", "loud"}, "--log_level"},
