@@ -55,20 +55,29 @@ absl::Status StepSession::CollectCommit() {
   return commit_.valid() ? commit_.get() : absl::OkStatus();
 }
 
-absl::Status StepSession::PullAll(absl::Span<float* const> weights, bool last,
+absl::Status StepSession::PullAll(absl::Span<float* const> weights,
+                                  absl::Span<const int> skip, bool last,
                                   std::vector<OpHandle>* pulls) {
   const bool bsp = consistency_.mode == Consistency::kBsp;
-  const int64_t clock = last && !bsp ? -1 : step_;
-  const uint64_t min_version = bsp ? static_cast<uint64_t>(step_) : 0;
-  StepStamp stamp{.epoch = prev_epoch_, .generation = generation_};
+  pull_.clock = last && !bsp ? -1 : step_;
+  pull_.min_version = bsp ? static_cast<uint64_t>(step_) : 0;
+  pull_.stamp = StepStamp{.epoch = prev_epoch_, .generation = generation_};
   // The final weights in fp32 whatever the pulls' dtype (bf16 pulls are
   // for computing with).
-  if (last) stamp.dtype = v1::DTYPE_F32;
+  if (last) pull_.stamp.dtype = v1::DTYPE_F32;
+  std::vector<bool> skipped(weights.size(), false);
+  for (int i : skip) {
+    if (!last && i >= 0 && i < static_cast<int>(weights.size())) {
+      skipped[i] = true;
+    }
+  }
   auto send = [&] {
     pulls->clear();
     for (size_t i = 0; i < weights.size(); ++i) {
-      for (OpHandle& op : ps_->PullTensorAsync(static_cast<int>(i), weights[i],
-                                               clock, min_version, 0, stamp))
+      if (skipped[i]) continue;
+      for (OpHandle& op :
+           ps_->PullTensorAsync(static_cast<int>(i), weights[i], pull_.clock,
+                                pull_.min_version, 0, pull_.stamp))
         pulls->push_back(std::move(op));
     }
     return WaitAll(*pulls);
@@ -89,10 +98,11 @@ absl::Status StepSession::PullAll(absl::Span<float* const> weights, bool last,
 }
 
 StepSession::PullOutcome StepSession::Pull(absl::Span<float* const> weights,
+                                           absl::Span<const int> skip,
                                            bool last, absl::Status* failed,
                                            uint64_t* min_read) {
   std::vector<OpHandle> pulls;
-  if (absl::Status s = PullAll(weights, last, &pulls); !s.ok()) {
+  if (absl::Status s = PullAll(weights, skip, last, &pulls); !s.ok()) {
     // Without a previous step to redo, ABORTED means the job rolled back.
     if (absl::IsAborted(s) && prev_epoch_ == 0 &&
         AwaitRollback(*session_.scheduler, generation_, options_.timeout)) {
@@ -153,7 +163,7 @@ absl::StatusOr<std::optional<StepWork>> StepSession::Lease() {
 }
 
 absl::StatusOr<std::optional<StepWork>> StepSession::Begin(
-    absl::Span<float* const> weights) {
+    absl::Span<float* const> weights, absl::Span<const int> skip) {
   if (!job_)
     return absl::FailedPreconditionError("SetJob must come before Begin");
   if (weights.size() != options_.model.tensors.size()) {
@@ -181,7 +191,7 @@ absl::StatusOr<std::optional<StepWork>> StepSession::Begin(
     absl::Status failed;
     uint64_t min_read = 0;
     const absl::Time pull_start = absl::Now();
-    const PullOutcome pulled = Pull(weights, last, &failed, &min_read);
+    const PullOutcome pulled = Pull(weights, skip, last, &failed, &min_read);
     pull_s_ = absl::ToDoubleSeconds(absl::Now() - pull_start);
     switch (pulled) {
       case PullOutcome::kAgain:
@@ -215,6 +225,43 @@ absl::StatusOr<std::optional<StepWork>> StepSession::Begin(
     handed_out_ = absl::Now();
     return work_;
   }
+}
+
+absl::Status StepSession::PullMore(absl::Span<const int> tensors,
+                                   absl::Span<float* const> weights) {
+  if (!work_) {
+    return absl::FailedPreconditionError(
+        "no step is under way: Begin hands one out");
+  }
+  if (tensors.size() != weights.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(tensors.size(), " tensors and ", weights.size(),
+                     " weight buffers: one buffer a tensor"));
+  }
+  const int n = static_cast<int>(options_.model.tensors.size());
+  std::vector<OpHandle> pulls;
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    if (tensors[k] < 0 || tensors[k] >= n) {
+      return absl::InvalidArgumentError(absl::StrCat("no tensor ", tensors[k]));
+    }
+  }
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    for (OpHandle& op :
+         ps_->PullTensorAsync(tensors[k], weights[k], pull_.clock,
+                              pull_.min_version, 0, pull_.stamp)) {
+      pulls.push_back(std::move(op));
+    }
+  }
+  STRATA_RETURN_IF_ERROR(WaitAll(pulls));
+  if (consistency_.mode != Consistency::kBsp) return absl::OkStatus();
+  for (const OpHandle& op : pulls) {
+    if (op.version() > static_cast<uint64_t>(step_)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the job is past step ", step_,
+                       ": abandon it (read version ", op.version(), ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status StepSession::PushZero(int tensor, int priority) {

@@ -95,8 +95,21 @@ class StepSession {
   // step applied under BSP, every sample under SSP/ASP): `weights` then
   // hold the final weights. A step is handed out again after End said it
   // was not applied, and an earlier one after a rollback.
+  // `skip` names tensors not to pull now (a mixture's experts the caller
+  // expects no token to reach: it pulls those it needs with PullMore);
+  // the final weights are pulled whole whatever it says.
   absl::StatusOr<std::optional<StepWork>> Begin(
-      absl::Span<float* const> weights);
+      absl::Span<float* const> weights, absl::Span<const int> skip = {});
+  // Pulls tensors[k] into weights[k] for the step Begin handed out, as
+  // its own pulls went (same clock, stamp and least version): a tensor
+  // Begin skipped that the step turns out to need. FAILED_PRECONDITION
+  // with no step handed out, or (BSP) when the weights read are past the
+  // step (the job went on without this worker: End would be refused;
+  // Abandon it), INVALID_ARGUMENT for an index outside the model; the
+  // pulls' errors. On an error the step's gradients must not be pushed:
+  // Abandon it, and the next Begin hands it out again.
+  absl::Status PullMore(absl::Span<const int> tensors,
+                        absl::Span<float* const> weights);
   // Pushes tensor `tensor`'s gradient for the step Begin handed out: the
   // mean over the step's samples. `grad` (numel floats) must stay valid
   // and unchanged until End (or Abandon) returns. With grad_clip, its sum
@@ -148,11 +161,13 @@ class StepSession {
   absl::Status Send(int tensor, const float* grad, int priority);
   // Begin's pull of every tensor for step_; what to do about a failure.
   enum class PullOutcome { kPulled, kAgain, kFailed };
-  PullOutcome Pull(absl::Span<float* const> weights, bool last,
-                   absl::Status* failed, uint64_t* min_read);
-  // Sends the pulls and waits for them and the commit in flight: the
-  // pulls' status, or the commit's where it explains their failure.
-  absl::Status PullAll(absl::Span<float* const> weights, bool last,
+  PullOutcome Pull(absl::Span<float* const> weights, absl::Span<const int> skip,
+                   bool last, absl::Status* failed, uint64_t* min_read);
+  // Sends the pulls (but those in `skip`, unless `last`) and waits for them
+  // and the commit in flight: the pulls' status, or the commit's where it
+  // explains their failure. Keeps what they were sent with in pull_.
+  absl::Status PullAll(absl::Span<float* const> weights,
+                       absl::Span<const int> skip, bool last,
                        std::vector<OpHandle>* pulls);
   // The answer of the commit in flight (OK when there is none).
   absl::Status CollectCommit();
@@ -176,6 +191,12 @@ class StepSession {
   StepView last_;                 // the view the previous step was computed in
   uint64_t prev_epoch_ = 0;       // its stamp epoch; 0: unknown (no redo check)
   std::optional<StepWork> work_;  // the step handed out, until End
+  // What Begin's last pulls were sent with (PullMore sends the same).
+  struct PullArgs {
+    int64_t clock = 0;
+    uint64_t min_version = 0;
+    StepStamp stamp;
+  } pull_;
   absl::Time handed_out_;
   double pull_s_ = 0;  // the last Begin's pull of the weights
   double speed_ = 0;   // samples/s, smoothed, for the scheduler's shares

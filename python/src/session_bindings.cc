@@ -53,7 +53,8 @@ class Session {
     Check(session_->SetJob({steps, batch, samples_per_epoch, seed}));
   }
 
-  std::optional<Step> Begin(const std::vector<py::array>& weights) {
+  std::optional<Step> Begin(const std::vector<py::array>& weights,
+                            const std::vector<int>& skip) {
     const std::vector<TensorSpec>& specs = session_->model().tensors;
     if (weights.size() != specs.size()) {
       throw py::value_error("begin takes one array per registered tensor");
@@ -66,7 +67,7 @@ class Session {
     absl::StatusOr<std::optional<StepWork>> work;
     {
       py::gil_scoped_release release;
-      work = session_->Begin(buffers);
+      work = session_->Begin(buffers, skip);
     }
     begun_ = true;
     std::optional<StepWork> w = Take(std::move(work));
@@ -81,6 +82,28 @@ class Session {
     for (const v1::WorkUnit& u : w->units)
       s.units.emplace_back(u.first(), u.count());
     return s;
+  }
+
+  void Pull(const std::vector<int>& tensors,
+            const std::vector<py::array>& weights) {
+    const std::vector<TensorSpec>& specs = session_->model().tensors;
+    if (weights.size() != tensors.size()) {
+      throw py::value_error("pull takes one array per tensor named");
+    }
+    std::vector<float*> buffers;
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      if (tensors[k] < 0 || tensors[k] >= static_cast<int>(specs.size())) {
+        throw StatusError(absl::NotFoundError("no such tensor index"));
+      }
+      const TensorSpec& spec = specs[tensors[k]];
+      buffers.push_back(FloatBuffer(weights[k], spec.numel(), spec.name, true));
+    }
+    absl::Status pulled;
+    {
+      py::gil_scoped_release release;
+      pulled = session_->PullMore(tensors, buffers);
+    }
+    Check(pulled);
   }
 
   void Push(int tensor, const py::array& grad, int priority) {
@@ -214,8 +237,15 @@ void BindSession(py::module_& m) {
       .def("set_job", &Session::SetJob, py::arg("steps"), py::arg("batch"),
            py::arg("samples_per_epoch"), py::arg("seed") = 0)
       .def("begin", &Session::Begin, py::arg("weights"),
-           "Pulls the weights into `weights` (one float32 array per tensor) "
-           "and leases this worker's samples; None once the job is over.")
+           py::arg("skip") = std::vector<int>(),
+           "Pulls the weights into `weights` (one float32 array per tensor; "
+           "not those whose indices are in `skip`, unless these are the "
+           "final weights) and leases this worker's samples; None once the "
+           "job is over.")
+      .def("pull", &Session::Pull, py::arg("tensors"), py::arg("weights"),
+           "Pulls tensors begin skipped into `weights` (an array each) for "
+           "the step under way, as begin's pulls went. An error means the "
+           "step must be abandoned, its gradients not pushed.")
       .def("push", &Session::Push, py::arg("tensor"), py::arg("grad"),
            py::arg("priority") = 0)
       .def("push_zero", &Session::PushZero, py::arg("tensor"),

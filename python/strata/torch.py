@@ -87,6 +87,13 @@ class DistributedOptimizer:
     backward_passes_per_step: backward passes that accumulate into each
     step's gradient (scale the loss by its inverse, as for torch's own
     accumulation): a gradient is pushed after the last of them.
+    experts: modules a mixture of experts routes to (each expert's MLP):
+    a step pulls an expert's weights with the others only if this
+    worker's last step called it, and pulls the rest as its forward first
+    calls them (a forward pre-hook): a worker whose tokens reach few
+    experts moves few. Between steps, an expert the last step did not
+    pull holds older weights; the final weights are whole. Each must have
+    a parameter in the model's.
     shared_memory: payloads through shared memory to servers on this host,
     and the parameters and their gradients moved into a region those
     servers map, so pulls and pushes move them in place (zero_grad then
@@ -100,7 +107,7 @@ class DistributedOptimizer:
                  momentum=0.0, warmup_steps=0, total_steps=0,
                  min_lr_ratio=0.0, groups=None, grad_clip=0.0, init="model",
                  init_dir=None, workers=None, chunk_bytes=4 << 20,
-                 backward_passes_per_step=1, spec=None,
+                 backward_passes_per_step=1, spec=None, experts=None,
                  scheduler=None, tls_cert=None, tls_key=None, tls_ca=None,
                  bf16=None, shared_memory=True, timeout=60.0):
         if int(backward_passes_per_step) < 1:
@@ -126,6 +133,7 @@ class DistributedOptimizer:
                              total_steps=total_steps,
                              min_lr_ratio=min_lr_ratio))
             tensors = self._tensors(init, init_dir)
+        self._experts = self._expert_indices(experts or [])
         self._hooks = []
         try:
             self.session = _strata.Session(
@@ -138,6 +146,7 @@ class DistributedOptimizer:
             raise
         try:
             self._joined(shared_memory)
+            self._route(experts or [])
         except BaseException:
             self.session.leave()  # not a worker with half a setup
             self.close()
@@ -156,6 +165,59 @@ class DistributedOptimizer:
                 # into p.grad: a hook on the parameter's AccumulateGrad node.
                 acc = p.expand_as(p).grad_fn.next_functions[0][0]
                 self._hooks.append((acc, acc.register_hook(self._hook(i))))
+
+    def _expert_indices(self, experts):
+        """Each expert module's parameter indices."""
+        position = {id(p): i for i, p in enumerate(self._params)}
+        indices = []
+        for k, module in enumerate(experts):
+            mine = [position[id(p)] for p in module.parameters()
+                    if id(p) in position]
+            if not mine:
+                raise ValueError(f"expert {k} ({type(module).__name__}) has "
+                                 "no parameter among the model's")
+            indices.append(mine)
+        return indices
+
+    def _route(self, experts):
+        """The forward pre-hooks that pull each expert when a step first
+        calls it."""
+        for k, module in enumerate(experts):
+            self._hooks.append(
+                (module, module.register_forward_pre_hook(self._wanted(k))))
+        self._expert_floats = sum(self._params[i].numel()
+                                  for idx in self._experts for i in idx)
+        self._used_last = None  # the first step pulls every expert
+        self._used, self._pulled, self._tainted = set(), set(), None
+        self.experts_pulled = 1.0
+
+    def _wanted(self, k):
+        def pre_hook(*_):
+            if not self._in_step:
+                return
+            self._used.add(k)
+            missing = [i for i in self._experts[k] if i not in self._pulled]
+            if not missing:
+                return
+            self._pulled.update(missing)
+            if self._tainted is not None:
+                return
+            try:
+                self.session.pull(
+                    missing, [self._params[i].detach().numpy().reshape(-1)
+                              for i in missing])
+            except _strata.StrataError as e:
+                # Computed on older weights: not to be pushed (step()
+                # abandons it and the sampler hands it out again).
+                self._tainted = e
+        return pre_hook
+
+    def _skipped(self):
+        """The experts' tensors begin leaves for the forward to pull."""
+        if not self._experts or self._used_last is None:
+            return []
+        return [i for k, idx in enumerate(self._experts)
+                if k not in self._used_last for i in idx]
 
     def _share_tensors(self):
         """Moves the weights, and gradients preallocated beside them, into a
@@ -244,7 +306,8 @@ class DistributedOptimizer:
 
     def _hook(self, i):
         def hook(*_):
-            if not self._in_step or self._pushed[i]:
+            if (not self._in_step or self._pushed[i]
+                    or self._tainted is not None):
                 return
             self._passes[i] += 1
             if self._passes[i] == self._passes_per_step:
@@ -278,13 +341,16 @@ class DistributedOptimizer:
         parameters then hold the final weights). ElasticSampler calls it."""
         if self._in_step:
             raise RuntimeError("step() the step under way before the next")
+        skip = self._skipped()
         with torch.no_grad():
             arrays = [p.detach().numpy().reshape(-1) for p in self._params]
-            work = self.session.begin(arrays)
+            work = self.session.begin(arrays, skip)
         if work is not None:
             self._in_step = True
             self._pushed = [False] * len(self._params)
             self._passes = [0] * len(self._params)
+            self._pulled = set(range(len(self._params))) - set(skip)
+            self._used, self._tainted = set(), None
         return work
 
     def step(self):
@@ -298,6 +364,14 @@ class DistributedOptimizer:
         redo the step without it)."""
         if not self._in_step:
             raise RuntimeError("no step under way: iterate an ElasticSampler")
+        if self._tainted is not None:
+            # An expert's pull failed in forward: nothing of the step was
+            # pushed; it is handed out again.
+            warnings.warn(f"strata: step handed out again: an expert's "
+                          f"pull failed ({self._tainted})")
+            self._in_step = False
+            self.session.abandon()
+            return False
         try:
             for i in reversed(range(len(self._params))):
                 if not self._pushed[i]:
@@ -310,6 +384,13 @@ class DistributedOptimizer:
             self.leave()
             raise
         self._in_step = False
+        if self._experts:
+            self._used_last = self._used
+            pulled = self._pulled.intersection(
+                i for idx in self._experts for i in idx)
+            self.experts_pulled = (sum(self._params[i].numel()
+                                       for i in pulled) /
+                                   max(self._expert_floats, 1))
         return self.session.end()
 
     def zero_grad(self, set_to_none=True):

@@ -108,6 +108,11 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(strata.StrataError) as e:
             s.push(0, np.ones(4, np.float32))
         self.assertEqual(e.exception.code, "FAILED_PRECONDITION")
+        with self.assertRaises(strata.StrataError) as e:
+            s.pull([0], [np.empty(4, np.float32)])
+        self.assertEqual(e.exception.code, "FAILED_PRECONDITION")
+        with self.assertRaises(ValueError):
+            s.pull([0], [])  # an array a tensor
         with self.assertRaises(strata.StrataError):
             s.begin([np.empty(4, np.float32)])  # set_job first
         s.leave()

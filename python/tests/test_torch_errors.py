@@ -35,6 +35,13 @@ class Refusals(unittest.TestCase):
                                     scheduler="127.0.0.1:1",
                                     optimizer="lion")
 
+    def test_an_expert_without_parameters_is_refused(self):
+        model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.ReLU())
+        with self.assertRaisesRegex(ValueError, "expert 1 \\(ReLU\\)"):
+            st.DistributedOptimizer(model.named_parameters(),
+                                    scheduler="127.0.0.1:1",
+                                    experts=[model[0], model[1]])
+
     def test_a_missing_scheduler_address_is_refused(self):
         model = torch.nn.Linear(3, 2)
         with self.assertRaisesRegex(ValueError, "STRATA_SCHEDULER"):

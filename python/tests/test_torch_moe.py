@@ -44,6 +44,27 @@ def run(test, name, workers):
     return torch.load(weights[0]), status.stdout
 
 
+def run_final(test, name, workers, *flags):
+    """STEPS steps with `workers` Python workers: rank 0's final weights
+    (pulled whole) and every worker's output."""
+    d = harness.fresh_dir(test, name)
+    logs = [os.path.join(d, f"w{i}.log") for i in range(workers)]
+    finals = [os.path.join(d, f"final{i}.pt") for i in range(workers)]
+    with strata.local.Cluster(servers=2, consistency="bsp") as cluster:
+        procs = [harness.start_worker(
+            cluster, logs[i], workers, "--steps", STEPS, "--batch", BATCH,
+            "--lr", LR, "--experts", EXPERTS, "--final", finals[i], *flags)
+            for i in range(workers)]
+        for i, code in enumerate(harness.wait_all(procs)):
+            test.assertEqual(code, 0, harness.output(logs[i]))
+        ledger = cluster.run("ledger", "--scheduler", cluster.scheduler,
+                             "--check", check=False)
+    test.assertEqual(ledger.returncode, 0, ledger.stdout + ledger.stderr)
+    test.assertIn(f"samples {STEPS * BATCH} ", ledger.stdout)
+    return (torch.load(finals[0]),
+            "".join(harness.output(log) for log in logs))
+
+
 def zero_pushes(status):
     return sum(int(n) for n in re.findall(r"zero pushes (\d+)", status))
 
@@ -63,6 +84,45 @@ class MoeThroughTheServers(unittest.TestCase):
         start = harness.tiny_gpt.model(experts=EXPERTS).state_dict()
         self.assertGreater(max((one[n] - w).abs().max().item()
                                for n, w in start.items()), 1e-3)
+
+
+def expect_close(test, got, want):
+    test.assertEqual(got.keys(), want.keys())
+    top = max(v.abs().max().item() for v in want.values())
+    for name, w in want.items():
+        diff = (got[name] - w).abs().max().item()
+        test.assertLessEqual(diff, 1e-5 * top, name)
+
+
+class SparsePullsFromPython(unittest.TestCase):
+    def test_pulling_experts_when_routed_trains_as_pulling_all(self):
+        """experts=: an expert is pulled ahead only if the worker's last
+        step called it, the others when forward first calls them, so a
+        step's experts hold that step's weights either way. Two such
+        workers end at the weights of one that pulls every expert on the
+        whole batch (an expert the other worker moved, computed on older
+        weights, would not), having moved fewer than all of the experts'
+        bytes."""
+        dense, _ = run_final(self, "pull-all", 1)
+        sparse, out = run_final(self, "pull-routed", 2, "--sparse")
+        shares = [float(m) for m in
+                  re.findall(r"experts pulled \d+ ([0-9.e-]+)", out)]
+        self.assertGreaterEqual(len(shares), STEPS, out)
+        self.assertLess(min(shares), 1.0, shares)
+        expect_close(self, sparse, dense)
+
+    def test_a_step_whose_expert_pull_fails_is_computed_again(self):
+        """A pull in forward that fails leaves the expert's weights old:
+        the step pushes nothing, step() says False, and it is handed out
+        again and computed on the right weights: the run ends where the
+        dense one does, every sample used once (the ledger's check in
+        run_final)."""
+        dense, _ = run_final(self, "pull-all-again", 1)
+        sparse, out = run_final(self, "pull-fails", 2, "--sparse",
+                                "--fail_pull_at", 3)
+        self.assertIn("failing a pull at step", out)
+        self.assertIn("handed out again", out)
+        expect_close(self, sparse, dense)
 
 
 if __name__ == "__main__":
