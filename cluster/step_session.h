@@ -103,11 +103,11 @@ class StepSession {
   // Pulls tensors[k] into weights[k] for the step Begin handed out, as
   // its own pulls went (same clock, stamp and least version): a tensor
   // Begin skipped that the step turns out to need. FAILED_PRECONDITION
-  // with no step handed out, or (BSP) when the weights read are past the
-  // step (the job went on without this worker: End would be refused;
-  // Abandon it), INVALID_ARGUMENT for an index outside the model; the
-  // pulls' errors. On an error the step's gradients must not be pushed:
-  // Abandon it, and the next Begin hands it out again.
+  // with no step handed out, INVALID_ARGUMENT for an index outside the
+  // model or a count of buffers that is not the tensors'; the pulls'
+  // errors. On an error the step's gradients must not be pushed: Abandon
+  // it, and the next Begin hands it out again (and decides, by its own
+  // pulls, whether the job went on without this worker).
   absl::Status PullMore(absl::Span<const int> tensors,
                         absl::Span<float* const> weights);
   // Pushes tensor `tensor`'s gradient for the step Begin handed out: the

@@ -90,10 +90,13 @@ class DistributedOptimizer:
     experts: modules a mixture of experts routes to (each expert's MLP):
     a step pulls an expert's weights with the others only if this
     worker's last step called it, and pulls the rest as its forward first
-    calls them (a forward pre-hook): a worker whose tokens reach few
-    experts moves few. Between steps, an expert the last step did not
-    pull holds older weights; the final weights are whole. Each must have
-    a parameter in the model's.
+    calls them (a forward pre-hook on the module itself: a layer that
+    calls an expert's submodules directly, or through functional_call or
+    vmap, bypasses it and computes on older weights, so pass the modules
+    the layer calls): a worker whose tokens reach few experts moves few.
+    Between steps, an expert the last step did not pull holds older
+    weights; the final weights are whole. Each must have a parameter in
+    the model's.
     shared_memory: payloads through shared memory to servers on this host,
     and the parameters and their gradients moved into a region those
     servers map, so pulls and pushes move them in place (zero_grad then
@@ -133,8 +136,12 @@ class DistributedOptimizer:
                              total_steps=total_steps,
                              min_lr_ratio=min_lr_ratio))
             tensors = self._tensors(init, init_dir)
-        self._experts = self._expert_indices(experts or [])
         self._hooks = []
+        try:
+            self._experts = self._expert_indices(experts or [])
+        except BaseException:
+            self.close()  # the init file
+            raise
         try:
             self.session = _strata.Session(
                 tensors=tensors, groups=self._group_specs,
@@ -197,19 +204,21 @@ class DistributedOptimizer:
                 return
             self._used.add(k)
             missing = [i for i in self._experts[k] if i not in self._pulled]
-            if not missing:
-                return
-            self._pulled.update(missing)
-            if self._tainted is not None:
+            if not missing or self._tainted is not None:
                 return
             try:
                 self.session.pull(
                     missing, [self._params[i].detach().numpy().reshape(-1)
                               for i in missing])
             except _strata.StrataError as e:
+                if any(self._pushed):
+                    # A forward after pushes went (a metric's, say): the
+                    # step cannot be taken back.
+                    raise
                 # Computed on older weights: not to be pushed (step()
                 # abandons it and the sampler hands it out again).
                 self._tainted = e
+            self._pulled.update(missing)
         return pre_hook
 
     def _skipped(self):
@@ -370,6 +379,7 @@ class DistributedOptimizer:
             warnings.warn(f"strata: step handed out again: an expert's "
                           f"pull failed ({self._tainted})")
             self._in_step = False
+            self._used_last = None  # its retry pulls every expert first
             self.session.abandon()
             return False
         try:
