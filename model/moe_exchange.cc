@@ -70,14 +70,22 @@ size_t ExpertExchange::Floats(int from, int to) const {
   return rows * width_;
 }
 
+void ExpertExchange::Counts(std::vector<size_t>* to_owners,
+                            std::vector<size_t>* from_ranks) const {
+  const int P = ranks(), me = group_->rank();
+  to_owners->resize(P);
+  from_ranks->resize(P);
+  for (int q = 0; q < P; ++q) {
+    (*to_owners)[q] = Floats(me, q);
+    (*from_ranks)[q] = Floats(q, me);
+  }
+}
+
 absl::Status ExpertExchange::Dispatch(const float* local, int cap,
                                       std::vector<float>* owned) {
   const int P = ranks(), me = group_->rank(), C = width_;
-  std::vector<size_t> send(P), recv(P);
-  for (int q = 0; q < P; ++q) {
-    send[q] = Floats(me, q);
-    recv[q] = Floats(q, me);
-  }
+  std::vector<size_t> send, recv;
+  Counts(&send, &recv);
   // Step 1: this rank's rows in expert order, which is owner order.
   send_.clear();
   for (int e = 0; e < experts_; ++e) {
@@ -105,11 +113,8 @@ absl::Status ExpertExchange::Dispatch(const float* local, int cap,
 
 absl::Status ExpertExchange::Return(const float* owned, int cap, float* local) {
   const int P = ranks(), me = group_->rank(), C = width_;
-  std::vector<size_t> send(P), recv(P);
-  for (int q = 0; q < P; ++q) {
-    send[q] = Floats(q, me);
-    recv[q] = Floats(me, q);
-  }
+  std::vector<size_t> send, recv;  // Dispatch's, the other way round
+  Counts(&recv, &send);
   // Step 1: the owned rows regrouped by the rank that routed them.
   send_.clear();
   std::vector<size_t> taken(owned_offset_);

@@ -67,6 +67,10 @@ class ExpertExchange {
   int Load(int rank, int e) const { return loads_[rank * experts_ + e]; }
   // Floats rank `from` routes to the experts of rank `to`.
   size_t Floats(int from, int to) const;
+  // Per rank q: the floats this rank routes to q's experts, and those q
+  // routes to this rank's.
+  void Counts(std::vector<size_t>* to_owners,
+              std::vector<size_t>* from_ranks) const;
 
   Communicator* group_;
   int experts_, width_, per_rank_;

@@ -129,8 +129,7 @@ TEST(Ops, EveryRoleServesHealthAndMetricsThatMoveAsAJobTrains) {
   EXPECT_GT(Sample(a_metrics, "strata_worker_tokens_per_second"), 0);
   EXPECT_GT(Sample(a_metrics, "strata_worker_compute_seconds_count"), 0);
   // Worker a can take its first steps alone, before b has joined.
-  EXPECT_TRUE(
-      Reaches(scheduler_metrics, "strata_members{role=\"worker\"}", 2));
+  EXPECT_TRUE(Reaches(scheduler_metrics, "strata_members{role=\"worker\"}", 2));
   EXPECT_EQ(Sample(scheduler_metrics, "strata_members{role=\"worker\"}"), 2);
   EXPECT_EQ(Sample(scheduler_metrics, "strata_members{role=\"server\"}"), 2);
 

@@ -17,6 +17,17 @@ import strata.local
 STEPS, BATCH, LR, EXPERTS = 12, 8, 1e-2, 16
 
 
+def train(test, cluster, logs, flags):
+    """One Python worker per log, STEPS steps each in `cluster`, worker i
+    with flags(i) added; each must exit 0."""
+    procs = [harness.start_worker(
+        cluster, log, len(logs), "--steps", STEPS, "--batch", BATCH,
+        "--lr", LR, "--experts", EXPERTS, *flags(i))
+        for i, log in enumerate(logs)]
+    for log, code in zip(logs, harness.wait_all(procs)):
+        test.assertEqual(code, 0, harness.output(log))
+
+
 def run(test, name, workers):
     """Trains STEPS steps with `workers` Python workers; returns the state
     dict rank 0 pulled for step 10, and `strata status` at the end."""
@@ -24,16 +35,10 @@ def run(test, name, workers):
     logs = [os.path.join(d, f"w{i}.log") for i in range(workers)]
     weights = [os.path.join(d, f"w{i}.pt") for i in range(workers)]
     with strata.local.Cluster(servers=2, consistency="bsp") as cluster:
-        procs = [harness.start_worker(
-            cluster, logs[i], workers, "--steps", STEPS, "--batch", BATCH,
-            "--lr", LR, "--experts", EXPERTS, "--weights_at", 10,
-            "--weights", weights[i],
-            # Deferred pushes, zero pushes among them, and commits; a bound
-            # the norm never reaches.
-            "--grad_clip", 100)
-            for i in range(workers)]
-        for i, code in enumerate(harness.wait_all(procs)):
-            test.assertEqual(code, 0, harness.output(logs[i]))
+        # Deferred pushes, zero pushes among them, and commits; a bound the
+        # norm never reaches.
+        train(test, cluster, logs, lambda i: ("--weights_at", 10, "--weights",
+                                              weights[i], "--grad_clip", 100))
         status = cluster.run("status", "--scheduler", cluster.scheduler,
                              check=False)
         ledger = cluster.run("ledger", "--scheduler", cluster.scheduler,
@@ -51,12 +56,7 @@ def run_final(test, name, workers, *flags):
     logs = [os.path.join(d, f"w{i}.log") for i in range(workers)]
     finals = [os.path.join(d, f"final{i}.pt") for i in range(workers)]
     with strata.local.Cluster(servers=2, consistency="bsp") as cluster:
-        procs = [harness.start_worker(
-            cluster, logs[i], workers, "--steps", STEPS, "--batch", BATCH,
-            "--lr", LR, "--experts", EXPERTS, "--final", finals[i], *flags)
-            for i in range(workers)]
-        for i, code in enumerate(harness.wait_all(procs)):
-            test.assertEqual(code, 0, harness.output(logs[i]))
+        train(test, cluster, logs, lambda i: ("--final", finals[i], *flags))
         ledger = cluster.run("ledger", "--scheduler", cluster.scheduler,
                              "--check", check=False)
     test.assertEqual(ledger.returncode, 0, ledger.stdout + ledger.stderr)
