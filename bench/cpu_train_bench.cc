@@ -30,7 +30,19 @@ std::vector<BenchConfig> Configs() {
       .vocab = 50257, .context = 256, .layers = 4, .heads = 4, .width = 256};
   GptConfig gpt2{
       .vocab = 50257, .context = 64, .layers = 12, .heads = 12, .width = 768};
-  return {{"L4_C256_H4_B8_T256", small, 8}, {"L12_C768_H12_B4_T64", gpt2, 4}};
+  // bench/moe_train.sh's shapes, resident: what the MoE GPT's compute
+  // costs against the dense one's, without the servers.
+  GptConfig tiny{
+      .vocab = 256, .context = 64, .layers = 4, .heads = 4, .width = 128};
+  GptConfig tiny_moe = tiny;
+  tiny_moe.experts = 8;
+  tiny_moe.top_k = 2;
+  tiny_moe.expert_hidden = 256;
+  tiny_moe.moe_every = 1;
+  return {{"L4_C256_H4_B8_T256", small, 8},
+          {"L12_C768_H12_B4_T64", gpt2, 4},
+          {"L4_C128_H4_B8_T64", tiny, 8},
+          {"L4_C128_H4_B8_T64_E8_K2", tiny_moe, 8}};
 }
 
 // AdamW over every parameter, split across the kernel thread pool.
