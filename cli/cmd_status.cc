@@ -11,12 +11,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "cli/commands.h"
@@ -239,6 +241,20 @@ void PrintExperts(const absl::StatusOr<std::string>& text) {
   }
 }
 
+// The slots a worker's payloads reach by each path, the paths with none
+// left out: "region 2", "bulk 1, grpc 1".
+std::string WireText(const v1::WirePaths& w) {
+  std::vector<std::string> parts;
+  for (const auto& [name, n] :
+       {std::pair<const char*, uint32_t>{"region", w.region()},
+        {"shm", w.shm()},
+        {"bulk", w.bulk()},
+        {"grpc", w.grpc()}}) {
+    if (n > 0) parts.push_back(absl::StrCat(name, " ", n));
+  }
+  return parts.empty() ? "none" : absl::StrJoin(parts, ", ");
+}
+
 // Each worker: its health, step, speed, and its share of the job's
 // samples (the ledger splits BSP steps by the speeds in the view).
 void PrintWorkers(const v1::View& view, const Security& security) {
@@ -270,6 +286,7 @@ void PrintWorkers(const v1::View& view, const Security& security) {
           100 * st.wait_fraction(), st.steps());
     }
     std::printf("\n");
+    if (w.has_wire()) std::printf("    wire %s\n", WireText(w.wire()).c_str());
     PrintExperts(text);
   }
 }

@@ -106,6 +106,10 @@ TEST_F(BulkPlane, TrainsToTheSameWeightsAsPlainMessages) {
     // 5 steps of 4 chunk pushes and 3 pulls, and the final 4 pulls.
     EXPECT_EQ(BulkPayloads(c), 5u * 7 + 4);
     EXPECT_EQ(on_plane.shm_payloads, 0u);
+    // What `strata status` shows of this worker: its one slot on the plane.
+    const v1::WirePaths paths = c.ps->WirePaths();
+    EXPECT_EQ(paths.bulk(), 1u);
+    EXPECT_EQ(paths.region() + paths.shm() + paths.grpc(), 0u);
   }
 }
 
@@ -117,6 +121,7 @@ TEST_F(BulkPlane, SmallPayloadsStayInMessages) {
   if (HasFatalFailure()) return;
   TrainSteps(*c.ps, 0, 2);
   EXPECT_EQ(BulkPayloads(c), 0u);
+  EXPECT_EQ(c.ps->WirePaths().grpc(), 1u);  // linked, but no chunk goes
 }
 
 TEST_F(BulkPlane, WireUcxFailsWhereTheServerOffersNoneAndAutoFallsBack) {
@@ -147,6 +152,9 @@ TEST_F(BulkPlane, WireUcxFailsWhereTheServerOffersNoneAndAutoFallsBack) {
     ASSERT_TRUE(s.ok()) << s;
     TrainSteps(*c.ps, 0, 2);
     EXPECT_EQ(BulkPayloads(c), 0u);
+    const v1::WirePaths paths = c.ps->WirePaths();
+    EXPECT_EQ(paths.grpc(), 1u);
+    EXPECT_EQ(paths.region() + paths.shm() + paths.bulk(), 0u);
   }
 }
 

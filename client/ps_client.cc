@@ -244,6 +244,8 @@ absl::StatusOr<std::vector<v1::StatsResponse>> PsClient::Stats() {
   return out;
 }
 
+v1::WirePaths PsClient::WirePaths() { return impl_->WirePaths(); }
+
 absl::Status PsClient::SnapshotAll(int64_t step) {
   for (int slot = 0; slot < impl_->num_slots_; ++slot) {
     STRATA_ASSIGN_OR_RETURN(auto* stub, impl_->StubForSlot(slot));

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "common/chunk_plan.h"
 #include "security/tls.h"
+#include "strata/v1/common.pb.h"
 #include "strata/v1/ps.pb.h"
 #include "transport/wire_kind.h"
 
@@ -283,6 +284,12 @@ class PsClient {
   void ShareTensors(std::shared_ptr<ShmRegion> region);
   // Server-side stats of every slot.
   absl::StatusOr<std::vector<v1::StatsResponse>> Stats();
+  // The path an uncompressed payload to each slot's server takes now:
+  // the tensor region (for buffers in it), a shared-memory slot, the bulk
+  // plane (where some chunk of the slot reaches bulk_min_bytes) or a
+  // message. A slot without a live server, or not reached yet, counts as
+  // messages.
+  v1::WirePaths WirePaths();
   // Asks every server to snapshot at `step`.
   absl::Status SnapshotAll(int64_t step);
 

@@ -1,8 +1,8 @@
 // The client's bulk data plane (PsClientOptions::wire): a link per server
 // that shared memory does not reach (client/bulk_link.h), a payload put on
 // it per push or pull that is large enough, and the end of its transfer
-// when the call ends. The rest of PsClient::Impl is in ps_client_impl.cc
-// and ps_client_shm.cc.
+// when the call ends; and the path each slot's payloads take (WirePaths). The
+// rest of PsClient::Impl is in ps_client_impl.cc and ps_client_shm.cc.
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/ps_client_impl.h"
@@ -92,6 +92,44 @@ absl::Status PsClient::Impl::CheckWire() {
         stubs->bulk_error.empty() ? "not attached" : stubs->bulk_error));
   }
   return absl::OkStatus();
+}
+
+v1::WirePaths PsClient::Impl::WirePaths() {
+  // Whether any of a slot's chunks is large enough for the bulk plane.
+  std::vector<bool> bulk_sized(num_slots_, false);
+  for (const ChunkInfo& c : plan_.chunks) {
+    if (c.shard >= 0 && c.shard < num_slots_ &&
+        c.numel * sizeof(float) >= options_.bulk_min_bytes) {
+      bulk_sized[c.shard] = true;
+    }
+  }
+  std::vector<std::string> address(num_slots_);
+  const v1::View view = scheduler_->view();
+  for (const v1::ShardSlot& s : view.shard_map().slots()) {
+    if (s.shard() >= 0 && s.shard() < num_slots_)
+      address[s.shard()] = s.address();
+  }
+  v1::WirePaths paths;
+  absl::MutexLock lock(&stub_mu_);
+  for (int slot = 0; slot < num_slots_; ++slot) {
+    auto it = stubs_.find(address[slot]);
+    if (address[slot].empty() || it == stubs_.end()) {
+      paths.set_grpc(paths.grpc() + 1);  // no server, or not reached yet
+      continue;
+    }
+    const Stubs& s = *it->second;
+    // The order PushMessage and PullMessage try them in.
+    if (tensors_ != nullptr && s.tensors->id != 0 && !s.tensors->refused) {
+      paths.set_region(paths.region() + 1);
+    } else if (s.shm != nullptr) {
+      paths.set_shm(paths.shm() + 1);
+    } else if (bulk_sized[slot] && s.bulk != nullptr && !s.bulk->broken()) {
+      paths.set_bulk(paths.bulk() + 1);
+    } else {
+      paths.set_grpc(paths.grpc() + 1);
+    }
+  }
+  return paths;
 }
 
 bool PsClient::Impl::TakeBulk(const OpPtr& op, Stubs* stubs, void* data,

@@ -236,6 +236,8 @@ class PsClient::Impl {
                                                 const v1::ReduceRequest& req);
   // PsClient::ShareTensors.
   void ShareTensors(std::shared_ptr<ShmRegion> region);
+  // PsClient::WirePaths.
+  v1::WirePaths WirePaths();
 
   PsClientOptions options_;
   SchedulerClient* scheduler_;

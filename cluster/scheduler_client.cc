@@ -216,6 +216,11 @@ int64_t SchedulerClient::common_snapshot() const {
   return common_snapshot_;
 }
 
+void SchedulerClient::SetWire(const v1::WirePaths& wire) {
+  absl::MutexLock lock(&mu_);
+  wire_ = wire;
+}
+
 void SchedulerClient::SetSnapshots(std::vector<int64_t> steps) {
   absl::MutexLock lock(&mu_);
   snapshots_ = std::move(steps);
@@ -305,6 +310,7 @@ absl::Status SchedulerClient::HeartbeatOnce() {
     req.set_samples_per_sec(samples_per_sec_);
     for (int64_t step : snapshots_) req.add_snapshots(step);
     for (const v1::StepTiming& t : steps_) *req.add_steps() = t;
+    if (wire_) *req.mutable_wire() = *wire_;
   }
   v1::HeartbeatResponse resp;
   auto ctx =

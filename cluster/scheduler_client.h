@@ -121,6 +121,9 @@ class SchedulerClient {
   // day) are clamped, and a step without samples is not recorded.
   void NoteStep(int64_t step, uint64_t samples, double compute_s,
                 double wait_s);
+  // Workers: the path their payloads take to each slot (PsClient::
+  // WirePaths); sent with the next heartbeat.
+  void SetWire(const v1::WirePaths& wire);
   // Servers: the snapshot steps held now; sent with the next heartbeat.
   void SetSnapshots(std::vector<int64_t> steps);
   // Servers: the newest snapshot step every server holding snapshots was
@@ -209,6 +212,7 @@ class SchedulerClient {
   double samples_per_sec_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<v1::StepTiming> steps_ ABSL_GUARDED_BY(mu_);  // not yet sent
   std::vector<int64_t> snapshots_ ABSL_GUARDED_BY(mu_);
+  std::optional<v1::WirePaths> wire_ ABSL_GUARDED_BY(mu_);
   int64_t common_snapshot_ ABSL_GUARDED_BY(mu_) = -1;
   bool left_ ABSL_GUARDED_BY(mu_) = false;     // Leave() was called
   bool closing_ ABSL_GUARDED_BY(mu_) = false;  // the destructor runs

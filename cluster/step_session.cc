@@ -366,6 +366,7 @@ absl::StatusOr<bool> StepSession::End() {
   last_ = w.view;
   prev_epoch_ = w.stamp_epoch;
   session_.scheduler->SetProgress(step_ + 1, speed_);
+  session_.scheduler->SetWire(ps_->WirePaths());
   // The caller's time from Begin to End computes (scheduler/step_times.h).
   session_.scheduler->NoteStep(step_, static_cast<uint64_t>(w.samples),
                                compute_s, pull_s_);

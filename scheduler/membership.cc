@@ -303,6 +303,14 @@ absl::StatusOr<v1::HeartbeatResponse> Membership::Heartbeat(
         absl::StrCat("heartbeat: samples_per_sec must be finite, in [0, ",
                      kMaxSamplesPerSec, "], got ", req.samples_per_sec()));
   }
+  // A worker's paths count the job's slots, each once.
+  if (const v1::WirePaths& w = req.wire();
+      uint64_t{w.region()} + w.shm() + w.bulk() + w.grpc() >
+      static_cast<uint64_t>(options_.num_shards)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("heartbeat: wire paths count more than the job's ",
+                     options_.num_shards, " shard slots"));
+  }
   Entry& e = it->second;
   e.lease_end = now + options_.lease;
   e.member.set_clock(req.clock());
@@ -313,6 +321,9 @@ absl::StatusOr<v1::HeartbeatResponse> Membership::Heartbeat(
   if (e.member.role() == v1::ROLE_WORKER && !req.steps().empty()) {
     e.steps.Add(req.steps());
     *e.member.mutable_step_times() = e.steps.Summary();
+  }
+  if (e.member.role() == v1::ROLE_WORKER && req.has_wire()) {
+    *e.member.mutable_wire() = req.wire();
   }
   if (InView(e.member.role())) RebuildViewLocked();  // progress; same epoch
 

@@ -67,6 +67,32 @@ TEST_F(SchedulerTest, RegisterHeartbeatLeave) {
   EXPECT_EQ(view.workers(0).clock(), 7);
   EXPECT_EQ(view.workers(0).samples_per_sec(), 100.0);
 
+  // A worker's wire paths show in the view; more slots than the job's
+  // one are refused, and a heartbeat without them keeps the last ones.
+  EXPECT_FALSE(view.workers(0).has_wire());
+  {
+    v1::HeartbeatRequest req;
+    req.set_member_id(1);
+    req.set_clock(8);
+    req.mutable_wire()->set_bulk(1);
+    grpc::ClientContext ctx;
+    v1::HeartbeatResponse resp;
+    ASSERT_TRUE(stub_->Heartbeat(&ctx, req, &resp).ok());
+    for (uint32_t grpc : {1u, std::numeric_limits<uint32_t>::max()}) {
+      req.mutable_wire()->set_grpc(grpc);
+      grpc::ClientContext bad_ctx;
+      EXPECT_EQ(stub_->Heartbeat(&bad_ctx, req, &resp).error_code(),
+                grpc::StatusCode::INVALID_ARGUMENT)
+          << grpc;
+    }
+  }
+  ASSERT_TRUE(Heartbeat(1, /*step=*/9).ok());
+  view = scheduler_->CurrentView();
+  EXPECT_EQ(view.workers(0).clock(), 9);
+  EXPECT_EQ(view.workers(0).wire().bulk(), 1u);
+  EXPECT_EQ(view.workers(0).wire().grpc(), 0u);
+  EXPECT_EQ(view.workers(0).wire().region(), 0u);
+
   ASSERT_TRUE(Leave(1).ok());
   view = scheduler_->CurrentView();
   EXPECT_EQ(view.epoch(), epoch0 + 2);

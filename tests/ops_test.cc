@@ -164,14 +164,23 @@ TEST(Ops, EveryRoleServesHealthAndMetricsThatMoveAsAJobTrains) {
   // The scheduler's consistency rule, once each worker reported 8 steps.
   const std::regex kAdvice("\nconsistency advice (bsp|ssp:[1-9]|asp): \\S");
   auto advised = [&] { return std::regex_search(out, kAdvice); };
+  // Each worker's payloads: in its own tensor region at both servers (on
+  // this host, which each server maps), once attached there.
+  const std::regex kWire("\n    wire region 2\n");
+  auto in_region = [&] {
+    return std::distance(std::sregex_iterator(out.begin(), out.end(), kWire),
+                         std::sregex_iterator());
+  };
   for (const absl::Time deadline = absl::Now() + absl::Seconds(60);
-       (with_steps() < 2 || !advised()) && absl::Now() < deadline;) {
+       (with_steps() < 2 || !advised() || in_region() < 2) &&
+       absl::Now() < deadline;) {
     absl::SleepFor(absl::Milliseconds(200));
     out = RunCli({STRATA_BINARY, "status", "--scheduler", address},
                  dir + "/status.log", &rc);
   }
   EXPECT_EQ(with_steps(), 2) << out;
   EXPECT_TRUE(advised()) << out;
+  EXPECT_EQ(in_region(), 2) << out;
   const std::regex kServer("shard \\d  [0-9.:]+  SERVING  chunks [1-9]");
   EXPECT_EQ(std::distance(std::sregex_iterator(out.begin(), out.end(), kServer),
                           std::sregex_iterator()),

@@ -152,6 +152,7 @@ void Trainer::NoteStep(Loop& loop, const StepWork& work, double loss,
   const double compute_rate = work.samples / std::max(compute_s_, 1e-9);
   speed_ = speed_ == 0 ? compute_rate : 0.7 * speed_ + 0.3 * compute_rate;
   scheduler_->SetProgress(loop.step + 1, speed_);
+  scheduler_->SetWire(ps_->WirePaths());
   scheduler_->NoteStep(loop.step, static_cast<uint64_t>(work.samples),
                        compute_s_, absl::ToDoubleSeconds(pull_.waited));
   StepRecord r{.samples = work.samples,
