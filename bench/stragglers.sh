@@ -17,6 +17,8 @@
 # The target is the highest held-out loss every run reached (so each run
 # has a time to it). Wall times are worker 0's; held-out losses come from
 # whichever worker evaluates (rank 0, every 50 of its steps).
+# ASYNC_LR=share gives every worker --async_lr share (SSP/ASP pushes at
+# the learning rate times the worker's share of the batch; BSP unchanged).
 # Run from the repository root: bash bench/stragglers.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +34,8 @@ steps=${STEPS:-600} rounds=${ROUNDS:-3}
 a_from=$((steps / 6)) a_to=$((steps / 2))
 model=(--layers 2 --heads 4 --width 64 --context 64 --data "$root/linux-doc.txt"
   --batch 16 --steps "$steps" --seed 3 --lr 0.003 --warmup 20
-  --eval_every 50 --log_every 100000 --device cpu)
+  --eval_every 50 --log_every 100000 --device cpu
+  --async_lr "${ASYNC_LR:-full}")
 
 run() {  # mode round
   local mode=$1 round=$2 dir="$root/${1/:/}-$2" workers=()

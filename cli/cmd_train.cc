@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -160,6 +161,13 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
   cmd->add_option("--lr", o->lr, "peak learning rate")
       ->check(PositiveNumber())
       ->capture_default_str();
+  cmd->add_option("--async_lr", o->async_lr_share,
+                  "SSP/ASP: each push's learning rate: 'share' (times the "
+                  "worker's share of the step's batch, so a step moves the "
+                  "weights about as far as a BSP update) or 'full'")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, bool>{{"share", true}, {"full", false}}))
+      ->option_text("full|share (default: full)");
   cmd->add_option("--weight_decay", o->weight_decay,
                   "weight decay of matrices (decoupled but for adam and sgd)")
       ->check(NonNegativeNumber())
@@ -375,6 +383,7 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
       "--grad_clip",    absl::StrCat(o.grad_clip),
       "--eval_every",   std::to_string(o.eval_every),
       "--log_every",    std::to_string(o.log_every)};
+  if (o.async_lr_share) f.insert(f.end(), {"--async_lr", "share"});
   if (o.model.recompute) f.push_back("--recompute");
   if (o.model.experts > 0) {
     f.insert(f.end(), {"--experts", std::to_string(o.model.experts), "--top_k",

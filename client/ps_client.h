@@ -164,6 +164,9 @@ struct StepStamp {
   // compressed or carried for error feedback: a chunk's carried error
   // waits for its next push with a payload.
   bool zero = false;
+  // Pushes (SSP/ASP): the factor on the push's learning rate (ps.proto
+  // PushRequest.async_lr_scale; 0: none).
+  float async_lr_scale = 0;
   // The payload's type on the wire; unset: the client's push_dtype or
   // pull_dtype (a worker that pulls bf16 to compute reads the final weights
   // in fp32).

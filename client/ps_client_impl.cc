@@ -130,6 +130,7 @@ v1::PushRequest PsClient::Impl::PushHeader(const OpState& op,
   header.set_deferred(op.stamp.deferred);
   header.set_whole_step(op.stamp.whole_step);
   header.set_zero(op.stamp.zero);
+  header.set_async_lr_scale(op.stamp.async_lr_scale);
   // So a late read of an attempt given up on cannot replace its retry.
   header.set_push_seq(op.seq + 1);
   header.set_attempt(static_cast<uint32_t>(op.attempts));

@@ -55,18 +55,20 @@ absl::StatusOr<v1::PushResponse> AspGate::ApplyNow(
     return resp;
   }
   const float* g = grad.data();
+  const float lr_factor =
+      req.async_lr_scale() > 0 ? req.async_lr_scale() : 1.0f;
   if (req.zero()) {
     // Nothing to apply (an expert none of this worker's tokens reached):
     // the weights, their state and the version stay; the clock moves.
   } else if (scale == 1.0f) {
-    ApplyChunkUpdate(c, req.step(), g, parts_.counters);
+    ApplyChunkUpdate(c, req.step(), g, lr_factor, parts_.counters);
   } else {
     ApplyChunkUpdate(
         c, req.step(),
         [g, scale](size_t begin, size_t end, float* out) {
           for (size_t i = begin; i < end; ++i) out[i - begin] = g[i] * scale;
         },
-        parts_.counters);
+        lr_factor, parts_.counters);
   }
   NoteApplied(c, req.step(), req.member_id(), req.epoch());
   int64_t& clock = c.clocks[req.member_id()];

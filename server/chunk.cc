@@ -86,12 +86,12 @@ uint64_t TileBytesOf(const v1::ChunkSpec& spec, const OptimizerParams& params) {
 namespace {
 
 // An update of c as its own tensor, with the gradient in g.
-void ApplyAlone(Chunk& c, int64_t step, const float* g)
+void ApplyAlone(Chunk& c, int64_t step, float lr_factor, const float* g)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
   const OptimizerParams& p = c.group->params;
   ApplyWholeTensorUpdate(
-      {&p, ScheduledLr(p, step), static_cast<int64_t>(c.rec.version) + 1,
-       PartOf(c, true)},
+      {&p, lr_factor * ScheduledLr(p, step),
+       static_cast<int64_t>(c.rec.version) + 1, PartOf(c, true)},
       c.rec.weights.data(), absl::MakeSpan(c.rec.slots), g);
 }
 
@@ -101,17 +101,24 @@ void ApplyChunkUpdate(
     Chunk& c, int64_t step,
     absl::FunctionRef<void(size_t begin, size_t end, float* out)> form,
     ShardCounters& counters) {
+  ApplyChunkUpdate(c, step, form, 1.0f, counters);
+}
+
+void ApplyChunkUpdate(
+    Chunk& c, int64_t step,
+    absl::FunctionRef<void(size_t begin, size_t end, float* out)> form,
+    float lr_factor, ShardCounters& counters) {
   const OptimizerParams& p = c.group->params;
   if (UsesTensorSums(p)) {
     std::vector<float> g(c.rec.weights.size());
     form(0, g.size(), g.data());
-    ApplyAlone(c, step, g.data());
+    ApplyAlone(c, step, lr_factor, g.data());
     Applied(c, counters);
     return;
   }
   float* m = c.rec.slots.size() > 0 ? c.rec.slots[0].data() : nullptr;
   float* v = c.rec.slots.size() > 1 ? c.rec.slots[1].data() : nullptr;
-  ApplyUpdateFormed(p, ScheduledLr(p, step),
+  ApplyUpdateFormed(p, lr_factor * ScheduledLr(p, step),
                     static_cast<int64_t>(c.rec.version) + 1,
                     c.rec.weights.data(), m, v, c.rec.weights.size(), form);
   Applied(c, counters);
@@ -119,16 +126,22 @@ void ApplyChunkUpdate(
 
 void ApplyChunkUpdate(Chunk& c, int64_t step, const float* grad,
                       ShardCounters& counters) {
+  ApplyChunkUpdate(c, step, grad, 1.0f, counters);
+}
+
+void ApplyChunkUpdate(Chunk& c, int64_t step, const float* grad,
+                      float lr_factor, ShardCounters& counters) {
   const OptimizerParams& p = c.group->params;
   if (UsesTensorSums(p)) {
-    ApplyAlone(c, step, grad);
+    ApplyAlone(c, step, lr_factor, grad);
     Applied(c, counters);
     return;
   }
   float* m = c.rec.slots.size() > 0 ? c.rec.slots[0].data() : nullptr;
   float* v = c.rec.slots.size() > 1 ? c.rec.slots[1].data() : nullptr;
-  ApplyUpdate(p, ScheduledLr(p, step), static_cast<int64_t>(c.rec.version) + 1,
-              c.rec.weights.data(), m, v, grad, c.rec.weights.size());
+  ApplyUpdate(p, lr_factor * ScheduledLr(p, step),
+              static_cast<int64_t>(c.rec.version) + 1, c.rec.weights.data(), m,
+              v, grad, c.rec.weights.size());
   Applied(c, counters);
 }
 

@@ -174,6 +174,16 @@ void ApplyChunkUpdate(
 void ApplyChunkUpdate(Chunk& c, int64_t step, const float* grad,
                       ShardCounters& counters)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+// The same, with the scheduled lr times `lr_factor` (an SSP/ASP push's
+// PushRequest.async_lr_scale).
+void ApplyChunkUpdate(Chunk& c, int64_t step, const float* grad,
+                      float lr_factor, ShardCounters& counters)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+void ApplyChunkUpdate(
+    Chunk& c, int64_t step,
+    absl::FunctionRef<void(size_t begin, size_t end, float* out)> form,
+    float lr_factor, ShardCounters& counters)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 // The update of c.sums' step with every reduction's totals in: applies it
 // as part of its tensor and keeps the partials (TensorSums.applied).
 // REQUIRES: c.AwaitingSums(), the tile resident.

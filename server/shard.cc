@@ -233,6 +233,12 @@ absl::StatusOr<v1::PushResponse> Shard::Push(const v1::PushRequest& req,
       return absl::InvalidArgumentError("push with num_samples == 0");
     if (req.step() < 0)
       return absl::InvalidArgumentError("push with a negative step");
+    // Written as "not in range", so that NaN fails too.
+    if (!(req.async_lr_scale() >= 0 && req.async_lr_scale() <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("push with async_lr_scale ", req.async_lr_scale(),
+                       " outside [0, 1]"));
+    }
     if (req.whole_step() &&
         (req.deferred() || p_->gates.mode().mode != Consistency::kBsp)) {
       return absl::InvalidArgumentError(

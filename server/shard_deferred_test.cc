@@ -100,6 +100,25 @@ TEST(ShardDeferred, CommitAppliesTheScaledGradientAsAPlainPushWould) {
   }
 }
 
+// A held SSP/ASP push keeps its learning-rate factor (PushRequest.
+// async_lr_scale) to its Commit, which scales the gradient too: SGD at lr
+// 1, so the step is both factors times the gradient.
+TEST(ShardDeferred, CommitKeepsAnAsyncPushsLearningRateFactor) {
+  for (const char* mode : {"asp", "ssp:1"}) {
+    SCOPED_TRACE(mode);
+    Shard shard(Opts(mode));
+    ASSERT_TRUE(shard.Register(OneChunk()).ok());
+    shard.UpdateView(MakeView(1, {1}, 1));
+    v1::PushRequest held = Deferred(1, 0, 1);
+    held.set_async_lr_scale(0.25f);
+    ASSERT_TRUE(shard.Push(held, Bytes(std::vector<float>(kN, 1.0f))).ok());
+    auto commit = shard.Commit(CommitReq(1, 0, 0.5f, 1));
+    ASSERT_TRUE(commit.ok()) << commit.status();
+    EXPECT_EQ(commit->applied(), 1u);
+    EXPECT_FLOAT_EQ(PullNow(shard, 1, -1)[0], -0.125f);
+  }
+}
+
 TEST(ShardDeferred, BspStepClosesOnTheLastCommit) {
   Shard shard(Opts("bsp"));
   ASSERT_TRUE(shard.Register(OneChunk()).ok());

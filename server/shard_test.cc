@@ -409,6 +409,33 @@ TEST(Shard, AsyncPushRetriedAfterALostReplyAppliesOnce) {
   EXPECT_FLOAT_EQ(PullNow(shard, 1, -1)[0], -2.0f);
 }
 
+// An SSP/ASP push's async_lr_scale multiplies its learning rate (SGD at
+// lr 1 here: the step is the scale); BSP ignores it; one outside [0, 1]
+// is refused and changes nothing.
+TEST(Shard, AsyncLrScaleScalesAnAsyncPushAndBspIgnoresIt) {
+  for (const char* mode : {"asp", "ssp:1", "bsp"}) {
+    SCOPED_TRACE(mode);
+    Shard shard(Opts(mode));
+    ASSERT_TRUE(shard.Register(OneChunk()).ok());
+    shard.UpdateView(MakeView(1, {1}, 1));
+    std::vector<float> g(kN, 1.0f);
+    for (float bad : {-0.5f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
+      v1::PushRequest req = PushReq(1, 0, 1);
+      req.set_async_lr_scale(bad);
+      EXPECT_EQ(shard.Push(req, Bytes(g)).status().code(),
+                absl::StatusCode::kInvalidArgument);
+    }
+    EXPECT_FLOAT_EQ(PullNow(shard, 1, -1)[0], 0.0f);
+    v1::PushRequest req = PushReq(1, 0, 1);
+    req.set_async_lr_scale(0.25f);
+    ASSERT_TRUE(shard.Push(req, Bytes(g)).ok());
+    const bool bsp = std::string(mode) == "bsp";
+    EXPECT_FLOAT_EQ(PullNow(shard, 1, -1)[0], bsp ? -1.0f : -0.25f);
+    ASSERT_TRUE(shard.Push(PushReq(1, 1, 1), Bytes(g)).ok());  // unset: 1
+    EXPECT_FLOAT_EQ(PullNow(shard, 1, -1)[0], bsp ? -2.0f : -1.25f);
+  }
+}
+
 // Two chunks ("w" and "v"): an update is reported once both applied it.
 TEST(Shard, ReportsAnUpdateToTheLedgerOnceEveryChunkAppliedIt) {
   for (const char* mode : {"bsp", "asp"}) {

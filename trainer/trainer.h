@@ -64,6 +64,10 @@ struct TrainerOptions {
   float weight_decay = 0.1f;  // matrices only
   int64_t warmup_steps = 10;
   float min_lr_ratio = 0.1f;  // cosine decay floor, relative to lr
+  // SSP/ASP: each push's learning rate times the worker's share of the
+  // step's global batch (ps.proto PushRequest.async_lr_scale), else the
+  // whole rate, as parameter servers' asynchronous modes apply it.
+  bool async_lr_share = false;
   // Clip the worker's gradient to this global L2 norm (0: off). Pushes
   // stream out as backward produces them either way: with clipping, the
   // servers hold them until the worker sends the factor (overlap_clip);

@@ -227,6 +227,12 @@ void Trainer::SetStamp(const StepWork& work) {
       StepStamp{.epoch = work.stamp_epoch,
                 .first_sample = static_cast<uint64_t>(work.units[0].first()),
                 .generation = generation_};
+  // Under BSP the servers ignore it; a lease is never above the batch.
+  if (o_.async_lr_share) {
+    stamp_.async_lr_scale =
+        static_cast<float>(std::min(1.0, static_cast<double>(work.samples) /
+                                             static_cast<double>(o_.batch)));
+  }
 }
 
 absl::StatusOr<int64_t> Trainer::FirstStep() {
