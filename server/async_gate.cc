@@ -61,14 +61,14 @@ absl::StatusOr<v1::PushResponse> AspGate::ApplyNow(
     // Nothing to apply (an expert none of this worker's tokens reached):
     // the weights, their state and the version stay; the clock moves.
   } else if (scale == 1.0f) {
-    ApplyChunkUpdate(c, req.step(), g, lr_factor, parts_.counters);
+    ApplyChunkUpdate(c, req.step(), g, parts_.counters, lr_factor);
   } else {
     ApplyChunkUpdate(
         c, req.step(),
         [g, scale](size_t begin, size_t end, float* out) {
           for (size_t i = begin; i < end; ++i) out[i - begin] = g[i] * scale;
         },
-        lr_factor, parts_.counters);
+        parts_.counters, lr_factor);
   }
   NoteApplied(c, req.step(), req.member_id(), req.epoch());
   int64_t& clock = c.clocks[req.member_id()];

@@ -100,14 +100,7 @@ void ApplyAlone(Chunk& c, int64_t step, float lr_factor, const float* g)
 void ApplyChunkUpdate(
     Chunk& c, int64_t step,
     absl::FunctionRef<void(size_t begin, size_t end, float* out)> form,
-    ShardCounters& counters) {
-  ApplyChunkUpdate(c, step, form, 1.0f, counters);
-}
-
-void ApplyChunkUpdate(
-    Chunk& c, int64_t step,
-    absl::FunctionRef<void(size_t begin, size_t end, float* out)> form,
-    float lr_factor, ShardCounters& counters) {
+    ShardCounters& counters, float lr_factor) {
   const OptimizerParams& p = c.group->params;
   if (UsesTensorSums(p)) {
     std::vector<float> g(c.rec.weights.size());
@@ -125,12 +118,7 @@ void ApplyChunkUpdate(
 }
 
 void ApplyChunkUpdate(Chunk& c, int64_t step, const float* grad,
-                      ShardCounters& counters) {
-  ApplyChunkUpdate(c, step, grad, 1.0f, counters);
-}
-
-void ApplyChunkUpdate(Chunk& c, int64_t step, const float* grad,
-                      float lr_factor, ShardCounters& counters) {
+                      ShardCounters& counters, float lr_factor) {
   const OptimizerParams& p = c.group->params;
   if (UsesTensorSums(p)) {
     ApplyAlone(c, step, lr_factor, grad);

@@ -158,31 +158,23 @@ absl::Status CheckChunkGeneration(const Chunk& c, uint64_t generation,
                                   ShardCounters& counters)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 
-// One optimizer update of `c` for `step` (its group's rule and schedule),
-// whose gradient `form(begin, end, out)` writes block by block as the
-// update reaches it (ApplyUpdateFormed): what forms the gradient from the
-// pushes reads them once and makes no pass over memory of its own. Moves
-// the version on, marks the tile changed and counts the update. LAMB and
-// Adafactor update the chunk as its own tensor (PartOf(c, true): its
-// norms and moments over its elements alone). REQUIRES: the tile is
-// resident.
+// One optimizer update of `c` for `step` (its group's rule and schedule,
+// the scheduled lr times `lr_factor`: an SSP/ASP push's PushRequest.
+// async_lr_scale), whose gradient `form(begin, end, out)` writes block by
+// block as the update reaches it (ApplyUpdateFormed): what forms the
+// gradient from the pushes reads them once and makes no pass over memory
+// of its own. Moves the version on, marks the tile changed and counts the
+// update. LAMB and Adafactor update the chunk as its own tensor
+// (PartOf(c, true): its norms and moments over its elements alone).
+// REQUIRES: the tile is resident.
 void ApplyChunkUpdate(
     Chunk& c, int64_t step,
     absl::FunctionRef<void(size_t begin, size_t end, float* out)> form,
-    ShardCounters& counters) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+    ShardCounters& counters, float lr_factor = 1.0f)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 // The same with the gradient ready in `grad`.
 void ApplyChunkUpdate(Chunk& c, int64_t step, const float* grad,
-                      ShardCounters& counters)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
-// The same, with the scheduled lr times `lr_factor` (an SSP/ASP push's
-// PushRequest.async_lr_scale).
-void ApplyChunkUpdate(Chunk& c, int64_t step, const float* grad,
-                      float lr_factor, ShardCounters& counters)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
-void ApplyChunkUpdate(
-    Chunk& c, int64_t step,
-    absl::FunctionRef<void(size_t begin, size_t end, float* out)> form,
-    float lr_factor, ShardCounters& counters)
+                      ShardCounters& counters, float lr_factor = 1.0f)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 // The update of c.sums' step with every reduction's totals in: applies it
 // as part of its tensor and keeps the partials (TensorSums.applied).
