@@ -10,6 +10,10 @@
 // --bf16 1 pushes gradients and pulls weights as bf16 (a GPU worker's
 // default): the figure still counts the model's fp32 bytes (what a worker
 // synchronizes per second), and `pushpull_wire_GBps` the bytes sent.
+// --chunk_kib N cuts the model into N KiB chunks instead, and prints
+// `pushpull_us_per_op` too: the time of a round over its ops (a push or
+// a pull of one chunk by one client), where the calls, not the bytes,
+// set the pace; --batch_kib 0 gives each op its own call.
 // --tensors 1 puts each client's gradient and weights in a shared-memory
 // region the servers map (PsClient::ShareTensors), as a worker's model is:
 // pushes are read and pulls written in place, with no copy through a slot
@@ -84,7 +88,7 @@ int main(int argc, char** argv) {
   CLI::App app("push/pull throughput benchmark");
   std::string scheduler = "127.0.0.1:7070";
   int model_mib = 256, chunk_mib = 4, rounds = 4, repeats = 3, in_flight = 8;
-  int workers = 1;
+  int workers = 1, chunk_kib = 0, batch_kib = 64;
   bool shm = true, bf16 = false, tensors = false;
   std::string wire = "grpc";
   app.add_option("--scheduler", scheduler);
@@ -94,8 +98,16 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"grpc", "ucx"}));
   app.add_option("--model_mib", model_mib)->check(CLI::PositiveNumber);
   app.add_option("--chunk_mib", chunk_mib)->check(CLI::PositiveNumber);
+  app.add_option("--chunk_kib", chunk_kib,
+                 "chunks of this many KiB instead (many small ops: prints "
+                 "pushpull_us_per_op)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--rounds", rounds)->check(CLI::PositiveNumber);
   app.add_option("--repeats", repeats)->check(CLI::PositiveNumber);
+  app.add_option("--batch_kib", batch_kib,
+                 "ops under this many KiB share calls when they queue "
+                 "(PsClientOptions::batch_max_bytes); 0: one call each")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--in_flight", in_flight, "calls on the wire per server")
       ->check(CLI::PositiveNumber);
   app.add_option("--workers", workers, "clients pushing and pulling at once")
@@ -121,11 +133,14 @@ int main(int argc, char** argv) {
   }
 
   strata::ModelSpec model;
-  model.chunk_bytes = static_cast<uint64_t>(chunk_mib) << 20;
+  model.chunk_bytes = chunk_kib > 0 ? static_cast<uint64_t>(chunk_kib) << 10
+                                    : static_cast<uint64_t>(chunk_mib) << 20;
   const int64_t numel = (static_cast<int64_t>(model_mib) << 20) / 4;
   // One tensor per chunk size: a cluster serves several configurations.
   model.tensors.push_back(
-      {"bench_" + std::to_string(chunk_mib) + "MiB", {numel}, "sgd"});
+      {"bench_" + std::to_string(model.chunk_bytes >> 10) + "KiB",
+       {numel},
+       "sgd"});
   model.inits.emplace_back();
   strata::v1::GroupSpec g;  // plain SGD: the cheapest real update
   g.set_name("sgd");
@@ -144,6 +159,7 @@ int main(int argc, char** argv) {
     c.sched = std::move(*sched);
     strata::PsClientOptions po;
     po.max_in_flight_per_server = in_flight;
+    po.batch_max_bytes = static_cast<uint64_t>(batch_kib) << 10;
     po.shared_memory = shm;
     po.wire = *strata::ParseWireKind(wire);
     po.security = *security;
@@ -207,5 +223,14 @@ int main(int argc, char** argv) {
   }
   std::printf("pushpull_GBps %.3f\n", best);
   std::printf("pushpull_wire_GBps %.3f\n", bf16 ? best / 2 : best);
+  if (chunk_kib > 0) {
+    // Each round is a push and a pull of every chunk by every client.
+    const double ops_per_round =
+        2.0 * workers *
+        static_cast<double>(clients[0].ps->plan().chunks.size());
+    const double secs_per_round = 2.0 * workers * numel * 4 / (best * 1e9);
+    std::printf("pushpull_us_per_op %.2f\n",
+                secs_per_round * 1e6 / ops_per_round);
+  }
   return 0;
 }

@@ -143,6 +143,12 @@ void PrintServer(const v1::ShardSlot& slot, const v1::Member* member,
             : static_cast<double>(st.state_floats()) / st.parameters(),
         static_cast<unsigned long long>(st.summed_updates()),
         st.bytes_in() / 1048576.0, st.bytes_out() / 1048576.0);
+    if (st.batch_calls() > 0) {
+      // Small pushes and pulls that shared calls (PushBatch, PullBatch).
+      std::printf("  batched %llu in %llu calls",
+                  static_cast<unsigned long long>(st.batched_requests()),
+                  static_cast<unsigned long long>(st.batch_calls()));
+    }
     if (st.pushes_zero() > 0) {
       // MoE: pushes of experts no token reached, without payload.
       std::printf("  zero pushes %llu (steps closed on them %llu)",

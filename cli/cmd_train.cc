@@ -336,6 +336,12 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
                   "carry payloads through shared memory to servers on this "
                   "host (false: in gRPC messages)")
       ->capture_default_str();
+  cmd->add_option_function<uint64_t>(
+         "--batch_kib", [o](uint64_t kib) { o->batch_bytes = kib << 10; },
+         "pushes and pulls of chunks under this many KiB share calls to a "
+         "server when they queue for it (0: a call each)")
+      ->default_str(std::to_string(TrainerOptions().batch_bytes >> 10))
+      ->check(CLI::Range(uint64_t{0}, uint64_t{4096}));
   AddWireFlags(cmd, &o->wire, &o->bulk_insecure,
                "how payloads travel to servers shared memory does not reach: "
                "grpc (in messages; the default), ucx (on the bulk plane, UCX: "
@@ -433,6 +439,8 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
   if (o.collective_host != TrainerOptions().collective_host)
     f.insert(f.end(), {"--collective_host", o.collective_host});
   if (!o.shared_memory) f.insert(f.end(), {"--shm", "false"});
+  if (o.batch_bytes != TrainerOptions().batch_bytes)
+    f.insert(f.end(), {"--batch_kib", std::to_string(o.batch_bytes >> 10)});
   if (o.wire != WireKind::kGrpc)
     f.insert(f.end(), {"--wire", WireKindName(o.wire)});
   if (o.bulk_insecure) f.insert(f.end(), {"--bulk_insecure", "true"});

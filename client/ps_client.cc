@@ -47,6 +47,10 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
   if (options.max_in_flight_per_server < 1) {
     return absl::InvalidArgumentError("max_in_flight_per_server must be >= 1");
   }
+  if (options.batch_max_requests < 1 || options.batch_max_requests > 4096) {
+    // 4096: the most a server takes in one batch (ps.proto PushBatch).
+    return absl::InvalidArgumentError("batch_max_requests is in [1, 4096]");
+  }
   if (options.max_attempts < 1)
     return absl::InvalidArgumentError("max_attempts must be >= 1");
   if (!(options.topk_momentum >= 0 && options.topk_momentum < 1) ||
@@ -119,58 +123,74 @@ absl::StatusOr<std::shared_ptr<OpState>> PsClient::NewOp(int kind, int chunk,
   return op;
 }
 
+absl::StatusOr<OpPtr> PsClient::PushOp(int chunk, const float* grad,
+                                       int64_t step, uint64_t samples,
+                                       int priority, StepStamp stamp) {
+  STRATA_ASSIGN_OR_RETURN(OpPtr op, NewOp(OpState::kPush, chunk, priority));
+  if (stamp.deferred) impl_->CountDeferred(step, op->slot);
+  op->stamp = stamp;
+  op->grad = grad;
+  op->step = step;
+  op->samples = samples;
+  return op;
+}
+
+absl::StatusOr<OpPtr> PsClient::PullOp(int chunk, float* dst, int64_t clock,
+                                       uint64_t min_version, int priority,
+                                       StepStamp stamp) const {
+  STRATA_ASSIGN_OR_RETURN(OpPtr op, NewOp(OpState::kPull, chunk, priority));
+  op->stamp = stamp;
+  op->dst = dst;
+  op->step = clock;
+  op->min_version = min_version;
+  return op;
+}
+
 OpHandle PsClient::Push(int chunk, const float* grad, int64_t step,
                         uint64_t samples, int priority, StepStamp stamp) {
-  absl::StatusOr<OpPtr> op = NewOp(OpState::kPush, chunk, priority);
+  absl::StatusOr<OpPtr> op =
+      PushOp(chunk, grad, step, samples, priority, stamp);
   if (!op.ok()) return FailedOp(op.status());
-  if (stamp.deferred) impl_->CountDeferred(step, (*op)->slot);
-  (*op)->stamp = stamp;
-  (*op)->grad = grad;
-  (*op)->step = step;
-  (*op)->samples = samples;
-  return impl_->Submit(*op);
+  return impl_->Submit({*std::move(op)})[0];
 }
 
 OpHandle PsClient::Pull(int chunk, float* dst, int64_t clock,
                         uint64_t min_version, int priority, StepStamp stamp) {
-  absl::StatusOr<OpPtr> op = NewOp(OpState::kPull, chunk, priority);
+  absl::StatusOr<OpPtr> op =
+      PullOp(chunk, dst, clock, min_version, priority, stamp);
   if (!op.ok()) return FailedOp(op.status());
-  (*op)->stamp = stamp;
-  (*op)->dst = dst;
-  (*op)->step = clock;
-  (*op)->min_version = min_version;
-  return impl_->Submit(*op);
+  return impl_->Submit({*std::move(op)})[0];
 }
 
 std::vector<OpHandle> PsClient::PerChunk(
-    int tensor, absl::FunctionRef<OpHandle(int, uint64_t)> op) {
+    int tensor, absl::FunctionRef<absl::StatusOr<OpPtr>(int, uint64_t)> op) {
   const ChunkPlan& plan = impl_->plan_;
   if (absl::Status s = CheckIndex("tensor", tensor, plan.chunks_of.size());
       !s.ok()) {
     return {FailedOp(s)};
   }
-  std::vector<OpHandle> ops;
+  std::vector<OpPtr> ops;
   ops.reserve(plan.chunks_of[tensor].size());
   for (int c : plan.chunks_of[tensor]) {
-    ops.push_back(op(c, plan.chunks[c].offset));
+    absl::StatusOr<OpPtr> one = op(c, plan.chunks[c].offset);
+    if (!one.ok()) return {FailedOp(one.status())};  // none submitted yet
+    if (*one != nullptr) ops.push_back(*std::move(one));
   }
-  return ops;
+  // Submitted together: the chunks queued for one server may share a
+  // call (PsClientOptions::batch_max_bytes).
+  return impl_->Submit(std::move(ops));
 }
 
 std::vector<OpHandle> PsClient::PushTensorAsync(int tensor, const float* grad,
                                                 int64_t step, uint64_t samples,
                                                 int priority, StepStamp stamp) {
-  std::vector<OpHandle> ops = PerChunk(tensor, [&](int chunk, uint64_t offset) {
+  return PerChunk(tensor, [&](int chunk, uint64_t offset) {
     if (stamp.share_stride > 1 &&
         chunk % stamp.share_stride != stamp.share_index) {
-      return OpHandle();  // another member's share
+      return absl::StatusOr<OpPtr>(nullptr);  // another member's share
     }
-    return Push(chunk, grad + offset, step, samples, priority, stamp);
+    return PushOp(chunk, grad + offset, step, samples, priority, stamp);
   });
-  if (stamp.share_stride > 1) {
-    std::erase_if(ops, [](const OpHandle& op) { return op.state_ == nullptr; });
-  }
-  return ops;
 }
 
 std::vector<OpHandle> PsClient::PullTensorAsync(int tensor, float* dst,
@@ -178,7 +198,7 @@ std::vector<OpHandle> PsClient::PullTensorAsync(int tensor, float* dst,
                                                 uint64_t min_version,
                                                 int priority, StepStamp stamp) {
   return PerChunk(tensor, [&](int chunk, uint64_t offset) {
-    return Pull(chunk, dst + offset, clock, min_version, priority, stamp);
+    return PullOp(chunk, dst + offset, clock, min_version, priority, stamp);
   });
 }
 

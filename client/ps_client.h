@@ -32,6 +32,22 @@ class ShmRegion;
 
 struct PsClientOptions {
   int max_in_flight_per_server = 4;
+  // Ops whose fp32 payload is under batch_max_bytes (an uncompressed
+  // push of zeros whatever its size) share calls (PushBatch, PullBatch)
+  // when more of them wait for a server than it has calls free: the ops
+  // at the queue's head that may go together (pushes with pushes, pulls
+  // with pulls) are spread over the free calls, at most
+  // batch_max_requests and 4 MiB of payload a call. Each op keeps its own
+  // request, answer and retry; its payload goes in place in the tensor
+  // region (ShareTensors) or in the message, not in a shared-memory slot
+  // (a link has one per call). A call costs tens of microseconds of
+  // processor time at each end, more than the bytes of a small chunk
+  // (norms, biases, experts) do (docs/BENCHMARKS.md). 0: every op its own
+  // call. Compressed ops, and payloads that could go on the bulk plane,
+  // always have their own. A server that answers a batch UNIMPLEMENTED
+  // (one from before batches) turns them off for this client.
+  uint64_t batch_max_bytes = 64 << 10;
+  int batch_max_requests = 256;
   // Deadline of one attempt. Pulls may wait at a server's gate, so this is
   // long; the server's own max_wait answers first.
   absl::Duration rpc_timeout = absl::Seconds(300);
@@ -299,14 +315,27 @@ class PsClient {
  private:
   class Impl;
   class Attempt;
+  class BatchAttempt;
   explicit PsClient(std::unique_ptr<Impl> impl);
   // A new op on `chunk`; INVALID_ARGUMENT for an index outside the model.
   absl::StatusOr<std::shared_ptr<ps_client_internal::OpState>> NewOp(
       int kind, int chunk, int priority) const;
+  // A push (pull) of `chunk`, not submitted yet: Push's (Pull's)
+  // arguments. A deferred push is counted for Commit here.
+  absl::StatusOr<std::shared_ptr<ps_client_internal::OpState>> PushOp(
+      int chunk, const float* grad, int64_t step, uint64_t samples,
+      int priority, StepStamp stamp);
+  absl::StatusOr<std::shared_ptr<ps_client_internal::OpState>> PullOp(
+      int chunk, float* dst, int64_t clock, uint64_t min_version, int priority,
+      StepStamp stamp) const;
   // One op per chunk of `tensor`, op(chunk, offset of the chunk in the
-  // tensor) each; one failed handle for an index outside the model.
-  std::vector<OpHandle> PerChunk(int tensor,
-                                 absl::FunctionRef<OpHandle(int, uint64_t)> op);
+  // tensor) each (a null op: none for that chunk), submitted together;
+  // one failed handle for an index outside the model.
+  std::vector<OpHandle> PerChunk(
+      int tensor,
+      absl::FunctionRef<absl::StatusOr<
+          std::shared_ptr<ps_client_internal::OpState>>(int, uint64_t)>
+          op);
   // The handle of `op`; of an op that failed with `status` before it started.
   static OpHandle Handle(std::shared_ptr<ps_client_internal::OpState> op);
   static OpHandle FailedOp(absl::Status status);

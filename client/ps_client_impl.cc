@@ -66,36 +66,91 @@ absl::StatusOr<PsClient::Impl::Stubs*> PsClient::Impl::StubsForSlot(int slot) {
   return stubs.get();
 }
 
-OpHandle PsClient::Impl::Submit(OpPtr op) {
+std::vector<OpHandle> PsClient::Impl::Submit(std::vector<OpPtr> ops) {
+  std::vector<int> slots;
   {
     absl::MutexLock lock(&mu_);
-    op->seq = next_seq_++;
-    outstanding_++;
-    queues_[op->slot].push(op);
+    for (const OpPtr& op : ops) {
+      op->seq = next_seq_++;
+      outstanding_++;
+      queues_[op->slot].push(op);
+      if (std::find(slots.begin(), slots.end(), op->slot) == slots.end())
+        slots.push_back(op->slot);
+    }
   }
-  Dispatch(op->slot);
-  return PsClient::Handle(op);
+  for (int slot : slots) Dispatch(slot);
+  std::vector<OpHandle> handles;
+  handles.reserve(ops.size());
+  for (OpPtr& op : ops) handles.push_back(PsClient::Handle(std::move(op)));
+  return handles;
 }
 
 void PsClient::Impl::Dispatch(int slot) {
-  std::vector<OpPtr> ready;
+  std::vector<std::vector<OpPtr>> calls;
   {
     absl::MutexLock lock(&mu_);
     auto& q = queues_[slot];
     while (!q.empty() && in_flight_[slot] < options_.max_in_flight_per_server) {
-      ready.push_back(q.top());
+      std::vector<OpPtr> call = {q.top()};
       q.pop();
+      if (Batchable(*call[0])) {
+        // The queue spread over the calls free now: each takes its share
+        // of the ops at the queue's head that may go with the first, up
+        // to a default chunk's bytes.
+        const size_t free =
+            options_.max_in_flight_per_server - in_flight_[slot];
+        const size_t share = std::min<size_t>((q.size() + 1 + free - 1) / free,
+                                              options_.batch_max_requests);
+        uint64_t bytes = PayloadBytes(*call[0]);
+        while (call.size() < share && !q.empty() &&
+               q.top()->kind == call[0]->kind && Batchable(*q.top()) &&
+               bytes + PayloadBytes(*q.top()) <= kDefaultChunkBytes) {
+          bytes += PayloadBytes(*q.top());
+          call.push_back(q.top());
+          q.pop();
+        }
+      }
       in_flight_[slot]++;
+      calls.push_back(std::move(call));
     }
   }
-  for (const OpPtr& op : ready) Issue(op);
+  for (std::vector<OpPtr>& call : calls) {
+    if (call.size() == 1) {
+      Issue(call[0]);
+    } else {
+      IssueBatch(std::move(call));
+    }
+  }
+}
+
+bool PsClient::Impl::Batchable(const OpState& op) const {
+  if (options_.batch_max_bytes == 0 || Compressed(op) ||
+      no_batches_.load(std::memory_order_relaxed)) {
+    return false;
+  }
+  if (op.kind == OpState::kPush && op.stamp.zero) return true;
+  // Payloads that could go on the bulk plane keep their own call.
+  uint64_t limit = options_.batch_max_bytes;
+  if (options_.wire != WireKind::kGrpc)
+    limit = std::min(limit, options_.bulk_min_bytes);
+  return plan_.chunks[op.chunk].numel * sizeof(float) < limit;
+}
+
+uint64_t PsClient::Impl::PayloadBytes(const OpState& op) const {
+  if (op.kind == OpState::kPush && op.stamp.zero) return 0;
+  return plan_.chunks[op.chunk].numel * sizeof(float);
+}
+
+void PsClient::Impl::BeginAttempt(OpState& op) {
+  op.batched = false;
+  op.attempts++;
+  op.answered = op.shm_lost = false;
+  op.bulk_payload = false;  // set again by TakeBulk for this attempt
+  op.bulk_into = nullptr;
 }
 
 void PsClient::Impl::Issue(const OpPtr& op) {
-  op->attempts++;
-  op->answered = op->shm_lost = false;
-  op->bulk_payload = false;  // set again by TakeBulk for this attempt
-  op->bulk_into = nullptr;
+  BeginAttempt(*op);
   auto stubs = StubsForSlot(op->slot);
   if (!stubs.ok()) {
     OnDone(op, ToGrpcStatus(stubs.status()), grpc::ByteBuffer());
@@ -111,6 +166,43 @@ void PsClient::Impl::Issue(const OpPtr& op) {
   const bool push = op->kind == OpState::kPush;
   attempt->request =
       push ? PushMessage(op, *stubs, view) : PullMessage(op, *stubs, view);
+  (*stubs)->generic->PrepareUnaryCall(&attempt->ctx, push ? kPush : kPull,
+                                      grpc::StubOptions(), &attempt->request,
+                                      &attempt->response, attempt);
+  attempt->StartCall();
+}
+
+void PsClient::Impl::IssueBatch(std::vector<OpPtr> ops) {
+  for (const OpPtr& op : ops) {
+    BeginAttempt(*op);
+    op->batched = true;
+  }
+  auto stubs = StubsForSlot(ops[0]->slot);
+  if (!stubs.ok()) {
+    OnBatchDone(ops, ToGrpcStatus(stubs.status()), grpc::ByteBuffer(),
+                /*answered=*/false);
+    return;
+  }
+  const v1::View view = scheduler_->view();
+  const bool push = ops[0]->kind == OpState::kPush;
+  v1::BatchRequest batch;
+  for (const OpPtr& op : ops) {
+    const grpc::ByteBuffer one =
+        push ? PushMessage(op, *stubs, view) : PullMessage(op, *stubs, view);
+    std::vector<grpc::Slice> slices;
+    (void)one.Dump(&slices);  // a buffer this process made: cannot fail
+    std::string* bytes = batch.add_requests();
+    for (const grpc::Slice& slice : slices)
+      bytes->append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  live_attempts_.fetch_add(1, std::memory_order_relaxed);
+  auto* attempt = new BatchAttempt(this, std::move(ops));  // as Attempt
+  attempt->ctx.set_deadline(
+      absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  grpc::Slice slice(batch.SerializeAsString());
+  attempt->request = grpc::ByteBuffer(&slice, 1);
+  static const std::string kPush = "/strata.v1.ParameterServer/PushBatch";
+  static const std::string kPull = "/strata.v1.ParameterServer/PullBatch";
   (*stubs)->generic->PrepareUnaryCall(&attempt->ctx, push ? kPush : kPull,
                                       grpc::StubOptions(), &attempt->request,
                                       &attempt->response, attempt);
@@ -236,42 +328,106 @@ void PsClient::Attempt::OnDone(const grpc::Status& status) {
   client->AttemptFinished();
 }
 
+void PsClient::BatchAttempt::OnDone(const grpc::Status& status) {
+  PsClient::Impl* client = client_;
+  const bool answered = ctx.GetServerTrailingMetadata().count(kHandledKey) > 0;
+  client->OnBatchDone(ops_, status, response, answered);
+  delete this;
+  client->AttemptFinished();  // the last touch of the client, as Attempt's
+}
+
 void PsClient::Impl::OnDone(const OpPtr& op, const grpc::Status& grpc_status,
                             const grpc::ByteBuffer& response) {
-  absl::Status status = EndBulkAttempt(op, FromGrpcStatus(grpc_status));
-  if (op->shm_lost) {
-    // The server no longer holds our region: retried, in a message or
-    // through the region attached meanwhile.
-    status = absl::UnavailableError(status.message());
-  }
-  if (absl::IsCancelled(status)) {
-    // A server that stops cancels the calls it has not answered within
-    // its shutdown grace (ParameterServer::Shutdown); this client cancels
-    // none of its own. Retried as for a server that is gone: a replica may
-    // serve the slot now (a repeated push applies once).
-    status = absl::UnavailableError(status.message());
-  }
+  absl::Status status = FromGrpcStatus(grpc_status);
+  const bool retry = EndAttempt(op, &status);
   {
     absl::MutexLock lock(&mu_);
     in_flight_[op->slot]--;
-  }
-  const bool retry =
-      IsRetryable(status) && op->attempts < options_.max_attempts;
-  if (retry) {
-    if (op->kind == OpState::kPush && op->encoded && op->bf16.empty() &&
-        op->shm != nullptr) {
-      // The carried error moved on with this attempt's payload: the retry
-      // sends the same bytes.
-      op->bf16.assign(op->shm_slot.data,
-                      plan_.chunks[op->chunk].numel * sizeof(uint16_t));
-    }
-    EndShmAttempt(op, status);
-    RetryLater(op, status);
   }
   Dispatch(op->slot);
   // Last: once the op completes, the destructor may start (it then waits
   // for the calling attempt's AttemptFinished).
   if (!retry) Complete(op, status, &response);
+}
+
+void PsClient::Impl::OnBatchDone(const std::vector<OpPtr>& ops,
+                                 const grpc::Status& grpc_status,
+                                 const grpc::ByteBuffer& response,
+                                 bool answered) {
+  if (grpc_status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    // A server from before batches: its gRPC refused the method, so no
+    // handler touched the ops' bytes. They go again, each in its own call.
+    no_batches_.store(true, std::memory_order_relaxed);
+    answered = true;
+  }
+  std::vector<absl::Status> statuses(ops.size(), FromGrpcStatus(grpc_status));
+  if (grpc_status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    statuses.assign(ops.size(),
+                    absl::UnavailableError("the server takes no batches"));
+  }
+  std::vector<grpc::ByteBuffer> answers(ops.size());
+  v1::BatchResponse batch;
+  PayloadMessage message;
+  if (grpc_status.ok()) {
+    absl::Status parsed = message.Parse(response, /*field=*/0, &batch);
+    if (parsed.ok() && batch.answers_size() != static_cast<int>(ops.size())) {
+      parsed = absl::DataLossError(
+          absl::StrCat("a batch of ", ops.size(), " requests got ",
+                       batch.answers_size(), " answers"));
+    }
+    statuses.assign(ops.size(), parsed);
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {
+    OpState& op = *ops[i];
+    op.answered = answered;
+    op.shm_lost = false;
+    if (!grpc_status.ok() || !statuses[i].ok()) continue;
+    const v1::BatchAnswer& a = batch.answers(static_cast<int>(i));
+    statuses[i] =
+        absl::Status(static_cast<absl::StatusCode>(a.code()), a.message());
+    op.shm_lost = a.shm_lost();
+    grpc::Slice slice(a.response());
+    answers[i] = grpc::ByteBuffer(&slice, 1);
+  }
+  std::vector<bool> retry(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i)
+    retry[i] = EndAttempt(ops[i], &statuses[i]);
+  {
+    absl::MutexLock lock(&mu_);
+    in_flight_[ops[0]->slot]--;
+  }
+  Dispatch(ops[0]->slot);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (!retry[i]) Complete(ops[i], statuses[i], &answers[i]);
+  }
+}
+
+bool PsClient::Impl::EndAttempt(const OpPtr& op, absl::Status* status) {
+  *status = EndBulkAttempt(op, std::move(*status));
+  if (op->shm_lost) {
+    // The server no longer holds our region: retried, in a message or
+    // through the region attached meanwhile.
+    *status = absl::UnavailableError(status->message());
+  }
+  if (absl::IsCancelled(*status)) {
+    // A server that stops cancels the calls it has not answered within
+    // its shutdown grace (ParameterServer::Shutdown); this client cancels
+    // none of its own. Retried as for a server that is gone: a replica may
+    // serve the slot now (a repeated push applies once).
+    *status = absl::UnavailableError(status->message());
+  }
+  if (!IsRetryable(*status) || op->attempts >= options_.max_attempts)
+    return false;
+  if (op->kind == OpState::kPush && op->encoded && op->bf16.empty() &&
+      op->shm != nullptr) {
+    // The carried error moved on with this attempt's payload: the retry
+    // sends the same bytes.
+    op->bf16.assign(op->shm_slot.data,
+                    plan_.chunks[op->chunk].numel * sizeof(uint16_t));
+  }
+  EndShmAttempt(op, *status);
+  RetryLater(op, *status);
+  return true;
 }
 
 void PsClient::Impl::Complete(const OpPtr& op, absl::Status status,

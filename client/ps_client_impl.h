@@ -78,6 +78,10 @@ struct OpState {
   // The shared-memory slot the current attempt's payload is in, if any.
   std::shared_ptr<ShmLink> shm;
   ShmLink::Slot shm_slot;
+  // The current attempt shares its call with others (PushBatch,
+  // PullBatch): its payload goes in place in the tensor region or in the
+  // message, not in a shared-memory slot (a link has a few, one per call).
+  bool batched = false;
   // The current attempt's payload is in place in the caller's tensor
   // region (PsClient::ShareTensors), in this session of it.
   std::shared_ptr<TensorSession> tensors;
@@ -156,6 +160,24 @@ class PsClient::Attempt : public grpc::ClientUnaryReactor {
   ps_client_internal::OpPtr op_;
 };
 
+// One PushBatch or PullBatch call: several ops of one server, each in its
+// current attempt (PsClientOptions::batch_max_bytes). Owns its context
+// and buffers as Attempt does.
+class PsClient::BatchAttempt : public grpc::ClientUnaryReactor {
+ public:
+  BatchAttempt(Impl* client, std::vector<ps_client_internal::OpPtr> ops)
+      : client_(client), ops_(std::move(ops)) {}
+  void OnDone(const grpc::Status& status) override;
+
+  grpc::ClientContext ctx;
+  grpc::ByteBuffer request;
+  grpc::ByteBuffer response;
+
+ private:
+  Impl* client_;
+  std::vector<ps_client_internal::OpPtr> ops_;
+};
+
 class PsClient::Impl {
  public:
   using OpPtr = ps_client_internal::OpPtr;
@@ -164,7 +186,9 @@ class PsClient::Impl {
   ~Impl();  // waits for every op and every callback's last access
 
   absl::Status RegisterModel(const ModelSpec& model);
-  OpHandle Submit(OpPtr op);
+  // Queues `ops` (each for its chunk's slot), then dispatches the slots
+  // they went to; their handles, in order.
+  std::vector<OpHandle> Submit(std::vector<OpPtr> ops);
   // The typed stub (control calls) and the generic one (push and pull,
   // whose payloads bypass protobuf's copies) of one server, and the
   // shared-memory link to it when it is on this host.
@@ -190,6 +214,11 @@ class PsClient::Impl {
   // this object) AttemptFinished.
   void OnDone(const OpPtr& op, const grpc::Status& status,
               const grpc::ByteBuffer& response);
+  // Called by a batch when its call ended: each op's answer, or the
+  // call's error for all of them (`answered`: the server's handler
+  // answered the call).
+  void OnBatchDone(const std::vector<OpPtr>& ops, const grpc::Status& status,
+                   const grpc::ByteBuffer& response, bool answered);
   void AttemptFinished() {
     live_attempts_.fetch_sub(1, std::memory_order_release);
   }
@@ -250,7 +279,20 @@ class PsClient::Impl {
 
  private:
   void Dispatch(int slot);
+  // Whether `op` may share a call with others (batch_max_bytes).
+  bool Batchable(const OpState& op) const;
+  // The fp32 bytes of op's payload (0 for a push of zeros).
+  uint64_t PayloadBytes(const OpState& op) const;
+  // Readies op for a new attempt: counted, last attempt's marks cleared.
+  static void BeginAttempt(OpState& op);
   void Issue(const OpPtr& op);
+  // One call for `ops`, all of one kind and slot.
+  void IssueBatch(std::vector<OpPtr> ops);
+  // Ends op's attempt, which ended with `*status` (changed to what the
+  // op's caller or its retry should see): gives its payload places back
+  // and schedules a retry if it is retryable. Returns whether it will be
+  // retried; if not, the caller Completes it (after Dispatch).
+  bool EndAttempt(const OpPtr& op, absl::Status* status);
   // The request of one attempt of a push or pull: its payload in the
   // message, in a shared-memory slot, or in place in the tensor region.
   grpc::ByteBuffer PushMessage(const OpPtr& op, Stubs* stubs,
@@ -335,6 +377,9 @@ class PsClient::Impl {
   int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
   // Attempts created and not yet past their last access (AttemptFinished).
   std::atomic<int> live_attempts_{0};
+  // A server answered a batch UNIMPLEMENTED (it predates PushBatch and
+  // PullBatch): no more batches from this client.
+  std::atomic<bool> no_batches_{false};
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool attach_wanted_ ABSL_GUARDED_BY(mu_) = false;  // for TimerLoop
   absl::Time next_attach_ ABSL_GUARDED_BY(mu_);      // the earliest retry

@@ -162,7 +162,7 @@ bool PsClient::Impl::TakePayloadPlace(const OpPtr& op, Stubs* stubs,
 }
 
 bool PsClient::Impl::TakeShmSlot(const OpPtr& op, Stubs* stubs, size_t bytes) {
-  if (!options_.shared_memory) return false;
+  if (!options_.shared_memory || op->batched) return false;
   std::shared_ptr<ShmLink> link;
   bool refused;
   {

@@ -18,9 +18,11 @@
 
 namespace strata {
 
-// Trailing metadata of every Push and Pull a server's handler answered (the
-// call's shared-memory slot is free again), and of those whose session the
-// server does not hold (the client attaches again and retries).
+// Trailing metadata of every Push, Pull, PushBatch and PullBatch a
+// server's handler answered (the call's shared-memory places are free
+// again), and of a Push or Pull whose session the server does not hold
+// (the client attaches again and retries; in a batch each answer says so,
+// BatchAnswer.shm_lost).
 inline constexpr char kHandledKey[] = "strata-handled";
 inline constexpr char kShmLostKey[] = "strata-shm-lost";
 // How Resolve's NOT_FOUND for an unknown session begins.

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstring>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -28,7 +30,9 @@ namespace {
 // The other methods are ordinary synchronous handlers.
 using ServiceBase = v1::ParameterServer::WithRawCallbackMethod_Push<
     v1::ParameterServer::WithRawCallbackMethod_Pull<
-        v1::ParameterServer::Service>>;
+        v1::ParameterServer::WithRawCallbackMethod_PushBatch<
+            v1::ParameterServer::WithRawCallbackMethod_PullBatch<
+                v1::ParameterServer::Service>>>>;
 
 constexpr int kPushDataField = v1::PushRequest::kDataFieldNumber;
 constexpr int kPullDataField = v1::PullResponse::kDataFieldNumber;
@@ -55,7 +59,19 @@ class Service final : public ServiceBase {
             [this] { return shm_payloads_.load(std::memory_order_relaxed); },
             [this] {
               return shm_tensor_payloads_.load(std::memory_order_relaxed);
-            }) {}
+            }) {
+    metrics->AddCounterFn("strata_server_batch_calls_total",
+                          "PushBatch and PullBatch calls answered", [this] {
+                            return static_cast<double>(
+                                batch_calls_.load(std::memory_order_relaxed));
+                          });
+    metrics->AddCounterFn(
+        "strata_server_batched_requests_total",
+        "Pushes and pulls that came in a PushBatch or PullBatch", [this] {
+          return static_cast<double>(
+              batched_requests_.load(std::memory_order_relaxed));
+        });
+  }
 
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* request,
@@ -89,6 +105,21 @@ class Service final : public ServiceBase {
                  HandlePull(*request, response));
         });
     return reactor;
+  }
+
+  // A batch runs on its method's pool, its requests one after another.
+  grpc::ServerUnaryReactor* PushBatch(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override {
+    return StartBatch(ServerMetrics::kPush, "PushBatch", kWriters, push_pool_,
+                      ctx, request, response);
+  }
+
+  grpc::ServerUnaryReactor* PullBatch(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override {
+    return StartBatch(ServerMetrics::kPull, "PullBatch", kWorkers, pull_pool_,
+                      ctx, request, response);
   }
 
   grpc::Status RegisterChunks(grpc::ServerContext* ctx,
@@ -141,6 +172,9 @@ class Service final : public ServiceBase {
     resp->set_bulk_payloads(bulk_payloads_.load(std::memory_order_relaxed));
     resp->set_bulk_attaches(bulk_->attached());
     resp->set_replica_forwards(replicas_->forwarded());
+    resp->set_batch_calls(batch_calls_.load(std::memory_order_relaxed));
+    resp->set_batched_requests(
+        batched_requests_.load(std::memory_order_relaxed));
     return grpc::Status::OK;
   }
 
@@ -265,11 +299,100 @@ class Service final : public ServiceBase {
               grpc::ServerUnaryReactor* reactor, const absl::Status& status) {
     metrics_.Answered(method, status, absl::Now() - start);
     ctx->AddTrailingMetadata(kHandledKey, "1");
-    if (absl::IsNotFound(status) &&
-        absl::StartsWith(status.message(), kNoSessionPrefix)) {
-      ctx->AddTrailingMetadata(kShmLostKey, "1");
-    }
+    if (ShmLost(status)) ctx->AddTrailingMetadata(kShmLostKey, "1");
     reactor->Finish(ToGrpcStatus(status));
+  }
+
+  grpc::ServerUnaryReactor* StartBatch(ServerMetrics::Method method,
+                                       const char* name,
+                                       std::initializer_list<Role> roles,
+                                       ThreadPool* pool,
+                                       grpc::CallbackServerContext* ctx,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    if (absl::Status s = security_->Authorize(*ctx, name, roles); !s.ok()) {
+      Finish(method, absl::Now(), ctx, reactor, s);  // nothing was touched
+      return reactor;
+    }
+    pool->Schedule([this, method, ctx, reactor, request, response] {
+      absl::Status s = HandleBatch(method, *request, response);
+      // Every request named in the batch was handled (or none was): its
+      // shared-memory slots are free again.
+      ctx->AddTrailingMetadata(kHandledKey, "1");
+      reactor->Finish(ToGrpcStatus(s));
+    });
+    return reactor;
+  }
+
+  // The requests of a PushBatch or PullBatch, each handled as its own
+  // call would be and counted in the metrics as one.
+  absl::Status HandleBatch(ServerMetrics::Method method,
+                           const grpc::ByteBuffer& request,
+                           grpc::ByteBuffer* response) {
+    constexpr int kMaxRequests = 4096;
+    v1::BatchRequest batch;
+    PayloadMessage parsed;
+    STRATA_RETURN_IF_ERROR(parsed.Parse(request, /*field=*/0, &batch));
+    if (batch.requests_size() == 0 || batch.requests_size() > kMaxRequests) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a batch holds 1 to ", kMaxRequests, " requests, not ",
+                       batch.requests_size()));
+    }
+    v1::BatchResponse out;
+    // The pulls' gate waits share one max_wait from here, as their own
+    // calls sent at once would; after an UNAVAILABLE (the server behind
+    // the caller's view or generation, or stopping: the same for every
+    // request of the caller) the rest are not tried, so that the batch
+    // does not wait for the view once per request. The caller retries
+    // them as it retries that one.
+    const absl::Time batch_start = absl::Now();
+    bool unavailable = false;
+    for (const std::string& bytes : batch.requests()) {
+      const absl::Time start = absl::Now();
+      grpc::Slice slice(bytes);
+      const grpc::ByteBuffer one(&slice, 1);
+      grpc::ByteBuffer answer;
+      absl::Status s;
+      if (unavailable) {
+        s = absl::UnavailableError(
+            "not tried: an earlier request of its batch was UNAVAILABLE");
+      } else if (method == ServerMetrics::kPush) {
+        s = HandlePush(one, &answer);
+      } else {
+        s = HandlePull(one, &answer, batch_start);
+      }
+      unavailable = unavailable || absl::IsUnavailable(s);
+      v1::BatchAnswer* a = out.add_answers();
+      if (s.ok()) {
+        if (!Flatten(answer, a->mutable_response())) {
+          s = absl::InternalError("the answer's bytes could not be read");
+        }
+      }
+      metrics_.Answered(method, s, absl::Now() - start);
+      a->set_code(static_cast<int>(s.code()));
+      a->set_message(std::string(s.message()));
+      a->set_shm_lost(ShmLost(s));
+    }
+    batch_calls_.fetch_add(1, std::memory_order_relaxed);
+    batched_requests_.fetch_add(batch.requests_size(),
+                                std::memory_order_relaxed);
+    return SerializeMessage(out, response);
+  }
+
+  static bool ShmLost(const absl::Status& status) {
+    return absl::IsNotFound(status) &&
+           absl::StartsWith(status.message(), kNoSessionPrefix);
+  }
+
+  // Copies `buffer`'s bytes to *out; false if they could not be read.
+  static bool Flatten(const grpc::ByteBuffer& buffer, std::string* out) {
+    std::vector<grpc::Slice> slices;
+    if (!buffer.Dump(&slices).ok()) return false;
+    out->clear();
+    for (const grpc::Slice& s : slices)
+      out->append(reinterpret_cast<const char*>(s.begin()), s.size());
+    return true;
   }
 
   absl::Status HandlePush(const grpc::ByteBuffer& request,
@@ -386,8 +509,10 @@ class Service final : public ServiceBase {
                         });
   }
 
+  // A pull; its gate wait ends max_wait after `wait_from` (unset: now).
   absl::Status HandlePull(const grpc::ByteBuffer& request,
-                          grpc::ByteBuffer* response) {
+                          grpc::ByteBuffer* response,
+                          std::optional<absl::Time> wait_from = std::nullopt) {
     PayloadMessage message;
     v1::PullRequest req;
     STRATA_RETURN_IF_ERROR(message.Parse(request, /*field=*/0, &req));
@@ -401,10 +526,14 @@ class Service final : public ServiceBase {
       // The use begins once the pull is served (after any wait at the
       // gate) and ends after the weights are written.
       ShmUse use(span);
-      absl::StatusOr<PullResult> served = shard_->Pull(req, [&](size_t n) {
-        if (n > span.size || !use.Begin()) return static_cast<char*>(nullptr);
-        return span.data;
-      });
+      absl::StatusOr<PullResult> served = shard_->Pull(
+          req,
+          [&](size_t n) {
+            if (n > span.size || !use.Begin())
+              return static_cast<char*>(nullptr);
+            return span.data;
+          },
+          wait_from);
       use.End();
       if (use.refused()) return ShmUse::NoSessionError(req.shm().session());
       STRATA_ASSIGN_OR_RETURN(PullResult r, std::move(served));
@@ -415,11 +544,15 @@ class Service final : public ServiceBase {
       return SerializeMessage(header, response);
     }
     grpc::Slice payload;
-    STRATA_ASSIGN_OR_RETURN(
-        PullResult r, shard_->Pull(req, [&payload](size_t n) {
-          payload = AllocateSlice(n);
-          return reinterpret_cast<char*>(const_cast<uint8_t*>(payload.begin()));
-        }));
+    STRATA_ASSIGN_OR_RETURN(PullResult r,
+                            shard_->Pull(
+                                req,
+                                [&payload](size_t n) {
+                                  payload = AllocateSlice(n);
+                                  return reinterpret_cast<char*>(
+                                      const_cast<uint8_t*>(payload.begin()));
+                                },
+                                wait_from));
     v1::PullResponse header;
     header.set_version(r.version);
     header.set_min_clock(r.min_clock);
@@ -478,6 +611,8 @@ class Service final : public ServiceBase {
   std::atomic<uint64_t> shm_payloads_{0};
   std::atomic<uint64_t> shm_tensor_payloads_{0};
   std::atomic<uint64_t> bulk_payloads_{0};
+  std::atomic<uint64_t> batch_calls_{0};
+  std::atomic<uint64_t> batched_requests_{0};
   ServerMetrics metrics_;
 };
 

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -108,9 +109,12 @@ class Shard {
   // Serves a pull: waits at the gate, then writes the chunk's weights in
   // req.dtype() to space from `alloc` (called once, under the chunk's lock);
   // for ONEBIT or TOPK, a live worker's, a delta against its copy or the
-  // whole weights (server/pull_mirrors.h), as the result says.
-  absl::StatusOr<PullResult> Pull(const v1::PullRequest& req,
-                                  PayloadAllocator alloc);
+  // whole weights (server/pull_mirrors.h), as the result says. A gate
+  // wait ends max_wait after `wait_from` (unset: the call): the pulls of
+  // one batch share one max_wait, counted from the batch's start.
+  absl::StatusOr<PullResult> Pull(
+      const v1::PullRequest& req, PayloadAllocator alloc,
+      std::optional<absl::Time> wait_from = std::nullopt);
   // Convenience: the weights into `out` (resized to fit).
   absl::StatusOr<PullResult> Pull(const v1::PullRequest& req, std::string* out);
 
@@ -201,13 +205,15 @@ class Shard {
                                         std::vector<float> grad);
   // Pull's wait at the gate and copy, on a found chunk.
   absl::StatusOr<PullResult> PullChunk(Chunk& c, const v1::PullRequest& req,
-                                       PayloadAllocator alloc);
+                                       PayloadAllocator alloc,
+                                       absl::Time wait_from);
   // REQUIRES: c.mu held. Waits until the gate lets the pull through
-  // (`need`: the version PullTarget said), then copies the weights out;
-  // sets *pinned once it pins the tile.
+  // (`need`: the version PullTarget said) or max_wait after `wait_from`,
+  // then copies the weights out; sets *pinned once it pins the tile.
   absl::StatusOr<PullResult> ServeAtGate(Chunk& c, const v1::PullRequest& req,
                                          bool worker, uint64_t need,
-                                         PayloadAllocator alloc, bool* pinned);
+                                         PayloadAllocator alloc,
+                                         absl::Time wait_from, bool* pinned);
   // REQUIRES: c.mu held. Writes c's weights in req.dtype() (or a compressed
   // pull's answer) to `alloc`'s space.
   absl::StatusOr<PullResult> CopyOut(Chunk& c, const v1::PullRequest& req,

@@ -23,14 +23,16 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
 }
 
 absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
-                                       PayloadAllocator alloc) {
+                                       PayloadAllocator alloc,
+                                       std::optional<absl::Time> wait_from) {
   STRATA_ASSIGN_OR_RETURN(Chunk * c, p_->table.Find(req.chunk_id()));
-  return PullChunk(*c, req, alloc);
+  return PullChunk(*c, req, alloc, wait_from.value_or(absl::Now()));
 }
 
 absl::StatusOr<PullResult> Shard::PullChunk(Chunk& c,
                                             const v1::PullRequest& req,
-                                            PayloadAllocator alloc) {
+                                            PayloadAllocator alloc,
+                                            absl::Time wait_from) {
   const bool compressed =
       req.dtype() == v1::DTYPE_ONEBIT || req.dtype() == v1::DTYPE_TOPK;
   if (req.dtype() != v1::DTYPE_F32 && req.dtype() != v1::DTYPE_BF16 &&
@@ -74,17 +76,15 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk& c,
   if (worker && req.clock() >= 0 && req.generation() == c.generation) {
     c.NotePullOfStep(req.clock(), arrival);
   }
-  return ServeAtGate(c, req, worker, need, alloc, &pinned);
+  return ServeAtGate(c, req, worker, need, alloc, wait_from, &pinned);
 }
 
-absl::StatusOr<PullResult> Shard::ServeAtGate(Chunk& c,
-                                              const v1::PullRequest& req,
-                                              bool worker, uint64_t need,
-                                              PayloadAllocator alloc,
-                                              bool* pinned) {
+absl::StatusOr<PullResult> Shard::ServeAtGate(
+    Chunk& c, const v1::PullRequest& req, bool worker, uint64_t need,
+    PayloadAllocator alloc, absl::Time wait_from, bool* pinned) {
   const ConsistencyGate& gate = p_->gates.Current();
   const absl::Time start = absl::Now();
-  const absl::Time deadline = start + options_.max_wait;
+  const absl::Time deadline = wait_from + options_.max_wait;
   bool waited = false;
   const uint64_t waiter = worker ? req.member_id() : 0;
   // Counts the wait however it ends (served, refused or timed out), the
@@ -127,8 +127,9 @@ absl::StatusOr<PullResult> Shard::ServeAtGate(Chunk& c,
         !gate.Ready(c, req, worker, need)) {
       return absl::DeadlineExceededError(absl::StrCat(
           "pull of chunk ", req.chunk_id(), " waited ",
-          absl::FormatDuration(options_.max_wait), " at the gate (version ",
-          c.rec.version, ", wanted ", need, ")"));
+          absl::FormatDuration(options_.max_wait),
+          wait_from < start ? " (with the pulls before it in its batch)" : "",
+          " at the gate (version ", c.rec.version, ", wanted ", need, ")"));
     }
   }
 }

@@ -154,7 +154,8 @@ TEST_F(SecureCluster, APlaintextCallerIsRefused) {
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
 }
 
-// Bytes that are no request: the payload handlers (Push, Pull) answer
+// Bytes that are no request: the payload handlers (Push, Pull and their
+// batches) answer
 // INVALID_ARGUMENT; the others are refused by gRPC's own protobuf parsing
 // (INTERNAL, before a handler runs). Either way the server goes on.
 TEST_F(SecureCluster, RandomBytesAreRefusedAndTheServersGoOn) {
@@ -184,6 +185,10 @@ TEST_F(SecureCluster, RandomBytesAreRefusedAndTheServersGoOn) {
   EXPECT_EQ(call(ps, "/strata.v1.ParameterServer/Push").error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(call(ps, "/strata.v1.ParameterServer/Pull").error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(call(ps, "/strata.v1.ParameterServer/PushBatch").error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(call(ps, "/strata.v1.ParameterServer/PullBatch").error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   auto sched = worker->Dial(scheduler_->address(), Role::kScheduler);
   EXPECT_FALSE(call(sched, "/strata.v1.Scheduler/Register").ok());

@@ -264,6 +264,7 @@ absl::Status RunTrainer(const TrainerOptions& options) {
     if (MomentumCorrection(o)) po.topk_momentum = kSgdMomentum;
   }
   po.shared_memory = o.shared_memory;
+  po.batch_max_bytes = o.batch_bytes;
   po.wire = o.wire;
   po.bulk_insecure = o.bulk_insecure;
   po.security = o.security;
