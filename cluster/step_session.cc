@@ -283,7 +283,13 @@ absl::Status StepSession::Send(int tensor, const float* grad, int priority) {
       .first_sample = static_cast<uint64_t>(w.units[0].first()),
       .generation = generation_,
       .deferred = options_.grad_clip > 0,
-      .zero = grad == nullptr};
+      .zero = grad == nullptr,
+      // A lease is never above the batch; under BSP the servers ignore it.
+      .async_lr_scale = options_.async_lr_share
+                            ? static_cast<float>(std::min(
+                                  1.0, static_cast<double>(w.samples) /
+                                           static_cast<double>(job_->batch())))
+                            : 0.0f};
   const double sq =
       options_.grad_clip > 0 && grad != nullptr
           ? SumOfSquares(grad, static_cast<int64_t>(

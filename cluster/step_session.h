@@ -54,6 +54,11 @@ struct StepSessionOptions {
   // off). The servers hold the pushes until End sends the factor, so
   // pushes still go out as the gradients are ready.
   float grad_clip = 0;
+  // SSP/ASP: each push's learning rate times this worker's share of the
+  // step's batch (PushRequest.async_lr_scale; `--async_lr share`), so that
+  // a step's pushes move the weights about as far as one BSP update;
+  // false: the whole rate. BSP servers ignore it.
+  bool async_lr_share = false;
   // How long Begin and End wait for the scheduler's answers and views.
   absl::Duration timeout = absl::Seconds(60);
   // Lease steps ahead to train through a scheduler outage this long

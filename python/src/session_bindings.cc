@@ -33,8 +33,13 @@ class Session {
  public:
   Session(const ConnectOptions& connect, const py::list& tensors,
           const py::list& groups, uint64_t chunk_bytes, int min_workers,
-          float grad_clip) {
+          float grad_clip, const std::string& async_lr) {
+    if (async_lr != "full" && async_lr != "share") {
+      throw py::value_error("async_lr is 'full' or 'share', not '" + async_lr +
+                            "'");
+    }
     StepSessionOptions o;
+    o.async_lr_share = async_lr == "share";
     ClientOptions(connect, &o.scheduler, &o.ps);
     o.model = ParseModel(tensors, groups, chunk_bytes);
     o.min_workers = min_workers;
@@ -221,11 +226,12 @@ void BindSession(py::module_& m) {
                        std::string tls_cert, std::string tls_key,
                        std::string tls_ca, std::string push_dtype,
                        std::string pull_dtype, bool shared_memory,
-                       double timeout) {
+                       double timeout, std::string async_lr) {
              return std::make_unique<Session>(
                  ConnectOptions{scheduler, tls_cert, tls_key, tls_ca,
                                 push_dtype, pull_dtype, shared_memory, timeout},
-                 tensors, groups, chunk_bytes, min_workers, grad_clip);
+                 tensors, groups, chunk_bytes, min_workers, grad_clip,
+                 async_lr);
            }),
            py::arg("scheduler"), py::arg("tensors"), py::arg("groups"),
            py::arg("chunk_bytes") = kDefaultChunkBytes,
@@ -233,7 +239,7 @@ void BindSession(py::module_& m) {
            py::arg("tls_cert") = "", py::arg("tls_key") = "",
            py::arg("tls_ca") = "", py::arg("push_dtype") = "f32",
            py::arg("pull_dtype") = "f32", py::arg("shared_memory") = true,
-           py::arg("timeout") = 60.0)
+           py::arg("timeout") = 60.0, py::arg("async_lr") = "full")
       .def("set_job", &Session::SetJob, py::arg("steps"), py::arg("batch"),
            py::arg("samples_per_epoch"), py::arg("seed") = 0)
       .def("begin", &Session::Begin, py::arg("weights"),

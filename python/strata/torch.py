@@ -71,6 +71,11 @@ class DistributedOptimizer:
     grad_clip: clip this worker's gradient to this global L2 norm (0: off);
     the servers hold the pushes until step() sends the factor, so pushes
     still overlap backward.
+    async_lr: "full" (each push of an SSP or ASP job is an update at the
+    whole learning rate) or "share" (at the rate times this worker's share
+    of the step's batch, as `strata worker --async_lr share`: a step's
+    pushes then move the weights about as far as one BSP update). BSP
+    jobs ignore it.
     init: "model" (the servers start from this model's weights, written to
     a safetensors file under init_dir, which the servers must be able to
     read: this host, or a shared filesystem), an init dict for every
@@ -112,9 +117,12 @@ class DistributedOptimizer:
                  init_dir=None, workers=None, chunk_bytes=4 << 20,
                  backward_passes_per_step=1, spec=None, experts=None,
                  scheduler=None, tls_cert=None, tls_key=None, tls_ca=None,
-                 bf16=None, shared_memory=True, timeout=60.0):
+                 bf16=None, shared_memory=True, timeout=60.0,
+                 async_lr="full"):
         if int(backward_passes_per_step) < 1:
             raise ValueError("backward_passes_per_step must be >= 1")
+        if async_lr not in ("full", "share"):
+            raise ValueError(f"async_lr is 'full' or 'share', not {async_lr!r}")
         self._passes_per_step = int(backward_passes_per_step)
         named = [(n, p) for n, p in named_parameters if p.requires_grad]
         if not named:
@@ -147,7 +155,8 @@ class DistributedOptimizer:
                 tensors=tensors, groups=self._group_specs,
                 chunk_bytes=int(chunk_bytes),
                 min_workers=env.min_workers(workers),
-                grad_clip=float(grad_clip), **connect)
+                grad_clip=float(grad_clip), async_lr=str(async_lr),
+                **connect)
         except BaseException:
             self.close()
             raise

@@ -117,6 +117,33 @@ class ClientTest(unittest.TestCase):
             s.begin([np.empty(4, np.float32)])  # set_job first
         s.leave()
 
+    def test_async_lr_share_scales_a_push_by_its_share_of_the_batch(self):
+        # ASP, SGD at lr 1: a push of ones moves each weight by the rate,
+        # times the pusher's share of the step's batch with "share".
+        with strata.local.Cluster(servers=1, consistency="asp") as cluster:
+            tensors = [strata.model.tensor("lr.w", (4,), "main",
+                                           {"kind": "constant", "scale": 0.5})]
+            with self.assertRaises(ValueError):
+                strata.Session(scheduler=cluster.scheduler, tensors=tensors,
+                               groups=[sgd()], async_lr="half")
+            sessions = [strata.Session(scheduler=cluster.scheduler,
+                                       tensors=tensors, groups=[sgd()],
+                                       async_lr="share") for _ in range(2)]
+            for s in sessions:
+                s.set_job(steps=4, batch=4, samples_per_epoch=16)
+            w = np.empty(4, np.float32)
+            step = sessions[0].begin([w])
+            np.testing.assert_array_equal(w, 0.5)
+            self.assertLess(step.samples, 4)  # two workers share the batch
+            sessions[0].push(0, np.ones(4, np.float32))
+            sessions[0].end()
+            c = strata.Client(scheduler=cluster.scheduler)
+            c.register(tensors, [sgd()])
+            c.pull("lr.w", w, min_version=1).wait()
+            np.testing.assert_allclose(w, 0.5 - step.samples / 4, atol=1e-6)
+            for s in sessions:
+                s.leave()
+
     def test_a_model_with_a_scalar_parameter_starts_from_its_weights(self):
         import torch
         import strata.torch as st

@@ -42,6 +42,12 @@ class Refusals(unittest.TestCase):
                                     scheduler="127.0.0.1:1",
                                     experts=[model[0], model[1]])
 
+    def test_an_unknown_async_lr_is_refused(self):
+        model = torch.nn.Linear(3, 2)
+        with self.assertRaisesRegex(ValueError, "async_lr.*'half'"):
+            st.DistributedOptimizer(model.named_parameters(),
+                                    scheduler="127.0.0.1:1", async_lr="half")
+
     def test_a_missing_scheduler_address_is_refused(self):
         model = torch.nn.Linear(3, 2)
         with self.assertRaisesRegex(ValueError, "STRATA_SCHEDULER"):
