@@ -110,6 +110,23 @@ TEST(Batches, TrainToTheSameWeightsAsOneCallPerOp) {
   }
 }
 
+// A worker's default with a server on its host: bf16 in messages, fp32
+// through shared memory. A batched op takes no slot, and still goes fp32
+// (in its message): its rounding does not depend on whether it went alone.
+TEST(Batches, KeepFp32WhereSharedMemoryWouldCarryIt) {
+  PsClientOptions options;
+  options.push_dtype = options.pull_dtype = v1::DTYPE_BF16;
+  options.push_fp32_through_shm = options.pull_fp32_through_shm = true;
+  options.batch_max_bytes = 0;
+  const Outcome single = TrainRun(options);
+  options.batch_max_bytes = 64 << 10;
+  const Outcome batched = TrainRun(options);
+  ASSERT_EQ(single.w.size(), 250u);
+  EXPECT_GT(batched.batch_calls, 0u);
+  EXPECT_EQ(batched.w, single.w);  // bit-identical: no bf16 rounding
+  EXPECT_EQ(batched.b, single.b);
+}
+
 TEST(Batches, OneRefusedRequestLeavesTheOthersApplied) {
   PsClientOptions options;
   options.max_in_flight_per_server = 1;
@@ -222,8 +239,12 @@ TEST(Batches, PullsShareOneGateWait) {
               static_cast<int>(absl::StatusCode::kDeadlineExceeded));
   }
   EXPECT_EQ(answered->answers(1).code(), 0) << answered->answers(1).message();
-  // The third waited only what was left of the batch's max_wait.
-  EXPECT_NE(answered->answers(2).message().find("with the pulls before it"),
+  // The first was let wait what the batch had (about all of max_wait);
+  // the third only what was left after the first's wait ran out: nothing.
+  EXPECT_NE(answered->answers(0).message().find("left of max_wait 300ms"),
+            std::string::npos)
+      << answered->answers(0).message();
+  EXPECT_NE(answered->answers(2).message().find("waited 0 at the gate"),
             std::string::npos)
       << answered->answers(2).message();
 }

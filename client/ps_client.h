@@ -40,7 +40,8 @@ struct PsClientOptions {
   // batch_max_requests and 4 MiB of payload a call. Each op keeps its own
   // request, answer and retry; its payload goes in place in the tensor
   // region (ShareTensors) or in the message, not in a shared-memory slot
-  // (a link has one per call). A call costs tens of microseconds of
+  // (a link has one per call), though in the dtype a slot would carry
+  // (fp32 with *_fp32_through_shm). A call costs tens of microseconds of
   // processor time at each end, more than the bytes of a small chunk
   // (norms, biases, experts) do (docs/BENCHMARKS.md). 0: every op its own
   // call. Compressed ops, and payloads that could go on the bulk plane,

@@ -154,6 +154,14 @@ bool PsClient::Impl::TakePayloadPlace(const OpPtr& op, Stubs* stubs,
     *dtype = in_shm;
     return true;
   }
+  if (op->batched) {
+    // No slot for a batched op: its payload goes in the message, in the
+    // dtype a slot would carry, so a chunk's rounding does not depend on
+    // whether it went alone.
+    absl::MutexLock lock(&stub_mu_);
+    if (options_.shared_memory && stubs->shm != nullptr) *dtype = in_shm;
+    return false;
+  }
   if (!TakeShmSlot(op, stubs, bytes)) return false;
   *dtype = in_shm;
   *ref = op->shm_slot.ref;

@@ -340,33 +340,40 @@ class Service final : public ServiceBase {
                        batch.requests_size()));
     }
     v1::BatchResponse out;
-    // The pulls' gate waits share one max_wait from here, as their own
-    // calls sent at once would; after an UNAVAILABLE (the server behind
-    // the caller's view or generation, or stopping: the same for every
-    // request of the caller) the rest are not tried, so that the batch
-    // does not wait for the view once per request. The caller retries
-    // them as it retries that one.
+    // The pulls' gate waits share one max_wait from here, so a batch ends
+    // within about max_wait as one call does. After an UNAVAILABLE (the
+    // server behind the caller's view or generation, or stopping: the
+    // same for every request of the caller), or once the answers hold
+    // kMaxAnswerBytes, the rest are not tried: the caller retries them.
+    constexpr size_t kMaxAnswerBytes = 64 << 20;
     const absl::Time batch_start = absl::Now();
-    bool unavailable = false;
+    std::string untried;  // why the rest are not tried; empty: go on
+    size_t answer_bytes = 0;
     for (const std::string& bytes : batch.requests()) {
       const absl::Time start = absl::Now();
       grpc::Slice slice(bytes);
       const grpc::ByteBuffer one(&slice, 1);
       grpc::ByteBuffer answer;
       absl::Status s;
-      if (unavailable) {
-        s = absl::UnavailableError(
-            "not tried: an earlier request of its batch was UNAVAILABLE");
+      if (!untried.empty()) {
+        s = absl::UnavailableError(absl::StrCat("not tried: ", untried));
       } else if (method == ServerMetrics::kPush) {
         s = HandlePush(one, &answer);
       } else {
         s = HandlePull(one, &answer, batch_start);
       }
-      unavailable = unavailable || absl::IsUnavailable(s);
+      if (untried.empty() && absl::IsUnavailable(s)) {
+        untried = "an earlier request of its batch was UNAVAILABLE";
+      }
       v1::BatchAnswer* a = out.add_answers();
       if (s.ok()) {
         if (!Flatten(answer, a->mutable_response())) {
           s = absl::InternalError("the answer's bytes could not be read");
+        }
+        answer_bytes += a->response().size();
+        if (untried.empty() && answer_bytes >= kMaxAnswerBytes) {
+          untried = absl::StrCat("its batch's answers reached ",
+                                 kMaxAnswerBytes >> 20, " MiB");
         }
       }
       metrics_.Answered(method, s, absl::Now() - start);

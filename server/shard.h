@@ -206,14 +206,16 @@ class Shard {
   // Pull's wait at the gate and copy, on a found chunk.
   absl::StatusOr<PullResult> PullChunk(Chunk& c, const v1::PullRequest& req,
                                        PayloadAllocator alloc,
-                                       absl::Time wait_from);
+                                       std::optional<absl::Time> wait_from);
   // REQUIRES: c.mu held. Waits until the gate lets the pull through
-  // (`need`: the version PullTarget said) or max_wait after `wait_from`,
-  // then copies the weights out; sets *pinned once it pins the tile.
+  // (`need`: the version PullTarget said) or max_wait after `wait_from`
+  // (unset: after the wait begins), then copies the weights out; sets
+  // *pinned once it pins the tile.
   absl::StatusOr<PullResult> ServeAtGate(Chunk& c, const v1::PullRequest& req,
                                          bool worker, uint64_t need,
                                          PayloadAllocator alloc,
-                                         absl::Time wait_from, bool* pinned);
+                                         std::optional<absl::Time> wait_from,
+                                         bool* pinned);
   // REQUIRES: c.mu held. Writes c's weights in req.dtype() (or a compressed
   // pull's answer) to `alloc`'s space.
   absl::StatusOr<PullResult> CopyOut(Chunk& c, const v1::PullRequest& req,

@@ -26,13 +26,12 @@ absl::StatusOr<PullResult> Shard::Pull(const v1::PullRequest& req,
                                        PayloadAllocator alloc,
                                        std::optional<absl::Time> wait_from) {
   STRATA_ASSIGN_OR_RETURN(Chunk * c, p_->table.Find(req.chunk_id()));
-  return PullChunk(*c, req, alloc, wait_from.value_or(absl::Now()));
+  return PullChunk(*c, req, alloc, wait_from);
 }
 
-absl::StatusOr<PullResult> Shard::PullChunk(Chunk& c,
-                                            const v1::PullRequest& req,
-                                            PayloadAllocator alloc,
-                                            absl::Time wait_from) {
+absl::StatusOr<PullResult> Shard::PullChunk(
+    Chunk& c, const v1::PullRequest& req, PayloadAllocator alloc,
+    std::optional<absl::Time> wait_from) {
   const bool compressed =
       req.dtype() == v1::DTYPE_ONEBIT || req.dtype() == v1::DTYPE_TOPK;
   if (req.dtype() != v1::DTYPE_F32 && req.dtype() != v1::DTYPE_BF16 &&
@@ -81,10 +80,10 @@ absl::StatusOr<PullResult> Shard::PullChunk(Chunk& c,
 
 absl::StatusOr<PullResult> Shard::ServeAtGate(
     Chunk& c, const v1::PullRequest& req, bool worker, uint64_t need,
-    PayloadAllocator alloc, absl::Time wait_from, bool* pinned) {
+    PayloadAllocator alloc, std::optional<absl::Time> wait_from, bool* pinned) {
   const ConsistencyGate& gate = p_->gates.Current();
   const absl::Time start = absl::Now();
-  const absl::Time deadline = wait_from + options_.max_wait;
+  const absl::Time deadline = wait_from.value_or(start) + options_.max_wait;
   bool waited = false;
   const uint64_t waiter = worker ? req.member_id() : 0;
   // Counts the wait however it ends (served, refused or timed out), the
@@ -125,11 +124,17 @@ absl::StatusOr<PullResult> Shard::ServeAtGate(
     }
     if (c.changed.WaitWithDeadline(&c.mu, deadline) &&
         !gate.Ready(c, req, worker, need)) {
+      // What it was let wait: all of max_wait, or what its batch had left.
+      const absl::Duration allowed =
+          std::max(absl::ZeroDuration(), deadline - start);
       return absl::DeadlineExceededError(absl::StrCat(
           "pull of chunk ", req.chunk_id(), " waited ",
-          absl::FormatDuration(options_.max_wait),
-          wait_from < start ? " (with the pulls before it in its batch)" : "",
-          " at the gate (version ", c.rec.version, ", wanted ", need, ")"));
+          absl::FormatDuration(allowed), " at the gate",
+          wait_from.has_value()
+              ? absl::StrCat(" (what its batch had left of max_wait ",
+                             absl::FormatDuration(options_.max_wait), ")")
+              : "",
+          " (version ", c.rec.version, ", wanted ", need, ")"));
     }
   }
 }
