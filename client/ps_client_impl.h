@@ -1,7 +1,8 @@
-// PsClient's machinery (ps_client_impl.cc; the shared-memory payload path in
-// ps_client_shm.cc, the bulk plane's in ps_client_bulk.cc, compression in
-// ps_client_compress.cc): one op's state, the per-server
-// queues, the attempts on the wire and their retries. Private to client/.
+// PsClient's machinery (ps_client_impl.cc; batches in ps_client_batch.cc;
+// the shared-memory payload path in ps_client_shm.cc, the bulk plane's in
+// ps_client_bulk.cc, compression in ps_client_compress.cc): one op's
+// state, the per-server queues, the attempts on the wire and their
+// retries. Private to client/.
 #ifndef STRATA_CLIENT_PS_CLIENT_IMPL_H_
 #define STRATA_CLIENT_PS_CLIENT_IMPL_H_
 
@@ -141,19 +142,24 @@ std::vector<int> SummedTensors(const std::vector<v1::GroupSpec>& groups,
 
 }  // namespace ps_client_internal
 
-// One attempt of an op on the wire. A gRPC context serves one call, and
-// must outlive everything gRPC does with the call; the reactor API allows
-// freeing it in OnDone, so each attempt owns its context and buffers and
-// deletes itself there, whoever else still holds the op.
-class PsClient::Attempt : public grpc::ClientUnaryReactor {
+namespace ps_client_internal {
+// A call on the wire. A gRPC context serves one call, and must outlive
+// everything gRPC does with the call; the reactor API allows freeing it in
+// OnDone, so each call owns its context and buffers and deletes itself
+// there, whoever else still holds its ops.
+struct Call : grpc::ClientUnaryReactor {
+  grpc::ClientContext ctx;
+  grpc::ByteBuffer request;
+  grpc::ByteBuffer response;
+};
+}  // namespace ps_client_internal
+
+// One attempt of an op on the wire, in a call of its own.
+class PsClient::Attempt : public ps_client_internal::Call {
  public:
   Attempt(Impl* client, ps_client_internal::OpPtr op)
       : client_(client), op_(std::move(op)) {}
   void OnDone(const grpc::Status& status) override;
-
-  grpc::ClientContext ctx;
-  grpc::ByteBuffer request;
-  grpc::ByteBuffer response;
 
  private:
   Impl* client_;
@@ -161,17 +167,12 @@ class PsClient::Attempt : public grpc::ClientUnaryReactor {
 };
 
 // One PushBatch or PullBatch call: several ops of one server, each in its
-// current attempt (PsClientOptions::batch_max_bytes). Owns its context
-// and buffers as Attempt does.
-class PsClient::BatchAttempt : public grpc::ClientUnaryReactor {
+// current attempt (PsClientOptions::batch_max_bytes; ps_client_batch.cc).
+class PsClient::BatchAttempt : public ps_client_internal::Call {
  public:
   BatchAttempt(Impl* client, std::vector<ps_client_internal::OpPtr> ops)
       : client_(client), ops_(std::move(ops)) {}
   void OnDone(const grpc::Status& status) override;
-
-  grpc::ClientContext ctx;
-  grpc::ByteBuffer request;
-  grpc::ByteBuffer response;
 
  private:
   Impl* client_;

@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 
 namespace strata {
 
@@ -27,6 +28,11 @@ inline constexpr char kHandledKey[] = "strata-handled";
 inline constexpr char kShmLostKey[] = "strata-shm-lost";
 // How Resolve's NOT_FOUND for an unknown session begins.
 inline constexpr char kNoSessionPrefix[] = "no shared-memory session";
+// Whether `status` is that NOT_FOUND (the caller is to attach again).
+inline bool IsNoSessionError(const absl::Status& status) {
+  return absl::IsNotFound(status) &&
+         absl::StartsWith(status.message(), kNoSessionPrefix);
+}
 
 class ShmRegion {
  public:

@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/compress.h"
 #include "common/status.h"
@@ -16,6 +15,7 @@
 #include "server/parameter_server.h"
 #include "server/replica_catch_up.h"
 #include "server/replica_forwarder.h"
+#include "server/request_batch.h"
 #include "server/server_metrics.h"
 #include "spdlog/spdlog.h"
 #include "strata/v1/ps.grpc.pb.h"
@@ -299,7 +299,7 @@ class Service final : public ServiceBase {
               grpc::ServerUnaryReactor* reactor, const absl::Status& status) {
     metrics_.Answered(method, status, absl::Now() - start);
     ctx->AddTrailingMetadata(kHandledKey, "1");
-    if (ShmLost(status)) ctx->AddTrailingMetadata(kShmLostKey, "1");
+    if (IsNoSessionError(status)) ctx->AddTrailingMetadata(kShmLostKey, "1");
     reactor->Finish(ToGrpcStatus(status));
   }
 
@@ -325,81 +325,28 @@ class Service final : public ServiceBase {
     return reactor;
   }
 
-  // The requests of a PushBatch or PullBatch, each handled as its own
-  // call would be and counted in the metrics as one.
+  // The requests of a PushBatch or PullBatch (server/request_batch.h),
+  // each handled as its own call would be and counted in the metrics as
+  // one.
   absl::Status HandleBatch(ServerMetrics::Method method,
                            const grpc::ByteBuffer& request,
                            grpc::ByteBuffer* response) {
-    constexpr int kMaxRequests = 4096;
-    v1::BatchRequest batch;
-    PayloadMessage parsed;
-    STRATA_RETURN_IF_ERROR(parsed.Parse(request, /*field=*/0, &batch));
-    if (batch.requests_size() == 0 || batch.requests_size() > kMaxRequests) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a batch holds 1 to ", kMaxRequests, " requests, not ",
-                       batch.requests_size()));
-    }
-    v1::BatchResponse out;
-    // The pulls' gate waits share one max_wait from here, so a batch ends
-    // within about max_wait as one call does. After an UNAVAILABLE (the
-    // server behind the caller's view or generation, or stopping: the
-    // same for every request of the caller), or once the answers hold
-    // kMaxAnswerBytes, the rest are not tried: the caller retries them.
-    constexpr size_t kMaxAnswerBytes = 64 << 20;
-    const absl::Time batch_start = absl::Now();
-    std::string untried;  // why the rest are not tried; empty: go on
-    size_t answer_bytes = 0;
-    for (const std::string& bytes : batch.requests()) {
-      const absl::Time start = absl::Now();
-      grpc::Slice slice(bytes);
-      const grpc::ByteBuffer one(&slice, 1);
-      grpc::ByteBuffer answer;
-      absl::Status s;
-      if (!untried.empty()) {
-        s = absl::UnavailableError(absl::StrCat("not tried: ", untried));
-      } else if (method == ServerMetrics::kPush) {
-        s = HandlePush(one, &answer);
-      } else {
-        s = HandlePull(one, &answer, batch_start);
-      }
-      if (untried.empty() && absl::IsUnavailable(s)) {
-        untried = "an earlier request of its batch was UNAVAILABLE";
-      }
-      v1::BatchAnswer* a = out.add_answers();
-      if (s.ok()) {
-        if (!Flatten(answer, a->mutable_response())) {
-          s = absl::InternalError("the answer's bytes could not be read");
-        }
-        answer_bytes += a->response().size();
-        if (untried.empty() && answer_bytes >= kMaxAnswerBytes) {
-          untried = absl::StrCat("its batch's answers reached ",
-                                 kMaxAnswerBytes >> 20, " MiB");
-        }
-      }
-      metrics_.Answered(method, s, absl::Now() - start);
-      a->set_code(static_cast<int>(s.code()));
-      a->set_message(std::string(s.message()));
-      a->set_shm_lost(ShmLost(s));
-    }
+    STRATA_ASSIGN_OR_RETURN(
+        const int requests,
+        RunBatch(
+            request, response,
+            [&](const grpc::ByteBuffer& one, grpc::ByteBuffer* answer,
+                absl::Time batch_start) {
+              return method == ServerMetrics::kPush
+                         ? HandlePush(one, answer)
+                         : HandlePull(one, answer, batch_start);
+            },
+            [&](const absl::Status& s, absl::Duration took) {
+              metrics_.Answered(method, s, took);
+            }));
     batch_calls_.fetch_add(1, std::memory_order_relaxed);
-    batched_requests_.fetch_add(batch.requests_size(),
-                                std::memory_order_relaxed);
-    return SerializeMessage(out, response);
-  }
-
-  static bool ShmLost(const absl::Status& status) {
-    return absl::IsNotFound(status) &&
-           absl::StartsWith(status.message(), kNoSessionPrefix);
-  }
-
-  // Copies `buffer`'s bytes to *out; false if they could not be read.
-  static bool Flatten(const grpc::ByteBuffer& buffer, std::string* out) {
-    std::vector<grpc::Slice> slices;
-    if (!buffer.Dump(&slices).ok()) return false;
-    out->clear();
-    for (const grpc::Slice& s : slices)
-      out->append(reinterpret_cast<const char*>(s.begin()), s.size());
-    return true;
+    batched_requests_.fetch_add(requests, std::memory_order_relaxed);
+    return absl::OkStatus();
   }
 
   absl::Status HandlePush(const grpc::ByteBuffer& request,
