@@ -15,8 +15,10 @@
 # plaintext figure (pushpull_tls_ratio_to_plaintext): on the bulk plane
 # that is the cost of sealing each payload with AES-256-GCM. Shared memory
 # carries payloads outside the channel, so TLS does not touch them.
-# Then SMALL_CONFIGS: a model in 16 KiB chunks, each op its own call
-# against ops sharing calls (pushpull_batch_speedup).
+# Then SMALL_CONFIGS (chunk KiB:path, path 0 gRPC, 1 shared-memory slots,
+# 2 the tensor region): a 2 MiB model in small chunks, each op its own
+# call against ops sharing calls (--batch_kib 64; in place in the tensor
+# region a 128 KiB chunk shares them too) (pushpull_batch_speedup).
 # Then BF16_CONFIGS with gradients pushed and weights pulled as bf16 (a GPU
 # worker's default), counted in the model's fp32 bytes, each against its
 # fp32 figure (pushpull_bf16_speedup).
@@ -91,17 +93,19 @@ done
 # against queued ops sharing calls (PushBatch/PullBatch), for messages,
 # shared-memory slots and the tensor region, 1 worker, 4 calls a server
 # (a worker's default).
-for shm in ${SMALL_CONFIGS:-0 1 2}; do
+for small in ${SMALL_CONFIGS:-16:0 16:1 16:2 128:2}; do
+  IFS=: read -r kib shm <<<"$small"
   kinds=(grpc shm tensors)
+  name=chunk${kib}KiB_${kinds[$shm]}
   for batch in 0 64; do
     ./build/bench/pushpull_bench --scheduler "$addr" --model_mib 2 \
-      --chunk_kib 16 --batch_kib "$batch" --in_flight 4 --shm "$((shm >= 1))" \
+      --chunk_kib "$kib" --batch_kib "$batch" --in_flight 4 --shm "$((shm >= 1))" \
       --tensors "$((shm == 2))" --rounds 20 --repeats 3 \
       >"$dir/pp.out" 2>"$dir/pp.err" || { cat "$dir/pp.err" >&2; exit 1; }
     us[$batch]=$(awk '/^pushpull_us_per_op/ {print $2}' "$dir/pp.out")
-    printf "pushpull_us_per_op chunk16KiB_%s_batch%s %s\n" "${kinds[$shm]}" "$batch" "${us[$batch]}"
+    printf "pushpull_us_per_op %s_batch%s %s\n" "$name" "$batch" "${us[$batch]}"
   done
-  python3 -c "print('pushpull_batch_speedup chunk16KiB_${kinds[$shm]} %.3f' % (${us[0]} / ${us[64]}))"
+  python3 -c "print('pushpull_batch_speedup $name %.3f' % (${us[0]} / ${us[64]}))"
 done
 
 for config in ${BF16_CONFIGS:-$bf16_default_configs}; do

@@ -338,8 +338,9 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
       ->capture_default_str();
   cmd->add_option_function<uint64_t>(
          "--batch_kib", [o](uint64_t kib) { o->batch_bytes = kib << 10; },
-         "pushes and pulls of chunks under this many KiB share calls to a "
-         "server when they queue for it (0: a call each)")
+         "pushes and pulls of chunks under this many KiB (of any size in "
+         "place in shared memory) share calls to a server when they queue "
+         "for it (0: a call each)")
       ->default_str(std::to_string(TrainerOptions().batch_bytes >> 10))
       ->check(CLI::Range(uint64_t{0}, uint64_t{4096}));
   AddWireFlags(cmd, &o->wire, &o->bulk_insecure,

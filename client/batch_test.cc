@@ -127,6 +127,33 @@ TEST(Batches, KeepFp32WhereSharedMemoryWouldCarryIt) {
   EXPECT_EQ(batched.b, single.b);
 }
 
+// A payload in place in the tensor region adds nothing to a batch's
+// message: such ops share calls whatever their size, messages' only under
+// batch_max_bytes (here 1 byte: no chunk is under it).
+TEST(Batches, OpsInPlaceShareCallsWhateverTheirSize) {
+  for (const Path path : {Path::kMessages, Path::kSlots, Path::kRegion}) {
+    SCOPED_TRACE(static_cast<int>(path));
+    PsClientOptions options;
+    options.shared_memory = path != Path::kMessages;
+    options.batch_max_bytes = 0;
+    const Outcome single = TrainRun(options, path == Path::kRegion);
+    options.batch_max_bytes = 1;
+    const Outcome run = TrainRun(options, path == Path::kRegion);
+    ASSERT_EQ(run.w.size(), 250u);
+    EXPECT_EQ(run.w, single.w);  // bit-identical
+    EXPECT_EQ(run.b, single.b);
+    if (path == Path::kRegion) {
+      // As with chunks under the threshold: w's 3 chunks together per
+      // pull and push, and the final pull; every payload in place.
+      EXPECT_EQ(run.batch_calls, 5u * 2 + 1);
+      EXPECT_EQ(run.batched_requests, 3u * (5 * 2 + 1));
+      EXPECT_EQ(run.shm_tensor_payloads, 5u * 7 + 4);
+    } else {
+      EXPECT_EQ(run.batch_calls, 0u);
+    }
+  }
+}
+
 TEST(Batches, OneRefusedRequestLeavesTheOthersApplied) {
   PsClientOptions options;
   options.max_in_flight_per_server = 1;

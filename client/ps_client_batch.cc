@@ -23,11 +23,26 @@ bool PsClient::Impl::Batchable(const OpState& op) const {
     return false;
   }
   if (op.kind == OpState::kPush && op.stamp.zero) return true;
+  const uint64_t bytes = plan_.chunks[op.chunk].numel * sizeof(float);
+  // A payload that goes in place in the tensor region (fp32 there, as
+  // TakePayloadPlace decides) adds nothing to the batch's message,
+  // whatever its size; the call's bound on payload bytes (a default
+  // chunk's: Dispatch) keeps its work on the server to one large op's.
+  const bool push = op.kind == OpState::kPush;
+  const v1::DType in_shm =
+      push
+          ? DtypeInShm(op, options_.push_dtype,
+                       options_.push_fp32_through_shm && !op.encoded)
+          : DtypeInShm(op, options_.pull_dtype, options_.pull_fp32_through_shm);
+  if (options_.shared_memory && in_shm != v1::DTYPE_BF16 &&
+      InRegion(push ? static_cast<const void*>(op.grad) : op.dst, bytes)) {
+    return true;
+  }
   // Payloads that could go on the bulk plane keep their own call.
   uint64_t limit = options_.batch_max_bytes;
   if (options_.wire != WireKind::kGrpc)
     limit = std::min(limit, options_.bulk_min_bytes);
-  return plan_.chunks[op.chunk].numel * sizeof(float) < limit;
+  return bytes < limit;
 }
 
 uint64_t PsClient::Impl::PayloadBytes(const OpState& op) const {

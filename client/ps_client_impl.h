@@ -327,6 +327,13 @@ class PsClient::Impl {
   // An attach failed while the server was unreachable: asks the timer
   // thread to try again, at most once a second.
   void WantAttach();
+  // The dtype op's payload has in shared memory, sent as `dtype` with
+  // `fp32_in_shm` (*_fp32_through_shm): the op's stamp's if it has one,
+  // else fp32 for bf16 with fp32_in_shm, else `dtype`.
+  static v1::DType DtypeInShm(const OpState& op, v1::DType dtype,
+                              bool fp32_in_shm);
+  // Whether `bytes` at `place` lie in the tensor region (ShareTensors).
+  bool InRegion(const void* place, size_t bytes) const;
   // Whether `bytes` at `place` lie in the tensor region and the server
   // has it attached: then `*ref` names them.
   bool InTensors(const OpPtr& op, Stubs* stubs, const void* place, size_t bytes,

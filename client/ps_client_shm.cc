@@ -104,15 +104,26 @@ void PsClient::Impl::ShareTensors(std::shared_ptr<ShmRegion> region) {
   if (options_.shared_memory && !plan_.chunks.empty()) AttachShm();
 }
 
-bool PsClient::Impl::InTensors(const OpPtr& op, Stubs* stubs, const void* place,
-                               size_t bytes, v1::ShmRef* ref) {
+v1::DType PsClient::Impl::DtypeInShm(const OpState& op, v1::DType dtype,
+                                     bool fp32_in_shm) {
+  // The caller's choice of dtype holds everywhere.
+  if (op.stamp.dtype) return *op.stamp.dtype;
+  return fp32_in_shm && dtype == v1::DTYPE_BF16 ? v1::DTYPE_F32 : dtype;
+}
+
+bool PsClient::Impl::InRegion(const void* place, size_t bytes) const {
   if (tensors_ == nullptr || place == nullptr) return false;
   const char* base = tensors_->data();
   const char* at = static_cast<const char*>(place);
-  if (at < base + ShmRegion::kHeaderBytes || at > base + tensors_->size() ||
-      bytes > static_cast<size_t>(base + tensors_->size() - at)) {
-    return false;
-  }
+  return at >= base + ShmRegion::kHeaderBytes &&
+         at <= base + tensors_->size() &&
+         bytes <= static_cast<size_t>(base + tensors_->size() - at);
+}
+
+bool PsClient::Impl::InTensors(const OpPtr& op, Stubs* stubs, const void* place,
+                               size_t bytes, v1::ShmRef* ref) {
+  if (!InRegion(place, bytes)) return false;
+  const char* at = static_cast<const char*>(place);
   {
     absl::MutexLock lock(&stub_mu_);
     const std::shared_ptr<TensorSession>& session = stubs->tensors;
@@ -120,7 +131,7 @@ bool PsClient::Impl::InTensors(const OpPtr& op, Stubs* stubs, const void* place,
       op->tensors = session;
       op->tensors_id = session->id;
       ref->set_session(session->id);
-      ref->set_offset(static_cast<uint64_t>(at - base));
+      ref->set_offset(static_cast<uint64_t>(at - tensors_->data()));
       ref->set_size(bytes);
       return true;
     }
@@ -141,13 +152,9 @@ void PsClient::Impl::WantAttach() {
 bool PsClient::Impl::TakePayloadPlace(const OpPtr& op, Stubs* stubs,
                                       bool fp32_in_shm, const void* place,
                                       v1::DType* dtype, v1::ShmRef* ref) {
-  if (op->stamp.dtype) {
-    *dtype = *op->stamp.dtype;
-    fp32_in_shm = false;  // the caller's choice holds everywhere
-  }
-  fp32_in_shm = fp32_in_shm && *dtype == v1::DTYPE_BF16;
+  if (op->stamp.dtype) *dtype = *op->stamp.dtype;
+  const v1::DType in_shm = DtypeInShm(*op, *dtype, fp32_in_shm);
   const size_t numel = plan_.chunks[op->chunk].numel;
-  const v1::DType in_shm = fp32_in_shm ? v1::DTYPE_F32 : *dtype;
   const size_t bytes = numel * ElementBytes(in_shm);
   if (in_shm != v1::DTYPE_BF16 && options_.shared_memory &&
       InTensors(op, stubs, place, bytes, ref)) {
