@@ -338,7 +338,7 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
       ->capture_default_str();
   cmd->add_option_function<uint64_t>(
          "--batch_kib", [o](uint64_t kib) { o->batch_bytes = kib << 10; },
-         "pushes and pulls of chunks under this many KiB (of any size in "
+         "pushes and pulls of chunks under this many KiB (of up to 4 MiB in "
          "place in shared memory) share calls to a server when they queue "
          "for it (0: a call each)")
       ->default_str(std::to_string(TrainerOptions().batch_bytes >> 10))

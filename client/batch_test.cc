@@ -128,9 +128,9 @@ TEST(Batches, KeepFp32WhereSharedMemoryWouldCarryIt) {
 }
 
 // A payload in place in the tensor region adds nothing to a batch's
-// message: such ops share calls whatever their size, messages' only under
+// message: such ops share calls up to 4 MiB, messages' only under
 // batch_max_bytes (here 1 byte: no chunk is under it).
-TEST(Batches, OpsInPlaceShareCallsWhateverTheirSize) {
+TEST(Batches, OpsInPlaceShareCallsAboveTheThreshold) {
   for (const Path path : {Path::kMessages, Path::kSlots, Path::kRegion}) {
     SCOPED_TRACE(static_cast<int>(path));
     PsClientOptions options;

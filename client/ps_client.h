@@ -32,10 +32,11 @@ class ShmRegion;
 
 struct PsClientOptions {
   int max_in_flight_per_server = 4;
-  // Ops whose fp32 payload is under batch_max_bytes, and ops whose payload
-  // goes in place in the tensor region (ShareTensors: it adds nothing to
-  // the message) or is an uncompressed push of zeros, whatever their size,
-  // share calls (PushBatch, PullBatch)
+  // Ops whose fp32 payload is under batch_max_bytes, ops of up to 4 MiB
+  // whose payload goes in place in the tensor region (ShareTensors, its
+  // server holding it: the payload adds nothing to the message), and
+  // uncompressed pushes of zeros of any size share calls (PushBatch,
+  // PullBatch)
   // when more of them wait for a server than it has calls free: the ops
   // at the queue's head that may go together (pushes with pushes, pulls
   // with pulls) are spread over the free calls, at most

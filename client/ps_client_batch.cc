@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/ps_client_impl.h"
 #include "cluster/scheduler_client.h"
+#include "common/chunk_plan.h"
 #include "common/status.h"
 #include "common/wire.h"
 
@@ -17,24 +18,35 @@ namespace strata {
 using ps_client_internal::OpPtr;
 using ps_client_internal::OpState;
 
-bool PsClient::Impl::Batchable(const OpState& op) const {
+bool PsClient::Impl::RegionAttached(int slot) {
+  if (!options_.shared_memory || tensors_ == nullptr) return false;
+  absl::StatusOr<Stubs*> stubs = StubsForSlot(slot);
+  if (!stubs.ok()) return false;
+  absl::MutexLock lock(&stub_mu_);
+  const auto& session = (*stubs)->tensors;
+  return session->id != 0 && !session->refused;
+}
+
+bool PsClient::Impl::Batchable(const OpState& op, bool region_attached) const {
   if (options_.batch_max_bytes == 0 || Compressed(op) ||
       no_batches_.load(std::memory_order_relaxed)) {
     return false;
   }
   if (op.kind == OpState::kPush && op.stamp.zero) return true;
   const uint64_t bytes = plan_.chunks[op.chunk].numel * sizeof(float);
-  // A payload that goes in place in the tensor region (fp32 there, as
-  // TakePayloadPlace decides) adds nothing to the batch's message,
-  // whatever its size; the call's bound on payload bytes (a default
-  // chunk's: Dispatch) keeps its work on the server to one large op's.
+  // A payload that goes in place in the tensor region (its server holds
+  // the region, and it is fp32 there, as TakePayloadPlace decides) adds
+  // nothing to the batch's message, whatever its size up to a default
+  // chunk's; the call's bound on payload bytes (Dispatch) keeps its work
+  // on the server to one large op's.
   const bool push = op.kind == OpState::kPush;
   const v1::DType in_shm =
       push
           ? DtypeInShm(op, options_.push_dtype,
                        options_.push_fp32_through_shm && !op.encoded)
           : DtypeInShm(op, options_.pull_dtype, options_.pull_fp32_through_shm);
-  if (options_.shared_memory && in_shm != v1::DTYPE_BF16 &&
+  if (region_attached && in_shm != v1::DTYPE_BF16 &&
+      bytes <= kDefaultChunkBytes &&
       InRegion(push ? static_cast<const void*>(op.grad) : op.dst, bytes)) {
     return true;
   }

@@ -135,8 +135,13 @@ v1::WirePaths PsClient::Impl::WirePaths() {
 bool PsClient::Impl::TakeBulk(const OpPtr& op, Stubs* stubs, void* data,
                               size_t bytes, v1::BulkRef* ref) {
   op->bulk_payload = false;
-  if (options_.wire == WireKind::kGrpc || bytes < options_.bulk_min_bytes)
+  // A batch's requests are not all handled when one is refused
+  // (server/request_batch.h), and a bulk payload must be taken whatever
+  // the answer: batched ops keep theirs in the message.
+  if (options_.wire == WireKind::kGrpc || op->batched ||
+      bytes < options_.bulk_min_bytes) {
     return false;
+  }
   std::shared_ptr<BulkLink> link;
   {
     absl::MutexLock lock(&stub_mu_);

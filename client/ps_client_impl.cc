@@ -87,13 +87,16 @@ std::vector<OpHandle> PsClient::Impl::Submit(std::vector<OpPtr> ops) {
 
 void PsClient::Impl::Dispatch(int slot) {
   std::vector<std::vector<OpPtr>> calls;
+  // Read before the queue's lock; should the session end meanwhile, a
+  // batched op's payload goes in the message (at most a call's 4 MiB).
+  const bool region = RegionAttached(slot);
   {
     absl::MutexLock lock(&mu_);
     auto& q = queues_[slot];
     while (!q.empty() && in_flight_[slot] < options_.max_in_flight_per_server) {
       std::vector<OpPtr> call = {q.top()};
       q.pop();
-      if (Batchable(*call[0])) {
+      if (Batchable(*call[0], region)) {
         // The queue spread over the calls free now: each takes its share
         // of the ops at the queue's head that may go with the first, up
         // to a default chunk's bytes.
@@ -103,7 +106,7 @@ void PsClient::Impl::Dispatch(int slot) {
                                               options_.batch_max_requests);
         uint64_t bytes = PayloadBytes(*call[0]);
         while (call.size() < share && !q.empty() &&
-               q.top()->kind == call[0]->kind && Batchable(*q.top()) &&
+               q.top()->kind == call[0]->kind && Batchable(*q.top(), region) &&
                bytes + PayloadBytes(*q.top()) <= kDefaultChunkBytes) {
           bytes += PayloadBytes(*q.top());
           call.push_back(q.top());

@@ -280,8 +280,12 @@ class PsClient::Impl {
 
  private:
   void Dispatch(int slot);
-  // Whether `op` may share a call with others (batch_max_bytes).
-  bool Batchable(const OpState& op) const;
+  // Whether `op` may share a call with others (batch_max_bytes), its
+  // server holding the tensor region or not (RegionAttached).
+  bool Batchable(const OpState& op, bool region_attached) const;
+  // Whether the server of `slot` holds this client's tensor region now.
+  // Takes stub_mu_: not under mu_.
+  bool RegionAttached(int slot);
   // The fp32 bytes of op's payload (0 for a push of zeros).
   uint64_t PayloadBytes(const OpState& op) const;
   // Readies op for a new attempt: counted, last attempt's marks cleared.

@@ -163,8 +163,8 @@ struct TrainerOptions {
   // Payloads through shared memory to servers on this host.
   bool shared_memory = true;
   // PsClientOptions::batch_max_bytes (`--batch_kib`): pushes and pulls of
-  // smaller chunks (and of any chunk in place in the tensor region) share
-  // calls when they queue; 0: a call each.
+  // smaller chunks (and of chunks up to 4 MiB in place in the tensor
+  // region) share calls when they queue; 0: a call each.
   uint64_t batch_bytes = 64 << 10;
   // Payloads to the other servers (PsClientOptions::wire, bulk_insecure).
   WireKind wire = WireKind::kGrpc;
