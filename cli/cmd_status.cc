@@ -284,12 +284,13 @@ void PrintWorkers(const v1::View& view, const Security& security) {
         Fmt(Scraped(text, "strata_worker_loss"), 4).c_str());
     if (const v1::StepTimes& st = w.step_times(); st.steps() > 0) {
       // Its last steps: a straggler computes slowly (per sample) or
-      // unevenly (the spread), and the others wait at the BSP gate.
+      // unevenly (the spread), and the others wait at the BSP gate, their
+      // processors idle or used by the host's other work.
       std::printf(
           "  compute %.3f s/step (%.2f ms/sample, spread %.0f%%)  waited "
-          "%.0f%% (last %u steps)",
+          "%.0f%%, processors idle %.0f%% (last %u steps)",
           st.compute_s(), 1e3 * st.compute_s_per_sample(), 100 * st.jitter(),
-          100 * st.wait_fraction(), st.steps());
+          100 * st.wait_fraction(), 100 * st.idle_fraction(), st.steps());
     }
     std::printf("\n");
     if (w.has_wire()) std::printf("    wire %s\n", WireText(w.wire()).c_str());

@@ -262,6 +262,13 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
       },
       "the steps --slowdown and --jitter act on: A:B, [A, B) (-1: to the "
       "end; default all)");
+  cmd->add_option("--waits_idle", o->waits_idle,
+                  "a CPU worker counts its waits for weights as idle cores "
+                  "(its own cores, or a container whose /proc/stat shows "
+                  "the whole host); false: idle in the host's idle share, "
+                  "as other processes may use them (--consistency auto "
+                  "weighs it)")
+      ->capture_default_str();
   cmd->add_option("--sparse_experts", o->sparse_experts,
                   "with --experts and --sync ps: pull and push only the "
                   "experts a step's tokens are routed to (an expert no "
@@ -430,6 +437,7 @@ std::vector<std::string> TrainerFlags(const TrainerOptions& o) {
   if (!o.forward_during_pull)
     f.insert(f.end(), {"--forward_during_pull", "false"});
   if (!o.sparse_experts) f.insert(f.end(), {"--sparse_experts", "false"});
+  if (o.waits_idle) f.insert(f.end(), {"--waits_idle", "true"});
   for (std::string& s : StragglerFlags(o)) f.push_back(std::move(s));
   if (o.lease_ahead_s != TrainerOptions().lease_ahead_s)
     f.insert(f.end(), {"--lease_ahead_s", absl::StrCat(o.lease_ahead_s)});

@@ -196,7 +196,7 @@ void SchedulerClient::SetProgress(int64_t clock, double samples_per_sec) {
 }
 
 void SchedulerClient::NoteStep(int64_t step, uint64_t samples, double compute_s,
-                               double wait_s) {
+                               double wait_s, std::optional<double> idle_s) {
   if (samples == 0 || step < 0) return;
   auto clamp = [](double s) {
     return std::isfinite(s) ? std::clamp(s, 0.0, 86400.0) : 0.0;
@@ -206,6 +206,7 @@ void SchedulerClient::NoteStep(int64_t step, uint64_t samples, double compute_s,
   t.set_samples(std::min<uint64_t>(samples, uint64_t{1} << 40));
   t.set_compute_s(clamp(compute_s));
   t.set_wait_s(clamp(wait_s));
+  if (idle_s.has_value()) t.set_idle_s(std::min(clamp(*idle_s), t.wait_s()));
   absl::MutexLock lock(&mu_);
   steps_.push_back(std::move(t));
   while (steps_.size() > 64) steps_.pop_front();

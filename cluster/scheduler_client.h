@@ -115,12 +115,14 @@ class SchedulerClient {
   // Records the member's step and speed; sent with the next heartbeat.
   void SetProgress(int64_t clock, double samples_per_sec);
   // Records a step a worker finished (scheduler/step_times.h): its
-  // samples, its compute seconds and its wait for the step's weights. Sent
-  // with the next heartbeat that gets through (the newest 64 kept);
-  // seconds that the scheduler would refuse (not finite, negative, over a
-  // day) are clamped, and a step without samples is not recorded.
-  void NoteStep(int64_t step, uint64_t samples, double compute_s,
-                double wait_s);
+  // samples, its compute seconds, its wait for the step's weights and the
+  // seconds of that wait its processors sat idle (StepTiming.idle_s;
+  // nullopt: not measured). Sent with the next heartbeat that gets through
+  // (the newest 64 kept); seconds that the scheduler would refuse (not
+  // finite, negative, over a day) are clamped, idle_s to wait_s, and a
+  // step without samples is not recorded.
+  void NoteStep(int64_t step, uint64_t samples, double compute_s, double wait_s,
+                std::optional<double> idle_s = std::nullopt);
   // Workers: the path their payloads take to each slot (PsClient::
   // WirePaths); sent with the next heartbeat.
   void SetWire(const v1::WirePaths& wire);

@@ -45,10 +45,11 @@ v1::ConsistencyAdvice AdviseConsistency(const Consistency& current,
   if (measured.size() < 2 || measured.size() < workers.size()) {
     return v1::ConsistencyAdvice();  // not enough measured
   }
-  double spread = 0, wait = 0;
+  double spread = 0, wait = 0, idle = 0;
   for (const v1::StepTimes* t : measured) {
     spread = std::max(spread, t->jitter());
     wait += t->wait_fraction() / measured.size();
+    idle += std::min(t->idle_fraction(), t->wait_fraction()) / measured.size();
   }
   const Consistency bsp{Consistency::kBsp, 0};
   if (spread <= kSteadySpread) {
@@ -57,10 +58,12 @@ v1::ConsistencyAdvice AdviseConsistency(const Consistency& current,
                                        "speed differences",
                                        100 * spread));
   }
-  if (current.mode == Consistency::kBsp && wait <= kMaxBspWait) {
-    return Advice(bsp, absl::StrFormat("the workers wait %.0f%% of their "
-                                       "steps at the gate: within %.0f%%",
-                                       100 * wait, 100 * kMaxBspWait));
+  if (current.mode == Consistency::kBsp && idle <= kMaxBspWait) {
+    return Advice(
+        bsp, absl::StrFormat("the workers wait %.0f%% of their steps, their "
+                             "processors idle %.0f%% (the host's other work "
+                             "uses the rest): within %.0f%%",
+                             100 * wait, 100 * idle, 100 * kMaxBspWait));
   }
   const double need = std::ceil(std::pow(spread / kSteadySpread, 2));
   if (need <= max_staleness) {

@@ -9,8 +9,11 @@
 // at least two workers; else no advice):
 //   1. Every worker's spread of time per sample at most kSteadySpread:
 //      BSP. Its speed-weighted shares absorb steady speed differences.
-//   2. A current BSP job whose workers wait at most kMaxBspWait of their
-//      steps for the weights: BSP (the shares absorb what varies).
+//   2. A current BSP job whose workers' processors sit idle, while the
+//      workers wait for the weights, at most kMaxBspWait of their steps
+//      (StepTimes.idle_fraction): BSP. The shares absorb what varies, and
+//      a wait whose processors the host's other work uses (CPU workers
+//      sharing cores) is no time an asynchronous mode could win back.
 //   3. Else SSP(s) with the least s that averages the largest spread J
 //      down to kSteadySpread over s steps of slack: s = ceil((J /
 //      kSteadySpread)^2), at most max_staleness.

@@ -9,8 +9,10 @@
 namespace strata {
 namespace {
 
+// `idle`: the share of its steps its processors sat idle while it waited
+// (negative: all of its wait, as on a GPU or a host of its own).
 v1::Member Worker(double ms_per_sample, double spread, double wait,
-                  uint32_t steps = 16) {
+                  uint32_t steps = 16, double idle = -1) {
   v1::Member m;
   m.set_role(v1::ROLE_WORKER);
   v1::StepTimes* t = m.mutable_step_times();
@@ -19,6 +21,7 @@ v1::Member Worker(double ms_per_sample, double spread, double wait,
   t->set_compute_s(ms_per_sample / 1e3 * 4);
   t->set_jitter(spread);
   t->set_wait_fraction(wait);
+  t->set_idle_fraction(idle < 0 ? wait : idle);
   return m;
 }
 
@@ -52,6 +55,21 @@ TEST(ConsistencyPolicy, BspStaysWhileItsGateWaitIsSmall) {
   EXPECT_EQ(AdviseConsistency(kBsp, workers, 4).mode(), "bsp");
   // Not once the job runs SSP: rule 2 is BSP's own wait.
   EXPECT_EQ(AdviseConsistency(kSsp2, workers, 4).mode(), "ssp:4");
+}
+
+// Waits whose processors the host's other work used (CPU workers sharing
+// cores) are no time an asynchronous mode could win back.
+TEST(ConsistencyPolicy, BspStaysWhileItsWaitsLeaveTheProcessorsBusy) {
+  const std::vector<v1::Member> busy = {Worker(1, 0.5, 0.6, 16, 0.04),
+                                        Worker(1, 0.4, 0.7, 16, 0.08)};
+  const v1::ConsistencyAdvice a = AdviseConsistency(kBsp, busy, 4);
+  EXPECT_EQ(a.mode(), "bsp");
+  EXPECT_NE(a.reason().find("wait 65%"), std::string::npos) << a.reason();
+  EXPECT_NE(a.reason().find("idle 6%"), std::string::npos) << a.reason();
+  // The same waits with the processors idle: the rule goes on.
+  const std::vector<v1::Member> idle = {Worker(1, 0.5, 0.6, 16, 0.5),
+                                        Worker(1, 0.4, 0.7, 16, 0.3)};
+  EXPECT_EQ(AdviseConsistency(kBsp, idle, 4).mode(), "asp");
 }
 
 TEST(ConsistencyPolicy, SpreadPastTheSharesGetsTheLeastSlackThatAveragesIt) {

@@ -33,10 +33,12 @@ absl::Status StepTimes::Validate(
   }
   for (const v1::StepTiming& t : steps) {
     if (t.step() < 0 || t.samples() == 0 || t.samples() > kMaxSamples ||
-        !GoodSeconds(t.compute_s()) || !GoodSeconds(t.wait_s())) {
+        !GoodSeconds(t.compute_s()) || !GoodSeconds(t.wait_s()) ||
+        (t.has_idle_s() && !GoodSeconds(t.idle_s()))) {
       return absl::InvalidArgumentError(absl::StrCat(
           "heartbeat: step timing {step ", t.step(), ", samples ", t.samples(),
           ", compute_s ", t.compute_s(), ", wait_s ", t.wait_s(),
+          t.has_idle_s() ? absl::StrCat(", idle_s ", t.idle_s()) : "",
           "} needs step >= 0, 1 to 2^40 samples and seconds in [0, ",
           kMaxSeconds, "]"));
     }
@@ -60,12 +62,14 @@ v1::StepTimes StepTimes::Summary() const {
   v1::StepTimes s;
   if (window_.empty()) return s;
   std::vector<double> compute, per_sample;
-  double computing = 0, waiting = 0;
+  double computing = 0, waiting = 0, idle = 0;
   for (const v1::StepTiming& t : window_) {
     compute.push_back(t.compute_s());
     per_sample.push_back(t.compute_s() / static_cast<double>(t.samples()));
     computing += t.compute_s();
     waiting += t.wait_s();
+    // Not measured: the whole wait, as if nothing else used the processors.
+    idle += t.has_idle_s() ? std::min(t.idle_s(), t.wait_s()) : t.wait_s();
   }
   double mean = 0;
   for (double x : per_sample) mean += x;
@@ -77,8 +81,9 @@ v1::StepTimes StepTimes::Summary() const {
   s.set_compute_s(Median(compute));
   s.set_compute_s_per_sample(Median(per_sample));
   s.set_jitter(mean > 0 ? std::sqrt(var) / mean : 0);
-  s.set_wait_fraction(computing + waiting > 0 ? waiting / (computing + waiting)
-                                              : 0);
+  const double total = computing + waiting;
+  s.set_wait_fraction(total > 0 ? waiting / total : 0);
+  s.set_idle_fraction(total > 0 ? idle / total : 0);
   return s;
 }
 

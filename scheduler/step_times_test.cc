@@ -38,6 +38,23 @@ TEST(StepTimes, SummarizesTheWindow) {
   // Mean 0.15, standard deviation 0.05.
   EXPECT_NEAR(s.jitter(), 0.05 / 0.15, 1e-12);
   EXPECT_NEAR(s.wait_fraction(), 0.8 / (1.6 + 0.8), 1e-12);
+  // No idle seconds reported: the whole wait counts as idle.
+  EXPECT_NEAR(s.idle_fraction(), 0.8 / (1.6 + 0.8), 1e-12);
+}
+
+// The seconds of a wait the worker's processors sat idle (StepTiming.idle_s),
+// at most the wait; steps that did not measure them count their whole wait.
+TEST(StepTimes, CountsTheIdleShareOfTheWaits) {
+  StepTimes t;
+  auto steps = Timings(
+      {{0, 4, 0.4, 0.5}, {1, 4, 0.4, 0.5}, {2, 4, 0.4, 0.2}, {3, 4, 0.4, 0.1}});
+  steps[0].set_idle_s(0.1);
+  steps[1].set_idle_s(0);
+  steps[2].set_idle_s(0.9);  // more than its wait: the wait
+  t.Add(steps);              // step 3: not measured, its 0.1 s of wait
+  const v1::StepTimes s = t.Summary();
+  EXPECT_NEAR(s.wait_fraction(), 1.3 / (1.6 + 1.3), 1e-12);
+  EXPECT_NEAR(s.idle_fraction(), (0.1 + 0 + 0.2 + 0.1) / (1.6 + 1.3), 1e-12);
 }
 
 TEST(StepTimes, KeepsTheLastStepsAndAStepReportedAgainOnce) {
@@ -68,6 +85,13 @@ TEST(StepTimes, RefusesWhatNoStepCouldReport) {
         Timings({{0, 1, 0.5, inf}}), Timings({{0, 1, 1e6, 0}})}) {
     const absl::Status s = StepTimes::Validate(bad);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  }
+  auto idle = Timings({{0, 1, 0.5, 0.1}});
+  for (const double bad : {-0.1, std::nan(""), inf, 1e6}) {
+    idle[0].set_idle_s(bad);
+    EXPECT_EQ(StepTimes::Validate(idle).code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
   }
   google::protobuf::RepeatedPtrField<v1::StepTiming> many;
   for (int i = 0; i <= StepTimes::kMaxPerHeartbeat; ++i) {

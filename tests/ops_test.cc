@@ -155,7 +155,8 @@ TEST(Ops, EveryRoleServesHealthAndMetricsThatMoveAsAJobTrains) {
   // And each worker's last steps, once its heartbeats brought them.
   const std::regex kSteps(
       "share [0-9.]+  tokens/s \\d+  loss [0-9.]+  compute [0-9.]+ s/step "
-      "\\([0-9.]+ ms/sample, spread \\d+%\\)  waited \\d+% \\(last "
+      "\\([0-9.]+ ms/sample, spread \\d+%\\)  waited \\d+%, processors idle "
+      "\\d+% \\(last "
       "([1-9]\\d*) steps\\)");
   auto with_steps = [&] {
     return std::distance(std::sregex_iterator(out.begin(), out.end(), kSteps),

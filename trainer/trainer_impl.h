@@ -22,6 +22,7 @@
 #include "collective/communicator.h"
 #include "collective/grad_buckets.h"
 #include "common/consistency.h"
+#include "common/host_cpu.h"
 #include "data/dataset.h"
 #include "model/model.h"
 #include "trainer/grad_accumulator.h"
@@ -129,6 +130,12 @@ class Trainer {
   // commit is answered; the loop moves on to the next step.
   void NoteStep(Loop& loop, const StepWork& work, double loss, float grad_norm,
                 absl::Time t0);
+  // StepTiming.idle_s of a step of `step_s` that waited `wait_s`: a GPU
+  // worker's device idles through its wait (so do a CPU worker's cores
+  // with waits_idle); a CPU worker's cores are the host's, idle in the
+  // host's idle share since step_cpu_ (nullopt where /proc/stat cannot be
+  // read).
+  std::optional<double> IdleSeconds(double wait_s, double step_s) const;
 
   // The pulls of one step's weights, from StartPull to FinishPull.
   struct Pull {
@@ -268,6 +275,8 @@ class Trainer {
   LeaseAhead leases_;        // steps leased ahead (through a scheduler outage)
   double speed_ = 0;         // samples/s computing, smoothed
   double compute_s_ = 0;
+  // The host's processor ticks when the current step began (IdleSeconds).
+  absl::StatusOr<HostCpuTicks> step_cpu_ = absl::UnavailableError("no step");
   double sync_s_ = 0;  // after backward, until the step is pushed
   // MoE with o_.sparse_experts and ps sync: experts move only where
   // routed (TrainerOptions::sparse_experts).

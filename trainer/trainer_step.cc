@@ -19,6 +19,7 @@ namespace strata {
 
 absl::StatusOr<Trainer::Next> Trainer::Step(Loop& loop) {
   const absl::Time t0 = absl::Now();
+  step_cpu_ = ReadHostCpu();
   // BSP: the weights at version `step` (step-1 closed). After the last
   // step, the final weights; SSP/ASP read those without the gate.
   const bool last_pull = bsp() ? loop.step == o_.steps : loop.finished;
@@ -136,6 +137,14 @@ absl::StatusOr<std::optional<Trainer::Next>> Trainer::JudgePull(
   return std::nullopt;
 }
 
+std::optional<double> Trainer::IdleSeconds(double wait_s, double step_s) const {
+  if (gpt_->device() != "cpu" || o_.waits_idle) return wait_s;
+  if (!step_cpu_.ok()) return std::nullopt;
+  absl::StatusOr<HostCpuTicks> now = ReadHostCpu();
+  if (!now.ok()) return std::nullopt;
+  return std::min(wait_s, IdleShare(*step_cpu_, *now) * step_s);
+}
+
 void Trainer::NoteStep(Loop& loop, const StepWork& work, double loss,
                        float grad_norm, absl::Time t0) {
   const StepView& sv = work.view;
@@ -153,8 +162,9 @@ void Trainer::NoteStep(Loop& loop, const StepWork& work, double loss,
   speed_ = speed_ == 0 ? compute_rate : 0.7 * speed_ + 0.3 * compute_rate;
   scheduler_->SetProgress(loop.step + 1, speed_);
   scheduler_->SetWire(ps_->WirePaths());
+  const double wait_s = absl::ToDoubleSeconds(pull_.waited);
   scheduler_->NoteStep(loop.step, static_cast<uint64_t>(work.samples),
-                       compute_s_, absl::ToDoubleSeconds(pull_.waited));
+                       compute_s_, wait_s, IdleSeconds(wait_s, secs));
   StepRecord r{.samples = work.samples,
                .compute_s = compute_s_,
                .sync_s = sync_s_,
