@@ -264,10 +264,10 @@ void AddTrainerFlags(CLI::App* cmd, TrainerOptions* o) {
       "end; default all)");
   cmd->add_option("--waits_idle", o->waits_idle,
                   "a CPU worker counts its waits for weights as idle cores "
-                  "(its own cores, or a container whose /proc/stat shows "
-                  "the whole host); false: idle in the host's idle share, "
-                  "as other processes may use them (--consistency auto "
-                  "weighs it)")
+                  "(cores of its own that the host's or its CPU quota's "
+                  "counts do not show); false: idle in their measured idle "
+                  "share, as other processes may use them (--consistency "
+                  "auto weighs it)")
       ->capture_default_str();
   cmd->add_option("--sparse_experts", o->sparse_experts,
                   "with --experts and --sync ps: pull and push only the "

@@ -101,10 +101,10 @@ TEST(SchedulerClient, ProgressOutsideTheSchedulersBoundsIsClamped) {
 TEST(SchedulerClient, StepTimesReachTheView) {
   auto scheduler = StartScheduler({});
   auto a = ConnectWorker(*scheduler);
-  a->NoteStep(0, 4, 0.4, 0.1);
-  a->NoteStep(1, 2, 0.4, 0.3);
-  a->NoteStep(2, 0, 9.0, 9.0);            // no samples: not recorded
-  a->NoteStep(3, 2, std::nan(""), -1.0);  // clamped to 0 s
+  a->NoteStep(0, 4, 0.4, 0.1, 0.05);
+  a->NoteStep(1, 2, 0.4, 0.3, 7.0);  // idle clamped to its wait
+  a->NoteStep(2, 0, 9.0, 9.0);       // no samples: not recorded
+  a->NoteStep(3, 2, std::nan(""), -1.0, std::nan(""));  // clamped to 0 s
   const absl::Time deadline = absl::Now() + kWait;
   while (absl::Now() < deadline &&
          scheduler->CurrentView().workers(0).step_times().steps() < 3) {
@@ -114,6 +114,7 @@ TEST(SchedulerClient, StepTimesReachTheView) {
   EXPECT_EQ(st.steps(), 3u);
   EXPECT_DOUBLE_EQ(st.compute_s(), 0.4);  // the median of 0.4, 0.4, 0
   EXPECT_NEAR(st.wait_fraction(), 0.4 / 1.2, 1e-12);
+  EXPECT_NEAR(st.idle_fraction(), (0.05 + 0.3) / 1.2, 1e-12);
   // Still a member: its heartbeats were taken.
   EXPECT_EQ(scheduler->CurrentView().workers_size(), 1);
 }

@@ -49,7 +49,7 @@ v1::ConsistencyAdvice AdviseConsistency(const Consistency& current,
   for (const v1::StepTimes* t : measured) {
     spread = std::max(spread, t->jitter());
     wait += t->wait_fraction() / measured.size();
-    idle += std::min(t->idle_fraction(), t->wait_fraction()) / measured.size();
+    idle += t->idle_fraction() / measured.size();  // at most its waits'
   }
   const Consistency bsp{Consistency::kBsp, 0};
   if (spread <= kSteadySpread) {
@@ -58,12 +58,12 @@ v1::ConsistencyAdvice AdviseConsistency(const Consistency& current,
                                        "speed differences",
                                        100 * spread));
   }
-  if (current.mode == Consistency::kBsp && idle <= kMaxBspWait) {
+  if (current.mode == Consistency::kBsp && idle <= kMaxBspIdle) {
     return Advice(
         bsp, absl::StrFormat("the workers wait %.0f%% of their steps, their "
                              "processors idle %.0f%% (the host's other work "
                              "uses the rest): within %.0f%%",
-                             100 * wait, 100 * idle, 100 * kMaxBspWait));
+                             100 * wait, 100 * idle, 100 * kMaxBspIdle));
   }
   const double need = std::ceil(std::pow(spread / kSteadySpread, 2));
   if (need <= max_staleness) {

@@ -10,7 +10,7 @@
 //   1. Every worker's spread of time per sample at most kSteadySpread:
 //      BSP. Its speed-weighted shares absorb steady speed differences.
 //   2. A current BSP job whose workers' processors sit idle, while the
-//      workers wait for the weights, at most kMaxBspWait of their steps
+//      workers wait for the weights, at most kMaxBspIdle of their steps
 //      (StepTimes.idle_fraction): BSP. The shares absorb what varies, and
 //      a wait whose processors the host's other work uses (CPU workers
 //      sharing cores) is no time an asynchronous mode could win back.
@@ -34,7 +34,7 @@ namespace strata {
 
 inline constexpr int kMinSteps = 8;
 inline constexpr double kSteadySpread = 0.15;
-inline constexpr double kMaxBspWait = 0.10;
+inline constexpr double kMaxBspIdle = 0.10;
 inline constexpr int kDefaultMaxStaleness =
     AutoConsistency::kDefaultMaxStaleness;
 

@@ -107,10 +107,12 @@ struct TrainerOptions {
   int64_t slowdown_until = -1;
   // What a CPU worker reports of its processors while it waits for
   // weights (scheduler.proto StepTiming.idle_s, which --consistency auto's
-  // rule weighs): false, the host's idle share over the step (/proc/stat:
-  // other processes on the host may use the cores a wait frees); true,
-  // every wait idle, as for cores of its own (a container under a CPU
-  // quota sees the whole host's /proc/stat). GPU workers count every wait.
+  // rule weighs): false, their idle share over the step (the host's from
+  // /proc/stat, where other processes may use the cores a wait frees; or
+  // its container's CPU quota's, common/host_cpu.h); true, every wait
+  // idle, as for cores of its own that the host's counts do not show (a
+  // container pinned to cores without a quota). GPU workers count every
+  // wait.
   bool waits_idle = false;
   // Lease steps ahead to train through a scheduler outage this long, in
   // seconds (cluster/lease_ahead.h; 0: lease each step as it comes). BSP

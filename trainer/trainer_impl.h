@@ -132,9 +132,10 @@ class Trainer {
                 absl::Time t0);
   // StepTiming.idle_s of a step of `step_s` that waited `wait_s`: a GPU
   // worker's device idles through its wait (so do a CPU worker's cores
-  // with waits_idle); a CPU worker's cores are the host's, idle in the
-  // host's idle share since step_cpu_ (nullopt where /proc/stat cannot be
-  // read).
+  // with waits_idle); a CPU worker's are the host's or its CPU quota's
+  // (common/host_cpu.h), idle in their idle share since step_cpu_
+  // (nullopt where that cannot be read or no tick passed).
+  bool MeasuresCpu() const;
   std::optional<double> IdleSeconds(double wait_s, double step_s) const;
 
   // The pulls of one step's weights, from StartPull to FinishPull.
@@ -275,8 +276,10 @@ class Trainer {
   LeaseAhead leases_;        // steps leased ahead (through a scheduler outage)
   double speed_ = 0;         // samples/s computing, smoothed
   double compute_s_ = 0;
-  // The host's processor ticks when the current step began (IdleSeconds).
-  absl::StatusOr<HostCpuTicks> step_cpu_ = absl::UnavailableError("no step");
+  // Where a CPU worker's processor time is counted, and its reading when
+  // the current step began (IdleSeconds).
+  const CpuSource cpu_source_ = FindCpuSource();
+  absl::StatusOr<CpuTime> step_cpu_ = absl::UnavailableError("no step");
   double sync_s_ = 0;  // after backward, until the step is pushed
   // MoE with o_.sparse_experts and ps sync: experts move only where
   // routed (TrainerOptions::sparse_experts).

@@ -19,7 +19,7 @@ namespace strata {
 
 absl::StatusOr<Trainer::Next> Trainer::Step(Loop& loop) {
   const absl::Time t0 = absl::Now();
-  step_cpu_ = ReadHostCpu();
+  if (MeasuresCpu()) step_cpu_ = ReadCpuTime(cpu_source_);
   // BSP: the weights at version `step` (step-1 closed). After the last
   // step, the final weights; SSP/ASP read those without the gate.
   const bool last_pull = bsp() ? loop.step == o_.steps : loop.finished;
@@ -137,12 +137,18 @@ absl::StatusOr<std::optional<Trainer::Next>> Trainer::JudgePull(
   return std::nullopt;
 }
 
+bool Trainer::MeasuresCpu() const {
+  return gpt_->device() == "cpu" && !o_.waits_idle;
+}
+
 std::optional<double> Trainer::IdleSeconds(double wait_s, double step_s) const {
-  if (gpt_->device() != "cpu" || o_.waits_idle) return wait_s;
+  if (!MeasuresCpu()) return wait_s;
   if (!step_cpu_.ok()) return std::nullopt;
-  absl::StatusOr<HostCpuTicks> now = ReadHostCpu();
+  absl::StatusOr<CpuTime> now = ReadCpuTime(cpu_source_);
   if (!now.ok()) return std::nullopt;
-  return std::min(wait_s, IdleShare(*step_cpu_, *now) * step_s);
+  const std::optional<double> idle = IdleShare(*step_cpu_, *now);
+  if (!idle.has_value()) return std::nullopt;
+  return std::min(wait_s, *idle * step_s);
 }
 
 void Trainer::NoteStep(Loop& loop, const StepWork& work, double loss,
