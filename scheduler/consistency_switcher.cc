@@ -7,12 +7,14 @@
 namespace strata::scheduler_internal {
 namespace {
 
-// Whether the mode named `b` lets workers drift further than the one named
-// `a` (names that do not parse do not).
-bool Looser(const std::string& b, const std::string& a) {
-  absl::StatusOr<Consistency> cb = ParseConsistency(b);
-  absl::StatusOr<Consistency> ca = ParseConsistency(a);
-  return cb.ok() && ca.ok() && strata::Looser(*cb, *ca);
+// Whether a job in the mode named `from` can switch to the one named `to`:
+// another mode, not back to BSP (not built: scheduler/ledger.h
+// BeginSwitch). Names that do not parse cannot.
+bool Reachable(const std::string& to, const std::string& from) {
+  absl::StatusOr<Consistency> t = ParseConsistency(to);
+  absl::StatusOr<Consistency> f = ParseConsistency(from);
+  return t.ok() && f.ok() && t->ToString() != f->ToString() &&
+         t->mode != Consistency::kBsp;
 }
 
 }  // namespace
@@ -30,7 +32,7 @@ std::optional<SwitchDecision> ConsistencySwitcher::Decide(
   const bool usable = !view.workers().empty() &&
                       !view.has_consistency_pending() &&
                       slowest >= last_switch + kSettleSteps &&
-                      !advice.empty() && Looser(advice, view.consistency());
+                      !advice.empty() && Reachable(advice, view.consistency());
   if (!usable) {
     holding_ = false;
     return std::nullopt;
@@ -40,9 +42,11 @@ std::optional<SwitchDecision> ConsistencySwitcher::Decide(
     since_ = slowest;
     return std::nullopt;
   }
-  if (slowest < since_ + kHoldSteps) return std::nullopt;
   absl::StatusOr<Consistency> to = ParseConsistency(advice);
-  if (!to.ok()) return std::nullopt;
+  absl::StatusOr<Consistency> from = ParseConsistency(view.consistency());
+  if (!to.ok() || !from.ok()) return std::nullopt;
+  if (slowest < since_ + (Looser(*to, *from) ? kHoldSteps : kTightenHoldSteps))
+    return std::nullopt;
   holding_ = false;
   return SwitchDecision{*to, view.consistency_advice().reason()};
 }

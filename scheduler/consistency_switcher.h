@@ -11,10 +11,13 @@
 //    that moves between two other modes (near a boundary of the rule, as
 //    ASP's staleness against the cap) holds: each is better than the job's
 //    mode by the rule;
-//  - only an advice looser than the job's mode is taken (BSP, then SSP
-//    by its bound, then ASP): tightening is not built (scheduler/ledger.h
-//    BeginSwitch). So a job's switches go one way, and an advice moving
-//    between two looser modes near a boundary of the rule cannot flip it.
+//  - an advice tighter than the job's mode (BSP, then SSP by its bound,
+//    then ASP) must hold twice as long (kTightenHoldSteps), so an advice
+//    moving between two modes near a boundary of the rule flips the job
+//    at most once per kSettleSteps + kTightenHoldSteps of the slowest
+//    worker's steps;
+//  - an advice of BSP is not taken once the job left it: going back is
+//    not built (scheduler/ledger.h BeginSwitch).
 // Not thread-safe: the scheduler's lease loop calls it.
 #ifndef STRATA_SCHEDULER_CONSISTENCY_SWITCHER_H_
 #define STRATA_SCHEDULER_CONSISTENCY_SWITCHER_H_
@@ -30,6 +33,7 @@ namespace strata::scheduler_internal {
 
 inline constexpr int64_t kSettleSteps = 16;
 inline constexpr int64_t kHoldSteps = 8;
+inline constexpr int64_t kTightenHoldSteps = 2 * kHoldSteps;
 
 struct SwitchDecision {
   Consistency to;

@@ -50,8 +50,8 @@ TEST(ConsistencySwitcher, OnlyNoAdviceOrTheJobsModeStartOver) {
   EXPECT_EQ(d->to.ToString(), "asp");
 }
 
-// Nothing while a switch is under way or the last one settles, and no
-// switch to a tighter mode (not built).
+// Nothing while a switch is under way or the last one settles, no switch
+// back to BSP (not built), and a tighter mode only after a longer hold.
 TEST(ConsistencySwitcher, WaitsForTheLastSwitchAndNeverBackToBsp) {
   ConsistencySwitcher s;
   v1::View pending = At("bsp", {100}, "asp");
@@ -66,13 +66,24 @@ TEST(ConsistencySwitcher, WaitsForTheLastSwitchAndNeverBackToBsp) {
   EXPECT_FALSE(s.Decide(settling));
   settling.mutable_workers(0)->set_clock(100 + kHoldSteps);
   EXPECT_TRUE(s.Decide(settling));
-  // Each tighter advice alone, held far past kHoldSteps: never taken.
-  for (const auto& [mode, advice] :
-       {std::pair{"ssp:2", "bsp"}, {"asp", "ssp:4"}, {"ssp:3", "ssp:2"}}) {
+  // An advice of BSP once the job left it, held far past any hold: never
+  // taken (going back is not built).
+  for (const char* mode : {"ssp:2", "asp"}) {
     ConsistencySwitcher fresh;
     for (int64_t c = 100; c < 200; c += kHoldSteps) {
-      EXPECT_FALSE(fresh.Decide(At(mode, {c}, advice))) << mode << advice;
+      EXPECT_FALSE(fresh.Decide(At(mode, {c}, "bsp"))) << mode;
     }
+  }
+  // A tighter asynchronous mode is taken once it held kTightenHoldSteps.
+  for (const auto& [mode, advice] :
+       {std::pair{"asp", "ssp:4"}, {"ssp:3", "ssp:2"}}) {
+    ConsistencySwitcher fresh;
+    EXPECT_FALSE(fresh.Decide(At(mode, {100}, advice)));
+    EXPECT_FALSE(fresh.Decide(At(mode, {100 + kHoldSteps}, advice)));
+    EXPECT_FALSE(fresh.Decide(At(mode, {100 + kTightenHoldSteps - 1}, advice)));
+    auto d = fresh.Decide(At(mode, {100 + kTightenHoldSteps}, advice));
+    ASSERT_TRUE(d.has_value()) << mode << advice;
+    EXPECT_EQ(d->to.ToString(), advice);
   }
   EXPECT_FALSE(s.Decide(At("ssp:2", {300}, "")));
   EXPECT_FALSE(s.Decide(v1::View()));  // no workers

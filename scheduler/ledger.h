@@ -29,7 +29,8 @@
 // raced the lease running out on the servers).
 //
 // --consistency auto switches the ledger's mode live (BeginSwitch): from
-// SSP/ASP to SSP/ASP at once (both lease from the cursor); from BSP at a
+// SSP/ASP to SSP/ASP at once, looser or tighter (both lease from the
+// cursor; back to BSP is not built); from BSP at a
 // fence step F, the first step no worker holds a lease of: steps from F on
 // are refused (UNAVAILABLE) until every step before F is applied, then the
 // cursor starts at F*B and the job runs asynchronously from clock F. So no
@@ -181,7 +182,9 @@ class Ledger {
   // once from SSP/ASP (the switch made), pending from BSP (its fence in
   // `step`). FAILED_PRECONDITION while one is pending, from SSP/ASP to BSP
   // (not built: BSP steps need a chunk's version to count steps) and to the
-  // mode the job runs; storage errors (nothing changed).
+  // mode the job runs; storage errors (nothing changed). Between SSP and
+  // ASP modes either way (a tighter bound counts from the switch on the
+  // servers).
   absl::StatusOr<v1::ConsistencySwitch> BeginSwitch(const Consistency& to,
                                                     std::string reason,
                                                     int64_t unix_ms);

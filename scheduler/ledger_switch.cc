@@ -39,18 +39,13 @@ absl::StatusOr<v1::ConsistencySwitch> Ledger::BeginSwitch(const Consistency& to,
     return absl::FailedPreconditionError(
         absl::StrCat("ledger: the job runs ", to.ToString(), " already"));
   }
-  if (!Looser(to, mode_)) {
-    // Tightening is not built: the workers' clocks are as far apart as the
-    // looser mode let them drift, and a tighter bound counted from zero
-    // would hold the fast ones until the slow ones caught up, which leases
-    // the fast ones hold ahead can keep from happening.
+  if (to.mode == Consistency::kBsp) {
+    // A BSP step is a chunk's version, which SSP and ASP pushes move once
+    // each: going back needs a version-to-step offset on every chunk.
     return absl::FailedPreconditionError(absl::StrCat(
-        "ledger: a switch from ", mode_.ToString(), " to the tighter ",
-        to.ToString(), " is not built",
-        to.mode == Consistency::kBsp
-            ? " (a BSP step is a chunk's version, which SSP and ASP pushes "
-              "move once each)"
-            : " (clocks would have to count from the switch)"));
+        "ledger: a switch from ", mode_.ToString(),
+        " back to bsp is not built (a BSP step is a chunk's version, which "
+        "SSP and ASP pushes move once each)"));
   }
   v1::ConsistencySwitch sw;
   sw.set_from(mode_.ToString());
@@ -59,8 +54,9 @@ absl::StatusOr<v1::ConsistencySwitch> Ledger::BeginSwitch(const Consistency& to,
   sw.set_unix_ms(unix_ms);
   v1::LedgerState s = state_;
   if (mode_.mode != Consistency::kBsp) {
-    // Both lease from the cursor: only the servers' gate changes. The step
-    // is none in particular; the largest clock leased marks it.
+    // Both lease from the cursor: only the servers' gate changes (a
+    // tighter SSP bound counts from the switch there: AspGate::Adopt). The
+    // step is none in particular; the largest clock leased marks it.
     int64_t clock = 0;
     for (const auto& l : s.leases()) clock = std::max(clock, l.step() + 1);
     sw.set_step(clock);

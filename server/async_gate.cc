@@ -80,19 +80,34 @@ absl::StatusOr<v1::PushResponse> AspGate::ApplyNow(
 }
 
 void AspGate::Adopt(Chunk& c, const ShardView& now, const Consistency& from) {
-  if (from.mode != Consistency::kBsp) return;  // SSP and ASP keep clocks
+  if (from.mode != Consistency::kBsp) {
+    // Level: the lifted clocks of the live workers seen here all become
+    // the largest (a worker's own pushes still count in c.clocks).
+    int64_t top = INT64_MIN;
+    for (uint64_t w : now.workers) {
+      if (c.clocks.contains(w)) top = std::max(top, LiftedClock(c, w));
+    }
+    c.lift.clear();
+    for (uint64_t w : now.workers) {
+      if (auto it = c.clocks.find(w); it != c.clocks.end())
+        c.lift[w] = top - it->second;
+    }
+    return;
+  }
   const auto version = static_cast<int64_t>(c.rec.version);
   for (uint64_t w : now.workers) {
     int64_t& clock = c.clocks[w];
     clock = std::max(clock, version);
   }
+  c.lift.clear();  // level at the version
   for (auto& [id, contrib] : c.open) parts_.pool.Give(std::move(contrib.grad));
   c.open.clear();
 }
 
 void AspGate::Sweep(Chunk& c, const ShardView& now) {
-  absl::erase_if(c.clocks,
-                 [&](const auto& kv) { return !now.IsLive(kv.first); });
+  auto gone = [&](const auto& kv) { return !now.IsLive(kv.first); };
+  absl::erase_if(c.clocks, gone);
+  absl::erase_if(c.lift, gone);
 }
 
 absl::StatusOr<uint64_t> AspGate::PullTarget(Chunk& c,
@@ -112,7 +127,16 @@ absl::StatusOr<uint64_t> SspGate::PullTarget(Chunk& c,
       c.rec.version + parts_.options.max_steps_ahead + staleness_) {
     return Unreachable(c, req, need);
   }
-  c.clocks.try_emplace(req.member_id(), req.clock());
+  if (c.clocks.try_emplace(req.member_id(), req.clock()).second &&
+      !c.lift.empty()) {
+    // New here after a switch levelled the others: level with the
+    // slowest of them, so it holds no one back for the drift before it.
+    int64_t slowest = INT64_MAX;
+    for (const auto& [w, lift] : c.lift) {
+      slowest = std::min(slowest, LiftedClock(c, w));
+    }
+    if (slowest > req.clock()) c.lift[req.member_id()] = slowest - req.clock();
+  }
   return need;
 }
 
@@ -120,8 +144,9 @@ bool SspGate::Ready(const Chunk& c, const v1::PullRequest& req, bool worker,
                     uint64_t need) const {
   if (c.rec.version < need) return false;
   if (!worker || req.clock() < 0) return true;
-  return MinWorkingClock(c, parts_.membership.Get()) >=
-         req.clock() - staleness_;
+  const auto lift = c.lift.find(req.member_id());
+  const int64_t own = req.clock() + (lift == c.lift.end() ? 0 : lift->second);
+  return MinWorkingClock(c, parts_.membership.Get()) >= own - staleness_;
 }
 
 }  // namespace strata

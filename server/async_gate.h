@@ -32,7 +32,10 @@ class AspGate : public ConsistencyGate {
   // fence step: every step before it closed here, none at or after it
   // leased), so a retried BSP push is applied once and SSP pulls wait for
   // no worker that has not pushed here yet. Pushes held open for a BSP
-  // step (none are expected at the fence) are dropped.
+  // step (none are expected at the fence) are dropped. From SSP or ASP:
+  // the live workers seen on c are levelled (c.lift: each one's lifted
+  // clock made the largest), so a tighter SSP bound counts from the
+  // switch: the drift the looser mode allowed holds no one back.
   void Adopt(Chunk& c, const ShardView& now, const Consistency& from) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Forgets the clocks of workers that left, so SSP pulls no longer wait
@@ -60,8 +63,11 @@ class SspGate final : public AspGate {
       : AspGate(parts), staleness_(staleness) {}
 
   // A worker's pull at clock c also notes c as its clock here (a worker
-  // not yet seen is not taken for one at clock 0), and is OUT_OF_RANGE when
-  // c is too far ahead to come before its deadline.
+  // not yet seen is not taken for one at clock 0; after a switch between
+  // asynchronous modes it is lifted level with the slowest worker seen,
+  // as those were at the switch), and is OUT_OF_RANGE when c is too far
+  // ahead to come before its deadline. Its wait: until every live working
+  // worker's lifted clock on c is >= its own lifted clock - staleness.
   absl::StatusOr<uint64_t> PullTarget(Chunk& c, const v1::PullRequest& req,
                                       bool worker) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);

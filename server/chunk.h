@@ -75,6 +75,11 @@ struct Chunk {
   TensorSums sums ABSL_GUARDED_BY(mu);
   // SSP/ASP: each worker's clock on this chunk (steps pushed).
   absl::flat_hash_map<uint64_t, int64_t> clocks ABSL_GUARDED_BY(mu);
+  // SSP/ASP: what the last switch between asynchronous modes added to each
+  // worker's clock here for SSP's bound (none: 0), so that the bound
+  // counts from the switch (AspGate::Adopt) while `clocks` keep counting
+  // pushes (a retry is found by them).
+  absl::flat_hash_map<uint64_t, int64_t> lift ABSL_GUARDED_BY(mu);
   // The rollback generation and the step it started from.
   uint64_t generation ABSL_GUARDED_BY(mu) = 0;
   int64_t generation_step ABSL_GUARDED_BY(mu) = 0;

@@ -35,11 +35,16 @@ int64_t ConsistencyGate::MinWorkingClock(const Chunk& c,
                                          const ShardView& view) {
   int64_t min_clock = INT64_MAX;
   for (uint64_t w : view.workers) {
-    if (view.IsDrained(w)) continue;
-    auto it = c.clocks.find(w);
-    min_clock = std::min(min_clock, it == c.clocks.end() ? 0 : it->second);
+    if (!view.IsDrained(w)) min_clock = std::min(min_clock, LiftedClock(c, w));
   }
   return min_clock;
+}
+
+int64_t ConsistencyGate::LiftedClock(const Chunk& c, uint64_t worker) {
+  auto clock = c.clocks.find(worker);
+  auto lift = c.lift.find(worker);
+  return (clock == c.clocks.end() ? 0 : clock->second) +
+         (lift == c.lift.end() ? 0 : lift->second);
 }
 
 absl::Status ConsistencyGate::CheckReachable(const Chunk& c,

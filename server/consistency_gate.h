@@ -115,10 +115,14 @@ class ConsistencyGate {
   // The lowest clock of a live worker on c (0 for one not seen on it).
   static int64_t MinClock(const Chunk& c, const ShardView& view)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
-  // The same over the live workers that are not drained (ShardView.drained:
-  // they push nothing more unless a sample comes back to them); INT64_MAX
-  // when none is left: SSP waits for these.
+  // The lowest lifted clock (LiftedClock) over the live workers that are
+  // not drained (ShardView.drained: they push nothing more unless a sample
+  // comes back to them); INT64_MAX when none is left: SSP waits for these.
   static int64_t MinWorkingClock(const Chunk& c, const ShardView& view)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // A worker's clock on c plus its lift (Chunk::lift; 0 for a worker not
+  // seen on c): what SSP's bound compares.
+  static int64_t LiftedClock(const Chunk& c, uint64_t worker)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 
  protected:

@@ -69,5 +69,66 @@ TEST(ShardSwitch, FromBspEveryWorkerStartsAtTheChunksVersion) {
   ASSERT_TRUE(shard.Pull(ahead, &out).ok());
 }
 
+// The job in `mode` at `epoch` with workers `ws`.
+v1::View ModeView(uint64_t epoch, std::vector<uint64_t> ws, const char* mode) {
+  v1::View v = MakeView(epoch, std::move(ws), 1);
+  v.set_consistency(mode);
+  return v;
+}
+
+// Whether member `w`'s pull at `clock` is served within the gate's wait.
+bool Served(Shard& shard, uint64_t w, int64_t clock) {
+  v1::PullRequest r;
+  r.set_member_id(w);
+  r.set_chunk_id(ChunkId("w", 0));
+  r.set_clock(clock);
+  std::string out;
+  const absl::Status s = shard.Pull(r, &out).status();
+  EXPECT_TRUE(s.ok() || absl::IsDeadlineExceeded(s)) << s;
+  return s.ok();
+}
+
+// From ASP to a tighter SSP bound: the drift ASP let the workers build up
+// holds no one back, as the bound counts from the switch, for a worker
+// that joins after it (at the slowest clock, as a joiner starts) too.
+TEST(ShardSwitch, ATighterBoundCountsFromTheSwitch) {
+  Shard shard(Opts("asp", absl::Milliseconds(300)));
+  ASSERT_TRUE(shard.Register(OneChunk()).ok());
+  shard.UpdateView(ModeView(1, {1, 2}, "asp"));
+  const std::vector<float> g(kN, 1.0f);
+  for (int64_t step = 0; step < 10; ++step) {
+    ASSERT_TRUE(shard.Push(PushReq(1, step, 4), Bytes(g)).ok());
+    if (step < 3) {
+      ASSERT_TRUE(shard.Push(PushReq(2, step, 4), Bytes(g)).ok());
+    }
+  }
+  // Clocks 10 and 3; under SSP counted from zero, worker 1 would wait for
+  // worker 2's next six pushes.
+  shard.UpdateView(ModeView(2, {1, 2}, "ssp:1"));
+  EXPECT_TRUE(Served(shard, 1, 10));
+  EXPECT_TRUE(Served(shard, 1, 11));
+  EXPECT_TRUE(Served(shard, 2, 3));
+  EXPECT_FALSE(Served(shard, 1, 12));  // one past the bound from the switch
+  ASSERT_TRUE(shard.Push(PushReq(2, 3, 4), Bytes(g)).ok());
+  ASSERT_TRUE(shard.Push(PushReq(1, 10, 4), Bytes(g)).ok());
+  // A retried push of a step before the switch is still found.
+  auto retry = shard.Push(PushReq(2, 2, 4), Bytes(g));
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  EXPECT_FALSE(retry->applied());
+  // Worker 3 joins at clock 4 (the slowest raw clock): level with the
+  // slowest lifted one, so worker 1 goes on as before...
+  shard.UpdateView(ModeView(3, {1, 2, 3}, "ssp:1"));
+  EXPECT_TRUE(Served(shard, 3, 4));
+  EXPECT_TRUE(Served(shard, 1, 11));
+  // ...and, once every worker is at 11, is held one step past the bound
+  // until they go on.
+  EXPECT_FALSE(Served(shard, 1, 13));
+  ASSERT_TRUE(shard.Push(PushReq(3, 4, 4), Bytes(g)).ok());
+  ASSERT_TRUE(shard.Push(PushReq(3, 5, 4), Bytes(g)).ok());
+  ASSERT_TRUE(shard.Push(PushReq(2, 4, 4), Bytes(g)).ok());
+  ASSERT_TRUE(shard.Push(PushReq(1, 11, 4), Bytes(g)).ok());
+  EXPECT_TRUE(Served(shard, 1, 13));
+}
+
 }  // namespace
 }  // namespace strata
