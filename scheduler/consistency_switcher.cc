@@ -37,18 +37,20 @@ std::optional<SwitchDecision> ConsistencySwitcher::Decide(
     holding_ = false;
     return std::nullopt;
   }
-  if (!holding_) {
+  // Reachable parsed both.
+  const Consistency to = *ParseConsistency(advice);
+  const bool tighter = !Looser(to, *ParseConsistency(view.consistency()));
+  if (!holding_ || tighter != tighter_) {
+    // A hold starts, or the advice turned the other way: it starts over.
     holding_ = true;
+    tighter_ = tighter;
     since_ = slowest;
     return std::nullopt;
   }
-  absl::StatusOr<Consistency> to = ParseConsistency(advice);
-  absl::StatusOr<Consistency> from = ParseConsistency(view.consistency());
-  if (!to.ok() || !from.ok()) return std::nullopt;
-  if (slowest < since_ + (Looser(*to, *from) ? kHoldSteps : kTightenHoldSteps))
+  if (slowest < since_ + (tighter ? kTightenHoldSteps : kHoldSteps))
     return std::nullopt;
   holding_ = false;
-  return SwitchDecision{*to, view.consistency_advice().reason()};
+  return SwitchDecision{to, view.consistency_advice().reason()};
 }
 
 }  // namespace strata::scheduler_internal

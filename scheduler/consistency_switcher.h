@@ -8,14 +8,18 @@
 //  - the advice must differ from the mode the job runs while the slowest
 //    worker goes kHoldSteps steps (no advice, or the job's own mode, start
 //    the hold over); then the advice of that moment is taken. An advice
-//    that moves between two other modes (near a boundary of the rule, as
-//    ASP's staleness against the cap) holds: each is better than the job's
-//    mode by the rule;
+//    that moves between two other modes on the same side of the job's
+//    (near a boundary of the rule, as ASP's staleness against the cap)
+//    holds: each is better than the job's mode by the rule;
 //  - an advice tighter than the job's mode (BSP, then SSP by its bound,
-//    then ASP) must hold twice as long (kTightenHoldSteps), so an advice
-//    moving between two modes near a boundary of the rule flips the job
-//    at most once per kSettleSteps + kTightenHoldSteps of the slowest
-//    worker's steps;
+//    then ASP) must stay tighter for twice as long (kTightenHoldSteps; an
+//    advice that turns from looser to tighter, or back, starts the hold
+//    over), so an advice moving between two modes near a boundary of the
+//    rule flips the job at most once per kSettleSteps + kHoldSteps of the
+//    slowest worker's steps, and back only kSettleSteps +
+//    kTightenHoldSteps after. After a switch between asynchronous modes
+//    the switch's step is the largest clock leased then, so the slowest
+//    worker settles only once it has made up its drift too;
 //  - an advice of BSP is not taken once the job left it: going back is
 //    not built (scheduler/ledger.h BeginSwitch).
 // Not thread-safe: the scheduler's lease loop calls it.
@@ -48,6 +52,7 @@ class ConsistencySwitcher {
 
  private:
   bool holding_ = false;  // the advice differs from the job's mode
+  bool tighter_ = false;  // ...and is tighter than it
   int64_t since_ = 0;     // the slowest worker's step when it began to
 };
 

@@ -74,6 +74,16 @@ TEST(ConsistencySwitcher, WaitsForTheLastSwitchAndNeverBackToBsp) {
       EXPECT_FALSE(fresh.Decide(At(mode, {c}, "bsp"))) << mode;
     }
   }
+  // An advice that turns from looser to tighter starts its hold over.
+  {
+    ConsistencySwitcher turning;
+    EXPECT_FALSE(turning.Decide(At("ssp:2", {100}, "asp")));
+    EXPECT_FALSE(turning.Decide(At("ssp:2", {100 + kHoldSteps - 1}, "ssp:1")));
+    EXPECT_FALSE(
+        turning.Decide(At("ssp:2", {100 + kTightenHoldSteps}, "ssp:1")));
+    EXPECT_TRUE(turning.Decide(
+        At("ssp:2", {100 + kHoldSteps - 1 + kTightenHoldSteps}, "ssp:1")));
+  }
   // A tighter asynchronous mode is taken once it held kTightenHoldSteps.
   for (const auto& [mode, advice] :
        {std::pair{"asp", "ssp:4"}, {"ssp:3", "ssp:2"}}) {

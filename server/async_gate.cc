@@ -71,8 +71,9 @@ absl::StatusOr<v1::PushResponse> AspGate::ApplyNow(
         parts_.counters, lr_factor);
   }
   NoteApplied(c, req.step(), req.member_id(), req.epoch());
-  int64_t& clock = c.clocks[req.member_id()];
-  clock = std::max(clock, req.step() + 1);
+  auto [it, fresh] = c.clocks.try_emplace(req.member_id(), 0);
+  it->second = std::max(it->second, req.step() + 1);
+  if (fresh) LevelNewcomer(c, req.member_id());
   c.changed.SignalAll();
   resp.set_version(c.rec.version);
   resp.set_applied(true);
@@ -104,6 +105,18 @@ void AspGate::Adopt(Chunk& c, const ShardView& now, const Consistency& from) {
   c.open.clear();
 }
 
+void AspGate::LevelNewcomer(Chunk& c, uint64_t member) const {
+  if (c.lift.empty()) return;  // no switch between asynchronous modes
+  const ShardView view = parts_.membership.Get();
+  int64_t slowest = INT64_MAX;
+  for (uint64_t w : view.workers) {
+    if (w != member && !view.IsDrained(w) && c.clocks.contains(w))
+      slowest = std::min(slowest, LiftedClock(c, w));
+  }
+  const int64_t clock = c.clocks.at(member);
+  if (slowest != INT64_MAX && slowest > clock) c.lift[member] = slowest - clock;
+}
+
 void AspGate::Sweep(Chunk& c, const ShardView& now) {
   auto gone = [&](const auto& kv) { return !now.IsLive(kv.first); };
   absl::erase_if(c.clocks, gone);
@@ -127,15 +140,8 @@ absl::StatusOr<uint64_t> SspGate::PullTarget(Chunk& c,
       c.rec.version + parts_.options.max_steps_ahead + staleness_) {
     return Unreachable(c, req, need);
   }
-  if (c.clocks.try_emplace(req.member_id(), req.clock()).second &&
-      !c.lift.empty()) {
-    // New here after a switch levelled the others: level with the
-    // slowest of them, so it holds no one back for the drift before it.
-    int64_t slowest = INT64_MAX;
-    for (const auto& [w, lift] : c.lift) {
-      slowest = std::min(slowest, LiftedClock(c, w));
-    }
-    if (slowest > req.clock()) c.lift[req.member_id()] = slowest - req.clock();
+  if (c.clocks.try_emplace(req.member_id(), req.clock()).second) {
+    LevelNewcomer(c, req.member_id());
   }
   return need;
 }

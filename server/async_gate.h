@@ -42,6 +42,14 @@ class AspGate : public ConsistencyGate {
   // for them.
   void Sweep(Chunk& c, const ShardView& now) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+
+ protected:
+  // `member` was just seen on c for the first time (its first push, or an
+  // SSP pull): after a switch that levelled the others (c.lift not empty),
+  // its lifted clock is made the slowest live working worker's seen on c,
+  // so it holds no one back for the drift before it came.
+  void LevelNewcomer(Chunk& c, uint64_t member) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   absl::StatusOr<uint64_t> PullTarget(Chunk& c, const v1::PullRequest& req,
                                       bool worker) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
@@ -64,8 +72,8 @@ class SspGate final : public AspGate {
 
   // A worker's pull at clock c also notes c as its clock here (a worker
   // not yet seen is not taken for one at clock 0; after a switch between
-  // asynchronous modes it is lifted level with the slowest worker seen,
-  // as those were at the switch), and is OUT_OF_RANGE when c is too far
+  // asynchronous modes it is levelled: LevelNewcomer), and is
+  // OUT_OF_RANGE when c is too far
   // ahead to come before its deadline. Its wait: until every live working
   // worker's lifted clock on c is >= its own lifted clock - staleness.
   absl::StatusOr<uint64_t> PullTarget(Chunk& c, const v1::PullRequest& req,

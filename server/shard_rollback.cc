@@ -175,6 +175,7 @@ void Shard::ResetChunk(Chunk& c, uint64_t generation, int64_t step,
   if (!c.sums.grad.empty()) p_->pool.Give(std::move(c.sums.grad));
   c.sums = TensorSums();
   c.clocks.clear();
+  c.lift.clear();
   for (Chunk::PullArrival& p : c.step_pulls) p = {};
   c.generation = generation;
   c.generation_step = step;

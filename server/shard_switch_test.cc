@@ -89,8 +89,8 @@ bool Served(Shard& shard, uint64_t w, int64_t clock) {
 }
 
 // From ASP to a tighter SSP bound: the drift ASP let the workers build up
-// holds no one back, as the bound counts from the switch, for a worker
-// that joins after it (at the slowest clock, as a joiner starts) too.
+// holds no one back, as the bound counts from the switch, for workers
+// first seen after it (a joiner at the slowest clock, as it starts) too.
 TEST(ShardSwitch, ATighterBoundCountsFromTheSwitch) {
   Shard shard(Opts("asp", absl::Milliseconds(300)));
   ASSERT_TRUE(shard.Register(OneChunk()).ok());
@@ -115,9 +115,11 @@ TEST(ShardSwitch, ATighterBoundCountsFromTheSwitch) {
   auto retry = shard.Push(PushReq(2, 2, 4), Bytes(g));
   ASSERT_TRUE(retry.ok()) << retry.status();
   EXPECT_FALSE(retry->applied());
-  // Worker 3 joins at clock 4 (the slowest raw clock): level with the
-  // slowest lifted one, so worker 1 goes on as before...
-  shard.UpdateView(ModeView(3, {1, 2, 3}, "ssp:1"));
+  // Workers 3 and 4 join at clock 4 (the slowest raw clock); 4 is first
+  // seen here by its push, 3 by its pull: each level with the slowest
+  // lifted clock, so worker 1 goes on as before...
+  shard.UpdateView(ModeView(3, {1, 2, 3, 4}, "ssp:1"));
+  ASSERT_TRUE(shard.Push(PushReq(4, 4, 4), Bytes(g)).ok());
   EXPECT_TRUE(Served(shard, 3, 4));
   EXPECT_TRUE(Served(shard, 1, 11));
   // ...and, once every worker is at 11, is held one step past the bound
@@ -127,6 +129,7 @@ TEST(ShardSwitch, ATighterBoundCountsFromTheSwitch) {
   ASSERT_TRUE(shard.Push(PushReq(3, 5, 4), Bytes(g)).ok());
   ASSERT_TRUE(shard.Push(PushReq(2, 4, 4), Bytes(g)).ok());
   ASSERT_TRUE(shard.Push(PushReq(1, 11, 4), Bytes(g)).ok());
+  ASSERT_TRUE(shard.Push(PushReq(4, 5, 4), Bytes(g)).ok());
   EXPECT_TRUE(Served(shard, 1, 13));
 }
 

@@ -103,6 +103,8 @@ absl::Status Shard::ExportChunk(Chunk& c, StateEmitter emit, uint64_t* bytes) {
     }
     for (const auto& [member, clock] : c.clocks)
       (*meta->mutable_clocks())[member] = clock;
+    for (const auto& [member, lift] : c.lift)
+      (*meta->mutable_lifts())[member] = lift;
   }
   STRATA_RETURN_IF_ERROR(copy.status());
   // The encoding's pieces view the copy's arrays: each part's bytes are
@@ -294,6 +296,7 @@ absl::Status Shard::InstallChunk(
       }
     }
     for (const auto& [member, clock] : meta.clocks()) c->clocks[member] = clock;
+    for (const auto& [member, lift] : meta.lifts()) c->lift[member] = lift;
     c->changed.SignalAll();
   }
   p_->tiles.MakeRoom(0);  // within the budget, chunk by chunk
