@@ -17,9 +17,10 @@
 //    over), so an advice moving between two modes near a boundary of the
 //    rule flips the job at most once per kSettleSteps + kHoldSteps of the
 //    slowest worker's steps, and back only kSettleSteps +
-//    kTightenHoldSteps after. After a switch between asynchronous modes
-//    the switch's step is the largest clock leased then, so the slowest
-//    worker settles only once it has made up its drift too;
+//    kTightenHoldSteps after. The step of a switch between asynchronous
+//    modes is one past the largest clock leased then (the ledger's), so
+//    the next one waits for the slowest worker's drift as well as its
+//    kSettleSteps (lifts do not change the clocks the view carries);
 //  - an advice of BSP is not taken once the job left it: going back is
 //    not built (scheduler/ledger.h BeginSwitch).
 // Not thread-safe: the scheduler's lease loop calls it.

@@ -42,6 +42,13 @@ class AspGate : public ConsistencyGate {
   // for them.
   void Sweep(Chunk& c, const ShardView& now) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  absl::StatusOr<uint64_t> PullTarget(Chunk& c, const v1::PullRequest& req,
+                                      bool worker) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  bool Ready(const Chunk& c, const v1::PullRequest& req, bool worker,
+             uint64_t need) const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+    return c.rec.version >= need;
+  }
 
  protected:
   // `member` was just seen on c for the first time (its first push, or an
@@ -50,13 +57,6 @@ class AspGate : public ConsistencyGate {
   // so it holds no one back for the drift before it came.
   void LevelNewcomer(Chunk& c, uint64_t member) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
-  absl::StatusOr<uint64_t> PullTarget(Chunk& c, const v1::PullRequest& req,
-                                      bool worker) override
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
-  bool Ready(const Chunk& c, const v1::PullRequest& req, bool worker,
-             uint64_t need) const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
-    return c.rec.version >= need;
-  }
 
  private:
   absl::StatusOr<v1::PushResponse> ApplyNow(Chunk& c,
