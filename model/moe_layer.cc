@@ -12,44 +12,10 @@
 
 namespace strata {
 
-int MoeDims::Capacity() const {
-  const double slots =
-      std::ceil(double{capacity_factor} * top_k * N / std::max(experts, 1));
-  // An expert gets at most one assignment a token (top-2's are distinct).
-  return static_cast<int>(std::clamp(slots, 1.0, static_cast<double>(N)));
-}
-
-absl::Status ValidateMoeDims(const MoeDims& d) {
-  if (d.N <= 0 || d.C <= 0 || d.hidden <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("MoE layer: tokens, width and hidden must be > 0, not ",
-                     d.N, ", ", d.C, ", ", d.hidden));
-  }
-  if (d.top_k != 1 && d.top_k != 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("MoE layer: top_k is 1 or 2, not ", d.top_k));
-  }
-  if (d.experts < d.top_k) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "MoE layer: ", d.experts, " experts cannot take top-", d.top_k));
-  }
-  if (!(d.capacity_factor > 0) || !std::isfinite(d.capacity_factor)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "MoE layer: the capacity factor must be > 0, not ", d.capacity_factor));
-  }
-  if (!(d.aux_alpha >= 0) || !std::isfinite(d.aux_alpha)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("MoE layer: the auxiliary loss weight must be >= 0, not ",
-                     d.aux_alpha));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<MoeLayer> MoeLayer::Create(const MoeDims& dims,
                                           Communicator* group) {
   STRATA_RETURN_IF_ERROR(ValidateMoeDims(dims));
   MoeLayer layer(dims);
-  layer.n_total_ = dims.N;
   if (group != nullptr) {
     STRATA_ASSIGN_OR_RETURN(
         layer.ex_, ExpertExchange::Create(group, dims.experts, dims.C));
@@ -64,100 +30,15 @@ absl::StatusOr<MoeLayer> MoeLayer::Create(const MoeDims& dims,
   }
   layer.dgate_.resize(N * K);
   layer.dlogit_.resize(N * E);
-  layer.r_.probs.resize(N * E);
-  layer.r_.tokens.resize(E);
-  for (std::vector<int>& t : layer.r_.tokens) t.reserve(dims.Capacity());
   return layer;
 }
 
-namespace {
-
-// The index of the largest p[0, n) other than `skip` (the lower first
-// among equals).
-int ArgMax(const float* p, int n, int skip) {
-  int best = -1;
-  for (int i = 0; i < n; ++i) {
-    if (i != skip && (best < 0 || p[i] > p[best])) best = i;
-  }
-  return best;
-}
-
-}  // namespace
-
-void MoeLayer::Assign() {
-  const int N = d_.N, E = d_.experts, K = d_.top_k, cap = d_.Capacity();
-  MoeRouting& r = r_;
-  r.expert.assign(size_t{1} * N * K, -1);
-  r.gate.assign(size_t{1} * N * K, 0.0f);
-  r.slot.assign(size_t{1} * N * K, -1);
-  r.load.assign(E, 0);
-  for (std::vector<int>& t : r.tokens) t.clear();
-  r.dropped = 0;
-  for (int t = 0; t < N; ++t) {
-    const float* p = &r.probs[size_t{1} * t * E];
-    int* e = &r.expert[size_t{1} * t * K];
-    float* g = &r.gate[size_t{1} * t * K];
-    e[0] = ArgMax(p, E, -1);
-    if (K == 1) {
-      g[0] = p[e[0]];
-    } else {
-      e[1] = ArgMax(p, E, e[0]);
-      const float sum = p[e[0]] + p[e[1]];
-      g[0] = p[e[0]] / sum;
-      g[1] = p[e[1]] / sum;
-    }
-  }
-  // Every first choice, in token order, before any second one.
-  for (int k = 0; k < K; ++k) {
-    for (int t = 0; t < N; ++t) {
-      const size_t a = size_t{1} * t * K + k;
-      const int e = r.expert[a];
-      if (r.load[e] < cap) {
-        r.slot[a] = r.load[e]++;
-        r.tokens[e].push_back(t);
-      } else {
-        ++r.dropped;
-      }
-    }
-  }
-}
-
-absl::Status MoeLayer::ShareStats() {
-  const int N = d_.N, E = d_.experts, K = d_.top_k;
-  // Per expert: first choices, then summed probabilities; then tokens.
-  std::vector<double> sums(2 * E + 1, 0.0);
-  for (int t = 0; t < N; ++t) {
-    sums[r_.expert[size_t{1} * t * K]] += 1;
-    const float* p = &r_.probs[size_t{1} * t * E];
-    for (int i = 0; i < E; ++i) sums[E + i] += p[i];
-  }
-  sums[2 * E] = N;
-  if (ex_.has_value()) {
-    // Counts are exact in fp32 (up to 2^24 tokens a worker); the
-    // probability sums lose digits past 1e-7.
-    std::vector<float> shared(sums.begin(), sums.end());
-    STRATA_RETURN_IF_ERROR(
-        ex_->group().AllReduce(absl::MakeSpan(shared), ReduceOp::kSum));
-    sums.assign(shared.begin(), shared.end());
-  }
-  n_total_ = static_cast<int64_t>(std::llround(sums[2 * E]));
-  r_.first.resize(E);
-  r_.mean_p.resize(E);
-  double aux = 0;
-  for (int i = 0; i < E; ++i) {
-    r_.first[i] = static_cast<float>(sums[i] / n_total_);
-    r_.mean_p[i] = static_cast<float>(sums[E + i] / n_total_);
-    aux += double{r_.first[i]} * r_.mean_p[i];
-  }
-  r_.aux_loss = double{d_.aux_alpha} * E * aux;
-  return absl::OkStatus();
-}
-
 MoeLayer::Rows MoeLayer::LocalRows(int e) {
+  const MoeRouting& r = routing();
   const size_t c = size_t{1} * e * d_.Capacity() * d_.C;
   const size_t h = size_t{1} * e * d_.Capacity() * d_.hidden;
-  return {r_.load[e], &in_[c], &pre_[h],   &post_[h],
-          &y_[c],     &dy_[c], &dpost_[h], &din_[c]};
+  return {r.load[e], &in_[c], &pre_[h],   &post_[h],
+          &y_[c],    &dy_[c], &dpost_[h], &din_[c]};
 }
 
 MoeLayer::Rows MoeLayer::OwnedRows(int e) {
@@ -169,10 +50,11 @@ MoeLayer::Rows MoeLayer::OwnedRows(int e) {
 }
 
 void MoeLayer::GatherInputs(const float* x, int e) {
+  const MoeRouting& r = routing();
   const Rows rows = LocalRows(e);
   for (int s = 0; s < rows.n; ++s) {
     std::memcpy(rows.in + size_t{1} * s * d_.C,
-                x + size_t{1} * r_.tokens[e][s] * d_.C, sizeof(float) * d_.C);
+                x + size_t{1} * r.tokens[e][s] * d_.C, sizeof(float) * d_.C);
   }
 }
 
@@ -230,28 +112,17 @@ absl::Status MoeLayer::Route(const MoeWeights& w, const float* x) {
           "MoE layer: ", v->size(), " experts' tensors for ", E, " experts"));
     }
   }
-  kernels::MatmulForward(r_.probs.data(), x, w.router, nullptr, N, C, E);
-  for (int t = 0; t < N; ++t) {
-    float* p = &r_.probs[size_t{1} * t * E];
-    const float top = *std::max_element(p, p + E);
-    double sum = 0;
-    for (int i = 0; i < E; ++i) sum += p[i] = std::exp(p[i] - top);
-    // A NaN anywhere in the row, or an infinite logit, makes the sum NaN.
-    if (!std::isfinite(top) || !std::isfinite(sum)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "MoE layer: token ", t, "'s router logits are not finite"));
-    }
-    for (int i = 0; i < E; ++i) p[i] = static_cast<float>(p[i] / sum);
-  }
-  Assign();
-  STRATA_RETURN_IF_ERROR(ShareStats());
-  return ex_.has_value() ? ex_->ShareLoads(r_.load) : absl::OkStatus();
+  kernels::MatmulForward(router_.logits(), x, w.router, nullptr, N, C, E);
+  STRATA_RETURN_IF_ERROR(
+      router_.Route(ex_.has_value() ? &ex_->group() : nullptr));
+  return ex_.has_value() ? ex_->ShareLoads(routing().load) : absl::OkStatus();
 }
 
 absl::Status MoeLayer::Combine(const MoeWeights& w, const float* x,
                                float* out) {
   const int N = d_.N, C = d_.C, K = d_.top_k;
   const int cap = d_.Capacity();
+  const MoeRouting& r = routing();
   if (ex_.has_value()) {
     STRATA_RETURN_IF_ERROR(RunOwnedExperts(w, x));
   } else {
@@ -261,9 +132,9 @@ absl::Status MoeLayer::Combine(const MoeWeights& w, const float* x,
   for (int t = 0; t < N; ++t) {
     for (int k = 0; k < K; ++k) {
       const size_t a = size_t{1} * t * K + k;
-      if (r_.slot[a] < 0) continue;
-      const float g = r_.gate[a];
-      const float* y = &y_[(size_t{1} * r_.expert[a] * cap + r_.slot[a]) * C];
+      if (r.slot[a] < 0) continue;
+      const float g = r.gate[a];
+      const float* y = &y_[(size_t{1} * r.expert[a] * cap + r.slot[a]) * C];
       float* o = out + size_t{1} * t * C;
       for (int c = 0; c < C; ++c) o[c] += g * y[c];
     }
@@ -276,6 +147,7 @@ absl::Status MoeLayer::Backward(const MoeWeights& w, const float* x,
                                 const MoeGrads& g, float* dx) {
   const int N = d_.N, C = d_.C, E = d_.experts, K = d_.top_k;
   const int cap = d_.Capacity();
+  const MoeRouting& r = routing();
   // dL/d(gate) and dL/d(expert output), slot by slot.
   std::vector<float>& dgate = dgate_;
   std::vector<float>& dy = dy_;
@@ -284,52 +156,28 @@ absl::Status MoeLayer::Backward(const MoeWeights& w, const float* x,
     const float* dt = dout + size_t{1} * t * C;
     for (int k = 0; k < K; ++k) {
       const size_t a = size_t{1} * t * K + k;
-      if (r_.slot[a] < 0) continue;
-      const size_t row = size_t{1} * r_.expert[a] * cap + r_.slot[a];
+      if (r.slot[a] < 0) continue;
+      const size_t row = size_t{1} * r.expert[a] * cap + r.slot[a];
       const float* y = &y_[row * C];
       float* d = &dy[row * C];
       double dot = 0;
       for (int c = 0; c < C; ++c) {
         dot += double{dt[c]} * y[c];
-        d[c] = r_.gate[a] * dt[c];
+        d[c] = r.gate[a] * dt[c];
       }
       dgate[a] = static_cast<float>(dot);
     }
   }
-  // dL/dp: through the gates, then the auxiliary loss (f is constant).
-  std::vector<float>& dlogit = dlogit_;
-  std::fill(dlogit.begin(), dlogit.end(), 0.0f);
-  for (int t = 0; t < N; ++t) {
-    const float* p = &r_.probs[size_t{1} * t * E];
-    const int* e = &r_.expert[size_t{1} * t * K];
-    const float* dg = &dgate[size_t{1} * t * K];
-    float* dp = &dlogit[size_t{1} * t * E];
-    if (K == 1) {
-      dp[e[0]] += dg[0];
-    } else {
-      const double p1 = p[e[0]], p2 = p[e[1]], s2 = (p1 + p2) * (p1 + p2);
-      dp[e[0]] += static_cast<float>(p2 * (dg[0] - dg[1]) / s2);
-      dp[e[1]] += static_cast<float>(p1 * (dg[1] - dg[0]) / s2);
-    }
-    double dot = 0;
-    for (int i = 0; i < E; ++i) {
-      dp[i] += daux * d_.aux_alpha * E * r_.first[i] / n_total_;
-      dot += double{p[i]} * dp[i];
-    }
-    // Softmax: dlogit = p (dp - p·dp), in place.
-    for (int i = 0; i < E; ++i) {
-      dp[i] = static_cast<float>(p[i] * (dp[i] - dot));
-    }
-  }
+  router_.LogitGradient(dgate.data(), daux, dlogit_.data());
   // The router writes dx; the experts add to it.
-  kernels::MatmulBackward(dx, g.router, nullptr, dlogit.data(), x, w.router, N,
+  kernels::MatmulBackward(dx, g.router, nullptr, dlogit_.data(), x, w.router, N,
                           C, E);
   STRATA_RETURN_IF_ERROR(BackwardExperts(w, g));
   // Added into dx in expert order, so the sums do not depend on the
   // threads.
   for (int e = 0; e < E; ++e) {
-    for (int s = 0; s < r_.load[e]; ++s) {
-      float* d = dx + size_t{1} * r_.tokens[e][s] * C;
+    for (int s = 0; s < r.load[e]; ++s) {
+      float* d = dx + size_t{1} * r.tokens[e][s] * C;
       const float* src = &din_[(size_t{1} * e * cap + s) * C];
       for (int c = 0; c < C; ++c) d[c] += src[c];
     }

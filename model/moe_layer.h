@@ -1,9 +1,10 @@
 // A mixture-of-experts feed-forward layer on the CPU (fp32): a router,
 // top-1 (Switch) or top-2 (GShard) gating with a capacity per expert, E
 // expert GELU MLPs of `hidden` features, and the combine; forward and
-// backward, with Switch's load-balancing loss. It is the MoE layer's math,
-// written once; the CPU GPT's MoE blocks run it (block::MoeForward through
-// CpuBlockOps::Moe).
+// backward, with Switch's load-balancing loss. The CPU GPT's MoE blocks
+// run it (block::MoeForward through CpuBlockOps::Moe). Its routing (the
+// softmax, choices, capacity, the aux loss and their gradients) is
+// MoeRouter's (model/moe_router.h), which the CUDA model shares.
 //
 // For N tokens x (N,C):
 //   p = softmax(x · Wrᵀ)                       (N,E), Wr (E,C), no bias
@@ -47,24 +48,9 @@
 #include "absl/status/statusor.h"
 #include "collective/communicator.h"
 #include "model/moe_exchange.h"
+#include "model/moe_router.h"
 
 namespace strata {
-
-struct MoeDims {
-  int N = 0;       // tokens
-  int C = 0;       // width
-  int hidden = 0;  // each expert's MLP features (GptConfig::ExpertHidden)
-  int experts = 0;
-  int top_k = 1;  // 1 or 2
-  float capacity_factor = 1.25f;
-  float aux_alpha = 0.01f;
-  // Slots per expert.
-  int Capacity() const;
-};
-
-// INVALID_ARGUMENT unless N, C, hidden > 0, experts >= top_k, top_k is 1
-// or 2, capacity_factor > 0 and aux_alpha >= 0 (both finite).
-absl::Status ValidateMoeDims(const MoeDims& d);
 
 // The layer's weights, row-major: the router (E,C); expert e's fc_w[e]
 // (hidden,C), fc_b[e] (hidden), proj_w[e] (C,hidden), proj_b[e] (C): each
@@ -77,21 +63,6 @@ struct MoeTensors {
 using MoeWeights = MoeTensors<const float>;
 // Their gradients, laid out the same; the backward adds to them.
 using MoeGrads = MoeTensors<float>;
-
-// What a forward routed, for its backward and for the logs.
-struct MoeRouting {
-  std::vector<float> probs;   // (N,E)
-  std::vector<int> expert;    // (N,top_k): choice k of token t
-  std::vector<float> gate;    // (N,top_k): its weight (before drops)
-  std::vector<int> slot;      // (N,top_k): its place in the expert, -1 dropped
-  std::vector<int> load;      // (E): assignments kept
-  std::vector<float> first;   // (E): f_i (over the group's tokens)
-  std::vector<float> mean_p;  // (E): P_i (over the group's tokens)
-  int64_t dropped = 0;        // assignments dropped
-  double aux_loss = 0;
-  // Per expert, the tokens in its slots, in slot order.
-  std::vector<std::vector<int>> tokens;
-};
 
 class MoeLayer {
  public:
@@ -119,7 +90,7 @@ class MoeLayer {
   absl::Status Backward(const MoeWeights& w, const float* x, const float* dout,
                         float daux, const MoeGrads& g, float* dx);
 
-  const MoeRouting& routing() const { return r_; }
+  const MoeRouting& routing() const { return router_.routing(); }
 
  private:
   // One expert's rows and what its MLP keeps of them: in (n,C), pre and
@@ -129,11 +100,7 @@ class MoeLayer {
     int n = 0;
     float *in, *pre, *post, *y, *dy, *dpost, *din;
   };
-  explicit MoeLayer(const MoeDims& d) : d_(d) {}
-  // Each token's choices and gates, and the slots they take.
-  void Assign();
-  // f_i and P_i over the group's tokens (an all-reduce), then aux.
-  absl::Status ShareStats();
+  explicit MoeLayer(const MoeDims& d) : d_(d), router_(d) {}
   // Expert e's slots in the local buffers; its rows in the owned ones.
   Rows LocalRows(int e);
   Rows OwnedRows(int e);
@@ -147,11 +114,9 @@ class MoeLayer {
                       const Rows& rows);
 
   MoeDims d_;
-  MoeRouting r_;
-  // With a group: the rows to and from the experts' owners, and the
-  // group's token count (else N).
+  MoeRouter router_;
+  // With a group: the rows to and from the experts' owners.
   std::optional<ExpertExchange> ex_;
-  int64_t n_total_ = 0;
   // Owned experts' rows over the group, laid out as Rows (ExpertExchange's
   // owned layout).
   std::vector<float> o_in_, o_pre_, o_post_, o_y_, o_dy_, o_dpost_, o_din_;
