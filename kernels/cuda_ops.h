@@ -173,6 +173,31 @@ absl::Status AdamUpdateSpans(Context& ctx, float* w, bf16* w_bf16, float* m,
                              const uint8_t* kinds, int spans, int64_t n,
                              const AdamStep& step0, const AdamStep& step1);
 
+// The mixture-of-experts layer (model/moe_router.h routes on the host):
+// R rows packed expert by expert, src (R) int32 each row's token; row,
+// gate (N,K) token t's k-th choice's row (-1: dropped) and weight. K is 1
+// or 2.
+// logits (N,E) fp32 = inp (N,C) @ router (E,C)^T.
+absl::Status MoeRouterLogits(Context& ctx, float* logits, const bf16* inp,
+                             const bf16* router, int N, int C, int E);
+// out (R,C) = inp[src[r]] (R may be 0).
+absl::Status MoeGatherRows(Context& ctx, bf16* out, const bf16* inp,
+                           const int32_t* src, int R, int C);
+// out (N,C) = residual + sum_k gate[t,k] * y[row[t,k]], in fp32.
+absl::Status MoeCombine(Context& ctx, bf16* out, const bf16* residual,
+                        const bf16* y, const int32_t* row, const float* gate,
+                        int N, int K, int C);
+// For dout (N,C): dy[row[t,k]] = gate[t,k] * dout[t] (overwritten; rows
+// no choice names are left as they are) and dgate (N,K) fp32 = dout[t] .
+// y[row[t,k]] (0 when dropped).
+absl::Status MoeCombineBackward(Context& ctx, bf16* dy, float* dgate,
+                                const bf16* dout, const bf16* y,
+                                const int32_t* row, const float* gate, int N,
+                                int K, int C);
+// dx (N,C) += sum_k din[row[t,k]].
+absl::Status MoeAddRows(Context& ctx, bf16* dx, const bf16* din,
+                        const int32_t* row, int N, int K, int C);
+
 }  // namespace strata::kernels::cuda
 
 #endif  // STRATA_KERNELS_CUDA_OPS_H_
