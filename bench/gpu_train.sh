@@ -24,9 +24,13 @@ if [[ -z "${GPU_TRAIN_BENCH:-}" ]]; then
   GPU_TRAIN_BENCH="${build}/bench/gpu_train_bench"
 fi
 read -r -a bench_cmd <<<"${GPU_TRAIN_BENCH}"
-ours="$("${bench_cmd[@]}" "$@")"
-echo "${ours}"
-[[ -z "${ours}" ]] && exit 0  # no device
+# THROUGH_SERVERS=only: the run through servers alone (below).
+only="${THROUGH_SERVERS:-0}"
+if [[ "${only}" != only ]]; then
+  ours="$("${bench_cmd[@]}" "$@")"
+  echo "${ours}"
+  [[ -z "${ours}" ]] && exit 0  # no device
+fi
 
 # The same configuration and batches for PyTorch.
 config=gpt2_124M batch=8,16,32 context=1024
@@ -39,7 +43,9 @@ for ((i = 0; i < ${#args[@]}; i++)); do
   esac
 done
 bench_dir="$(dirname "$0")"
-if [[ "${config}" != all ]] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+if [[ "${only}" == only ]]; then
+  :
+elif [[ "${config}" != all ]] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   theirs="$(python3 "${bench_dir}/torch_gpu_ref.py" --config "${config}" --batch "${batch}" --context "${context}")"
   echo "${theirs}"
   join_figures gpu_tokens_per_s "${ours}" "${theirs}" ratio_to_torch_gpu "x / y"
@@ -55,8 +61,9 @@ fi
 #   ratio_to_resident <config> <z/x>
 # STRATA names the strata command (default: build-gpu's, or the bundle's
 # runner with GPU_TRAIN_BENCH); WORKER_FLAGS adds worker flags (DEVICE=cpu
-# tries the script without a GPU).
-[[ "${THROUGH_SERVERS:-0}" == 1 ]] || exit 0
+# tries the script without a GPU). THROUGH_SERVERS=only runs that alone
+# (no resident run, no PyTorch, no ratio).
+[[ "${only}" == 1 || "${only}" == only ]] || exit 0
 if [[ -z "${STRATA:-}" ]]; then
   if [[ "${bench_cmd[0]}" == */run ]]; then STRATA="${bench_cmd[0]} strata"
   else STRATA="${build:-build-gpu}/cli/strata"; ninja -C "${build:-build-gpu}" strata >&2; fi
@@ -99,4 +106,5 @@ PY
   rm -rf "${dir}"
 done
 echo -n "${through}"
+[[ "${only}" == only ]] && exit 0
 join_figures gpu_tokens_per_s "${ours}" "${through}" ratio_to_resident "y / x"

@@ -95,7 +95,7 @@ void AddModelFlags(CLI::App* cmd, GptConfig* m) {
                 "recompute activations per block in backward (less memory)");
   cmd->add_option("--experts", m->experts,
                   "mixture of experts: this many expert MLPs in every "
-                  "--moe_every-th block (0: a dense model; CPU only so far)")
+                  "--moe_every-th block (0: a dense model)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   cmd->add_option("--top_k", m->top_k,

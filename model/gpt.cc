@@ -424,6 +424,14 @@ void Gpt::AddMoeOps(int l, CpuBlockOps& ops) {
   }
 }
 
+const MoeRouting* Gpt::moe_routing(int layer) const {
+  if (layer < 0 || static_cast<size_t>(layer) >= ws_->moe.size() ||
+      !ws_->moe[layer].has_value()) {
+    return nullptr;
+  }
+  return &ws_->moe[layer]->routing();
+}
+
 MoeStats Gpt::moe_stats() const {
   MoeStats s;
   for (const std::optional<MoeLayer>& m : ws_->moe) {

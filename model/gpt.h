@@ -100,6 +100,11 @@ class Gpt : public Model {
   void SetParamsWantedCallback(
       std::function<void(absl::Span<const int>)> cb) override;
   bool ParamUnused(int i) const override;
+  // Whether parameter i is an expert's, and whose.
+  bool ExpertOf(int i, int* layer, int* expert) const;
+  // The index of block `layer`'s first parameter; of the final LayerNorm's
+  // for layer == config().layers.
+  int first_param(int layer) const { return first_param_[layer]; }
 
   // The (B,T,vocab) logits of (B,T) tokens (row-major, host memory), the
   // weights in param_data: what the LM head gives before the softmax.
@@ -126,6 +131,9 @@ class Gpt : public Model {
   // ForwardBackward's gradients include each layer's load-balancing loss;
   // the loss it returns, and Loss's, are the cross-entropy alone.
   MoeStats moe_stats() const override;
+  // MoE block `layer`'s routing in the last forward; null for a dense
+  // block or before the first.
+  const MoeRouting* moe_routing(int layer) const;
 
   // Training FLOPs per token at the full context, PaLM's estimate (Chowdhery
   // et al. 2022, appendix B): 6 * N + 12 * layers * width * context, where N
@@ -159,8 +167,6 @@ class Gpt : public Model {
   // The routed experts of MoE layer `layer` named (params_wanted_) and
   // waited for (param_wait_).
   absl::Status AwaitExperts(int layer, const MoeRouting& routing);
-  // Whether parameter i is an expert's, and whose.
-  bool ExpertOf(int i, int* layer, int* expert) const;
   absl::Status BlockBackward(int layer, int B, int T);
   // LM head and loss over chunks of positions; with backward, also writes
   // dL/d(lnf output) and adds to the wte gradient.

@@ -45,11 +45,6 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(
 absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(
     const GptConfig& config, const Options& options) {
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> host, Gpt::Create(config));
-  if (config.experts > 0) {
-    return absl::UnimplementedError(
-        "mixture-of-experts layers (--experts) run on the CPU model only "
-        "so far (--device cpu)");
-  }
   if (options.head_chunk_floats < 1) {
     return absl::InvalidArgumentError("head_chunk_floats must be >= 1");
   }
@@ -74,6 +69,9 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(
   STRATA_ASSIGN_OR_RETURN(d.ctx, kc::Context::Create());
   if (options.profile) {
     d.profiler = std::make_unique<gpt_cuda::OpProfiler>(d.ctx->stream());
+  }
+  for (int l = 0; l <= config.layers; ++l) {
+    d.first_param.push_back(m->host_->first_param(l));
   }
   d.vocab = config.vocab;
   d.vocab_padded = PaddedVocab(config.vocab);
@@ -227,11 +225,13 @@ absl::Status GptCuda::ForwardTrunk(int B, int T) {
                               d.W(kWte), d.W(kWpe), B, T, C);
   }));
   for (int l = 0; l < L; ++l) {
-    STRATA_RETURN_IF_ERROR(
-        upload_then_order(Device::Block(l, 0), Device::Block(l + 1, 0)));
+    // An MoE block's experts go up once routed (FetchExperts).
+    const int end =
+        config().IsMoeLayer(l) ? d.Block(l, kMoeRouter + 1) : d.Block(l + 1, 0);
+    STRATA_RETURN_IF_ERROR(upload_then_order(d.Block(l, 0), end));
     STRATA_RETURN_IF_ERROR(BlockForward(l, B, T));
   }
-  const int lnf = Device::Block(L, 0);
+  const int lnf = d.Block(L, 0);
   STRATA_RETURN_IF_ERROR(upload_then_order(lnf, n));
   return Op("fwd.layernorm", [&] {
     return kc::LayerNormForward(
@@ -333,7 +333,7 @@ absl::Status GptCuda::EnqueueForwardBackward(int B, int T, bool accumulate) {
   STRATA_RETURN_IF_ERROR(ForwardTrunk(B, T));
   STRATA_RETURN_IF_ERROR(HeadLoss(N, /*backward=*/true));
 
-  const int lnf = Device::Block(L, 0);
+  const int lnf = d.Block(L, 0);
   STRATA_RETURN_IF_ERROR(CudaStatus(
       cudaMemsetAsync(d.dres.as<bf16>(), 0, int64_t{N} * C * sizeof(bf16), s),
       "cudaMemsetAsync"));
@@ -346,7 +346,9 @@ absl::Status GptCuda::EnqueueForwardBackward(int B, int T, bool accumulate) {
   STRATA_RETURN_IF_ERROR(GradReady(lnf));
   STRATA_RETURN_IF_ERROR(GradReady(lnf + 1));
   for (int l = L - 1; l >= 0; --l) {
-    if (config().recompute) STRATA_RETURN_IF_ERROR(BlockForward(l, B, T));
+    if (config().recompute) {
+      STRATA_RETURN_IF_ERROR(BlockForward(l, B, T, /*recompute=*/true));
+    }
     STRATA_RETURN_IF_ERROR(BlockBackward(l, B, T));
   }
   STRATA_RETURN_IF_ERROR(Op("bwd.encoder", [&] {

@@ -14,6 +14,8 @@
 #ifndef STRATA_MODEL_GPT_CUDA_H_
 #define STRATA_MODEL_GPT_CUDA_H_
 
+#include <cuda_bf16.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -99,6 +101,17 @@ class GptCuda : public Model {
   // pulls and copies of later groups go on.
   void SetParamWaitCallback(
       std::function<absl::Status(int param_index)> cb) override;
+  // An MoE block (model/gpt_cuda_moe.cc) routes on the host, as Gpt does:
+  // its router goes up with the block's attention half; once its tokens
+  // are routed, only the experts with tokens are named (params-wanted),
+  // waited for and uploaded.
+  bool RoutedParam(int i) const override { return host_->RoutedParam(i); }
+  void SetParamsWantedCallback(
+      std::function<void(absl::Span<const int>)> cb) override;
+  bool ParamUnused(int i) const override;
+  MoeStats moe_stats() const override;
+  // As Gpt::moe_routing.
+  const MoeRouting* moe_routing(int layer) const;
 
   // Resident training, for one worker that owns its optimizer (no servers:
   // bench/gpu_train.sh, single-GPU runs). The fp32 master weights, the
@@ -168,8 +181,27 @@ class GptCuda : public Model {
   struct BlockOps;
   BlockOps LayerOps(int layer, int B, int T);
   absl::Status ForwardTrunk(int B, int T);
-  absl::Status BlockForward(int layer, int B, int T);
+  // `recompute`: backward's second forward of the block, which uploads
+  // nothing.
+  absl::Status BlockForward(int layer, int B, int T, bool recompute = false);
   absl::Status BlockBackward(int layer, int B, int T);
+  // An MoE block's layer (gpt_cuda_moe.cc): out = residual + MoE(in) for
+  // in = LN2's output, routing on the host, the routed experts named,
+  // waited for and uploaded (not resident); `recompute`: with the
+  // forward's routing and experts, which are still there. The backward writes
+  // din = dL/d(in) from dout = dL/d(out) and adds the router's and the
+  // experts' gradients, then reports them ready.
+  using bf16 = __nv_bfloat16;
+  absl::Status MoeForward(int layer, bf16* out, const bf16* residual,
+                          const bf16* in, bool recompute);
+  absl::Status MoeBackward(int layer, bf16* din, const bf16* dout,
+                           const bf16* in);
+  // MoeForward's parts: the routing (logits on the device, MoeRouter on
+  // the host, the packed rows back up), then the experts with tokens.
+  absl::Status MoeRoute(int layer, const bf16* in);
+  absl::Status FetchExperts(int layer);
+  absl::Status RunExperts(int layer);
+  absl::Status ExpertsBackward(int layer);
   absl::Status HeadLoss(int N, bool backward);
   // Enqueues the copy of parameter i's final gradient to grad_data(i).
   absl::Status GradReady(int param_index);
@@ -182,6 +214,8 @@ class GptCuda : public Model {
   double peak_flops_ = 0;
   std::function<void(int)> grad_ready_;
   std::function<absl::Status(int)> param_wait_;
+  std::function<void(absl::Span<const int>)> params_wanted_;
+  std::vector<int> wanted_;  // FetchExperts' scratch
   // After host_, so destroyed first: ~Device unpins the host buffers while
   // host_ (and the storage it may have been given) still holds them.
   std::unique_ptr<Device> dev_;

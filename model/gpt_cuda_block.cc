@@ -22,10 +22,11 @@ struct GptCuda::BlockOps {
   int layer;
   block::BlockDims d;
   gpt_cuda::BlockActs& a;
+  bool recompute = false;  // MoeForward's `recompute`
 
   const block::BlockDims& dims() const { return d; }
-  bf16* w(int slot) const { return dev.W(Device::Block(layer, slot)); }
-  float* g(int slot) const { return dev.G(Device::Block(layer, slot)); }
+  bf16* w(int slot) const { return dev.W(dev.Block(layer, slot)); }
+  float* g(int slot) const { return dev.G(dev.Block(layer, slot)); }
   block::BlockTensors<bf16, float, void> acts() const {
     return {
         a.ln1.as<bf16>(),       a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(),
@@ -107,8 +108,15 @@ struct GptCuda::BlockOps {
     });
   }
   absl::Status GradsReady(int slot) {
-    STRATA_RETURN_IF_ERROR(m.GradReady(Device::Block(layer, slot)));
-    return m.GradReady(Device::Block(layer, slot + 1));
+    STRATA_RETURN_IF_ERROR(m.GradReady(dev.Block(layer, slot)));
+    return m.GradReady(dev.Block(layer, slot + 1));
+  }
+  // An MoE block's layer (gpt_cuda_moe.cc).
+  absl::Status Moe(bf16* out, const bf16* residual, const bf16* in) {
+    return m.MoeForward(layer, out, residual, in, recompute);
+  }
+  absl::Status MoeBackward(bf16* din, const bf16* dout, const bf16* in) {
+    return m.MoeBackward(layer, din, dout, in);
   }
 };
 
@@ -121,11 +129,15 @@ GptCuda::BlockOps GptCuda::LayerOps(int l, int B, int T) {
                   dev_->blocks[c.recompute ? 0 : l]};
 }
 
-absl::Status GptCuda::BlockForward(int l, int B, int T) {
+absl::Status GptCuda::BlockForward(int l, int B, int T, bool recompute) {
   BlockOps ops = LayerOps(l, B, T);
   const int64_t NC = int64_t{B} * T * config().width;
   bf16* x = dev_->x.as<bf16>();
-  return block::Forward(ops, x + l * NC, x + (l + 1) * NC);
+  if (!config().IsMoeLayer(l)) {
+    return block::Forward(ops, x + l * NC, x + (l + 1) * NC);
+  }
+  ops.recompute = recompute;
+  return block::MoeForward(ops, x + l * NC, x + (l + 1) * NC);
 }
 
 absl::Status GptCuda::BlockBackward(int l, int B, int T) {
@@ -137,7 +149,9 @@ absl::Status GptCuda::BlockBackward(int l, int B, int T) {
   g.dfch = dev_->dfch.as<bf16>();
   g.dqkv = dev_->dqkv.as<bf16>();
   g.datty = dev_->dln.as<bf16>();
-  return block::Backward(ops, dev_->x.as<bf16>() + l * NC, g);
+  const bf16* x = dev_->x.as<bf16>() + l * NC;
+  return config().IsMoeLayer(l) ? block::MoeBackward(ops, x, g)
+                                : block::Backward(ops, x, g);
 }
 
 }  // namespace strata

@@ -108,7 +108,8 @@ absl::Status GptCuda::Device::Resize(const GptConfig& cfg, int b, int t) {
   const int64_t att =
       kernels::cuda::AttentionSavedBytes(attention, b, t, cfg.width, cfg.heads);
   blocks.resize(cfg.recompute ? 1 : cfg.layers);
-  for (gpt_cuda::BlockActs& a : blocks) {
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    gpt_cuda::BlockActs& a = blocks[i];
     for (DeviceBuffer* d : {&a.ln1, &a.atty, &a.res2, &a.ln2}) {
       STRATA_RETURN_IF_ERROR(d->Reserve(N * C * bf));
     }
@@ -118,9 +119,13 @@ absl::Status GptCuda::Device::Resize(const GptConfig& cfg, int b, int t) {
     }
     STRATA_RETURN_IF_ERROR(a.qkv.Reserve(N * 3 * C * bf));
     STRATA_RETURN_IF_ERROR(a.att.Reserve(att));
-    STRATA_RETURN_IF_ERROR(a.fch.Reserve(N * 4 * C * bf));
-    STRATA_RETURN_IF_ERROR(a.fch_gelu.Reserve(N * 4 * C * bf));
+    // An MoE layer's MLP is its experts' (MoeActs).
+    if (cfg.recompute || !cfg.IsMoeLayer(static_cast<int>(i))) {
+      STRATA_RETURN_IF_ERROR(a.fch.Reserve(N * 4 * C * bf));
+      STRATA_RETURN_IF_ERROR(a.fch_gelu.Reserve(N * 4 * C * bf));
+    }
   }
+  STRATA_RETURN_IF_ERROR(ResizeMoe(cfg, b, t));
   const int64_t rows = HeadRows(static_cast<int>(N));
   const std::pair<DeviceBuffer*, int64_t> sizes[] = {
       {&tokens, N * 4},
@@ -146,6 +151,54 @@ absl::Status GptCuda::Device::Resize(const GptConfig& cfg, int b, int t) {
   host_losses.resize(N);
   B = b;
   T = t;
+  return absl::OkStatus();
+}
+
+// Buffers only grow (as Reserve's); the routers are made for N tokens.
+absl::Status GptCuda::Device::ResizeMoe(const GptConfig& cfg, int b, int t) {
+  if (cfg.experts == 0) return absl::OkStatus();
+  const MoeDims dims{.N = b * t,
+                     .C = cfg.width,
+                     .hidden = cfg.ExpertHidden(),
+                     .experts = cfg.experts,
+                     .top_k = cfg.top_k,
+                     .capacity_factor = cfg.capacity,
+                     .aux_alpha = cfg.aux_loss};
+  // GptConfig::Validate checked the settings.
+  STRATA_RETURN_IF_ERROR(ValidateMoeDims(dims));
+  const int64_t N = dims.N, C = dims.C, H = dims.hidden, E = dims.experts;
+  const int64_t NK = N * dims.top_k, bf = sizeof(bf16);
+  moe.resize(cfg.layers);
+  for (int l = 0; l < cfg.layers; ++l) {
+    if (!cfg.IsMoeLayer(l)) continue;
+    gpt_cuda::MoeActs& m = moe[l];
+    m.router.emplace(dims);
+    for (DeviceBuffer* d : {&m.src, &m.row, &m.gate}) {
+      STRATA_RETURN_IF_ERROR(d->Reserve(NK * 4));
+    }
+  }
+  moe_rows.resize(cfg.recompute ? 1 : cfg.layers);
+  for (size_t i = 0; i < moe_rows.size(); ++i) {
+    if (!cfg.recompute && !cfg.IsMoeLayer(static_cast<int>(i))) continue;
+    gpt_cuda::MoeRows& m = moe_rows[i];
+    for (DeviceBuffer* d : {&m.in, &m.y}) {
+      STRATA_RETURN_IF_ERROR(d->Reserve(NK * C * bf));
+    }
+    for (DeviceBuffer* d : {&m.pre, &m.post}) {
+      STRATA_RETURN_IF_ERROR(d->Reserve(NK * H * bf));
+    }
+  }
+  gpt_cuda::MoeScratch& s = moe_scratch;
+  const std::pair<DeviceBuffer*, int64_t> sizes[] = {
+      {&s.logits, N * E * 4}, {&s.dlogit, N * E * bf}, {&s.dgate, NK * 4},
+      {&s.dy, NK * C * bf},   {&s.din, NK * C * bf},   {&s.dpost, NK * H * bf},
+  };
+  for (const auto& [buffer, bytes] : sizes) {
+    STRATA_RETURN_IF_ERROR(buffer->Reserve(bytes));
+  }
+  s.host_dgate.resize(NK);
+  s.host_dlogit.resize(N * E);
+  s.host_dlogit_bf16.resize(N * E);
   return absl::OkStatus();
 }
 

@@ -11,6 +11,7 @@
 #include <bit>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "model/gpt_cuda.h"
 #include "model/gpt_cuda_profile.h"
 #include "model/gpt_layout.h"
+#include "model/moe_router.h"
 #include "optim/optimizer.h"
 
 namespace strata::gpt_cuda {
@@ -65,6 +67,36 @@ struct BlockActs {
   DeviceBuffer res2;                     // (N,C) x + attention branch
   DeviceBuffer ln2, ln2_mean, ln2_rstd;  // (N,C), (N) fp32, (N) fp32
   DeviceBuffer fch, fch_gelu;            // (N,4C)
+};
+
+// One MoE layer's routing and its experts' activations for a (B,T) batch
+// (model/gpt_cuda_moe.cc). The router runs on the host (MoeRouter); the
+// R <= N·K rows the experts run over are packed expert by expert, and
+// first_row[e] is expert e's first (first_row[E] = R). bf16 unless noted.
+// The routing is kept per layer (ParamUnused and moe_stats read it after
+// the pass); the rows' activations, as BlockActs, per layer or one
+// (recompute).
+struct MoeActs {
+  std::optional<MoeRouter> router;
+  std::vector<int> first_row;               // (E+1)
+  std::vector<int32_t> host_src, host_row;  // staging for src and row
+  DeviceBuffer src;                         // (N·K) int32: each row's token
+  DeviceBuffer row, gate;                   // (N,K) int32, fp32: each choice's
+};
+struct MoeRows {
+  DeviceBuffer in, y;      // (N·K,C) the rows, their outputs
+  DeviceBuffer pre, post;  // (N·K,hidden) fc before and after GELU
+};
+
+// What every MoE layer's backward shares (one at a time).
+struct MoeScratch {
+  DeviceBuffer logits;   // (N,E) fp32 router logits
+  DeviceBuffer dlogit;   // (N,E) their gradient
+  DeviceBuffer dgate;    // (N,K) fp32
+  DeviceBuffer dy, din;  // (N·K,C)
+  DeviceBuffer dpost;    // (N·K,hidden)
+  std::vector<float> host_dgate, host_dlogit;
+  std::vector<bf16> host_dlogit_bf16;
 };
 
 }  // namespace strata::gpt_cuda
@@ -120,6 +152,11 @@ struct GptCuda::Device {
   DeviceBuffer tokens, targets;  // (N) int32
   DeviceBuffer x;                // (L+1,N,C): block inputs, then the output
   std::vector<gpt_cuda::BlockActs> blocks;  // per layer, or one (recompute)
+  // Per layer, an MoE layer's routing (empty for a dense one); as blocks,
+  // its experts' rows.
+  std::vector<gpt_cuda::MoeActs> moe;
+  std::vector<gpt_cuda::MoeRows> moe_rows;
+  gpt_cuda::MoeScratch moe_scratch;
   DeviceBuffer branch;  // (N,C) a branch's output before its add
   DeviceBuffer lnf, lnf_mean, lnf_rstd;  // (N,C), (N) fp32, (N) fp32
   DeviceBuffer logits;                   // (HeadRows,vocab_padded) fp32
@@ -136,10 +173,10 @@ struct GptCuda::Device {
 
   bf16* W(int param) const { return weights.as<bf16>() + offsets[param]; }
   float* G(int param) const { return grads.as<float>() + offsets[param]; }
-  static int Block(int layer, int slot) {
-    return gpt_layout::kFirstBlockParam + layer * gpt_layout::kSlotsPerLayer +
-           slot;
-  }
+  // Each block's first parameter, [layers]: the final LayerNorm's (as
+  // Gpt::first_param: an MoE block has more parameters than a dense one).
+  std::vector<int> first_param;
+  int Block(int layer, int slot) const { return first_param[layer] + slot; }
   // Rows of logits the LM head computes at once: a power of two (so the
   // chunks of B*T rows are equal when T is a power of two), at most N.
   int HeadRows(int N) const {
@@ -182,6 +219,8 @@ struct GptCuda::Device {
 
   // Sizes the activations for a (b, t) batch; a no-op for the current one.
   absl::Status Resize(const GptConfig& cfg, int b, int t);
+  // Resize's part for the MoE layers: their routers and buffers.
+  absl::Status ResizeMoe(const GptConfig& cfg, int b, int t);
 };
 
 }  // namespace strata

@@ -22,6 +22,14 @@ absl::Status GptCuda::StartResident(const OptimizerParams& opt) {
         "resident training runs Adam or AdamW only");
   }
   STRATA_RETURN_IF_ERROR(ValidateOptimizerParams(opt));
+  if (config().experts > 0) {
+    // One update over the whole buffer would treat an expert no token
+    // reached as one with a zero gradient (its moments decay, its weight
+    // decays); the servers leave it alone.
+    return absl::UnimplementedError(
+        "resident training of mixture-of-experts layers is not built: train "
+        "them through servers");
+  }
   Device& d = *dev_;
   if (d.resident) {
     return absl::FailedPreconditionError("the model is already resident");

@@ -16,6 +16,7 @@
 #include "model/gpt.h"
 #include "model/gpt_config_json.h"
 #include "testing/gpt_test_util.h"
+#include "testing/model_test_util.h"
 
 namespace strata {
 namespace {
@@ -162,54 +163,9 @@ TEST(GptMoe, WaitsOnlyForTheRoutedExperts) {
     c.moe_every = 2;  // block 1
     c.recompute = recompute;
     auto gpt = MakeGpt(c);
-    const int n = static_cast<int>(gpt->params().size());
-    std::vector<int> waited, wanted;
-    std::vector<int> wanted_at;  // waits before each wanted call
-    gpt->SetParamWaitCallback([&](int i) {
-      waited.push_back(i);
-      return absl::OkStatus();
-    });
-    gpt->SetParamsWantedCallback([&](absl::Span<const int> params) {
-      wanted_at.push_back(static_cast<int>(waited.size()));
-      wanted.insert(wanted.end(), params.begin(), params.end());
-    });
     const std::vector<int32_t> x = RandomTokens(4, 32, 3),
                                y = RandomTokens(4, 32, 4);
-    ASSERT_TRUE(gpt->ForwardBackward(x.data(), y.data(), 1, 4).ok());
-    const MoeStats s = gpt->moe_stats();
-    ASSERT_EQ(s.load.size(), 1u);
-    std::vector<int> routed_used, others;
-    for (int i = 0; i < n; ++i) {
-      const std::string& name = gpt->params()[i].spec.name;
-      const bool expert = name.find(".moe.experts.") != std::string::npos;
-      EXPECT_EQ(gpt->RoutedParam(i), expert) << name;
-      if (!expert) {
-        others.push_back(i);
-        EXPECT_FALSE(gpt->ParamUnused(i)) << name;
-        continue;
-      }
-      const int e = std::stoi(name.substr(name.find("experts.") + 8));
-      EXPECT_EQ(gpt->ParamUnused(i), s.load[0][e] == 0) << name;
-      EXPECT_EQ(AllZero(*gpt, i), s.load[0][e] == 0) << name;
-      if (s.load[0][e] > 0) routed_used.push_back(i);
-    }
-    ASSERT_LT(routed_used.size(), 8u * 4);  // some expert was idle
-    ASSERT_EQ(wanted_at.size(), 1u);        // one MoE layer routed, once
-    EXPECT_EQ(wanted, routed_used);
-    // Waited once each: every other parameter, and the wanted experts
-    // right after they were named (the router before that).
-    std::vector<int> sorted = waited;
-    std::sort(sorted.begin(), sorted.end());
-    std::vector<int> expect = others;
-    expect.insert(expect.end(), routed_used.begin(), routed_used.end());
-    std::sort(expect.begin(), expect.end());
-    EXPECT_EQ(sorted, expect);
-    const int router = Index(*gpt, "h.1.moe.router.weight");
-    EXPECT_EQ(waited[wanted_at[0] - 1], router);
-    EXPECT_EQ(std::vector<int>(waited.begin() + wanted_at[0],
-                               waited.begin() + wanted_at[0] +
-                                   static_cast<int>(routed_used.size())),
-              routed_used);
+    testing::ExpectWaitsOnlyForTheRoutedExperts(*gpt, x.data(), y.data(), 1, 4);
   }
 }
 

@@ -23,7 +23,7 @@ build="${BUILD_DIR:-build-gpu}"
 # `findmnt -T /var/tmp` shows a disk, not tmpfs), and the strata
 # binary itself (so that `strata local --device cuda` runs a whole cluster
 # there).
-targets=(kernels_cuda_test gpt_cuda_test gpu_train_bench tier_bench strata)
+targets=(kernels_cuda_test gpt_cuda_test gpt_cuda_moe_test gpu_train_bench tier_bench strata)
 
 if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
   echo "gpu-bundle: no CUDA toolkit at /usr/local/cuda" >&2

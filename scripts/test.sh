@@ -40,8 +40,9 @@ if [[ -x build/kernels/kernels_cuda_vgpu_test && -x /usr/local/cuda/bin/nvcc ]] 
       -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address "${launcher[@]}" >/dev/null
   fi
   cmake --build build-vgpu-asan -- -j"$(nproc)" attention_fused_emu_test \
-    cuda_kernels_emu_test gpt_cuda_convert_emu_test kernels_cuda_vgpu_test \
-    gpt_cuda_vgpu_test virtual_gpu_test
+    cuda_kernels_emu_test moe_kernels_emu_test gpt_cuda_convert_emu_test \
+    kernels_cuda_vgpu_test gpt_cuda_vgpu_test gpt_cuda_moe_vgpu_test \
+    virtual_gpu_test
   (cd build-vgpu-asan && ctest --output-on-failure -j"$(nproc)" --timeout 900 -L vgpu)
 fi
 

@@ -3,14 +3,17 @@
 #ifndef STRATA_TESTING_MODEL_TEST_UTIL_H_
 #define STRATA_TESTING_MODEL_TEST_UTIL_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
 
@@ -100,6 +103,79 @@ inline void ExpectWaitsBeforeEachParameterIsRead(Model& model,
   for (int i = 0; i < n; ++i) {
     std::copy(weights[i].begin(), weights[i].end(), model.param_data(i));
   }
+}
+
+// `model` has one MoE block, block 1 (model/gpt_layout.h), and a pass
+// over (tokens, targets) leaves some expert of it without tokens. Checks
+// that the pass names (Model::SetParamsWantedCallback) and waits for only
+// the experts its router chose, each right after they are named and the
+// router before that, and every other parameter once; that ParamUnused
+// says which experts it did not read, and that their gradients are zero
+// and the others' not. Leaves no hooks set.
+inline void ExpectWaitsOnlyForTheRoutedExperts(Model& model,
+                                               const int32_t* tokens,
+                                               const int32_t* targets, int B,
+                                               int T) {
+  const int n = static_cast<int>(model.params().size());
+  std::vector<int> waited, wanted;
+  std::vector<int> wanted_at;  // waits before each wanted call
+  model.SetParamWaitCallback([&](int i) {
+    waited.push_back(i);
+    return absl::OkStatus();
+  });
+  model.SetParamsWantedCallback([&](absl::Span<const int> params) {
+    wanted_at.push_back(static_cast<int>(waited.size()));
+    wanted.insert(wanted.end(), params.begin(), params.end());
+  });
+  absl::StatusOr<float> loss = model.ForwardBackward(tokens, targets, B, T);
+  model.SetParamWaitCallback(nullptr);
+  model.SetParamsWantedCallback(nullptr);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  const MoeStats s = model.moe_stats();
+  ASSERT_EQ(s.load.size(), 1u);
+  auto all_zero = [&](int i) {
+    const float* g = model.grad_data(i);
+    return std::all_of(g, g + model.params()[i].spec.numel(),
+                       [](float v) { return v == 0.0f; });
+  };
+  std::vector<int> routed_used, others;
+  int router = -1;
+  for (int i = 0; i < n; ++i) {
+    const std::string& name = model.params()[i].spec.name;
+    if (name == "h.1.moe.router.weight") router = i;
+    const bool expert = name.find(".moe.experts.") != std::string::npos;
+    EXPECT_EQ(model.RoutedParam(i), expert) << name;
+    if (!expert) {
+      others.push_back(i);
+      EXPECT_FALSE(model.ParamUnused(i)) << name;
+      continue;
+    }
+    const int e = std::stoi(name.substr(name.find("experts.") + 8));
+    EXPECT_EQ(model.ParamUnused(i), s.load[0][e] == 0) << name;
+    EXPECT_EQ(all_zero(i), s.load[0][e] == 0) << name;
+    if (s.load[0][e] > 0) routed_used.push_back(i);
+  }
+  ASSERT_GE(router, 0) << "no h.1.moe.router.weight";
+  ASSERT_EQ(wanted_at.size(), 1u);  // one MoE layer routed, once
+  EXPECT_EQ(wanted, routed_used);
+  EXPECT_LT(static_cast<int>(routed_used.size()),
+            n - static_cast<int>(others.size()))
+      << "every expert had tokens: the check needs an idle one";
+  // Waited once each: every other parameter, and the wanted experts right
+  // after they were named (the router before that).
+  std::vector<int> sorted = waited;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int> expect = others;
+  expect.insert(expect.end(), routed_used.begin(), routed_used.end());
+  std::sort(expect.begin(), expect.end());
+  EXPECT_EQ(sorted, expect);
+  ASSERT_GT(wanted_at[0], 0);
+  EXPECT_EQ(waited[wanted_at[0] - 1], router);
+  ASSERT_LE(wanted_at[0] + routed_used.size(), waited.size());
+  EXPECT_EQ(std::vector<int>(waited.begin() + wanted_at[0],
+                             waited.begin() + wanted_at[0] +
+                                 static_cast<int>(routed_used.size())),
+            routed_used);
 }
 
 // `model` moves its buffers (Model::UseStorage). Checks that storage not

@@ -90,13 +90,17 @@ TEST(MoeSync, SparseExpertsTrainAcrossWorkersLikeOneWorker) {
   EXPECT_GT(StatusSum(status, "zero pushes "), 0u) << status;
 }
 
-// One worker: the servers get a zero push for each tensor of each expert
-// its step left idle, and every other push carries its gradient; the
-// metrics say which share of the experts' bytes moved each way.
-TEST(MoeSync, TheServersGetAZeroPushForEachIdleExpert) {
+// One worker on `device`: the servers get a zero push for each tensor of
+// each expert its step left idle, and every other push carries its
+// gradient; the metrics say which share of the experts' bytes moved each
+// way.
+void ExpectAZeroPushForEachIdleExpert(const std::string& device) {
   std::string status;
-  TrainBsp({"cpu"}, "sparse-count", kMoe, {}, &status);
-  const std::vector<nlohmann::json> lines = Metrics("sparse-count");
+  const std::string name = "sparse-count-" + device;
+  const BspRun run = TrainBsp({device}, name, kMoe, {}, &status);
+  ASSERT_FALSE(run.losses.empty());
+  EXPECT_LT(run.losses.back(), run.losses.front());
+  const std::vector<nlohmann::json> lines = Metrics(name);
   ASSERT_EQ(lines.size(), 6u);
   uint64_t idle = 0;
   std::set<int> before;
@@ -121,6 +125,20 @@ TEST(MoeSync, TheServersGetAZeroPushForEachIdleExpert) {
   // close their steps alone.
   EXPECT_EQ(StatusSum(status, "zero pushes "), 4 * idle) << status;
   EXPECT_EQ(StatusSum(status, "steps closed on them "), 4 * idle) << status;
+}
+
+TEST(MoeSync, TheServersGetAZeroPushForEachIdleExpert) {
+  ExpectAZeroPushForEachIdleExpert("cpu");
+}
+
+// The same from a GPU worker (on the virtual GPU: GptCuda's MoE blocks,
+// which route on the host and upload only the routed experts).
+TEST(MoeSync, AGpuWorkerPullsAndPushesOnlyItsRoutedExperts) {
+#ifndef STRATA_VGPU_BINARY
+  GTEST_SKIP() << "built without CUDA: no virtual GPU binary";
+#else
+  ExpectAZeroPushForEachIdleExpert("cuda");
+#endif
 }
 
 // --sparse_experts false: every expert is pulled and pushed every step

@@ -47,17 +47,20 @@ absl::Status Validate(const TrainerOptions& o) {
     return absl::UnimplementedError(
         "--tp and --pp run on CPU threads only so far (--device cpu)");
   }
-  if (o.model.experts > 0 &&
-      (o.device != Device::kCpu || o.tp > 1 || o.pp > 1)) {
+  if (o.model.experts > 0 && (o.tp > 1 || o.pp > 1)) {
     return absl::UnimplementedError(
-        "--experts runs on the CPU model without --tp or --pp so far "
-        "(--device cpu)");
+        "--experts with --tp or --pp is not built (docs/ARCHITECTURE.md, "
+        "\"Mixture of experts\")");
   }
   if (o.ep < 1 || o.ep > 64)
     return absl::InvalidArgumentError("--ep must be in [1, 64]");
   if (o.ep > 1 && o.model.experts == 0) {
     return absl::InvalidArgumentError(
         "--ep splits a mixture of experts: it needs --experts");
+  }
+  if (o.ep > 1 && o.device != Device::kCpu) {
+    return absl::UnimplementedError(
+        "--ep runs on CPU threads only so far (--device cpu)");
   }
   if (o.ep > 1 && o.model.experts % o.ep != 0) {
     return absl::InvalidArgumentError(
