@@ -120,8 +120,7 @@ absl::Status CpuBlockOps::Moe(float* out, const float* residual,
 
 absl::Status CpuBlockOps::MoeBackward(float* din, const float* dout,
                                       const float* in) {
-  STRATA_RETURN_IF_ERROR(
-      moe->Backward(moe_w, in, dout, /*daux=*/1.0f, moe_g, din));
+  STRATA_RETURN_IF_ERROR(moe->Backward(moe_w, in, dout, moe_daux, moe_g, din));
   if (on_moe_grads_ready) on_moe_grads_ready();
   return absl::OkStatus();
 }

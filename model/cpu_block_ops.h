@@ -39,6 +39,7 @@ struct CpuBlockOps {
   MoeLayer* moe = nullptr;
   MoeWeights moe_w;
   MoeGrads moe_g;
+  float moe_daux = 1.0f;  // dL/d(aux): the layer's weight in the loss
   std::function<void()> on_moe_grads_ready;
   // Called by Moe between routing and the experts (may be unset): an
   // error stops the forward. The experts the routing reached have their

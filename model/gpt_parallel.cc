@@ -30,11 +30,6 @@ std::vector<int> SplitRows(int rows, int pieces) {
 absl::StatusOr<std::unique_ptr<ParallelGpt>> ParallelGpt::Create(
     const GptConfig& config, ModelParallelism par) {
   STRATA_RETURN_IF_ERROR(config.Validate());
-  if (config.experts > 0) {
-    return absl::UnimplementedError(
-        "mixture-of-experts layers (--experts) do not run under --tp or --pp "
-        "yet");
-  }
   if (par.tp < 1 || par.tp > 64) {
     return absl::InvalidArgumentError(
         absl::StrCat("--tp must be in [1, 64], got ", par.tp));
@@ -159,12 +154,21 @@ absl::Status ParallelGpt::RunRank(int r, const Batch& b, double* loss) {
 void ParallelGpt::ReportGradsReady() {
   if (!grad_ready_) return;
   const int L = config().layers;
-  const int lnf = kFirstBlockParam + L * kSlotsPerLayer;
+  const int lnf = host_->first_param(L);
   grad_ready_(lnf);
   grad_ready_(lnf + 1);
   for (int l = L - 1; l >= 0; --l) {
-    const int base = kFirstBlockParam + l * kSlotsPerLayer;
+    const int base = host_->first_param(l);
+    if (config().IsMoeLayer(l)) {
+      // As Gpt's MoE backward: the router and every expert, in order.
+      for (int i = base + kMoeRouter; i < host_->first_param(l + 1); ++i) {
+        grad_ready_(i);
+      }
+    }
     for (int slot : {kFcProjW, kFcW, kLn2W, kAttnProjW, kQkvW, kLn1W}) {
+      if (config().IsMoeLayer(l) && (slot == kFcProjW || slot == kFcW)) {
+        continue;
+      }
       grad_ready_(base + slot);
       grad_ready_(base + slot + 1);
     }
@@ -186,6 +190,19 @@ absl::StatusOr<float> ParallelGpt::Loss(const int32_t* tokens,
   STRATA_RETURN_IF_ERROR(ValidateBatch(config(), tokens, targets, B, T));
   STRATA_RETURN_IF_ERROR(AwaitAllParams());
   return host_->Loss(tokens, targets, B, T);
+}
+
+MoeStats ParallelGpt::moe_stats() const {
+  MoeStats s;
+  // Tensor rank 0 of each stage, in stage order: the layers in order.
+  for (int stage = 0; stage < par_.pp; ++stage) {
+    const MoeStats part = stages_[size_t(stage) * par_.tp]->moe_stats();
+    s.aux_loss += part.aux_loss;
+    s.dropped += part.dropped;
+    s.assignments += part.assignments;
+    s.load.insert(s.load.end(), part.load.begin(), part.load.end());
+  }
+  return s;
 }
 
 }  // namespace strata

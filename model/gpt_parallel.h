@@ -70,6 +70,11 @@ class ParallelGpt : public Model {
   void SetParamWaitCallback(std::function<absl::Status(int)> cb) override {
     param_wait_ = std::move(cb);
   }
+  // Mixture-of-experts blocks run whole on every rank of their stage's
+  // tensor group (model/gpt_stage.h); every expert is waited for and its
+  // gradient reported (no RoutedParam: the trainer moves them densely, as
+  // --sparse_experts false). The stats are over the step's micro-batches.
+  MoeStats moe_stats() const override;
   int64_t num_params() const override { return host_->num_params(); }
   double flops_per_token() const override { return host_->flops_per_token(); }
   std::string device() const override { return "cpu"; }

@@ -188,8 +188,8 @@ TEST(ParallelGpt, ReadsNoParameterBeforeItsWaitReturns) {
                                                 kB, kT);
 }
 
-TEST(ParallelGpt, ReportsEveryGradientOnceInTheUnsplitOrder) {
-  const GptConfig config = OddConfig();
+// Every gradient reported once, in the unsplit model's order.
+void ExpectGradientsReportedAsTheUnsplitModel(const GptConfig& config) {
   auto whole = Gpt::Create(config);
   ASSERT_TRUE(whole.ok());
   std::unique_ptr<Model> parallel = MakeParallel(config, {2, 2, 2});
@@ -202,6 +202,133 @@ TEST(ParallelGpt, ReportsEveryGradientOnceInTheUnsplitOrder) {
   ASSERT_TRUE(parallel->ForwardBackward(x.data(), x.data(), kB, kT).ok());
   EXPECT_EQ(got, want);
   EXPECT_EQ(got.size(), (*whole)->params().size());
+}
+
+// The odd model with its middle block a mixture of 4 experts, top-2 (the
+// router and experts whole on every tensor rank of its stage).
+GptConfig MoeConfig(float capacity, float aux_loss) {
+  GptConfig c = OddConfig();
+  c.experts = 4;
+  c.top_k = 2;
+  c.moe_every = 2;
+  c.expert_hidden = 20;
+  c.capacity = capacity;
+  c.aux_loss = aux_loss;
+  return c;
+}
+
+// With room for every token and no aux loss, a token's output depends on
+// it alone: every split and any micro-batches match the unsplit model.
+class ParallelGptMoe : public ::testing::TestWithParam<Split> {};
+
+TEST_P(ParallelGptMoe, MatchesTheUnsplitModel) {
+  const Split split = GetParam();
+  for (const bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute ? "recompute" : "stored");
+    GptConfig config = MoeConfig(/*capacity=*/8, /*aux_loss=*/0);
+    auto whole = Gpt::Create(config);
+    ASSERT_TRUE(whole.ok());
+    FillWeights(**whole, 3);
+    config.recompute = recompute;
+    std::unique_ptr<Model> parallel =
+        MakeParallel(config, {split.tp, split.pp, split.micro_batches});
+    ASSERT_NE(parallel, nullptr);
+    CopyWeights(**whole, *parallel);
+    const std::vector<int32_t> x = Tokens(kB * kT, config.vocab, 1);
+    const std::vector<int32_t> y = Tokens(kB * kT, config.vocab, 101);
+    auto want = (*whole)->ForwardBackward(x.data(), y.data(), kB, kT);
+    auto got = parallel->ForwardBackward(x.data(), y.data(), kB, kT);
+    ASSERT_TRUE(want.ok() && got.ok()) << got.status();
+    EXPECT_NEAR(*got, *want, kTol * *want);
+    ExpectSameGrads(*parallel, **whole);
+    const MoeStats ws = (*whole)->moe_stats(), ps = parallel->moe_stats();
+    EXPECT_EQ(ps.load, ws.load);
+    EXPECT_EQ(ps.assignments, ws.assignments);
+    EXPECT_EQ(ps.dropped, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Splits, ParallelGptMoe,
+                         ::testing::Values(Split{2, 1, 1}, Split{1, 3, 3},
+                                           Split{2, 2, 2}, Split{3, 2, 5}),
+                         [](const ::testing::TestParamInfo<Split>& info) {
+                           return "tp" + std::to_string(info.param.tp) + "_pp" +
+                                  std::to_string(info.param.pp) + "_m" +
+                                  std::to_string(info.param.micro_batches);
+                         });
+
+// With drops and the aux loss, capacity and the aux loss are over each
+// micro-batch's tokens, and each micro-batch's aux loss weighs by its share
+// of the batch, as the trainer's --micro_batches does: the pipeline equals
+// the unsplit model run on each micro-batch, its gradients so weighted.
+TEST(ParallelGpt, MoeMicroBatchesRouteAsTheTrainersDo) {
+  const GptConfig config = MoeConfig(/*capacity=*/0.6f, /*aux_loss=*/0.5f);
+  constexpr int kRows = 4;  // two micro-batches of 2 sequences
+  auto whole = Gpt::Create(config);
+  ASSERT_TRUE(whole.ok());
+  FillWeights(**whole, 5);
+  const std::vector<int32_t> x = Tokens(kRows * kT, config.vocab, 2);
+  const std::vector<int32_t> y = Tokens(kRows * kT, config.vocab, 102);
+  for (const int micro : {1, 2}) {
+    SCOPED_TRACE(micro);
+    auto want = Gpt::Create(config);
+    ASSERT_TRUE(want.ok());
+    CopyWeights(**whole, **want);
+    const size_t n = (*want)->params().size();
+    std::vector<std::vector<float>> sum(n);
+    double loss = 0;
+    int64_t dropped = 0;
+    double aux = 0;
+    const int rows = kRows / micro;
+    for (int k = 0; k < micro; ++k) {
+      const size_t at = size_t(k) * rows * kT;
+      auto l = (*want)->ForwardBackward(x.data() + at, y.data() + at, rows, kT);
+      ASSERT_TRUE(l.ok());
+      loss += *l / micro;
+      dropped += (*want)->moe_stats().dropped;
+      aux += (*want)->moe_stats().aux_loss / micro;
+      for (size_t i = 0; i < n; ++i) {
+        const float* g = (*want)->grad_data(static_cast<int>(i));
+        sum[i].resize((*want)->params()[i].spec.numel(), 0.0f);
+        for (size_t j = 0; j < sum[i].size(); ++j) sum[i][j] += g[j] / micro;
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      std::copy(sum[i].begin(), sum[i].end(),
+                (*want)->grad_data(static_cast<int>(i)));
+    }
+    std::unique_ptr<Model> parallel = MakeParallel(config, {2, 2, micro});
+    ASSERT_NE(parallel, nullptr);
+    CopyWeights(**whole, *parallel);
+    auto got = parallel->ForwardBackward(x.data(), y.data(), kRows, kT);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_NEAR(*got, loss, kTol * loss);
+    ExpectSameGrads(*parallel, **want);
+    const MoeStats ps = parallel->moe_stats();
+    EXPECT_GT(dropped, 0);  // the case with drops drops
+    EXPECT_EQ(ps.dropped, dropped);
+    EXPECT_NEAR(ps.aux_loss, aux, 1e-6 * aux);
+  }
+}
+
+TEST(ParallelGpt, ReportsEveryGradientOnceInTheUnsplitOrder) {
+  for (const GptConfig& config : {OddConfig(), MoeConfig(1.25f, 0.01f)}) {
+    SCOPED_TRACE(config.experts);
+    ExpectGradientsReportedAsTheUnsplitModel(config);
+  }
+}
+
+// The waits of ExpectWaitsBeforeEachParameterIsRead, with MoE blocks: every
+// parameter, the experts too, before the ranks start.
+TEST(ParallelGpt, ReadsNoParameterBeforeItsWaitReturnsWithExperts) {
+  const GptConfig config = MoeConfig(1.25f, 0.01f);
+  std::unique_ptr<Model> parallel = MakeParallel(config, {2, 2, 2});
+  ASSERT_NE(parallel, nullptr);
+  FillWeights(*parallel, 3);
+  const std::vector<int32_t> x = Tokens(kB * kT, config.vocab, 1);
+  const std::vector<int32_t> y = Tokens(kB * kT, config.vocab, 2);
+  testing::ExpectWaitsBeforeEachParameterIsRead(*parallel, x.data(), y.data(),
+                                                kB, kT);
 }
 
 TEST(ParallelGpt, RefusesBadSplitsAndBadBatches) {

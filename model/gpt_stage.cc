@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <iterator>
+#include <optional>
 #include <vector>
 
+#include "common/check.h"
 #include "common/status.h"
 #include "kernels/layernorm.h"
 #include "model/cpu_block_ops.h"
@@ -55,10 +58,12 @@ void Grow(std::vector<float>& v, size_t n) {
 }
 
 // The parameters every rank of a tensor group holds whole, and those it
-// splits.
+// splits; an MoE block has the first five of each (its MLP is the router
+// and the experts, whole on every rank).
 constexpr int kWholeSlots[] = {kLn1W, kLn1B, kAttnProjB,
                                kLn2W, kLn2B, kFcProjB};
 constexpr int kSplitSlots[] = {kQkvW, kQkvB, kAttnProjW, kFcW, kFcB, kFcProjW};
+constexpr int kMoeWholeSlots = 5, kMoeSplitSlots = 3;
 
 }  // namespace
 
@@ -89,6 +94,11 @@ struct GptStage::Slot {
   std::vector<float> x;    // (layers+1,N,C): block inputs, then the output
   std::vector<Acts> acts;  // one per block, or one with recompute
   std::vector<float> lnf, lnf_mean, lnf_rstd, dlnf;  // last stage
+  // Per stage block, an MoE block's layer (its routing and activations).
+  std::vector<std::optional<MoeLayer>> moe;
+  // dL/d(aux) of this micro-batch's MoE layers: its share of the batch's
+  // tokens, as the trainer weights micro-batches (--micro_batches).
+  float daux = 1.0f;
 };
 
 GptStage::GptStage(const GptConfig& config, StagePlace place, Communicator* tp)
@@ -100,7 +110,18 @@ GptStage::GptStage(const GptConfig& config, StagePlace place, Communicator* tp)
       head_cols_{heads_.begin * hs_, heads_.size * hs_, heads_.valid * hs_},
       hidden_(SplitDim(4 * config.width, place.tp_size, place.tp_rank)),
       vocab_(SplitDim(config.vocab, place.tp_size, place.tp_rank)),
-      blocks_(place.layers) {}
+      blocks_(place.layers),
+      moe_(place.layers) {
+  first_param_.push_back(kFirstBlockParam);
+  for (int l = 0; l < config.layers; ++l) {
+    first_param_.push_back(first_param_.back() +
+                           ParamsInLayer(config.IsMoeLayer(l), config.experts));
+  }
+}
+
+int GptStage::FirstParam(int j) const {
+  return first_param_[place_.first_layer + j];
+}
 
 GptStage::~GptStage() = default;
 
@@ -131,22 +152,31 @@ void GptStage::LoadWeights(Model& host) {
                host.params()[i].spec.numel(), direct);
   };
   for (int j = 0; j < place_.layers; ++j) {
-    const int base =
-        kFirstBlockParam + (place_.first_layer + j) * kSlotsPerLayer;
+    const int base = FirstParam(j);
     Block& b = blocks_[j];
-    for (int slot : kWholeSlots) use_whole(b[slot], base + slot, lead);
+    const bool moe = IsMoe(j);
+    const int whole = moe ? kMoeWholeSlots : std::size(kWholeSlots);
+    const int splits = moe ? kMoeSplitSlots : std::size(kSplitSlots);
+    for (int k = 0; k < whole; ++k) {
+      use_whole(b[kWholeSlots[k]], base + kWholeSlots[k], lead);
+    }
+    if (moe) LoadMoe(host, j, lead);
     if (!split) {
-      for (int slot : kSplitSlots) use_whole(b[slot], base + slot, true);
+      for (int k = 0; k < splits; ++k) {
+        use_whole(b[kSplitSlots[k]], base + kSplitSlots[k], true);
+      }
       continue;
     }
     auto p = [&](int slot) { return host.param_data(base + slot); };
     ShardQkvRowsInto(p(kQkvW), C, hs_, C, heads_, &b[kQkvW].w_cut);
     ShardQkvRowsInto(p(kQkvB), C, hs_, 1, heads_, &b[kQkvB].w_cut);
     ShardColumnsInto(p(kAttnProjW), C, C, head_cols_, &b[kAttnProjW].w_cut);
-    RowShardInto(p(kFcW), C, hidden_, &b[kFcW].w_cut);
-    RowShardInto(p(kFcB), 1, hidden_, &b[kFcB].w_cut);
-    ShardColumnsInto(p(kFcProjW), C, H, hidden_, &b[kFcProjW].w_cut);
-    for (int slot : kSplitSlots) b[slot].UseShard();
+    if (!moe) {
+      RowShardInto(p(kFcW), C, hidden_, &b[kFcW].w_cut);
+      RowShardInto(p(kFcB), 1, hidden_, &b[kFcB].w_cut);
+      ShardColumnsInto(p(kFcProjW), C, H, hidden_, &b[kFcProjW].w_cut);
+    }
+    for (int k = 0; k < splits; ++k) b[kSplitSlots[k]].UseShard();
   }
   // wte: the weights on the first and last stages; its gradient from the
   // head straight into the host's where this rank is its only writer
@@ -174,10 +204,44 @@ void GptStage::LoadWeights(Model& host) {
   embed_grads_.clear();
   if (first()) use_whole(wpe_, kWpe, lead);
   if (last()) {
-    const int lnf = kFirstBlockParam + config_.layers * kSlotsPerLayer;
+    const int lnf = first_param_[config_.layers];
     use_whole(lnf_w_, lnf, lead);
     use_whole(lnf_b_, lnf + 1, lead);
   }
+}
+
+void GptStage::LoadMoe(Model& host, int j, bool lead) {
+  MoeParams& m = moe_[j];
+  const int first = FirstParam(j) + kMoeRouter;
+  const int n = ParamsInLayer(true, config_.experts) - kMoeRouter;
+  m.params.resize(n);
+  m.w = {};
+  m.g = {};
+  for (int k = 0; k < n; ++k) {
+    Param& p = m.params[k];
+    p.UseWhole(host.param_data(first + k), host.grad_data(first + k),
+               host.params()[first + k].spec.numel(), lead);
+    if (k == 0) {
+      m.w.router = p.w;
+      m.g.router = p.g;
+      continue;
+    }
+    // Each expert's fc.weight, fc.bias, proj.weight, proj.bias.
+    const int which = (k - 1) % kParamsPerExpert;
+    auto& w = which == 0   ? m.w.fc_w
+              : which == 1 ? m.w.fc_b
+              : which == 2 ? m.w.proj_w
+                           : m.w.proj_b;
+    auto& g = which == 0   ? m.g.fc_w
+              : which == 1 ? m.g.fc_b
+              : which == 2 ? m.g.proj_w
+                           : m.g.proj_b;
+    w.push_back(p.w);
+    g.push_back(p.g);
+  }
+  m.load.assign(config_.experts, 0);
+  m.dropped = m.assignments = 0;
+  m.aux_weighted = 0;
 }
 
 void GptStage::AddGrads(Model& host) const {
@@ -185,12 +249,12 @@ void GptStage::AddGrads(Model& host) const {
   for (int j = 0; j < place_.layers; ++j) {
     const Block& b = blocks_[j];
     if (!b[kQkvW].add_back) continue;  // the split slots go together
-    const int base =
-        kFirstBlockParam + (place_.first_layer + j) * kSlotsPerLayer;
+    const int base = FirstParam(j);
     auto g = [&](int slot) { return host.grad_data(base + slot); };
     AddQkvRows(g(kQkvW), b[kQkvW].g_own, C, C, head_cols_);
     AddQkvRows(g(kQkvB), b[kQkvB].g_own, C, 1, head_cols_);
     AddColumns(g(kAttnProjW), b[kAttnProjW].g_own, C, C, head_cols_);
+    if (IsMoe(j)) continue;  // the router and experts are whole
     AddRows(g(kFcW), b[kFcW].g_own, C, hidden_);
     AddRows(g(kFcB), b[kFcB].g_own, 1, hidden_);
     AddColumns(g(kFcProjW), b[kFcProjW].g_own, C, H, hidden_);
@@ -253,11 +317,45 @@ GptStage::Acts& GptStage::ActsOf(Slot& s, int j) {
   return s.acts[config_.recompute ? 0 : j];
 }
 
+MoeLayer& GptStage::MoeOf(Slot& s, int j, int B) {
+  if (s.moe.size() < blocks_.size()) s.moe.resize(blocks_.size());
+  std::optional<MoeLayer>& layer = s.moe[j];
+  if (!layer.has_value() || layer->dims().N != B * T_) {
+    const MoeDims dims{.N = B * T_,
+                       .C = config_.width,
+                       .hidden = config_.ExpertHidden(),
+                       .experts = config_.experts,
+                       .top_k = config_.top_k,
+                       .capacity_factor = config_.capacity,
+                       .aux_alpha = config_.aux_loss};
+    absl::StatusOr<MoeLayer> made = MoeLayer::Create(dims);
+    // GptConfig::Validate checked the settings.
+    STRATA_CHECK(made.ok());
+    layer = std::move(*made);
+  }
+  return *layer;
+}
+
+MoeStats GptStage::moe_stats() const {
+  MoeStats s;
+  for (int j = 0; j < place_.layers; ++j) {
+    if (!IsMoe(j)) continue;
+    const MoeParams& m = moe_[j];
+    s.dropped += m.dropped;
+    s.assignments += m.assignments;
+    s.load.push_back(m.load);
+    const int64_t tokens = m.assignments / config_.top_k;
+    if (tokens > 0) s.aux_loss += m.aux_weighted / tokens;
+  }
+  return s;
+}
+
 absl::StatusOr<std::vector<float>> GptStage::Forward(
     int slot, const int32_t* tokens, const int32_t* targets, int rows,
     float dloss, std::vector<float> input, double* loss_sum) {
   Slot& s = slots_[slot];
   const int N = rows * T_, C = config_.width;
+  s.daux = dloss * N;
   if (first()) {
     STRATA_RETURN_IF_ERROR(Embed(s, tokens, N));
   } else {
@@ -292,7 +390,9 @@ absl::StatusOr<std::vector<float>> GptStage::Backward(
     std::copy_n(grad_output.begin(), size_t(N) * C, dres);
   }
   for (int j = place_.layers - 1; j >= 0; --j) {
-    if (config_.recompute) STRATA_RETURN_IF_ERROR(BlockForward(s, j, rows));
+    if (config_.recompute) {
+      STRATA_RETURN_IF_ERROR(BlockForward(s, j, rows, /*recompute=*/true));
+    }
     STRATA_RETURN_IF_ERROR(BlockBackward(s, j, rows));
   }
   if (!first()) {
@@ -362,11 +462,22 @@ absl::Status GptStage::Head(Slot& s, const int32_t* targets, int N, float dloss,
 }
 
 // x[j+1] = x[j] + attn(ln1(x[j])) + mlp(ln2(...)), this rank's heads and
-// hidden features; two all-reduces (the row-parallel outputs).
-absl::Status GptStage::BlockForward(Slot& s, int j, int B) {
+// hidden features; two all-reduces (the row-parallel outputs). An MoE
+// block's MLP is its whole layer on every rank: one all-reduce.
+absl::Status GptStage::BlockForward(Slot& s, int j, int B, bool recompute) {
   CpuBlockOps ops = LayerOps(s, j, B);
   const size_t NC = size_t(B) * T_ * config_.width;
-  return block::Forward(ops, s.x.data() + j * NC, s.x.data() + (j + 1) * NC);
+  float* x = s.x.data() + j * NC;
+  if (ops.moe == nullptr) return block::Forward(ops, x, x + NC);
+  STRATA_RETURN_IF_ERROR(block::MoeForward(ops, x, x + NC));
+  if (recompute) return absl::OkStatus();  // counted the first time
+  MoeParams& m = moe_[j];
+  const MoeRouting& r = ops.moe->routing();
+  for (int e = 0; e < config_.experts; ++e) m.load[e] += r.load[e];
+  m.dropped += r.dropped;
+  m.assignments += int64_t{B} * T_ * config_.top_k;
+  m.aux_weighted += r.aux_loss * B * T_;
+  return absl::OkStatus();
 }
 
 // On entry dres_ is d(loss)/d(x[j+1]); on exit d(loss)/d(x[j]). Two
@@ -380,7 +491,9 @@ absl::Status GptStage::BlockBackward(Slot& s, int j, int B) {
   g.dfch = dfch_.data();
   g.dqkv = dqkv_.data();
   g.datty = datty_.data();
-  return block::Backward(ops, s.x.data() + j * NC, g);
+  const float* x = s.x.data() + j * NC;
+  return ops.moe != nullptr ? block::MoeBackward(ops, x, g)
+                            : block::Backward(ops, x, g);
 }
 
 CpuBlockOps GptStage::LayerOps(Slot& s, int j, int B) {
@@ -398,6 +511,16 @@ CpuBlockOps GptStage::LayerOps(Slot& s, int j, int B) {
   ops.datt = datt_.data();
   ops.tp = tp_;
   ops.partial = tmp_.data();
+  if (IsMoe(j)) {
+    for (int slot = kMoeRouter; slot < kSlotsPerLayer; ++slot) {
+      ops.weights[slot] = nullptr;
+      ops.grads[slot] = nullptr;
+    }
+    ops.moe = &MoeOf(s, j, B);
+    ops.moe_w = moe_[j].w;
+    ops.moe_g = moe_[j].g;
+    ops.moe_daux = s.daux;
+  }
   return ops;
 }
 

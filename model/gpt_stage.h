@@ -8,7 +8,9 @@
 // the token embedding and the tied LM head split over the vocabulary, with
 // the parallel cross-entropy. LayerNorms, the position embedding and the
 // row-parallel biases are whole on every rank (each computes the same
-// gradient for them; rank 0 of the group reports it). Every dimension
+// gradient for them; rank 0 of the group reports it), as are an MoE
+// block's router and experts: each rank runs the whole MoE layer
+// (model/moe_layer.h) on the same tokens. Every dimension
 // splits by SplitDim's rule, so head counts, widths and vocabularies that
 // the rank count does not divide are exact (zero padding).
 //
@@ -22,12 +24,14 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "collective/communicator.h"
 #include "model/gpt_layout.h"
 #include "model/model.h"
+#include "model/moe_layer.h"
 #include "model_parallel/tensor_parallel.h"
 
 namespace strata {
@@ -96,6 +100,11 @@ class GptStage {
                                               int rows,
                                               std::vector<float> grad_output);
 
+  // What this stage's MoE blocks routed since LoadWeights, over its
+  // micro-batches: loads and drops summed, the aux loss the micro-batches'
+  // mean weighted by their tokens; a block a layer, in order.
+  MoeStats moe_stats() const;
+
  private:
   // One parameter as this rank uses it.
   struct Param {
@@ -111,6 +120,17 @@ class GptStage {
     void UseShard();
   };
   using Block = std::array<Param, gpt_layout::kSlotsPerLayer>;
+  // An MoE block's router and experts' tensors (whole on every rank:
+  // each rank of a tensor group runs the layer on the same tokens), in
+  // the layout's order, and its routing so far this step.
+  struct MoeParams {
+    std::vector<Param> params;  // router, then 4 per expert
+    MoeWeights w;
+    MoeGrads g;
+    std::vector<int> load;
+    int64_t dropped = 0, assignments = 0;
+    double aux_weighted = 0;  // sum over micro-batches of aux * tokens
+  };
   struct Acts;
   struct Slot;
 
@@ -122,9 +142,18 @@ class GptStage {
   // The CPU block backend (model/cpu_block_ops.h) for stage block j of
   // the micro-batch in `s`, over the tensor-parallel group.
   CpuBlockOps LayerOps(Slot& s, int j, int B);
-  absl::Status BlockForward(Slot& s, int j, int B);
+  absl::Status BlockForward(Slot& s, int j, int B, bool recompute = false);
   absl::Status BlockBackward(Slot& s, int j, int B);
   Acts& ActsOf(Slot& s, int j);
+  // The micro-batch's MoE layer of stage block j (made for its tokens).
+  MoeLayer& MoeOf(Slot& s, int j, int B);
+  // Stage block j's router and experts from `host`, whole (gradients
+  // straight into the host's on the tensor group's rank 0, `lead`); clears
+  // its routing counts.
+  void LoadMoe(Model& host, int j, bool lead);
+  // Stage block j's first parameter in the host's layout.
+  int FirstParam(int j) const;
+  bool IsMoe(int j) const { return config_.IsMoeLayer(place_.first_layer + j); }
 
   const GptConfig config_;
   const StagePlace place_;
@@ -136,9 +165,11 @@ class GptStage {
   const DimShard vocab_;      // this rank's vocabulary rows
   int T_ = 0, rows_ = 0;
 
-  std::vector<Block> blocks_;  // per stage block, by gpt_layout::Slot
-  Param wte_;                  // vocabulary rows (first and last stage)
-  Param wpe_;                  // stage 0
+  std::vector<Block> blocks_;     // per stage block, by gpt_layout::Slot
+  std::vector<MoeParams> moe_;    // per stage block (empty for a dense one)
+  std::vector<int> first_param_;  // per block of the model, then lnf's
+  Param wte_;                     // vocabulary rows (first and last stage)
+  Param wpe_;                     // stage 0
   // Stage 0: the embedding's gradient rows and their tokens, this step.
   std::vector<int32_t> embed_tokens_;
   std::vector<float> embed_grads_;

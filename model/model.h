@@ -37,7 +37,7 @@ struct GptConfig {
   // of `experts` MLPs of expert_hidden features each (0: 4 x width, the
   // dense MLP's) in place of their MLP, top_k of them a token, `capacity`
   // the capacity factor, `aux_loss` the weight of the load-balancing
-  // loss. The CPU model and GptCuda; not ParallelGpt (--tp, --pp).
+  // loss. Every model runs them.
   int experts = 0;
   int top_k = 2;
   int moe_every = 2;

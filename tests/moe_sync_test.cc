@@ -141,6 +141,20 @@ TEST(MoeSync, AGpuWorkerPullsAndPushesOnlyItsRoutedExperts) {
 #endif
 }
 
+// A worker split into tensor and pipeline ranks (--tp 2 --pp 2, its MoE
+// block whole on each tensor rank) trains to the weights of an unsplit one
+// that moves every expert (ParallelGpt names no routed parameter: its
+// experts go dense, as with --sparse_experts false).
+TEST(MoeSync, TensorAndPipelineRanksTrainLikeOneRank) {
+  const BspRun one =
+      TrainBsp({"cpu"}, "moe-unsplit", With({"--sparse_experts", "false"}));
+  const BspRun split =
+      TrainBsp({"cpu"}, "moe-tp-pp", With({"--tp", "2", "--pp", "2"}));
+  ASSERT_FALSE(split.losses.empty());
+  EXPECT_LT(split.losses.back(), split.losses.front());
+  ExpectCloseWeights(one, split);
+}
+
 // --sparse_experts false: every expert is pulled and pushed every step
 // (an idle one takes a zero gradient's update), and the weights differ
 // from the sparse run's where Adam's moments of an idle expert decayed.

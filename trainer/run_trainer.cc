@@ -47,11 +47,6 @@ absl::Status Validate(const TrainerOptions& o) {
     return absl::UnimplementedError(
         "--tp and --pp run on CPU threads only so far (--device cpu)");
   }
-  if (o.model.experts > 0 && (o.tp > 1 || o.pp > 1)) {
-    return absl::UnimplementedError(
-        "--experts with --tp or --pp is not built (docs/ARCHITECTURE.md, "
-        "\"Mixture of experts\")");
-  }
   if (o.ep < 1 || o.ep > 64)
     return absl::InvalidArgumentError("--ep must be in [1, 64]");
   if (o.ep > 1 && o.model.experts == 0) {
