@@ -64,6 +64,10 @@ constexpr int kWholeSlots[] = {kLn1W, kLn1B, kAttnProjB,
                                kLn2W, kLn2B, kFcProjB};
 constexpr int kSplitSlots[] = {kQkvW, kQkvB, kAttnProjW, kFcW, kFcB, kFcProjW};
 constexpr int kMoeWholeSlots = 5, kMoeSplitSlots = 3;
+static_assert(kWholeSlots[kMoeWholeSlots - 1] == kLn2B &&
+                  kSplitSlots[kMoeSplitSlots - 1] == kAttnProjW,
+              "an MoE block's slots are the prefixes up to LN2 and the "
+              "attention projection");
 
 }  // namespace
 
@@ -481,7 +485,8 @@ absl::Status GptStage::BlockForward(Slot& s, int j, int B, bool recompute) {
 }
 
 // On entry dres_ is d(loss)/d(x[j+1]); on exit d(loss)/d(x[j]). Two
-// all-reduces (the column-parallel input gradients).
+// all-reduces (the column-parallel input gradients); one for an MoE block,
+// whose layer's input gradient is whole on every rank.
 absl::Status GptStage::BlockBackward(Slot& s, int j, int B) {
   CpuBlockOps ops = LayerOps(s, j, B);
   const size_t NC = size_t(B) * T_ * config_.width;

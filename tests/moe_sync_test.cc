@@ -153,6 +153,12 @@ TEST(MoeSync, TensorAndPipelineRanksTrainLikeOneRank) {
   ASSERT_FALSE(split.losses.empty());
   EXPECT_LT(split.losses.back(), split.losses.front());
   ExpectCloseWeights(one, split);
+  // Its metrics: each step's loads (no sparse pull or push shares: the
+  // experts moved whole).
+  for (const nlohmann::json& line : Metrics("moe-tp-pp")) {
+    EXPECT_FALSE(Used(line).empty());
+    EXPECT_FALSE(line.contains("moe_experts_pulled")) << line;
+  }
 }
 
 // --sparse_experts false: every expert is pulled and pushed every step

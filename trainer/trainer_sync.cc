@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "collective/kv_rendezvous.h"
 #include "common/status.h"
+#include "model/gpt_layout.h"
 #include "spdlog/spdlog.h"
 #include "trainer/trainer_impl.h"
 
@@ -287,14 +288,20 @@ void Trainer::NoteUsed(Pass& p) {
 }
 
 void Trainer::InitExperts() {
-  sparse_ = o_.sparse_experts && o_.sync == SyncMode::kPs &&
-            gpt_->config().experts > 0;
-  const int n = static_cast<int>(gpt_->params().size());
-  for (int i = 0; i < n; ++i) {
-    if (gpt_->RoutedParam(i)) {
+  // The experts' floats from the layout (model/gpt_layout.h): a model that
+  // names no routed parameter (ParallelGpt) moves them all, densely.
+  const GptConfig& c = gpt_->config();
+  bool routed = false;
+  for (int l = 0, first = gpt_layout::kFirstBlockParam; l < c.layers; ++l) {
+    const int count = gpt_layout::ParamsInLayer(c.IsMoeLayer(l), c.experts);
+    for (int i = first + gpt_layout::kMoeRouter + 1;
+         c.IsMoeLayer(l) && i < first + count; ++i) {
       expert_floats_ += static_cast<int64_t>(gpt_->params()[i].spec.numel());
+      routed = routed || gpt_->RoutedParam(i);
     }
+    first += count;
   }
+  sparse_ = o_.sparse_experts && o_.sync == SyncMode::kPs && routed;
   if (o_.metrics != nullptr && gpt_->config().experts > 0) {
     std::vector<int> layers;
     for (int l = 0; l < gpt_->config().layers; ++l) {
