@@ -43,11 +43,7 @@ PsClient::Impl::~Impl() {
 }
 
 absl::StatusOr<PsClient::Impl::Stubs*> PsClient::Impl::StubsForSlot(int slot) {
-  const v1::View view = scheduler_->view();
-  std::string address;
-  for (const v1::ShardSlot& s : view.shard_map().slots()) {
-    if (s.shard() == slot) address = s.address();
-  }
+  const std::string address = scheduler_->ShardAddress(slot);
   if (address.empty()) {
     return absl::UnavailableError(
         absl::StrCat("shard slot ", slot, " has no live server"));

@@ -162,6 +162,14 @@ v1::View SchedulerClient::view() const {
   return view_;
 }
 
+std::string SchedulerClient::ShardAddress(int slot) const {
+  absl::MutexLock lock(&mu_);
+  for (const v1::ShardSlot& s : view_.shard_map().slots()) {
+    if (s.shard() == slot) return s.address();
+  }
+  return "";
+}
+
 absl::StatusOr<v1::View> SchedulerClient::WaitForView(
     std::function<bool(const v1::View&)> pred, absl::Duration timeout) {
   return WaitForMemberView(

@@ -100,6 +100,10 @@ class SchedulerClient {
 
   // The latest view known.
   v1::View view() const;
+  // The address of the server holding shard slot `slot` in the latest
+  // view, empty if none: view()'s, without copying the view (the client
+  // asks it for every request it sends).
+  std::string ShardAddress(int slot) const;
 
   // Blocks until pred(view()) holds, then returns that view. `pred` runs
   // under the client's lock: it must not call back into the client. Errors:
