@@ -234,17 +234,20 @@ TEST_P(ParallelGptMoe, MatchesTheUnsplitModel) {
         MakeParallel(config, {split.tp, split.pp, split.micro_batches});
     ASSERT_NE(parallel, nullptr);
     CopyWeights(**whole, *parallel);
-    const std::vector<int32_t> x = Tokens(kB * kT, config.vocab, 1);
-    const std::vector<int32_t> y = Tokens(kB * kT, config.vocab, 101);
-    auto want = (*whole)->ForwardBackward(x.data(), y.data(), kB, kT);
-    auto got = parallel->ForwardBackward(x.data(), y.data(), kB, kT);
-    ASSERT_TRUE(want.ok() && got.ok()) << got.status();
-    EXPECT_NEAR(*got, *want, kTol * *want);
-    ExpectSameGrads(*parallel, **whole);
-    const MoeStats ws = (*whole)->moe_stats(), ps = parallel->moe_stats();
-    EXPECT_EQ(ps.load, ws.load);
-    EXPECT_EQ(ps.assignments, ws.assignments);
-    EXPECT_EQ(ps.dropped, 0);
+    // Two batches: the second reuses the ranks' MoE layers and counts.
+    for (uint32_t seed : {1u, 2u}) {
+      const std::vector<int32_t> x = Tokens(kB * kT, config.vocab, seed);
+      const std::vector<int32_t> y = Tokens(kB * kT, config.vocab, seed + 100);
+      auto want = (*whole)->ForwardBackward(x.data(), y.data(), kB, kT);
+      auto got = parallel->ForwardBackward(x.data(), y.data(), kB, kT);
+      ASSERT_TRUE(want.ok() && got.ok()) << got.status();
+      EXPECT_NEAR(*got, *want, kTol * *want);
+      ExpectSameGrads(*parallel, **whole);
+      const MoeStats ws = (*whole)->moe_stats(), ps = parallel->moe_stats();
+      EXPECT_EQ(ps.load, ws.load);
+      EXPECT_EQ(ps.assignments, ws.assignments);
+      EXPECT_EQ(ps.dropped, 0);
+    }
   }
 }
 
