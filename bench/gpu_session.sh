@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Everything a lent GPU machine should run in one device call, from the
 # bundle of scripts/gpu-bundle.sh (see docs/BENCHMARKS.md, "GPU"): the GPU
-# tests, the training benchmark against PyTorch, the per-op profile, and an
-# Nsight Compute summary of one step's kernels. Logs go to $OUT (or
-# ./gpu-session-out); the figures are printed last.
+# tests, the training benchmark against PyTorch, the per-op profile, an
+# Nsight Compute summary of one step's kernels, a GPU worker through
+# servers (dense and MoE), and the RAM tier on the machine's disk. Logs go
+# to $OUT (or ./gpu-session-out); the figures are printed last.
 #
 #   bench/gpu_session.sh [quick]     quick: 124M at batch 8 and 16 only;
 #                                    SKIP_LARGE=1 skips the 1558M runs
@@ -71,6 +72,14 @@ awk '/gpu_tokens_per_s_through_servers/ {v[$1] = $NF}
   END {if (v["[default]"] && v["[moe8_top2]"])
     printf "moe_speed_ratio_gpu %.3f\n", v["[moe8_top2]"] / v["[default]"]}' \
   "${out}/bench.txt"
+# The servers' RAM tier on this machine's own disk (issue: tier_ratio_to_\
+# disk_mixed >= 0.8): the directory's file system first, so a tmpfs shows.
+tier_dir=/var/tmp/strata-tier-$$
+mkdir -p "${tier_dir}"
+findmnt -T "${tier_dir}" -no FSTYPE,SOURCE | sed 's/^/tier_dir_fs /' || true
+timeout 120 "${run}" tier_bench --dir "${tier_dir}" 2>"${out}/tier.err" |
+  tee "${out}/tier.txt" | grep -E "^tier_" || tail -3 "${out}/tier.err"
+rm -rf "${tier_dir}"
 # Did the GPU worker's host buffers go into the servers' shared region
 # (pinned there), and were they pinned at all?
 grep -hE "in shared memory|stays out of shared memory|host buffers stay unpinned" \
