@@ -89,14 +89,8 @@ struct Gpt::Workspace {
     for (int l = 0; l < cfg.layers; ++l) {
       moe.emplace_back();
       if (!cfg.IsMoeLayer(l)) continue;
-      const MoeDims dims{.N = b * t,
-                         .C = cfg.width,
-                         .hidden = cfg.ExpertHidden(),
-                         .experts = cfg.experts,
-                         .top_k = cfg.top_k,
-                         .capacity_factor = cfg.capacity,
-                         .aux_alpha = cfg.aux_loss};
-      absl::StatusOr<MoeLayer> layer = MoeLayer::Create(dims, group);
+      absl::StatusOr<MoeLayer> layer =
+          MoeLayer::Create(MoeLayerDims(cfg, b * t), group);
       // GptConfig::Validate checked the settings, ExpertParallelGpt the
       // group.
       STRATA_CHECK(layer.ok());
@@ -245,6 +239,16 @@ void Gpt::SetGradReadyCallback(std::function<void(int)> cb) {
 
 void Gpt::SetParamWaitCallback(std::function<absl::Status(int)> cb) {
   param_wait_ = std::move(cb);
+}
+
+MoeDims MoeLayerDims(const GptConfig& config, int tokens) {
+  return {.N = tokens,
+          .C = config.width,
+          .hidden = config.ExpertHidden(),
+          .experts = config.experts,
+          .top_k = config.top_k,
+          .capacity_factor = config.capacity,
+          .aux_alpha = config.aux_loss};
 }
 
 bool Gpt::ExpertOf(int i, int* layer, int* expert) const {

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "model/model.h"
+#include "model/moe_router.h"
 
 namespace strata {
 
@@ -27,6 +28,9 @@ struct MoeRouting;
 // The parameters of a GPT of `config` (what Gpt::params() lists), without
 // their storage: names, shapes, groups and inits.
 std::vector<ParamInfo> GptParams(const GptConfig& config);
+
+// The MoE layers' settings of `config` for passes of `tokens` tokens.
+MoeDims MoeLayerDims(const GptConfig& config, int tokens);
 
 // The model on the CPU (device "cpu"). Not thread-safe: one call at a time.
 // The kernels it calls use the process-wide thread pool

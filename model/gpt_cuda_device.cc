@@ -157,13 +157,7 @@ absl::Status GptCuda::Device::Resize(const GptConfig& cfg, int b, int t) {
 // Buffers only grow (as Reserve's); the routers are made for N tokens.
 absl::Status GptCuda::Device::ResizeMoe(const GptConfig& cfg, int b, int t) {
   if (cfg.experts == 0) return absl::OkStatus();
-  const MoeDims dims{.N = b * t,
-                     .C = cfg.width,
-                     .hidden = cfg.ExpertHidden(),
-                     .experts = cfg.experts,
-                     .top_k = cfg.top_k,
-                     .capacity_factor = cfg.capacity,
-                     .aux_alpha = cfg.aux_loss};
+  const MoeDims dims = MoeLayerDims(cfg, b * t);
   // GptConfig::Validate checked the settings.
   STRATA_RETURN_IF_ERROR(ValidateMoeDims(dims));
   const int64_t N = dims.N, C = dims.C, H = dims.hidden, E = dims.experts;

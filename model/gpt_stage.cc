@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "kernels/layernorm.h"
 #include "model/cpu_block_ops.h"
+#include "model/gpt.h"
 #include "model/transformer_block.h"
 
 namespace strata {
@@ -325,14 +326,8 @@ MoeLayer& GptStage::MoeOf(Slot& s, int j, int B) {
   if (s.moe.size() < blocks_.size()) s.moe.resize(blocks_.size());
   std::optional<MoeLayer>& layer = s.moe[j];
   if (!layer.has_value() || layer->dims().N != B * T_) {
-    const MoeDims dims{.N = B * T_,
-                       .C = config_.width,
-                       .hidden = config_.ExpertHidden(),
-                       .experts = config_.experts,
-                       .top_k = config_.top_k,
-                       .capacity_factor = config_.capacity,
-                       .aux_alpha = config_.aux_loss};
-    absl::StatusOr<MoeLayer> made = MoeLayer::Create(dims);
+    absl::StatusOr<MoeLayer> made =
+        MoeLayer::Create(MoeLayerDims(config_, B * T_));
     // GptConfig::Validate checked the settings.
     STRATA_CHECK(made.ok());
     layer = std::move(*made);
