@@ -52,25 +52,26 @@ done
 # (issue: >= 0.7 for 124M at batch 16, context 1024): with the defaults
 # (fp32 through shared memory, forward over the pulls), then with bf16
 # through shared memory too, then with payloads in messages (bf16, a GPU
-# worker's default to servers on other hosts), then pulling first. Each
-# line of a variant is prefixed with its name.
+# worker's default to servers on other hosts), then pulling first; then
+# a mixture of experts (issue: >= 0.8x the dense model's tokens/s at equal
+# active parameters: 8 experts of 2C features, top-2, in every block,
+# against [default]). Each line of a variant is prefixed with its name;
+# the runs through servers alone (THROUGH_SERVERS=only), their ratios to
+# the resident B16 run above.
 for variant in "default:" "bf16_shm:--push_bf16 --pull_bf16" \
-    "messages_bf16:--shm false" "pull_first:--forward_during_pull false"; do
-  WORKER_FLAGS="${variant#*:}" THROUGH_SERVERS=1 \
+    "messages_bf16:--shm false" "pull_first:--forward_during_pull false" \
+    "moe8_top2:--experts 8 --top_k 2 --expert_hidden 1536 --moe_every 1"; do
+  WORKER_FLAGS="${variant#*:}" THROUGH_SERVERS=only \
     GPU_TRAIN_BENCH="${run} gpu_train_bench" bash bench/gpu_train.sh \
     --config gpt2_124M --batch 16 2>>"${out}/bench.err" |
     sed "s/^/[${variant%%:*}] /" | tee -a "${out}/bench.txt"
 done
-# Mixture of experts through the same servers (issue: >= 0.8x the dense
-# model's tokens/s at equal active parameters): 8 experts of 2C features,
-# top-2, in every block, against [default] above.
-WORKER_FLAGS="--experts 8 --top_k 2 --expert_hidden 1536 --moe_every 1" \
-  THROUGH_SERVERS=only GPU_TRAIN_BENCH="${run} gpu_train_bench" \
-  bash bench/gpu_train.sh --config gpt2_124M --batch 16 2>>"${out}/bench.err" |
-  sed "s/^/[moe8_top2] /" | tee -a "${out}/bench.txt"
-awk '/gpu_tokens_per_s_through_servers/ {v[$1] = $NF}
-  END {if (v["[default]"] && v["[moe8_top2]"])
-    printf "moe_speed_ratio_gpu %.3f\n", v["[moe8_top2]"] / v["[default]"]}' \
+awk '$1 == "gpu_tokens_per_s" {x[$2] = $3}
+  $2 == "gpu_tokens_per_s_through_servers" {z[$1 " " $3] = $4; v[$1] = $4}
+  END {for (k in z) {split(k, p, " "); if (x[p[2]])
+         printf "%s ratio_to_resident %s %.3f\n", p[1], p[2], z[k] / x[p[2]]}
+       if (v["[default]"] && v["[moe8_top2]"])
+         printf "moe_speed_ratio_gpu %.3f\n", v["[moe8_top2]"] / v["[default]"]}' \
   "${out}/bench.txt"
 # The servers' RAM tier on this machine's own disk (issue: tier_ratio_to_\
 # disk_mixed >= 0.8): the directory's file system first, so a tmpfs shows.
