@@ -151,6 +151,26 @@ TEST_P(GptCudaMoeTest, RoutingLossAndGradientsMatchCpu) {
               kLossAtol + kLossRtol * std::abs(*want_eval));
 }
 
+// A second pass with accumulate adds its gradients to the first's, the
+// idle experts' (zero) included, as the CPU model's do (the same batch:
+// its routing's margin is the first test's).
+TEST_P(GptCudaMoeTest, AccumulateAddsToTheHostGradients) {
+  for (Model* m :
+       {static_cast<Model*>(cpu_.get()), static_cast<Model*>(gpu_.get())}) {
+    ASSERT_TRUE(
+        m->ForwardBackward(tokens_.data(), targets_.data(), kB, kT).ok());
+    ASSERT_TRUE(m->ForwardBackward(tokens_.data(), targets_.data(), kB, kT,
+                                   /*accumulate=*/true)
+                    .ok());
+  }
+  for (size_t i = 0; i < cpu_->params().size(); ++i) {
+    const int p = static_cast<int>(i);
+    ExpectGradClose(gpu_->grad_data(p), cpu_->grad_data(p),
+                    static_cast<int64_t>(cpu_->params()[i].spec.numel()),
+                    cpu_->params()[i].spec.name);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Gating, GptCudaMoeTest,
     ::testing::Values(
