@@ -279,9 +279,11 @@ TEST_P(LocalRun, LearnsAndGenerateSamplesFromItsSnapshot) {
   } else {
     // SSP/ASP: the job is 80 * 8 samples, split by the ledger in
     // proportion to each worker's speed; a worker runs clocks until all
-    // are applied, about 80.
-    ASSERT_GE(losses.size(), 70u);
-    ASSERT_LE(losses.size(), 90u);
+    // are applied, about 80 with equal speeds. The speeds follow the
+    // machine's load (a CI run saw 60 here), so the bound is wide: the
+    // worker ran clocks of its own, and not the whole job twice over.
+    ASSERT_GE(losses.size(), 40u);
+    ASSERT_LE(losses.size(), 120u);
   }
   // Byte-level loss starts near ln(256) = 5.5; a model that learned the
   // sentence's letter statistics is far below that. The bound is loose
