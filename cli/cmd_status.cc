@@ -312,8 +312,21 @@ void PrintConsistency(const v1::View& view) {
     std::printf("  switched at step %lld: %s -> %s (%s)\n",
                 static_cast<long long>(sw.step()), sw.from().c_str(),
                 sw.to().c_str(), sw.reason().c_str());
+    if (sw.to() == "bsp") {
+      std::printf("    its steps cover the samples from %lld; job step %lld\n",
+                  static_cast<long long>(sw.first_sample()),
+                  static_cast<long long>(sw.schedule_step()));
+    }
   }
-  if (view.has_consistency_pending()) {
+  if (view.has_consistency_pending() &&
+      view.consistency_pending().to() == "bsp") {
+    const v1::ConsistencySwitch& sw = view.consistency_pending();
+    std::printf(
+        "  switching back: %s -> bsp once the samples before %lld are "
+        "applied (%s)\n",
+        sw.from().c_str(), static_cast<long long>(sw.first_sample()),
+        sw.reason().c_str());
+  } else if (view.has_consistency_pending()) {
     const v1::ConsistencySwitch& sw = view.consistency_pending();
     std::printf(
         "  switching at step %lld: %s -> %s once every step before it is "

@@ -31,6 +31,7 @@ absl::StatusOr<std::unique_ptr<StepSession>> StepSession::Create(
                           PsClient::Create(o.ps, s->session_.scheduler.get()));
   // The generation the model's state is in, read before the first pulls.
   s->generation_ = s->session_.scheduler->view().generation();
+  s->schedule_offset_ = s->session_.scheduler->view().schedule_offset();
   STRATA_RETURN_IF_ERROR(s->ps_->RegisterModel(o.model));
   return s;
 }
@@ -148,7 +149,17 @@ absl::StatusOr<std::optional<StepWork>> StepSession::Lease() {
     // read the final weights.
     bsp = bsp && StillBsp(absl::ZeroDuration());
     if (bsp) ++step_;
-    finished_ = !bsp;
+    std::optional<BspReturn> back;
+    if (!bsp) back = BackInBsp(*session_.scheduler, step_, work.status());
+    if (back.has_value()) {
+      // The job went back to BSP (--consistency auto): from its step.
+      spdlog::info("strata worker: the job runs bsp from step {} (was {})",
+                   back->step, consistency_.ToString());
+      consistency_ = Consistency();
+      step_ = back->step;
+      schedule_offset_ = back->schedule_offset;
+    }
+    finished_ = !bsp && !back.has_value();
     prev_epoch_ = 0;
     ps_->ForgetPushErrors();  // carried from pushes of a step not ours
     return std::nullopt;
@@ -160,6 +171,8 @@ absl::StatusOr<std::optional<StepWork>> StepSession::Lease() {
     spdlog::info("strata worker: the job runs {} from step {} (was {})",
                  now.ToString(), step_, consistency_.ToString());
     consistency_ = now;
+    // Back to BSP by a lease of its step: job steps count from its offset.
+    if (work->bsp) schedule_offset_ = work->schedule_offset;
   }
   return std::optional<StepWork>(*std::move(work));
 }
@@ -189,7 +202,7 @@ absl::StatusOr<std::optional<StepWork>> StepSession::Begin(
       STRATA_RETURN_IF_ERROR(ps_->RegisterModelAgain());
       continue;
     }
-    const bool last = bsp ? step_ >= steps_ : finished_;
+    const bool last = bsp ? job_step() >= steps_ : finished_;
     absl::Status failed;
     uint64_t min_read = 0;
     const absl::Time pull_start = absl::Now();
@@ -210,7 +223,8 @@ absl::StatusOr<std::optional<StepWork>> StepSession::Begin(
     if (bsp && min_read > static_cast<uint64_t>(step_) &&
         StillBsp(absl::Seconds(1))) {
       // The job is past this step (we joined late): go on from there.
-      step_ = std::min<int64_t>(static_cast<int64_t>(min_read), steps_);
+      step_ = std::min<int64_t>(static_cast<int64_t>(min_read),
+                                steps_ + schedule_offset_);
       prev_epoch_ = 0;
       ps_->ForgetPushErrors();
       continue;

@@ -149,8 +149,11 @@ class StepSession {
   // The gradient norm End clipped with (with grad_clip; else 0).
   double last_grad_norm() const { return last_norm_; }
   // The step Begin would hand out next (the job's under BSP, this
-  // worker's clock under SSP/ASP).
+  // worker's clock under SSP/ASP), and its job step: the same until an
+  // --consistency auto job goes back to BSP, whose steps start past every
+  // chunk's version (View.schedule_offset).
   int64_t step() const { return step_; }
+  int64_t job_step() const { return step_ - schedule_offset_; }
   const Consistency& consistency() const { return consistency_; }
   // This worker's rank in the view it joined (common/work_share.h).
   int join_rank() const { return session_.rank; }
@@ -191,6 +194,7 @@ class StepSession {
   int64_t steps_ = 0;
   uint64_t generation_ = 0;  // the rollback generation of the weights
   int64_t step_ = 0;
+  int64_t schedule_offset_ = 0;   // job_step's
   bool finished_ = false;         // SSP/ASP: every sample applied
   bool done_ = false;             // the final weights were pulled
   StepView last_;                 // the view the previous step was computed in

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "common/status.h"
 #include "common/work_share.h"
 #include "spdlog/spdlog.h"
@@ -79,6 +80,7 @@ StepWork ToStepWork(const StepView& sv, const v1::LeaseWorkResponse& lease) {
   }
   w.units.assign(lease.units().begin(), lease.units().end());
   for (const v1::WorkUnit& u : w.units) w.samples += u.count();
+  w.schedule_offset = lease.schedule_offset();
   return w;
 }
 
@@ -110,7 +112,7 @@ absl::StatusOr<StepWork> LeaseStepWork(SchedulerClient& scheduler, int64_t step,
                                        const v1::LedgerJob& job,
                                        absl::Duration timeout,
                                        LeaseAhead* ahead) {
-  const absl::Time deadline = absl::Now() + timeout;
+  absl::Time deadline = absl::Now() + timeout;
   for (;;) {
     STRATA_ASSIGN_OR_RETURN(
         const StepView sv,
@@ -130,6 +132,12 @@ absl::StatusOr<StepWork> LeaseStepWork(SchedulerClient& scheduler, int64_t step,
         ahead == nullptr ? 0 : ahead->WantAhead(step, absl::InfiniteFuture());
     absl::StatusOr<v1::LeaseWorkResponse> lease =
         scheduler.LeaseWork(step, job, want);
+    if (absl::IsUnavailable(lease.status()) &&
+        scheduler.view().consistency_pending().to() == "bsp") {
+      // A switch back to BSP waits for every lease out to be applied: a
+      // straggler's leases ahead take as long as they take.
+      deadline = std::max(deadline, absl::Now() + kBackToBspDrain);
+    }
     if ((absl::IsNotFound(lease.status()) ||
          absl::IsUnavailable(lease.status())) &&
         absl::Now() < deadline) {
@@ -169,6 +177,30 @@ std::optional<Consistency> LeftBsp(SchedulerClient& scheduler,
   absl::StatusOr<Consistency> c = ParseConsistency(view.consistency());
   if (!c.ok()) return std::nullopt;
   return *c;
+}
+
+std::optional<BspReturn> BackInBsp(SchedulerClient& scheduler, int64_t clock,
+                                   const absl::Status& refused) {
+  // The ledger's BSP answer to an SSP/ASP clock: the view says so at once
+  // on the scheduler, soon here. Any other refusal: the view as it is.
+  const absl::Duration wait =
+      absl::StrContains(refused.message(), kBeforeBackToBsp)
+          ? absl::Seconds(60)
+          : absl::ZeroDuration();
+  auto back = [clock](const v1::View& v) {
+    return !v.consistency_auto().empty() && v.consistency() == "bsp" &&
+           !v.consistency_switches().empty() &&
+           v.consistency_switches().rbegin()->step() > clock;
+  };
+  v1::View view = scheduler.view();
+  if (view.consistency_auto().empty()) return std::nullopt;
+  if (!back(view) && wait > absl::ZeroDuration()) {
+    absl::StatusOr<v1::View> newer = scheduler.WaitForView(back, wait);
+    if (newer.ok()) view = *std::move(newer);
+  }
+  if (!back(view)) return std::nullopt;
+  return BspReturn{.step = view.consistency_switches().rbegin()->step(),
+                   .schedule_offset = view.schedule_offset()};
 }
 
 bool RedoInNewerView(SchedulerClient& scheduler, const absl::Status& status,

@@ -71,6 +71,7 @@ struct StepWork {
   std::vector<v1::WorkUnit> units;  // BSP: one contiguous run
   int64_t samples = 0;              // over all units
   bool bsp = false;                 // a BSP step's share; else SSP/ASP
+  int64_t schedule_offset = 0;      // BSP: LeaseWorkResponse's
 };
 
 // The consistency `work` was leased under, with `view` the worker's view
@@ -87,15 +88,32 @@ Consistency LeasedMode(const StepWork& work, const v1::View& view);
 std::optional<Consistency> LeftBsp(SchedulerClient& scheduler,
                                    absl::Duration wait);
 
+// Under --consistency auto, for an SSP/ASP worker at `clock` whose lease
+// was `refused` (OUT_OF_RANGE): where the job went back to BSP, if the
+// view says it did at a step past `clock` (waiting up to a minute for such
+// a view when the ledger's answer says so: kBeforeBackToBsp); nullopt
+// otherwise (every sample of the job is applied). The worker goes on from
+// `step`; its job step (the learning-rate schedule's, the one --steps
+// counts) is a step minus `schedule_offset` (View.schedule_offset).
+struct BspReturn {
+  int64_t step = 0;
+  int64_t schedule_offset = 0;
+};
+std::optional<BspReturn> BackInBsp(SchedulerClient& scheduler, int64_t clock,
+                                   const absl::Status& refused);
+
 // Leases this worker's samples for `step` (BSP: the job's step; SSP/ASP:
 // this worker's clock), waiting first, up to `timeout`, for a view that
 // lists this worker (a fenced worker registers again); NOT_FOUND and
-// UNAVAILABLE answers are asked again until then. With `ahead`, a lease
+// UNAVAILABLE answers are asked again until then (and, while the view
+// shows a switch back to BSP under way, for kBackToBspDrain from the last
+// one: the switch waits for every lease out). With `ahead`, a lease
 // held there is used first and later steps are leased ahead into it
 // (cluster/lease_ahead.h): with enough held, a step does not wait for a
 // scheduler that is away. Errors: LeaseWork's (OUT_OF_RANGE: a BSP step
 // already applied, or every sample of an SSP/ASP job; FAILED_PRECONDITION:
 // another job's ledger, too many workers), DEADLINE_EXCEEDED.
+inline constexpr absl::Duration kBackToBspDrain = absl::Minutes(10);
 absl::StatusOr<StepWork> LeaseStepWork(
     SchedulerClient& scheduler, int64_t step, const v1::LedgerJob& job,
     absl::Duration timeout = absl::Seconds(60), LeaseAhead* ahead = nullptr);

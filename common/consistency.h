@@ -20,6 +20,13 @@ struct Consistency {
 
 inline constexpr int kMaxStaleness = 1000000;
 
+// In the ledger's OUT_OF_RANGE answer to a lease of a step before the one
+// an --consistency auto job went back to BSP at: an SSP/ASP worker's
+// clock, which is then no sign that every sample is applied
+// (cluster/worker_session.h BackInBsp).
+inline constexpr char kBeforeBackToBsp[] =
+    "is before the step the job went back to bsp at";
+
 // Parses "bsp", "asp" or "ssp:<s>" with 0 <= s <= kMaxStaleness.
 // INVALID_ARGUMENT with the accepted forms otherwise.
 absl::StatusOr<Consistency> ParseConsistency(absl::string_view text);

@@ -4,35 +4,69 @@
 #include <limits>
 #include <string>
 
+#include "absl/strings/str_format.h"
+
 namespace strata::scheduler_internal {
 namespace {
 
 // Whether a job in the mode named `from` can switch to the one named `to`:
-// another mode, not back to BSP (not built: scheduler/ledger.h
-// BeginSwitch). Names that do not parse cannot.
+// another mode. Names that do not parse cannot.
 bool Reachable(const std::string& to, const std::string& from) {
   absl::StatusOr<Consistency> t = ParseConsistency(to);
   absl::StatusOr<Consistency> f = ParseConsistency(from);
-  return t.ok() && f.ok() && t->ToString() != f->ToString() &&
-         t->mode != Consistency::kBsp;
+  return t.ok() && f.ok() && t->ToString() != f->ToString();
 }
 
 }  // namespace
 
-std::optional<SwitchDecision> ConsistencySwitcher::Decide(
-    const v1::View& view) {
+int64_t ProbeSteps(const v1::View& view) {
+  int back = 0;
+  for (const v1::ConsistencySwitch& sw : view.consistency_switches())
+    back += sw.to() == "bsp" ? 1 : 0;
+  return kProbeSteps << std::min(back, kMaxProbeDoublings);
+}
+
+namespace {
+
+int64_t Slowest(const v1::View& view) {
   int64_t slowest = std::numeric_limits<int64_t>::max();
   for (const v1::Member& w : view.workers())
     slowest = std::min(slowest, w.clock());
+  return slowest;
+}
+
+}  // namespace
+
+void ConsistencySwitcher::Refused(const v1::View& view) {
+  holding_ = false;
+  if (!view.workers().empty()) quiet_until_ = Slowest(view) + kHoldSteps;
+}
+
+std::optional<SwitchDecision> ConsistencySwitcher::Decide(
+    const v1::View& view) {
+  const int64_t slowest = Slowest(view);
+  if (slowest < quiet_until_) return std::nullopt;
   const int64_t last_switch =
       view.consistency_switches().empty()
           ? 0
           : view.consistency_switches().rbegin()->step();
   const std::string& advice = view.consistency_advice().mode();
-  const bool usable = !view.workers().empty() &&
-                      !view.has_consistency_pending() &&
-                      slowest >= last_switch + kSettleSteps &&
-                      !advice.empty() && Reachable(advice, view.consistency());
+  const bool settled = !view.workers().empty() &&
+                       !view.has_consistency_pending() &&
+                       slowest >= last_switch + kSettleSteps;
+  // (A job that left BSP lists the switch; one listing none never ran BSP.)
+  if (settled && view.consistency() != "bsp" &&
+      !view.consistency_switches().empty() &&
+      slowest >= last_switch + ProbeSteps(view)) {
+    holding_ = false;
+    return SwitchDecision{
+        Consistency(),
+        absl::StrFormat("probing BSP: %d steps in %s, whose waits under BSP "
+                        "cannot be measured asynchronously",
+                        slowest - last_switch, view.consistency())};
+  }
+  const bool usable =
+      settled && !advice.empty() && Reachable(advice, view.consistency());
   if (!usable) {
     holding_ = false;
     return std::nullopt;

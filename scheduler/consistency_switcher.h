@@ -21,8 +21,15 @@
 //    modes is one past the largest clock leased then (the ledger's), so
 //    the next one waits for the slowest worker's drift as well as its
 //    kSettleSteps (lifts do not change the clocks the view carries);
-//  - an advice of BSP is not taken once the job left it: going back is
-//    not built (scheduler/ledger.h BeginSwitch).
+//  - an advice of BSP for an SSP/ASP job is tighter: it holds
+//    kTightenHoldSteps like any other;
+//  - BSP's waits cannot be measured while the job runs asynchronously
+//    (rule 2 of scheduler/consistency_policy.h weighs them), so an SSP/ASP
+//    job tries BSP again once its slowest worker is ProbeSteps past the
+//    last switch: kProbeSteps, doubled for each switch back to BSP the view
+//    lists (at most kMaxProbeDoublings times), so a job whose stragglers
+//    keep BSP's waits high tries it less and less often. A probe needs no
+//    hold: the rule decides on BSP's own waits after it settles.
 // Not thread-safe: the scheduler's lease loop calls it.
 #ifndef STRATA_SCHEDULER_CONSISTENCY_SWITCHER_H_
 #define STRATA_SCHEDULER_CONSISTENCY_SWITCHER_H_
@@ -39,6 +46,12 @@ namespace strata::scheduler_internal {
 inline constexpr int64_t kSettleSteps = 16;
 inline constexpr int64_t kHoldSteps = 8;
 inline constexpr int64_t kTightenHoldSteps = 2 * kHoldSteps;
+inline constexpr int64_t kProbeSteps = 48;
+inline constexpr int kMaxProbeDoublings = 3;
+
+// The slowest worker's steps after a switch from which an SSP/ASP job,
+// seen in `view`, tries BSP again.
+int64_t ProbeSteps(const v1::View& view);
 
 struct SwitchDecision {
   Consistency to;
@@ -50,11 +63,15 @@ class ConsistencySwitcher {
   // What the job should switch to, seen `view` (its advice, mode,
   // switches and workers' clocks), or nullopt.
   std::optional<SwitchDecision> Decide(const v1::View& view);
+  // The ledger refused the last decision (every sample handed out, say):
+  // none until the slowest worker in `view` goes kHoldSteps more.
+  void Refused(const v1::View& view);
 
  private:
-  bool holding_ = false;  // the advice differs from the job's mode
-  bool tighter_ = false;  // ...and is tighter than it
-  int64_t since_ = 0;     // the slowest worker's step when it began to
+  int64_t quiet_until_ = 0;  // no decision before the slowest is here
+  bool holding_ = false;     // the advice differs from the job's mode
+  bool tighter_ = false;     // ...and is tighter than it
+  int64_t since_ = 0;        // the slowest worker's step when it began to
 };
 
 }  // namespace strata::scheduler_internal

@@ -1,6 +1,7 @@
 #include "scheduler/consistency_switcher.h"
 
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -50,9 +51,9 @@ TEST(ConsistencySwitcher, OnlyNoAdviceOrTheJobsModeStartOver) {
   EXPECT_EQ(d->to.ToString(), "asp");
 }
 
-// Nothing while a switch is under way or the last one settles, no switch
-// back to BSP (not built), and a tighter mode only after a longer hold.
-TEST(ConsistencySwitcher, WaitsForTheLastSwitchAndNeverBackToBsp) {
+// Nothing while a switch is under way or the last one settles, and a
+// tighter mode (BSP too) only after a longer hold.
+TEST(ConsistencySwitcher, WaitsForTheLastSwitchAndHoldsTighterLonger) {
   ConsistencySwitcher s;
   v1::View pending = At("bsp", {100}, "asp");
   pending.mutable_consistency_pending()->set_step(101);
@@ -66,13 +67,15 @@ TEST(ConsistencySwitcher, WaitsForTheLastSwitchAndNeverBackToBsp) {
   EXPECT_FALSE(s.Decide(settling));
   settling.mutable_workers(0)->set_clock(100 + kHoldSteps);
   EXPECT_TRUE(s.Decide(settling));
-  // An advice of BSP once the job left it, held far past any hold: never
-  // taken (going back is not built).
+  // An advice of BSP once the job left it: tighter, taken after the
+  // longer hold.
   for (const char* mode : {"ssp:2", "asp"}) {
     ConsistencySwitcher fresh;
-    for (int64_t c = 100; c < 200; c += kHoldSteps) {
-      EXPECT_FALSE(fresh.Decide(At(mode, {c}, "bsp"))) << mode;
-    }
+    EXPECT_FALSE(fresh.Decide(At(mode, {100}, "bsp"))) << mode;
+    EXPECT_FALSE(fresh.Decide(At(mode, {100 + kTightenHoldSteps - 1}, "bsp")));
+    auto d = fresh.Decide(At(mode, {100 + kTightenHoldSteps}, "bsp"));
+    ASSERT_TRUE(d.has_value()) << mode;
+    EXPECT_EQ(d->to.ToString(), "bsp");
   }
   // An advice that turns from looser to tighter starts its hold over.
   {
@@ -97,6 +100,55 @@ TEST(ConsistencySwitcher, WaitsForTheLastSwitchAndNeverBackToBsp) {
   }
   EXPECT_FALSE(s.Decide(At("ssp:2", {300}, "")));
   EXPECT_FALSE(s.Decide(v1::View()));  // no workers
+}
+
+// An SSP/ASP job tries BSP again kProbeSteps of its slowest worker's steps
+// after it left it, whatever the advice (BSP's waits cannot be measured
+// asynchronously), with no hold; each switch back to BSP the view lists
+// doubles the wait, up to kMaxProbeDoublings times. A refused switch
+// quiets the switcher for kHoldSteps.
+TEST(ConsistencySwitcher, ProbesBspLessAndLessOften) {
+  v1::View v = At("asp", {100}, "asp");
+  v1::ConsistencySwitch* left = v.add_consistency_switches();
+  left->set_from("bsp");
+  left->set_to("asp");
+  left->set_step(100);
+  ConsistencySwitcher s;
+  v.mutable_workers(0)->set_clock(100 + kProbeSteps - 1);
+  EXPECT_FALSE(s.Decide(v));
+  v.mutable_workers(0)->set_clock(100 + kProbeSteps);
+  auto probe = s.Decide(v);
+  ASSERT_TRUE(probe.has_value());
+  EXPECT_EQ(probe->to.ToString(), "bsp");
+  EXPECT_NE(probe->reason.find("probing BSP"), std::string::npos)
+      << probe->reason;
+  // Refused: quiet for kHoldSteps, then again.
+  s.Refused(v);
+  v.mutable_workers(0)->set_clock(100 + kProbeSteps + kHoldSteps - 1);
+  EXPECT_FALSE(s.Decide(v));
+  v.mutable_workers(0)->set_clock(100 + kProbeSteps + kHoldSteps);
+  EXPECT_TRUE(s.Decide(v));
+  // Back in BSP once, left again at 300: the next probe waits twice as long.
+  for (auto [from, to, step] :
+       {std::tuple{"asp", "bsp", 200}, {"bsp", "asp", 300}}) {
+    v1::ConsistencySwitch* sw = v.add_consistency_switches();
+    sw->set_from(from);
+    sw->set_to(to);
+    sw->set_step(step);
+  }
+  EXPECT_EQ(ProbeSteps(v), 2 * kProbeSteps);
+  ConsistencySwitcher later;
+  v.mutable_workers(0)->set_clock(300 + 2 * kProbeSteps - 1);
+  EXPECT_FALSE(later.Decide(v));
+  v.mutable_workers(0)->set_clock(300 + 2 * kProbeSteps);
+  EXPECT_TRUE(later.Decide(v));
+  for (int i = 0; i < 10; ++i) v.add_consistency_switches()->set_to("bsp");
+  EXPECT_EQ(ProbeSteps(v), kProbeSteps << kMaxProbeDoublings);
+  // Not while the job is in BSP.
+  v.set_consistency("bsp");
+  v.mutable_workers(0)->set_clock(100000);
+  ConsistencySwitcher in_bsp;
+  EXPECT_FALSE(in_bsp.Decide(v));
 }
 
 }  // namespace

@@ -34,6 +34,10 @@ bool BspStepApplied(const v1::LedgerState& s, int64_t step) {
                             step);
 }
 
+int64_t BspFirstSample(const v1::LedgerState& s, int64_t step) {
+  return s.bsp_base_sample() + (step - s.bsp_base_step()) * s.job().batch();
+}
+
 void NoteBspStepApplied(v1::LedgerState& s, int64_t step) {
   auto* ahead = s.mutable_closed_ahead();
   if (BspStepApplied(s, step)) return;
@@ -316,7 +320,18 @@ Ledger::BeginRollBack() {
         "ledger: rolling back is defined for BSP jobs only; this one runs ",
         mode_.ToString()));
   }
+  if (state_.switches_size() > 0) {
+    return absl::UnimplementedError(
+        "ledger: this job switched its consistency, and a snapshot from "
+        "before a switch would undo the SSP/ASP updates recorded since: it "
+        "does not roll back");
+  }
   return pending;
+}
+
+bool Ledger::RollsBack() const {
+  absl::MutexLock lock(&mu_);
+  return mode_.mode == Consistency::kBsp && state_.switches_size() == 0;
 }
 
 Ledger::PendingRollback::PendingRollback(Ledger* ledger) : ledger_(ledger) {

@@ -30,13 +30,21 @@
 //
 // --consistency auto switches the ledger's mode live (BeginSwitch): from
 // SSP/ASP to SSP/ASP at once, looser or tighter (both lease from the
-// cursor; back to BSP is not built); from BSP at a
+// cursor); from BSP at a
 // fence step F, the first step no worker holds a lease of: steps from F on
 // are refused (UNAVAILABLE) until every step before F is applied, then the
-// cursor starts at F*B and the job runs asynchronously from clock F. So no
-// sample before F*B is leased again and none after it was applied by a
-// BSP step. Leases are refused while the view's consistency is not the
-// ledger's (the scheduler publishes the switch in the view just after it).
+// cursor starts at F's first sample and the job runs asynchronously from
+// clock F. So no sample before it is leased again and none after it was
+// applied by a BSP step. From SSP/ASP back to BSP: leases go on from the
+// cursor up to A, the first sample from which whole batches end at the
+// job's end (a multiple of B when the job's samples are), then are refused
+// (UNAVAILABLE); handed-back units are still leased. Once every lease is
+// applied and none is queued, BSP starts at step F = async_bound (past
+// every chunk's version and every clock leased: the servers move each
+// chunk's version up to F), its steps covering the samples from A, and
+// the learning-rate schedule's step of F is A / B (View.schedule_offset).
+// Leases are refused while the view's consistency is not the ledger's (the
+// scheduler publishes the switch in the view just after it).
 //
 // BSP steps can be applied out of order: a slot's reports held back by a
 // scheduler outage complete a step after later ones. applied_steps moves
@@ -88,6 +96,9 @@ inline constexpr int kAutoLeaseAhead = 8;
 // BSP: whether `step` is applied in `s` (below applied_steps, or in
 // closed_ahead).
 bool BspStepApplied(const v1::LedgerState& s, int64_t step);
+// BSP: the first sample of `step` in `s` (step * batch for a job that
+// never left BSP; see bsp_base_step).
+int64_t BspFirstSample(const v1::LedgerState& s, int64_t step);
 // BSP: notes `step` applied in `s`, moving applied_steps over the run of
 // applied steps it completes.
 void NoteBspStepApplied(v1::LedgerState& s, int64_t step);
@@ -133,6 +144,10 @@ class Ledger {
   // BSP: forgets that steps >= `step` were applied (their records, splits
   // and reports), as when the servers roll back to a snapshot of `step`.
   absl::Status RollBack(int64_t step);
+  // Whether a server's restart rolls the job back: a BSP job that never
+  // switched (snapshots are consistent under BSP only, and one taken
+  // before a switch would undo SSP/ASP updates the ledger recorded).
+  bool RollsBack() const;
 
   // A rollback written in someone else's write batch, so that it and the
   // change that causes it (the view's new generation) are stored at once:
@@ -163,8 +178,8 @@ class Ledger {
     std::vector<std::pair<uint64_t, v1::LedgerRecord>> kept_;
     std::optional<SplitTable::Edit> splits_;
   };
-  // Locks the ledger until the result ends. UNIMPLEMENTED unless the job is
-  // BSP (the only mode that rolls back).
+  // Locks the ledger until the result ends. UNIMPLEMENTED unless the job
+  // rolls back (RollsBack).
   absl::StatusOr<std::unique_ptr<PendingRollback>> BeginRollBack();
 
   // The applied records, in the order they were applied.
@@ -179,17 +194,18 @@ class Ledger {
 
   // The live switch (see above; scheduler/consistency_switcher.h decides
   // it). Begins a switch to `to`, decided for `reason` at `unix_ms`: done at
-  // once from SSP/ASP (the switch made), pending from BSP (its fence in
-  // `step`). FAILED_PRECONDITION while one is pending, from SSP/ASP to BSP
-  // (not built: BSP steps need a chunk's version to count steps) and to the
-  // mode the job runs; storage errors (nothing changed). Between SSP and
-  // ASP modes either way (a tighter bound counts from the switch on the
-  // servers).
+  // once between SSP/ASP modes (the switch made; a tighter bound counts
+  // from the switch on the servers), pending from BSP (its fence in
+  // `step`) and to BSP (its first sample A in `first_sample`; its step is
+  // fixed when it is made). FAILED_PRECONDITION while one is pending, to
+  // the mode the job runs, and to BSP once every sample is handed out;
+  // storage errors (nothing changed).
   absl::StatusOr<v1::ConsistencySwitch> BeginSwitch(const Consistency& to,
                                                     std::string reason,
                                                     int64_t unix_ms);
   // The pending switch, done once every step before its fence is applied
-  // (then returned; nullopt while none is pending or it waits).
+  // (to BSP: every lease applied, none queued, the cursor at A), then
+  // returned; nullopt while none is pending or it waits.
   absl::StatusOr<std::optional<v1::ConsistencySwitch>> MaybeCompleteSwitch();
   // Drops a pending switch; OK when none is pending.
   absl::Status CancelSwitch();
@@ -211,6 +227,17 @@ class Ledger {
   void NoteDrained(uint64_t member,
                    const absl::StatusOr<v1::LeaseWorkResponse>& lease)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // BeginSwitch's and MaybeCompleteSwitch's parts for a switch back to
+  // BSP (ledger_switch.cc).
+  absl::StatusOr<v1::ConsistencySwitch> BeginBackToBsp(v1::ConsistencySwitch sw)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::optional<v1::ConsistencySwitch>> CompleteBackToBsp()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SSP/ASP: the end of the samples the cursor may hand out now (a switch
+  // back to BSP stops it at its first sample; else the job's end, kNoEnd
+  // for none).
+  static constexpr int64_t kNoEnd = INT64_MAX;
+  static int64_t CursorEnd(const v1::LedgerState& s);
   // Whether a BSP step is inside the job (total_samples; SSP/ASP: always,
   // their leases end when the samples do).
   bool InJob(const v1::LedgerState& s, int64_t step) const

@@ -214,11 +214,12 @@ bool Ledger::Drained(uint64_t member) const {
 
 int Ledger::AsyncAheadLimit(const v1::LedgerState& s, const v1::View& view,
                             int64_t per_lease) const {
-  const int64_t total = s.job().total_samples();
   if (mode_.mode == Consistency::kBsp) return bsp_ahead_;
-  if (total <= 0) return kMaxLeaseAhead;
+  const int64_t end = CursorEnd(s);
+  if (end == kNoEnd) return kMaxLeaseAhead;
   if (per_lease <= 0) return 0;
-  const int64_t left = total - s.cursor() + Samples(s.requeued());
+  const int64_t left =
+      std::max<int64_t>(0, end - s.cursor()) + Samples(s.requeued());
   const int64_t workers =
       std::max<int64_t>(1, static_cast<int64_t>(Workers(view).size()));
   return static_cast<int>(
@@ -228,12 +229,17 @@ int Ledger::AsyncAheadLimit(const v1::LedgerState& s, const v1::View& view,
 bool Ledger::InJob(const v1::LedgerState& s, int64_t step) const {
   const int64_t total = s.job().total_samples();
   if (mode_.mode != Consistency::kBsp || total <= 0) return true;
-  return step < total / s.job().batch() + (total % s.job().batch() != 0);
+  return BspFirstSample(s, step) < total;
 }
 
 absl::StatusOr<v1::LeaseWorkResponse> Ledger::LeaseBsp(
     const v1::LeaseWorkRequest& req, const v1::View& view, v1::LedgerState& s,
     SplitTable::Edit& splits) {
+  if (req.step() < s.bsp_base_step()) {
+    return absl::OutOfRangeError(absl::StrCat("ledger: step ", req.step(), " ",
+                                              kBeforeBackToBsp, " (",
+                                              s.bsp_base_step(), ")"));
+  }
   if (BspStepApplied(s, req.step())) {
     return absl::OutOfRangeError(absl::StrCat(
         "ledger: step ", req.step(), " is applied already; the job is at step ",
@@ -255,7 +261,7 @@ absl::StatusOr<v1::LeaseWorkResponse> Ledger::LeaseBsp(
                             Shares(s.job().batch(), workers));
     v1::LedgerState::Split* made = splits.Add(req.step(), epoch);
     split = made;
-    int64_t first = req.step() * s.job().batch();
+    int64_t first = BspFirstSample(s, req.step());
     for (size_t i = 0; i < workers.size(); ++i) {
       v1::LedgerState::Share* share = made->add_shares();
       share->set_member_id(workers[i]->id());
@@ -269,6 +275,7 @@ absl::StatusOr<v1::LeaseWorkResponse> Ledger::LeaseBsp(
   v1::LeaseWorkResponse resp;
   resp.set_epoch(epoch);
   resp.set_workers(split->shares_size());
+  resp.set_schedule_offset(s.schedule_offset());
   for (int i = 0; i < split->shares_size(); ++i) {
     const auto& share = split->shares(i);
     if (share.member_id() != req.member_id()) continue;
@@ -325,14 +332,19 @@ absl::StatusOr<v1::LeaseWorkResponse> Ledger::LeaseAsync(
   }
   requeued->DeleteSubrange(0, taken);
   const int64_t total = s.job().total_samples();
-  if (total > 0)
-    need = std::min(need, std::max<int64_t>(0, total - s.cursor()));
+  need = std::min(need, std::max<int64_t>(0, CursorEnd(s) - s.cursor()));
   if (need > 0) {
     if (s.cursor() > kMaxSample - need)
       return absl::OutOfRangeError("ledger: the sample numbers ran out");
     for (v1::WorkUnit& u : CutUnits(s, s.cursor(), need))
       *lease.add_units() = std::move(u);
     s.set_cursor(s.cursor() + need);
+  }
+  if (lease.units().empty() && s.has_pending_switch()) {
+    // Back to BSP: its steps take the samples from here on.
+    return absl::UnavailableError(
+        absl::StrCat("ledger: the job switches back to bsp once the ",
+                     s.leases_size(), " lease(s) out are applied: ask again"));
   }
   if (lease.units().empty()) {
     // Every sample is handed out. Leases still out may come back (a worker
@@ -347,6 +359,7 @@ absl::StatusOr<v1::LeaseWorkResponse> Ledger::LeaseAsync(
   }
   *resp.mutable_units() = lease.units();
   *s.add_leases() = std::move(lease);
+  s.set_async_bound(s.async_bound() + 1);
   return resp;
 }
 

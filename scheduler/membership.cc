@@ -461,6 +461,7 @@ void Membership::RebuildViewLocked() {
   if (consistency_.pending.has_value()) {
     *v.mutable_consistency_pending() = *consistency_.pending;
   }
+  v.set_schedule_offset(consistency_.schedule_offset);
   for (const v1::ConsistencySwitch& sw : consistency_.switches) {
     *v.add_consistency_switches() = sw;
   }

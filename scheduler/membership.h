@@ -58,6 +58,7 @@ struct ConsistencyState {
   std::optional<AutoConsistency> automatic;  // unset: a fixed setting
   std::optional<v1::ConsistencySwitch> pending;
   std::vector<v1::ConsistencySwitch> switches;
+  int64_t schedule_offset = 0;  // View.schedule_offset
 };
 
 struct MembershipOptions {

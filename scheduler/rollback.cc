@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "scheduler/ledger.h"
+
 namespace strata::scheduler_internal {
 
 std::optional<int64_t> RollbackStep(const v1::RegisterRequest& req,
@@ -21,7 +23,7 @@ std::optional<int64_t> RollbackStep(const v1::RegisterRequest& req,
   if (!in_job(req.shard())) return std::nullopt;
   // A finished job keeps its final weights: its workers are gone.
   if (ledger.job().total_samples() > 0 &&
-      ledger.applied_steps() * ledger.job().batch() >=
+      BspFirstSample(ledger, ledger.applied_steps()) >=
           ledger.job().total_samples()) {
     return std::nullopt;
   }

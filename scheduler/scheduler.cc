@@ -219,6 +219,7 @@ absl::Status Scheduler::PublishConsistency() {
   state.automatic = automatic_;
   if (s.has_pending_switch()) state.pending = s.pending_switch();
   state.switches.assign(s.switches().begin(), s.switches().end());
+  state.schedule_offset = s.schedule_offset();
   return membership_->SetConsistency(std::move(state));
 }
 
@@ -265,6 +266,8 @@ void Scheduler::AdvanceConsistency() {
   if (!sw.ok()) {
     spdlog::warn("scheduler: no switch to {}: {}", next->to.ToString(),
                  sw.status().ToString());
+    absl::MutexLock lock(&switch_mu_);
+    if (switcher_ != nullptr) switcher_->Refused(membership_->View());
   }
 }
 

@@ -99,9 +99,10 @@ grpc::Status SchedulerService::Register(grpc::ServerContext* ctx,
           // primary: nothing rolls back.
           return std::nullopt;
         }
-        if (ledger_->mode().mode != Consistency::kBsp) {
-          // Under SSP/ASP nothing rolls back: a slot whose servers all died
-          // while one was still catching up has lost its state.
+        if (!ledger_->RollsBack()) {
+          // Under SSP/ASP (and after a switch) nothing rolls back: a slot
+          // whose servers all died while one was still catching up has
+          // lost its state.
           if (SlotHasJoiners(q.shard(), after) && ledger_->State().has_job()) {
             return absl::FailedPreconditionError(absl::StrCat(
                 "register: shard slot ", q.shard(),
@@ -114,8 +115,8 @@ grpc::Status SchedulerService::Register(grpc::ServerContext* ctx,
         }
         absl::StatusOr<std::unique_ptr<Ledger::PendingRollback>> begun =
             ledger_->BeginRollBack();
-        // The job switched from BSP since the check above (--consistency
-        // auto): nothing rolls back, as under SSP/ASP.
+        // The job switched since the check above (--consistency auto):
+        // nothing rolls back, as under SSP/ASP.
         if (absl::IsUnimplemented(begun.status())) return std::nullopt;
         if (!begun.ok()) return begun.status();
         pending = *std::move(begun);

@@ -43,13 +43,14 @@ TEST_F(SchedulerTest, AnAutoJobSwitchesInTheView) {
   EXPECT_FALSE(after.has_consistency_pending());
   ASSERT_EQ(after.consistency_switches_size(), 1);
   EXPECT_EQ(after.consistency_switches(0).reason(), "test");
-  // SSP to ASP at once; back to BSP refused.
+  // SSP to ASP at once; back to BSP refused before any worker leased
+  // samples (its steps start from the ledger's cursor).
   ASSERT_TRUE(
       scheduler_->SwitchConsistency(*ParseConsistency("asp"), "spread").ok());
   EXPECT_EQ(scheduler_->CurrentView().consistency(), "asp");
   auto back = scheduler_->SwitchConsistency(Consistency(), "steady");
   EXPECT_EQ(back.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(back.status().message(), HasSubstr("not built"));
+  EXPECT_THAT(back.status().message(), HasSubstr("no job yet"));
 }
 
 // auto:<s>:ssp: the view says so, its advice never names ASP (the rule's

@@ -40,6 +40,13 @@ absl::StatusOr<v1::PushResponse> AspGate::ApplyNow(
   STRATA_RETURN_IF_ERROR(
       CheckChunkGeneration(c, req.generation(), parts_.counters));
   STRATA_RETURN_IF_ERROR(parts_.tiles.Resident(c));
+  if (c.bsp_adopted) {
+    // A switch back to BSP is under way on this shard: the push goes to
+    // the BSP gate once it is current (a BSP step's push), or changes
+    // nothing there (a retried SSP/ASP one: an old step).
+    return absl::UnavailableError(
+        absl::StrCat("chunk ", req.chunk_id(), " went back to BSP; ask again"));
+  }
   const ShardView now = parts_.membership.Get();
   if (!now.IsLive(req.member_id())) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -55,16 +62,17 @@ absl::StatusOr<v1::PushResponse> AspGate::ApplyNow(
     return resp;
   }
   const float* g = grad.data();
+  const int64_t schedule_step = parts_.membership.ScheduleStep(req.step());
   const float lr_factor =
       req.async_lr_scale() > 0 ? req.async_lr_scale() : 1.0f;
   if (req.zero()) {
     // Nothing to apply (an expert none of this worker's tokens reached):
     // the weights, their state and the version stay; the clock moves.
   } else if (scale == 1.0f) {
-    ApplyChunkUpdate(c, req.step(), g, parts_.counters, lr_factor);
+    ApplyChunkUpdate(c, schedule_step, g, parts_.counters, lr_factor);
   } else {
     ApplyChunkUpdate(
-        c, req.step(),
+        c, schedule_step,
         [g, scale](size_t begin, size_t end, float* out) {
           for (size_t i = begin; i < end; ++i) out[i - begin] = g[i] * scale;
         },
@@ -95,6 +103,7 @@ void AspGate::Adopt(Chunk& c, const ShardView& now, const Consistency& from) {
     }
     return;
   }
+  c.bsp_adopted = false;
   const auto version = static_cast<int64_t>(c.rec.version);
   for (uint64_t w : now.workers) {
     int64_t& clock = c.clocks[w];

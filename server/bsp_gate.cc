@@ -106,6 +106,41 @@ absl::StatusOr<v1::PushResponse> BspGate::Collect(Chunk& c,
   return resp;
 }
 
+void BspGate::Adopt(Chunk& c, const ShardView& now, const Consistency& from) {
+  if (from.mode == Consistency::kBsp) return;
+  const auto step =
+      static_cast<uint64_t>(std::max<int64_t>(now.switch_step, 0));
+  // Until the BSP gate is current, the SSP/ASP one refuses pushes here
+  // (UNAVAILABLE: asked again) and its SSP pulls, which wait on the clocks,
+  // find every live worker at the switch's step.
+  c.bsp_adopted = true;
+  c.lift.clear();
+  for (uint64_t w : now.workers) {
+    int64_t& clock = c.clocks[w];
+    clock = std::max(clock, static_cast<int64_t>(step));
+  }
+  if (c.rec.version >= step) {
+    if (c.rec.version > step) {
+      // The ledger's bound says this cannot be: the chunk's BSP steps
+      // would not line up with the others'.
+      spdlog::error(
+          "strata server: chunk {} is at version {}, past the step {} the "
+          "job goes back to BSP at",
+          c.spec.chunk_id(), c.rec.version, step);
+    }
+    return;
+  }
+  // A spilled tile's copy carries its version: read it, so the next
+  // write-out carries the new one.
+  if (absl::Status s = parts_.tiles.Resident(c); !s.ok()) {
+    spdlog::error("strata server: chunk {} cannot go back to BSP: {}",
+                  c.spec.chunk_id(), s.ToString());
+    return;  // lost state: TileCache::set_lost_state_sink
+  }
+  c.rec.version = step;
+  c.Dirty();
+}
+
 void BspGate::Sweep(Chunk& c, const ShardView& now) {
   // (A tile that cannot be read leaves the step open: logged.)
   (void)MaybeCloseStep(c, now);
@@ -216,14 +251,15 @@ void BspGate::CloseStep(Chunk& c) {
     ClearOpen(c);
     return;
   }
-  ApplyChunkUpdate(c, step, form, parts_.counters);
+  ApplyChunkUpdate(c, parts_.membership.ScheduleStep(step), form,
+                   parts_.counters);
   NoteApplied(c, step, 0, epoch);
   ClearOpen(c);
 }
 
-TensorStep BspGate::SumsStep(const Chunk& c) {
+TensorStep BspGate::SumsStep(const Chunk& c) const {
   const OptimizerParams& p = c.group->params;
-  return {&p, ScheduledLr(p, c.sums.step),
+  return {&p, ScheduledLr(p, parts_.membership.ScheduleStep(c.sums.step)),
           static_cast<int64_t>(c.rec.version) + 1, PartOf(c, false)};
 }
 
@@ -273,7 +309,8 @@ absl::StatusOr<v1::ReducePartials> BspGate::Reduce(Chunk& c,
                                           c.rec.slots, sums.grad.data(),
                                           sums.totals));
     } else {
-      ApplySummedUpdate(c, parts_.counters);
+      ApplySummedUpdate(c, parts_.membership.ScheduleStep(sums.step),
+                        parts_.counters);
       parts_.counters.summed_updates++;
       parts_.pool.Give(std::move(sums.grad));
       sums.grad = {};

@@ -30,6 +30,18 @@ class BspGate final : public ConsistencyGate {
  public:
   explicit BspGate(GateParts parts) : ConsistencyGate(parts) {}
 
+  // From SSP/ASP, at the step the job goes back to BSP at
+  // (now.switch_step, past every chunk's version: each SSP/ASP push moved
+  // it once at most): c's version moves up to that step, each live
+  // worker's clock there too (for the SSP gate's pulls until this gate is
+  // current), its lifts are dropped, and c is marked so the SSP/ASP gate
+  // applies no push to it meanwhile. Reads a spilled tile (its copy
+  // carries the version).
+  void Adopt(Chunk& c, const ShardView& now, const Consistency& from) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  bool AdoptReadsTile(const Consistency& from) const override {
+    return from.mode != Consistency::kBsp;
+  }
   // BSP checks the epoch in Push, under the chunk's lock.
   absl::Status CheckPushEpoch(const ShardView& view,
                               const v1::PushRequest& req) const override {
@@ -93,8 +105,7 @@ class BspGate final : public ConsistencyGate {
   // What follows an applied update: a snapshot when one is due.
   void AfterApply(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // The staged update of c.sums' step.
-  static TensorStep SumsStep(const Chunk& c)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  TensorStep SumsStep(const Chunk& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Counts a tiling error if the open pushes of `c` do not cover one
   // contiguous run of samples.
   void CheckTiling(const Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);

@@ -133,10 +133,11 @@ void ApplyChunkUpdate(Chunk& c, int64_t step, const float* grad,
   Applied(c, counters);
 }
 
-void ApplySummedUpdate(Chunk& c, ShardCounters& counters) {
+void ApplySummedUpdate(Chunk& c, int64_t schedule_step,
+                       ShardCounters& counters) {
   const OptimizerParams& p = c.group->params;
   TensorSums& sums = c.sums;
-  ApplyTensorUpdate({&p, ScheduledLr(p, sums.step),
+  ApplyTensorUpdate({&p, ScheduledLr(p, schedule_step),
                      static_cast<int64_t>(c.rec.version) + 1, PartOf(c, false)},
                     c.rec.weights.data(), absl::MakeSpan(c.rec.slots),
                     sums.grad.data(), sums.totals);

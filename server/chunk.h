@@ -80,6 +80,10 @@ struct Chunk {
   // counts from the switch (AspGate::Adopt) while `clocks` keep counting
   // pushes (a retry is found by them).
   absl::flat_hash_map<uint64_t, int64_t> lift ABSL_GUARDED_BY(mu);
+  // A switch back to BSP took this chunk over (BspGate::Adopt) while the
+  // SSP/ASP gate may still be current (Shard::AdoptChunks adopts every
+  // chunk before switching): that gate must not apply a push to it.
+  bool bsp_adopted ABSL_GUARDED_BY(mu) = false;
   // The rollback generation and the step it started from.
   uint64_t generation ABSL_GUARDED_BY(mu) = 0;
   int64_t generation_step ABSL_GUARDED_BY(mu) = 0;
@@ -148,6 +152,8 @@ struct ShardView {
       joined_epoch;  // worker -> epoch it joined at
   // Live workers with no samples left to lease (Member.drained), sorted.
   std::vector<uint64_t> drained;
+  // The step of the job's last consistency switch (0: none).
+  int64_t switch_step = 0;
 
   bool IsLive(uint64_t member) const {
     return std::binary_search(workers.begin(), workers.end(), member);
@@ -163,7 +169,8 @@ absl::Status CheckChunkGeneration(const Chunk& c, uint64_t generation,
                                   ShardCounters& counters)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 
-// One optimizer update of `c` for `step` (its group's rule and schedule,
+// One optimizer update of `c` at the learning-rate schedule's `step` (its
+// group's rule and schedule,
 // the scheduled lr times `lr_factor`: an SSP/ASP push's PushRequest.
 // async_lr_scale), whose gradient `form(begin, end, out)` writes block by
 // block as the update reaches it (ApplyUpdateFormed): what forms the
@@ -181,10 +188,11 @@ void ApplyChunkUpdate(
 void ApplyChunkUpdate(Chunk& c, int64_t step, const float* grad,
                       ShardCounters& counters, float lr_factor = 1.0f)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
-// The update of c.sums' step with every reduction's totals in: applies it
-// as part of its tensor and keeps the partials (TensorSums.applied).
+// The update of c.sums' step with every reduction's totals in (the
+// learning-rate schedule at `schedule_step`): applies it as part of its
+// tensor and keeps the partials (TensorSums.applied).
 // REQUIRES: c.AwaitingSums(), the tile resident.
-void ApplySummedUpdate(Chunk& c, ShardCounters& counters)
+void ApplySummedUpdate(Chunk& c, int64_t schedule_step, ShardCounters& counters)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 
 }  // namespace strata

@@ -60,9 +60,13 @@ class ConsistencyGate {
   // server/gate_set.h): takes c over, while `from`'s gate still serves
   // (Shard::UpdateView makes this one current after every chunk). From BSP, at
   // its fence step, when no step at or after c's version was leased: each live
-  // worker of `now` starts at clock c.rec.version.
+  // worker of `now` starts at clock c.rec.version. To BSP, once every SSP/ASP
+  // lease was applied: c's version moves up to now.switch_step.
   virtual void Adopt(Chunk& c, const ShardView& now, const Consistency& from)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {}
+  // Whether Adopt from `from` needs c's tile in RAM (the caller makes room
+  // first and lets it go after).
+  virtual bool AdoptReadsTile(const Consistency& from) const { return false; }
 
   // The rule for the epoch a push from live member req.member_id() was
   // computed in, checked against the view it is live in: ABORTED for a

@@ -66,6 +66,9 @@ void Shard::UpdateView(const v1::View& v) {
   // new gate, then the view. So a retried push of a step before the switch
   // finds the clocks that make it one, and no request stamped with the new
   // view finds the old gate.
+  if (v.epoch() >= p_->membership.Get().epoch) {
+    p_->membership.SetScheduleOffset(v.schedule_offset());
+  }
   if (v.epoch() > p_->membership.Get().epoch && !v.consistency().empty()) {
     if (absl::StatusOr<Consistency> to = ParseConsistency(v.consistency());
         to.ok() && to->ToString() != p_->gates.mode().ToString()) {
@@ -79,10 +82,15 @@ void Shard::UpdateView(const v1::View& v) {
 void Shard::AdoptChunks(const ShardView& next, const Consistency& to) {
   const Consistency before = p_->gates.mode();
   ConsistencyGate& gate = p_->gates.Get(to);
+  const bool reads = gate.AdoptReadsTile(before);
   for (Chunk* c : p_->table.All()) {
-    absl::MutexLock lock(&c->mu);
-    gate.Adopt(*c, next, before);
-    c->changed.SignalAll();
+    if (reads) p_->tiles.BeforeUse(*c);
+    {
+      absl::MutexLock lock(&c->mu);
+      gate.Adopt(*c, next, before);
+      c->changed.SignalAll();
+    }
+    if (reads) p_->tiles.AfterUse(*c);
   }
   p_->gates.SwitchTo(to);
   spdlog::info("shard: switched from {} to {} at epoch {}", before.ToString(),

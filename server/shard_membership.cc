@@ -26,6 +26,8 @@ ShardView ShardMembership::ViewOf(const v1::View& v) {
   }
   std::sort(out.workers.begin(), out.workers.end());
   std::sort(out.drained.begin(), out.drained.end());
+  if (!v.consistency_switches().empty())
+    out.switch_step = v.consistency_switches().rbegin()->step();
   return out;
 }
 

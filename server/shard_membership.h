@@ -5,6 +5,7 @@
 #ifndef STRATA_SERVER_SHARD_MEMBERSHIP_H_
 #define STRATA_SERVER_SHARD_MEMBERSHIP_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -58,6 +59,16 @@ class ShardMembership {
   // Every chunk is in `generation` now: wakes the requests waiting for it.
   void SetGeneration(uint64_t generation);
   uint64_t generation() const { return generation_.load(); }
+  // View.schedule_offset: the learning-rate schedule's step of a BSP step
+  // or SSP/ASP clock t is t - schedule_offset. Set before a switch's
+  // chunks are adopted (Shard::UpdateView), so the new gate's first update
+  // uses it; it changes only when a job goes back to BSP, after every
+  // SSP/ASP push was applied.
+  void SetScheduleOffset(int64_t offset) { schedule_offset_.store(offset); }
+  // The schedule's step of `step` (never below 0).
+  int64_t ScheduleStep(int64_t step) const {
+    return std::max<int64_t>(0, step - schedule_offset_.load());
+  }
 
   // Fails every wait with UNAVAILABLE, now and later.
   void Cancel();
@@ -82,6 +93,7 @@ class ShardMembership {
   // Read without a lock by every push and pull, written under mu_ (whose
   // changed_ wakes the requests waiting for it).
   std::atomic<uint64_t> generation_{0};
+  std::atomic<int64_t> schedule_offset_{0};
   std::atomic<bool> cancelled_{false};
 };
 

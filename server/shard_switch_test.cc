@@ -1,11 +1,13 @@
 // A shard following a live switch of the job's consistency (--consistency
-// auto, server/gate_set.h): from BSP at its fence step to SSP.
+// auto, server/gate_set.h): from BSP at its fence step to SSP, between
+// asynchronous modes, and back to BSP.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "server/shard.h"
+#include "testing/server/shard_tier_util.h"
 #include "testing/server/shard_util.h"
 
 namespace strata {
@@ -131,6 +133,68 @@ TEST(ShardSwitch, ATighterBoundCountsFromTheSwitch) {
   ASSERT_TRUE(shard.Push(PushReq(1, 11, 4), Bytes(g)).ok());
   ASSERT_TRUE(shard.Push(PushReq(4, 5, 4), Bytes(g)).ok());
   EXPECT_TRUE(Served(shard, 1, 13));
+}
+
+// Back to BSP from SSP: the chunk's version (a count of SSP pushes) moves
+// up to the switch's step, a BSP step there closes once both workers push
+// it, a retried SSP push is an old step, and the update follows the
+// learning-rate schedule at the job's step (the step minus the view's
+// schedule_offset), not the version. The tile is spilled at the switch:
+// its copy on disk must not keep the old version.
+TEST(ShardSwitch, BackToBspTheVersionMovesUpToTheSwitchStep) {
+  ShardOptions o = Opts("ssp:1", absl::Milliseconds(300));
+  const strata::testing::ScopedDir dir("switch_back");
+  // Room for one of the two chunks' tiles (SGD: the weights alone).
+  o.spill = shard_tier_test::Spill(dir.path, kN * sizeof(float),
+                                   /*background=*/false);
+  ASSERT_NE(o.spill, nullptr);
+  Shard shard(std::move(o));
+  v1::RegisterChunksRequest reg = OneChunk();
+  reg.mutable_groups(0)->mutable_optimizer()->set_warmup_steps(10);
+  *reg.add_chunks() = OneChunk("v").chunks(0);
+  ASSERT_TRUE(shard.Register(reg).ok());
+  shard.UpdateView(ModeView(1, {1, 2}, "ssp:1"));
+  const std::vector<float> g(kN, 1.0f);
+  // Three pushes (versions 1..3), clocks 0, 0 and 1.
+  ASSERT_TRUE(shard.Push(PushReq(1, 0, 4), Bytes(g)).ok());
+  ASSERT_TRUE(shard.Push(PushReq(2, 0, 4), Bytes(g)).ok());
+  ASSERT_TRUE(shard.Push(PushReq(1, 1, 4), Bytes(g)).ok());
+  uint64_t version = 0;
+  const std::vector<float> before = PullNow(shard, 1, -1, &version);
+  ASSERT_EQ(version, 3u);
+  // A push to "v" spills "w" (the budget holds one tile).
+  v1::PushRequest to_v = PushReq(1, 0, 4);
+  to_v.set_chunk_id(ChunkId("v", 0));
+  ASSERT_TRUE(shard.Push(to_v, Bytes(g)).ok());
+
+  v1::View back = ModeView(2, {1, 2}, "bsp");
+  v1::ConsistencySwitch* sw = back.add_consistency_switches();
+  sw->set_from("ssp:1");
+  sw->set_to("bsp");
+  sw->set_step(7);
+  sw->set_schedule_step(5);
+  back.set_schedule_offset(2);
+  shard.UpdateView(back);
+  EXPECT_EQ(PullNow(shard, 1, -1, &version), before);
+  EXPECT_EQ(version, 7u);
+  // A retried SSP push (clock 1) is an old step now.
+  auto retry = shard.Push(PushReq(1, 1, 4, 2), Bytes(g));
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  EXPECT_FALSE(retry->applied());
+  // A BSP pull of step 7 is served at once; step 7 closes with both.
+  EXPECT_TRUE(Served(shard, 1, 7));
+  auto first = shard.Push(Req(1, 7, 2), Bytes(g));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->applied());  // waits for worker 2
+  auto second = shard.Push(Req(2, 7, 2), Bytes(g));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(second->applied());
+  EXPECT_EQ(second->version(), 8u);
+  // SGD at the schedule's step 5 of a 10-step warm-up: lr 1.0 * 6 / 10.
+  const std::vector<float> after = PullNow(shard, 1, 8);
+  for (int i = 0; i < kN; ++i) {
+    EXPECT_NEAR(after[i], before[i] - 0.6f, 1e-6) << i;
+  }
 }
 
 }  // namespace

@@ -512,9 +512,11 @@ TEST(Train, LocalSlowsOnlyTheStraggler) {
 }
 
 // --consistency auto through a straggler whose steps jitter: the scheduler
-// switches the job from BSP live, the workers follow, the job ends with
-// every sample applied once, and the curves mark the switch.
-TEST(Train, LocalAutoSwitchesFromBspLiveWithEverySampleOnce) {
+// switches the job from BSP live, the workers follow; it probes BSP again
+// (ConsistencySwitcher's kProbeSteps) and the workers follow it back; the
+// job ends with every sample applied once, and the curves mark the
+// switches.
+TEST(Train, LocalAutoSwitchesFromBspAndBackLiveWithEverySampleOnce) {
   const std::string dir = testing::FreshDir("local_auto");
   const std::string corpus = WriteCorpus(dir);
   const std::string run = dir + "/run";
@@ -551,6 +553,17 @@ TEST(Train, LocalAutoSwitchesFromBspLiveWithEverySampleOnce) {
               std::string::npos)
         << out;
   }
+  static const std::regex kBack(
+      "ledger: switched from (asp|ssp:\\d) back to bsp at step (\\d+)");
+  ASSERT_TRUE(std::regex_search(out, m, kBack)) << out;
+  const std::string back_at = m[2];
+  EXPECT_GT(std::stoi(back_at), at);
+  // Both workers followed it back, at its step.
+  const std::string follow =
+      absl::StrCat("the job runs bsp from step ", back_at, " (job step");
+  const size_t one = out.find(follow);
+  ASSERT_NE(one, std::string::npos) << out;
+  EXPECT_NE(out.find(follow, one + 1), std::string::npos) << out;
   ExpectLedgerChecksOut(run, dir, kSteps * kBatch);
   const std::string plot = testing::ReadFile(run + "/plot.html");
   EXPECT_NE(plot.find(absl::StrCat(">to ", to, "<")), std::string::npos);

@@ -107,7 +107,8 @@ absl::StatusOr<int64_t> Trainer::Join() {
     first = FirstStep();
   }
   STRATA_ASSIGN_OR_RETURN(const int64_t first_step, first);
-  if (first_step >= o_.steps) {
+  schedule_offset_ = scheduler_->view().schedule_offset();
+  if (JobStep(first_step) >= o_.steps) {
     return absl::FailedPreconditionError(
         absl::StrCat("the servers are already at step ", first_step, " of ",
                      o_.steps, ": nothing to train"));
@@ -189,7 +190,11 @@ absl::Status Trainer::WriteOutputs() {
   if (o_.snapshot_at_end) {
     // Servers without a data dir cannot snapshot; the training itself
     // succeeded, so say so loudly and go on.
-    if (absl::Status s = ps_->SnapshotAll(o_.steps); !s.ok()) {
+    // Labelled by the last step on the wire, as the servers' own BSP
+    // snapshots are (their versions): after a switch back to BSP those run
+    // past --steps, and the final one must be the newest.
+    if (absl::Status s = ps_->SnapshotAll(o_.steps + schedule_offset_);
+        !s.ok()) {
       spdlog::warn("strata worker: no snapshot of the final weights: {}",
                    s.ToString());
     }

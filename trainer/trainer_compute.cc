@@ -47,8 +47,10 @@ absl::StatusOr<double> Trainer::ComputeAndPush(int64_t step,
 }
 
 void Trainer::SimulateSlowdown(int64_t step, absl::Duration computed) {
-  const bool on = step >= o_.slowdown_from &&
-                  (o_.slowdown_until < 0 || step < o_.slowdown_until);
+  // --slowdown_steps counts job steps (JobStep), as --steps does.
+  const int64_t at = JobStep(step);
+  const bool on = at >= o_.slowdown_from &&
+                  (o_.slowdown_until < 0 || at < o_.slowdown_until);
   if (!on || (o_.slowdown == 1 && o_.jitter == 0)) return;
   std::uniform_real_distribution<double> u(1 - o_.jitter, 1 + o_.jitter);
   const double factor = std::max(1.0, o_.slowdown * u(slowdown_rng_));

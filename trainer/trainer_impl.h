@@ -103,6 +103,11 @@ class Trainer {
   };
 
   bool bsp() const { return mode_.mode == Consistency::kBsp; }
+  // The job step of a BSP step or SSP/ASP clock: what --steps, the
+  // learning-rate schedule, evaluation and the metrics count. The same
+  // until an --consistency auto job goes back to BSP, whose steps start
+  // past every chunk's version (View.schedule_offset).
+  int64_t JobStep(int64_t step) const { return step - schedule_offset_; }
   // Sets sparse_ and expert_floats_ from the options and the model.
   void InitExperts();
   // Whether rank 0 evaluates after `step` (--eval_every, the last step).
@@ -184,6 +189,10 @@ class Trainer {
   // the view's mode once the job has left BSP (LeftBsp, waiting up to
   // `wait`). Returns whether the worker is still in BSP.
   bool StillBsp(int64_t step, absl::Duration wait);
+  // Under --consistency auto, for an SSP/ASP lease refused as past the
+  // job: whether the job went back to BSP (BackInBsp); if so, the worker
+  // follows it, at the step it went back at.
+  bool BackToBsp(Loop& loop, const absl::Status& refused);
   // The step to start at: where the servers are (0 for a new job; later
   // for a worker that joins a running one or restarts).
   absl::StatusOr<int64_t> FirstStep();
@@ -268,6 +277,7 @@ class Trainer {
   std::unique_ptr<PsClient> ps_;
   Consistency mode_;
   bool auto_consistency_ = false;  // --consistency auto: mode_ may switch
+  int64_t schedule_offset_ = 0;    // JobStep's
   int rank_;
   int workers_;
   StepStamp stamp_;          // of the step being computed

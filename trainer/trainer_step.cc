@@ -22,7 +22,7 @@ absl::StatusOr<Trainer::Next> Trainer::Step(Loop& loop) {
   if (MeasuresCpu()) step_cpu_ = ReadCpuTime(cpu_source_);
   // BSP: the weights at version `step` (step-1 closed). After the last
   // step, the final weights; SSP/ASP read those without the gate.
-  const bool last_pull = bsp() ? loop.step == o_.steps : loop.finished;
+  const bool last_pull = bsp() ? JobStep(loop.step) >= o_.steps : loop.finished;
   StartPull(last_pull && !bsp() ? -1 : loop.step, loop.prev_epoch,
             /*final=*/last_pull);
   Early early;
@@ -44,6 +44,7 @@ absl::StatusOr<Trainer::Next> Trainer::Step(Loop& loop) {
     // read the final weights.
     loop.prev_epoch = 0;
     if (!StillBsp(loop.step, absl::ZeroDuration())) {
+      if (BackToBsp(loop, work.status())) return Next::kSkip;
       loop.finished = true;
       return Next::kFinal;
     }
@@ -129,12 +130,29 @@ absl::StatusOr<std::optional<Trainer::Next>> Trainer::JudgePull(
     // Every chunk closed this step without us (we were fenced or
     // rejoined): go on from where the job is. Our last pushes may not have
     // been applied: drop the errors they carried.
-    loop.step = std::min<int64_t>(static_cast<int64_t>(*pulled), o_.steps);
+    loop.step = std::min<int64_t>(static_cast<int64_t>(*pulled),
+                                  o_.steps + schedule_offset_);
     loop.prev_epoch = 0;
     ps_->ForgetPushErrors();
     return Next::kSkip;
   }
   return std::nullopt;
+}
+
+bool Trainer::BackToBsp(Loop& loop, const absl::Status& refused) {
+  const std::optional<BspReturn> back =
+      BackInBsp(*scheduler_, loop.step, refused);
+  if (!back.has_value()) return false;
+  spdlog::info(
+      "strata worker: the job runs bsp from step {} (job step {}; was {} at "
+      "clock {})",
+      back->step, back->step - back->schedule_offset, mode_.ToString(),
+      loop.step);
+  mode_ = Consistency();
+  schedule_offset_ = back->schedule_offset;
+  loop.step = back->step;
+  ps_->ForgetPushErrors();
+  return true;
 }
 
 bool Trainer::MeasuresCpu() const {
@@ -166,6 +184,7 @@ void Trainer::NoteStep(Loop& loop, const StepWork& work, double loss,
   // the whole step (which waits for the slowest worker).
   const double compute_rate = work.samples / std::max(compute_s_, 1e-9);
   speed_ = speed_ == 0 ? compute_rate : 0.7 * speed_ + 0.3 * compute_rate;
+  // The wire's step (the switcher counts steps since a switch in these).
   scheduler_->SetProgress(loop.step + 1, speed_);
   scheduler_->SetWire(ps_->WirePaths());
   const double wait_s = absl::ToDoubleSeconds(pull_.waited);
@@ -177,7 +196,7 @@ void Trainer::NoteStep(Loop& loop, const StepWork& work, double loss,
                .expert_pulled = sparse_ ? pull_.expert_floats : expert_floats_,
                .expert_pushed = sparse_ ? expert_pushed_ : expert_floats_};
   StepMetrics& m = r.m;
-  m.step = loop.step;
+  m.step = JobStep(loop.step);
   m.total_steps = o_.steps;
   m.loss = loss;
   m.tokens_per_s = loop.tokens_per_s;
@@ -196,7 +215,7 @@ void Trainer::NoteStep(Loop& loop, const StepWork& work, double loss,
   lr_params.warmup_steps = o_.warmup_steps;
   lr_params.total_steps = o_.steps;
   lr_params.min_lr_ratio = o_.min_lr_ratio;
-  m.lr = ScheduledLr(lr_params, loop.step);
+  m.lr = ScheduledLr(lr_params, std::max<int64_t>(0, JobStep(loop.step)));
   m.elapsed = absl::Now() - loop.start;
   if (auto_consistency_) m.consistency = mode_.ToString();
   if (sparse_) {
@@ -204,7 +223,7 @@ void Trainer::NoteStep(Loop& loop, const StepWork& work, double loss,
         static_cast<double>(pull_.expert_floats) / expert_floats_;
     m.moe_experts_pushed = static_cast<double>(expert_pushed_) / expert_floats_;
   }
-  if (EvalDue(loop.step)) {
+  if (EvalDue(JobStep(loop.step))) {
     // Evaluate the weights this step was computed from.
     auto eval = EvalLoss();
     if (eval.ok()) m.eval_loss = *eval;

@@ -208,8 +208,16 @@ bool Trainer::PullAllowsStep(int64_t step) {
 void Trainer::FollowMode(const StepWork& work, int64_t step) {
   const Consistency now = LeasedMode(work, scheduler_->view());
   if (now.ToString() == mode_.ToString()) return;
-  spdlog::info("strata worker: the job runs {} from step {} (was {})",
-               now.ToString(), step, mode_.ToString());
+  if (work.bsp) {
+    // Back to BSP by a lease of its step (this worker's next clock).
+    schedule_offset_ = work.schedule_offset;
+    spdlog::info(
+        "strata worker: the job runs bsp from step {} (job step {}; was {})",
+        step, JobStep(step), mode_.ToString());
+  } else {
+    spdlog::info("strata worker: the job runs {} from step {} (was {})",
+                 now.ToString(), step, mode_.ToString());
+  }
   mode_ = now;
 }
 
