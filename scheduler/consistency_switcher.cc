@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace strata::scheduler_internal {
@@ -28,6 +30,25 @@ int64_t ProbeSteps(const v1::View& view) {
 
 namespace {
 
+// Each measured worker's time per sample over the median of them.
+std::map<uint64_t, double> SpeedRatios(const v1::View& view) {
+  std::vector<double> times;
+  for (const v1::Member& w : view.workers()) {
+    if (w.step_times().steps() > 0 && w.step_times().compute_s_per_sample() > 0)
+      times.push_back(w.step_times().compute_s_per_sample());
+  }
+  std::map<uint64_t, double> out;
+  if (times.empty()) return out;
+  std::sort(times.begin(), times.end());
+  const size_t n = times.size();
+  const double median = (times[(n - 1) / 2] + times[n / 2]) / 2;
+  for (const v1::Member& w : view.workers()) {
+    if (w.step_times().steps() > 0 && w.step_times().compute_s_per_sample() > 0)
+      out[w.id()] = w.step_times().compute_s_per_sample() / median;
+  }
+  return out;
+}
+
 int64_t Slowest(const v1::View& view) {
   int64_t slowest = std::numeric_limits<int64_t>::max();
   for (const v1::Member& w : view.workers())
@@ -36,6 +57,22 @@ int64_t Slowest(const v1::View& view) {
 }
 
 }  // namespace
+
+std::string ConsistencySwitcher::SpeedsChanged(const v1::View& view) const {
+  const std::map<uint64_t, double> now = SpeedRatios(view);
+  for (const auto& [id, before] : left_ratio_) {
+    auto it = now.find(id);
+    if (it == now.end()) continue;
+    const double after = it->second;
+    if (before >= kSpeedChange && before / after >= kSpeedChange) {
+      return absl::StrFormat(
+          "worker %d ran %.2fx the median's time per sample when the job "
+          "left BSP, %.2fx now",
+          id, before, after);
+    }
+  }
+  return "";
+}
 
 void ConsistencySwitcher::Refused(const v1::View& view) {
   holding_ = false;
@@ -56,14 +93,20 @@ std::optional<SwitchDecision> ConsistencySwitcher::Decide(
                        slowest >= last_switch + kSettleSteps;
   // (A job that left BSP lists the switch; one listing none never ran BSP.)
   if (settled && view.consistency() != "bsp" &&
-      !view.consistency_switches().empty() &&
-      slowest >= last_switch + ProbeSteps(view)) {
-    holding_ = false;
-    return SwitchDecision{
-        Consistency(),
-        absl::StrFormat("probing BSP: %d steps in %s, whose waits under BSP "
-                        "cannot be measured asynchronously",
-                        slowest - last_switch, view.consistency())};
+      !view.consistency_switches().empty()) {
+    std::string why = SpeedsChanged(view);
+    if (why.empty() && slowest >= last_switch + ProbeSteps(view)) {
+      why = absl::StrFormat("%d steps in %s", slowest - last_switch,
+                            view.consistency());
+    }
+    if (!why.empty()) {
+      holding_ = false;
+      left_ratio_.clear();
+      return SwitchDecision{
+          Consistency(),
+          absl::StrCat("probing BSP (", why,
+                       "): its waits cannot be measured asynchronously")};
+    }
   }
   const bool usable =
       settled && !advice.empty() && Reachable(advice, view.consistency());
@@ -84,6 +127,7 @@ std::optional<SwitchDecision> ConsistencySwitcher::Decide(
   if (slowest < since_ + (tighter ? kTightenHoldSteps : kHoldSteps))
     return std::nullopt;
   holding_ = false;
+  if (view.consistency() == "bsp") left_ratio_ = SpeedRatios(view);
   return SwitchDecision{to, view.consistency_advice().reason()};
 }
 

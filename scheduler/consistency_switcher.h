@@ -29,12 +29,21 @@
 //    last switch: kProbeSteps, doubled for each switch back to BSP the view
 //    lists (at most kMaxProbeDoublings times), so a job whose stragglers
 //    keep BSP's waits high tries it less and less often. A probe needs no
-//    hold: the rule decides on BSP's own waits after it settles.
+//    hold: the rule decides on BSP's own waits after it settles;
+//  - sooner when what made BSP wait went away: once settled, a straggler
+//    of the moment the job left BSP (a time per sample kSpeedChange times
+//    the median's or more) whose time per sample against the median fell
+//    by kSpeedChange or more since has the job try BSP at once. Only a
+//    recovery counts: a worker that slowed makes BSP wait longer, and the
+//    same straggler measures slower under SSP/ASP (its share is not cut
+//    to its speed). Kept in the switcher only: a restarted scheduler
+//    probes on the timer alone.
 // Not thread-safe: the scheduler's lease loop calls it.
 #ifndef STRATA_SCHEDULER_CONSISTENCY_SWITCHER_H_
 #define STRATA_SCHEDULER_CONSISTENCY_SWITCHER_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -48,6 +57,7 @@ inline constexpr int64_t kHoldSteps = 8;
 inline constexpr int64_t kTightenHoldSteps = 2 * kHoldSteps;
 inline constexpr int64_t kProbeSteps = 48;
 inline constexpr int kMaxProbeDoublings = 3;
+inline constexpr double kSpeedChange = 2.0;
 
 // The slowest worker's steps after a switch from which an SSP/ASP job,
 // seen in `view`, tries BSP again.
@@ -68,10 +78,16 @@ class ConsistencySwitcher {
   void Refused(const v1::View& view);
 
  private:
+  // A probe's reason when a worker's relative speed moved since the job
+  // left BSP (left_ratio_), else "".
+  std::string SpeedsChanged(const v1::View& view) const;
+
   int64_t quiet_until_ = 0;  // no decision before the slowest is here
-  bool holding_ = false;     // the advice differs from the job's mode
-  bool tighter_ = false;     // ...and is tighter than it
-  int64_t since_ = 0;        // the slowest worker's step when it began to
+  // Each worker's time per sample over the median when the job left BSP.
+  std::map<uint64_t, double> left_ratio_;
+  bool holding_ = false;  // the advice differs from the job's mode
+  bool tighter_ = false;  // ...and is tighter than it
+  int64_t since_ = 0;     // the slowest worker's step when it began to
 };
 
 }  // namespace strata::scheduler_internal

@@ -151,5 +151,57 @@ TEST(ConsistencySwitcher, ProbesBspLessAndLessOften) {
   EXPECT_FALSE(in_bsp.Decide(v));
 }
 
+// Sets each worker's id and time per sample (steps measured: 16).
+void Speeds(v1::View& v, const std::vector<double>& s_per_sample) {
+  for (int i = 0; i < v.workers_size(); ++i) {
+    v1::Member* w = v.mutable_workers(i);
+    w->set_id(static_cast<uint64_t>(i + 1));
+    w->mutable_step_times()->set_steps(16);
+    w->mutable_step_times()->set_compute_s_per_sample(s_per_sample[i]);
+  }
+}
+
+// The job left BSP with worker 3 at 3x the others' time per sample: while
+// that holds, or it slows further, only the timer probes; once worker 3
+// recovers (its time against the median falls kSpeedChange times) the job
+// tries BSP at once, after the switch settles.
+TEST(ConsistencySwitcher, ProbesAtOnceWhenTheSpeedsThatMadeBspWaitChange) {
+  ConsistencySwitcher s;
+  v1::View bsp = At("bsp", {100, 100, 100}, "asp");
+  Speeds(bsp, {1.0, 1.1, 3.0});
+  EXPECT_FALSE(s.Decide(bsp));
+  for (v1::Member& w : *bsp.mutable_workers()) w.set_clock(100 + kHoldSteps);
+  ASSERT_TRUE(s.Decide(bsp));  // to ASP: the speeds are kept
+  v1::View asp = At("asp", {120, 120, 120}, "asp");
+  v1::ConsistencySwitch* left = asp.add_consistency_switches();
+  left->set_from("bsp");
+  left->set_to("asp");
+  left->set_step(110);
+  Speeds(asp, {1.0, 1.2, 2.9});
+  for (int64_t c : {120, 130, 140}) {
+    for (v1::Member& w : *asp.mutable_workers()) w.set_clock(c);
+    EXPECT_FALSE(s.Decide(asp)) << c;  // unchanged (and 130: settled)
+  }
+  Speeds(asp, {1.0, 1.2, 8.0});  // slower still: BSP would wait longer
+  EXPECT_FALSE(s.Decide(asp));
+  Speeds(asp, {0.5, 1.2, 2.9});  // a fast one got faster: no straggler
+  EXPECT_FALSE(s.Decide(asp));
+  Speeds(asp, {1.0, 1.2, 1.3});  // worker 3 recovered
+  auto probe = s.Decide(asp);
+  ASSERT_TRUE(probe.has_value());
+  EXPECT_EQ(probe->to.ToString(), "bsp");
+  EXPECT_NE(probe->reason.find("worker 3 ran 2.73x the median"),
+            std::string::npos)
+      << probe->reason;
+  // Not before the switch settled.
+  ConsistencySwitcher early;
+  ASSERT_FALSE(early.Decide(bsp));  // its hold starts at 108
+  for (v1::Member& w : *bsp.mutable_workers()) w.set_clock(116);
+  ASSERT_TRUE(early.Decide(bsp));
+  for (v1::Member& w : *asp.mutable_workers())
+    w.set_clock(110 + kSettleSteps - 1);
+  EXPECT_FALSE(early.Decide(asp));
+}
+
 }  // namespace
 }  // namespace strata::scheduler_internal

@@ -88,9 +88,11 @@ std::vector<int64_t> Apportion(int64_t total,
 // is a split (tens of bytes a worker, stored under its own key: a lease of
 // 2048 steps ahead writes about 150 KB once).
 inline constexpr int kMaxLeaseAhead = 2048;
-// An auto job's (--consistency auto) BSP steps leased ahead: a switch from
-// BSP lands this many steps after it is decided at most, and a scheduler
-// outage longer than this many steps pauses its BSP steps.
+// An auto job's (--consistency auto) steps leased ahead, BSP steps or
+// SSP/ASP clocks: a switch from BSP lands this many steps after it is
+// decided at most, a switch back waits for each worker's leases ahead
+// (this many of its steps at most), and a scheduler outage longer than
+// this many steps pauses the job.
 inline constexpr int kAutoLeaseAhead = 8;
 
 // BSP: whether `step` is applied in `s` (below applied_steps, or in
@@ -209,18 +211,18 @@ class Ledger {
   absl::StatusOr<std::optional<v1::ConsistencySwitch>> MaybeCompleteSwitch();
   // Drops a pending switch; OK when none is pending.
   absl::Status CancelSwitch();
-  // At most `steps` BSP steps leased ahead of the one asked for (default
-  // kMaxLeaseAhead). A switch from BSP waits for the steps leased ahead,
-  // so an auto job keeps this short (kAutoLeaseAhead).
-  void LimitBspAhead(int steps);
+  // At most `steps` steps (BSP) or clocks (SSP/ASP) leased ahead of the
+  // one asked for (default kMaxLeaseAhead). A switch waits for the leases
+  // ahead, so an auto job keeps this short (kAutoLeaseAhead).
+  void LimitAhead(int steps);
 
  private:
   // SSP/ASP: how many leases of `per_lease` samples a worker may take
   // ahead: at most half its even part of the samples not yet handed out,
   // so that no other worker waits for samples held ahead by this one (under
   // SSP it could not catch up, and this one could not go on past it) and
-  // the job's end waits on no long tail of them. BSP: LimitBspAhead's
-  // (kMaxLeaseAhead unless limited).
+  // the job's end waits on no long tail of them; and LimitAhead's
+  // (kMaxLeaseAhead unless limited), as for BSP.
   int AsyncAheadLimit(const v1::LedgerState& s, const v1::View& view,
                       int64_t per_lease) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Keeps drained_ (Drained) after `member`'s SSP/ASP ask for its own step.
@@ -290,7 +292,7 @@ class Ledger {
   // The mode the job runs now: the scheduler's setting, or the last switch
   // (state_.mode).
   Consistency mode_ ABSL_GUARDED_BY(mu_);
-  int bsp_ahead_ ABSL_GUARDED_BY(mu_) = kMaxLeaseAhead;
+  int ahead_ ABSL_GUARDED_BY(mu_) = kMaxLeaseAhead;
   v1::LedgerState state_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<uint64_t, v1::LedgerRecord>> applied_
       ABSL_GUARDED_BY(mu_);

@@ -214,16 +214,16 @@ bool Ledger::Drained(uint64_t member) const {
 
 int Ledger::AsyncAheadLimit(const v1::LedgerState& s, const v1::View& view,
                             int64_t per_lease) const {
-  if (mode_.mode == Consistency::kBsp) return bsp_ahead_;
+  if (mode_.mode == Consistency::kBsp) return ahead_;
   const int64_t end = CursorEnd(s);
-  if (end == kNoEnd) return kMaxLeaseAhead;
+  if (end == kNoEnd) return ahead_;
   if (per_lease <= 0) return 0;
   const int64_t left =
       std::max<int64_t>(0, end - s.cursor()) + Samples(s.requeued());
   const int64_t workers =
       std::max<int64_t>(1, static_cast<int64_t>(Workers(view).size()));
   return static_cast<int>(
-      std::min<int64_t>(kMaxLeaseAhead, left / (2 * workers) / per_lease));
+      std::min<int64_t>(ahead_, left / (2 * workers) / per_lease));
 }
 
 bool Ledger::InJob(const v1::LedgerState& s, int64_t step) const {

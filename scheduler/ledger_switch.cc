@@ -183,9 +183,9 @@ int64_t Ledger::CursorEnd(const v1::LedgerState& s) {
   return s.job().total_samples() > 0 ? s.job().total_samples() : kNoEnd;
 }
 
-void Ledger::LimitBspAhead(int steps) {
+void Ledger::LimitAhead(int steps) {
   absl::MutexLock lock(&mu_);
-  bsp_ahead_ = std::clamp(steps, 0, kMaxLeaseAhead);
+  ahead_ = std::clamp(steps, 0, kMaxLeaseAhead);
 }
 
 absl::Status Ledger::CancelSwitch() {

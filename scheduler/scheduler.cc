@@ -126,7 +126,7 @@ absl::Status Scheduler::Init(SchedulerOptions options) {
   if (automatic_.has_value()) {
     absl::MutexLock lock(&switch_mu_);
     switcher_ = std::make_unique<scheduler_internal::ConsistencySwitcher>();
-    ledger_->LimitBspAhead(scheduler_internal::kAutoLeaseAhead);
+    ledger_->LimitAhead(scheduler_internal::kAutoLeaseAhead);
   }
   // A job that switched before a restart goes on in its mode.
   STRATA_RETURN_IF_ERROR(PublishConsistency());
