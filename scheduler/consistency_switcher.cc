@@ -30,21 +30,24 @@ int64_t ProbeSteps(const v1::View& view) {
 
 namespace {
 
-// Each measured worker's time per sample over the median of them.
+// Each measured worker's time per sample over the median of the other
+// measured workers' (with two workers, the other's).
 std::map<uint64_t, double> SpeedRatios(const v1::View& view) {
-  std::vector<double> times;
+  std::map<uint64_t, double> times;
   for (const v1::Member& w : view.workers()) {
     if (w.step_times().steps() > 0 && w.step_times().compute_s_per_sample() > 0)
-      times.push_back(w.step_times().compute_s_per_sample());
+      times[w.id()] = w.step_times().compute_s_per_sample();
   }
   std::map<uint64_t, double> out;
-  if (times.empty()) return out;
-  std::sort(times.begin(), times.end());
-  const size_t n = times.size();
-  const double median = (times[(n - 1) / 2] + times[n / 2]) / 2;
-  for (const v1::Member& w : view.workers()) {
-    if (w.step_times().steps() > 0 && w.step_times().compute_s_per_sample() > 0)
-      out[w.id()] = w.step_times().compute_s_per_sample() / median;
+  for (const auto& [id, t] : times) {
+    std::vector<double> others;
+    for (const auto& [other, u] : times) {
+      if (other != id) others.push_back(u);
+    }
+    if (others.empty()) continue;
+    std::sort(others.begin(), others.end());
+    const size_t n = others.size();
+    out[id] = t / ((others[(n - 1) / 2] + others[n / 2]) / 2);
   }
   return out;
 }
@@ -61,14 +64,21 @@ int64_t Slowest(const v1::View& view) {
 std::string ConsistencySwitcher::SpeedsChanged(const v1::View& view) const {
   const std::map<uint64_t, double> now = SpeedRatios(view);
   for (const auto& [id, before] : left_ratio_) {
-    auto it = now.find(id);
-    if (it == now.end()) continue;
-    const double after = it->second;
-    if (before >= kSpeedChange && before / after >= kSpeedChange) {
+    if (before < kSpeedChange) continue;  // not a straggler then
+    bool live = false;
+    for (const v1::Member& w : view.workers()) live = live || w.id() == id;
+    if (!live) {
       return absl::StrFormat(
-          "worker %d ran %.2fx the median's time per sample when the job "
+          "worker %d, %.2fx the others' time per sample when the job left "
+          "BSP, left the job",
+          id, before);
+    }
+    auto it = now.find(id);
+    if (it != now.end() && before / it->second >= kSpeedChange) {
+      return absl::StrFormat(
+          "worker %d ran %.2fx the others' time per sample when the job "
           "left BSP, %.2fx now",
-          id, before, after);
+          id, before, it->second);
     }
   }
   return "";

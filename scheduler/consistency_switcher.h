@@ -32,12 +32,14 @@
 //    hold: the rule decides on BSP's own waits after it settles;
 //  - sooner when what made BSP wait went away: once settled, a straggler
 //    of the moment the job left BSP (a time per sample kSpeedChange times
-//    the median's or more) whose time per sample against the median fell
-//    by kSpeedChange or more since has the job try BSP at once. Only a
-//    recovery counts: a worker that slowed makes BSP wait longer, and the
-//    same straggler measures slower under SSP/ASP (its share is not cut
-//    to its speed). Kept in the switcher only: a restarted scheduler
-//    probes on the timer alone.
+//    the median of the other workers' or more) that left the job, or
+//    whose time per sample against the others' fell by kSpeedChange or
+//    more since, has the job try BSP at once. Only a recovery counts: a
+//    worker that slowed is no sign BSP would wait less. Each such probe
+//    follows a recovery, so a worker slow on and off moves the job with
+//    it, at most once per kSettleSteps + kHoldSteps + kSettleSteps of the
+//    slowest worker's steps. Kept in the switcher only: a restarted
+//    scheduler probes on the timer alone.
 // Not thread-safe: the scheduler's lease loop calls it.
 #ifndef STRATA_SCHEDULER_CONSISTENCY_SWITCHER_H_
 #define STRATA_SCHEDULER_CONSISTENCY_SWITCHER_H_

@@ -190,9 +190,37 @@ TEST(ConsistencySwitcher, ProbesAtOnceWhenTheSpeedsThatMadeBspWaitChange) {
   auto probe = s.Decide(asp);
   ASSERT_TRUE(probe.has_value());
   EXPECT_EQ(probe->to.ToString(), "bsp");
-  EXPECT_NE(probe->reason.find("worker 3 ran 2.73x the median"),
+  EXPECT_NE(probe->reason.find("worker 3 ran 2.86x the others'"),
             std::string::npos)
       << probe->reason;
+  // A straggler that leaves the job: BSP is tried at once too.
+  {
+    ConsistencySwitcher gone;
+    for (v1::Member& w : *bsp.mutable_workers()) w.set_clock(100);
+    ASSERT_FALSE(gone.Decide(bsp));
+    for (v1::Member& w : *bsp.mutable_workers()) w.set_clock(108);
+    ASSERT_TRUE(gone.Decide(bsp));
+    v1::View two = asp;
+    two.mutable_workers()->RemoveLast();  // worker 3
+    Speeds(two, {1.0, 1.2});
+    auto left = gone.Decide(two);
+    ASSERT_TRUE(left.has_value());
+    EXPECT_NE(left->reason.find("worker 3, 2.86x"), std::string::npos)
+        << left->reason;
+  }
+  // Two workers: the straggler against the other one.
+  {
+    ConsistencySwitcher pair;
+    v1::View bsp2 = At("bsp", {100, 100}, "asp");
+    Speeds(bsp2, {1.0, 3.0});
+    ASSERT_FALSE(pair.Decide(bsp2));
+    for (v1::Member& w : *bsp2.mutable_workers()) w.set_clock(108);
+    ASSERT_TRUE(pair.Decide(bsp2));
+    v1::View asp2 = At("asp", {140, 140}, "asp");
+    *asp2.add_consistency_switches() = asp.consistency_switches(0);
+    Speeds(asp2, {1.0, 1.1});
+    EXPECT_TRUE(pair.Decide(asp2));
+  }
   // Not before the switch settled.
   ConsistencySwitcher early;
   ASSERT_FALSE(early.Decide(bsp));  // its hold starts at 108
