@@ -1,6 +1,7 @@
 #include "cluster/worker_session.h"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -161,20 +162,36 @@ Consistency LeasedMode(const StepWork& work, const v1::View& view) {
   return Consistency{.mode = Consistency::kAsp};
 }
 
-std::optional<Consistency> LeftBsp(SchedulerClient& scheduler,
-                                   absl::Duration wait) {
-  auto left = [](const v1::View& v) {
-    return !v.consistency_auto().empty() && !v.consistency().empty() &&
-           v.consistency() != "bsp";
-  };
+namespace {
+
+// Under --consistency auto: the view, once `holds` says so of it (waiting
+// up to `wait` for one that does); nullopt for a job whose consistency is
+// fixed, or when none does in time.
+std::optional<v1::View> AutoViewWhere(
+    SchedulerClient& scheduler, std::function<bool(const v1::View&)> holds,
+    absl::Duration wait) {
   v1::View view = scheduler.view();
   if (view.consistency_auto().empty()) return std::nullopt;
-  if (!left(view) && wait > absl::ZeroDuration()) {
-    absl::StatusOr<v1::View> newer = scheduler.WaitForView(left, wait);
+  if (!holds(view) && wait > absl::ZeroDuration()) {
+    absl::StatusOr<v1::View> newer = scheduler.WaitForView(holds, wait);
     if (newer.ok()) view = *std::move(newer);
   }
-  if (!left(view)) return std::nullopt;
-  absl::StatusOr<Consistency> c = ParseConsistency(view.consistency());
+  if (!holds(view)) return std::nullopt;
+  return view;
+}
+
+}  // namespace
+
+std::optional<Consistency> LeftBsp(SchedulerClient& scheduler,
+                                   absl::Duration wait) {
+  const std::optional<v1::View> view = AutoViewWhere(
+      scheduler,
+      [](const v1::View& v) {
+        return !v.consistency().empty() && v.consistency() != "bsp";
+      },
+      wait);
+  if (!view.has_value()) return std::nullopt;
+  absl::StatusOr<Consistency> c = ParseConsistency(view->consistency());
   if (!c.ok()) return std::nullopt;
   return *c;
 }
@@ -187,20 +204,16 @@ std::optional<BspReturn> BackInBsp(SchedulerClient& scheduler, int64_t clock,
       absl::StrContains(refused.message(), kBeforeBackToBsp)
           ? absl::Seconds(60)
           : absl::ZeroDuration();
-  auto back = [clock](const v1::View& v) {
-    return !v.consistency_auto().empty() && v.consistency() == "bsp" &&
-           !v.consistency_switches().empty() &&
-           v.consistency_switches().rbegin()->step() > clock;
-  };
-  v1::View view = scheduler.view();
-  if (view.consistency_auto().empty()) return std::nullopt;
-  if (!back(view) && wait > absl::ZeroDuration()) {
-    absl::StatusOr<v1::View> newer = scheduler.WaitForView(back, wait);
-    if (newer.ok()) view = *std::move(newer);
-  }
-  if (!back(view)) return std::nullopt;
-  return BspReturn{.step = view.consistency_switches().rbegin()->step(),
-                   .schedule_offset = view.schedule_offset()};
+  const std::optional<v1::View> view = AutoViewWhere(
+      scheduler,
+      [clock](const v1::View& v) {
+        return v.consistency() == "bsp" && !v.consistency_switches().empty() &&
+               v.consistency_switches().rbegin()->step() > clock;
+      },
+      wait);
+  if (!view.has_value()) return std::nullopt;
+  return BspReturn{.step = view->consistency_switches().rbegin()->step(),
+                   .schedule_offset = view->schedule_offset()};
 }
 
 bool RedoInNewerView(SchedulerClient& scheduler, const absl::Status& status,

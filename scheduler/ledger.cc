@@ -315,22 +315,22 @@ Ledger::BeginRollBack() {
   // Locks the ledger, so the mode checked is the one rolled back in.
   std::unique_ptr<PendingRollback> pending(new PendingRollback(this));
   mu_.AssertHeld();
-  if (mode_.mode != Consistency::kBsp) {
+  if (!RollsBackLocked()) {
     return absl::UnimplementedError(absl::StrCat(
-        "ledger: rolling back is defined for BSP jobs only; this one runs ",
-        mode_.ToString()));
-  }
-  if (state_.switches_size() > 0) {
-    return absl::UnimplementedError(
-        "ledger: this job switched its consistency, and a snapshot from "
-        "before a switch would undo the SSP/ASP updates recorded since: it "
-        "does not roll back");
+        "ledger: rolling back is defined for BSP jobs that never switched "
+        "(a snapshot from before a switch would undo the SSP/ASP updates "
+        "recorded since); this one runs ",
+        mode_.ToString(), " after ", state_.switches_size(), " switch(es)"));
   }
   return pending;
 }
 
 bool Ledger::RollsBack() const {
   absl::MutexLock lock(&mu_);
+  return RollsBackLocked();
+}
+
+bool Ledger::RollsBackLocked() const {
   return mode_.mode == Consistency::kBsp && state_.switches_size() == 0;
 }
 

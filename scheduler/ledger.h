@@ -229,6 +229,7 @@ class Ledger {
   void NoteDrained(uint64_t member,
                    const absl::StatusOr<v1::LeaseWorkResponse>& lease)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool RollsBackLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // BeginSwitch's and MaybeCompleteSwitch's parts for a switch back to
   // BSP (ledger_switch.cc).
   absl::StatusOr<v1::ConsistencySwitch> BeginBackToBsp(v1::ConsistencySwitch sw)
